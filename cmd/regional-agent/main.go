@@ -1,0 +1,71 @@
+// Command regional-agent is the per-region daemon services call to ask
+// "may this request go?". It decides against the region's Redis with the
+// regional engine.
+//
+// Usage:
+//
+//	regional-agent demo --redis ADDR --policies FILE [flags]
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `regional-agent: the per-region rate-limit daemon of quota-lease.
+
+Usage:
+  regional-agent <command> [flags]
+
+Commands:
+  demo    drive traffic from many identities through the regional engine
+          against a Redis and print what was admitted per policy
+
+Run 'regional-agent <command> -h' for a command's flags.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run executes one command and returns the process exit code: 0 on
+// success, 1 when the command failed, 2 on a usage error.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stderr, usage)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	var err error
+	switch args[0] {
+	case "demo":
+		err = runDemo(ctx, args[1:], stdout, stderr)
+	default:
+		fmt.Fprintf(stderr, "regional-agent: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	default:
+		fmt.Fprintf(stderr, "regional-agent %s: %v\n", args[0], err)
+		return 1
+	}
+}
+
+// errUsage marks an error already explained to the user by the flag set.
+var errUsage = errors.New("usage error")

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quota-lease/quota-lease/internal/redistest"
+)
+
+// The demo runs against a real Redis and reports every policy within its
+// limit.
+func TestDemo(t *testing.T) {
+	srv := redistest.Start(t)
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"demo", "--redis", srv.Addr, "--policies", "../../examples/policies.yaml",
+		"--duration", "1500ms", "--max-requests", "20000", "--workers", "4"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if strings.Contains(out.String(), "OVER") || strings.Count(out.String(), " ok") != 3 {
+		t.Fatalf("demo report:\n%s", out.String())
+	}
+}
+
+func TestDemoBadInput(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cases := []struct {
+		args []string
+		code int
+		text string
+	}{
+		{[]string{"demo", "--policies", "/nope.yaml"}, 1, "read policies"},
+		{[]string{"demo", "--redis", "127.0.0.1:1", "--policies", "../../examples/policies.yaml"}, 1, "make redis"},
+		{[]string{"demo", "--workers", "0"}, 2, "must be positive"},
+		{[]string{"demo", "--bogus"}, 2, "flag provided but not defined"},
+		{[]string{"frobnicate"}, 2, "unknown command"},
+	}
+	for _, c := range cases {
+		var out, errb bytes.Buffer
+		if code := run(ctx, c.args, &out, &errb); code != c.code || !strings.Contains(errb.String(), c.text) {
+			t.Errorf("%v: exit %d, stderr %q; want %d mentioning %q", c.args, code, errb.String(), c.code, c.text)
+		}
+	}
+}

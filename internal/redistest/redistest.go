@@ -1,0 +1,122 @@
+// Package redistest starts throwaway redis-server processes for tests:
+// real Redis on a free loopback port, no persistence, killed at cleanup.
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Server is a running redis-server owned by a test.
+type Server struct {
+	// Addr is host:port on 127.0.0.1.
+	Addr string
+	cmd  *exec.Cmd
+}
+
+// Binary returns the path of redis-server, or an error telling how to
+// install it.
+func Binary() (string, error) {
+	if p := os.Getenv("REDIS_SERVER"); p != "" {
+		return p, nil
+	}
+	p, err := exec.LookPath("redis-server")
+	if err != nil {
+		return "", fmt.Errorf("redis-server not found in PATH: run `make deps` (apt-get install -y redis-server) or set REDIS_SERVER")
+	}
+	return p, nil
+}
+
+// Start runs a fresh redis-server for tb and stops it when tb ends. A
+// missing redis-server fails the test: claims about Redis are only proven
+// against Redis.
+func Start(tb testing.TB) *Server {
+	tb.Helper()
+	s, err := start(tb.TempDir())
+	if err != nil {
+		tb.Fatalf("start redis: %v", err)
+	}
+	tb.Cleanup(s.Stop)
+	return s
+}
+
+func start(dir string) (*Server, error) {
+	bin, err := Binary()
+	if err != nil {
+		return nil, err
+	}
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		cmd := exec.Command(bin,
+			"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+			"--save", "", "--appendonly", "no", "--dir", dir,
+			"--logfile", filepath.Join(dir, "redis.log"))
+		if err := cmd.Start(); err != nil {
+			return nil, fmt.Errorf("exec %s: %w", bin, err)
+		}
+		s := &Server{Addr: addr, cmd: cmd}
+		if lastErr = s.waitReady(5 * time.Second); lastErr == nil {
+			return s, nil
+		}
+		s.Stop() // most likely the port was taken meanwhile: try another
+	}
+	return nil, fmt.Errorf("redis-server did not become ready: %w", lastErr)
+}
+
+func (s *Server) waitReady(limit time.Duration) error {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(limit)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Client returns a client of s closed at the end of tb.
+func (s *Server) Client(tb testing.TB) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
+// Stop kills the server and waits for it to exit. It is safe to call twice.
+func (s *Server) Stop() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+	s.cmd = nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,23 @@
+package regional
+
+// Decision is the answer to one check.
+type Decision struct {
+	// Allowed reports whether the request was admitted and charged.
+	Allowed bool
+	// Remaining is the quota left after this decision, in micro-units.
+	Remaining int64
+	// RetryAfterMs is, for a rejected request, how long the caller must wait
+	// before the same request would be admitted if nothing else is charged
+	// meanwhile. It is rounded up: waiting exactly this long is enough.
+	// Zero when Allowed.
+	RetryAfterMs int64
+	// ResetAfterMs is how long until the key is back at its idle state (a
+	// full bucket or an empty window) if nothing else is charged.
+	ResetAfterMs int64
+	// Replayed reports that this decision was made earlier for the same
+	// idempotency key and returned again without charging.
+	Replayed bool
+}
+
+// RemainingUnits is Remaining in whole units, rounded down.
+func (d Decision) RemainingUnits() int64 { return d.Remaining / Micro }

@@ -1,0 +1,275 @@
+package regional
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Client is the part of a Redis client the engine needs. *redis.Client and
+// *redis.ClusterClient satisfy it.
+//
+// A client that retries commands on network errors may run a decision
+// twice; give requests an idempotency key, or configure MaxRetries: -1.
+type Client interface {
+	redis.Scripter
+	Pipeline() redis.Pipeliner
+}
+
+// Config tunes an Engine. The zero value is ready for production.
+type Config struct {
+	// Clock, when set, supplies enforcement time in milliseconds instead
+	// of the Redis server clock. Only tests and the simulator set it.
+	Clock func() int64
+	// IdempotencyWindow is how long a decision made for an idempotency key
+	// is replayed. Default 10s.
+	IdempotencyWindow time.Duration
+	// TTLMargin is added to every key's TTL beyond the time it needs to
+	// return to its idle state. Default 1s.
+	TTLMargin time.Duration
+}
+
+// Defaults for Config.
+const (
+	DefaultIdempotencyWindow = 10 * time.Second
+	DefaultTTLMargin         = time.Second
+)
+
+// Errors returned for requests the engine refuses before touching Redis.
+var (
+	// ErrUnknownPolicy reports a request naming no loaded policy.
+	ErrUnknownPolicy = errors.New("unknown policy")
+	// ErrInvalidRequest reports a malformed request.
+	ErrInvalidRequest = errors.New("invalid request")
+)
+
+// Engine decides checks for one region against its Redis. It is safe for
+// concurrent use; its policies can be replaced while it serves.
+type Engine struct {
+	rdb      Client
+	cfg      Config
+	policies atomic.Pointer[map[string]*Policy]
+}
+
+// NewEngine returns an engine deciding with rdb under the given policies.
+func NewEngine(rdb Client, policies []*Policy, cfg Config) (*Engine, error) {
+	if cfg.IdempotencyWindow <= 0 {
+		cfg.IdempotencyWindow = DefaultIdempotencyWindow
+	}
+	if cfg.TTLMargin <= 0 {
+		cfg.TTLMargin = DefaultTTLMargin
+	}
+	e := &Engine{rdb: rdb, cfg: cfg}
+	if err := e.SetPolicies(policies); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// SetPolicies validates policies and replaces the loaded set atomically.
+// On error the previous set stays in force.
+func (e *Engine) SetPolicies(policies []*Policy) error {
+	m := make(map[string]*Policy, len(policies))
+	for _, p := range policies {
+		if err := p.Validate(); err != nil {
+			return err
+		}
+		if _, dup := m[p.Name]; dup {
+			return fmt.Errorf("%w: policy %q is defined twice", ErrInvalidPolicy, p.Name)
+		}
+		m[p.Name] = p
+	}
+	e.policies.Store(&m)
+	return nil
+}
+
+// Policy returns the loaded policy called name.
+func (e *Engine) Policy(name string) (*Policy, bool) {
+	p, ok := (*e.policies.Load())[name]
+	return p, ok
+}
+
+// Request is one check: may this much be admitted for this identity now?
+type Request struct {
+	// Policy names the policy to enforce.
+	Policy string
+	// Attributes are the request's attributes; the policy's identity picks
+	// the ones it counts by.
+	Attributes map[string]string
+	// Cost in whole units, at least 1. Callers that let a client omit it
+	// use the policy's Cost.
+	Cost int64
+	// IdempotencyKey, when set, makes a retried request get the decision
+	// already made for it within the idempotency window, uncharged.
+	IdempotencyKey string
+	// Limits, when set, are enforced instead of the policy's full limit:
+	// the regional agent passes the share its lease grants. The algorithm
+	// must be the policy's.
+	Limits *Limits
+}
+
+// Result pairs a decision of a batch with its error.
+type Result struct {
+	Decision Decision
+	Err      error
+}
+
+// call is a request resolved to one script invocation.
+type call struct {
+	policy string
+	script *redis.Script
+	keys   []string
+	args   []any
+}
+
+// prepare validates r and resolves it to a script invocation. It touches
+// nothing, so a refused request changes no state.
+func (e *Engine) prepare(r Request) (call, error) {
+	p, ok := e.Policy(r.Policy)
+	if !ok {
+		return call{}, fmt.Errorf("%w %q", ErrUnknownPolicy, r.Policy)
+	}
+	l := p.Limits()
+	if r.Limits != nil {
+		l = *r.Limits
+		if l.Algorithm != p.Algorithm {
+			return call{}, fmt.Errorf("%w: policy %q: limits for %s, policy uses %s", ErrInvalidRequest, p.Name, l.Algorithm, p.Algorithm)
+		}
+		if err := l.Validate(); err != nil {
+			return call{}, fmt.Errorf("policy %q: %w", p.Name, err)
+		}
+	}
+	if r.Cost < 1 {
+		return call{}, fmt.Errorf("policy %q: %w, got %d", p.Name, ErrInvalidCost, r.Cost)
+	}
+	if r.Cost > l.Capacity/Micro {
+		return call{}, fmt.Errorf("policy %q: %w (cost %d, capacity %s)", p.Name, ErrCostExceedsCapacity, r.Cost, formatUnits(l.Capacity))
+	}
+	id, err := p.IdentityOf(r.Attributes)
+	if err != nil {
+		return call{}, fmt.Errorf("policy %q: %w", p.Name, err)
+	}
+	key, err := p.StateKey(id)
+	if err != nil {
+		return call{}, err
+	}
+	keys := []string{key}
+	if l.Algorithm == SlidingLog {
+		keys = append(keys, key+":m")
+	}
+	idemMs := int64(0)
+	if r.IdempotencyKey != "" {
+		ik, err := idempotencyKey(key, r.IdempotencyKey)
+		if err != nil {
+			return call{}, fmt.Errorf("policy %q: %w", p.Name, err)
+		}
+		keys = append(keys, ik)
+		idemMs = e.cfg.IdempotencyWindow.Milliseconds()
+	}
+	now := ""
+	if e.cfg.Clock != nil {
+		now = strconv.FormatInt(e.cfg.Clock(), 10)
+	}
+	param := l.Rate
+	if l.Algorithm != TokenBucket {
+		param = l.WindowMs
+	}
+	return call{
+		policy: p.Name,
+		script: scripts[l.Algorithm],
+		keys:   keys,
+		args:   []any{now, idemMs, l.Capacity, param, r.Cost * Micro, e.cfg.TTLMargin.Milliseconds()},
+	}, nil
+}
+
+// Check decides one request in one atomic script run.
+func (e *Engine) Check(ctx context.Context, r Request) (Decision, error) {
+	c, err := e.prepare(r)
+	if err != nil {
+		return Decision{}, err
+	}
+	d, err := parseReply(c.script.Run(ctx, e.rdb, c.keys, c.args...))
+	if err != nil {
+		return Decision{}, fmt.Errorf("check policy %q: %w", c.policy, err)
+	}
+	return d, nil
+}
+
+// CheckBatch decides many requests in one round trip (a pipeline). Each
+// decision is still its own atomic script run, so two requests of one batch
+// for the same key are decided one after the other. Requests that fail
+// validation get their error and are not sent.
+func (e *Engine) CheckBatch(ctx context.Context, rs []Request) []Result {
+	out := make([]Result, len(rs))
+	calls := make([]call, len(rs))
+	cmds := make([]*redis.Cmd, len(rs))
+	pipe := e.rdb.Pipeline()
+	for i, r := range rs {
+		c, err := e.prepare(r)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		calls[i] = c
+		cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+	}
+	if pipe.Len() > 0 {
+		_, _ = pipe.Exec(ctx) // errors are read per command below
+	}
+	// A script the server does not know yet was not run: send those again
+	// with the source, which also loads it.
+	var retry []int
+	for i, cmd := range cmds {
+		if cmd != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			retry = append(retry, i)
+		}
+	}
+	if len(retry) > 0 {
+		pipe := e.rdb.Pipeline()
+		for _, i := range retry {
+			cmds[i] = calls[i].script.Eval(ctx, pipe, calls[i].keys, calls[i].args...)
+		}
+		_, _ = pipe.Exec(ctx)
+	}
+	for i, cmd := range cmds {
+		if cmd == nil {
+			continue
+		}
+		d, err := parseReply(cmd)
+		if err != nil {
+			err = fmt.Errorf("check policy %q: %w", calls[i].policy, err)
+		}
+		out[i] = Result{Decision: d, Err: err}
+	}
+	return out
+}
+
+func parseReply(cmd *redis.Cmd) (Decision, error) {
+	v, err := cmd.Int64Slice()
+	if err != nil {
+		return Decision{}, err
+	}
+	if len(v) != 5 {
+		return Decision{}, fmt.Errorf("script returned %d values, want 5", len(v))
+	}
+	return Decision{
+		Allowed:      v[0] == 1,
+		Remaining:    v[1],
+		RetryAfterMs: v[2],
+		ResetAfterMs: v[3],
+		Replayed:     v[4] == 1,
+	}, nil
+}
+
+// formatUnits prints micro-units as units, without trailing zeros.
+func formatUnits(micro int64) string {
+	s := strconv.FormatFloat(float64(micro)/float64(Micro), 'f', 6, 64)
+	s = strings.TrimRight(s, "0")
+	return strings.TrimSuffix(s, ".")
+}

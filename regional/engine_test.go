@@ -1,0 +1,290 @@
+package regional
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quota-lease/quota-lease/internal/redistest"
+)
+
+// 200 goroutines race for a bucket with n units left: exactly n win, for
+// every algorithm, on real Redis.
+func TestConcurrentRaceForLastTokens(t *testing.T) {
+	const racers, left = 200, 37
+	h := newHarness(t)
+	h.now.Store(1_000_000) // frozen clock: no refill during the race
+	for _, l := range []Limits{
+		{Algorithm: TokenBucket, Capacity: 100 * Micro, Rate: Micro},
+		{Algorithm: FixedWindow, Capacity: 100 * Micro, WindowMs: 60_000},
+		{Algorithm: SlidingWindow, Capacity: 100 * Micro, WindowMs: 60_000},
+		{Algorithm: SlidingLog, Capacity: 100 * Micro, WindowMs: 60_000},
+	} {
+		t.Run(string(l.Algorithm), func(t *testing.T) {
+			h.t = t
+			h.check(1_000_000, l, "race", 100-left) // leave exactly `left`
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for i := 0; i < racers; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					d, err := h.eng.Check(context.Background(), Request{
+						Policy: algPolicy[l.Algorithm], Attributes: map[string]string{"tenant": "race"}, Cost: 1, Limits: &l,
+					})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if d.Allowed {
+						admitted.Add(1)
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			if got := admitted.Load(); got != left {
+				t.Fatalf("%d of %d racers admitted, want exactly %d", got, racers, left)
+			}
+		})
+	}
+}
+
+// The same race with the Redis server clock (no injected time): a bucket
+// refilling one unit per hour cannot refill during the race.
+func TestConcurrentRaceRedisTime(t *testing.T) {
+	const racers, left = 200, 11
+	srv := redistest.Start(t)
+	eng, err := NewEngine(srv.Client(t), testPolicies(t), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := Limits{Algorithm: TokenBucket, Capacity: 50 * Micro, Rate: Micro / 3600}
+	req := Request{Policy: "tb", Attributes: map[string]string{"tenant": "t"}, Cost: 50 - left, Limits: &l}
+	if d, err := eng.Check(t.Context(), req); err != nil || !d.Allowed {
+		t.Fatalf("drain: %+v %v", d, err)
+	}
+	req.Cost = 1
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for i := 0; i < racers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if d, err := eng.Check(context.Background(), req); err == nil && d.Allowed {
+				admitted.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != left {
+		t.Fatalf("%d admitted, want %d", got, left)
+	}
+}
+
+func TestIdempotentRetryIsNotChargedTwice(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	eng, err := NewEngine(rdb, testPolicies(t), Config{IdempotencyWindow: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := Request{Policy: "tb", Attributes: map[string]string{"tenant": "a"}, Cost: 5, IdempotencyKey: "req-1"}
+	first, err := eng.Check(t.Context(), req)
+	if err != nil || !first.Allowed || first.Remaining != 15*Micro {
+		t.Fatalf("first: %+v %v", first, err)
+	}
+	again, err := eng.Check(t.Context(), req)
+	if err != nil || !again.Replayed || again.Allowed != first.Allowed || again.Remaining != first.Remaining {
+		t.Fatalf("retry: %+v %v, want the first decision replayed", again, err)
+	}
+	// A different key is a different request and is charged.
+	req.IdempotencyKey = "req-2"
+	if d, _ := eng.Check(t.Context(), req); d.Replayed || d.Remaining > 10*Micro+Micro {
+		t.Fatalf("req-2: %+v, want charged (about 10 left)", d)
+	}
+	// After the window, req-1 is a new request again.
+	time.Sleep(400 * time.Millisecond)
+	req.IdempotencyKey = "req-1"
+	if d, _ := eng.Check(t.Context(), req); d.Replayed {
+		t.Fatalf("after the window: %+v, want decided afresh", d)
+	}
+	// Rejections are replayed too, and the key is scoped to the identity.
+	other := Request{Policy: "tb", Attributes: map[string]string{"tenant": "b"}, Cost: 5, IdempotencyKey: "req-1"}
+	if d, _ := eng.Check(t.Context(), other); d.Replayed {
+		t.Fatalf("same idempotency key, other tenant: %+v, want its own decision", d)
+	}
+}
+
+func TestBatch(t *testing.T) {
+	h := newHarness(t)
+	h.now.Store(1000)
+	attrs := func(s string) map[string]string { return map[string]string{"tenant": s} }
+	reqs := []Request{
+		{Policy: "tb", Attributes: attrs("a"), Cost: 15},
+		{Policy: "tb", Attributes: attrs("a"), Cost: 15}, // same key: decided after the first
+		{Policy: "nope", Attributes: attrs("a"), Cost: 1},
+		{Policy: "fw", Attributes: attrs("a"), Cost: 10},
+		{Policy: "sl", Attributes: attrs("a"), Cost: 0},
+		{Policy: "sl", Attributes: attrs("b"), Cost: 3},
+	}
+	res := h.eng.CheckBatch(t.Context(), reqs)
+	if !res[0].Decision.Allowed || res[1].Decision.Allowed || res[1].Decision.Remaining != 5*Micro {
+		t.Fatalf("same key in one batch: %+v %+v", res[0], res[1])
+	}
+	if !errors.Is(res[2].Err, ErrUnknownPolicy) || !errors.Is(res[4].Err, ErrInvalidCost) {
+		t.Fatalf("invalid requests: %v / %v", res[2].Err, res[4].Err)
+	}
+	if !res[3].Decision.Allowed || !res[5].Decision.Allowed || res[5].Err != nil {
+		t.Fatalf("valid requests: %+v %+v", res[3], res[5])
+	}
+}
+
+// A Redis that lost its scripts (restart, SCRIPT FLUSH, failover) is
+// handled on both paths: the decision is made once, not skipped or doubled.
+func TestNoScriptIsReloaded(t *testing.T) {
+	h := newHarness(t)
+	h.now.Store(1000)
+	l := Limits{Algorithm: TokenBucket, Capacity: 10 * Micro, Rate: Micro}
+	h.check(1000, l, "a", 1)
+	h.rdb.ScriptFlush(t.Context())
+	if d := h.check(1000, l, "a", 1); d.Remaining != 8*Micro {
+		t.Fatalf("single after flush: %+v", d)
+	}
+	h.rdb.ScriptFlush(t.Context())
+	res := h.eng.CheckBatch(t.Context(), []Request{
+		{Policy: "tb", Attributes: map[string]string{"tenant": "a"}, Cost: 1, Limits: &l},
+		{Policy: "fw", Attributes: map[string]string{"tenant": "a"}, Cost: 1},
+	})
+	if res[0].Err != nil || res[0].Decision.Remaining != 7*Micro || res[1].Err != nil || !res[1].Decision.Allowed {
+		t.Fatalf("batch after flush: %+v", res)
+	}
+}
+
+// Bad input gets a clear error and writes nothing.
+func TestBadInputWritesNothing(t *testing.T) {
+	h := newHarness(t)
+	h.now.Store(1000)
+	a := map[string]string{"tenant": "acme"}
+	tiny := Limits{Algorithm: TokenBucket, Capacity: 0, Rate: Micro}
+	wrongAlg := Limits{Algorithm: FixedWindow, Capacity: Micro, WindowMs: 10}
+	cases := []struct {
+		req  Request
+		want error
+		text string
+	}{
+		{Request{Policy: "tb", Attributes: a, Cost: 0}, ErrInvalidCost, "positive"},
+		{Request{Policy: "tb", Attributes: a, Cost: -3}, ErrInvalidCost, "-3"},
+		{Request{Policy: "tb", Attributes: a, Cost: 21}, ErrCostExceedsCapacity, "never be admitted"},
+		{Request{Policy: "tb", Attributes: a, Cost: 1 << 62}, ErrCostExceedsCapacity, "capacity 20"},
+		{Request{Policy: "missing", Attributes: a, Cost: 1}, ErrUnknownPolicy, `"missing"`},
+		{Request{Policy: "tb", Attributes: map[string]string{"user": "x"}, Cost: 1}, ErrInvalidIdentity, `needs attribute "tenant"`},
+		{Request{Policy: "tb", Attributes: map[string]string{"tenant": ""}, Cost: 1}, ErrInvalidIdentity, "empty"},
+		{Request{Policy: "tb", Attributes: map[string]string{"tenant": strings.Repeat("x", 300)}, Cost: 1}, ErrInvalidIdentity, "more than 256"},
+		{Request{Policy: "tb", Attributes: a, Cost: 1, IdempotencyKey: strings.Repeat("k", 129)}, ErrInvalidRequest, "idempotency"},
+		{Request{Policy: "tb", Attributes: a, Cost: 1, IdempotencyKey: "has space"}, ErrInvalidRequest, "printable"},
+		{Request{Policy: "tb", Attributes: a, Cost: 1, Limits: &tiny}, ErrInvalidLimits, "capacity"},
+		{Request{Policy: "tb", Attributes: a, Cost: 1, Limits: &wrongAlg}, ErrInvalidRequest, "fixed_window"},
+	}
+	for i, c := range cases {
+		_, err := h.eng.Check(t.Context(), c.req)
+		if !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.text) {
+			t.Errorf("case %d: error %v, want %v mentioning %q", i, err, c.want, c.text)
+		}
+	}
+	res := h.eng.CheckBatch(t.Context(), []Request{cases[0].req, cases[4].req})
+	if res[0].Err == nil || res[1].Err == nil {
+		t.Errorf("batch accepted bad input: %+v", res)
+	}
+	if n := h.dbsize(); n != 0 {
+		t.Fatalf("bad input wrote %d keys", n)
+	}
+}
+
+// Keys expire once they would be idle anyway: TTL = time to refill an
+// empty bucket (or the window span) plus the margin.
+func TestKeyTTL(t *testing.T) {
+	h := newHarness(t)
+	cases := []struct {
+		l    Limits
+		want time.Duration
+	}{
+		{Limits{Algorithm: TokenBucket, Capacity: 20 * Micro, Rate: 5 * Micro}, 4*time.Second + time.Second},
+		{Limits{Algorithm: FixedWindow, Capacity: 20 * Micro, WindowMs: 3000}, 3*time.Second + time.Second},
+		{Limits{Algorithm: SlidingWindow, Capacity: 20 * Micro, WindowMs: 3000}, 6*time.Second + time.Second},
+		{Limits{Algorithm: SlidingLog, Capacity: 20 * Micro, WindowMs: 3000}, 3*time.Second + time.Second},
+	}
+	for _, c := range cases {
+		h.check(5000, c.l, "ttl", 1)
+		ttl := h.rdb.PTTL(t.Context(), h.key(c.l.Algorithm, "ttl")).Val()
+		if ttl <= c.want-200*time.Millisecond || ttl > c.want {
+			t.Errorf("%s: TTL %v, want about %v", c.l.Algorithm, ttl, c.want)
+		}
+	}
+}
+
+func TestRedisTimeIsUsedByDefault(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	eng, err := NewEngine(rdb, testPolicies(t), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.Check(t.Context(), Request{Policy: "tb", Attributes: map[string]string{"tenant": "a"}, Cost: 1}); err != nil {
+		t.Fatal(err)
+	}
+	tm, err := rdb.Time(t.Context()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := eng.Policy("tb")
+	id, _ := p.IdentityOf(map[string]string{"tenant": "a"})
+	key, _ := p.StateKey(id)
+	last, _ := rdb.HGet(t.Context(), key, "l").Int64()
+	if d := tm.UnixMilli() - last; d < 0 || d > 5000 {
+		t.Fatalf("stored time %d is %d ms from the Redis clock %d", last, d, tm.UnixMilli())
+	}
+}
+
+func TestRedisDownIsAnError(t *testing.T) {
+	srv := redistest.Start(t)
+	eng, err := NewEngine(srv.Client(t), testPolicies(t), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	_, err = eng.Check(ctx, Request{Policy: "tb", Attributes: map[string]string{"tenant": "a"}, Cost: 1})
+	if err == nil || !strings.Contains(err.Error(), `check policy "tb"`) {
+		t.Fatalf("error %v, want a wrapped connection error", err)
+	}
+	res := eng.CheckBatch(ctx, []Request{{Policy: "tb", Attributes: map[string]string{"tenant": "a"}, Cost: 1}})
+	if res[0].Err == nil {
+		t.Fatal("batch against a dead Redis reported no error")
+	}
+}
+
+func TestSetPoliciesKeepsOldSetOnError(t *testing.T) {
+	h := newHarness(t)
+	bad := &Policy{Name: "x"}
+	if err := h.eng.SetPolicies([]*Policy{bad}); err == nil {
+		t.Fatal("invalid policy accepted")
+	}
+	if _, ok := h.eng.Policy("tb"); !ok {
+		t.Fatal("failed SetPolicies dropped the old set")
+	}
+}
+
+func ExampleEngine_Check() {
+	// A real program passes a *redis.Client; see cmd/regional-agent.
+	fmt.Println(Decision{Allowed: true, Remaining: 19 * Micro}.RemainingUnits())
+	// Output: 19
+}

@@ -1,0 +1,160 @@
+package regional
+
+import (
+	"context"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/quota-lease/quota-lease/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// testPolicies are one policy per algorithm; tests override their limits
+// per request where they need other numbers.
+func testPolicies(t testing.TB) []*Policy {
+	t.Helper()
+	ps, err := ParsePolicies([]byte(`
+name: tb
+identity: [tenant]
+limit: 5
+period: 1s
+burst: 20
+---
+name: fw
+identity: [tenant]
+algorithm: fixed_window
+limit: 10
+period: 1s
+---
+name: sw
+identity: [tenant]
+algorithm: sliding_window
+limit: 10
+period: 1s
+---
+name: sl
+identity: [tenant]
+algorithm: sliding_log
+limit: 10
+period: 1s
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ps
+}
+
+var algPolicy = map[Algorithm]string{TokenBucket: "tb", FixedWindow: "fw", SlidingWindow: "sw", SlidingLog: "sl"}
+
+// harness is an engine on a real Redis with a clock the test moves.
+type harness struct {
+	t   testing.TB
+	rdb *redis.Client
+	eng *Engine
+	now atomic.Int64
+}
+
+func newHarness(t testing.TB) *harness {
+	t.Helper()
+	srv := redistest.Start(t)
+	h := &harness{t: t, rdb: srv.Client(t)}
+	eng, err := NewEngine(h.rdb, testPolicies(t), Config{Clock: h.now.Load})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.eng = eng
+	return h
+}
+
+// check runs one request at time nowMs with the given limits.
+func (h *harness) check(nowMs int64, l Limits, tenant string, cost int64) Decision {
+	h.t.Helper()
+	h.now.Store(nowMs)
+	d, err := h.eng.Check(context.Background(), Request{
+		Policy: algPolicy[l.Algorithm], Attributes: map[string]string{"tenant": tenant},
+		Cost: cost, Limits: &l,
+	})
+	if err != nil {
+		h.t.Fatalf("check at %d: %v", nowMs, err)
+	}
+	return d
+}
+
+func (h *harness) key(alg Algorithm, tenant string) string {
+	p, _ := h.eng.Policy(algPolicy[alg])
+	id, _ := p.IdentityOf(map[string]string{"tenant": tenant})
+	k, _ := p.StateKey(id)
+	return k
+}
+
+// state reads a key's state from Redis into a State, for comparison with
+// the pure transition.
+func (h *harness) state(alg Algorithm, tenant string) State {
+	h.t.Helper()
+	ctx := context.Background()
+	key := h.key(alg, tenant)
+	num := func(m map[string]string, f string) int64 {
+		v, err := strconv.ParseInt(m[f], 10, 64)
+		if err != nil {
+			h.t.Fatalf("key %s field %s = %q: %v", key, f, m[f], err)
+		}
+		return v
+	}
+	if alg == SlidingLog {
+		m := h.rdb.HGetAll(ctx, key+":m").Val()
+		if len(m) == 0 {
+			return State{}
+		}
+		s := State{Exists: true, LastMs: num(m, "l"), Sum: num(m, "s")}
+		zs := h.rdb.ZRangeWithScores(ctx, key, 0, -1).Val()
+		sort.SliceStable(zs, func(i, j int) bool { return zs[i].Score < zs[j].Score })
+		for _, z := range zs {
+			parts := strings.Split(z.Member.(string), ":")
+			c, _ := strconv.ParseInt(parts[2], 10, 64)
+			s.Log = append(s.Log, LogEntry{AtMs: int64(z.Score), Cost: c})
+		}
+		return s
+	}
+	m := h.rdb.HGetAll(ctx, key).Val()
+	if len(m) == 0 {
+		return State{}
+	}
+	s := State{Exists: true, LastMs: num(m, "l")}
+	switch alg {
+	case TokenBucket:
+		s.Tokens = num(m, "t")
+	case FixedWindow:
+		s.Window, s.Count = num(m, "w"), num(m, "c")
+	case SlidingWindow:
+		s.Window, s.Prev, s.Count = num(m, "w"), num(m, "p"), num(m, "c")
+	}
+	return s
+}
+
+func (h *harness) dbsize() int64 { return h.rdb.DBSize(context.Background()).Val() }
+
+// equalState compares states ignoring the order of same-time log entries.
+func equalState(a, b State) bool {
+	if a.Exists != b.Exists || a.LastMs != b.LastMs || a.Tokens != b.Tokens || a.Window != b.Window ||
+		a.Count != b.Count || a.Prev != b.Prev || a.Sum != b.Sum || len(a.Log) != len(b.Log) {
+		return false
+	}
+	key := func(l []LogEntry) []string {
+		out := make([]string, len(l))
+		for i, e := range l {
+			out[i] = strconv.FormatInt(e.AtMs, 10) + "/" + strconv.FormatInt(e.Cost, 10)
+		}
+		sort.Strings(out)
+		return out
+	}
+	ka, kb := key(a.Log), key(b.Log)
+	for i := range ka {
+		if ka[i] != kb[i] {
+			return false
+		}
+	}
+	return true
+}

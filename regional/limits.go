@@ -1,0 +1,103 @@
+package regional
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Algorithm names a rate-limiting algorithm a policy can select.
+type Algorithm string
+
+// The algorithms a policy can select. TokenBucket is the default.
+const (
+	// TokenBucket refills Rate micro-units per second up to Capacity.
+	TokenBucket Algorithm = "token_bucket"
+	// FixedWindow admits Capacity micro-units per aligned window.
+	FixedWindow Algorithm = "fixed_window"
+	// SlidingWindow estimates the last window's usage from the current and
+	// previous fixed windows, weighting the previous one by its overlap.
+	SlidingWindow Algorithm = "sliding_window"
+	// SlidingLog keeps one entry per admitted request in the last window:
+	// exact, but memory grows with the limit (at most MaxLogEntries).
+	SlidingLog Algorithm = "sliding_log"
+)
+
+// MaxLogEntries caps a sliding-log limit (in whole units), because the log
+// holds one entry per admitted request.
+const MaxLogEntries int64 = 10_000
+
+// Limits are the fixed-point parameters a single decision enforces. They are
+// passed to the Lua script on every call rather than stored, so the same key
+// can be enforced at a policy's full limit or at a region's leased share.
+type Limits struct {
+	// Algorithm selects the transition.
+	Algorithm Algorithm
+	// Capacity is the bucket size (token bucket) or the limit per window
+	// (window algorithms), in micro-units.
+	Capacity int64
+	// Rate is the refill rate of a token bucket in micro-units per second.
+	// Unused by the window algorithms.
+	Rate int64
+	// WindowMs is the window length of the window algorithms.
+	// Unused by the token bucket.
+	WindowMs int64
+}
+
+// ErrInvalidLimits reports limits outside the range the fixed-point
+// arithmetic supports.
+var ErrInvalidLimits = errors.New("invalid limits")
+
+// Validate reports whether l can be enforced exactly by both the Go and Lua
+// transitions.
+func (l Limits) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidLimits, fmt.Sprintf(format, args...))
+	}
+	if l.Capacity < 1 || l.Capacity > MaxCapacity {
+		return bad("capacity %d micro-units outside [1, %d]", l.Capacity, MaxCapacity)
+	}
+	switch l.Algorithm {
+	case TokenBucket:
+		if l.Rate < 1 || l.Rate > MaxRate {
+			return bad("rate %d micro-units/s outside [1, %d]", l.Rate, MaxRate)
+		}
+		if fill := mulDiv(l.Capacity, 1000, l.Rate, true); fill > MaxFillMs {
+			return bad("an empty bucket would take %d ms to refill, more than %d", fill, MaxFillMs)
+		}
+	case FixedWindow, SlidingWindow, SlidingLog:
+		if l.WindowMs < 1 || l.WindowMs > MaxWindowMs {
+			return bad("window %d ms outside [1, %d]", l.WindowMs, MaxWindowMs)
+		}
+		if l.Algorithm == SlidingLog && l.Capacity > MaxLogEntries*Micro {
+			return bad("sliding log limit %d exceeds %d entries", l.Capacity/Micro, MaxLogEntries)
+		}
+	default:
+		return bad("unknown algorithm %q", l.Algorithm)
+	}
+	return nil
+}
+
+// Scale returns the limits for a share of l: capacity and rate multiplied by
+// num/den and rounded down, so a share never enforces more than its part.
+// A share that rounds to zero returns limits that fail Validate; callers
+// treat such a share as "admit nothing".
+func (l Limits) Scale(num, den int64) Limits {
+	s := l
+	s.Capacity = mulDiv(l.Capacity, num, den, false)
+	s.Rate = mulDiv(l.Rate, num, den, false)
+	return s
+}
+
+// ttlMs is how long a key must outlive its last write: long enough that a
+// key that expires would have been back at its idle state (a full bucket,
+// an empty window) anyway.
+func (l Limits) ttlMs(marginMs int64) int64 {
+	switch l.Algorithm {
+	case TokenBucket:
+		return mulDiv(l.Capacity, 1000, l.Rate, true) + marginMs
+	case SlidingWindow:
+		return 2*l.WindowMs + marginMs
+	default:
+		return l.WindowMs + marginMs
+	}
+}

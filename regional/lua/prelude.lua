@@ -1,0 +1,76 @@
+-- prelude.lua: shared head of every decision script (see regional/script.go).
+--
+-- ARGV[1]  now in ms, or '' to read the Redis server clock (TIME)
+-- ARGV[2]  idempotency window in ms; when > 0, KEYS[#KEYS] is the
+--          idempotency key and a decision already made for it is replayed
+-- ARGV[3]  capacity in micro-units
+-- ARGV[4]  refill rate in micro-units/s (token bucket) or window in ms
+-- ARGV[5]  cost in micro-units
+-- ARGV[6]  margin added to every key's TTL, in ms
+--
+-- Returns {allowed (0|1), remaining, retry_after_ms, reset_after_ms, replayed (0|1)}.
+--
+-- Redis Lua numbers are doubles: integers are exact below 2^53, and the Go
+-- side (Limits.Validate) keeps every intermediate value below that. Numbers
+-- are formatted with '%.0f' before being written, because Redis would
+-- otherwise store them with 14 significant digits.
+
+local function divmod(a, d)
+  local q = math.floor(a / d)
+  local r = a - q * d
+  if r < 0 then
+    q = q - 1; r = r + d
+  elseif r >= d then
+    q = q + 1; r = r - d
+  end
+  return q, r
+end
+
+-- a*m/d rounded down (or up), exact while floor(a/d)*m and (d-1)*m < 2^53.
+local function muldiv(a, m, d, up)
+  local q, r = divmod(a, d)
+  local q2, r2 = divmod(r * m, d)
+  local res = q * m + q2
+  if up and r2 > 0 then res = res + 1 end
+  return res
+end
+
+local function int(x) return string.format('%.0f', x) end
+
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+else
+  now = tonumber(ARGV[1])
+end
+
+local idem_ttl = tonumber(ARGV[2])
+local idem_key = nil
+if idem_ttl > 0 then
+  idem_key = KEYS[#KEYS]
+  local prev = redis.call('GET', idem_key)
+  if prev then
+    local a, r, ra, rs = string.match(prev, '^(%d+):(%d+):(%d+):(%d+)$')
+    if a then
+      return {tonumber(a), tonumber(r), tonumber(ra), tonumber(rs), 1}
+    end
+  end
+end
+
+local cap = tonumber(ARGV[3])
+local param = tonumber(ARGV[4])
+local cost = tonumber(ARGV[5])
+local margin = tonumber(ARGV[6])
+if cost < 1 or cost > cap then
+  return redis.error_reply('ERR cost outside [1, capacity]')
+end
+
+local function finish(allowed, remaining, retry, reset)
+  if idem_key then
+    redis.call('SET', idem_key,
+      int(allowed) .. ':' .. int(remaining) .. ':' .. int(retry) .. ':' .. int(reset),
+      'PX', int(idem_ttl))
+  end
+  return {allowed, remaining, retry, reset, 0}
+end

@@ -1,0 +1,265 @@
+package regional
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"time"
+)
+
+// Policy is one rate limit as an operator writes it: whom it counts
+// (identity), how (algorithm, limit, period, burst), where (global or
+// region-local) and what a region does when it cannot renew its lease.
+type Policy struct {
+	// Name identifies the policy in requests, keys and metrics.
+	Name string `yaml:"name" json:"name"`
+	// Version is the configuration version. Keys carry it, so a policy
+	// whose limits change under a new version starts from fresh state.
+	Version int64 `yaml:"version" json:"version"`
+	// Identity lists the request attributes whose values, together, name
+	// the counted subject: for example [tenant] or [tenant, route].
+	Identity []string `yaml:"identity" json:"identity"`
+	// Algorithm defaults to token_bucket.
+	Algorithm Algorithm `yaml:"algorithm" json:"algorithm"`
+	// Limit is how many units are admitted per Period: the refill of a
+	// token bucket, or the limit of one window.
+	Limit float64 `yaml:"limit" json:"limit"`
+	// Period is the time Limit refers to, and the window length of the
+	// window algorithms.
+	Period Duration `yaml:"period" json:"period"`
+	// Burst is a token bucket's capacity; it defaults to Limit. Window
+	// algorithms have no burst beyond their limit.
+	Burst float64 `yaml:"burst,omitempty" json:"burst,omitempty"`
+	// Cost is the default cost of a request whose caller names none.
+	Cost int64 `yaml:"cost,omitempty" json:"cost,omitempty"`
+	// Scope is global (one limit shared by all regions through leases) or
+	// region (every region enforces the full limit on its own).
+	Scope Scope `yaml:"scope,omitempty" json:"scope,omitempty"`
+	// Failure is what a region enforces when its lease cannot be renewed.
+	Failure Failure `yaml:"failure,omitempty" json:"failure,omitempty"`
+}
+
+// Scope says whether a policy's limit is shared across regions.
+type Scope string
+
+// The scopes a policy can have.
+const (
+	// ScopeGlobal shares one limit across all regions through leases.
+	ScopeGlobal Scope = "global"
+	// ScopeRegion applies the full limit in every region independently.
+	ScopeRegion Scope = "region"
+)
+
+// FailureMode names what a region enforces when its lease lapsed.
+type FailureMode string
+
+// The failure modes; see DESIGN.md invariant 9 and docs/failure-modes.md.
+const (
+	// FailClosed admits nothing until the lease is renewed.
+	FailClosed FailureMode = "fail-closed"
+	// StaticShare enforces StaticFraction of the global limit, which the
+	// coordinator keeps reserved for the region.
+	StaticShare FailureMode = "static-share"
+	// LastLease keeps the last granted share, decaying linearly over Decay
+	// to StaticFraction.
+	LastLease FailureMode = "last-lease"
+	// FailOpen enforces OpenFraction of the global limit locally: bounded,
+	// but not reserved, so the global limit may be exceeded by it.
+	FailOpen FailureMode = "fail-open"
+)
+
+// Failure is a policy's degraded budget.
+type Failure struct {
+	// Mode defaults to fail-closed, the only mode with no overshoot and
+	// nothing to reserve.
+	Mode FailureMode `yaml:"mode" json:"mode"`
+	// StaticFraction of the global limit a degraded region enforces
+	// (static-share), or decays to (last-lease). In [0, 1].
+	StaticFraction float64 `yaml:"static_fraction,omitempty" json:"static_fraction,omitempty"`
+	// Decay is how long last-lease takes to fall to StaticFraction.
+	Decay Duration `yaml:"decay,omitempty" json:"decay,omitempty"`
+	// OpenFraction of the global limit a fail-open region may admit on its
+	// own. In (0, 1].
+	OpenFraction float64 `yaml:"open_fraction,omitempty" json:"open_fraction,omitempty"`
+}
+
+// ErrInvalidPolicy is wrapped by every policy validation error.
+var ErrInvalidPolicy = errors.New("invalid policy")
+
+var (
+	policyNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+	attributeRE  = regexp.MustCompile(`^[a-z][a-z0-9_.-]{0,31}$`)
+)
+
+// MaxIdentityAttributes is how many attributes a composite identity may use.
+const MaxIdentityAttributes = 8
+
+// DefaultDecay is the last-lease decay when a policy names none.
+const DefaultDecay = time.Minute
+
+// Normalize fills in the defaults of fields left empty: algorithm, burst,
+// cost, scope, failure mode and decay. It does not validate.
+func (p *Policy) Normalize() {
+	if p.Algorithm == "" {
+		p.Algorithm = TokenBucket
+	}
+	if p.Burst == 0 && p.Algorithm == TokenBucket {
+		p.Burst = p.Limit
+	}
+	if p.Cost == 0 {
+		p.Cost = 1
+	}
+	if p.Scope == "" {
+		p.Scope = ScopeGlobal
+	}
+	if p.Failure.Mode == "" {
+		p.Failure.Mode = FailClosed
+	}
+	if p.Failure.Mode == LastLease && p.Failure.Decay == 0 {
+		p.Failure.Decay = Duration(DefaultDecay)
+	}
+}
+
+// Validate checks a normalized policy and returns an error naming the
+// first offending field and what to write instead.
+func (p *Policy) Validate() error {
+	name := p.Name
+	if name == "" {
+		name = "(unnamed)"
+	}
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("%w %q: field %q: %s", ErrInvalidPolicy, name, field, fmt.Sprintf(format, args...))
+	}
+	if !policyNameRE.MatchString(p.Name) {
+		return bad("name", "must be 1-63 characters of a-z, 0-9, '.', '_', '-', starting with a letter or digit")
+	}
+	if p.Version < 0 {
+		return bad("version", "must be zero or positive, got %d", p.Version)
+	}
+	if len(p.Identity) == 0 || len(p.Identity) > MaxIdentityAttributes {
+		return bad("identity", "must list 1 to %d request attributes, e.g. [tenant] or [tenant, route]", MaxIdentityAttributes)
+	}
+	seen := make(map[string]bool, len(p.Identity))
+	for _, a := range p.Identity {
+		if !attributeRE.MatchString(a) {
+			return bad("identity", "attribute %q must be 1-32 characters of a-z, 0-9, '_', '.', '-', starting with a letter", a)
+		}
+		if seen[a] {
+			return bad("identity", "attribute %q is listed twice", a)
+		}
+		seen[a] = true
+	}
+	if !finitePositive(p.Limit) {
+		return bad("limit", "must be a positive finite number, got %v", p.Limit)
+	}
+	if p.Period <= 0 || time.Duration(p.Period)%time.Millisecond != 0 {
+		return bad("period", "must be a positive whole number of milliseconds, e.g. 1s or 1m, got %s", p.Period)
+	}
+	switch p.Algorithm {
+	case TokenBucket:
+		if !finitePositive(p.Burst) {
+			return bad("burst", "must be a positive finite number, got %v", p.Burst)
+		}
+	case FixedWindow, SlidingWindow, SlidingLog:
+		if p.Burst != 0 {
+			return bad("burst", "applies only to token_bucket; a window's burst is its limit")
+		}
+		if p.Limit != math.Trunc(p.Limit) {
+			return bad("limit", "must be a whole number for %s, got %v", p.Algorithm, p.Limit)
+		}
+	default:
+		return bad("algorithm", "unknown %q; use token_bucket, fixed_window, sliding_window or sliding_log", p.Algorithm)
+	}
+	if p.Cost < 1 {
+		return bad("cost", "must be a positive whole number, got %d", p.Cost)
+	}
+	if p.Scope != ScopeGlobal && p.Scope != ScopeRegion {
+		return bad("scope", "unknown %q; use global or region", p.Scope)
+	}
+	if err := p.Failure.validate(); err != nil {
+		return bad("failure."+err.field, "%s", err.msg)
+	}
+	l, err := p.limits()
+	if err != nil {
+		return bad("limit", "%v", err)
+	}
+	if p.Cost*Micro > l.Capacity {
+		return bad("cost", "default cost %d exceeds the capacity %v: no request could be admitted", p.Cost, float64(l.Capacity)/float64(Micro))
+	}
+	return nil
+}
+
+type fieldError struct{ field, msg string }
+
+func (f Failure) validate() *fieldError {
+	fraction := func(field string, v float64, allowZero bool) *fieldError {
+		if math.IsNaN(v) || v < 0 || v > 1 || (!allowZero && v == 0) {
+			lo := "[0, 1]"
+			if !allowZero {
+				lo = "(0, 1]"
+			}
+			return &fieldError{field, fmt.Sprintf("must be a fraction in %s of the global limit, got %v", lo, v)}
+		}
+		return nil
+	}
+	switch f.Mode {
+	case FailClosed:
+	case StaticShare:
+		return fraction("static_fraction", f.StaticFraction, true)
+	case LastLease:
+		if f.Decay <= 0 {
+			return &fieldError{"decay", fmt.Sprintf("must be positive, got %s", f.Decay)}
+		}
+		return fraction("static_fraction", f.StaticFraction, true)
+	case FailOpen:
+		return fraction("open_fraction", f.OpenFraction, false)
+	default:
+		return &fieldError{"mode", fmt.Sprintf("unknown %q; use fail-closed, static-share, last-lease or fail-open", f.Mode)}
+	}
+	return nil
+}
+
+func finitePositive(v float64) bool { return v > 0 && !math.IsInf(v, 0) && !math.IsNaN(v) }
+
+// Limits returns the fixed-point limits of the policy's full (global)
+// limit. The policy must be valid.
+func (p *Policy) Limits() Limits {
+	l, _ := p.limits()
+	return l
+}
+
+func (p *Policy) limits() (Limits, error) {
+	periodMs := time.Duration(p.Period).Milliseconds()
+	limit, ok := toMicro(p.Limit)
+	if !ok {
+		return Limits{}, fmt.Errorf("%v is too large", p.Limit)
+	}
+	l := Limits{Algorithm: p.Algorithm}
+	if p.Algorithm == TokenBucket {
+		burst, ok := toMicro(p.Burst)
+		if !ok {
+			return Limits{}, fmt.Errorf("burst %v is too large", p.Burst)
+		}
+		l.Capacity = burst
+		// micro-units per second, rounded down: never faster than written.
+		l.Rate = mulDiv(limit, 1000, periodMs, false)
+	} else {
+		l.Capacity = limit
+		l.WindowMs = periodMs
+	}
+	if err := l.Validate(); err != nil {
+		return Limits{}, err
+	}
+	return l, nil
+}
+
+// toMicro converts a count of units to micro-units, rounding to the nearest
+// micro-unit so that decimal inputs such as 0.1 convert exactly.
+func toMicro(v float64) (int64, bool) {
+	m := math.Round(v * float64(Micro))
+	if m > float64(MaxCapacity) || m < 0 {
+		return 0, false
+	}
+	return int64(m), true
+}

@@ -1,0 +1,95 @@
+package regional
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestParsePoliciesDefaults(t *testing.T) {
+	ps, err := ParsePolicies([]byte(`
+name: api
+identity: [tenant, route]
+limit: 100
+period: 1m
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := ps[0]
+	if p.Algorithm != TokenBucket || p.Burst != 100 || p.Cost != 1 || p.Scope != ScopeGlobal || p.Failure.Mode != FailClosed {
+		t.Fatalf("defaults not applied: %+v", p)
+	}
+	l := p.Limits()
+	if l.Capacity != 100*Micro || l.Rate != 1_666_666 {
+		t.Fatalf("limits %+v, want capacity 100 and 1.666666/s rounded down", l)
+	}
+}
+
+func TestParsePoliciesErrors(t *testing.T) {
+	base := "name: api\nidentity: [tenant]\nlimit: 10\nperiod: 1s\n"
+	cases := []struct{ yaml, want string }{
+		{"", "no policy found"},
+		{base + "limt: 5\n", "field limt not found"},
+		{strings.Replace(base, "limit: 10", "limit: .nan", 1), `field "limit": must be a positive finite number, got NaN`},
+		{strings.Replace(base, "limit: 10", "limit: -1", 1), `field "limit"`},
+		{strings.Replace(base, "limit: 10", "limit: .inf", 1), `field "limit"`},
+		{strings.Replace(base, "period: 1s", "period: 60", 1), "duration must be a string with a unit"},
+		{strings.Replace(base, "period: 1s", "period: 1us", 1), `field "period"`},
+		{strings.Replace(base, "period: 1s", "period: banana", 1), `duration "banana"`},
+		{strings.Replace(base, "name: api", "name: Bad Name", 1), `field "name"`},
+		{strings.Replace(base, "[tenant]", "[]", 1), `field "identity"`},
+		{strings.Replace(base, "[tenant]", "[tenant, tenant]", 1), "listed twice"},
+		{strings.Replace(base, "[tenant]", "[Tenant]", 1), `attribute "Tenant"`},
+		{base + "algorithm: leaky\n", `unknown "leaky"`},
+		{base + "algorithm: fixed_window\nburst: 5\n", "applies only to token_bucket"},
+		{strings.Replace(base, "limit: 10", "limit: 2.5", 1) + "algorithm: sliding_log\n", "whole number"},
+		{strings.Replace(base, "limit: 10", "limit: 20000", 1) + "algorithm: sliding_log\n", "exceeds 10000 entries"},
+		{base + "burst: .nan\n", `field "burst"`},
+		{base + "cost: -1\n", `field "cost"`},
+		{base + "cost: 11\n", "exceeds the capacity"},
+		{base + "scope: planet\n", `field "scope"`},
+		{base + "failure: {mode: panic}\n", `field "failure.mode"`},
+		{base + "failure: {mode: static-share, static_fraction: 1.5}\n", `field "failure.static_fraction"`},
+		{base + "failure: {mode: fail-open}\n", `field "failure.open_fraction"`},
+		{base + "failure: {mode: last-lease, decay: -1s}\n", `field "failure.decay"`},
+		{strings.Replace(base, "limit: 10", "limit: 1e300", 1), "too large"},
+		{strings.Replace(base, "limit: 10", "limit: 0.0000001", 1) + "burst: 1\n", "rate 0"},
+		{base + "---\n" + base, "defined twice"},
+		{"name: [unclosed\n", "document 1"},
+		{base + "version: -2\n", `field "version"`},
+	}
+	for _, c := range cases {
+		_, err := ParsePolicies([]byte(c.yaml))
+		if err == nil || !errors.Is(err, ErrInvalidPolicy) && !errors.Is(err, ErrInvalidLimits) {
+			t.Errorf("%q: error %v, want an invalid-policy error", c.yaml, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q:\n error %q\n want it to mention %q", c.yaml, err, c.want)
+		}
+	}
+}
+
+func TestIdentityEscapingKeepsHashTag(t *testing.T) {
+	p := &Policy{Name: "api", Version: 3, Identity: []string{"tenant", "route"}}
+	id, err := p.IdentityOf(map[string]string{"tenant": "a}b{c", "route": "/v1/x:y,z=1 %"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := p.StateKey(id)
+	want := "rl:{api:tenant=a%7Db%7Bc,route=/v1/x%3Ay%2Cz%3D1%20%25}:v3"
+	if key != want {
+		t.Fatalf("key %s, want %s", key, want)
+	}
+	// Exactly one '{' and one '}', so the Cluster hash tag is the whole identity.
+	if strings.Count(key, "{") != 1 || strings.Count(key, "}") != 1 {
+		t.Fatalf("key %s has stray braces", key)
+	}
+	// Distinct attribute values never collide.
+	a, _ := p.IdentityOf(map[string]string{"tenant": "x,route=y", "route": "z"})
+	b, _ := p.IdentityOf(map[string]string{"tenant": "x", "route": "y,route=z"})
+	if a == b {
+		t.Fatalf("identities collide: %s", a)
+	}
+}

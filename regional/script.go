@@ -1,0 +1,32 @@
+package regional
+
+import (
+	"embed"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed lua/*.lua
+var luaFiles embed.FS
+
+// scripts holds one decision script per algorithm: the shared prelude
+// followed by the algorithm's body. They are immutable and loaded into Redis
+// on first use (EVALSHA, falling back to EVAL on NOSCRIPT).
+var scripts = map[Algorithm]*redis.Script{
+	TokenBucket:   mustScript("token_bucket.lua"),
+	FixedWindow:   mustScript("fixed_window.lua"),
+	SlidingWindow: mustScript("sliding_window.lua"),
+	SlidingLog:    mustScript("sliding_log.lua"),
+}
+
+func mustScript(body string) *redis.Script {
+	prelude, err := luaFiles.ReadFile("lua/prelude.lua")
+	if err != nil {
+		panic(err) // embedded at build time: cannot happen
+	}
+	src, err := luaFiles.ReadFile("lua/" + body)
+	if err != nil {
+		panic(err)
+	}
+	return redis.NewScript(string(prelude) + "\n" + string(src))
+}

@@ -1,0 +1,74 @@
+package regional
+
+// slidingWindow is the sliding window counter transition
+// (lua/sliding_window.lua).
+//
+// The usage of the window ending now is estimated as the current fixed
+// window's count plus the previous window's count weighted by how much of
+// it still overlaps, rounded up so the estimate never undercounts.
+func slidingWindow(s State, l Limits, now, cost int64) (State, Decision) {
+	w := l.WindowMs
+	if s.Exists && now < s.LastMs {
+		now = s.LastMs
+	}
+	idx := now / w
+	prev, count := int64(0), int64(0)
+	if s.Exists {
+		switch {
+		case s.Window >= idx:
+			idx, prev, count = s.Window, s.Prev, s.Count
+		case s.Window == idx-1:
+			prev = s.Count
+		}
+	}
+	elapsed := now - idx*w
+	est := mulDiv(prev, w-elapsed, w, true) + count
+	var d Decision
+	if est+cost <= l.Capacity {
+		count += cost
+		est += cost
+		d.Allowed = true
+	} else {
+		d.RetryAfterMs = slidingRetry(prev, count, elapsed, l.Capacity-cost, w)
+	}
+	d.Remaining = l.Capacity - est
+	if d.Remaining < 0 {
+		d.Remaining = 0
+	}
+	switch {
+	case count > 0:
+		d.ResetAfterMs = 2*w - elapsed
+	case prev > 0:
+		d.ResetAfterMs = w - elapsed
+	}
+	return State{Exists: true, LastMs: now, Window: idx, Prev: prev, Count: count}, d
+}
+
+// slidingRetry returns how long until ceil(p*(w-x)/w) + c <= room, for a
+// request rejected at offset elapsed into the window with previous and
+// current counts prev and count. If the current window alone leaves no room
+// the wait runs into the next window, where the current count becomes the
+// previous one. The smallest offset is found by binary search over the
+// exact estimate, which is monotone in the offset; the Lua script searches
+// the same way, so both round identically.
+func slidingRetry(prev, count, elapsed, room, w int64) int64 {
+	fits := func(p, c, x int64) bool { return mulDiv(p, w-x, w, true)+c <= room }
+	if count <= room {
+		return firstFit(elapsed+1, w, func(x int64) bool { return fits(prev, count, x) }) - elapsed
+	}
+	return w - elapsed + firstFit(0, w, func(x int64) bool { return fits(count, 0, x) })
+}
+
+// firstFit returns the smallest x in [lo, hi] with ok(x), given that ok is
+// monotone and ok(hi) holds.
+func firstFit(lo, hi int64, ok func(int64) bool) int64 {
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		if ok(mid) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
+}

@@ -1,0 +1,78 @@
+package regional
+
+import (
+	"errors"
+	"fmt"
+)
+
+// State is the persisted state of one key, field for field what the Lua
+// scripts keep in Redis. The zero State is a key that does not exist.
+type State struct {
+	// Exists is false for a key never written or expired.
+	Exists bool
+	// LastMs is the latest time the key has seen; time never goes back
+	// behind it, so a clock stepping backward mints nothing.
+	LastMs int64
+	// Tokens is the token bucket's content in micro-units.
+	Tokens int64
+	// Window is the index (now / WindowMs) of the current window.
+	Window int64
+	// Count is the usage charged in the current window, in micro-units.
+	Count int64
+	// Prev is the usage of the previous window (sliding window counter).
+	Prev int64
+	// Log holds the sliding log's admitted requests, oldest first.
+	Log []LogEntry
+	// Sum is the total cost in Log.
+	Sum int64
+}
+
+// LogEntry is one admitted request in a sliding log.
+type LogEntry struct {
+	AtMs int64 // when it was admitted
+	Cost int64 // micro-units
+}
+
+// MaxTimeMs is the largest time a transition accepts (about year 2248).
+const MaxTimeMs int64 = 1 << 43
+
+// ErrInvalidCost reports a cost that is not positive.
+var ErrInvalidCost = errors.New("cost must be a positive number of units")
+
+// ErrCostExceedsCapacity reports a cost larger than the capacity: such a
+// request can never be admitted, however long the caller waits, so no retry
+// delay is given.
+var ErrCostExceedsCapacity = errors.New("cost exceeds capacity: the request can never be admitted")
+
+// Apply is the pure transition of one decision: from the key's state s at
+// time nowMs, charge cost micro-units under limits l. It returns the state
+// to persist and the decision. It performs exactly the arithmetic of the
+// Lua scripts; invalid input returns an error and s unchanged.
+func Apply(s State, l Limits, nowMs, cost int64) (State, Decision, error) {
+	if err := l.Validate(); err != nil {
+		return s, Decision{}, err
+	}
+	if nowMs < 0 || nowMs > MaxTimeMs {
+		return s, Decision{}, fmt.Errorf("time %d ms outside [0, %d]", nowMs, MaxTimeMs)
+	}
+	if cost < 1 {
+		return s, Decision{}, ErrInvalidCost
+	}
+	if cost > l.Capacity {
+		return s, Decision{}, ErrCostExceedsCapacity
+	}
+	switch l.Algorithm {
+	case TokenBucket:
+		ns, d := tokenBucket(s, l, nowMs, cost)
+		return ns, d, nil
+	case FixedWindow:
+		ns, d := fixedWindow(s, l, nowMs, cost)
+		return ns, d, nil
+	case SlidingWindow:
+		ns, d := slidingWindow(s, l, nowMs, cost)
+		return ns, d, nil
+	default: // SlidingLog; Validate rejected anything else
+		ns, d := slidingLog(s, l, nowMs, cost)
+		return ns, d, nil
+	}
+}

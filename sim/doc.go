@@ -1,0 +1,3 @@
+// Package sim is the region-shift simulator: deterministic, on virtual
+// time, driving the real lease, allocation and regional code.
+package sim
