@@ -1,4 +1,18 @@
-// Package lease defines what a grant is (share, burst, valid-for) and its
-// state machine on both the coordinator and the agent side, with expiry
-// computed on monotonic clocks. See ../shared/DESIGN.md invariants 6-8.
+// Package lease defines what a grant is and its life on both sides of the
+// lease protocol, as pure logic on injected time so that tests and the
+// simulator run it on virtual clocks.
+//
+// A grant gives one region a share of one quota for ValidFor. The agent
+// measures that from the moment it sent the request, on its monotonic
+// clock, less a drift margin (Timing.AgentValidFor); the coordinator from
+// the moment it granted. Since the agent sends before the coordinator
+// grants, the agent always stops believing in a grant before the
+// coordinator frees its share; only the rate drift of clocks (a configured
+// bound) enters that argument, never their offsets.
+//
+// The agent side is Agent (requested -> active -> renewing -> expired ->
+// degraded). The coordinator side is Book: per quota, what every region may
+// currently be enforcing (an unacknowledged old grant, the new grant, or the
+// degraded budget of a region whose lease lapsed), and the grants it may
+// hand out without that sum exceeding the global limit.
 package lease

@@ -1,0 +1,89 @@
+package lease
+
+import (
+	"time"
+
+	"github.com/quota-lease/quota-lease/regional"
+)
+
+// Grant is a region's share of one quota for a bounded time.
+type Grant struct {
+	// ID names the grant; an agent presents it on renewal to acknowledge it.
+	ID string
+	// Amount is the share in the quota's primary unit: micro-units per
+	// second for a token bucket, micro-units per window for the window
+	// algorithms.
+	Amount int64
+	// Epoch is the leader epoch that issued it.
+	Epoch int64
+	// ValidFor is how long it holds.
+	ValidFor time.Duration
+}
+
+// Amount is the primary quantity of full limits: the rate of a token
+// bucket, the per-window limit of the window algorithms. Shares of a quota
+// are amounts out of this total.
+func Amount(full regional.Limits) int64 {
+	if full.Algorithm == regional.TokenBucket {
+		return full.Rate
+	}
+	return full.Capacity
+}
+
+// ShareLimits returns the limits a region enforces for a share of amount
+// out of full: rate and capacity scaled together, rounded down. ok is false
+// when the share is too small to admit anything.
+func ShareLimits(full regional.Limits, amount int64) (l regional.Limits, ok bool) {
+	total := Amount(full)
+	if amount >= total {
+		return full, true
+	}
+	if amount <= 0 {
+		return regional.Limits{}, false
+	}
+	l = full.Scale(amount, total)
+	return l, l.Validate() == nil
+}
+
+// DegradedBudget is the degraded budget, as an amount, of a region whose
+// lease lapsed since ago, under failure policy f, for a quota of total
+// amount, given the last share the region held. It is what the agent
+// enforces and what the coordinator reserves (fail-open is enforced but not
+// reserved).
+//
+// The static share is capped at the last share: a region normally holds at
+// least its static share (it is a floor), but one that was granted less,
+// because others still held the capacity, must not jump above what was
+// counted for it when its lease lapses.
+func DegradedBudget(f regional.Failure, total, last int64, ago time.Duration) int64 {
+	static := min(int64(f.StaticFraction*float64(total)), last)
+	switch f.Mode {
+	case regional.StaticShare:
+		return static
+	case regional.LastLease:
+		if last <= static || ago >= time.Duration(f.Decay) {
+			return static
+		}
+		left := 1 - float64(ago)/float64(time.Duration(f.Decay))
+		return static + int64(float64(last-static)*left)
+	case regional.FailOpen:
+		return int64(f.OpenFraction * float64(total))
+	default:
+		return 0
+	}
+}
+
+// Reserved reports whether the coordinator keeps a failure mode's degraded
+// budget out of other regions' reach. Fail-open is not reserved: its budget
+// is overshoot, and bound counts it.
+func Reserved(f regional.Failure) bool { return f.Mode != regional.FailOpen }
+
+// Floor is the least amount a region's share must have for the failure
+// mode to be safe: a region must already hold the static share it would
+// fall back to, or another region could be holding it when it lapses.
+func Floor(f regional.Failure, total int64) int64 {
+	if f.Mode == regional.StaticShare || f.Mode == regional.LastLease {
+		return int64(f.StaticFraction * float64(total))
+	}
+	return 0
+}
