@@ -137,7 +137,6 @@ func TestAllocateBadInput(t *testing.T) {
 	}
 }
 
-
 // Damping: steps are bounded, small changes ignored, the sum stays within
 // the total, floors are held, and repeated rounds converge on the ideal.
 func TestDampProperties(t *testing.T) {
