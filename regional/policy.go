@@ -38,6 +38,10 @@ type Policy struct {
 	Scope Scope `yaml:"scope,omitempty" json:"scope,omitempty"`
 	// Failure is what a region enforces when its lease cannot be renewed.
 	Failure Failure `yaml:"failure,omitempty" json:"failure,omitempty"`
+	// Floors are the least share of Limit (units per Period) a region gets
+	// whatever the demand elsewhere, by region name. They must sum to at
+	// most Limit. Global policies only.
+	Floors map[string]float64 `yaml:"floors,omitempty" json:"floors,omitempty"`
 }
 
 // Scope says whether a policy's limit is shared across regions.
@@ -89,6 +93,8 @@ var ErrInvalidPolicy = errors.New("invalid policy")
 
 var (
 	policyNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+	// RegionNameRE is what a region name looks like: us-east-1, eu, ap-south.
+	RegionNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 	attributeRE  = regexp.MustCompile(`^[a-z][a-z0-9_.-]{0,31}$`)
 )
 
@@ -176,6 +182,22 @@ func (p *Policy) Validate() error {
 	}
 	if p.Scope != ScopeGlobal && p.Scope != ScopeRegion {
 		return bad("scope", "unknown %q; use global or region", p.Scope)
+	}
+	var floors float64
+	for region, f := range p.Floors {
+		if !RegionNameRE.MatchString(region) {
+			return bad("floors", "region name %q must be 1-63 characters of a-z, 0-9 and '-'", region)
+		}
+		if math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
+			return bad("floors", "floor of region %q must be a finite number >= 0, got %v", region, f)
+		}
+		floors += f
+	}
+	if floors > p.Limit {
+		return bad("floors", "the quota (limit %v) is below the sum of the regions' floors (%v); lower the floors or raise the limit", p.Limit, floors)
+	}
+	if len(p.Floors) > 0 && p.Scope == ScopeRegion {
+		return bad("floors", "apply only to global policies; a region-scoped policy is not split")
 	}
 	if err := p.Failure.validate(); err != nil {
 		return bad("failure."+err.field, "%s", err.msg)

@@ -58,6 +58,10 @@ func TestParsePoliciesErrors(t *testing.T) {
 		{base + "---\n" + base, "defined twice"},
 		{"name: [unclosed\n", "document 1"},
 		{base + "version: -2\n", `field "version"`},
+		{base + "floors: {us: 6, eu: 5}\n", "below the sum of the regions' floors"},
+		{base + "floors: {US: 1}\n", `region name "US"`},
+		{base + "floors: {us: .nan}\n", `field "floors"`},
+		{base + "scope: region\nfloors: {us: 1}\n", "only to global"},
 	}
 	for _, c := range cases {
 		_, err := ParsePolicies([]byte(c.yaml))

@@ -1,117 +1,144 @@
 // Command coordinator keeps the global quotas and hands regions leases on
-// their shares. Its subcommands are the SRE's tools.
-//
-// Usage:
-//
-//	coordinator quota validate -f policy.yaml [-o table|json]
+// their shares (serve); its other subcommands are the SRE's tools, talking
+// to a running coordinator's admin API.
 package main
 
 import (
-	"encoding/json"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"sort"
 	"strings"
-	"text/tabwriter"
-
-	"github.com/quota-lease/quota-lease/regional"
+	"syscall"
 )
 
-const usage = `coordinator: global quotas and regional leases for quota-lease.
+// command is one subcommand.
+type command struct {
+	summary string
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
 
-Usage:
-  coordinator <command> [subcommand] [flags]
+var commands = map[string]command{
+	"serve":              {"run a coordinator replica (embedded etcd by default)", runServe},
+	"quota set":          {"store the policies of a file (-f FILE)", quotaSet},
+	"quota get":          {"print one stored policy", quotaGet},
+	"quota list":         {"list the stored policies", quotaList},
+	"quota delete":       {"delete a policy and its leases", quotaDelete},
+	"quota validate":     {"check a policy file offline, changing nothing", quotaValidate},
+	"leases":             {"list the regions' leases (--region R)", leasesList},
+	"release":            {"drop a lapsed region's reserved degraded budget", release},
+	"rebalance":          {"rebalance now, or pause/resume rebalancing", rebalance},
+	"regions set-weight": {"declare a region or set its weight", regionsSetWeight},
+	"regions list":       {"list the declared regions", regionsList},
+	"bound":              {"print the overshoot bound of every quota, or one", boundCmd},
+}
 
-Commands:
-  quota validate -f FILE   check a policy file and print the policies it defines
-
-Run 'coordinator <command> <subcommand> -h' for a command's flags.
-`
+func usage() string {
+	var b strings.Builder
+	b.WriteString("coordinator: global quotas and regional leases for quota-lease.\n\nUsage:\n  coordinator <command> [flags]\n\nCommands:\n")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(&b, "  %-20s %s\n", n, commands[n].summary)
+	}
+	b.WriteString("\nAdmin commands reach the coordinator at --coordinator (default $QUOTALEASE_COORDINATOR,\nor 127.0.0.1:7400) and print tables; -o json prints JSON for scripts.\nRun 'coordinator <command> -h' for a command's flags.\n")
+	return b.String()
+}
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
 // run executes one command and returns the exit code: 0 on success, 1 when
 // the command failed, 2 on a usage error.
-func run(args []string, stdout, stderr io.Writer) int {
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, usage())
 		if len(args) == 0 {
 			return 2
 		}
 		return 0
 	}
-	var err error
-	switch strings.Join(args[:min(2, len(args))], " ") {
-	case "quota validate":
-		err = quotaValidate(args[2:], stdout, stderr)
-	default:
-		fmt.Fprintf(stderr, "coordinator: unknown command %q\n\n%s", strings.Join(args[:min(2, len(args))], " "), usage)
+	name, rest := args[0], args[1:]
+	cmd, ok := commands[name]
+	if !ok && len(args) > 1 {
+		name, rest = args[0]+" "+args[1], args[2:]
+		cmd, ok = commands[name]
+	}
+	if !ok {
+		fmt.Fprintf(stderr, "coordinator: unknown command %q\n\n%s", strings.Join(args[:min(2, len(args))], " "), usage())
 		return 2
 	}
+	err := cmd.run(ctx, rest, stdout, stderr)
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.Is(err, errUsage):
 		return 2
 	default:
-		fmt.Fprintf(stderr, "coordinator: %v\n", err)
+		fmt.Fprintf(stderr, "coordinator %s: %v\n", name, err)
 		return 1
 	}
 }
 
+// errUsage marks an error already explained by the flag set.
 var errUsage = errors.New("usage error")
 
-func quotaValidate(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("quota validate", flag.ContinueOnError)
+// newFlags returns a flag set for command name whose usage shows synopsis
+// and description.
+func newFlags(name, synopsis, description string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	file := fs.String("f", "", "policy file (YAML, one policy per document); - reads standard input")
-	output := fs.String("o", "table", "output format: table or json")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage: coordinator quota validate -f FILE [-o table|json]\n\nParses and validates every policy in FILE without changing anything, and\nprints them with their defaults filled in. Exits 1 naming the first bad field.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return err
+		fmt.Fprintf(stderr, "Usage: coordinator %s %s\n\n%s\n", name, synopsis, description)
+		if hasFlags(fs) {
+			fmt.Fprint(stderr, "\nFlags:\n")
+			fs.PrintDefaults()
 		}
+	}
+	return fs
+}
+
+func hasFlags(fs *flag.FlagSet) bool {
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	return n > 0
+}
+
+// parse parses args, allowing flags before and after positional
+// arguments (coordinator quota get NAME -o json), maps errors to errUsage,
+// and checks the number of positional arguments. The positional arguments
+// are then fs.Args().
+func parse(fs *flag.FlagSet, args []string, minArgs, maxArgs int) error {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if err == flag.ErrHelp {
+				return err
+			}
+			return errUsage
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if err := fs.Parse(append([]string{"--"}, positional...)); err != nil {
 		return errUsage
 	}
-	if *file == "" || fs.NArg() > 0 || (*output != "table" && *output != "json") {
+	if fs.NArg() < minArgs || fs.NArg() > maxArgs {
 		fs.Usage()
 		return errUsage
 	}
-	var data []byte
-	var err error
-	if *file == "-" {
-		data, err = io.ReadAll(io.LimitReader(os.Stdin, regional.MaxPolicyFileBytes+1))
-	} else {
-		data, err = os.ReadFile(*file)
-	}
-	if err != nil {
-		return fmt.Errorf("read policy file: %w", err)
-	}
-	ps, err := regional.ParsePolicies(data)
-	if err != nil {
-		return fmt.Errorf("%s: %w", *file, err)
-	}
-	if *output == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(ps)
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tVERSION\tIDENTITY\tALGORITHM\tLIMIT\tPERIOD\tBURST\tSCOPE\tFAILURE")
-	for _, p := range ps {
-		burst := "-"
-		if p.Algorithm == regional.TokenBucket {
-			burst = fmt.Sprint(p.Burst)
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%v\t%s\t%s\t%s\t%s\n", p.Name, p.Version, strings.Join(p.Identity, ","),
-			p.Algorithm, p.Limit, p.Period, burst, p.Scope, p.Failure.Mode)
-	}
-	return tw.Flush()
+	return nil
 }

@@ -2,29 +2,38 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
-func TestQuotaValidate(t *testing.T) {
+func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	var out, errb bytes.Buffer
-	if code := run([]string{"quota", "validate", "-f", "../../examples/policies.yaml"}, &out, &errb); code != 0 {
-		t.Fatalf("exit %d: %s", code, errb.String())
+	code = run(t.Context(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestQuotaValidate(t *testing.T) {
+	code, out, errs := runCmd(t, "quota", "validate", "-f", "../../examples/policies.yaml")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
 	}
 	for _, want := range []string{"api-per-tenant", "login-per-ip", "sliding_log", "static-share"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("table lacks %q:\n%s", want, out.String())
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
 		}
 	}
-	out.Reset()
-	if code := run([]string{"quota", "validate", "-f", "../../examples/policies.yaml", "-o", "json"}, &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "[") {
-		t.Fatalf("json: exit %d: %s", code, out.String())
+	if code, out, _ := runCmd(t, "quota", "validate", "-f", "../../examples/policies.yaml", "-o", "json"); code != 0 || !strings.HasPrefix(out, "[") {
+		t.Fatalf("json: exit %d: %s", code, out)
 	}
 }
 
-func TestQuotaValidateBadInput(t *testing.T) {
+func TestUsageErrors(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(bad, []byte("name: x\nidentity: [tenant]\nlimit: .nan\nperiod: 1s\n"), 0o644)
 	cases := []struct {
@@ -38,11 +47,76 @@ func TestQuotaValidateBadInput(t *testing.T) {
 		{[]string{"quota", "validate", "-f", bad, "-o", "xml"}, 2, "Usage"},
 		{[]string{"nonsense"}, 2, "unknown command"},
 		{nil, 2, "Commands:"},
+		{[]string{"rebalance", "--now", "--pause"}, 2, "Usage"},
+		{[]string{"regions", "set-weight", "us"}, 2, "Usage"},
+		{[]string{"serve", "--etcd", "cloud"}, 1, "embedded or external"},
+		{[]string{"leases", "--coordinator", "127.0.0.1:1", "--timeout", "300ms"}, 1, "coordinator 127.0.0.1:1"},
 	}
 	for _, c := range cases {
-		var out, errb bytes.Buffer
-		if code := run(c.args, &out, &errb); code != c.code || !strings.Contains(errb.String(), c.text) {
-			t.Errorf("%v: exit %d, stderr %q; want exit %d mentioning %q", c.args, code, errb.String(), c.code, c.text)
+		code, _, errs := runCmd(t, c.args...)
+		if code != c.code || !strings.Contains(errs, c.text) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d mentioning %q", c.args, code, errs, c.code, c.text)
 		}
+	}
+}
+
+// The serve command with embedded etcd, driven by the admin commands as an
+// SRE would, then shut down gracefully.
+func TestServeAndAdminCommands(t *testing.T) {
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := l.Addr().String()
+	l.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	var serveErr bytes.Buffer
+	done := make(chan int)
+	go func() {
+		done <- run(ctx, []string{"serve", "--listen", addr, "--data-dir", t.TempDir(), "--regions", "us,eu,ap",
+			"--session-ttl", "2s", "--lease-duration", "2s", "--log-level", "warn"}, &bytes.Buffer{}, &serveErr)
+	}()
+	c := "--coordinator=" + addr
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if code, _, _ := runCmd(t, "regions", "list", c); code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("coordinator did not come up: %s", serveErr.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	steps := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"quota", "set", "-f", "../../examples/policies.yaml", c}, 0, "stored policy api-per-tenant"},
+		{[]string{"quota", "list", c}, 0, "search-per-user-route"},
+		{[]string{"quota", "get", "api-per-tenant", c}, 0, "static_fraction: 0.2"},
+		{[]string{"quota", "get", "nope", c}, 1, "no policy"},
+		{[]string{"regions", "list", c}, 0, "ap"},
+		{[]string{"regions", "set-weight", "sa", "2", c}, 0, "region sa has weight 2"},
+		{[]string{"regions", "set-weight", "Bad Name", "2", c}, 1, "region name"},
+		{[]string{"leases", c}, 0, "QUOTA"},
+		{[]string{"leases", "--region", "mars", c}, 1, "unknown region"},
+		{[]string{"rebalance", "--pause", c}, 0, "paused"},
+		{[]string{"rebalance", "--resume", "-o", "json", c}, 0, `false`},
+		{[]string{"release", "us", c}, 0, "released 0"},
+		{[]string{"quota", "delete", "login-per-ip", c}, 0, "deleted"},
+		{[]string{"quota", "list", "-o", "json", c}, 0, "api-per-tenant"},
+	}
+	for _, s := range steps {
+		code, out, errs := runCmd(t, s.args...)
+		if code != s.code || !strings.Contains(out+errs, s.want) {
+			t.Errorf("%v: exit %d\nstdout: %s\nstderr: %s\nwant exit %d and %q", s.args, code, out, errs, s.code, s.want)
+		}
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("serve exited %d: %s", code, serveErr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not shut down within 20s")
 	}
 }

@@ -26,6 +26,66 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type GrantError int32
+
+const (
+	GrantError_GRANT_ERROR_UNSPECIFIED GrantError = 0
+	// The quota (policy) does not exist.
+	GrantError_GRANT_ERROR_UNKNOWN_QUOTA GrantError = 1
+	// The presented grant id was never issued: ask anew without it.
+	GrantError_GRANT_ERROR_UNKNOWN_GRANT GrantError = 2
+	// The presented grant id was superseded (or is from an older leader
+	// epoch): ask anew without it.
+	GrantError_GRANT_ERROR_STALE_GRANT GrantError = 3
+	// Another live process uses this instance id.
+	GrantError_GRANT_ERROR_DUPLICATE_INSTANCE GrantError = 4
+)
+
+// Enum value maps for GrantError.
+var (
+	GrantError_name = map[int32]string{
+		0: "GRANT_ERROR_UNSPECIFIED",
+		1: "GRANT_ERROR_UNKNOWN_QUOTA",
+		2: "GRANT_ERROR_UNKNOWN_GRANT",
+		3: "GRANT_ERROR_STALE_GRANT",
+		4: "GRANT_ERROR_DUPLICATE_INSTANCE",
+	}
+	GrantError_value = map[string]int32{
+		"GRANT_ERROR_UNSPECIFIED":        0,
+		"GRANT_ERROR_UNKNOWN_QUOTA":      1,
+		"GRANT_ERROR_UNKNOWN_GRANT":      2,
+		"GRANT_ERROR_STALE_GRANT":        3,
+		"GRANT_ERROR_DUPLICATE_INSTANCE": 4,
+	}
+)
+
+func (x GrantError) Enum() *GrantError {
+	p := new(GrantError)
+	*p = x
+	return p
+}
+
+func (x GrantError) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (GrantError) Descriptor() protoreflect.EnumDescriptor {
+	return file_quotalease_v1_lease_proto_enumTypes[0].Descriptor()
+}
+
+func (GrantError) Type() protoreflect.EnumType {
+	return &file_quotalease_v1_lease_proto_enumTypes[0]
+}
+
+func (x GrantError) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use GrantError.Descriptor instead.
+func (GrantError) EnumDescriptor() ([]byte, []int) {
+	return file_quotalease_v1_lease_proto_rawDescGZIP(), []int{0}
+}
+
 type LeaseRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Region the agent enforces for; must be known to the coordinator.
@@ -109,7 +169,12 @@ type QuotaRequest struct {
 	// rejected, smoothed by the agent).
 	Demand int64 `protobuf:"varint,3,opt,name=demand,proto3" json:"demand,omitempty"`
 	// Used is what the region admitted since its last report, in micro-units.
-	Used          int64 `protobuf:"varint,4,opt,name=used,proto3" json:"used,omitempty"`
+	Used int64 `protobuf:"varint,4,opt,name=used,proto3" json:"used,omitempty"`
+	// Seq numbers this agent process's requests for this quota, increasing.
+	// The agent installs an answer only if it answers a newer request than
+	// the grant it holds; presenting grant_id retires every grant that
+	// answered an older request.
+	Seq           uint64 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -168,6 +233,13 @@ func (x *QuotaRequest) GetDemand() int64 {
 func (x *QuotaRequest) GetUsed() int64 {
 	if x != nil {
 		return x.Used
+	}
+	return 0
+}
+
+func (x *QuotaRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
 	}
 	return 0
 }
@@ -241,7 +313,9 @@ type QuotaGrant struct {
 	// PolicyVersion is the policy's config version the share belongs to.
 	PolicyVersion int64 `protobuf:"varint,7,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
 	// RenewAfterMs suggests when to renew (before jitter).
-	RenewAfterMs  int64 `protobuf:"varint,8,opt,name=renew_after_ms,json=renewAfterMs,proto3" json:"renew_after_ms,omitempty"`
+	RenewAfterMs int64 `protobuf:"varint,8,opt,name=renew_after_ms,json=renewAfterMs,proto3" json:"renew_after_ms,omitempty"`
+	// Code classifies error for programs.
+	Code          GrantError `protobuf:"varint,9,opt,name=code,proto3,enum=quotalease.v1.GrantError" json:"code,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -332,6 +406,13 @@ func (x *QuotaGrant) GetRenewAfterMs() int64 {
 	return 0
 }
 
+func (x *QuotaGrant) GetCode() GrantError {
+	if x != nil {
+		return x.Code
+	}
+	return GrantError_GRANT_ERROR_UNSPECIFIED
+}
+
 var File_quotalease_v1_lease_proto protoreflect.FileDescriptor
 
 const file_quotalease_v1_lease_proto_rawDesc = "" +
@@ -341,15 +422,16 @@ const file_quotalease_v1_lease_proto_rawDesc = "" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x1a\n" +
 	"\binstance\x18\x02 \x01(\tR\binstance\x12\x14\n" +
 	"\x05nonce\x18\x03 \x01(\tR\x05nonce\x123\n" +
-	"\x06quotas\x18\x04 \x03(\v2\x1b.quotalease.v1.QuotaRequestR\x06quotas\"k\n" +
+	"\x06quotas\x18\x04 \x03(\v2\x1b.quotalease.v1.QuotaRequestR\x06quotas\"}\n" +
 	"\fQuotaRequest\x12\x14\n" +
 	"\x05quota\x18\x01 \x01(\tR\x05quota\x12\x19\n" +
 	"\bgrant_id\x18\x02 \x01(\tR\agrantId\x12\x16\n" +
 	"\x06demand\x18\x03 \x01(\x03R\x06demand\x12\x12\n" +
-	"\x04used\x18\x04 \x01(\x03R\x04used\"X\n" +
+	"\x04used\x18\x04 \x01(\x03R\x04used\x12\x10\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seq\"X\n" +
 	"\rLeaseResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x03R\x05epoch\x121\n" +
-	"\x06grants\x18\x02 \x03(\v2\x19.quotalease.v1.QuotaGrantR\x06grants\"\xec\x01\n" +
+	"\x06grants\x18\x02 \x03(\v2\x19.quotalease.v1.QuotaGrantR\x06grants\"\x9b\x02\n" +
 	"\n" +
 	"QuotaGrant\x12\x14\n" +
 	"\x05quota\x18\x01 \x01(\tR\x05quota\x12\x14\n" +
@@ -360,7 +442,15 @@ const file_quotalease_v1_lease_proto_rawDesc = "" +
 	"\fvalid_for_ms\x18\x06 \x01(\x03R\n" +
 	"validForMs\x12%\n" +
 	"\x0epolicy_version\x18\a \x01(\x03R\rpolicyVersion\x12$\n" +
-	"\x0erenew_after_ms\x18\b \x01(\x03R\frenewAfterMs2R\n" +
+	"\x0erenew_after_ms\x18\b \x01(\x03R\frenewAfterMs\x12-\n" +
+	"\x04code\x18\t \x01(\x0e2\x19.quotalease.v1.GrantErrorR\x04code*\xa8\x01\n" +
+	"\n" +
+	"GrantError\x12\x1b\n" +
+	"\x17GRANT_ERROR_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19GRANT_ERROR_UNKNOWN_QUOTA\x10\x01\x12\x1d\n" +
+	"\x19GRANT_ERROR_UNKNOWN_GRANT\x10\x02\x12\x1b\n" +
+	"\x17GRANT_ERROR_STALE_GRANT\x10\x03\x12\"\n" +
+	"\x1eGRANT_ERROR_DUPLICATE_INSTANCE\x10\x042R\n" +
 	"\fLeaseService\x12B\n" +
 	"\x05Lease\x12\x1b.quotalease.v1.LeaseRequest\x1a\x1c.quotalease.v1.LeaseResponseBEZCgithub.com/quota-lease/quota-lease/proto/quotalease/v1;quotaleasev1b\x06proto3"
 
@@ -376,23 +466,26 @@ func file_quotalease_v1_lease_proto_rawDescGZIP() []byte {
 	return file_quotalease_v1_lease_proto_rawDescData
 }
 
+var file_quotalease_v1_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_quotalease_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_quotalease_v1_lease_proto_goTypes = []any{
-	(*LeaseRequest)(nil),  // 0: quotalease.v1.LeaseRequest
-	(*QuotaRequest)(nil),  // 1: quotalease.v1.QuotaRequest
-	(*LeaseResponse)(nil), // 2: quotalease.v1.LeaseResponse
-	(*QuotaGrant)(nil),    // 3: quotalease.v1.QuotaGrant
+	(GrantError)(0),       // 0: quotalease.v1.GrantError
+	(*LeaseRequest)(nil),  // 1: quotalease.v1.LeaseRequest
+	(*QuotaRequest)(nil),  // 2: quotalease.v1.QuotaRequest
+	(*LeaseResponse)(nil), // 3: quotalease.v1.LeaseResponse
+	(*QuotaGrant)(nil),    // 4: quotalease.v1.QuotaGrant
 }
 var file_quotalease_v1_lease_proto_depIdxs = []int32{
-	1, // 0: quotalease.v1.LeaseRequest.quotas:type_name -> quotalease.v1.QuotaRequest
-	3, // 1: quotalease.v1.LeaseResponse.grants:type_name -> quotalease.v1.QuotaGrant
-	0, // 2: quotalease.v1.LeaseService.Lease:input_type -> quotalease.v1.LeaseRequest
-	2, // 3: quotalease.v1.LeaseService.Lease:output_type -> quotalease.v1.LeaseResponse
-	3, // [3:4] is the sub-list for method output_type
-	2, // [2:3] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	2, // 0: quotalease.v1.LeaseRequest.quotas:type_name -> quotalease.v1.QuotaRequest
+	4, // 1: quotalease.v1.LeaseResponse.grants:type_name -> quotalease.v1.QuotaGrant
+	0, // 2: quotalease.v1.QuotaGrant.code:type_name -> quotalease.v1.GrantError
+	1, // 3: quotalease.v1.LeaseService.Lease:input_type -> quotalease.v1.LeaseRequest
+	3, // 4: quotalease.v1.LeaseService.Lease:output_type -> quotalease.v1.LeaseResponse
+	4, // [4:5] is the sub-list for method output_type
+	3, // [3:4] is the sub-list for method input_type
+	3, // [3:3] is the sub-list for extension type_name
+	3, // [3:3] is the sub-list for extension extendee
+	0, // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_quotalease_v1_lease_proto_init() }
@@ -405,13 +498,14 @@ func file_quotalease_v1_lease_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quotalease_v1_lease_proto_rawDesc), len(file_quotalease_v1_lease_proto_rawDesc)),
-			NumEnums:      0,
+			NumEnums:      1,
 			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_quotalease_v1_lease_proto_goTypes,
 		DependencyIndexes: file_quotalease_v1_lease_proto_depIdxs,
+		EnumInfos:         file_quotalease_v1_lease_proto_enumTypes,
 		MessageInfos:      file_quotalease_v1_lease_proto_msgTypes,
 	}.Build()
 	File_quotalease_v1_lease_proto = out.File

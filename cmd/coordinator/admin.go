@@ -1,0 +1,364 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/quota-lease/quota-lease/internal/coordinator"
+	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
+	"github.com/quota-lease/quota-lease/regional"
+)
+
+// DefaultCoordinator is the admin address when neither --coordinator nor
+// $QUOTALEASE_COORDINATOR names one.
+const DefaultCoordinator = "127.0.0.1:7400"
+
+// adminFlags are the flags every admin command has.
+type adminFlags struct {
+	addrs   *string
+	output  *string
+	timeout *time.Duration
+}
+
+func addAdminFlags(fs *flag.FlagSet) adminFlags {
+	def := os.Getenv("QUOTALEASE_COORDINATOR")
+	if def == "" {
+		def = DefaultCoordinator
+	}
+	return adminFlags{
+		addrs:   fs.String("coordinator", def, "coordinator replicas, host:port[,host:port...]; the leader is found automatically"),
+		output:  fs.String("o", "table", "output format: table or json"),
+		timeout: fs.Duration("timeout", 5*time.Second, "how long to wait for an answer"),
+	}
+}
+
+// call runs fn on the leader's admin service.
+func (a adminFlags) call(ctx context.Context, fn func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) error) error {
+	if *a.output != "table" && *a.output != "json" {
+		return fmt.Errorf("-o must be table or json, got %q", *a.output)
+	}
+	cl, err := coordinator.NewClient(strings.Split(*a.addrs, ","))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, *a.timeout)
+	defer cancel()
+	return cl.Call(ctx, func(cc *grpc.ClientConn, opts ...grpc.CallOption) error {
+		return fn(ctx, pb.NewAdminServiceClient(cc), opts...)
+	})
+}
+
+func (a adminFlags) json() bool { return *a.output == "json" }
+
+func printJSON(w io.Writer, m proto.Message) error {
+	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  ", EmitUnpopulated: true}.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(w, string(b))
+	return err
+}
+
+func policiesOf(recs []*pb.PolicyRecord) ([]*regional.Policy, error) {
+	out := make([]*regional.Policy, 0, len(recs))
+	for _, r := range recs {
+		var p regional.Policy
+		if err := json.Unmarshal([]byte(r.Json), &p); err != nil {
+			return nil, fmt.Errorf("policy %s: %w", r.Name, err)
+		}
+		out = append(out, &p)
+	}
+	return out, nil
+}
+
+func quotaSet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("quota set", "-f FILE", "Stores every policy in FILE (YAML, one per document): all of them or none.\nA policy with the name of a stored one replaces it; grants already out keep\ncounting until they end, so a lowered limit takes effect within one lease.", stderr)
+	af := addAdminFlags(fs)
+	file := fs.String("f", "", "policy file; - reads standard input")
+	if err := parse(fs, args, 0, 0); err != nil {
+		return err
+	}
+	if *file == "" {
+		fs.Usage()
+		return errUsage
+	}
+	data, err := readPolicyFile(*file)
+	if err != nil {
+		return err
+	}
+	var resp *pb.SetPolicyResponse
+	if err := af.call(ctx, func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (err error) {
+		resp, err = c.SetPolicy(ctx, &pb.SetPolicyRequest{Yaml: string(data)}, opts...)
+		return err
+	}); err != nil {
+		return err
+	}
+	if af.json() {
+		return printJSON(stdout, resp)
+	}
+	for _, p := range resp.Policies {
+		fmt.Fprintf(stdout, "stored policy %s (version %d)\n", p.Name, p.Version)
+	}
+	return nil
+}
+
+func quotaGet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("quota get", "NAME", "Prints a stored policy as YAML (or JSON with -o json), defaults filled in.", stderr)
+	af := addAdminFlags(fs)
+	if err := parse(fs, args, 1, 1); err != nil {
+		return err
+	}
+	var rec *pb.PolicyRecord
+	if err := af.call(ctx, func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (err error) {
+		rec, err = c.GetPolicy(ctx, &pb.GetPolicyRequest{Name: fs.Arg(0)}, opts...)
+		return err
+	}); err != nil {
+		return err
+	}
+	if af.json() {
+		_, err := fmt.Fprintln(stdout, rec.Json)
+		return err
+	}
+	ps, err := policiesOf([]*pb.PolicyRecord{rec})
+	if err != nil {
+		return err
+	}
+	return yaml.NewEncoder(stdout).Encode(ps[0])
+}
+
+func quotaList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("quota list", "", "Lists the stored policies.", stderr)
+	af := addAdminFlags(fs)
+	if err := parse(fs, args, 0, 0); err != nil {
+		return err
+	}
+	var resp *pb.ListPoliciesResponse
+	if err := af.call(ctx, func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (err error) {
+		resp, err = c.ListPolicies(ctx, &pb.ListPoliciesRequest{}, opts...)
+		return err
+	}); err != nil {
+		return err
+	}
+	if af.json() {
+		return printJSON(stdout, resp)
+	}
+	ps, err := policiesOf(resp.Policies)
+	if err != nil {
+		return err
+	}
+	return printPolicies(stdout, ps)
+}
+
+func quotaDelete(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("quota delete", "NAME", "Deletes a policy and its leases. Agents enforcing it fall back to their\ndegraded budget, then admit nothing for it.", stderr)
+	af := addAdminFlags(fs)
+	if err := parse(fs, args, 1, 1); err != nil {
+		return err
+	}
+	if err := af.call(ctx, func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) error {
+		_, err := c.DeletePolicy(ctx, &pb.DeletePolicyRequest{Name: fs.Arg(0)}, opts...)
+		return err
+	}); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "deleted policy %s\n", fs.Arg(0))
+	return nil
+}
+
+// units formats micro-units as units with up to three decimals.
+func units(micro int64) string {
+	return strconv.FormatFloat(float64(micro)/float64(regional.Micro), 'f', -1, 64)
+}
+
+func percent(part, whole int64) string {
+	if whole == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", 100*float64(part)/float64(whole))
+}
+
+func leasesList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("leases", "[--region R]", "Lists every region's lease on every quota. SHARE is the granted share,\nENFORCING what the region may be enforcing now (an unacknowledged larger\nold grant, or a lapsed region's degraded budget), RESERVED the degraded\nbudget kept for a lapsed region. Shares are in units per period (token\nbucket: per second; windows: per window) and as a part of the limit.", stderr)
+	af := addAdminFlags(fs)
+	region := fs.String("region", "", "show only this region")
+	if err := parse(fs, args, 0, 0); err != nil {
+		return err
+	}
+	var resp *pb.ListLeasesResponse
+	if err := af.call(ctx, func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (err error) {
+		resp, err = c.ListLeases(ctx, &pb.ListLeasesRequest{Region: *region}, opts...)
+		return err
+	}); err != nil {
+		return err
+	}
+	if af.json() {
+		return printJSON(stdout, resp)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "QUOTA\tREGION\tINSTANCE\tSTATE\tSHARE\tENFORCING\tRESERVED\tEXPIRES IN\tDEMAND")
+	for _, l := range resp.Leases {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s (%s)\t%s\t%s\t%s\t%s\n", l.Quota, l.Region, l.Instance, l.State,
+			units(l.Rate), percent(l.Rate, l.Limit), units(l.Enforcing), units(l.Reserved),
+			(time.Duration(l.ExpiresInMs) * time.Millisecond).String(), units(l.Demand))
+	}
+	return tw.Flush()
+}
+
+func release(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("release", "REGION [--quota Q]", "Drops the reserved degraded budget of a region whose lease lapsed, so other\nregions may use its share. Do this only when the region is known to be down:\nif it is merely partitioned it may still be admitting on that budget.", stderr)
+	af := addAdminFlags(fs)
+	quota := fs.String("quota", "", "release only this quota")
+	if err := parse(fs, args, 1, 1); err != nil {
+		return err
+	}
+	var resp *pb.ReleaseRegionResponse
+	if err := af.call(ctx, func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (err error) {
+		resp, err = c.ReleaseRegion(ctx, &pb.ReleaseRegionRequest{Region: fs.Arg(0), Quota: *quota}, opts...)
+		return err
+	}); err != nil {
+		return err
+	}
+	if af.json() {
+		return printJSON(stdout, resp)
+	}
+	fmt.Fprintf(stdout, "released %d lease(s) of region %s\n", resp.Released, fs.Arg(0))
+	return nil
+}
+
+func rebalance(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("rebalance", "--now | --pause | --resume", "Triggers a rebalancing round now, or pauses or resumes rebalancing (shares\nstay where they are while paused). The pause survives leader changes.", stderr)
+	af := addAdminFlags(fs)
+	now := fs.Bool("now", false, "run a rebalancing round now (still damped)")
+	pause := fs.Bool("pause", false, "pause rebalancing")
+	resume := fs.Bool("resume", false, "resume rebalancing")
+	if err := parse(fs, args, 0, 0); err != nil {
+		return err
+	}
+	var action pb.RebalanceRequest_Action
+	n := 0
+	for _, c := range []struct {
+		set bool
+		a   pb.RebalanceRequest_Action
+	}{{*now, pb.RebalanceRequest_ACTION_NOW}, {*pause, pb.RebalanceRequest_ACTION_PAUSE}, {*resume, pb.RebalanceRequest_ACTION_RESUME}} {
+		if c.set {
+			action, n = c.a, n+1
+		}
+	}
+	if n != 1 {
+		fs.Usage()
+		return errUsage
+	}
+	var resp *pb.RebalanceResponse
+	if err := af.call(ctx, func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (err error) {
+		resp, err = c.Rebalance(ctx, &pb.RebalanceRequest{Action: action}, opts...)
+		return err
+	}); err != nil {
+		return err
+	}
+	if af.json() {
+		return printJSON(stdout, resp)
+	}
+	state := "running"
+	if resp.Paused {
+		state = "paused"
+	}
+	fmt.Fprintf(stdout, "rebalancing is %s\n", state)
+	return nil
+}
+
+func regionsSetWeight(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("regions set-weight", "NAME WEIGHT", "Declares region NAME, or changes its weight. Weights split quotas under the\nstatic strategy and spread surplus under the others.", stderr)
+	af := addAdminFlags(fs)
+	if err := parse(fs, args, 2, 2); err != nil {
+		return err
+	}
+	w, err := strconv.ParseFloat(fs.Arg(1), 64)
+	if err != nil {
+		return fmt.Errorf("weight %q is not a number", fs.Arg(1))
+	}
+	var rec *pb.RegionRecord
+	if err := af.call(ctx, func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (err error) {
+		rec, err = c.SetRegion(ctx, &pb.SetRegionRequest{Name: fs.Arg(0), Weight: w}, opts...)
+		return err
+	}); err != nil {
+		return err
+	}
+	if af.json() {
+		return printJSON(stdout, rec)
+	}
+	fmt.Fprintf(stdout, "region %s has weight %v\n", rec.Name, rec.Weight)
+	return nil
+}
+
+func regionsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("regions list", "", "Lists the declared regions and their weights.", stderr)
+	af := addAdminFlags(fs)
+	if err := parse(fs, args, 0, 0); err != nil {
+		return err
+	}
+	var resp *pb.ListRegionsResponse
+	if err := af.call(ctx, func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (err error) {
+		resp, err = c.ListRegions(ctx, &pb.ListRegionsRequest{}, opts...)
+		return err
+	}); err != nil {
+		return err
+	}
+	if af.json() {
+		return printJSON(stdout, resp)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "REGION\tWEIGHT")
+	for _, r := range resp.Regions {
+		fmt.Fprintf(tw, "%s\t%v\n", r.Name, r.Weight)
+	}
+	return tw.Flush()
+}
+
+func boundCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("bound", "[QUOTA]", "Prints, per quota, the most all regions together can admit in one window\n(the policy's period) in the worst case, the overshoot over the limit, and\nthe terms it is made of. docs/bound.md derives it.", stderr)
+	af := addAdminFlags(fs)
+	if err := parse(fs, args, 0, 1); err != nil {
+		return err
+	}
+	var resp *pb.GetBoundResponse
+	if err := af.call(ctx, func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (err error) {
+		resp, err = c.GetBound(ctx, &pb.GetBoundRequest{Quota: fs.Arg(0)}, opts...)
+		return err
+	}); err != nil {
+		return err
+	}
+	if af.json() {
+		return printJSON(stdout, resp)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "QUOTA\tWINDOW\tLIMIT\tWORST CASE\tOVERSHOOT\tTERMS")
+	for _, b := range resp.Bounds {
+		names := make([]string, 0, len(b.Terms))
+		for n := range b.Terms {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		var terms []string
+		for _, n := range names {
+			terms = append(terms, fmt.Sprintf("%s=%.4g", n, b.Terms[n]))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.4g\t%.4g\t%.4g (%.1f%%)\t%s\n", b.Quota, time.Duration(b.WindowSeconds*float64(time.Second)),
+			b.Limit, b.WorstCase, b.Overshoot, 100*b.OvershootRatio, strings.Join(terms, " "))
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/quota-lease/quota-lease/allocation"
+	"github.com/quota-lease/quota-lease/internal/coordinator"
+	"github.com/quota-lease/quota-lease/internal/etcdembed"
+	"github.com/quota-lease/quota-lease/lease"
+)
+
+const serveDescription = `Runs one coordinator replica. Replicas sharing an etcd elect one leader; the
+leader grants leases, followers refuse lease calls naming the leader.
+
+By default (--etcd embedded) the replica starts a single-node etcd inside the
+process with its data in --data-dir: nothing else is needed on a laptop. Its
+client address is --etcd-listen; other replicas join by pointing
+--etcd-endpoints at it. In production point every replica at an etcd cluster
+with --etcd-endpoints (implies --etcd external).
+
+On SIGINT or SIGTERM the replica stops granting, resigns leadership (a
+follower takes over at once), finishes in-flight calls and exits.`
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("serve", "[flags]", serveDescription, stderr)
+	listen := fs.String("listen", "127.0.0.1:7400", "gRPC address to serve the lease and admin APIs on")
+	advertise := fs.String("advertise", "", "address agents and other replicas reach this replica at (default: --listen)")
+	name := fs.String("name", "", "replica name in logs (default: host name and port)")
+	etcdMode := fs.String("etcd", "embedded", "embedded: run etcd in this process; external: use --etcd-endpoints")
+	dataDir := fs.String("data-dir", "coordinator-data", "embedded etcd's data directory")
+	etcdListen := fs.String("etcd-listen", "127.0.0.1:0", "embedded etcd's client address (host:port; port 0 picks one)")
+	endpoints := fs.String("etcd-endpoints", "", "external etcd endpoints, comma-separated (implies --etcd external)")
+	prefix := fs.String("prefix", coordinator.DefaultPrefix, "etcd key prefix for all coordinator state")
+	regions := fs.String("regions", "", "regions to declare on first start, comma-separated (later: 'regions set-weight')")
+	leaseDur := fs.Duration("lease-duration", lease.DefaultTiming.ValidFor, "how long a grant holds")
+	drift := fs.Float64("drift", lease.DefaultTiming.Drift, "bound on any clock's rate error (e.g. 1e-4)")
+	margin := fs.Duration("lease-margin", lease.DefaultTiming.Margin, "agents stop trusting a grant this much early, on top of drift")
+	degraded := fs.Duration("degraded-timeout", lease.DefaultTiming.DegradedTimeout, "how long a lapsed region's degraded budget stays reserved (and usable by it)")
+	ttl := fs.Duration("session-ttl", coordinator.DefaultSessionTTL, "etcd leadership session TTL; failover takes about this long")
+	rebal := fs.Duration("rebalance-interval", coordinator.DefaultRebalanceInterval, "how often shares are recomputed")
+	flushEvery := fs.Duration("flush-interval", coordinator.DefaultFlushInterval, "how often lowered ledger marks are written to etcd")
+	strategy := fs.String("strategy", string(allocation.StrategyMaxMinFair), "allocation strategy: static, demand or max-min-fair")
+	maxStep := fs.Float64("max-step", coordinator.DefaultMaxStep, "most a share moves per rebalancing round, as a fraction of the quota")
+	hysteresis := fs.Float64("hysteresis", coordinator.DefaultHysteresis, "share changes smaller than this fraction of the quota are not made")
+	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
+	if err := parse(fs, args, 0, 0); err != nil {
+		return err
+	}
+	if *advertise == "" {
+		*advertise = *listen
+	}
+	if *name == "" {
+		host, _ := os.Hostname()
+		_, port, _ := net.SplitHostPort(*listen)
+		*name = host + ":" + port
+	}
+	log := hclog.New(&hclog.LoggerOptions{Name: "coordinator", Level: hclog.LevelFromString(*logLevel), Output: stderr})
+	if *endpoints != "" {
+		*etcdMode = "external"
+	}
+
+	var eps []string
+	switch *etcdMode {
+	case "embedded":
+		if err := os.MkdirAll(*dataDir, 0o700); err != nil {
+			return fmt.Errorf("data dir: %w", err)
+		}
+		e, err := etcdembed.Start(ctx, etcdembed.Config{Dir: *dataDir, ClientAddr: *etcdListen})
+		if err != nil {
+			return err
+		}
+		defer e.Close()
+		abs, _ := filepath.Abs(*dataDir)
+		log.Info("embedded etcd ready", "endpoint", e.Endpoint, "data_dir", abs)
+		eps = []string{e.Endpoint}
+	case "external":
+		if *endpoints == "" {
+			return fmt.Errorf("--etcd external needs --etcd-endpoints")
+		}
+		eps = strings.Split(*endpoints, ",")
+	default:
+		return fmt.Errorf("--etcd must be embedded or external, got %q", *etcdMode)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return fmt.Errorf("etcd client: %w", err)
+	}
+	defer cli.Close()
+
+	var regionList []string
+	if *regions != "" {
+		regionList = strings.Split(*regions, ",")
+	}
+	c, err := coordinator.New(cli, coordinator.Config{
+		Name: *name, Advertise: *advertise, Prefix: *prefix, Regions: regionList,
+		Timing:     lease.Timing{ValidFor: *leaseDur, Drift: *drift, Margin: *margin, DegradedTimeout: *degraded},
+		SessionTTL: *ttl, RebalanceInterval: *rebal, FlushInterval: *flushEvery,
+		Strategy: allocation.Strategy(*strategy), MaxStep: *maxStep, Hysteresis: *hysteresis, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	lis, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w (is another replica using it? pick another with --listen)", *listen, err)
+	}
+	srv := grpc.NewServer()
+	c.Register(srv)
+	go srv.Serve(lis)
+	log.Info("serving", "listen", lis.Addr().String(), "advertise", *advertise, "etcd", strings.Join(eps, ","))
+
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(runCtx); close(done) }()
+	<-ctx.Done()
+	log.Info("shutting down: stepping down and draining")
+	stop()
+	<-done
+	stopped := make(chan struct{})
+	go func() { srv.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		srv.Stop()
+	}
+	log.Info("stopped")
+	return nil
+}

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/quota-lease/quota-lease/regional"
+)
+
+// readPolicyFile reads a policy file, or standard input for "-".
+func readPolicyFile(path string) ([]byte, error) {
+	if path == "-" {
+		return io.ReadAll(io.LimitReader(os.Stdin, regional.MaxPolicyFileBytes+1))
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read policy file: %w", err)
+	}
+	return data, nil
+}
+
+func quotaValidate(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("quota validate", "-f FILE [-o table|json]",
+		"Parses and validates every policy in FILE without contacting anything, and\nprints them with their defaults filled in. Exits 1 naming the first bad field.", stderr)
+	file := fs.String("f", "", "policy file (YAML, one policy per document); - reads standard input")
+	output := fs.String("o", "table", "output format: table or json")
+	if err := parse(fs, args, 0, 0); err != nil {
+		return err
+	}
+	if *file == "" || (*output != "table" && *output != "json") {
+		fs.Usage()
+		return errUsage
+	}
+	data, err := readPolicyFile(*file)
+	if err != nil {
+		return err
+	}
+	ps, err := regional.ParsePolicies(data)
+	if err != nil {
+		return fmt.Errorf("%s: %w", *file, err)
+	}
+	if *output == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(ps)
+	}
+	return printPolicies(stdout, ps)
+}
+
+func printPolicies(w io.Writer, ps []*regional.Policy) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tVERSION\tIDENTITY\tALGORITHM\tLIMIT\tPERIOD\tBURST\tSCOPE\tFAILURE")
+	for _, p := range ps {
+		burst := "-"
+		if p.Algorithm == regional.TokenBucket {
+			burst = fmt.Sprint(p.Burst)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%v\t%s\t%s\t%s\t%s\n", p.Name, p.Version, strings.Join(p.Identity, ","),
+			p.Algorithm, p.Limit, p.Period, burst, p.Scope, p.Failure.Mode)
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,286 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/quota-lease/quota-lease/lease"
+	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
+	"github.com/quota-lease/quota-lease/regional"
+)
+
+// Admin writes go through the leader, so the in-memory books and etcd
+// change together; reads of policies and regions come from etcd and work
+// on any replica.
+
+func record(p *regional.Policy) *pb.PolicyRecord {
+	return &pb.PolicyRecord{Name: p.Name, Version: p.Version, Json: mustJSON(p)}
+}
+
+// SetPolicy stores one or more policies: all or none.
+func (c *Coordinator) SetPolicy(ctx context.Context, req *pb.SetPolicyRequest) (*pb.SetPolicyResponse, error) {
+	t, err := c.leading(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ps, err := regional.ParsePolicies([]byte(req.Yaml))
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	regions := t.regionNames()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var ops []clientv3.Op
+	for _, p := range ps {
+		if err := checkFloors(p, regions); err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+		if old := t.quotas[p.Name]; old != nil {
+			if old.policy.Algorithm != p.Algorithm || old.policy.Scope != p.Scope {
+				return nil, status.Errorf(codes.FailedPrecondition,
+					"policy %q: changing algorithm or scope in place would mix units of outstanding grants; delete the policy first or use a new name", p.Name)
+			}
+		}
+		ops = append(ops, clientv3.OpPut(c.keys.policy(p.Name), mustJSON(p)))
+	}
+	if err := c.txn(ctx, t, ops...); err != nil {
+		return nil, status.Errorf(codes.Unavailable, "store policies: %v", err)
+	}
+	resp := &pb.SetPolicyResponse{}
+	for _, p := range ps {
+		if q := t.quotas[p.Name]; q != nil {
+			q.mu.Lock()
+			q.setPolicy(p)
+			q.mu.Unlock()
+		} else {
+			t.quotas[p.Name] = newQuota(p, c.cfg.Timing, t.epoch)
+		}
+		resp.Policies = append(resp.Policies, record(p))
+		c.log.Info("policy stored", "name", p.Name, "version", p.Version)
+	}
+	return resp, nil
+}
+
+// GetPolicy returns one stored policy.
+func (c *Coordinator) GetPolicy(ctx context.Context, req *pb.GetPolicyRequest) (*pb.PolicyRecord, error) {
+	resp, err := c.cli.Get(ctx, c.keys.policy(req.Name))
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "read etcd: %v", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, status.Errorf(codes.NotFound, "no policy %q; 'coordinator quota list' shows the stored ones", req.Name)
+	}
+	var p regional.Policy
+	if err := json.Unmarshal(resp.Kvs[0].Value, &p); err != nil {
+		return nil, status.Errorf(codes.Internal, "policy %q in etcd: %v", req.Name, err)
+	}
+	return record(&p), nil
+}
+
+// ListPolicies returns every stored policy, by name.
+func (c *Coordinator) ListPolicies(ctx context.Context, _ *pb.ListPoliciesRequest) (*pb.ListPoliciesResponse, error) {
+	st, err := loadState(ctx, c.cli, c.keys)
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	resp := &pb.ListPoliciesResponse{}
+	for _, p := range st.policies {
+		resp.Policies = append(resp.Policies, record(p))
+	}
+	sort.Slice(resp.Policies, func(i, j int) bool { return resp.Policies[i].Name < resp.Policies[j].Name })
+	return resp, nil
+}
+
+// DeletePolicy removes a policy and its ledger. Agents enforcing it get
+// "unknown quota" on their next renewal and fall back to their degraded
+// budget, then to nothing.
+func (c *Coordinator) DeletePolicy(ctx context.Context, req *pb.DeletePolicyRequest) (*pb.DeletePolicyResponse, error) {
+	t, err := c.leading(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.quotas[req.Name] == nil {
+		return nil, status.Errorf(codes.NotFound, "no policy %q", req.Name)
+	}
+	if err := c.txn(ctx, t, clientv3.OpDelete(c.keys.policy(req.Name)), clientv3.OpDelete(c.keys.ledgerQuota(req.Name), clientv3.WithPrefix())); err != nil {
+		return nil, status.Errorf(codes.Unavailable, "delete policy: %v", err)
+	}
+	delete(t.quotas, req.Name)
+	c.log.Info("policy deleted", "name", req.Name)
+	return &pb.DeletePolicyResponse{}, nil
+}
+
+// ListLeases lists every region's lease on every quota, or one region's.
+func (c *Coordinator) ListLeases(ctx context.Context, req *pb.ListLeasesRequest) (*pb.ListLeasesResponse, error) {
+	t, err := c.leading(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if req.Region != "" {
+		if err := t.knownRegion(req.Region); err != nil {
+			return nil, err
+		}
+	}
+	t.mu.RLock()
+	names := make([]string, 0, len(t.quotas))
+	for n := range t.quotas {
+		names = append(names, n)
+	}
+	quotas := t.quotas
+	t.mu.RUnlock()
+	sort.Strings(names)
+	now := c.cfg.Clock()
+	resp := &pb.ListLeasesResponse{}
+	for _, n := range names {
+		q := quotas[n]
+		q.mu.Lock()
+		for _, s := range q.book.Statuses(now) {
+			if req.Region != "" && s.Region != req.Region {
+				continue
+			}
+			resp.Leases = append(resp.Leases, &pb.LeaseRecord{Quota: n, Region: s.Region, Instance: s.Instance, GrantId: s.GrantID,
+				State: string(s.State), Rate: s.Amount, Enforcing: s.Enforcing, Reserved: s.Reserved,
+				ExpiresInMs: max(0, s.ExpiresIn.Milliseconds()), Demand: s.Demand, Limit: q.book.Total()})
+		}
+		q.mu.Unlock()
+	}
+	return resp, nil
+}
+
+// ReleaseRegion drops a lapsed region's reserved degraded budget: the SRE
+// asserts the region is down, so others may use its share.
+func (c *Coordinator) ReleaseRegion(ctx context.Context, req *pb.ReleaseRegionRequest) (*pb.ReleaseRegionResponse, error) {
+	t, err := c.leading(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.knownRegion(req.Region); err != nil {
+		return nil, err
+	}
+	t.mu.RLock()
+	quotas := map[string]*quota{}
+	for n, q := range t.quotas {
+		if req.Quota == "" || n == req.Quota {
+			quotas[n] = q
+		}
+	}
+	t.mu.RUnlock()
+	if req.Quota != "" && len(quotas) == 0 {
+		return nil, status.Errorf(codes.NotFound, "no policy %q", req.Quota)
+	}
+	now := c.cfg.Clock()
+	released := int32(0)
+	for n, q := range quotas {
+		q.mu.Lock()
+		_, had := q.book.Demands()[req.Region]
+		err := q.book.Release(req.Region, now)
+		if err == nil && had {
+			err = c.txn(ctx, t, clientv3.OpDelete(c.keys.ledgerEntry(n, req.Region)))
+			released++
+		}
+		q.mu.Unlock()
+		if errors.Is(err, lease.ErrStillLeased) {
+			return nil, status.Errorf(codes.FailedPrecondition, "quota %s: %v; only a lapsed region can be released", n, err)
+		}
+		if err != nil {
+			return nil, status.Errorf(codes.Unavailable, "quota %s: %v", n, err)
+		}
+	}
+	c.log.Info("region released", "region", req.Region, "quota", req.Quota, "released", released)
+	return &pb.ReleaseRegionResponse{Released: released}, nil
+}
+
+// SetRegion declares a region or changes its weight.
+func (c *Coordinator) SetRegion(ctx context.Context, req *pb.SetRegionRequest) (*pb.RegionRecord, error) {
+	t, err := c.leading(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !regional.RegionNameRE.MatchString(req.Name) {
+		return nil, status.Errorf(codes.InvalidArgument, "region name %q must be 1-63 characters of a-z, 0-9 and '-'", req.Name)
+	}
+	if !(req.Weight > 0) || math.IsInf(req.Weight, 0) {
+		return nil, status.Errorf(codes.InvalidArgument, "weight must be a positive finite number, got %v", req.Weight)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, exists := t.regions[req.Name]; !exists {
+		names := []string{req.Name}
+		for n := range t.regions {
+			names = append(names, n)
+		}
+		for _, q := range t.quotas {
+			if err := checkFloors(q.policy, names); err != nil {
+				return nil, status.Errorf(codes.FailedPrecondition, "adding region %q: %v", req.Name, err)
+			}
+		}
+	}
+	rec := regionRecord{Name: req.Name, Weight: req.Weight}
+	if err := c.txn(ctx, t, clientv3.OpPut(c.keys.region(req.Name), mustJSON(rec))); err != nil {
+		return nil, status.Errorf(codes.Unavailable, "store region: %v", err)
+	}
+	t.regions[req.Name] = rec
+	return &pb.RegionRecord{Name: rec.Name, Weight: rec.Weight}, nil
+}
+
+// ListRegions lists the declared regions.
+func (c *Coordinator) ListRegions(ctx context.Context, _ *pb.ListRegionsRequest) (*pb.ListRegionsResponse, error) {
+	st, err := loadState(ctx, c.cli, c.keys)
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	resp := &pb.ListRegionsResponse{}
+	for _, r := range st.regions {
+		resp.Regions = append(resp.Regions, &pb.RegionRecord{Name: r.Name, Weight: r.Weight})
+	}
+	sort.Slice(resp.Regions, func(i, j int) bool { return resp.Regions[i].Name < resp.Regions[j].Name })
+	return resp, nil
+}
+
+// Rebalance pauses, resumes or triggers rebalancing.
+func (c *Coordinator) Rebalance(ctx context.Context, req *pb.RebalanceRequest) (*pb.RebalanceResponse, error) {
+	t, err := c.leading(ctx)
+	if err != nil {
+		return nil, err
+	}
+	switch req.Action {
+	case pb.RebalanceRequest_ACTION_NOW:
+		select {
+		case t.now <- struct{}{}:
+		default:
+		}
+	case pb.RebalanceRequest_ACTION_PAUSE, pb.RebalanceRequest_ACTION_RESUME:
+		paused := req.Action == pb.RebalanceRequest_ACTION_PAUSE
+		if err := c.txn(ctx, t, clientv3.OpPut(c.keys.paused(), fmt.Sprint(paused))); err != nil {
+			return nil, status.Errorf(codes.Unavailable, "store rebalance state: %v", err)
+		}
+		t.mu.Lock()
+		t.paused = paused
+		t.mu.Unlock()
+		c.log.Info("rebalancing", "paused", paused)
+	default:
+		return nil, status.Error(codes.InvalidArgument, "action must be now, pause or resume")
+	}
+	return &pb.RebalanceResponse{Paused: t.isPaused()}, nil
+}
+
+func (t *term) knownRegion(name string) error {
+	t.mu.RLock()
+	_, ok := t.regions[name]
+	t.mu.RUnlock()
+	if !ok {
+		return status.Errorf(codes.NotFound, "unknown region %q (known: %s)", name, strings.Join(t.regionNames(), ", "))
+	}
+	return nil
+}

@@ -1,0 +1,138 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
+)
+
+// Client talks to a set of coordinator replicas: it sends each call to the
+// replica it believes leads, follows the leader hint of a follower's
+// refusal, and otherwise tries the next address. It is safe for concurrent
+// use.
+type Client struct {
+	addrs []string
+
+	mu     sync.Mutex
+	conns  map[string]*grpc.ClientConn
+	leader string
+}
+
+// NewClient returns a client of the replicas at addrs (host:port). It
+// connects lazily.
+func NewClient(addrs []string) (*Client, error) {
+	var clean []string
+	for _, a := range addrs {
+		if a = strings.TrimSpace(a); a != "" {
+			clean = append(clean, a)
+		}
+	}
+	if len(clean) == 0 {
+		return nil, fmt.Errorf("no coordinator address given")
+	}
+	return &Client{addrs: clean, conns: map[string]*grpc.ClientConn{}}, nil
+}
+
+// Close closes every connection.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cc := range c.conns {
+		cc.Close()
+	}
+	c.conns = map[string]*grpc.ClientConn{}
+	return nil
+}
+
+func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cc := c.conns[addr]; cc != nil {
+		return cc, nil
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("coordinator %s: %w", addr, err)
+	}
+	c.conns[addr] = cc
+	return cc, nil
+}
+
+// order is the addresses to try: the known leader first.
+func (c *Client) order() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, 0, len(c.addrs)+1)
+	if c.leader != "" {
+		out = append(out, c.leader)
+	}
+	for _, a := range c.addrs {
+		if a != c.leader {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// Call runs fn against the leader. fn must pass opts to its RPC, so the
+// leader hint can be read from a refusal.
+func (c *Client) Call(ctx context.Context, fn func(cc *grpc.ClientConn, opts ...grpc.CallOption) error) error {
+	queue := c.order()
+	tried := map[string]bool{}
+	var last error
+	for len(queue) > 0 && ctx.Err() == nil {
+		addr := queue[0]
+		queue = queue[1:]
+		if tried[addr] {
+			continue
+		}
+		tried[addr] = true
+		cc, err := c.conn(addr)
+		if err != nil {
+			last = err
+			continue
+		}
+		var md metadata.MD
+		err = fn(cc, grpc.Trailer(&md))
+		if err == nil {
+			c.mu.Lock()
+			c.leader = addr
+			c.mu.Unlock()
+			return nil
+		}
+		last = fmt.Errorf("coordinator %s: %w", addr, err)
+		if status.Code(err) != codes.Unavailable {
+			return err // an answer, not a routing problem
+		}
+		if hint := md.Get(LeaderTrailer); len(hint) > 0 && !tried[hint[0]] {
+			c.mu.Lock()
+			c.leader = hint[0]
+			c.mu.Unlock()
+			queue = append([]string{hint[0]}, queue...)
+		}
+	}
+	if last == nil {
+		last = ctx.Err()
+	}
+	return last
+}
+
+// Lease sends a lease request to the leader.
+func (c *Client) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.LeaseResponse, error) {
+	var resp *pb.LeaseResponse
+	err := c.Call(ctx, func(cc *grpc.ClientConn, opts ...grpc.CallOption) error {
+		var err error
+		resp, err = pb.NewLeaseServiceClient(cc).Lease(ctx, req, opts...)
+		return err
+	})
+	return resp, err
+}

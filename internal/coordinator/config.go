@@ -1,0 +1,120 @@
+package coordinator
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/quota-lease/quota-lease/allocation"
+	"github.com/quota-lease/quota-lease/lease"
+	"github.com/quota-lease/quota-lease/regional"
+)
+
+// Config configures a coordinator replica.
+type Config struct {
+	// Name identifies this replica in logs and the election.
+	Name string
+	// Advertise is the gRPC address other parties reach this replica at;
+	// followers hand it out as the leader's address.
+	Advertise string
+	// Prefix is the etcd key prefix all state lives under.
+	Prefix string
+	// Regions are declared at start if etcd has none yet.
+	Regions []string
+	// Timing of leases.
+	Timing lease.Timing
+	// SessionTTL is the etcd session (leadership) TTL. Failover takes
+	// about this long.
+	SessionTTL time.Duration
+	// RebalanceInterval is how often shares are recomputed.
+	RebalanceInterval time.Duration
+	// FlushInterval is how often lowered ledger marks are written.
+	FlushInterval time.Duration
+	// Strategy allocates shares.
+	Strategy allocation.Strategy
+	// MaxStep and Hysteresis, as fractions of a quota's total, damp
+	// rebalancing.
+	MaxStep, Hysteresis float64
+	// Clock returns now; time.Now by default.
+	Clock func() time.Time
+	// Logger; a default hclog logger when nil.
+	Logger hclog.Logger
+}
+
+// Defaults for Config.
+const (
+	DefaultPrefix            = "/quota-lease"
+	DefaultSessionTTL        = 5 * time.Second
+	DefaultRebalanceInterval = time.Second
+	DefaultFlushInterval     = time.Second
+	DefaultMaxStep           = 0.1
+	DefaultHysteresis        = 0.01
+)
+
+func (c *Config) setDefaults() {
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	c.Prefix = strings.TrimRight(c.Prefix, "/")
+	if c.Timing == (lease.Timing{}) {
+		c.Timing = lease.DefaultTiming
+	}
+	if c.SessionTTL == 0 {
+		c.SessionTTL = DefaultSessionTTL
+	}
+	if c.RebalanceInterval == 0 {
+		c.RebalanceInterval = DefaultRebalanceInterval
+	}
+	if c.FlushInterval == 0 {
+		c.FlushInterval = DefaultFlushInterval
+	}
+	if c.Strategy == "" {
+		c.Strategy = allocation.StrategyMaxMinFair
+	}
+	if c.MaxStep == 0 {
+		c.MaxStep = DefaultMaxStep
+	}
+	if c.Hysteresis == 0 {
+		c.Hysteresis = DefaultHysteresis
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.New(&hclog.LoggerOptions{Name: "coordinator"})
+	}
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.Name == "" {
+		errs = append(errs, errors.New("name is empty"))
+	}
+	if c.Advertise == "" {
+		errs = append(errs, errors.New("advertise address is empty"))
+	}
+	if err := c.Timing.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.SessionTTL < time.Second {
+		errs = append(errs, fmt.Errorf("session TTL %s is below 1s", c.SessionTTL))
+	}
+	if c.RebalanceInterval <= 0 || c.FlushInterval <= 0 {
+		errs = append(errs, errors.New("rebalance and flush intervals must be positive"))
+	}
+	if c.MaxStep <= 0 || c.MaxStep > 1 || c.Hysteresis < 0 || c.Hysteresis >= 1 {
+		errs = append(errs, fmt.Errorf("max step %v must be in (0, 1] and hysteresis %v in [0, 1)", c.MaxStep, c.Hysteresis))
+	}
+	if _, err := allocation.Allocate(c.Strategy, 1, nil); err != nil {
+		errs = append(errs, err)
+	}
+	for _, r := range c.Regions {
+		if !regional.RegionNameRE.MatchString(r) {
+			errs = append(errs, fmt.Errorf("region name %q must be 1-63 characters of a-z, 0-9 and '-'", r))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,330 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"google.golang.org/grpc"
+
+	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
+)
+
+// Coordinator is one coordinator replica. Run campaigns for leadership and,
+// while leader, serves leases; followers refuse lease calls with the
+// leader's address.
+type Coordinator struct {
+	pb.UnimplementedLeaseServiceServer
+	pb.UnimplementedAdminServiceServer
+
+	cfg  Config
+	cli  *clientv3.Client
+	log  hclog.Logger
+	keys keys
+
+	mu     sync.RWMutex
+	cur    *term        // nil unless leader and ready
+	leader atomic.Value // string: the leader's advertised address, as observed
+
+	grants   atomic.Int64 // lease answers given, for metrics and benchmarks
+	persists atomic.Int64 // ledger writes made
+}
+
+// term is one period of leadership.
+type term struct {
+	epoch     int64
+	leaderKey string
+	leaderRev int64
+	lease     *leaderLease
+
+	// serving is read-held by every handler that may grant, and
+	// write-held by stepDown, so a replica that steps down has finished
+	// every grant before it gives up its session.
+	serving sync.RWMutex
+
+	mu      sync.RWMutex // guards the maps and paused
+	quotas  map[string]*quota
+	regions map[string]regionRecord
+	paused  bool
+	now     chan struct{} // rebalance now
+}
+
+// New returns a coordinator replica using cli for etcd.
+func New(cli *clientv3.Client, cfg Config) (*Coordinator, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("coordinator config: %w", err)
+	}
+	c := &Coordinator{cfg: cfg, cli: cli, log: cfg.Logger, keys: keys{cfg.Prefix}}
+	c.leader.Store("")
+	return c, nil
+}
+
+// Register adds the lease and admin services to s.
+func (c *Coordinator) Register(s *grpc.Server) {
+	pb.RegisterLeaseServiceServer(s, c)
+	pb.RegisterAdminServiceServer(s, c)
+}
+
+// IsLeader reports whether this replica leads and serves leases.
+func (c *Coordinator) IsLeader() bool { return c.term() != nil }
+
+// Epoch returns the current leader epoch of this replica (0 if follower).
+func (c *Coordinator) Epoch() int64 {
+	if t := c.term(); t != nil {
+		return t.epoch
+	}
+	return 0
+}
+
+// Stats returns how many lease answers this replica gave and how many
+// ledger writes it made.
+func (c *Coordinator) Stats() (grants, persists int64) { return c.grants.Load(), c.persists.Load() }
+
+func (c *Coordinator) term() *term {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.cur
+}
+
+// Run campaigns for leadership and leads when elected, until ctx ends. On
+// return this replica has stepped down and released its session, so a
+// follower takes over at once.
+func (c *Coordinator) Run(ctx context.Context) error {
+	for ctx.Err() == nil {
+		err := c.campaign(ctx)
+		if err != nil && ctx.Err() == nil {
+			c.log.Error("leadership cycle ended", "error", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}
+	return nil
+}
+
+func (c *Coordinator) campaign(ctx context.Context) error {
+	ll := &leaderLease{}
+	sent := c.cfg.Clock()
+	sess, err := concurrency.NewSession(c.cli, concurrency.WithTTL(int(c.cfg.SessionTTL/time.Second)), concurrency.WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("etcd session: %w", err)
+	}
+	defer sess.Close()
+	ll.extend(sent, c.cfg.SessionTTL, c.cfg.Timing.Drift, c.cfg.Timing.Margin)
+
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { // the session ending ends everything below
+		select {
+		case <-sess.Done():
+			cancel()
+		case <-sctx.Done():
+		}
+	}()
+	go c.keepAlive(sctx, sess.Lease(), ll)
+	el := concurrency.NewElection(sess, c.keys.election())
+	go c.observe(sctx, el)
+
+	c.log.Info("campaigning for leadership", "name", c.cfg.Name)
+	if err := el.Campaign(sctx, c.cfg.Advertise); err != nil {
+		return fmt.Errorf("campaign: %w", err)
+	}
+	err = c.lead(sctx, el, ll)
+	c.stepDown()
+	if ctx.Err() == nil && sctx.Err() != nil {
+		c.log.Warn("lost etcd session: stepped down")
+	}
+	return err
+}
+
+func (c *Coordinator) observe(ctx context.Context, el *concurrency.Election) {
+	for resp := range el.Observe(ctx) {
+		if len(resp.Kvs) > 0 {
+			c.leader.Store(string(resp.Kvs[0].Value))
+		}
+	}
+}
+
+// lead loads the state, restores the ledger and serves until ctx ends.
+func (c *Coordinator) lead(ctx context.Context, el *concurrency.Election, ll *leaderLease) error {
+	st, err := loadState(ctx, c.cli, c.keys)
+	if err != nil {
+		return err
+	}
+	t := &term{epoch: el.Rev(), leaderKey: el.Key(), leaderRev: el.Rev(), lease: ll,
+		quotas: map[string]*quota{}, regions: st.regions, paused: st.paused, now: make(chan struct{}, 1)}
+	if len(t.regions) == 0 && len(c.cfg.Regions) > 0 {
+		var ops []clientv3.Op
+		for _, r := range c.cfg.Regions {
+			rec := regionRecord{Name: r, Weight: 1}
+			t.regions[r] = rec
+			ops = append(ops, clientv3.OpPut(c.keys.region(r), mustJSON(rec)))
+		}
+		if err := c.txn(ctx, t, ops...); err != nil {
+			return fmt.Errorf("declare regions: %w", err)
+		}
+	}
+	now := c.cfg.Clock()
+	restored := 0
+	for name, p := range st.policies {
+		q := newQuota(p, c.cfg.Timing, t.epoch)
+		for region, rec := range st.ledger[name] {
+			q.book.Restore(region, rec.Instance, rec.Nonce, rec.GrantID, rec.Amount, now)
+			restored++
+		}
+		t.quotas[name] = q
+	}
+	c.mu.Lock()
+	c.cur = t
+	c.mu.Unlock()
+	c.leader.Store(c.cfg.Advertise)
+	c.log.Info("leading", "epoch", t.epoch, "policies", len(t.quotas), "regions", len(t.regions), "restored_grants", restored)
+
+	c.rebalanceAll(t)
+	reb := time.NewTicker(c.cfg.RebalanceInterval)
+	defer reb.Stop()
+	flush := time.NewTicker(c.cfg.FlushInterval)
+	defer flush.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-reb.C:
+			if !t.isPaused() {
+				c.rebalanceAll(t)
+			}
+		case <-t.now:
+			c.rebalanceAll(t)
+		case <-flush.C:
+			if err := c.flush(ctx, t); err != nil && ctx.Err() == nil {
+				c.log.Warn("ledger flush failed; will retry", "error", err)
+			}
+		}
+	}
+}
+
+// stepDown stops serving: it waits for handlers that may grant to finish
+// before the session is released by the caller.
+func (c *Coordinator) stepDown() {
+	c.mu.Lock()
+	t := c.cur
+	c.cur = nil
+	c.mu.Unlock()
+	if t != nil {
+		t.serving.Lock()
+		t.serving.Unlock() //nolint:staticcheck // a barrier: in-flight grants are done
+		c.log.Info("stepped down", "epoch", t.epoch)
+	}
+}
+
+func (t *term) isPaused() bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.paused
+}
+
+func (t *term) regionNames() []string {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	names := make([]string, 0, len(t.regions))
+	for n := range t.regions {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func (c *Coordinator) rebalanceAll(t *term) {
+	t.mu.RLock()
+	regions := make(map[string]regionRecord, len(t.regions))
+	for k, v := range t.regions {
+		regions[k] = v
+	}
+	quotas := make([]*quota, 0, len(t.quotas))
+	for _, q := range t.quotas {
+		quotas = append(quotas, q)
+	}
+	t.mu.RUnlock()
+	now := c.cfg.Clock()
+	for _, q := range quotas {
+		q.mu.Lock()
+		if err := q.rebalance(regions, c.cfg.Strategy, c.cfg.MaxStep, c.cfg.Hysteresis, now); err != nil {
+			c.log.Warn("rebalance skipped", "error", err)
+		}
+		q.mu.Unlock()
+	}
+}
+
+// errNotLeader reports a write refused because leadership moved.
+var errNotLeader = errors.New("this replica is no longer the leader")
+
+// txn applies ops only if this replica still holds the leadership key.
+func (c *Coordinator) txn(ctx context.Context, t *term, ops ...clientv3.Op) error {
+	for len(ops) > 0 {
+		n := min(len(ops), 100) // etcd's default --max-txn-ops is 128
+		resp, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(t.leaderKey), "=", t.leaderRev)).Then(ops[:n]...).Commit()
+		if err != nil {
+			return fmt.Errorf("etcd txn: %w", err)
+		}
+		if !resp.Succeeded {
+			return errNotLeader
+		}
+		c.persists.Add(1)
+		ops = ops[n:]
+	}
+	return nil
+}
+
+// flush writes lowered high-water marks and deletes ledger entries of
+// leases that are over: one batched transaction per quota, made while
+// holding the quota's lock so that no grant raises a mark in between.
+func (c *Coordinator) flush(ctx context.Context, t *term) error {
+	t.mu.RLock()
+	quotas := make(map[string]*quota, len(t.quotas))
+	for k, v := range t.quotas {
+		quotas[k] = v
+	}
+	t.mu.RUnlock()
+	var errs []error
+	for name, q := range quotas {
+		if err := c.flushQuota(ctx, t, name, q); err != nil {
+			errs = append(errs, fmt.Errorf("quota %s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Coordinator) flushQuota(ctx context.Context, t *term, name string, q *quota) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now := c.cfg.Clock()
+	var ops []clientv3.Op
+	for _, region := range q.book.Prune(now) { // before Shrunk: one op per key
+		ops = append(ops, clientv3.OpDelete(c.keys.ledgerEntry(name, region)))
+	}
+	lowered := q.book.Shrunk(now)
+	for region, amount := range lowered {
+		g, inst, nonce, _ := q.book.Current(region)
+		ops = append(ops, clientv3.OpPut(c.keys.ledgerEntry(name, region),
+			mustJSON(ledgerRecord{Instance: inst, Nonce: nonce, GrantID: g.ID, Amount: amount, Epoch: t.epoch})))
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	if err := c.txn(ctx, t, ops...); err != nil {
+		return err
+	}
+	for region, amount := range lowered {
+		q.book.MarkPersisted(region, amount)
+	}
+	return nil
+}

@@ -1,0 +1,418 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/quota-lease/quota-lease/lease"
+	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
+	"github.com/quota-lease/quota-lease/regional"
+)
+
+var failClosed = regional.Failure{Mode: regional.FailClosed}
+
+const M = regional.Micro
+
+// watcher samples, every few ms, the sum of what the agents enforce (the
+// ground truth) and the leader's booked sum, and records violations.
+type watcher struct {
+	mu         sync.Mutex
+	violations []string
+	samples    int
+}
+
+func (w *watcher) run(ctx context.Context, limit int64, agents []*testAgent, leader func() *replica) {
+	for ctx.Err() == nil {
+		var sum int64
+		for _, a := range agents {
+			amt, mode := a.enforcing()
+			if mode == lease.ModeLeased || mode == lease.ModeDegraded {
+				sum += amt
+			}
+		}
+		var booked int64 = -1
+		if l := leader(); l != nil {
+			if t := l.c.term(); t != nil {
+				t.mu.RLock()
+				q := t.quotas["api"]
+				t.mu.RUnlock()
+				if q != nil {
+					q.mu.Lock()
+					booked = q.book.Sum(time.Now())
+					q.mu.Unlock()
+				}
+			}
+		}
+		w.mu.Lock()
+		w.samples++
+		if sum > limit {
+			w.violations = append(w.violations, "agents enforce "+itoa(sum)+" > limit")
+		}
+		if booked > limit {
+			w.violations = append(w.violations, "coordinator books "+itoa(booked)+" > limit")
+		}
+		w.mu.Unlock()
+		time.Sleep(3 * time.Millisecond)
+	}
+}
+
+func (w *watcher) check(t *testing.T) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.violations) > 0 {
+		t.Fatalf("%d of %d samples violated the limit, first: %s", len(w.violations), w.samples, w.violations[0])
+	}
+	if w.samples < 50 {
+		t.Fatalf("only %d samples taken", w.samples)
+	}
+}
+
+func itoa(v int64) string { return fmt.Sprint(float64(v) / float64(M)) }
+
+// Three agents in three regions lease a 100 req/s quota; demand shifts
+// from one region to another; shares follow within the damping limit, and
+// the sum of may-be-enforcing shares stays <= 100 at every sample.
+func TestSharesFollowDemand(t *testing.T) {
+	prefix := newPrefix(t)
+	r := startReplica(t, prefix, "c1", nil)
+	waitLeader(t, r)
+	adm, cl := admin(t, r.addr)
+	if _, err := adm.SetPolicy(t.Context(), &pb.SetPolicyRequest{Yaml: policy100}); err != nil {
+		t.Fatal(err)
+	}
+	var agents []*testAgent
+	for _, region := range []string{"us", "eu", "ap"} {
+		agents = append(agents, newTestAgent(t, cl, region, "api", 100*M))
+	}
+	agents[0].demand.Store(80 * M)
+	agents[1].demand.Store(10 * M)
+	agents[2].demand.Store(10 * M)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var w watcher
+	go w.run(ctx, 100*M, agents, func() *replica { return r })
+	for _, a := range agents {
+		go a.loop(ctx, 100*time.Millisecond)
+	}
+	share := func(a *testAgent) int64 { amt, _ := a.enforcing(); return amt }
+	waitFor(t, 5*time.Second, "initial split 80/10/10", func() bool {
+		return share(agents[0]) >= 79*M && share(agents[1]) >= 9*M && share(agents[2]) >= 9*M
+	})
+
+	// Demand moves from us to eu. The damping limit is 10% of the quota per
+	// 50 ms round, so eu cannot go from 10 to 80 in fewer than 7 rounds.
+	shift := time.Now()
+	agents[0].demand.Store(10 * M)
+	agents[1].demand.Store(80 * M)
+	waitFor(t, 10*time.Second, "eu to reach 75", func() bool { return share(agents[1]) >= 75*M })
+	if took := time.Since(shift); took < 300*time.Millisecond {
+		t.Fatalf("eu's share moved from 10 to 75 in %v: faster than the damping allows", took)
+	}
+	waitFor(t, 10*time.Second, "us to shrink to 11", func() bool { return share(agents[0]) <= 11*M })
+	cancel()
+	w.check(t)
+}
+
+func waitFor(t *testing.T, limit time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", limit, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Two replicas; the leader is killed while agents renew. The follower
+// takes over, honours the outstanding grants (read from the ledger), and
+// at no moment do the agents together enforce more than the limit.
+func TestLeaderFailover(t *testing.T) {
+	prefix := newPrefix(t)
+	r1 := startReplica(t, prefix, "c1", nil)
+	leader := waitLeader(t, r1)
+	r2 := startReplica(t, prefix, "c2", nil)
+	adm, _ := admin(t, leader.addr)
+	if _, err := adm.SetPolicy(t.Context(), &pb.SetPolicyRequest{Yaml: policy100}); err != nil {
+		t.Fatal(err)
+	}
+	_, cl := admin(t, r1.addr, r2.addr)
+	var agents []*testAgent
+	for i, region := range []string{"us", "eu", "ap"} {
+		a := newTestAgent(t, cl, region, "api", 100*M)
+		a.demand.Store(int64(20+30*i) * M)
+		agents = append(agents, a)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var mu sync.Mutex
+	current := leader
+	var w watcher
+	go w.run(ctx, 100*M, agents, func() *replica { mu.Lock(); defer mu.Unlock(); return current })
+	for _, a := range agents {
+		go a.loop(ctx, 50*time.Millisecond)
+	}
+	waitFor(t, 5*time.Second, "all agents leased with a share", func() bool {
+		for _, a := range agents {
+			if amt, m := a.enforcing(); m != lease.ModeLeased || amt == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	// Shift demand so shares are moving when the leader dies.
+	agents[0].demand.Store(90 * M)
+	agents[2].demand.Store(5 * M)
+	time.Sleep(120 * time.Millisecond)
+	oldEpoch := leader.c.Epoch()
+	held := map[string]int64{}
+	for _, a := range agents {
+		held[a.region], _ = a.enforcing()
+	}
+	leader.crash()
+
+	next := waitLeader(t, r2)
+	mu.Lock()
+	current = next
+	mu.Unlock()
+	if next.c.Epoch() <= oldEpoch {
+		t.Fatalf("new epoch %d not above %d", next.c.Epoch(), oldEpoch)
+	}
+	// The new leader restored every region's grant from the ledger.
+	leases, err := pb.NewAdminServiceClient(mustConn(t, cl, r2.addr)).ListLeases(t.Context(), &pb.ListLeasesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	restored := map[string]int64{}
+	for _, l := range leases.Leases {
+		restored[l.Region] = l.Enforcing
+	}
+	for region, amt := range held {
+		if amt > 0 && restored[region] < amt {
+			t.Fatalf("region %s enforced %d at the crash; the new leader books %d (%v)", region, amt, restored[region], leases.Leases)
+		}
+	}
+	// Agents keep working against the new leader.
+	time.Sleep(2 * testTiming.ValidFor)
+	for _, a := range agents {
+		if _, m := a.enforcing(); m != lease.ModeLeased {
+			t.Fatalf("agent %s is %s after failover, want leased", a.region, m)
+		}
+	}
+	cancel()
+	w.check(t)
+}
+
+func mustConn(t *testing.T, cl *Client, addr string) grpcConn {
+	cc, err := cl.conn(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cc
+}
+
+// A region that stops renewing keeps its degraded budget reserved, visible
+// in ListLeases, until an SRE releases it.
+func TestDegradedBudgetStaysReserved(t *testing.T) {
+	prefix := newPrefix(t)
+	r := startReplica(t, prefix, "c1", nil)
+	waitLeader(t, r)
+	adm, cl := admin(t, r.addr)
+	pol := policy100 + "failure: {mode: static-share, static_fraction: 0.2}\n"
+	if _, err := adm.SetPolicy(t.Context(), &pb.SetPolicyRequest{Yaml: pol}); err != nil {
+		t.Fatal(err)
+	}
+	us, eu, ap := newTestAgent(t, cl, "us", "api", 100*M), newTestAgent(t, cl, "eu", "api", 100*M), newTestAgent(t, cl, "ap", "api", 100*M)
+	for _, a := range []*testAgent{us, eu, ap} {
+		a.demand.Store(100 * M)
+		if err := a.renew(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go us.loop(ctx, 100*time.Millisecond)
+	go eu.loop(ctx, 100*time.Millisecond)
+	apCtx, apStop := context.WithCancel(ctx)
+	go ap.loop(apCtx, 100*time.Millisecond)
+	waitFor(t, 5*time.Second, "ap to hold its static share", func() bool { amt, _ := ap.enforcing(); return amt >= 20*M })
+	apStop()
+	// ap renews no more. Once its lease lapsed, its 20 stay reserved.
+	var apLease *pb.LeaseRecord
+	waitFor(t, 5*time.Second, "ap to be degraded", func() bool {
+		ls, err := adm.ListLeases(t.Context(), &pb.ListLeasesRequest{Region: "ap"})
+		if err != nil || len(ls.Leases) != 1 {
+			return false
+		}
+		apLease = ls.Leases[0]
+		return apLease.State == "degraded"
+	})
+	if apLease.Reserved != 20*M {
+		t.Fatalf("ap reserved %d, want 20", apLease.Reserved)
+	}
+	time.Sleep(500 * time.Millisecond)
+	usAmt, _ := us.enforcing()
+	euAmt, _ := eu.enforcing()
+	if usAmt+euAmt > 80*M {
+		t.Fatalf("us+eu hold %d while ap's 20 are reserved", usAmt+euAmt)
+	}
+	// An SRE releases ap: us and eu may now use all of it.
+	if _, err := adm.ReleaseRegion(t.Context(), &pb.ReleaseRegionRequest{Region: "ap"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "us+eu to use the released share", func() bool {
+		a, _ := us.enforcing()
+		b, _ := eu.enforcing()
+		return a+b > 95*M
+	})
+	// A region with a live lease cannot be released.
+	_, err := adm.ReleaseRegion(t.Context(), &pb.ReleaseRegionRequest{Region: "us"})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("release of a live region: %v", err)
+	}
+}
+
+// Bad input gets a clear error and changes nothing in etcd.
+func TestBadInputChangesNothing(t *testing.T) {
+	prefix := newPrefix(t)
+	r := startReplica(t, prefix, "c1", nil)
+	waitLeader(t, r)
+	adm, cl := admin(t, r.addr)
+	if _, err := adm.SetPolicy(t.Context(), &pb.SetPolicyRequest{Yaml: policy100}); err != nil {
+		t.Fatal(err)
+	}
+	a := newTestAgent(t, cl, "us", "api", 100*M)
+	a.demand.Store(10 * M)
+	if err := a.renew(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // let the flush loop settle
+	rev := func() int64 {
+		resp, err := r.cli.Get(t.Context(), prefix+"/", clientWithPrefix()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	before := rev()
+	adminCases := []struct {
+		call func() error
+		code codes.Code
+		text string
+	}{
+		{func() error {
+			_, err := adm.SetPolicy(t.Context(), &pb.SetPolicyRequest{Yaml: "name: x\nidentity: [tenant]\nlimit: .nan\nperiod: 1s\n"})
+			return err
+		}, codes.InvalidArgument, `field "limit"`},
+		{func() error {
+			_, err := adm.SetPolicy(t.Context(), &pb.SetPolicyRequest{Yaml: policy100 + "floors: {us: 60, eu: 50}\n"})
+			return err
+		}, codes.InvalidArgument, "below the sum of the regions' floors"},
+		{func() error {
+			_, err := adm.SetPolicy(t.Context(), &pb.SetPolicyRequest{Yaml: policy100 + "failure: {mode: static-share, static_fraction: 0.4}\n"})
+			return err
+		}, codes.InvalidArgument, "floors and static shares need 120%"},
+		{func() error {
+			_, err := adm.SetPolicy(t.Context(), &pb.SetPolicyRequest{Yaml: policy100 + "floors: {mars: 5}\n"})
+			return err
+		}, codes.InvalidArgument, `unknown region "mars"`},
+		{func() error {
+			_, err := adm.SetPolicy(t.Context(), &pb.SetPolicyRequest{Yaml: strings.Replace(policy100, "limit: 100", "limit: 100\nalgorithm: fixed_window", 1)})
+			return err
+		}, codes.FailedPrecondition, "changing algorithm"},
+		{func() error {
+			_, err := adm.SetRegion(t.Context(), &pb.SetRegionRequest{Name: "EU West", Weight: 1})
+			return err
+		}, codes.InvalidArgument, "region name"},
+		{func() error {
+			_, err := adm.SetRegion(t.Context(), &pb.SetRegionRequest{Name: "eu", Weight: -1})
+			return err
+		}, codes.InvalidArgument, "weight"},
+		{func() error {
+			_, err := adm.ListLeases(t.Context(), &pb.ListLeasesRequest{Region: "mars"})
+			return err
+		}, codes.NotFound, "unknown region"},
+		{func() error {
+			_, err := adm.DeletePolicy(t.Context(), &pb.DeletePolicyRequest{Name: "nope"})
+			return err
+		}, codes.NotFound, "no policy"},
+		{func() error {
+			_, err := cl.Lease(t.Context(), &pb.LeaseRequest{Region: "mars", Instance: "i", Nonce: "n", Quotas: []*pb.QuotaRequest{{Quota: "api"}}})
+			return err
+		}, codes.InvalidArgument, `unknown region "mars"`},
+		{func() error {
+			_, err := cl.Lease(t.Context(), &pb.LeaseRequest{Region: "us", Instance: "i", Nonce: "n", Quotas: []*pb.QuotaRequest{{Quota: "api"}, {Quota: "api"}}})
+			return err
+		}, codes.InvalidArgument, "named twice"},
+		{func() error {
+			_, err := cl.Lease(t.Context(), &pb.LeaseRequest{Region: "us", Nonce: "n", Quotas: []*pb.QuotaRequest{{Quota: "api"}}})
+			return err
+		}, codes.InvalidArgument, "instance"},
+	}
+	for i, c := range adminCases {
+		err := c.call()
+		if status.Code(err) != c.code || !strings.Contains(err.Error(), c.text) {
+			t.Errorf("case %d: %v, want %s mentioning %q", i, err, c.code, c.text)
+		}
+	}
+	grantCases := []struct {
+		q    *pb.QuotaRequest
+		inst string
+		code pb.GrantError
+	}{
+		{&pb.QuotaRequest{Quota: "nope", Seq: 100}, a.instance, pb.GrantError_GRANT_ERROR_UNKNOWN_QUOTA},
+		{&pb.QuotaRequest{Quota: "api", GrantId: "999999.1", Seq: 101}, a.instance, pb.GrantError_GRANT_ERROR_UNKNOWN_GRANT},
+		{&pb.QuotaRequest{Quota: "api", GrantId: "1.1", Seq: 102}, a.instance, pb.GrantError_GRANT_ERROR_STALE_GRANT},
+	}
+	for i, c := range grantCases {
+		resp, err := cl.Lease(t.Context(), &pb.LeaseRequest{Region: "us", Instance: c.inst, Nonce: a.nonce, Quotas: []*pb.QuotaRequest{c.q}})
+		if err != nil || resp.Grants[0].Code != c.code || resp.Grants[0].Error == "" {
+			t.Errorf("grant case %d: %v %v, want %s", i, resp, err, c.code)
+		}
+	}
+	// A second process with the same instance id: the first one (the
+	// older nonce) is refused once the newer one has renewed.
+	other := newTestAgent(t, cl, "us", "api", 100*M)
+	other.instance, other.nonce = a.instance, "another-process"
+	if err := other.renew(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	before = rev() // that renewal was valid and may have written
+	err := a.renew(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "two agent processes") {
+		t.Fatalf("duplicate instance: %v", err)
+	}
+	if after := rev(); after != before {
+		t.Fatalf("refused requests changed etcd: revision %d -> %d", before, after)
+	}
+}
+
+// A follower refuses lease calls naming the leader, and the client follows.
+func TestFollowerRedirects(t *testing.T) {
+	prefix := newPrefix(t)
+	r1 := startReplica(t, prefix, "c1", nil)
+	waitLeader(t, r1)
+	r2 := startReplica(t, prefix, "c2", nil)
+	adm, _ := admin(t, r1.addr)
+	if _, err := adm.SetPolicy(t.Context(), &pb.SetPolicyRequest{Yaml: policy100}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "follower to observe the leader", func() bool { s, _ := r2.c.leader.Load().(string); return s == r1.addr })
+	direct := pb.NewLeaseServiceClient(mustConnAddr(t, r2.addr))
+	_, err := direct.Lease(t.Context(), &pb.LeaseRequest{Region: "us", Instance: "i", Nonce: "n", Quotas: []*pb.QuotaRequest{{Quota: "api"}}})
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), r1.addr) {
+		t.Fatalf("follower answered %v, want UNAVAILABLE naming %s", err, r1.addr)
+	}
+	_, cl := admin(t, r2.addr) // knows only the follower
+	resp, err := cl.Lease(t.Context(), &pb.LeaseRequest{Region: "us", Instance: "i", Nonce: "n", Quotas: []*pb.QuotaRequest{{Quota: "api", Demand: 5 * M, Seq: 1}}})
+	if err != nil || resp.Grants[0].GrantId == "" {
+		t.Fatalf("client did not follow the redirect: %v %v", resp, err)
+	}
+}

@@ -1,0 +1,215 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/quota-lease/quota-lease/internal/etcdembed"
+	"github.com/quota-lease/quota-lease/lease"
+	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
+)
+
+// One embedded etcd serves the whole package; every test uses its own
+// key prefix.
+var etcdEndpoint string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "coordinator-etcd-")
+	if err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	srv, err := etcdembed.Start(ctx, etcdembed.Config{Dir: dir})
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	etcdEndpoint = srv.Endpoint
+	code := m.Run()
+	srv.Close()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+var prefixSeq atomic.Int64
+
+// testTiming is short so that expiry and failover happen within a test.
+var testTiming = lease.Timing{ValidFor: time.Second, Drift: 1e-4, Margin: 20 * time.Millisecond, DegradedTimeout: 4 * time.Second}
+
+type replica struct {
+	c      *Coordinator
+	cli    *clientv3.Client
+	srv    *grpc.Server
+	addr   string
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
+}
+
+func etcdClient(t testing.TB) *clientv3.Client {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcdEndpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cli
+}
+
+// newPrefix returns a fresh etcd prefix for one test.
+func newPrefix(t testing.TB) string {
+	return fmt.Sprintf("/test/%s/%d", t.Name(), prefixSeq.Add(1))
+}
+
+func startReplica(t testing.TB, prefix, name string, mod func(*Config)) *replica {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &replica{cli: etcdClient(t), srv: grpc.NewServer(), addr: lis.Addr().String(), done: make(chan struct{})}
+	cfg := Config{Name: name, Advertise: r.addr, Prefix: prefix, Regions: []string{"us", "eu", "ap"},
+		Timing: testTiming, SessionTTL: 2 * time.Second, RebalanceInterval: 50 * time.Millisecond, FlushInterval: 100 * time.Millisecond,
+		Logger: hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: os.Stderr})}
+	if mod != nil {
+		mod(&cfg)
+	}
+	r.c, err = New(r.cli, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.c.Register(r.srv)
+	go r.srv.Serve(lis)
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go func() { r.c.Run(ctx); close(r.done) }()
+	t.Cleanup(r.stop)
+	return r
+}
+
+// stop is a graceful shutdown: step down, resign, stop serving.
+func (r *replica) stop() {
+	r.once.Do(func() {
+		r.cancel()
+		<-r.done
+		r.srv.Stop()
+		r.cli.Close()
+	})
+}
+
+// crash is a kill -9: the replica stops answering and stops renewing its
+// etcd session, which then expires on its own; nothing is resigned.
+func (r *replica) crash() {
+	r.once.Do(func() {
+		r.srv.Stop()
+		r.cli.Close()
+		r.cancel()
+		<-r.done
+	})
+}
+
+func waitLeader(t testing.TB, rs ...*replica) *replica {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, r := range rs {
+			if r.c.IsLeader() {
+				return r
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("no leader elected within 15s")
+	return nil
+}
+
+func admin(t testing.TB, addrs ...string) (pb.AdminServiceClient, *Client) {
+	cl, err := NewClient(addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	cc, err := cl.conn(addrs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pb.NewAdminServiceClient(cc), cl
+}
+
+// testAgent plays a regional agent's lease side for one quota.
+type testAgent struct {
+	mu       sync.Mutex
+	region   string
+	instance string
+	nonce    string
+	quota    string
+	a        *lease.Agent
+	cl       *Client
+	demand   atomic.Int64
+}
+
+func newTestAgent(t testing.TB, cl *Client, region, quota string, total int64) *testAgent {
+	return &testAgent{region: region, instance: region + "-1", nonce: fmt.Sprintf("%s-%d", region, time.Now().UnixNano()),
+		quota: quota, a: lease.NewAgent(testTiming, failClosed, total), cl: cl}
+}
+
+func (ta *testAgent) renew(ctx context.Context) error {
+	ta.mu.Lock()
+	req := ta.a.Sending(time.Now())
+	ta.mu.Unlock()
+	resp, err := ta.cl.Lease(ctx, &pb.LeaseRequest{Region: ta.region, Instance: ta.instance, Nonce: ta.nonce,
+		Quotas: []*pb.QuotaRequest{{Quota: ta.quota, GrantId: req.GrantID, Seq: req.Seq, Demand: ta.demand.Load()}}})
+	ta.mu.Lock()
+	defer ta.mu.Unlock()
+	if err != nil {
+		ta.a.Failed(req, err)
+		return err
+	}
+	g := resp.Grants[0]
+	if err := GrantErr(g); err != nil {
+		ta.a.Failed(req, err)
+		return err
+	}
+	ta.a.Granted(req, lease.Grant{ID: g.GrantId, Amount: g.Rate, Epoch: resp.Epoch, ValidFor: time.Duration(g.ValidForMs) * time.Millisecond})
+	return nil
+}
+
+// enforcing is what the agent enforces now: the ground truth.
+func (ta *testAgent) enforcing() (int64, lease.Mode) {
+	ta.mu.Lock()
+	defer ta.mu.Unlock()
+	return ta.a.Enforce(time.Now())
+}
+
+// loop renews every interval until ctx ends.
+func (ta *testAgent) loop(ctx context.Context, every time.Duration) {
+	tk := time.NewTicker(every)
+	defer tk.Stop()
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		ta.renew(rctx)
+		cancel()
+		select {
+		case <-ctx.Done():
+			return
+		case <-tk.C:
+		}
+	}
+}
+
+const policy100 = `
+name: api
+identity: [tenant]
+limit: 100
+period: 1s
+`

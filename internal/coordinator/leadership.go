@@ -1,0 +1,54 @@
+package coordinator
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// leaderLease tracks until when this replica surely still holds its etcd
+// session, and so its leadership: from the send time of the last
+// successful keepalive, the session TTL less twice the drift and a margin.
+// etcd cannot expire the session, and no successor can be elected, before
+// that moment, so grants made before it cannot overlap a successor's.
+type leaderLease struct {
+	until atomic.Int64 // unix nanos on the local clock
+}
+
+func (l *leaderLease) valid(now time.Time) bool { return now.UnixNano() < l.until.Load() }
+
+func (l *leaderLease) extend(sentAt time.Time, ttl time.Duration, drift float64, margin time.Duration) {
+	v := sentAt.Add(ttl - time.Duration(2*drift*float64(ttl)) - margin).UnixNano()
+	for {
+		old := l.until.Load()
+		if v <= old || l.until.CompareAndSwap(old, v) {
+			return
+		}
+	}
+}
+
+// keepAlive renews the session lease every ttl/3 and extends l after each
+// success, until ctx ends. etcd's own keepalive (started by the session)
+// runs too; this one exists to know the send times.
+func (c *Coordinator) keepAlive(ctx context.Context, id clientv3.LeaseID, l *leaderLease) {
+	t := time.NewTicker(c.cfg.SessionTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		sent := c.cfg.Clock()
+		kctx, cancel := context.WithTimeout(ctx, c.cfg.SessionTTL/3)
+		_, err := c.cli.KeepAliveOnce(kctx, id)
+		cancel()
+		if err != nil {
+			c.log.Warn("leadership keepalive failed", "error", err)
+			continue
+		}
+		l.extend(sent, c.cfg.SessionTTL, c.cfg.Timing.Drift, c.cfg.Timing.Margin)
+	}
+}

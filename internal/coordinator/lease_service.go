@@ -1,0 +1,206 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/quota-lease/quota-lease/lease"
+	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
+	"github.com/quota-lease/quota-lease/regional"
+)
+
+// LeaderTrailer is the gRPC trailer in which a follower names the leader.
+const LeaderTrailer = "quotalease-leader"
+
+// Limits on a lease request.
+const (
+	maxQuotasPerRequest = 1000
+	maxNameBytes        = 128
+)
+
+// leading returns the current term for a handler that needs the leader,
+// or an UNAVAILABLE error naming the leader (also in LeaderTrailer).
+func (c *Coordinator) leading(ctx context.Context) (*term, error) {
+	t := c.term()
+	if t != nil && t.lease.valid(c.cfg.Clock()) {
+		return t, nil
+	}
+	leader, _ := c.leader.Load().(string)
+	if t != nil || leader == c.cfg.Advertise {
+		leader = ""
+	}
+	if leader == "" {
+		return nil, status.Error(codes.Unavailable, "no leader confirmed yet (election or failover in progress); retry shortly")
+	}
+	_ = grpc.SetTrailer(ctx, metadata.Pairs(LeaderTrailer, leader))
+	return nil, status.Errorf(codes.Unavailable, "not the leader; the leader is at %s", leader)
+}
+
+// Lease grants or renews a region's leases on a set of quotas.
+func (c *Coordinator) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.LeaseResponse, error) {
+	t, err := c.leading(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t.serving.RLock()
+	defer t.serving.RUnlock()
+	if c.term() != t { // stepped down while we waited
+		return nil, status.Error(codes.Unavailable, "leadership changed; retry")
+	}
+	if err := c.validateLease(t, req); err != nil {
+		return nil, err
+	}
+	now := c.cfg.Clock()
+
+	// Lock the named quotas in name order (no deadlock between requests).
+	type item struct {
+		req     *pb.QuotaRequest
+		q       *quota
+		pending *lease.Pending
+		grant   *pb.QuotaGrant
+	}
+	items := make([]*item, len(req.Quotas))
+	for i, qr := range req.Quotas {
+		items[i] = &item{req: qr, grant: &pb.QuotaGrant{Quota: qr.Quota}}
+	}
+	order := append([]*item(nil), items...)
+	sort.Slice(order, func(i, j int) bool { return order[i].req.Quota < order[j].req.Quota })
+	t.mu.RLock()
+	for _, it := range order {
+		it.q = t.quotas[it.req.Quota]
+	}
+	t.mu.RUnlock()
+	for _, it := range order {
+		if it.q != nil {
+			it.q.mu.Lock()
+			defer it.q.mu.Unlock()
+		}
+	}
+
+	var ops []clientv3.Op
+	for _, it := range items {
+		switch {
+		case it.q == nil:
+			it.grant.Error = fmt.Sprintf("unknown quota %q", it.req.Quota)
+			it.grant.Code = pb.GrantError_GRANT_ERROR_UNKNOWN_QUOTA
+			continue
+		case it.q.policy.Scope == regional.ScopeRegion:
+			fill(it.grant, it.q, lease.Grant{ID: "region", Amount: lease.Amount(it.q.full), Epoch: t.epoch, ValidFor: c.cfg.Timing.ValidFor}, c.cfg.Timing)
+			continue
+		}
+		demand := it.req.Demand
+		if demand < 0 {
+			demand = 0
+		}
+		r := lease.Renewal{Region: req.Region, Instance: req.Instance, Nonce: req.Nonce, Seq: it.req.Seq, GrantID: it.req.GrantId, Demand: demand}
+		p, err := it.q.book.Prepare(now, r, it.q.target(req.Region, demand))
+		if err != nil {
+			it.grant.Error, it.grant.Code = err.Error(), grantErrorCode(err)
+			continue
+		}
+		it.pending = p
+		if p.NeedsPersist() {
+			g := p.Grant()
+			ops = append(ops, clientv3.OpPut(c.keys.ledgerEntry(it.req.Quota, req.Region),
+				mustJSON(ledgerRecord{Instance: req.Instance, Nonce: req.Nonce, GrantID: g.ID, Amount: p.Persisted(), Epoch: t.epoch})))
+		}
+	}
+	if len(ops) > 0 {
+		if err := c.txn(ctx, t, ops...); err != nil {
+			if errors.Is(err, errNotLeader) {
+				return nil, status.Error(codes.Unavailable, "leadership changed; retry")
+			}
+			return nil, status.Errorf(codes.Unavailable, "could not record the grants in etcd: %v; retry", err)
+		}
+	}
+	resp := &pb.LeaseResponse{Epoch: t.epoch, Grants: make([]*pb.QuotaGrant, len(items))}
+	for i, it := range items {
+		if it.pending != nil {
+			it.q.book.Commit(it.pending)
+			fill(it.grant, it.q, it.pending.Grant(), c.cfg.Timing)
+		}
+		resp.Grants[i] = it.grant
+	}
+	c.grants.Add(1)
+	return resp, nil
+}
+
+// fill writes grant g of quota q into the wire form: the share as rate and
+// burst (capacity) in micro-units.
+func fill(out *pb.QuotaGrant, q *quota, g lease.Grant, t lease.Timing) {
+	l, _ := lease.ShareLimits(q.full, g.Amount)
+	out.GrantId, out.Rate, out.Burst = g.ID, l.Rate, l.Capacity
+	out.ValidForMs = g.ValidFor.Milliseconds()
+	out.PolicyVersion = q.policy.Version
+	out.RenewAfterMs = t.RenewAfter().Milliseconds()
+}
+
+func (c *Coordinator) validateLease(t *term, req *pb.LeaseRequest) error {
+	bad := func(format string, args ...any) error {
+		return status.Errorf(codes.InvalidArgument, format, args...)
+	}
+	t.mu.RLock()
+	_, known := t.regions[req.Region]
+	t.mu.RUnlock()
+	switch {
+	case !known:
+		return bad("unknown region %q (known: %s); declare it with 'coordinator regions set-weight %s 1'",
+			req.Region, strings.Join(t.regionNames(), ", "), req.Region)
+	case req.Instance == "" || len(req.Instance) > maxNameBytes:
+		return bad("instance must be 1-%d bytes", maxNameBytes)
+	case req.Nonce == "" || len(req.Nonce) > maxNameBytes:
+		return bad("nonce must be 1-%d bytes", maxNameBytes)
+	case len(req.Quotas) == 0 || len(req.Quotas) > maxQuotasPerRequest:
+		return bad("a request names 1-%d quotas, got %d", maxQuotasPerRequest, len(req.Quotas))
+	}
+	seen := make(map[string]bool, len(req.Quotas))
+	for _, q := range req.Quotas {
+		if seen[q.Quota] {
+			return bad("quota %q is named twice", q.Quota)
+		}
+		seen[q.Quota] = true
+	}
+	return nil
+}
+
+func grantErrorCode(err error) pb.GrantError {
+	switch {
+	case errors.Is(err, lease.ErrStaleGrant):
+		return pb.GrantError_GRANT_ERROR_STALE_GRANT
+	case errors.Is(err, lease.ErrUnknownGrant):
+		return pb.GrantError_GRANT_ERROR_UNKNOWN_GRANT
+	case errors.Is(err, lease.ErrDuplicateInstance):
+		return pb.GrantError_GRANT_ERROR_DUPLICATE_INSTANCE
+	default:
+		return pb.GrantError_GRANT_ERROR_UNSPECIFIED
+	}
+}
+
+// GrantErr turns a refused QuotaGrant back into an error that wraps the
+// lease package's sentinel, for agents.
+func GrantErr(g *pb.QuotaGrant) error {
+	if g.Error == "" {
+		return nil
+	}
+	var base error
+	switch g.Code {
+	case pb.GrantError_GRANT_ERROR_STALE_GRANT:
+		base = lease.ErrStaleGrant
+	case pb.GrantError_GRANT_ERROR_UNKNOWN_GRANT:
+		base = lease.ErrUnknownGrant
+	case pb.GrantError_GRANT_ERROR_DUPLICATE_INSTANCE:
+		base = lease.ErrDuplicateInstance
+	default:
+		return fmt.Errorf("quota %s: %s", g.Quota, g.Error)
+	}
+	return fmt.Errorf("quota %s: %s: %w", g.Quota, g.Error, base)
+}

@@ -1,0 +1,71 @@
+// Package etcdembed runs a single-node etcd inside the process: the
+// coordinator's zero-setup default for a laptop or a demo, and the etcd of
+// the tests. Production uses an external etcd cluster instead.
+package etcdembed
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+)
+
+// Server is a running embedded etcd.
+type Server struct {
+	// Endpoint is the client URL, e.g. http://127.0.0.1:2379.
+	Endpoint string
+	e        *embed.Etcd
+}
+
+// Config says where the embedded etcd keeps its data and listens.
+type Config struct {
+	// Dir holds the data; reused across restarts.
+	Dir string
+	// ClientAddr is host:port for clients; "127.0.0.1:0" picks a free port.
+	ClientAddr string
+	// LogLevel of etcd's own log, written to Dir/etcd.log. Default "warn".
+	LogLevel string
+}
+
+// Start runs etcd and waits until it serves, or ctx ends.
+func Start(ctx context.Context, c Config) (*Server, error) {
+	if c.ClientAddr == "" {
+		c.ClientAddr = "127.0.0.1:0"
+	}
+	if c.LogLevel == "" {
+		c.LogLevel = "warn"
+	}
+	cfg := embed.NewConfig()
+	cfg.Name = "quota-lease"
+	cfg.Dir = c.Dir
+	client, err := url.Parse("http://" + c.ClientAddr)
+	if err != nil {
+		return nil, fmt.Errorf("embedded etcd client address %q: %w", c.ClientAddr, err)
+	}
+	peer, _ := url.Parse("http://127.0.0.1:0")
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*client}, []url.URL{*client}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*peer}, []url.URL{*peer}
+	cfg.InitialCluster = cfg.Name + "=" + peer.String()
+	cfg.LogLevel = c.LogLevel
+	cfg.LogOutputs = []string{filepath.Join(c.Dir, "etcd.log")}
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("start embedded etcd in %s: %w", c.Dir, err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-ctx.Done():
+		e.Close()
+		return nil, fmt.Errorf("embedded etcd did not become ready: %w", ctx.Err())
+	case <-time.After(60 * time.Second):
+		e.Close()
+		return nil, fmt.Errorf("embedded etcd did not become ready within 60s; see %s", cfg.LogOutputs[0])
+	}
+	return &Server{Endpoint: "http://" + e.Clients[0].Addr().String(), e: e}, nil
+}
+
+// Close stops etcd and waits for it.
+func (s *Server) Close() { s.e.Close() }
