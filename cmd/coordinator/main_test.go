@@ -103,6 +103,8 @@ func TestServeAndAdminCommands(t *testing.T) {
 		{[]string{"release", "us", c}, 0, "released 0"},
 		{[]string{"quota", "delete", "login-per-ip", c}, 0, "deleted"},
 		{[]string{"quota", "list", "-o", "json", c}, 0, "api-per-tenant"},
+		{[]string{"bound", c}, 0, "fallback="},
+		{[]string{"bound", "nope", c}, 1, "no policy"},
 	}
 	for _, s := range steps {
 		code, out, errs := runCmd(t, s.args...)

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/quota-lease/quota-lease/bound"
 	"github.com/quota-lease/quota-lease/lease"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 	"github.com/quota-lease/quota-lease/regional"
@@ -283,4 +284,43 @@ func (t *term) knownRegion(name string) error {
 		return status.Errorf(codes.NotFound, "unknown region %q (known: %s)", name, strings.Join(t.regionNames(), ", "))
 	}
 	return nil
+}
+
+// GetBound returns the overshoot bound of every quota, or one: the worst
+// case over one period with the declared regions, lease timing and drift,
+// counting Redis outages (fallback) as possible.
+func (c *Coordinator) GetBound(ctx context.Context, req *pb.GetBoundRequest) (*pb.GetBoundResponse, error) {
+	st, err := loadState(ctx, c.cli, c.keys)
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	if req.Quota != "" && st.policies[req.Quota] == nil {
+		return nil, status.Errorf(codes.NotFound, "no policy %q", req.Quota)
+	}
+	d := bound.Deployment{Regions: max(1, len(st.regions)), Instances: 1, LeaseDuration: c.cfg.Timing.ValidFor,
+		Drift: c.cfg.Timing.Drift, RedisOutages: true}
+	names := make([]string, 0, len(st.policies))
+	for n := range st.policies {
+		if req.Quota == "" || n == req.Quota {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	resp := &pb.GetBoundResponse{}
+	for _, n := range names {
+		p := st.policies[n]
+		r, err := bound.Compute(p, d, bound.Leased, 0)
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "bound of %s: %v", n, err)
+		}
+		rec := &pb.BoundRecord{Quota: n, Limit: r.Limit, WindowSeconds: r.Window.Seconds(), WorstCase: r.WorstCase,
+			Overshoot: r.Overshoot, OvershootRatio: r.Ratio, Terms: map[string]float64{}}
+		for k, v := range r.Terms {
+			if k != bound.TermReference {
+				rec.Terms[k] = v
+			}
+		}
+		resp.Bounds = append(resp.Bounds, rec)
+	}
+	return resp, nil
 }

@@ -1,0 +1,232 @@
+package bound
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/quota-lease/quota-lease/regional"
+)
+
+// Mode is the way regions share a limit.
+type Mode string
+
+// The modes bound compares.
+const (
+	// Leased is quota-lease: shares of the global limit on leases.
+	Leased Mode = "leased"
+	// Independent gives every region the full limit, with no coordination.
+	Independent Mode = "independent"
+	// Static splits the limit into fixed shares by weight, forever.
+	Static Mode = "static"
+	// Central checks every request against one strongly consistent counter.
+	Central Mode = "central"
+)
+
+// The names of the terms of a bound.
+const (
+	TermReference       = "reference"
+	TermDrift           = "drift"
+	TermDegraded        = "degraded"
+	TermFallback        = "fallback"
+	TermBurst           = "burst"
+	TermLeaseTransition = "lease-transition"
+	TermIndependent     = "independent"
+)
+
+// Deployment are the parameters of a deployment that enter the bound.
+type Deployment struct {
+	// Regions enforcing the policy; at least 1.
+	Regions int
+	// Instances is the number of agent instances per region; at least 1.
+	Instances int
+	// LeaseDuration is how long a grant holds.
+	LeaseDuration time.Duration
+	// Drift bounds every clock's rate error (e.g. 1e-4).
+	Drift float64
+	// FallbackFraction is the share of its region's share each agent
+	// instance's in-process fallback bucket enforces when Redis is down; 0
+	// means 1/Instances (the region's share split among its instances). A
+	// negative value means no fallback (fail closed on Redis outage).
+	FallbackFraction float64
+	// RedisOutages: whether Redis outages (fallback) are part of the worst
+	// case.
+	RedisOutages bool
+	// ConfigChanges under a new version within one window (each starts
+	// every key full).
+	ConfigChanges int
+	// QuotaDecrease is how much (units per period) the limit was lowered
+	// within the last lease duration.
+	QuotaDecrease float64
+	// Shares are the static split's fractions by region (Static mode, and
+	// for stranded capacity); empty means equal shares.
+	Shares []float64
+}
+
+// Result is a bound with its terms.
+type Result struct {
+	Mode Mode
+	// Window is the length of the windows the bound is over.
+	Window time.Duration
+	// Limit is the reference: what one ideal global limiter admits at
+	// most in any such window.
+	Limit float64
+	// WorstCase is the most the whole system can admit in any window.
+	WorstCase float64
+	// Overshoot is WorstCase - Limit, and Ratio is Overshoot / Limit.
+	Overshoot, Ratio float64
+	// Terms name the parts of WorstCase beyond Limit (and Limit itself as
+	// "reference"); they add up to WorstCase.
+	Terms map[string]float64
+	// Stranded is the capacity (units per period) a quiet region holds
+	// that busy regions cannot use.
+	Stranded float64
+}
+
+// ErrInvalid is wrapped by every parameter error.
+var ErrInvalid = errors.New("invalid bound parameters")
+
+// Reference is the most one global limiter under p admits in any window
+// of length w.
+func Reference(p *regional.Policy, w time.Duration) float64 {
+	period := time.Duration(p.Period).Seconds()
+	n := math.Ceil(w.Seconds() / period)
+	switch p.Algorithm {
+	case regional.TokenBucket:
+		return p.Burst + p.Limit/period*w.Seconds()
+	case regional.SlidingLog:
+		return p.Limit * n
+	default: // fixed and sliding windows: a boundary inside w lets one more window through
+		return p.Limit * (n + 1)
+	}
+}
+
+// Compute returns the bound of policy p in deployment d under mode m, over
+// windows of length w (0 means the policy's period).
+func Compute(p *regional.Policy, d Deployment, m Mode, w time.Duration) (Result, error) {
+	if err := d.validate(); err != nil {
+		return Result{}, err
+	}
+	if w == 0 {
+		w = time.Duration(p.Period)
+	}
+	if w <= 0 {
+		return Result{}, fmt.Errorf("%w: window %s", ErrInvalid, w)
+	}
+	ref := Reference(p, w)
+	r := Result{Mode: m, Window: w, Limit: ref, Terms: map[string]float64{TermReference: ref}}
+	period := time.Duration(p.Period).Seconds()
+	rateW := p.Limit / period * w.Seconds() // what refill (or windows) adds over w
+	burst := ref - rateW                    // the part of the reference that is stored capacity
+	if p.Algorithm != regional.TokenBucket {
+		burst = p.Limit
+	}
+	n := float64(d.Regions)
+	shares := d.shares()
+	switch m {
+	case Independent:
+		r.Terms[TermIndependent] = (n - 1) * ref
+	case Central:
+		// One counter: exactly the reference.
+	case Static:
+		r.Terms[TermDrift] = d.Drift * rateW
+		r.Stranded = maxOf(shares) * p.Limit
+	case Leased:
+		if p.Scope == regional.ScopeRegion {
+			r.Terms[TermIndependent] = (n - 1) * ref // region-local by design
+			break
+		}
+		r.Terms[TermDrift] = d.Drift * rateW
+		if p.Failure.Mode == regional.FailOpen && d.Regions > 1 {
+			// Up to n-1 regions lapse, each admitting its open fraction of
+			// the full limit, while the connected one is granted the whole
+			// quota (their shares were freed at expiry).
+			r.Terms[TermDegraded] = (n - 1) * p.Failure.OpenFraction * ref
+		}
+		if d.RedisOutages && d.FallbackFraction >= 0 {
+			k := float64(d.Instances)
+			phi := d.FallbackFraction
+			if phi == 0 {
+				phi = 1 / k
+			}
+			// Fresh fallback buckets start full (k*phi of the share's
+			// burst), Redis refills during the outage (one more burst), and
+			// a fallback rate above the share adds (k*phi-1) of the rate.
+			r.Terms[TermFallback] = burst*(k*phi+1) + rateW*math.Max(0, k*phi-1)
+		}
+		if d.ConfigChanges > 0 {
+			r.Terms[TermBurst] = float64(d.ConfigChanges) * burst
+		}
+		if d.QuotaDecrease > 0 {
+			r.Terms[TermLeaseTransition] = d.QuotaDecrease / period * math.Min(d.LeaseDuration.Seconds(), w.Seconds())
+		}
+		// A quiet region keeps its floor: the static share it falls back to
+		// and any explicit floor.
+		floor := 0.0
+		if p.Failure.Mode == regional.StaticShare || p.Failure.Mode == regional.LastLease {
+			floor = p.Failure.StaticFraction * p.Limit
+		}
+		for _, f := range p.Floors {
+			floor = math.Max(floor, f)
+		}
+		r.Stranded = floor
+	default:
+		return Result{}, fmt.Errorf("%w: unknown mode %q", ErrInvalid, m)
+	}
+	for _, v := range r.Terms {
+		r.WorstCase += v
+	}
+	r.Overshoot = r.WorstCase - r.Limit
+	if r.Limit > 0 {
+		r.Ratio = r.Overshoot / r.Limit
+	}
+	return r, nil
+}
+
+func (d Deployment) validate() error {
+	switch {
+	case d.Regions < 1:
+		return fmt.Errorf("%w: regions must be at least 1, got %d", ErrInvalid, d.Regions)
+	case d.Instances < 1:
+		return fmt.Errorf("%w: instances per region must be at least 1, got %d", ErrInvalid, d.Instances)
+	case math.IsNaN(d.Drift) || d.Drift < 0 || d.Drift >= 0.01:
+		return fmt.Errorf("%w: drift must be in [0, 0.01), got %v", ErrInvalid, d.Drift)
+	case math.IsNaN(d.FallbackFraction) || d.FallbackFraction > 1:
+		return fmt.Errorf("%w: fallback fraction must be at most 1, got %v", ErrInvalid, d.FallbackFraction)
+	case d.ConfigChanges < 0 || d.QuotaDecrease < 0 || math.IsNaN(d.QuotaDecrease):
+		return fmt.Errorf("%w: config changes and quota decrease must not be negative", ErrInvalid)
+	case len(d.Shares) > 0 && len(d.Shares) != d.Regions:
+		return fmt.Errorf("%w: %d shares for %d regions", ErrInvalid, len(d.Shares), d.Regions)
+	}
+	var sum float64
+	for _, s := range d.Shares {
+		if math.IsNaN(s) || s < 0 {
+			return fmt.Errorf("%w: share %v", ErrInvalid, s)
+		}
+		sum += s
+	}
+	if sum > 1+1e-9 {
+		return fmt.Errorf("%w: shares sum to %v, more than 1", ErrInvalid, sum)
+	}
+	return nil
+}
+
+func (d Deployment) shares() []float64 {
+	if len(d.Shares) > 0 {
+		return d.Shares
+	}
+	out := make([]float64, d.Regions)
+	for i := range out {
+		out[i] = 1 / float64(d.Regions)
+	}
+	return out
+}
+
+func maxOf(v []float64) float64 {
+	m := 0.0
+	for _, x := range v {
+		m = math.Max(m, x)
+	}
+	return m
+}

@@ -1,0 +1,99 @@
+package bound
+
+import (
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/quota-lease/quota-lease/regional"
+)
+
+func policy(t *testing.T, yaml string) *regional.Policy {
+	t.Helper()
+	ps, err := regional.ParsePolicies([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ps[0]
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-6*math.Max(1, math.Abs(b)) }
+
+// The example of the design discussion: three independent regions each
+// configured 100 req/min can admit 300 in the worst case; a static
+// 34/33/33 split has a ceiling of 100 but strands a quiet region's share.
+func TestDesignExample(t *testing.T) {
+	p := policy(t, "name: api\nidentity: [tenant]\nalgorithm: sliding_log\nlimit: 100\nperiod: 1m\n")
+	d := Deployment{Regions: 3, Instances: 1, LeaseDuration: 10 * time.Second, Shares: []float64{0.34, 0.33, 0.33}}
+	ind, err := Compute(p, d, Independent, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !near(ind.WorstCase, 300) || !near(ind.Overshoot, 200) || !near(ind.Ratio, 2) {
+		t.Fatalf("independent: %+v, want worst case 300", ind)
+	}
+	st, _ := Compute(p, d, Static, 0)
+	if !near(st.WorstCase, 100) || !near(st.Stranded, 34) {
+		t.Fatalf("static: %+v, want ceiling 100 and 34 stranded", st)
+	}
+	le, _ := Compute(p, d, Leased, 0)
+	if !near(le.WorstCase, 100) || le.Stranded != 0 {
+		t.Fatalf("leased, fail-closed: %+v, want 100 and nothing stranded", le)
+	}
+}
+
+func TestTermsAddUp(t *testing.T) {
+	p := policy(t, "name: api\nidentity: [tenant]\nlimit: 50\nperiod: 1s\nburst: 100\nfailure: {mode: fail-open, open_fraction: 0.25}\n")
+	d := Deployment{Regions: 4, Instances: 2, LeaseDuration: 10 * time.Second, Drift: 1e-4, RedisOutages: true, ConfigChanges: 1, QuotaDecrease: 10}
+	r, err := Compute(p, d, Leased, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{
+		TermReference:       100 + 50*2,        // burst + rate*w
+		TermDrift:           1e-4 * 100,        // drift * rate*w
+		TermDegraded:        3 * 0.25 * 200,    // (n-1) * open fraction * reference
+		TermFallback:        100 * (2*0.5 + 1), // fresh fallback burst + Redis refill
+		TermBurst:           100,               // one config change
+		TermLeaseTransition: 10 * 2,            // decrease per second over min(V, w)
+	}
+	var sum float64
+	for k, v := range want {
+		if !near(r.Terms[k], v) {
+			t.Errorf("term %s = %v, want %v", k, r.Terms[k], v)
+		}
+		sum += v
+	}
+	if !near(r.WorstCase, sum) || !near(r.Overshoot, sum-200) {
+		t.Errorf("worst case %v overshoot %v, want %v and %v", r.WorstCase, r.Overshoot, sum, sum-200)
+	}
+}
+
+func TestStaticShareHasNoDegradedTerm(t *testing.T) {
+	p := policy(t, "name: api\nidentity: [tenant]\nlimit: 90\nperiod: 1m\nfailure: {mode: static-share, static_fraction: 0.2}\n")
+	r, _ := Compute(p, Deployment{Regions: 3, Instances: 1, LeaseDuration: time.Second}, Leased, 0)
+	if r.Overshoot != 0 || r.Terms[TermDegraded] != 0 || !near(r.Stranded, 18) {
+		t.Fatalf("%+v: want no overshoot, 18 stranded", r)
+	}
+}
+
+func TestInvalidParameters(t *testing.T) {
+	p := policy(t, "name: api\nidentity: [tenant]\nlimit: 1\nperiod: 1s\n")
+	bad := []Deployment{
+		{Regions: 0, Instances: 1},
+		{Regions: 1, Instances: 0},
+		{Regions: 1, Instances: 1, Drift: math.NaN()},
+		{Regions: 2, Instances: 1, Shares: []float64{0.7, 0.7}},
+		{Regions: 2, Instances: 1, Shares: []float64{1}},
+		{Regions: 1, Instances: 1, QuotaDecrease: -1},
+	}
+	for _, d := range bad {
+		if _, err := Compute(p, d, Leased, 0); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%+v: %v", d, err)
+		}
+	}
+	if _, err := Compute(p, Deployment{Regions: 1, Instances: 1}, "magic", 0); !errors.Is(err, ErrInvalid) {
+		t.Error("unknown mode accepted")
+	}
+}
