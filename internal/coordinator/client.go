@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -84,8 +85,28 @@ func (c *Client) order() []string {
 }
 
 // Call runs fn against the leader. fn must pass opts to its RPC, so the
-// leader hint can be read from a refusal.
+// leader hint can be read from a refusal. While every replica answers
+// UNAVAILABLE (an election or failover in progress, or none reachable) it
+// retries with backoff until ctx ends.
 func (c *Client) Call(ctx context.Context, fn func(cc *grpc.ClientConn, opts ...grpc.CallOption) error) error {
+	backoff := 50 * time.Millisecond
+	for {
+		retry, err := c.callOnce(ctx, fn)
+		if !retry {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// callOnce tries every replica once, following leader hints. retry is
+// true when all answered UNAVAILABLE.
+func (c *Client) callOnce(ctx context.Context, fn func(cc *grpc.ClientConn, opts ...grpc.CallOption) error) (retry bool, err error) {
 	queue := c.order()
 	tried := map[string]bool{}
 	var last error
@@ -107,11 +128,11 @@ func (c *Client) Call(ctx context.Context, fn func(cc *grpc.ClientConn, opts ...
 			c.mu.Lock()
 			c.leader = addr
 			c.mu.Unlock()
-			return nil
+			return false, nil
 		}
 		last = fmt.Errorf("coordinator %s: %w", addr, err)
 		if status.Code(err) != codes.Unavailable {
-			return err // an answer, not a routing problem
+			return false, err // an answer, not a routing problem
 		}
 		if hint := md.Get(LeaderTrailer); len(hint) > 0 && !tried[hint[0]] {
 			c.mu.Lock()
@@ -121,9 +142,9 @@ func (c *Client) Call(ctx context.Context, fn func(cc *grpc.ClientConn, opts ...
 		}
 	}
 	if last == nil {
-		last = ctx.Err()
+		return false, ctx.Err()
 	}
-	return last
+	return ctx.Err() == nil, last
 }
 
 // Lease sends a lease request to the leader.
