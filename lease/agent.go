@@ -116,6 +116,14 @@ func (a *Agent) done() {
 	}
 }
 
+// LimitDegraded caps how long the degraded budget is enforced, to the
+// coordinator's reservation time handed out with grants.
+func (a *Agent) LimitDegraded(d time.Duration) {
+	if d > 0 && d < a.timing.DegradedTimeout {
+		a.timing.DegradedTimeout = d
+	}
+}
+
 // Grant returns the installed grant (zero if none) and until when, on the
 // agent's clock, it is valid.
 func (a *Agent) Grant() (Grant, time.Time) { return a.grant, a.validUntil }

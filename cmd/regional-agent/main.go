@@ -4,6 +4,7 @@
 //
 // Usage:
 //
+//	regional-agent serve --region R --redis ADDR --coordinator ADDR[,ADDR...] [flags]
 //	regional-agent demo --redis ADDR --policies FILE [flags]
 package main
 
@@ -24,6 +25,8 @@ Usage:
   regional-agent <command> [flags]
 
 Commands:
+  serve   run the agent: leases from the coordinator, checks over gRPC,
+          Envoy's rate-limit API and HTTP, metrics and health
   demo    drive traffic from many identities through the regional engine
           against a Redis and print what was admitted per policy
 
@@ -48,6 +51,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	var err error
 	switch args[0] {
+	case "serve":
+		err = runServe(ctx, args[1:], stderr)
 	case "demo":
 		err = runDemo(ctx, args[1:], stdout, stderr)
 	default:

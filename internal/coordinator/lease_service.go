@@ -142,6 +142,7 @@ func fill(out *pb.QuotaGrant, q *quota, g lease.Grant, t lease.Timing) {
 	out.ValidForMs = g.ValidFor.Milliseconds()
 	out.PolicyVersion = q.policy.Version
 	out.RenewAfterMs = t.RenewAfter().Milliseconds()
+	out.DegradedTimeoutMs = t.DegradedTimeout.Milliseconds()
 }
 
 func (c *Coordinator) validateLease(t *term, req *pb.LeaseRequest) error {

@@ -315,9 +315,12 @@ type QuotaGrant struct {
 	// RenewAfterMs suggests when to renew (before jitter).
 	RenewAfterMs int64 `protobuf:"varint,8,opt,name=renew_after_ms,json=renewAfterMs,proto3" json:"renew_after_ms,omitempty"`
 	// Code classifies error for programs.
-	Code          GrantError `protobuf:"varint,9,opt,name=code,proto3,enum=quotalease.v1.GrantError" json:"code,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Code GrantError `protobuf:"varint,9,opt,name=code,proto3,enum=quotalease.v1.GrantError" json:"code,omitempty"`
+	// DegradedTimeoutMs is how long the coordinator keeps a lapsed region's
+	// degraded budget reserved; the agent never enforces it for longer.
+	DegradedTimeoutMs int64 `protobuf:"varint,10,opt,name=degraded_timeout_ms,json=degradedTimeoutMs,proto3" json:"degraded_timeout_ms,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *QuotaGrant) Reset() {
@@ -413,6 +416,13 @@ func (x *QuotaGrant) GetCode() GrantError {
 	return GrantError_GRANT_ERROR_UNSPECIFIED
 }
 
+func (x *QuotaGrant) GetDegradedTimeoutMs() int64 {
+	if x != nil {
+		return x.DegradedTimeoutMs
+	}
+	return 0
+}
+
 var File_quotalease_v1_lease_proto protoreflect.FileDescriptor
 
 const file_quotalease_v1_lease_proto_rawDesc = "" +
@@ -431,7 +441,7 @@ const file_quotalease_v1_lease_proto_rawDesc = "" +
 	"\x03seq\x18\x05 \x01(\x04R\x03seq\"X\n" +
 	"\rLeaseResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x03R\x05epoch\x121\n" +
-	"\x06grants\x18\x02 \x03(\v2\x19.quotalease.v1.QuotaGrantR\x06grants\"\x9b\x02\n" +
+	"\x06grants\x18\x02 \x03(\v2\x19.quotalease.v1.QuotaGrantR\x06grants\"\xcb\x02\n" +
 	"\n" +
 	"QuotaGrant\x12\x14\n" +
 	"\x05quota\x18\x01 \x01(\tR\x05quota\x12\x14\n" +
@@ -443,7 +453,9 @@ const file_quotalease_v1_lease_proto_rawDesc = "" +
 	"validForMs\x12%\n" +
 	"\x0epolicy_version\x18\a \x01(\x03R\rpolicyVersion\x12$\n" +
 	"\x0erenew_after_ms\x18\b \x01(\x03R\frenewAfterMs\x12-\n" +
-	"\x04code\x18\t \x01(\x0e2\x19.quotalease.v1.GrantErrorR\x04code*\xa8\x01\n" +
+	"\x04code\x18\t \x01(\x0e2\x19.quotalease.v1.GrantErrorR\x04code\x12.\n" +
+	"\x13degraded_timeout_ms\x18\n" +
+	" \x01(\x03R\x11degradedTimeoutMs*\xa8\x01\n" +
 	"\n" +
 	"GrantError\x12\x1b\n" +
 	"\x17GRANT_ERROR_UNSPECIFIED\x10\x00\x12\x1d\n" +

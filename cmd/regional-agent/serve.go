@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/quota-lease/quota-lease/internal/agent"
+	"github.com/quota-lease/quota-lease/internal/coordinator"
+	"github.com/quota-lease/quota-lease/lease"
+)
+
+const serveUsage = `Usage: regional-agent serve --region R --redis ADDR --coordinator ADDR[,ADDR...] [flags]
+
+Runs the agent of one region. It loads the policies from the coordinator
+(or --policies FILE), leases a share of every global policy, and answers
+checks against the region's Redis over:
+  gRPC  quotalease.v1.CheckService and Envoy's
+        envoy.service.ratelimit.v3.RateLimitService (--grpc-listen)
+  HTTP  POST /v1/check, GET /metrics, /healthz, /readyz (--http-listen)
+
+When its lease may have expired and cannot be renewed it enforces the
+policy's degraded budget; when Redis is slower than --check-timeout or down
+it decides from a bounded in-process fallback. On SIGINT or SIGTERM it
+stops being ready, finishes in-flight checks and exits.
+
+Flags:
+`
+
+func runServe(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, serveUsage); fs.PrintDefaults() }
+	host, _ := os.Hostname()
+	region := fs.String("region", "", "region this agent enforces for (required)")
+	instance := fs.String("instance", host, "this agent's name within the region (unique per process)")
+	redisAddr := fs.String("redis", "127.0.0.1:6379", "the region's Redis (host:port)")
+	coordAddrs := fs.String("coordinator", "127.0.0.1:7400", "coordinator replicas, host:port[,host:port...]")
+	policies := fs.String("policies", "", "load policies from this YAML file instead of the coordinator")
+	grpcListen := fs.String("grpc-listen", "127.0.0.1:7500", "gRPC address (check API and Envoy rate-limit API)")
+	httpListen := fs.String("http-listen", "127.0.0.1:7501", "HTTP address (/v1/check, /metrics, /healthz, /readyz)")
+	checkTimeout := fs.Duration("check-timeout", 20*time.Millisecond, "longest a check waits for Redis before the local fallback decides")
+	drift := fs.Float64("drift", lease.DefaultTiming.Drift, "bound on any clock's rate error; match the coordinator's")
+	margin := fs.Duration("lease-margin", lease.DefaultTiming.Margin, "stop trusting a grant this much early, on top of drift")
+	fallbackKeys := fs.Int("fallback-keys", 100_000, "most identities the local fallback tracks")
+	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if *region == "" || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "serve: --region is required")
+		return errUsage
+	}
+	log := hclog.New(&hclog.LoggerOptions{Name: "regional-agent", Level: hclog.LevelFromString(*logLevel), Output: stderr})
+	rdb := redis.NewClient(&redis.Options{Addr: *redisAddr, MaxRetries: -1, ContextTimeoutEnabled: true,
+		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, PoolSize: 64})
+	defer rdb.Close()
+	cl, err := coordinator.NewClient(strings.Split(*coordAddrs, ","))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	src := agent.PoliciesFromCoordinator(cl)
+	if *policies != "" {
+		src = agent.PoliciesFromFile(*policies)
+	}
+	t := lease.DefaultTiming
+	t.Drift, t.Margin = *drift, *margin
+	a, err := agent.New(agent.Config{Region: *region, Instance: *instance, Redis: rdb, Coordinator: cl, Policies: src,
+		CheckTimeout: *checkTimeout, Timing: t, FallbackKeys: *fallbackKeys, Logger: log})
+	if err != nil {
+		return err
+	}
+	gl, err := net.Listen("tcp", *grpcListen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w (choose another with --grpc-listen)", *grpcListen, err)
+	}
+	hl, err := net.Listen("tcp", *httpListen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w (choose another with --http-listen)", *httpListen, err)
+	}
+	gs := grpc.NewServer()
+	a.RegisterGRPC(gs)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(gs, hs)
+	hsrv := &http.Server{Handler: a.HTTPHandler(), ReadHeaderTimeout: 5 * time.Second}
+
+	runCtx, stop := context.WithCancel(context.Background())
+	defer stop()
+	runErr := make(chan error, 1)
+	go func() { runErr <- a.Run(runCtx) }()
+	go gs.Serve(gl)
+	go hsrv.Serve(hl)
+	log.Info("serving", "region", *region, "instance", *instance, "grpc", gl.Addr().String(), "http", hl.Addr().String(), "redis", *redisAddr)
+	go func() {
+		for runCtx.Err() == nil && !a.Ready() {
+			time.Sleep(20 * time.Millisecond)
+		}
+		hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+		log.Info("ready")
+	}()
+
+	select {
+	case <-ctx.Done():
+	case err := <-runErr:
+		if err != nil {
+			return err
+		}
+	}
+	log.Info("shutting down: draining in-flight checks")
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a.Drain(dctx)
+	hsrv.Shutdown(dctx)
+	done := make(chan struct{})
+	go func() { gs.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-dctx.Done():
+		gs.Stop()
+	}
+	stop()
+	log.Info("stopped")
+	return nil
+}

@@ -1,0 +1,486 @@
+// Package agent is the regional agent: the per-region daemon services call
+// to ask "may this request go?". It holds leases on the shares of the
+// global policies (leaser), enforces the leased share in the region's Redis
+// with the regional engine, falls back to a bounded in-process bucket when
+// Redis is slow or down (behind a circuit breaker), and serves the same
+// decision over its own gRPC API, Envoy's rate-limit service and HTTP.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quota-lease/quota-lease/lease"
+	"github.com/quota-lease/quota-lease/regional"
+)
+
+// Modes a decision is made in, besides the lease modes.
+const (
+	ModeLocalFallback = "local-fallback"
+	ModeRegion        = "region"
+)
+
+// Config configures an Agent.
+type Config struct {
+	// Region this agent enforces for, and Instance, its name there.
+	Region, Instance string
+	// Redis is the region's Redis. Give it ContextTimeoutEnabled: true and
+	// MaxRetries: -1, so CheckTimeout bounds a slow Redis and a timed-out
+	// decision is not silently run twice.
+	Redis redis.UniversalClient
+	// Coordinator hands out leases.
+	Coordinator LeaseClient
+	// Policies loads the policy set; it is called at start and every
+	// PolicyRefresh.
+	Policies      func(ctx context.Context) ([]*regional.Policy, error)
+	PolicyRefresh time.Duration
+	// CheckTimeout bounds one decision against Redis; past it the check is
+	// decided by the local fallback. Default 20ms.
+	CheckTimeout time.Duration
+	// Timing: the agent side's drift, margin and longest degraded period.
+	// Lease durations come with the grants.
+	Timing lease.Timing
+	// RenewTick is how often leases are looked at for renewal (jittered by
+	// up to half). Default 100ms.
+	RenewTick time.Duration
+	// FallbackKeys bounds the local fallback's table. Default 100,000.
+	FallbackKeys int
+	// BreakerThreshold failures in a row open the breaker for
+	// BreakerCooldown. Defaults 3 and 1s.
+	BreakerThreshold int
+	BreakerCooldown  time.Duration
+	// IdempotencyWindow for the engine. Default 10s.
+	IdempotencyWindow time.Duration
+	// HotKeys is K of the top-K hottest identities per policy. Default 10.
+	HotKeys int
+	// Clock; time.Now by default.
+	Clock  func() time.Time
+	Logger hclog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.CheckTimeout == 0 {
+		c.CheckTimeout = 20 * time.Millisecond
+	}
+	if c.Timing == (lease.Timing{}) {
+		c.Timing = lease.DefaultTiming
+	}
+	if c.RenewTick == 0 {
+		c.RenewTick = 100 * time.Millisecond
+	}
+	if c.PolicyRefresh == 0 {
+		c.PolicyRefresh = 10 * time.Second
+	}
+	if c.FallbackKeys == 0 {
+		c.FallbackKeys = 100_000
+	}
+	if c.BreakerThreshold == 0 {
+		c.BreakerThreshold = 3
+	}
+	if c.BreakerCooldown == 0 {
+		c.BreakerCooldown = time.Second
+	}
+	if c.HotKeys == 0 {
+		c.HotKeys = 10
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.New(&hclog.LoggerOptions{Name: "agent"})
+	}
+}
+
+// Agent decides checks for one region. It is safe for concurrent use.
+type Agent struct {
+	cfg    Config
+	engine *regional.Engine
+	leaser *leaser
+	fb     *fallback
+	br     *breaker
+	m      *metrics
+	start  time.Time
+
+	hotMu sync.Mutex
+	hot   map[string]*topK
+
+	ready    atomic.Bool
+	inflight sync.WaitGroup
+	closing  atomic.Bool
+}
+
+// New returns an agent; Run starts its background work.
+func New(cfg Config) (*Agent, error) {
+	cfg.setDefaults()
+	switch {
+	case !regional.RegionNameRE.MatchString(cfg.Region):
+		return nil, fmt.Errorf("agent: region %q must be 1-63 characters of a-z, 0-9 and '-'", cfg.Region)
+	case cfg.Instance == "":
+		return nil, errors.New("agent: instance name is empty")
+	case cfg.Redis == nil || cfg.Coordinator == nil || cfg.Policies == nil:
+		return nil, errors.New("agent: Redis, Coordinator and Policies are required")
+	case cfg.CheckTimeout < 0:
+		return nil, fmt.Errorf("agent: check timeout %s is negative", cfg.CheckTimeout)
+	}
+	m := newMetrics()
+	eng, err := regional.NewEngine(cfg.Redis, nil, regional.Config{IdempotencyWindow: cfg.IdempotencyWindow})
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{cfg: cfg, engine: eng, m: m, start: cfg.Clock(), hot: map[string]*topK{},
+		leaser: newLeaser(cfg.Region, cfg.Instance, cfg.Coordinator, cfg.Timing, cfg.Clock, cfg.Logger, m),
+		fb:     newFallback(cfg.FallbackKeys), br: newBreaker(cfg.BreakerThreshold, cfg.BreakerCooldown, cfg.Clock)}
+	m.reg.MustRegister(hotCollector{a})
+	return a, nil
+}
+
+// Metrics returns the agent's Prometheus registry.
+func (a *Agent) Metrics() *MetricsRegistry { return a.m.reg }
+
+// Ready reports whether the agent has its policies and has completed one
+// lease round, so it can admit traffic.
+func (a *Agent) Ready() bool { return a.ready.Load() && !a.closing.Load() }
+
+// Run loads policies, leases, and keeps doing both until ctx ends. It
+// returns an error only when the first policy load fails.
+func (a *Agent) Run(ctx context.Context) error {
+	if err := a.loadPolicies(ctx); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { defer wg.Done(); a.leaseLoop(ctx) }()
+	go func() { defer wg.Done(); a.presenceLoop(ctx) }()
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(a.cfg.PolicyRefresh)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := a.loadPolicies(ctx); err != nil && ctx.Err() == nil {
+					a.cfg.Logger.Warn("policy refresh failed; keeping the current set", "error", err)
+				}
+			}
+		}
+	}()
+	wg.Wait()
+	return nil
+}
+
+// Drain marks the agent not ready and waits for in-flight checks, or ctx.
+func (a *Agent) Drain(ctx context.Context) {
+	a.closing.Store(true)
+	done := make(chan struct{})
+	go func() { a.inflight.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+func (a *Agent) loadPolicies(ctx context.Context) error {
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ps, err := a.cfg.Policies(lctx)
+	if err != nil {
+		return fmt.Errorf("load policies: %w", err)
+	}
+	if err := a.engine.SetPolicies(ps); err != nil {
+		return fmt.Errorf("load policies: %w", err)
+	}
+	a.leaser.setPolicies(ps)
+	return nil
+}
+
+func (a *Agent) leaseLoop(ctx context.Context) {
+	for {
+		rctx, cancel := context.WithTimeout(ctx, a.cfg.RenewTick*5)
+		a.leaser.renew(rctx)
+		cancel()
+		a.ready.Store(true)
+		a.leaser.updateMetrics(a.cfg.Clock())
+		jitter := time.Duration(float64(a.cfg.RenewTick) * (0.5 + randFloat()))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(jitter):
+		}
+	}
+}
+
+func (a *Agent) presenceLoop(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	decay := 0
+	for {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		if err := a.leaser.publish(pctx, a.cfg.Redis, 3*time.Second); err != nil && ctx.Err() == nil {
+			a.cfg.Logger.Debug("presence not published", "error", err)
+		}
+		cancel()
+		a.m.breakerOpen.Set(boolGauge(a.br.isOpen()))
+		if decay++; decay%30 == 0 {
+			a.decayHot()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Input is one check as a caller asks it.
+type Input struct {
+	Policy         string
+	Attributes     map[string]string
+	Cost           int64 // whole units; 0 means the policy's default
+	IdempotencyKey string
+}
+
+// Outcome is a decided check.
+type Outcome struct {
+	regional.Decision
+	// Mode it was decided in: leased, degraded, unleased, local-fallback
+	// or region.
+	Mode string
+	// Policy decided under.
+	Policy *regional.Policy
+	// Limits enforced (the share for global policies).
+	Limits regional.Limits
+}
+
+// plan is a validated check with the limits it is enforced under.
+type plan struct {
+	in     Input
+	p      *regional.Policy
+	cost   int64
+	limits regional.Limits
+	mode   string
+	// refuse, when set, is the decision without asking Redis: no share.
+	refuse *regional.Decision
+}
+
+// noShareRetryMs is the retry delay when a region has no share to admit
+// with: roughly until the next lease round.
+const noShareRetryMs = 1000
+
+// prepare validates in and picks the limits to enforce. Bad input returns
+// an error wrapping a regional sentinel.
+func (a *Agent) prepare(in Input) (plan, error) {
+	p, ok := a.engine.Policy(in.Policy)
+	if !ok {
+		return plan{}, fmt.Errorf("%w %q", regional.ErrUnknownPolicy, in.Policy)
+	}
+	cost := in.Cost
+	if cost == 0 {
+		cost = p.Cost
+	}
+	full := p.Limits()
+	if cost < 1 {
+		return plan{}, fmt.Errorf("policy %q: %w, got %d", p.Name, regional.ErrInvalidCost, cost)
+	}
+	if cost > full.Capacity/regional.Micro {
+		return plan{}, fmt.Errorf("policy %q: %w (cost %d)", p.Name, regional.ErrCostExceedsCapacity, cost)
+	}
+	if _, err := p.IdentityOf(in.Attributes); err != nil {
+		return plan{}, fmt.Errorf("policy %q: %w", p.Name, err)
+	}
+	pl := plan{in: in, p: p, cost: cost, limits: full, mode: ModeRegion}
+	if p.Scope == regional.ScopeRegion {
+		return pl, nil
+	}
+	amount, mode := a.leaser.enforce(p.Name, a.cfg.Clock())
+	pl.mode = string(mode)
+	l, ok := lease.ShareLimits(full, amount)
+	if !ok || cost*regional.Micro > l.Capacity {
+		pl.refuse = &regional.Decision{RetryAfterMs: noShareRetryMs}
+		return pl, nil
+	}
+	pl.limits = l
+	return pl, nil
+}
+
+// Check decides one request.
+func (a *Agent) Check(ctx context.Context, in Input) (Outcome, error) {
+	a.inflight.Add(1)
+	defer a.inflight.Done()
+	pl, err := a.prepare(in)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if pl.refuse != nil {
+		return a.finish(pl, *pl.refuse, pl.mode), nil
+	}
+	if !a.br.allow() {
+		return a.fallback(pl)
+	}
+	cctx, cancel := context.WithTimeout(ctx, a.cfg.CheckTimeout)
+	t0 := time.Now()
+	d, err := a.engine.Check(cctx, a.request(pl))
+	cancel()
+	a.m.redisLatency.Observe(time.Since(t0).Seconds())
+	if err != nil {
+		if isInputError(err) {
+			return Outcome{}, err
+		}
+		a.br.result(false)
+		return a.fallback(pl)
+	}
+	a.br.result(true)
+	a.fb.reset()
+	return a.finish(pl, d, pl.mode), nil
+}
+
+// CheckBatch decides many requests with one Redis round trip. Results are
+// in order; a refused one has Err set.
+func (a *Agent) CheckBatch(ctx context.Context, ins []Input) []BatchResult {
+	a.inflight.Add(1)
+	defer a.inflight.Done()
+	out := make([]BatchResult, len(ins))
+	plans := make([]plan, len(ins))
+	var reqs []regional.Request
+	var idx []int
+	for i, in := range ins {
+		pl, err := a.prepare(in)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		plans[i] = pl
+		if pl.refuse != nil {
+			out[i].Outcome = a.finish(pl, *pl.refuse, pl.mode)
+			continue
+		}
+		reqs = append(reqs, a.request(pl))
+		idx = append(idx, i)
+	}
+	if len(reqs) == 0 {
+		return out
+	}
+	if !a.br.allow() {
+		for _, i := range idx {
+			out[i].Outcome, out[i].Err = a.fallback(plans[i])
+		}
+		return out
+	}
+	cctx, cancel := context.WithTimeout(ctx, a.cfg.CheckTimeout)
+	t0 := time.Now()
+	res := a.engine.CheckBatch(cctx, reqs)
+	cancel()
+	a.m.redisLatency.Observe(time.Since(t0).Seconds())
+	failed := false
+	for j, r := range res {
+		i := idx[j]
+		switch {
+		case r.Err == nil:
+			out[i].Outcome = a.finish(plans[i], r.Decision, plans[i].mode)
+		case isInputError(r.Err):
+			out[i].Err = r.Err
+		default:
+			failed = true
+			out[i].Outcome, out[i].Err = a.fallback(plans[i])
+		}
+	}
+	a.br.result(!failed)
+	return out
+}
+
+// BatchResult is one result of CheckBatch.
+type BatchResult struct {
+	Outcome
+	Err error
+}
+
+func (a *Agent) request(pl plan) regional.Request {
+	l := pl.limits
+	return regional.Request{Policy: pl.p.Name, Attributes: pl.in.Attributes, Cost: pl.cost, IdempotencyKey: pl.in.IdempotencyKey, Limits: &l}
+}
+
+// fallback decides pl in-process on the region's share divided among its
+// live instances.
+func (a *Agent) fallback(pl plan) (Outcome, error) {
+	n := int64(a.leaser.liveInstances())
+	l := pl.limits.Scale(1, n)
+	if l.Validate() != nil || pl.cost*regional.Micro > l.Capacity {
+		return a.finish(pl, regional.Decision{RetryAfterMs: noShareRetryMs}, ModeLocalFallback), nil
+	}
+	id, _ := pl.p.IdentityOf(pl.in.Attributes)
+	nowMs := a.cfg.Clock().Sub(a.start).Milliseconds() + 1_000_000 // monotonic, never negative
+	d, full, err := a.fb.decide(pl.p.Name+"\x00"+id, l, nowMs, pl.cost*regional.Micro)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("local fallback: %w", err)
+	}
+	if full {
+		a.cfg.Logger.Warn("local fallback table full; rejecting new identities", "keys", a.cfg.FallbackKeys)
+	}
+	return a.finish(pl, d, ModeLocalFallback), nil
+}
+
+// finish records metrics and demand and returns the outcome.
+func (a *Agent) finish(pl plan, d regional.Decision, mode string) Outcome {
+	now := a.cfg.Clock()
+	a.leaser.observe(pl.p.Name, pl.cost*regional.Micro, now)
+	result := "rejected"
+	if d.Allowed {
+		result = "allowed"
+		switch mode {
+		case string(lease.ModeDegraded):
+			a.m.budgetAdmits.WithLabelValues(pl.p.Name, "degraded").Inc()
+		case ModeLocalFallback:
+			a.m.budgetAdmits.WithLabelValues(pl.p.Name, ModeLocalFallback).Inc()
+		}
+	}
+	a.m.decisions.WithLabelValues(pl.p.Name, mode, result).Inc()
+	if id, err := pl.p.IdentityOf(pl.in.Attributes); err == nil {
+		a.hotFor(pl.p.Name).add(id, pl.cost)
+	}
+	return Outcome{Decision: d, Mode: mode, Policy: pl.p, Limits: pl.limits}
+}
+
+func (a *Agent) hotFor(policy string) *topK {
+	a.hotMu.Lock()
+	defer a.hotMu.Unlock()
+	t := a.hot[policy]
+	if t == nil {
+		t = newTopK(a.cfg.HotKeys)
+		a.hot[policy] = t
+	}
+	return t
+}
+
+// decayHot halves every policy's top-K counts.
+func (a *Agent) decayHot() {
+	a.hotMu.Lock()
+	defer a.hotMu.Unlock()
+	for _, t := range a.hot {
+		t.decay()
+	}
+}
+
+func isInputError(err error) bool {
+	for _, e := range []error{regional.ErrUnknownPolicy, regional.ErrInvalidCost, regional.ErrCostExceedsCapacity,
+		regional.ErrInvalidIdentity, regional.ErrInvalidRequest, regional.ErrInvalidLimits} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}

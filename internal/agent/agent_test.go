@@ -1,0 +1,381 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/quota-lease/quota-lease/internal/faultproxy"
+	"github.com/quota-lease/quota-lease/lease"
+	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
+	"github.com/quota-lease/quota-lease/regional"
+)
+
+var tenantA = map[string]string{"tenant": "a"}
+
+// The agent enforces its leased share, not the global limit: with eu
+// holding a floor of 60 of a 100-per-10s quota, the us agent admits 40.
+func TestEnforcesLeasedShare(t *testing.T) {
+	prefix := newPrefix(t)
+	k := startCoordinator(t, prefix, "")
+	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nalgorithm: sliding_log\nlimit: 100\nperiod: 10s\nfloors: {eu: 60}\n")
+	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, nil)
+	ctx := t.Context()
+	// Demand makes the share grow to what eu's floor leaves: 40.
+	waitFor(t, 10*time.Second, "us share to reach 40", func() bool {
+		ra.a.Check(ctx, Input{Policy: "api", Attributes: map[string]string{"tenant": "warmup"}, Cost: 1})
+		amt, m := ra.a.leaser.enforce("api", time.Now())
+		return m == lease.ModeLeased && amt == 40*regional.Micro
+	})
+	admitted := 0
+	for i := 0; i < 150; i++ {
+		o, err := ra.a.Check(ctx, Input{Policy: "api", Attributes: tenantA, Cost: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.Allowed {
+			admitted++
+		}
+		if o.Mode != string(lease.ModeLeased) {
+			t.Fatalf("check %d decided in mode %s", i, o.Mode)
+		}
+	}
+	if admitted != 40 {
+		t.Fatalf("admitted %d of 150 in one window, want exactly the leased 40 (not the global 100)", admitted)
+	}
+}
+
+// When the coordinator stops, the agent switches to the degraded budget
+// exactly when its lease may have expired; when a coordinator is back it
+// resumes leased mode.
+func TestDegradedAtExpiryThenRecovers(t *testing.T) {
+	prefix := newPrefix(t)
+	k := startCoordinator(t, prefix, "")
+	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\nfailure: {mode: static-share, static_fraction: 0.2}\n")
+	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, nil)
+	ctx := t.Context()
+	waitFor(t, 10*time.Second, "a leased share above the static one", func() bool {
+		ra.a.Check(ctx, Input{Policy: "api", Attributes: tenantA, Cost: 1})
+		amt, m := ra.a.leaser.enforce("api", time.Now())
+		return m == lease.ModeLeased && amt > 20*regional.Micro
+	})
+	k.stop()
+	time.Sleep(50 * time.Millisecond) // any renewal in flight has failed by now
+	ra.a.leaser.mu.Lock()
+	_, validUntil := ra.a.leaser.quotas["api"].a.Grant()
+	ra.a.leaser.mu.Unlock()
+	var switched time.Time
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		o, err := ra.a.Check(ctx, Input{Policy: "api", Attributes: tenantA, Cost: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now()
+		if o.Mode == string(lease.ModeDegraded) {
+			switched = now
+			if o.Limits.Rate != 20*regional.Micro {
+				t.Fatalf("degraded budget %d, want the static 20/s", o.Limits.Rate)
+			}
+			break
+		}
+		if !now.Before(validUntil) {
+			t.Fatalf("still %s at %v, after the lease may have expired (%v)", o.Mode, now, validUntil)
+		}
+	}
+	if switched.IsZero() {
+		t.Fatal("never switched to degraded")
+	}
+	if early := validUntil.Sub(switched); early > 0 {
+		t.Fatalf("switched %v before the lease could have expired", early)
+	}
+	if late := switched.Sub(validUntil); late > 50*time.Millisecond {
+		t.Fatalf("switched %v after the lease may have expired", late)
+	}
+	// A coordinator comes back (a new leader on the same etcd state).
+	startCoordinator(t, prefix, k.addr)
+	waitFor(t, 15*time.Second, "leased mode again", func() bool {
+		o, _ := ra.a.Check(ctx, Input{Policy: "api", Attributes: tenantA, Cost: 1})
+		return o.Mode == string(lease.ModeLeased)
+	})
+}
+
+// Envoy's rate-limit API, through go-control-plane's own client.
+func TestEnvoyRateLimitService(t *testing.T) {
+	prefix := newPrefix(t)
+	k := startCoordinator(t, prefix, "")
+	setPolicy(t, k.addr, "name: login\nidentity: [ip]\nalgorithm: sliding_log\nlimit: 5\nperiod: 1m\nscope: region\n")
+	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, nil)
+	client := rlsv3.NewRateLimitServiceClient(grpcConn(t, ra.grpcAddr))
+	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonrl.RateLimitDescriptor{{
+		Entries: []*commonrl.RateLimitDescriptor_Entry{{Key: "generic_key", Value: "login"}, {Key: "remote_address", Value: "10.1.2.3"}}}}}
+	for i := 0; i < 5; i++ {
+		resp, err := client.ShouldRateLimit(t.Context(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("request %d: %s, want OK", i, resp.OverallCode)
+		}
+		st := resp.Statuses[0]
+		if st.CurrentLimit.RequestsPerUnit != 5 || st.CurrentLimit.Unit != rlsv3.RateLimitResponse_RateLimit_MINUTE || st.LimitRemaining != uint32(4-i) {
+			t.Fatalf("request %d: status %v", i, st)
+		}
+	}
+	resp, err := client.ShouldRateLimit(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].Code != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("6th request: %v, want OVER_LIMIT", resp)
+	}
+	// Another IP has its own limit.
+	req.Descriptors[0].Entries[1].Value = "10.9.9.9"
+	if resp, _ := client.ShouldRateLimit(t.Context(), req); resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("another ip: %s", resp.OverallCode)
+	}
+	// A descriptor naming no policy is a clear error.
+	bad := &rlsv3.RateLimitRequest{Descriptors: []*commonrl.RateLimitDescriptor{{Entries: []*commonrl.RateLimitDescriptor_Entry{{Key: "ip", Value: "1"}}}}}
+	if _, err := client.ShouldRateLimit(t.Context(), bad); err == nil || !strings.Contains(err.Error(), "names no policy") {
+		t.Fatalf("descriptor without policy: %v", err)
+	}
+}
+
+// The HTTP 429, header by header and body field by field.
+func TestHTTP429Contract(t *testing.T) {
+	prefix := newPrefix(t)
+	k := startCoordinator(t, prefix, "")
+	setPolicy(t, k.addr, "name: search\nidentity: [user]\nalgorithm: fixed_window\nlimit: 2\nperiod: 1m\nscope: region\n")
+	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, nil)
+	post := func(body string) *http.Response {
+		resp, err := http.Post(ra.httpURL+"/v1/check", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	check := `{"policy":"search","attributes":{"user":"u1"}}`
+	for i := 0; i < 2; i++ {
+		if r := post(check); r.StatusCode != 200 || r.Header.Get("RateLimit-Remaining") != []string{"1", "0"}[i] {
+			t.Fatalf("check %d: %d remaining %q", i, r.StatusCode, r.Header.Get("RateLimit-Remaining"))
+		}
+	}
+	r := post(check)
+	if r.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("third check: %d, want 429", r.StatusCode)
+	}
+	h := r.Header
+	wantHeaders := map[string]string{
+		"Content-Type":        "application/problem+json",
+		"Cache-Control":       "no-store",
+		"RateLimit-Limit":     "2",
+		"RateLimit-Remaining": "0",
+		"RateLimit-Policy":    "2;w=60",
+	}
+	for k, v := range wantHeaders {
+		if got := h.Get(k); got != v {
+			t.Errorf("header %s = %q, want %q", k, got, v)
+		}
+	}
+	var body map[string]any
+	raw, _ := io.ReadAll(r.Body)
+	if err := json.Unmarshal(raw, &body); err != nil {
+		t.Fatalf("body %q: %v", raw, err)
+	}
+	retryMs := int64(body["retry_after_ms"].(float64))
+	if retryMs <= 0 || retryMs > 60_000 {
+		t.Fatalf("retry_after_ms %d", retryMs)
+	}
+	if got, want := h.Get("Retry-After"), ceilSeconds(retryMs); got != want || got == "0" {
+		t.Errorf("Retry-After %q, want %q (whole seconds, rounded up)", got, want)
+	}
+	if got := h.Get("RateLimit-Reset"); got != ceilSeconds(retryMs) {
+		t.Errorf("RateLimit-Reset %q, want %q", got, ceilSeconds(retryMs))
+	}
+	wantBody := map[string]any{"type": ProblemRateLimited, "title": "Too Many Requests", "status": float64(429), "policy": "search"}
+	for k, v := range wantBody {
+		if body[k] != v {
+			t.Errorf("body %s = %v, want %v", k, body[k], v)
+		}
+	}
+	if d, _ := body["detail"].(string); !strings.Contains(d, "search") {
+		t.Errorf("detail %q does not name the policy", d)
+	}
+	if strings.Contains(string(raw), "rl:") || strings.Contains(string(raw), "{search") {
+		t.Errorf("body leaks an internal key: %s", raw)
+	}
+	// Bad input: clear problems, never 5xx.
+	for _, c := range []struct {
+		body   string
+		status int
+		text   string
+	}{
+		{`{"policy":"nope","attributes":{"user":"u"}}`, 400, "unknown policy"},
+		{`{"policy":"search","attributes":{}}`, 400, `needs attribute \"user\"`},
+		{`{"policy":"search","attributes":{"user":"u"},"cost":-1}`, 400, "positive"},
+		{`not json`, 400, "must be JSON"},
+		{`{"policy":"search","attributes":{"user":"` + strings.Repeat("x", MaxCheckBody) + `"}}`, 413, "larger than"},
+	} {
+		r := post(c.body)
+		raw, _ := io.ReadAll(r.Body)
+		if r.StatusCode != c.status || r.Header.Get("Content-Type") != "application/problem+json" || !strings.Contains(string(raw), c.text) {
+			t.Errorf("%.40s: %d %s, want %d mentioning %q", c.body, r.StatusCode, raw, c.status, c.text)
+		}
+	}
+	if r, _ := http.Get(ra.httpURL + "/v1/check"); r.StatusCode != 405 || r.Header.Get("Allow") != "POST" {
+		t.Errorf("GET /v1/check: %d", r.StatusCode)
+	}
+	if r, _ := http.Get(ra.httpURL + "/readyz"); r.StatusCode != 200 {
+		t.Errorf("readyz: %d", r.StatusCode)
+	}
+	r2, _ := http.Get(ra.httpURL + "/metrics")
+	m, _ := io.ReadAll(r2.Body)
+	for _, want := range []string{`quotalease_agent_decisions_total{mode="region",policy="search",result="rejected"}`, "quotalease_agent_redis_seconds_bucket", `quotalease_agent_hot_identity_cost{identity="user=u1",policy="search"}`} {
+		if !strings.Contains(string(m), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+// A TCP proxy in front of Redis adds latency above the check timeout, then
+// cuts the connection: checks keep answering within the timeout, from the
+// local fallback, whose admissions never exceed its budget.
+func TestRedisSlowThenGone(t *testing.T) {
+	prefix := newPrefix(t)
+	k := startCoordinator(t, prefix, "")
+	// Region-scoped: the whole limit is this region's; one instance, so the
+	// fallback budget is the full 20/s with a burst of 20.
+	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 20\nperiod: 1s\nscope: region\n")
+	redisSrv := startRedis(t)
+	proxy, err := faultproxy.Start(redisSrv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	const timeout = 20 * time.Millisecond
+	ra := startAgent(t, "us", proxy.Addr, []string{k.addr}, func(c *Config) { c.CheckTimeout = timeout })
+	ctx := t.Context()
+	if o, err := ra.a.Check(ctx, Input{Policy: "api", Attributes: tenantA, Cost: 1}); err != nil || o.Mode != ModeRegion {
+		t.Fatalf("healthy: %+v %v", o, err)
+	}
+	run := func(phase string, d time.Duration) (admitted int, elapsed time.Duration) {
+		start := time.Now()
+		for time.Since(start) < d {
+			t0 := time.Now()
+			o, err := ra.a.Check(ctx, Input{Policy: "api", Attributes: tenantA, Cost: 1})
+			took := time.Since(t0)
+			if err != nil {
+				t.Fatalf("%s: %v", phase, err)
+			}
+			// Generous slack for a loaded machine; Redis itself now takes
+			// 300 ms or forever, so a check waiting on it would show.
+			if took > timeout+100*time.Millisecond {
+				t.Fatalf("%s: a check took %v, the timeout is %v", phase, took, timeout)
+			}
+			if o.Mode != ModeLocalFallback && o.Mode != ModeRegion {
+				t.Fatalf("%s: mode %s", phase, o.Mode)
+			}
+			if o.Allowed && o.Mode == ModeLocalFallback {
+				admitted++
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		return admitted, time.Since(start)
+	}
+	proxy.SetDelay(300 * time.Millisecond)
+	slow, slowFor := run("slow", 1500*time.Millisecond)
+	proxy.Cut()
+	gone, goneFor := run("gone", 1500*time.Millisecond)
+	// The fallback bucket (20/s, burst 20) started full once, at the first
+	// fallback decision: at most 20 + 20/s over the whole outage.
+	budget := 20 + 20*(slowFor+goneFor).Seconds()
+	if total := float64(slow + gone); total > budget || total == 0 {
+		t.Fatalf("fallback admitted %v over %v, budget %.0f", total, slowFor+goneFor, budget)
+	}
+	if !ra.a.br.isOpen() {
+		t.Fatal("breaker not open while Redis is gone")
+	}
+	proxy.Restore()
+	waitFor(t, 5*time.Second, "Redis decisions again", func() bool {
+		o, _ := ra.a.Check(ctx, Input{Policy: "api", Attributes: tenantA, Cost: 1})
+		return o.Mode == ModeRegion
+	})
+}
+
+// A restarted agent forgets nothing that matters: the coordinator keeps
+// counting the old process's grant until it expires, so the region cannot
+// be granted twice.
+func TestAgentRestartForgetsNoLease(t *testing.T) {
+	prefix := newPrefix(t)
+	k := startCoordinator(t, prefix, "")
+	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\n")
+	redisAddr := startRedis(t).Addr
+	first := startAgent(t, "us", redisAddr, []string{k.addr}, nil)
+	ctx := t.Context()
+	waitFor(t, 10*time.Second, "a share", func() bool {
+		first.a.Check(ctx, Input{Policy: "api", Attributes: tenantA, Cost: 1})
+		amt, _ := first.a.leaser.enforce("api", time.Now())
+		return amt > 50*regional.Micro
+	})
+	held, _ := first.a.leaser.enforce("api", time.Now())
+	first.stop()
+	second := startAgent(t, "us", redisAddr, []string{k.addr}, nil)
+	if o, _ := second.a.Check(ctx, Input{Policy: "api", Attributes: tenantA, Cost: 1}); o.Mode == string(lease.ModeLeased) && o.Limits.Rate > 0 {
+		// The new process may already hold a grant; it comes out of what
+		// the region may enforce, not on top of it.
+		_ = o
+	}
+	adm := pb.NewAdminServiceClient(grpcConn(t, k.addr))
+	ls, err := adm.ListLeases(ctx, &pb.ListLeasesRequest{Region: "us"})
+	if err != nil || len(ls.Leases) != 1 {
+		t.Fatalf("leases: %v %v", ls, err)
+	}
+	if ls.Leases[0].Enforcing < held {
+		t.Fatalf("after the restart the coordinator books %d for us, but the old process held %d", ls.Leases[0].Enforcing, held)
+	}
+	if ls.Leases[0].Enforcing > 100*regional.Micro {
+		t.Fatalf("us may enforce %d, above the limit", ls.Leases[0].Enforcing)
+	}
+	_ = second
+}
+
+// The gRPC check API, single and batch, with bad input in the batch.
+func TestGRPCCheckAPI(t *testing.T) {
+	prefix := newPrefix(t)
+	k := startCoordinator(t, prefix, "")
+	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 3\nperiod: 1m\nscope: region\n")
+	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, nil)
+	c := pb.NewCheckServiceClient(grpcConn(t, ra.grpcAddr))
+	r, err := c.Check(t.Context(), &pb.CheckRequest{Policy: "api", Attributes: tenantA})
+	if err != nil || !r.Allowed || r.Remaining != 2 || r.Mode != ModeRegion || r.Policy != "api" || r.Limit != 3 || r.PeriodMs != 60_000 {
+		t.Fatalf("check: %v %v", r, err)
+	}
+	b, err := c.CheckBatch(t.Context(), &pb.CheckBatchRequest{Checks: []*pb.CheckRequest{
+		{Policy: "api", Attributes: tenantA, Cost: 2},
+		{Policy: "api", Attributes: tenantA},
+		{Policy: "nope", Attributes: tenantA},
+		{Policy: "api", Attributes: tenantA, Cost: 4},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := b.Results
+	if !res[0].Response.Allowed || res[1].Response.Allowed || res[1].Response.RetryAfterMs <= 0 {
+		t.Fatalf("batch decisions: %v", res)
+	}
+	if !strings.Contains(res[2].Error, "unknown policy") || !strings.Contains(res[3].Error, "never be admitted") {
+		t.Fatalf("batch errors: %q %q", res[2].Error, res[3].Error)
+	}
+	if _, err := c.Check(t.Context(), &pb.CheckRequest{Policy: "api", Attributes: map[string]string{}}); err == nil {
+		t.Fatal("missing identity accepted")
+	}
+}
+
+var _ = context.Background

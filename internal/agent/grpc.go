@@ -1,0 +1,76 @@
+package agent
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
+	"github.com/quota-lease/quota-lease/regional"
+)
+
+// MaxBatch bounds a batch of checks.
+const MaxBatch = 1000
+
+// checkServer serves quotalease.v1.CheckService.
+type checkServer struct {
+	pb.UnimplementedCheckServiceServer
+	a *Agent
+}
+
+// RegisterGRPC adds the check service and Envoy's rate-limit service to s.
+func (a *Agent) RegisterGRPC(s *grpc.Server) {
+	pb.RegisterCheckServiceServer(s, &checkServer{a: a})
+	registerEnvoy(s, a)
+}
+
+func (s *checkServer) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error) {
+	o, err := s.a.Check(ctx, input(req))
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return response(o), nil
+}
+
+func (s *checkServer) CheckBatch(ctx context.Context, req *pb.CheckBatchRequest) (*pb.CheckBatchResponse, error) {
+	if len(req.Checks) > MaxBatch {
+		return nil, status.Errorf(codes.InvalidArgument, "a batch holds at most %d checks, got %d", MaxBatch, len(req.Checks))
+	}
+	ins := make([]Input, len(req.Checks))
+	for i, c := range req.Checks {
+		ins[i] = input(c)
+	}
+	res := s.a.CheckBatch(ctx, ins)
+	out := &pb.CheckBatchResponse{Results: make([]*pb.CheckResult, len(res))}
+	for i, r := range res {
+		if r.Err != nil {
+			out.Results[i] = &pb.CheckResult{Error: r.Err.Error()}
+			continue
+		}
+		out.Results[i] = &pb.CheckResult{Response: response(r.Outcome)}
+	}
+	return out, nil
+}
+
+func input(r *pb.CheckRequest) Input {
+	return Input{Policy: r.Policy, Attributes: r.Attributes, Cost: r.Cost, IdempotencyKey: r.IdempotencyKey}
+}
+
+// enforcedLimit is the limit an outcome enforced, in whole units per the
+// policy's period: the policy's limit scaled by the share.
+func enforcedLimit(o Outcome) float64 {
+	full := o.Policy.Limits()
+	if full.Algorithm == regional.TokenBucket {
+		return o.Policy.Limit * float64(o.Limits.Rate) / float64(full.Rate)
+	}
+	return o.Policy.Limit * float64(o.Limits.Capacity) / float64(full.Capacity)
+}
+
+func response(o Outcome) *pb.CheckResponse {
+	return &pb.CheckResponse{Allowed: o.Allowed, Remaining: o.RemainingUnits(), RetryAfterMs: o.RetryAfterMs,
+		ResetMs: o.ResetAfterMs, Policy: o.Policy.Name, Mode: o.Mode, Limit: enforcedLimit(o),
+		PeriodMs: time.Duration(o.Policy.Period).Milliseconds(), Replayed: o.Replayed}
+}

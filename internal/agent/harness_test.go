@@ -1,0 +1,197 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/quota-lease/quota-lease/internal/coordinator"
+	"github.com/quota-lease/quota-lease/internal/etcdembed"
+	"github.com/quota-lease/quota-lease/internal/redistest"
+	"github.com/quota-lease/quota-lease/lease"
+	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
+)
+
+var etcdEndpoint string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "agent-etcd-")
+	if err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	srv, err := etcdembed.Start(ctx, etcdembed.Config{Dir: dir})
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	etcdEndpoint = srv.Endpoint
+	code := m.Run()
+	srv.Close()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+var seq atomic.Int64
+
+// testTiming: 2 s leases so expiry happens within a test.
+var testTiming = lease.Timing{ValidFor: 2 * time.Second, Drift: 1e-4, Margin: 20 * time.Millisecond, DegradedTimeout: 30 * time.Second}
+
+// coord is a coordinator replica in this process.
+type coord struct {
+	c    *coordinator.Coordinator
+	cli  *clientv3.Client
+	srv  *grpc.Server
+	addr string
+	stop func()
+}
+
+func startCoordinator(t testing.TB, prefix string, addr string) *coord {
+	t.Helper()
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcdEndpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &coord{cli: cli, srv: grpc.NewServer(), addr: lis.Addr().String()}
+	k.c, err = coordinator.New(cli, coordinator.Config{Name: "c", Advertise: k.addr, Prefix: prefix, Regions: []string{"us", "eu", "ap"},
+		Timing: testTiming, SessionTTL: 2 * time.Second, RebalanceInterval: 50 * time.Millisecond, FlushInterval: 200 * time.Millisecond,
+		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Error})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.c.Register(k.srv)
+	go k.srv.Serve(lis)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { k.c.Run(ctx); close(done) }()
+	var once sync.Once
+	k.stop = func() { once.Do(func() { k.srv.Stop(); cli.Close(); cancel(); <-done }) } // a crash: no resign
+	t.Cleanup(k.stop)
+	deadline := time.Now().Add(15 * time.Second)
+	for !k.c.IsLeader() {
+		if time.Now().After(deadline) {
+			t.Fatal("coordinator did not become leader")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return k
+}
+
+func setPolicy(t testing.TB, addr, yaml string) {
+	t.Helper()
+	cl, err := coordinator.NewClient([]string{addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	err = cl.Call(context.Background(), func(cc *grpc.ClientConn, opts ...grpc.CallOption) error {
+		_, err := pb.NewAdminServiceClient(cc).SetPolicy(context.Background(), &pb.SetPolicyRequest{Yaml: yaml}, opts...)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runningAgent is an Agent with its gRPC and HTTP servers on loopback.
+type runningAgent struct {
+	a        *Agent
+	grpcAddr string
+	httpURL  string
+	stop     func()
+}
+
+func startAgent(t testing.TB, region, redisAddr string, coordAddrs []string, mod func(*Config)) *runningAgent {
+	t.Helper()
+	cl, err := coordinator.NewClient(coordAddrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, MaxRetries: -1, ContextTimeoutEnabled: true, DialTimeout: 200 * time.Millisecond,
+		ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond, PoolSize: 32})
+	cfg := Config{Region: region, Instance: region + "-1", Redis: rdb, Coordinator: cl, Policies: PoliciesFromCoordinator(cl),
+		PolicyRefresh: 200 * time.Millisecond, Timing: testTiming, RenewTick: 20 * time.Millisecond,
+		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Error})}
+	if mod != nil {
+		mod(&cfg)
+	}
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { a.Run(ctx); close(done) }()
+	gl, _ := net.Listen("tcp", "127.0.0.1:0")
+	hl, _ := net.Listen("tcp", "127.0.0.1:0")
+	gs := grpc.NewServer()
+	a.RegisterGRPC(gs)
+	go gs.Serve(gl)
+	hs := &http.Server{Handler: a.HTTPHandler()}
+	go hs.Serve(hl)
+	var once sync.Once
+	ra := &runningAgent{a: a, grpcAddr: gl.Addr().String(), httpURL: "http://" + hl.Addr().String(), stop: func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			gs.Stop()
+			hs.Close()
+			rdb.Close()
+			cl.Close()
+		})
+	}}
+	t.Cleanup(ra.stop)
+	deadline := time.Now().Add(10 * time.Second)
+	for !a.Ready() {
+		if time.Now().After(deadline) {
+			t.Fatal("agent not ready")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return ra
+}
+
+func grpcConn(t testing.TB, addr string) *grpc.ClientConn {
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+func newPrefix(t testing.TB) string { return fmt.Sprintf("/agenttest/%s/%d", t.Name(), seq.Add(1)) }
+
+func startRedis(t testing.TB) *redistest.Server { return redistest.Start(t) }
+
+func waitFor(t testing.TB, limit time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", limit, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,302 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quota-lease/quota-lease/internal/coordinator"
+	"github.com/quota-lease/quota-lease/lease"
+	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
+	"github.com/quota-lease/quota-lease/regional"
+)
+
+// LeaseClient is what the agent needs of the coordinator.
+// *coordinator.Client satisfies it.
+type LeaseClient interface {
+	Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.LeaseResponse, error)
+}
+
+// leaser holds this process's leases on the global policies and renews
+// them. Every agent instance of a region leases on its own: the
+// coordinator counts a region at the largest of its instances' grants,
+// since they enforce one Redis bucket whose refill never exceeds the
+// largest rate any caller passes. Demand is summed across instances
+// through Redis, so the coordinator sees the region's, not one instance's.
+type leaser struct {
+	region, instance, nonce string
+	coord                   LeaseClient
+	timing                  lease.Timing
+	now                     func() time.Time
+	log                     hclog.Logger
+	m                       *metrics
+
+	mu        sync.Mutex
+	quotas    map[string]*quotaLease
+	instances int // live instances in the region, at least 1
+}
+
+type quotaLease struct {
+	a      *lease.Agent
+	policy *regional.Policy
+	meter  *meter
+	region int64 // region-wide demand (amount units), from Redis
+}
+
+func newLeaser(region, instance string, coord LeaseClient, t lease.Timing, now func() time.Time, log hclog.Logger, m *metrics) *leaser {
+	return &leaser{region: region, instance: instance, nonce: fmt.Sprintf("%s-%d-%x", instance, now().UnixNano(), rand.Uint64()),
+		coord: coord, timing: t, now: now, log: log, m: m, quotas: map[string]*quotaLease{}, instances: 1}
+}
+
+// setPolicies starts leasing new global policies and forgets deleted ones.
+// A policy whose algorithm changed starts a new lease.
+func (l *leaser) setPolicies(ps []*regional.Policy) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	keep := map[string]bool{}
+	for _, p := range ps {
+		if p.Scope != regional.ScopeGlobal {
+			continue
+		}
+		keep[p.Name] = true
+		q := l.quotas[p.Name]
+		if q == nil || q.policy.Algorithm != p.Algorithm {
+			q = &quotaLease{a: lease.NewAgent(l.timing, p.Failure, lease.Amount(p.Limits())), meter: newMeter()}
+			l.quotas[p.Name] = q
+		}
+		q.policy = p
+	}
+	for name := range l.quotas {
+		if !keep[name] {
+			delete(l.quotas, name)
+		}
+	}
+}
+
+// enforce returns the amount policy name may enforce now and the mode.
+func (l *leaser) enforce(name string, now time.Time) (int64, lease.Mode) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	q := l.quotas[name]
+	if q == nil {
+		return 0, lease.ModeNone
+	}
+	return q.a.Enforce(now)
+}
+
+// observe counts cost (micro-units) asked of policy name: its demand.
+func (l *leaser) observe(name string, cost int64, now time.Time) {
+	l.mu.Lock()
+	q := l.quotas[name]
+	l.mu.Unlock()
+	if q != nil {
+		q.meter.add(cost, now)
+	}
+}
+
+func (l *leaser) liveInstances() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.instances
+}
+
+// demandAmount converts a demand rate (micro-units/s) to the policy's
+// amount unit (per second for a token bucket, per window otherwise).
+func demandAmount(p *regional.Policy, rate int64) int64 {
+	l := p.Limits()
+	if l.Algorithm == regional.TokenBucket {
+		return rate
+	}
+	return rate * l.WindowMs / 1000
+}
+
+// renew sends one request for every quota whose renewal is due and
+// applies the answers. It reports whether all of them got grants.
+func (l *leaser) renew(ctx context.Context) bool {
+	now := l.now()
+	l.mu.Lock()
+	type sent struct {
+		name string
+		q    *quotaLease
+		req  lease.Request
+	}
+	var out []sent
+	pr := &pb.LeaseRequest{Region: l.region, Instance: l.instance, Nonce: l.nonce}
+	names := make([]string, 0, len(l.quotas))
+	for n := range l.quotas {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		q := l.quotas[n]
+		if !q.a.NeedsRenewal(now) {
+			continue
+		}
+		r := q.a.Sending(now)
+		demand := max(q.region, demandAmount(q.policy, q.meter.rate(now)))
+		pr.Quotas = append(pr.Quotas, &pb.QuotaRequest{Quota: n, GrantId: r.GrantID, Seq: r.Seq, Demand: demand})
+		out = append(out, sent{n, q, r})
+	}
+	l.mu.Unlock()
+	if len(out) == 0 {
+		return true
+	}
+	resp, err := l.coord.Lease(ctx, pr)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		for _, s := range out {
+			s.q.a.Failed(s.req, err)
+		}
+		l.m.renewFails.WithLabelValues("unavailable").Inc()
+		l.log.Warn("lease renewal failed", "quotas", len(out), "error", err)
+		return false
+	}
+	ok := true
+	for i, g := range resp.Grants {
+		if i >= len(out) {
+			break
+		}
+		s := out[i]
+		if err := coordinator.GrantErr(g); err != nil {
+			s.q.a.Failed(s.req, err)
+			l.m.renewFails.WithLabelValues("refused").Inc()
+			l.log.Warn("lease refused", "quota", s.name, "error", err)
+			ok = false
+			continue
+		}
+		s.q.a.LimitDegraded(time.Duration(g.DegradedTimeoutMs) * time.Millisecond)
+		amount := g.Rate
+		if s.q.policy.Algorithm != regional.TokenBucket {
+			amount = g.Burst
+		}
+		s.q.a.Granted(s.req, lease.Grant{ID: g.GrantId, Amount: amount, Epoch: resp.Epoch,
+			ValidFor: time.Duration(g.ValidForMs) * time.Millisecond})
+	}
+	return ok
+}
+
+// publish writes this instance's demand per quota to Redis and reads the
+// region's: the sum over instances seen in the last staleAfter, and how
+// many instances that is.
+func (l *leaser) publish(ctx context.Context, rdb redis.UniversalClient, staleAfter time.Duration) error {
+	now := l.now()
+	key := "ql:agents:{" + l.region + "}"
+	l.mu.Lock()
+	fields := make([]any, 0, 2*len(l.quotas)+2)
+	fields = append(fields, "@"+l.nonce, strconv.FormatInt(now.UnixMilli(), 10))
+	for n, q := range l.quotas {
+		fields = append(fields, n+"|"+l.nonce, strconv.FormatInt(demandAmount(q.policy, q.meter.rate(now)), 10)+":"+strconv.FormatInt(now.UnixMilli(), 10))
+	}
+	l.mu.Unlock()
+	pipe := rdb.Pipeline()
+	pipe.HSet(ctx, key, fields...)
+	pipe.PExpire(ctx, key, 10*staleAfter)
+	all := pipe.HGetAll(ctx, key)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("publish demand: %w", err)
+	}
+	cutoff := now.Add(-staleAfter).UnixMilli()
+	sums := map[string]int64{}
+	live := 0
+	var stale []string
+	for f, v := range all.Val() {
+		val, ts, _ := strings.Cut(v, ":")
+		if strings.HasPrefix(f, "@") {
+			ts = val
+		}
+		t, _ := strconv.ParseInt(ts, 10, 64)
+		if t < cutoff {
+			stale = append(stale, f)
+			continue
+		}
+		if strings.HasPrefix(f, "@") {
+			live++
+			continue
+		}
+		quota, _, _ := strings.Cut(f, "|")
+		d, _ := strconv.ParseInt(val, 10, 64)
+		sums[quota] += d
+	}
+	if len(stale) > 0 {
+		rdb.HDel(ctx, key, stale...)
+	}
+	l.mu.Lock()
+	l.instances = max(1, live)
+	for n, q := range l.quotas {
+		q.region = sums[n]
+	}
+	l.mu.Unlock()
+	l.m.instances.Set(float64(max(1, live)))
+	return nil
+}
+
+// updateMetrics refreshes the lease gauges.
+func (l *leaser) updateMetrics(now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for n, q := range l.quotas {
+		amt, _ := q.a.Enforce(now)
+		total := lease.Amount(q.policy.Limits())
+		l.m.leaseShare.WithLabelValues(n).Set(q.policy.Limit * float64(amt) / float64(total))
+		st := q.a.State(now)
+		for _, s := range []lease.State{lease.Requested, lease.Active, lease.Renewing, lease.Expired, lease.Degraded} {
+			v := 0.0
+			if s == st {
+				v = 1
+			}
+			l.m.leaseState.WithLabelValues(n, string(s)).Set(v)
+		}
+	}
+}
+
+// meter estimates a demand rate (micro-units per second) over the last
+// few seconds.
+type meter struct {
+	mu      sync.Mutex
+	buckets [4]int64
+	sec     int64 // unix second of buckets[0]
+}
+
+func newMeter() *meter { return &meter{} }
+
+func (m *meter) roll(now time.Time) {
+	s := now.Unix()
+	if m.sec == 0 {
+		m.sec = s
+	}
+	for m.sec < s {
+		copy(m.buckets[1:], m.buckets[:3])
+		m.buckets[0] = 0
+		m.sec++
+		if s-m.sec > 4 {
+			m.buckets, m.sec = [4]int64{}, s
+		}
+	}
+}
+
+func (m *meter) add(cost int64, now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.roll(now)
+	m.buckets[0] += cost
+}
+
+// rate is the mean over the three complete seconds and the current
+// partial one.
+func (m *meter) rate(now time.Time) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.roll(now)
+	frac := float64(now.UnixNano()%1e9) / 1e9
+	sum := m.buckets[0] + m.buckets[1] + m.buckets[2] + m.buckets[3]
+	return int64(float64(sum) / (3 + frac))
+}

@@ -1,0 +1,70 @@
+package agent
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are an agent's Prometheus metrics, on its own registry (no
+// global state).
+type metrics struct {
+	reg          *prometheus.Registry
+	decisions    *prometheus.CounterVec
+	redisLatency prometheus.Histogram
+	leaseShare   *prometheus.GaugeVec
+	leaseState   *prometheus.GaugeVec
+	renewFails   *prometheus.CounterVec
+	budgetAdmits *prometheus.CounterVec
+	breakerOpen  prometheus.Gauge
+	instances    prometheus.Gauge
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_decisions_total",
+			Help: "Checks decided, by policy, mode (leased, degraded, local-fallback, unleased, region) and result (allowed, rejected)."},
+			[]string{"policy", "mode", "result"}),
+		redisLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "quotalease_agent_redis_seconds",
+			Help:    "Latency of decision scripts against Redis, including timeouts.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1}}),
+		leaseShare: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "quotalease_agent_lease_share",
+			Help: "Share of the policy's limit this agent enforces now, in units per period."}, []string{"policy"}),
+		leaseState: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "quotalease_agent_lease_state",
+			Help: "1 for the lease's current state, 0 for the others."}, []string{"policy", "state"}),
+		renewFails: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_lease_renew_failures_total",
+			Help: "Lease renewals that failed, by reason (unavailable, refused)."}, []string{"reason"}),
+		budgetAdmits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_budget_admissions_total",
+			Help: "Admissions on a budget other than the lease: degraded (lease lapsed) or local-fallback (Redis down)."},
+			[]string{"policy", "budget"}),
+		breakerOpen: prometheus.NewGauge(prometheus.GaugeOpts{Name: "quotalease_agent_redis_breaker_open",
+			Help: "1 while the circuit breaker in front of Redis is open (checks use the local fallback)."}),
+		instances: prometheus.NewGauge(prometheus.GaugeOpts{Name: "quotalease_agent_region_instances",
+			Help: "Live agent instances in this region, as seen through Redis (divides the fallback budget)."}),
+	}
+	m.reg.MustRegister(m.decisions, m.redisLatency, m.leaseShare, m.leaseState, m.renewFails, m.budgetAdmits,
+		m.breakerOpen, m.instances, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return m
+}
+
+var hotDesc = prometheus.NewDesc("quotalease_agent_hot_identity_cost",
+	"Estimated recent cost of the heaviest identities per policy (top-K, halving every 30s), in units.",
+	[]string{"policy", "identity"}, nil)
+
+// hotCollector exposes the top-K identities at scrape time.
+type hotCollector struct{ a *Agent }
+
+func (h hotCollector) Describe(ch chan<- *prometheus.Desc) { ch <- hotDesc }
+
+func (h hotCollector) Collect(ch chan<- prometheus.Metric) {
+	h.a.hotMu.Lock()
+	hot := make(map[string]*topK, len(h.a.hot))
+	for k, v := range h.a.hot {
+		hot[k] = v
+	}
+	h.a.hotMu.Unlock()
+	for policy, t := range hot {
+		for _, e := range t.top() {
+			ch <- prometheus.MustNewConstMetric(hotDesc, prometheus.GaugeValue, float64(e.Count), policy, e.ID)
+		}
+	}
+}

@@ -1,0 +1,50 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"google.golang.org/grpc"
+
+	"github.com/quota-lease/quota-lease/internal/coordinator"
+	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
+	"github.com/quota-lease/quota-lease/regional"
+)
+
+// PoliciesFromCoordinator loads the policy set from the coordinator's admin
+// API (any replica answers), the normal source.
+func PoliciesFromCoordinator(cl *coordinator.Client) func(ctx context.Context) ([]*regional.Policy, error) {
+	return func(ctx context.Context) ([]*regional.Policy, error) {
+		var resp *pb.ListPoliciesResponse
+		err := cl.Call(ctx, func(cc *grpc.ClientConn, opts ...grpc.CallOption) (err error) {
+			resp, err = pb.NewAdminServiceClient(cc).ListPolicies(ctx, &pb.ListPoliciesRequest{}, opts...)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		out := make([]*regional.Policy, 0, len(resp.Policies))
+		for _, r := range resp.Policies {
+			var p regional.Policy
+			if err := json.Unmarshal([]byte(r.Json), &p); err != nil {
+				return nil, fmt.Errorf("policy %s from the coordinator: %w", r.Name, err)
+			}
+			out = append(out, &p)
+		}
+		return out, nil
+	}
+}
+
+// PoliciesFromFile loads the policy set from a YAML file, for an agent
+// whose policies are all region-scoped or that runs without a coordinator.
+func PoliciesFromFile(path string) func(ctx context.Context) ([]*regional.Policy, error) {
+	return func(context.Context) ([]*regional.Policy, error) {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		return regional.ParsePolicies(data)
+	}
+}
