@@ -87,3 +87,20 @@ func Floor(f regional.Failure, total int64) int64 {
 	}
 	return 0
 }
+
+// RegionFloor is the least share (an amount) region must get of policy p:
+// the policy's explicit floor for it and, for a region taking part
+// (holding or asking for a lease), the static share its failure mode falls
+// back to. A region with no lease needs no static floor: it has nothing to
+// fall back from.
+func RegionFloor(p *regional.Policy, region string, active bool) int64 {
+	total := Amount(p.Limits())
+	var f int64
+	if active {
+		f = Floor(p.Failure, total)
+	}
+	if units, ok := p.Floors[region]; ok {
+		f = max(f, int64(units/p.Limit*float64(total)))
+	}
+	return f
+}

@@ -254,10 +254,9 @@ func (c *Coordinator) rebalanceAll(t *term) {
 		quotas = append(quotas, q)
 	}
 	t.mu.RUnlock()
-	now := c.cfg.Clock()
 	for _, q := range quotas {
 		q.mu.Lock()
-		if err := q.rebalance(regions, c.cfg.Strategy, c.cfg.MaxStep, c.cfg.Hysteresis, now); err != nil {
+		if err := q.rebalance(regions, c.cfg.Strategy, c.cfg.MaxStep, c.cfg.Hysteresis); err != nil {
 			c.log.Warn("rebalance skipped", "error", err)
 		}
 		q.mu.Unlock()

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"sort"
 	"sync"
-	"time"
 
 	"github.com/quota-lease/quota-lease/allocation"
 	"github.com/quota-lease/quota-lease/lease"
@@ -33,20 +32,8 @@ func (q *quota) setPolicy(p *regional.Policy) {
 	q.book.SetQuota(lease.Amount(q.full), p.Failure)
 }
 
-// floor is region's least share: the policy's floor for it and, for a
-// region taking part (holding or asking for a lease), the static share its
-// failure mode falls back to. A region with no lease needs no static floor:
-// it has nothing to fall back from.
 func (q *quota) floor(region string, active bool) int64 {
-	total := q.book.Total()
-	var f int64
-	if active {
-		f = lease.Floor(q.policy.Failure, total)
-	}
-	if units, ok := q.policy.Floors[region]; ok {
-		f = max(f, int64(units/q.policy.Limit*float64(total)))
-	}
-	return f
+	return lease.RegionFloor(q.policy, region, active)
 }
 
 // checkFloors reports a policy whose floors cannot all be met with the
@@ -55,12 +42,10 @@ func checkFloors(p *regional.Policy, regions []string) error {
 	if p.Scope == regional.ScopeRegion {
 		return nil
 	}
-	q := &quota{policy: p}
 	total := lease.Amount(p.Limits())
-	q.book = lease.NewBook(total, p.Failure, lease.DefaultTiming, 0)
 	var sum int64
 	for _, r := range regions {
-		sum += q.floor(r, true)
+		sum += lease.RegionFloor(p, r, true)
 	}
 	for r := range p.Floors {
 		if !contains(regions, r) {
@@ -85,40 +70,24 @@ func contains(list []string, s string) bool {
 
 // rebalance recomputes the targets of the regions that take part (those
 // with a lease or a floor) from their demand, damped from the current
-// targets. The first round of a quota is not damped.
-func (q *quota) rebalance(regions map[string]regionRecord, strategy allocation.Strategy, maxStep, hysteresis float64, now time.Time) error {
+// targets.
+func (q *quota) rebalance(regions map[string]regionRecord, strategy allocation.Strategy, maxStep, hysteresis float64) error {
 	demand := q.book.Demands()
-	var names []string
-	active := map[string]bool{}
-	for name := range regions {
-		_, active[name] = demand[name]
-		if active[name] || q.floor(name, false) > 0 {
-			names = append(names, name)
+	total := q.book.Total()
+	var in []allocation.Region
+	for name, r := range regions {
+		_, active := demand[name]
+		if active || q.floor(name, false) > 0 {
+			in = append(in, allocation.Region{Name: name, Weight: r.Weight, Floor: q.floor(name, active), Demand: min(demand[name], total)})
 		}
 	}
-	sort.Strings(names)
-	total := q.book.Total()
-	in := make([]allocation.Region, len(names))
-	prev := make([]int64, len(names))
-	floors := make([]int64, len(names))
-	first := len(q.targets) == 0
-	for i, n := range names {
-		in[i] = allocation.Region{Name: n, Weight: regions[n].Weight, Floor: q.floor(n, active[n]), Demand: min(demand[n], total)}
-		prev[i], floors[i] = q.targets[n], in[i].Floor
-	}
-	ideal, err := allocation.Allocate(strategy, total, in)
+	sort.Slice(in, func(i, j int) bool { return in[i].Name < in[j].Name })
+	d := allocation.Damping{MaxStep: int64(maxStep * float64(total)), Hysteresis: int64(hysteresis * float64(total))}
+	targets, err := allocation.Plan(strategy, total, in, q.targets, d)
 	if err != nil {
 		return fmt.Errorf("rebalance %s: %w", q.policy.Name, err)
 	}
-	next := ideal
-	if !first {
-		d := allocation.Damping{MaxStep: int64(maxStep * float64(total)), Hysteresis: int64(hysteresis * float64(total))}
-		next = allocation.Damp(prev, ideal, floors, total, d)
-	}
-	q.targets = make(map[string]int64, len(names))
-	for i, n := range names {
-		q.targets[n] = next[i]
-	}
+	q.targets = targets
 	return nil
 }
 
