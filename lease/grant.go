@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"math/bits"
 	"time"
 
 	"github.com/quota-lease/quota-lease/regional"
@@ -91,16 +92,35 @@ func Floor(f regional.Failure, total int64) int64 {
 // RegionFloor is the least share (an amount) region must get of policy p:
 // the policy's explicit floor for it and, for a region taking part
 // (holding or asking for a lease), the static share its failure mode falls
-// back to. A region with no lease needs no static floor: it has nothing to
-// fall back from.
+// back to and the least useful share: one whose bucket can hold a request
+// of the policy's cost (a share's capacity is the burst scaled by the
+// share, and a bucket smaller than one request admits nothing). A region
+// with no lease needs neither: it has nothing to fall back from or admit.
 func RegionFloor(p *regional.Policy, region string, active bool) int64 {
-	total := Amount(p.Limits())
+	full := p.Limits()
+	total := Amount(full)
 	var f int64
 	if active {
-		f = Floor(p.Failure, total)
+		f = max(Floor(p.Failure, total), UsefulShare(p))
 	}
 	if units, ok := p.Floors[region]; ok {
 		f = max(f, int64(units/p.Limit*float64(total)))
 	}
 	return f
+}
+
+// UsefulShare is the least amount whose share of p's capacity holds one
+// request of p's default cost.
+func UsefulShare(p *regional.Policy) int64 {
+	full := p.Limits()
+	return min(Amount(full), mulDivUp(p.Cost*regional.Micro, Amount(full), full.Capacity))
+}
+
+func mulDivUp(a, b, c int64) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	q, r := bits.Div64(hi, lo, uint64(c))
+	if r != 0 {
+		q++
+	}
+	return int64(q)
 }

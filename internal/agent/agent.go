@@ -437,7 +437,8 @@ func (a *Agent) fallback(pl plan) (Outcome, error) {
 // finish records metrics and demand and returns the outcome.
 func (a *Agent) finish(pl plan, d regional.Decision, mode string) Outcome {
 	now := a.cfg.Clock()
-	a.leaser.observe(pl.p.Name, pl.cost*regional.Micro, now)
+	id, _ := pl.p.IdentityOf(pl.in.Attributes)
+	a.leaser.observe(pl.p.Name, id, pl.cost*regional.Micro, now)
 	result := "rejected"
 	if d.Allowed {
 		result = "allowed"
@@ -449,9 +450,7 @@ func (a *Agent) finish(pl plan, d regional.Decision, mode string) Outcome {
 		}
 	}
 	a.m.decisions.WithLabelValues(pl.p.Name, mode, result).Inc()
-	if id, err := pl.p.IdentityOf(pl.in.Attributes); err == nil {
-		a.hotFor(pl.p.Name).add(id, pl.cost)
-	}
+	a.hotFor(pl.p.Name).add(id, pl.cost)
 	return Outcome{Decision: d, Mode: mode, Policy: pl.p, Limits: pl.limits}
 }
 

@@ -29,8 +29,9 @@ type LeaseClient interface {
 // them. Every agent instance of a region leases on its own: the
 // coordinator counts a region at the largest of its instances' grants,
 // since they enforce one Redis bucket whose refill never exceeds the
-// largest rate any caller passes. Demand is summed across instances
-// through Redis, so the coordinator sees the region's, not one instance's.
+// largest rate any caller passes. Demand (the hottest identity's) is summed
+// across instances through Redis, an upper bound of the region's, so the
+// coordinator sees the region's demand, not one instance's.
 type leaser struct {
 	region, instance, nonce string
 	coord                   LeaseClient
@@ -92,13 +93,14 @@ func (l *leaser) enforce(name string, now time.Time) (int64, lease.Mode) {
 	return q.a.Enforce(now)
 }
 
-// observe counts cost (micro-units) asked of policy name: its demand.
-func (l *leaser) observe(name string, cost int64, now time.Time) {
+// observe counts cost (micro-units) asked of policy name by identity: its
+// demand.
+func (l *leaser) observe(name, identity string, cost int64, now time.Time) {
 	l.mu.Lock()
 	q := l.quotas[name]
 	l.mu.Unlock()
 	if q != nil {
-		q.meter.add(cost, now)
+		q.meter.add(identity, cost, now)
 	}
 }
 
@@ -258,24 +260,36 @@ func (l *leaser) updateMetrics(now time.Time) {
 	}
 }
 
-// meter estimates a demand rate (micro-units per second) over the last
-// few seconds.
+// meter estimates the demand a region's share must serve: the cost asked by
+// its hottest identity per bucket of meterSpan (every identity's bucket is
+// scaled by the same share, so the hottest one decides what share is
+// enough; for a policy with a single identity it is the total), as a rate
+// over the last four buckets. Buckets of several seconds keep a sparse
+// identity's single request from reading as a high rate. It tracks at most
+// maxTracked identities per bucket.
 type meter struct {
 	mu      sync.Mutex
-	buckets [4]int64
-	sec     int64 // unix second of buckets[0]
+	buckets [4]int64 // hottest identity's cost per bucket, newest first
+	cur     map[string]int64
+	sec     int64 // bucket number (unix time / meterSpan) of buckets[0]
 }
 
-func newMeter() *meter { return &meter{} }
+const (
+	maxTracked = 10_000
+	meterSpan  = 5 * time.Second
+)
+
+func newMeter() *meter { return &meter{cur: map[string]int64{}} }
 
 func (m *meter) roll(now time.Time) {
-	s := now.Unix()
+	s := now.UnixNano() / int64(meterSpan)
 	if m.sec == 0 {
 		m.sec = s
 	}
 	for m.sec < s {
 		copy(m.buckets[1:], m.buckets[:3])
 		m.buckets[0] = 0
+		clear(m.cur)
 		m.sec++
 		if s-m.sec > 4 {
 			m.buckets, m.sec = [4]int64{}, s
@@ -283,20 +297,24 @@ func (m *meter) roll(now time.Time) {
 	}
 }
 
-func (m *meter) add(cost int64, now time.Time) {
+func (m *meter) add(identity string, cost int64, now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.roll(now)
-	m.buckets[0] += cost
+	if _, ok := m.cur[identity]; !ok && len(m.cur) >= maxTracked {
+		return
+	}
+	m.cur[identity] += cost
+	m.buckets[0] = max(m.buckets[0], m.cur[identity])
 }
 
-// rate is the mean over the three complete seconds and the current
-// partial one.
+// rate is the hottest identity's cost over the three complete buckets and
+// the current partial one, in micro-units per second.
 func (m *meter) rate(now time.Time) int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.roll(now)
-	frac := float64(now.UnixNano()%1e9) / 1e9
+	frac := float64(now.UnixNano()%int64(meterSpan)) / float64(meterSpan)
 	sum := m.buckets[0] + m.buckets[1] + m.buckets[2] + m.buckets[3]
-	return int64(float64(sum) / (3 + frac))
+	return int64(float64(sum) / ((3 + frac) * meterSpan.Seconds()))
 }

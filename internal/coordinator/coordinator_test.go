@@ -318,7 +318,11 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{func() error {
 			_, err := adm.SetPolicy(t.Context(), &pb.SetPolicyRequest{Yaml: policy100 + "failure: {mode: static-share, static_fraction: 0.4}\n"})
 			return err
-		}, codes.InvalidArgument, "floors and static shares need 120%"},
+		}, codes.InvalidArgument, "need 120% of the quota"},
+		{func() error {
+			_, err := adm.SetPolicy(t.Context(), &pb.SetPolicyRequest{Yaml: policy100 + "burst: 2\n"})
+			return err
+		}, codes.InvalidArgument, "raise burst to at least 3 x cost"},
 		{func() error {
 			_, err := adm.SetPolicy(t.Context(), &pb.SetPolicyRequest{Yaml: policy100 + "floors: {mars: 5}\n"})
 			return err

@@ -53,8 +53,8 @@ func checkFloors(p *regional.Policy, regions []string) error {
 		}
 	}
 	if sum > total {
-		return fmt.Errorf("%w: policy %q: with %d regions the floors and static shares need %.0f%% of the quota",
-			allocation.ErrFloorsExceedTotal, p.Name, len(regions), 100*float64(sum)/float64(total))
+		return fmt.Errorf("%w: policy %q: with %d regions the floors, static shares and least useful shares (a share's burst must hold one request) need %.0f%% of the quota; lower the floors or static_fraction, or raise burst to at least %d x cost",
+			allocation.ErrFloorsExceedTotal, p.Name, len(regions), 100*float64(sum)/float64(total), len(regions))
 	}
 	return nil
 }

@@ -1,0 +1,640 @@
+package sim
+
+import (
+	"bufio"
+	"container/heap"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/quota-lease/quota-lease/allocation"
+	"github.com/quota-lease/quota-lease/bound"
+	"github.com/quota-lease/quota-lease/lease"
+	"github.com/quota-lease/quota-lease/regional"
+)
+
+// The modes every arrival is decided by.
+var modeNames = []string{"leased", "independent", "static", "central"}
+
+// identities interns identity strings.
+type identities struct {
+	p     *regional.Policy
+	names []string
+	index map[string]int
+}
+
+func (ids *identities) add(value string) (int, error) {
+	attrs := make(map[string]string, len(ids.p.Identity))
+	for _, a := range ids.p.Identity {
+		attrs[a] = value
+	}
+	name, err := ids.p.IdentityOf(attrs)
+	if err != nil {
+		return 0, err
+	}
+	if i, ok := ids.index[name]; ok {
+		return i, nil
+	}
+	ids.index[name] = len(ids.names)
+	ids.names = append(ids.names, name)
+	return len(ids.names) - 1, nil
+}
+
+// event is one thing to happen at t (ms of true time); seq orders
+// simultaneous events by scheduling order, for determinism.
+type event struct {
+	t   int64
+	seq uint64
+	do  func()
+}
+
+type queue []*event
+
+func (q queue) Len() int { return len(q) }
+func (q queue) Less(i, j int) bool {
+	if q[i].t != q[j].t {
+		return q[i].t < q[j].t
+	}
+	return q[i].seq < q[j].seq
+}
+func (q queue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *queue) Push(x any)   { *q = append(*q, x.(*event)) }
+func (q *queue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return e
+}
+
+// region is one region's state in the simulation.
+type region struct {
+	name string
+	// clock: region time = anchorRegion + (t - anchorTrue) * (1 + rate).
+	anchorTrue, anchorRegion int64
+	rate                     float64
+
+	agent       *lease.Agent
+	nonce       string
+	lastSend    int64
+	pending     map[uint64]bool
+	meter       []int64 // hottest identity's cost per meterSpan of true time, newest first (as the agent's meter)
+	meterCur    map[int]int64
+	meterSec    int64
+	redisDown   bool
+	partitioned bool
+
+	store, fb, indep, static map[int]regional.State
+}
+
+func (r *region) clock(t int64) int64 {
+	return r.anchorRegion + int64(float64(t-r.anchorTrue)*(1+r.rate))
+}
+
+// leaseTime is the region's clock as a time.Time for the lease code.
+func (r *region) leaseTime(t int64) time.Time { return time.UnixMilli(r.clock(t)) }
+
+// meterSpan is the length of one demand bucket (ms), as in the agent.
+const meterSpan = 5000
+
+func (r *region) roll(t int64) {
+	sec := t / meterSpan
+	for r.meterSec < sec {
+		copy(r.meter[1:], r.meter[:len(r.meter)-1])
+		r.meter[0] = 0
+		clear(r.meterCur)
+		r.meterSec++
+		if sec-r.meterSec > 8 {
+			r.meterSec = sec
+			clear(r.meter)
+		}
+	}
+}
+
+// observe counts identity's cost: demand is the hottest identity's, as the
+// agent measures it.
+func (r *region) observe(t int64, identity int, cost int64) {
+	r.roll(t)
+	r.meterCur[identity] += cost
+	r.meter[0] = max(r.meter[0], r.meterCur[identity])
+}
+
+func (r *region) demand(t int64) int64 {
+	r.roll(t)
+	var sum int64
+	for _, v := range r.meter {
+		sum += v
+	}
+	frac := float64(t%meterSpan) / meterSpan
+	return int64(float64(sum) / (float64(len(r.meter)-1) + frac) * 1000 / meterSpan)
+}
+
+// Run simulates s and returns its result; decisions, when not nil,
+// receives one JSON line per request decided by quota-lease.
+func Run(s *Scenario, decisions io.Writer) (*Result, error) {
+	e := &engine{s: s, rng: rand.New(rand.NewPCG(s.Seed, 0x5eed)), policy: s.policy, maxPolicy: s.policy}
+	return e.run(decisions)
+}
+
+type engine struct {
+	s         *Scenario
+	rng       *rand.Rand
+	q         queue
+	seq       uint64
+	now       int64
+	policy    *regional.Policy // in force now
+	maxPolicy *regional.Policy // the largest limits in force at any time
+	full      regional.Limits
+	timing    lease.Timing
+	regions   []*region
+	ids       *identities
+
+	book        *lease.Book
+	targets     map[string]int64
+	coordUp     bool
+	epoch       int64
+	leaseMsgs   int64
+	versionBump int
+	decrease    float64
+	outages     bool
+	ledger      []ledgerEntry // what etcd held when the coordinator crashed
+
+	central, oracle map[int]regional.State
+	centralDelay    int64
+
+	res    *Result
+	track  map[string]*windowMax
+	series *series
+	out    *bufio.Writer
+	line   []byte
+}
+
+func (e *engine) at(t int64, do func()) {
+	e.seq++
+	heap.Push(&e.q, &event{t: t, seq: e.seq, do: do})
+}
+
+func (e *engine) run(decisions io.Writer) (*Result, error) {
+	s := e.s
+	e.full = e.policy.Limits()
+	e.timing = lease.Timing{ValidFor: time.Duration(s.Lease.Duration), Drift: s.Lease.Drift, Margin: time.Duration(s.Lease.Margin), DegradedTimeout: time.Duration(s.Lease.DegradedTimeout)}
+	if err := e.timing.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: lease: %v", ErrInvalidScenario, err)
+	}
+	e.epoch, e.coordUp = 1, true
+	e.book = lease.NewBook(lease.Amount(e.full), e.policy.Failure, e.timing, e.epoch)
+	e.targets = map[string]int64{}
+	e.central, e.oracle = map[int]regional.State{}, map[int]regional.State{}
+	e.centralDelay = time.Duration(s.Network.Delay).Milliseconds()
+	e.ids = &identities{p: e.policy, index: map[string]int{}}
+	index := map[string]int{}
+	for i, name := range s.Regions {
+		index[name] = i
+		e.regions = append(e.regions, &region{name: name, anchorRegion: 1_000_000_000_000 + int64(i)*7_777,
+			agent: lease.NewAgent(e.timing, e.policy.Failure, lease.Amount(e.full)), nonce: "sim-" + name, lastSend: -1 << 40,
+			pending: map[uint64]bool{}, meter: make([]int64, 4), meterCur: map[int]int64{},
+			store: map[int]regional.State{}, fb: map[int]regional.State{}, indep: map[int]regional.State{}, static: map[int]regional.State{}})
+	}
+	durMs := time.Duration(s.Duration).Milliseconds()
+	wMs := time.Duration(s.Window).Milliseconds()
+	e.track = map[string]*windowMax{}
+	for _, m := range append(modeNames, "ideal") {
+		e.track[m] = newWindowMax(wMs)
+	}
+	e.res = &Result{Scenario: s.Name, Description: s.Description, Seed: s.Seed, Duration: s.Duration.String(), Window: s.Window.String(), Regions: s.Regions}
+	for _, m := range modeNames {
+		e.res.Modes = append(e.res.Modes, &ModeResult{Mode: m})
+	}
+	e.res.Modes = append(e.res.Modes, &ModeResult{Mode: "ideal"})
+	if decisions != nil {
+		e.out = bufio.NewWriterSize(decisions, 1<<20)
+	}
+
+	// Traffic: a trace, or Poisson arrivals generated second by second.
+	if s.Trace != "" {
+		tr, err := readTrace(filepath.Join(s.dir, s.Trace), index, e.ids)
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range tr {
+			if a.t.Milliseconds() < durMs {
+				a := a
+				e.at(a.t.Milliseconds(), func() { e.arrive(a) })
+			}
+		}
+	} else {
+		for i := 0; i < s.Tenants; i++ {
+			if _, err := e.ids.add("tenant-" + strconv.Itoa(i)); err != nil {
+				return nil, err
+			}
+		}
+		e.at(0, e.generate)
+	}
+	e.series = newSeries(durMs, wMs, len(s.Regions))
+	e.schedule(durMs)
+
+	for len(e.q) > 0 {
+		ev := heap.Pop(&e.q).(*event)
+		if ev.t >= durMs {
+			break
+		}
+		e.now = ev.t
+		ev.do()
+	}
+	if e.out != nil {
+		if err := e.out.Flush(); err != nil {
+			return nil, fmt.Errorf("write decisions: %w", err)
+		}
+	}
+	return e.finish()
+}
+
+// schedule puts the periodic work and the scenario's events on the queue.
+func (e *engine) schedule(durMs int64) {
+	s := e.s
+	var tick, rebalance, flush func()
+	tick = func() { e.tick(); e.at(e.now+100, tick) }
+	rebalance = func() { e.rebalance(); e.at(e.now+time.Duration(s.Rebalance.Interval).Milliseconds(), rebalance) }
+	flush = func() {
+		if e.coordUp {
+			now := e.coordTime()
+			e.book.Prune(now)
+			for r, amount := range e.book.Shrunk(now) {
+				e.book.MarkPersisted(r, amount)
+			}
+		}
+		e.at(e.now+1000, flush)
+	}
+	e.at(0, tick)
+	e.at(0, rebalance)
+	e.at(500, flush)
+	for _, ev := range s.Events {
+		ev := ev
+		at := time.Duration(ev.At).Milliseconds()
+		end := at + time.Duration(ev.For).Milliseconds()
+		r := e.regionNamed(ev.Region)
+		switch ev.Kind {
+		case "partition":
+			e.at(at, func() { r.partitioned = true })
+			e.at(end, func() { r.partitioned = false })
+		case "redis-outage":
+			e.outages = true
+			e.at(at, func() { r.redisDown, r.fb = true, map[int]regional.State{} })
+			e.at(end, func() { r.redisDown = false })
+		case "coordinator-crash":
+			e.at(at, e.crash)
+			e.at(end, e.recover)
+		case "clock-drift":
+			e.at(at, func() { r.anchorRegion, r.anchorTrue, r.rate = r.clock(e.now), e.now, ev.Rate })
+		case "config-change":
+			e.at(at, func() { e.reconfigure(ev) })
+		}
+	}
+}
+
+func (e *engine) regionNamed(name string) *region {
+	for _, r := range e.regions {
+		if r.name == name {
+			return r
+		}
+	}
+	return nil
+}
+
+func (e *engine) coordTime() time.Time { return time.UnixMilli(2_000_000_000_000 + e.now) }
+
+// generate schedules the next second's arrivals.
+func (e *engine) generate() {
+	s := e.s
+	sec := e.now
+	mid := time.Duration(sec+500) * time.Millisecond
+	for ri, r := range e.regions {
+		n := poisson(e.rng, s.rate(r.name, mid))
+		for k := 0; k < n; k++ {
+			id := 0
+			if s.Tenants > 1 && e.rng.Float64() >= s.HotTenant {
+				id = 1 + e.rng.IntN(s.Tenants-1)
+			}
+			a := arrival{t: time.Duration(sec+e.rng.Int64N(1000)) * time.Millisecond, region: ri, identity: id, cost: 1}
+			e.at(a.t.Milliseconds(), func() { e.arrive(a) })
+		}
+	}
+	e.at(sec+1000, e.generate)
+}
+
+// poisson samples a Poisson variate: Knuth's method for small means, a
+// rounded normal approximation for large ones.
+func poisson(r *rand.Rand, mean float64) int {
+	if mean <= 0 {
+		return 0
+	}
+	if mean > 50 {
+		return max(0, int(math.Round(mean+math.Sqrt(mean)*r.NormFloat64())))
+	}
+	l, k, p := math.Exp(-mean), 0, 1.0
+	for {
+		p *= r.Float64()
+		if p <= l {
+			return k
+		}
+		k++
+	}
+}
+
+// tick sends due lease renewals.
+func (e *engine) tick() {
+	for _, r := range e.regions {
+		rt := r.leaseTime(e.now)
+		if !r.agent.NeedsRenewal(rt) || e.now-r.lastSend < 500 {
+			continue
+		}
+		r.lastSend = e.now
+		req := r.agent.Sending(rt)
+		r.pending[req.Seq] = true
+		e.leaseMsgs++
+		demand := r.demand(e.now)
+		if e.full.Algorithm != regional.TokenBucket {
+			demand = demand * e.full.WindowMs / 1000
+		}
+		renewal := lease.Renewal{Region: r.name, Instance: r.name, Nonce: r.nonce, Seq: req.Seq, GrantID: req.GrantID, Demand: demand}
+		sentAt := e.now
+		e.at(sentAt+1000, func() { e.timeout(r, req) })
+		if r.partitioned || e.lost() {
+			continue
+		}
+		e.at(e.now+e.delay(), func() { e.serve(r, req, renewal, sentAt) })
+	}
+}
+
+func (e *engine) lost() bool { return e.s.Network.Loss > 0 && e.rng.Float64() < e.s.Network.Loss }
+
+func (e *engine) delay() int64 {
+	d := time.Duration(e.s.Network.Delay)
+	if j := time.Duration(e.s.Network.Jitter); j > 0 {
+		d += time.Duration(e.rng.Int64N(int64(j)))
+	}
+	return d.Milliseconds()
+}
+
+// serve is the coordinator receiving a renewal.
+func (e *engine) serve(r *region, req lease.Request, renewal lease.Renewal, sentAt int64) {
+	if !e.coordUp || r.partitioned {
+		return
+	}
+	target, ok := e.targets[r.name]
+	if !ok {
+		target = max(lease.RegionFloor(e.policy, r.name, true), renewal.Demand)
+	}
+	p, err := e.book.Prepare(e.coordTime(), renewal, target)
+	var g lease.Grant
+	if err == nil {
+		e.book.Commit(p)
+		g = p.Grant()
+	}
+	if r.partitioned || e.lost() {
+		return
+	}
+	e.at(e.now+e.delay(), func() {
+		if !r.pending[req.Seq] {
+			return // timed out already
+		}
+		delete(r.pending, req.Seq)
+		if err != nil {
+			r.agent.Failed(req, err)
+			return
+		}
+		r.agent.Granted(req, g)
+	})
+}
+
+func (e *engine) timeout(r *region, req lease.Request) {
+	if r.pending[req.Seq] {
+		delete(r.pending, req.Seq)
+		r.agent.Failed(req, fmt.Errorf("timed out"))
+	}
+}
+
+// rebalance is the coordinator's planning round (allocation.Plan over the
+// regions taking part, as the coordinator does it).
+func (e *engine) rebalance() {
+	if !e.coordUp {
+		return
+	}
+	demand := e.book.Demands()
+	total := e.book.Total()
+	var in []allocation.Region
+	for _, r := range e.regions {
+		_, active := demand[r.name]
+		if active || lease.RegionFloor(e.policy, r.name, false) > 0 {
+			in = append(in, allocation.Region{Name: r.name, Weight: 1, Floor: lease.RegionFloor(e.policy, r.name, active), Demand: min(demand[r.name], total)})
+		}
+	}
+	d := allocation.Damping{MaxStep: int64(e.s.Rebalance.MaxStep * float64(total)), Hysteresis: int64(e.s.Rebalance.Hysteresis * float64(total))}
+	if t, err := allocation.Plan(e.s.Rebalance.Strategy, total, in, e.targets, d); err == nil {
+		e.targets = t
+	}
+}
+
+// crash stops the coordinator; recover starts a new leader that restores
+// the ledger (each region's high-water mark) as the real one does.
+type ledgerEntry struct {
+	region, instance, nonce, grant string
+	amount                         int64
+}
+
+func (e *engine) crash() {
+	e.coordUp = false
+	e.ledger = e.ledger[:0]
+	for _, st := range e.book.Statuses(e.coordTime()) {
+		g, inst, nonce, _ := e.book.Current(st.Region)
+		e.ledger = append(e.ledger, ledgerEntry{st.Region, inst, nonce, g.ID, st.Persisted})
+	}
+}
+
+func (e *engine) recover() {
+	e.epoch++
+	e.book = lease.NewBook(lease.Amount(e.policy.Limits()), e.policy.Failure, e.timing, e.epoch)
+	for _, l := range e.ledger {
+		e.book.Restore(l.region, l.instance, l.nonce, l.grant, l.amount, e.coordTime())
+	}
+	e.targets = map[string]int64{}
+	e.coordUp = true
+}
+
+// reconfigure applies a config change: new limits; a new version starts
+// every key fresh.
+func (e *engine) reconfigure(ev Event) {
+	p := *e.policy
+	if ev.Limit > 0 {
+		p.Limit = ev.Limit
+	}
+	if ev.Burst > 0 {
+		p.Burst = ev.Burst
+	}
+	bumped := ev.Version != 0 && ev.Version != p.Version
+	if bumped {
+		p.Version = ev.Version
+	}
+	if p.Validate() != nil {
+		return
+	}
+	e.decrease = math.Max(e.decrease, e.policy.Limit-p.Limit)
+	if p.Limit > e.maxPolicy.Limit || p.Burst > e.maxPolicy.Burst {
+		mp := *e.maxPolicy
+		mp.Limit, mp.Burst = math.Max(mp.Limit, p.Limit), math.Max(mp.Burst, p.Burst)
+		e.maxPolicy = &mp
+	}
+	e.policy = &p
+	e.full = p.Limits()
+	e.book.SetQuota(lease.Amount(e.full), p.Failure)
+	if bumped {
+		e.versionBump++
+		for _, r := range e.regions {
+			r.store, r.fb, r.indep, r.static = map[int]regional.State{}, map[int]regional.State{}, map[int]regional.State{}, map[int]regional.State{}
+		}
+		e.central = map[int]regional.State{}
+	}
+}
+
+// arrive decides one request in every mode.
+func (e *engine) arrive(a arrival) {
+	r := e.regions[a.region]
+	cost := a.cost * regional.Micro
+	rms := r.clock(e.now)
+	full := e.full
+
+	// The ideal global limiter: instant, never failing.
+	ideal := e.decide(e.oracle, a.identity, full, e.now, cost)
+	e.record(len(modeNames), a, ideal.Allowed, ideal.Allowed, e.now)
+
+	// quota-lease.
+	amount, lmode := r.agent.Enforce(r.leaseTime(e.now))
+	mode := string(lmode)
+	var d regional.Decision
+	if l, ok := lease.ShareLimits(full, amount); !ok || cost > l.Capacity {
+		d = regional.Decision{RetryAfterMs: 1000}
+	} else if r.redisDown {
+		d, mode = e.decide(r.fb, a.identity, l, rms, cost), "local-fallback"
+	} else {
+		d = e.decide(r.store, a.identity, l, rms, cost)
+	}
+	r.observe(e.now, a.identity, cost)
+	e.record(0, a, d.Allowed, ideal.Allowed, e.now)
+	e.res.Modes[0].countMode(mode)
+	if e.out != nil {
+		e.writeDecision(a, d, mode)
+	}
+
+	// Independent: every region the full limit.
+	e.record(1, a, e.decide(r.indep, a.identity, full, rms, cost).Allowed, ideal.Allowed, e.now)
+	// Static: an equal split, forever.
+	e.record(2, a, e.decide(r.static, a.identity, full.Scale(1, int64(len(e.regions))), rms, cost).Allowed, ideal.Allowed, e.now)
+	// Central: one counter across regions, reached after a one-way delay;
+	// unreachable from a partitioned region or while it is down.
+	ok := false
+	if !r.partitioned && e.coordUp {
+		ok = e.decide(e.central, a.identity, full, e.now+e.centralDelay, cost).Allowed
+	}
+	e.record(3, a, ok, ideal.Allowed, e.now+e.centralDelay)
+}
+
+func (e *engine) decide(m map[int]regional.State, id int, l regional.Limits, nowMs, cost int64) regional.Decision {
+	if l.Validate() != nil || cost > l.Capacity {
+		return regional.Decision{RetryAfterMs: 1000}
+	}
+	s, d, err := regional.Apply(m[id], l, nowMs, cost)
+	if err != nil {
+		return regional.Decision{RetryAfterMs: 1000}
+	}
+	m[id] = s
+	return d
+}
+
+func (e *engine) record(mode int, a arrival, allowed, idealAllowed bool, atMs int64) {
+	mr := e.res.Modes[mode]
+	mr.Requests++
+	if allowed {
+		mr.Admitted++
+		name := mr.Mode
+		e.track[name].add(a.identity, atMs, a.cost*regional.Micro)
+		e.series.add(mode, a.region, a.identity, atMs, a.cost)
+	} else {
+		mr.Rejected++
+		if idealAllowed {
+			mr.RejectedWhileFree++
+		}
+	}
+}
+
+func (e *engine) writeDecision(a arrival, d regional.Decision, mode string) {
+	b := e.line[:0]
+	b = append(b, `{"t_ms":`...)
+	b = strconv.AppendInt(b, e.now, 10)
+	b = append(b, `,"region":"`...)
+	b = append(b, e.regions[a.region].name...)
+	b = append(b, `","identity":"`...)
+	b = append(b, e.ids.names[a.identity]...) // escaped: no quotes or backslashes
+	b = append(b, `","cost":`...)
+	b = strconv.AppendInt(b, a.cost, 10)
+	b = append(b, `,"allowed":`...)
+	b = strconv.AppendBool(b, d.Allowed)
+	b = append(b, `,"retry_after_ms":`...)
+	b = strconv.AppendInt(b, d.RetryAfterMs, 10)
+	b = append(b, `,"mode":"`...)
+	b = append(b, mode...)
+	b = append(b, "\"}\n"...)
+	e.line = b
+	e.out.Write(b)
+}
+
+// finish computes the bounds and the summary.
+func (e *engine) finish() (*Result, error) {
+	s := e.s
+	w := time.Duration(s.Window)
+	ref := bound.Reference(e.maxPolicy, w)
+	d := bound.Deployment{Regions: len(s.Regions), Instances: 1, LeaseDuration: e.timing.ValidFor, Drift: s.Lease.Drift,
+		RedisOutages: e.outages, QuotaDecrease: e.decrease}
+	if e.versionBump > 0 {
+		d.ConfigChanges = 1
+	}
+	kinds := map[string]bound.Mode{"leased": bound.Leased, "independent": bound.Independent, "static": bound.Static, "central": bound.Central, "ideal": bound.Central}
+	for _, m := range e.res.Modes {
+		b, err := bound.Compute(e.maxPolicy, d, kinds[m.Mode], w)
+		if err != nil {
+			return nil, err
+		}
+		t := e.track[m.Mode]
+		m.Limit = ref
+		m.Bound = b.WorstCase
+		m.BoundTerms = b.Terms
+		m.MaxWindow = float64(t.max) / float64(regional.Micro)
+		m.MaxWindowAtMs = t.maxAtT
+		if t.max > 0 {
+			m.MaxWindowIdentity = e.ids.names[t.maxID]
+		}
+		m.MaxOvershoot = math.Max(0, m.MaxWindow-ref)
+		m.WithinBound = m.MaxWindow <= b.WorstCase*(1+1e-9)
+		ideal := e.res.Modes[len(e.res.Modes)-1].Admitted
+		if ideal > 0 {
+			m.Utilization = float64(m.Admitted) / float64(ideal)
+		}
+	}
+	e.res.Modes[0].LeaseMessages = e.leaseMsgs
+	e.res.Modes[3].AddedLatencyMs = float64(2 * e.centralDelay)
+	e.res.Series = e.series.finish(e, ref, w)
+	return e.res, nil
+}
+
+// sortedKeys returns m's keys in order.
+func sortedKeys(m map[string]int64) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,300 @@
+package sim
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/quota-lease/quota-lease/allocation"
+	"github.com/quota-lease/quota-lease/regional"
+)
+
+// Scenario is one simulation, as a YAML file describes it.
+type Scenario struct {
+	Name        string `yaml:"name"`
+	Description string `yaml:"description"`
+	Seed        uint64 `yaml:"seed"`
+	// Duration of virtual time to simulate.
+	Duration regional.Duration `yaml:"duration"`
+	Regions  []string          `yaml:"regions"`
+	// Policy is one policy, as in a policy file.
+	Policy yaml.Node `yaml:"policy"`
+	Lease  struct {
+		Duration        regional.Duration `yaml:"duration"`
+		Drift           float64           `yaml:"drift"`
+		Margin          regional.Duration `yaml:"margin"`
+		DegradedTimeout regional.Duration `yaml:"degraded_timeout"`
+	} `yaml:"lease"`
+	Rebalance struct {
+		Interval   regional.Duration   `yaml:"interval"`
+		Strategy   allocation.Strategy `yaml:"strategy"`
+		MaxStep    float64             `yaml:"max_step"`
+		Hysteresis float64             `yaml:"hysteresis"`
+	} `yaml:"rebalance"`
+	Network struct {
+		Delay  regional.Duration `yaml:"delay"`
+		Jitter regional.Duration `yaml:"jitter"`
+		Loss   float64           `yaml:"loss"`
+	} `yaml:"network"`
+	// Tenants send the generated traffic; tenant-0 sends HotTenant of it.
+	Tenants   int       `yaml:"tenants"`
+	HotTenant float64   `yaml:"hot_tenant"`
+	Traffic   []Traffic `yaml:"traffic"`
+	Events    []Event   `yaml:"events"`
+	// Trace, when set, is a file of explicit arrivals (relative to the
+	// scenario file) that replaces the generated traffic.
+	Trace string `yaml:"trace"`
+	// Window is the length of the windows admissions are measured over;
+	// default the policy's period.
+	Window regional.Duration `yaml:"window"`
+
+	policy *regional.Policy
+	dir    string
+}
+
+// Traffic is one region's request rate over time.
+type Traffic struct {
+	Region string `yaml:"region"`
+	// Shape: constant, ramp or follow-the-sun.
+	Shape string `yaml:"shape"`
+	// Rate in requests per second: the constant rate, a ramp's start, or
+	// the follow-the-sun peak.
+	Rate float64 `yaml:"rate"`
+	// To is a ramp's end rate; Base the follow-the-sun night-time rate.
+	To   float64 `yaml:"to"`
+	Base float64 `yaml:"base"`
+	// At and Until bound a ramp; PeakAt is the time of day of the peak.
+	At     regional.Duration `yaml:"at"`
+	Until  regional.Duration `yaml:"until"`
+	PeakAt regional.Duration `yaml:"peak_at"`
+}
+
+// Event is something that happens to the deployment.
+type Event struct {
+	// Kind: partition (region cut off from the coordinator),
+	// coordinator-crash, redis-outage, clock-drift, config-change, failover
+	// (region's traffic moves to To).
+	Kind   string            `yaml:"kind"`
+	Region string            `yaml:"region"`
+	At     regional.Duration `yaml:"at"`
+	For    regional.Duration `yaml:"for"`
+	// Rate is a clock-drift's rate error (e.g. 1e-4, negative for slow).
+	Rate float64 `yaml:"rate"`
+	// To is a failover's destination region.
+	To string `yaml:"to"`
+	// Limit, Burst and Version are a config change's new values (0: keep).
+	Limit   float64 `yaml:"limit"`
+	Burst   float64 `yaml:"burst"`
+	Version int64   `yaml:"version"`
+}
+
+// Load reads and validates a scenario file.
+func Load(path string) (*Scenario, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read scenario: %w", err)
+	}
+	s, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	s.dir = filepath.Dir(path)
+	return s, nil
+}
+
+// ErrInvalidScenario is wrapped by every scenario validation error.
+var ErrInvalidScenario = errors.New("invalid scenario")
+
+// Parse reads a scenario from YAML, fills in defaults and validates it.
+func Parse(data []byte) (*Scenario, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var s Scenario
+	if err := dec.Decode(&s); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidScenario, err)
+	}
+	if s.Policy.Kind == 0 {
+		return nil, fmt.Errorf("%w: field %q is required", ErrInvalidScenario, "policy")
+	}
+	pol, err := yaml.Marshal(&s.Policy)
+	if err != nil {
+		return nil, fmt.Errorf("%w: policy: %v", ErrInvalidScenario, err)
+	}
+	ps, err := regional.ParsePolicies(pol)
+	if err != nil {
+		return nil, fmt.Errorf("%w: policy: %v", ErrInvalidScenario, err)
+	}
+	if len(ps) != 1 {
+		return nil, fmt.Errorf("%w: exactly one policy per scenario", ErrInvalidScenario)
+	}
+	s.policy = ps[0]
+	s.defaults()
+	return &s, s.validate()
+}
+
+func (s *Scenario) defaults() {
+	def := func(d *regional.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = regional.Duration(v)
+		}
+	}
+	def(&s.Lease.Duration, 10*time.Second)
+	def(&s.Lease.Margin, 100*time.Millisecond)
+	def(&s.Lease.DegradedTimeout, 10*time.Minute)
+	def(&s.Rebalance.Interval, time.Second)
+	def(&s.Network.Delay, 40*time.Millisecond)
+	def(&s.Window, time.Duration(s.policy.Period))
+	if s.Lease.Drift == 0 {
+		s.Lease.Drift = 1e-4
+	}
+	if s.Rebalance.Strategy == "" {
+		s.Rebalance.Strategy = allocation.StrategyMaxMinFair
+	}
+	if s.Rebalance.MaxStep == 0 {
+		s.Rebalance.MaxStep = 0.1
+	}
+	if s.Rebalance.Hysteresis == 0 {
+		s.Rebalance.Hysteresis = 0.01
+	}
+	if s.Tenants == 0 {
+		s.Tenants = 1
+	}
+	for i := range s.Traffic {
+		if s.Traffic[i].Shape == "" {
+			s.Traffic[i].Shape = "constant"
+		}
+	}
+}
+
+func (s *Scenario) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidScenario, fmt.Sprintf(format, args...))
+	}
+	if s.Name == "" {
+		return bad("name is required")
+	}
+	if s.Duration <= 0 || time.Duration(s.Duration) > 31*24*time.Hour {
+		return bad("duration must be positive and at most 31 days, got %s", s.Duration)
+	}
+	if len(s.Regions) == 0 || len(s.Regions) > 16 {
+		return bad("regions: 1 to 16 regions, got %d", len(s.Regions))
+	}
+	known := map[string]bool{}
+	for _, r := range s.Regions {
+		if !regional.RegionNameRE.MatchString(r) || known[r] {
+			return bad("region %q is not a region name, or is listed twice", r)
+		}
+		known[r] = true
+	}
+	if s.policy.Scope != regional.ScopeGlobal {
+		return bad("the policy must be global: a region-scoped one has nothing to simulate")
+	}
+	if s.Tenants < 1 || s.Tenants > 1_000_000 || math.IsNaN(s.HotTenant) || s.HotTenant < 0 || s.HotTenant >= 1 {
+		return bad("tenants must be 1 to 1,000,000 and hot_tenant in [0, 1)")
+	}
+	if s.Network.Loss < 0 || s.Network.Loss >= 1 || math.IsNaN(s.Network.Loss) || s.Network.Delay < 0 || s.Network.Jitter < 0 {
+		return bad("network: delay and jitter must not be negative, loss must be in [0, 1)")
+	}
+	if s.Lease.Drift < 0 || s.Lease.Drift >= 0.01 || s.Window <= 0 {
+		return bad("lease.drift must be in [0, 0.01) and window positive")
+	}
+	for i, t := range s.Traffic {
+		if !known[t.Region] {
+			return bad("traffic %d: unknown region %q", i, t.Region)
+		}
+		switch t.Shape {
+		case "constant", "ramp", "follow-the-sun":
+		default:
+			return bad("traffic %d: shape %q; use constant, ramp or follow-the-sun", i, t.Shape)
+		}
+		for _, v := range []float64{t.Rate, t.To, t.Base} {
+			if math.IsNaN(v) || v < 0 || v > 1e6 {
+				return bad("traffic %d: rates must be in [0, 1e6] requests/s", i)
+			}
+		}
+	}
+	for i, e := range s.Events {
+		switch e.Kind {
+		case "partition", "redis-outage":
+			if !known[e.Region] || e.For <= 0 {
+				return bad("event %d (%s): needs a known region and a positive 'for'", i, e.Kind)
+			}
+		case "coordinator-crash":
+			if e.For <= 0 {
+				return bad("event %d (coordinator-crash): needs a positive 'for'", i)
+			}
+		case "clock-drift":
+			if !known[e.Region] || math.IsNaN(e.Rate) || math.Abs(e.Rate) > s.Lease.Drift {
+				return bad("event %d (clock-drift): needs a known region and |rate| <= lease.drift (%v); a faster clock breaks the safety argument", i, s.Lease.Drift)
+			}
+		case "config-change":
+			if e.Limit < 0 || e.Burst < 0 || math.IsNaN(e.Limit) || math.IsNaN(e.Burst) {
+				return bad("event %d (config-change): limit and burst must not be negative", i)
+			}
+		case "failover":
+			if !known[e.Region] || !known[e.To] || e.Region == e.To {
+				return bad("event %d (failover): needs two different known regions (region, to)", i)
+			}
+		default:
+			return bad("event %d: unknown kind %q", i, e.Kind)
+		}
+	}
+	if len(s.Traffic) == 0 && s.Trace == "" {
+		return bad("no traffic and no trace: nothing to simulate")
+	}
+	return nil
+}
+
+// rate is region's generated request rate at t.
+func (s *Scenario) rate(region string, t time.Duration) float64 {
+	own := func(r string) float64 {
+		var sum float64
+		for _, tr := range s.Traffic {
+			if tr.Region == r {
+				sum += tr.at(t)
+			}
+		}
+		return sum
+	}
+	total := own(region)
+	for _, e := range s.Events {
+		if e.Kind != "failover" || t < time.Duration(e.At) {
+			continue
+		}
+		if e.Region == region {
+			total -= own(region) // its traffic has gone elsewhere
+		}
+		if e.To == region {
+			total += own(e.Region)
+		}
+	}
+	return math.Max(0, total)
+}
+
+func (t Traffic) at(now time.Duration) float64 {
+	switch t.Shape {
+	case "ramp":
+		at, until := time.Duration(t.At), time.Duration(t.Until)
+		switch {
+		case now <= at:
+			return t.Rate
+		case now >= until || until <= at:
+			return t.To
+		default:
+			f := float64(now-at) / float64(until-at)
+			return t.Rate + (t.To-t.Rate)*f
+		}
+	case "follow-the-sun":
+		day := float64(24 * time.Hour)
+		phase := 2 * math.Pi * (float64(now) - float64(time.Duration(t.PeakAt))) / day
+		return t.Base + (t.Rate-t.Base)*math.Max(0, math.Cos(phase))
+	default:
+		return t.Rate
+	}
+}
