@@ -13,7 +13,7 @@ type line struct {
 	name   string
 	color  string
 	values []float64
-	dashed bool
+	dash   string // SVG stroke-dasharray, "" for solid
 }
 
 var palette = []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f"}
@@ -44,8 +44,8 @@ func (r *Result) WritePlots(perRegion, perMode io.Writer) error {
 		lines = append(lines, line{name: "leased, " + name, color: palette[(i+3)%len(palette)], values: floats(s.PerRegion[i])})
 	}
 	lines = append(lines, line{name: "leased, total", color: palette[0], values: floats(s.PerMode[0])},
-		line{name: "limit", color: "#000000", values: flat(s.Limit, n), dashed: true},
-		line{name: "bound", color: "#d62728", values: flat(s.Bound, n), dashed: true})
+		line{name: "limit", color: "#000000", values: flat(s.Limit, n), dash: "8,4"},
+		line{name: "bound", color: "#d62728", values: flat(s.Bound, n), dash: "2,3"})
 	title := fmt.Sprintf("%s: hot identity admitted per %s, by region (leased)", r.Scenario, bin)
 	if err := chart(perRegion, title, bin, lines); err != nil {
 		return err
@@ -54,7 +54,7 @@ func (r *Result) WritePlots(perRegion, perMode io.Writer) error {
 	for i, m := range modeNames {
 		lines = append(lines, line{name: m, color: palette[i%len(palette)], values: floats(s.PerMode[i])})
 	}
-	lines = append(lines, line{name: "limit", color: "#000000", values: flat(s.Limit, n), dashed: true})
+	lines = append(lines, line{name: "limit", color: "#000000", values: flat(s.Limit, n), dash: "8,4"})
 	return chart(perMode, fmt.Sprintf("%s: hot identity admitted per %s, by mode", r.Scenario, bin), bin, lines)
 }
 
@@ -93,8 +93,8 @@ func chart(w io.Writer, title string, bin time.Duration, lines []line) error {
 			fmt.Fprintf(&pts, "%.1f,%.1f ", x(i), y(v))
 		}
 		dash := ""
-		if l.dashed {
-			dash = ` stroke-dasharray="6,4"`
+		if l.dash != "" {
+			dash = ` stroke-dasharray="` + l.dash + `"`
 		}
 		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.3"%s points="%s"/>`+"\n", l.color, dash, strings.TrimSpace(pts.String()))
 		ly := top + 16*float64(li)

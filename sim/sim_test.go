@@ -1,18 +1,213 @@
 package sim
 
 import (
+	"bytes"
+	"errors"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/quota-lease/quota-lease/regional"
 )
 
-func TestQuick(t *testing.T) {
+func shipped(t testing.TB) []string {
+	files, err := filepath.Glob("scenarios/*.yaml")
+	if err != nil || len(files) < 9 {
+		t.Fatalf("shipped scenarios: %v %v", files, err)
+	}
+	return files
+}
+
+// For every shipped scenario, every mode's largest admitted total in any
+// window is within what bound computes for it; with a static-share policy
+// (degraded budget reserved) and no Redis outage or config change,
+// leasing's overshoot is zero.
+func TestShippedScenariosWithinBound(t *testing.T) {
+	for _, f := range shipped(t) {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			s, err := Load(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := Run(s, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range res.Modes {
+				if m.Requests == 0 {
+					t.Fatalf("%s: no requests", m.Mode)
+				}
+				if !m.WithinBound {
+					t.Errorf("%s: max per window %v exceeds the bound %v (terms %v)", m.Mode, m.MaxWindow, m.Bound, m.BoundTerms)
+				}
+			}
+			leased := res.Mode("leased")
+			disturbed := false
+			for _, e := range s.Events {
+				disturbed = disturbed || e.Kind == "redis-outage" || e.Kind == "config-change"
+			}
+			if s.policy.Failure.Mode == regional.StaticShare && !disturbed && leased.MaxOvershoot != 0 {
+				t.Errorf("static-share, reserved: leased overshoot %v, want 0", leased.MaxOvershoot)
+			}
+			if strings.HasPrefix(s.Name, "partition") && leased.DecisionModes["degraded"] == 0 {
+				t.Errorf("a partition without degraded decisions: %v", leased.DecisionModes)
+			}
+		})
+	}
+}
+
+// Follow-the-sun: leasing's utilization well above the static split's, its
+// overshoot well below independent limits', side by side in the table.
+func TestFollowTheSun(t *testing.T) {
 	s, err := Load("scenarios/follow-the-sun.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := RunToDir(s, t.TempDir(), os.Stdout)
+	res, err := Run(s, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = res
+	leased, static, indep := res.Mode("leased"), res.Mode("static"), res.Mode("independent")
+	if leased.Utilization < static.Utilization+0.05 {
+		t.Errorf("leased utilization %.3f not well above static %.3f", leased.Utilization, static.Utilization)
+	}
+	if leased.RejectedWhileFree*3 > static.RejectedWhileFree*2 {
+		t.Errorf("leased rejected %d valid requests while capacity was free, static %d", leased.RejectedWhileFree, static.RejectedWhileFree)
+	}
+	if indep.MaxOvershoot <= 0 || leased.MaxOvershoot > indep.MaxOvershoot/4 {
+		t.Errorf("leased overshoot %v not well below independent %v", leased.MaxOvershoot, indep.MaxOvershoot)
+	}
+	var b bytes.Buffer
+	res.WriteTable(&b)
+	for _, m := range []string{"leased", "static", "independent", "central"} {
+		if !strings.Contains(b.String(), m) {
+			t.Errorf("table lacks %s:\n%s", m, b.String())
+		}
+	}
+}
+
+// Same seed, same output, byte for byte: every file.
+func TestDeterministic(t *testing.T) {
+	for _, name := range []string{"coordinator-crash", "hot-tenant"} {
+		s, err := Load("scenarios/" + name + ".yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, b := t.TempDir(), t.TempDir()
+		if _, err := RunToDir(s, a, nil); err != nil {
+			t.Fatal(err)
+		}
+		s2, _ := Load("scenarios/" + name + ".yaml")
+		if _, err := RunToDir(s2, b, nil); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []string{"summary.json", "decisions.jsonl", "plot.svg", "modes.svg"} {
+			x, _ := os.ReadFile(filepath.Join(a, f))
+			y, _ := os.ReadFile(filepath.Join(b, f))
+			if len(x) == 0 || !bytes.Equal(x, y) {
+				t.Errorf("%s/%s differs between two runs (or is empty: %d bytes)", name, f, len(x))
+			}
+		}
+	}
+}
+
+func TestOutputs(t *testing.T) {
+	s, err := Load("scenarios/trace-replay.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	var table bytes.Buffer
+	res, err := RunToDir(s, dir, &table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec, _ := os.ReadFile(filepath.Join(dir, "decisions.jsonl"))
+	lines := strings.Split(strings.TrimSpace(string(dec)), "\n")
+	if int64(len(lines)) != res.Mode("leased").Requests || len(lines) != 680 {
+		t.Fatalf("%d decision lines, %d requests, trace has 680", len(lines), res.Mode("leased").Requests)
+	}
+	if !strings.HasPrefix(lines[0], `{"t_ms":10000,"region":"us","identity":"api=shared","cost":1,"allowed":`) {
+		t.Fatalf("first decision %s", lines[0])
+	}
+	svg, _ := os.ReadFile(filepath.Join(dir, "plot.svg"))
+	if !strings.HasPrefix(string(svg), "<svg") || !strings.Contains(string(svg), "bound") {
+		t.Fatalf("plot.svg: %.80s", svg)
+	}
+	if !strings.Contains(table.String(), "trace-replay") {
+		t.Fatalf("table: %s", table.String())
+	}
+}
+
+func TestBadScenarios(t *testing.T) {
+	base := "name: x\nduration: 1m\nregions: [us, eu]\npolicy: {name: p, identity: [api], limit: 10, period: 1s}\ntraffic: [{region: us, rate: 1}]\n"
+	cases := []struct{ yaml, want string }{
+		{base + "bogus: 1\n", "field bogus not found"},
+		{strings.Replace(base, "name: x\n", "", 1), "name is required"},
+		{strings.Replace(base, "duration: 1m", "duration: 90", 1), "duration must be a string"},
+		{strings.Replace(base, "[us, eu]", "[us, us]", 1), "listed twice"},
+		{strings.Replace(base, "limit: 10", "limit: .nan", 1), "policy"},
+		{strings.Replace(base, "period: 1s}", "period: 1s, scope: region}", 1), "must be global"},
+		{strings.Replace(base, "region: us, rate: 1", "region: mars, rate: 1", 1), "unknown region"},
+		{strings.Replace(base, "rate: 1}", "rate: -1}", 1), "rates must be"},
+		{strings.Replace(base, "rate: 1}", "rate: 1, shape: zigzag}", 1), "shape"},
+		{base + "events: [{kind: meteor}]\n", "unknown kind"},
+		{base + "events: [{kind: partition, region: us}]\n", "positive 'for'"},
+		{base + "events: [{kind: clock-drift, region: us, rate: 0.1}]\n", "|rate| <= lease.drift"},
+		{base + "events: [{kind: failover, region: us, to: us}]\n", "two different"},
+		{base + "network: {loss: 1.5}\n", "loss"},
+		{strings.Replace(base, "traffic: [{region: us, rate: 1}]\n", "", 1), "nothing to simulate"},
+	}
+	for _, c := range cases {
+		_, err := Parse([]byte(c.yaml))
+		if err == nil || !errors.Is(err, ErrInvalidScenario) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q:\n got %v\n want %q", c.yaml, err, c.want)
+		}
+	}
+	// A malformed trace names the line.
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "bad.trace"), []byte("# ok\n100 us a 1\n200 mars a 1\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "s.yaml"), []byte(strings.Replace(base, "traffic: [{region: us, rate: 1}]\n", "trace: bad.trace\n", 1)), 0o644)
+	s, err := Load(filepath.Join(dir, "s.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Run(s, nil); err == nil || !strings.Contains(err.Error(), "line 3") || !strings.Contains(err.Error(), "mars") {
+		t.Fatalf("bad trace: %v", err)
+	}
+}
+
+func FuzzParseScenario(f *testing.F) {
+	for _, file := range []string{"scenarios/failover.yaml", "scenarios/hot-tenant.yaml"} {
+		data, _ := os.ReadFile(file)
+		f.Add(data)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := Parse(data)
+		if err != nil {
+			return
+		}
+		if s.policy == nil || s.Name == "" || len(s.Regions) == 0 {
+			t.Fatalf("accepted an incomplete scenario: %+v", s)
+		}
+	})
+}
+
+// BenchmarkFollowTheSun reports simulated requests per second (each
+// decided by quota-lease, three baselines and the ideal limiter).
+func BenchmarkFollowTheSun(b *testing.B) {
+	s, err := Load("scenarios/follow-the-sun.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var reqs int64
+	for b.Loop() {
+		res, err := Run(s, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		reqs += res.Mode("leased").Requests
+	}
+	b.ReportMetric(float64(reqs)/b.Elapsed().Seconds(), "sim-requests/s")
 }

@@ -35,6 +35,7 @@ var commands = map[string]command{
 	"regions set-weight": {"declare a region or set its weight", regionsSetWeight},
 	"regions list":       {"list the declared regions", regionsList},
 	"bound":              {"print the overshoot bound of every quota, or one", boundCmd},
+	"sim run":            {"run region-shift scenarios on virtual time (sim/scenarios/)", simRun},
 }
 
 func usage() string {
