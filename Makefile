@@ -10,7 +10,7 @@ PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: help deps build test vet fmt-check bench fuzz redis redis-stop proto demo clean
+.PHONY: help deps build test vet fmt-check bench fuzz redis redis-stop proto demo load clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -56,12 +56,15 @@ proto: ## regenerate the committed protobuf/gRPC code with the pinned generators
 	  --go_out=proto --go_opt=paths=source_relative \
 	  --go-grpc_out=proto --go-grpc_opt=paths=source_relative $$files
 
-demo: deps ## local demo: a Redis, the regional engine and traffic from many tenants
-	@set -e; addr=$$(scripts/redis.sh start .redis/demo); \
-	  trap 'scripts/redis.sh stop .redis/demo' EXIT; \
-	  $(GO) run ./cmd/regional-agent demo --redis $$addr --policies examples/policies.yaml
+demo: deps build ## the local demo: etcd, 2 coordinators, 3 regions with Redis and an agent each, a minute of traffic
+	bin/regional-agent demo --bin bin
+
+load: deps ## traffic straight through the regional engine against one throwaway Redis
+	@set -e; addr=$$(scripts/redis.sh start .redis/load); \
+	  trap 'scripts/redis.sh stop .redis/load' EXIT; \
+	  $(GO) run ./cmd/regional-agent load --redis $$addr --policies examples/policies.yaml
 
 clean: ## remove build output and throwaway Redis state
 	-scripts/redis.sh stop .redis
-	-scripts/redis.sh stop .redis/demo
+	-scripts/redis.sh stop .redis/load
 	rm -rf bin .redis out

@@ -87,10 +87,11 @@ func (a *Agent) Granted(req Request, g Grant) {
 	if a.grant.ID != "" && req.Seq < a.grantSeq {
 		return
 	}
-	t := a.timing
-	t.ValidFor = g.ValidFor
+	// The grant's duration rules: validity and the renewal time follow it,
+	// whatever this agent was configured with.
+	a.timing.ValidFor = g.ValidFor
 	a.grant, a.grantSeq, a.sentAt = g, req.Seq, req.SentAt
-	a.validUntil = req.SentAt.Add(t.AgentValidFor())
+	a.validUntil = req.SentAt.Add(a.timing.AgentValidFor())
 	a.present = g.ID
 	a.state = Active
 }

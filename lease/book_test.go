@@ -333,3 +333,21 @@ func TestTimingValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An agent configured for 10 s leases that is granted 2 s ones renews on
+// the grant's schedule, well before it lapses.
+func TestAgentRenewsOnTheGrantsDuration(t *testing.T) {
+	a := NewAgent(DefaultTiming, regional.Failure{Mode: regional.FailClosed}, 100)
+	t0 := time.Unix(0, 0)
+	a.Granted(a.Sending(t0), Grant{ID: "1.1", Amount: 50, ValidFor: 2 * time.Second})
+	_, until := a.Grant()
+	if until.Sub(t0) >= 2*time.Second {
+		t.Fatalf("valid for %v, longer than the 2 s grant", until.Sub(t0))
+	}
+	if !a.NeedsRenewal(t0.Add(time.Second)) {
+		t.Fatal("no renewal due 1 s into a 2 s lease")
+	}
+	if a.NeedsRenewal(t0.Add(500 * time.Millisecond)) {
+		t.Fatal("renewal due after only 500 ms of a 2 s lease")
+	}
+}

@@ -5,7 +5,8 @@
 // Usage:
 //
 //	regional-agent serve --region R --redis ADDR --coordinator ADDR[,ADDR...] [flags]
-//	regional-agent demo --redis ADDR --policies FILE [flags]
+//	regional-agent demo [--duration 60s]
+//	regional-agent load --redis ADDR --policies FILE [flags]
 package main
 
 import (
@@ -27,8 +28,12 @@ Usage:
 Commands:
   serve   run the agent: leases from the coordinator, checks over gRPC,
           Envoy's rate-limit API and HTTP, metrics and health
-  demo    drive traffic from many identities through the regional engine
-          against a Redis and print what was admitted per policy
+  demo    run a whole local deployment (etcd, 2 coordinators, 3 regions with
+          Redis and an agent each), drive region-shifting traffic through it
+          for a minute while killing the leader and partitioning a region,
+          and print what was admitted against the limit and the bound
+  load    drive traffic from many identities straight through the regional
+          engine against one Redis and print what was admitted per policy
 
 Run 'regional-agent <command> -h' for a command's flags.
 `
@@ -55,6 +60,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runServe(ctx, args[1:], stderr)
 	case "demo":
 		err = runDemo(ctx, args[1:], stdout, stderr)
+	case "load":
+		err = runLoad(ctx, args[1:], stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "regional-agent: unknown command %q\n\n%s", args[0], usage)
 		return 2

@@ -10,12 +10,12 @@ import (
 	"github.com/quota-lease/quota-lease/internal/redistest"
 )
 
-// The demo runs against a real Redis and reports every policy within its
-// limit.
-func TestDemo(t *testing.T) {
+// The load command runs against a real Redis and reports every policy
+// within its limit.
+func TestLoad(t *testing.T) {
 	srv := redistest.Start(t)
 	var out, errb bytes.Buffer
-	code := run(context.Background(), []string{"demo", "--redis", srv.Addr, "--policies", "../../examples/policies.yaml",
+	code := run(context.Background(), []string{"load", "--redis", srv.Addr, "--policies", "../../examples/policies.yaml",
 		"--duration", "1500ms", "--max-requests", "20000", "--workers", "4"}, &out, &errb)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
@@ -25,7 +25,7 @@ func TestDemo(t *testing.T) {
 	}
 }
 
-func TestDemoBadInput(t *testing.T) {
+func TestLoadBadInput(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cases := []struct {
@@ -33,10 +33,12 @@ func TestDemoBadInput(t *testing.T) {
 		code int
 		text string
 	}{
-		{[]string{"demo", "--policies", "/nope.yaml"}, 1, "read policies"},
-		{[]string{"demo", "--redis", "127.0.0.1:1", "--policies", "../../examples/policies.yaml"}, 1, "make redis"},
-		{[]string{"demo", "--workers", "0"}, 2, "must be positive"},
-		{[]string{"demo", "--bogus"}, 2, "flag provided but not defined"},
+		{[]string{"load", "--policies", "/nope.yaml"}, 1, "read policies"},
+		{[]string{"load", "--redis", "127.0.0.1:1", "--policies", "../../examples/policies.yaml"}, 1, "make redis"},
+		{[]string{"load", "--workers", "0"}, 2, "must be positive"},
+		{[]string{"load", "--bogus"}, 2, "flag provided but not defined"},
+		{[]string{"demo", "--bin", "/nonexistent"}, 1, "make build"},
+		{[]string{"serve"}, 2, "--region is required"},
 		{[]string{"frobnicate"}, 2, "unknown command"},
 	}
 	for _, c := range cases {

@@ -1,5 +1,5 @@
-// Package redistest starts throwaway redis-server processes for tests:
-// real Redis on a free loopback port, no persistence, killed at cleanup.
+// Package redistest starts throwaway redis-server processes for tests and
+// demos: real Redis on a free loopback port, no persistence.
 package redistest
 
 import (
@@ -48,6 +48,10 @@ func Start(tb testing.TB) *Server {
 	tb.Cleanup(s.Stop)
 	return s
 }
+
+// StartIn runs a fresh redis-server with its files in dir, for callers
+// that are not tests (the demo); they must call Stop.
+func StartIn(dir string) (*Server, error) { return start(dir) }
 
 func start(dir string) (*Server, error) {
 	bin, err := Binary()

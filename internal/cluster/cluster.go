@@ -1,0 +1,405 @@
+// Package cluster runs a real multi-process quota-lease deployment on
+// loopback: a redis-server per region, coordinator replicas (the first
+// with embedded etcd, the others pointed at it) and a regional agent per
+// region, each reaching the coordinators and its Redis through an
+// in-process fault proxy, so a test or the demo can cut a region off,
+// slow its Redis or kill the coordinator leader. The demo and the
+// end-to-end tests both use it.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/quota-lease/quota-lease/internal/coordinator"
+	"github.com/quota-lease/quota-lease/internal/faultproxy"
+	"github.com/quota-lease/quota-lease/internal/redistest"
+	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
+)
+
+// Binaries are the built commands.
+type Binaries struct{ Coordinator, Agent string }
+
+// Build compiles cmd/coordinator and cmd/regional-agent into dir.
+func Build(ctx context.Context, dir string) (Binaries, error) {
+	root, err := moduleRoot(ctx)
+	if err != nil {
+		return Binaries{}, err
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+string(os.PathSeparator), "./cmd/coordinator", "./cmd/regional-agent")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return Binaries{}, fmt.Errorf("go build: %w\n%s", err, out)
+	}
+	return Binaries{Coordinator: filepath.Join(dir, "coordinator"), Agent: filepath.Join(dir, "regional-agent")}, nil
+}
+
+func moduleRoot(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", errors.New("not inside the quota-lease module")
+	}
+	return filepath.Dir(mod), nil
+}
+
+// Options shape a cluster.
+type Options struct {
+	Regions      []string
+	Coordinators int
+	// LeaseDuration and SessionTTL are short in tests, so that expiry and
+	// failover happen within seconds.
+	LeaseDuration time.Duration
+	SessionTTL    time.Duration
+	CheckTimeout  time.Duration
+}
+
+// Cluster is a running deployment.
+type Cluster struct {
+	Dir    string
+	Opts   Options
+	Redis  []*redistest.Server
+	Etcd   *Process
+	Coords []*Process
+	Agents []*Agent
+	etcd   string
+	admin  *coordinator.Client
+	used   map[string]bool
+}
+
+// Process is one child process.
+type Process struct {
+	Name string
+	Addr string // gRPC
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// Agent is one region's agent with its fault proxies.
+type Agent struct {
+	*Process
+	Region   string
+	HTTP     string
+	ToCoord  []*faultproxy.Proxy
+	ToRedis  *faultproxy.Proxy
+	Check    pb.CheckServiceClient
+	checkCon *grpc.ClientConn
+}
+
+// freeAddr returns a free loopback address not handed out before by this
+// cluster: a port is only reserved once its process binds it, so the
+// kernel may offer it again meanwhile.
+func (c *Cluster) freeAddr() (string, error) {
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", err
+		}
+		addr := l.Addr().String()
+		l.Close()
+		if !c.used[addr] {
+			c.used[addr] = true
+			return addr, nil
+		}
+	}
+}
+
+func (c *Cluster) start(name, bin string, args ...string) (*Process, error) {
+	log, err := os.Create(filepath.Join(c.Dir, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &Process{Name: name, cmd: cmd, done: make(chan struct{})}
+	go func() { cmd.Wait(); log.Close(); close(p.done) }()
+	return p, nil
+}
+
+// Kill sends SIGKILL: the process dies without a word (no resignation).
+func (p *Process) Kill() {
+	if p.cmd.Process != nil {
+		syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	}
+	<-p.done
+}
+
+// Stop sends SIGTERM and waits up to 15 s, then kills.
+func (p *Process) Stop() {
+	if p.cmd.Process == nil {
+		return
+	}
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		p.Kill()
+	}
+}
+
+// Alive reports whether the process still runs.
+func (p *Process) Alive() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Start runs a cluster with its files (data, logs) in dir.
+func Start(ctx context.Context, bins Binaries, dir string, o Options) (_ *Cluster, err error) {
+	if len(o.Regions) == 0 {
+		o.Regions = []string{"us", "eu", "ap"}
+	}
+	if o.Coordinators == 0 {
+		o.Coordinators = 2
+	}
+	if o.LeaseDuration == 0 {
+		o.LeaseDuration = 2 * time.Second
+	}
+	if o.SessionTTL == 0 {
+		o.SessionTTL = 2 * time.Second
+	}
+	if o.CheckTimeout == 0 {
+		o.CheckTimeout = 20 * time.Millisecond
+	}
+	c := &Cluster{Dir: dir, Opts: o, used: map[string]bool{}}
+	defer func() {
+		if err != nil {
+			c.Stop()
+		}
+	}()
+	for _, r := range o.Regions {
+		rd := filepath.Join(dir, "redis-"+r)
+		if err := os.MkdirAll(rd, 0o755); err != nil {
+			return nil, err
+		}
+		s, err := redistest.StartIn(rd)
+		if err != nil {
+			return nil, fmt.Errorf("redis for %s: %w", r, err)
+		}
+		c.Redis = append(c.Redis, s)
+	}
+	etcdAddr, err := c.freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	c.etcd = "http://" + etcdAddr
+	common := []string{"--regions", strings.Join(o.Regions, ","), "--lease-duration", o.LeaseDuration.String(),
+		"--session-ttl", o.SessionTTL.String(), "--rebalance-interval", "200ms", "--flush-interval", "500ms",
+		"--degraded-timeout", "2m", "--lease-margin", "50ms", "--log-level", "info"}
+	// etcd runs on its own, so that killing any coordinator leaves it up.
+	if c.Etcd, err = c.start("etcd", bins.Coordinator, "etcd", "--data-dir", filepath.Join(dir, "etcd"), "--listen", etcdAddr); err != nil {
+		return nil, err
+	}
+	var addrs []string
+	for i := 0; i < o.Coordinators; i++ {
+		addr, err := c.freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		name := "coordinator-" + strconv.Itoa(i+1)
+		args := append([]string{"serve", "--listen", addr, "--name", name, "--etcd-endpoints", c.etcd}, common...)
+		p, err := c.start(name, bins.Coordinator, args...)
+		if err != nil {
+			return nil, err
+		}
+		p.Addr = addr
+		c.Coords = append(c.Coords, p)
+		addrs = append(addrs, addr)
+	}
+	if err := c.waitLeader(ctx, 60*time.Second); err != nil {
+		return nil, err
+	}
+	if c.admin, err = coordinator.NewClient(addrs); err != nil {
+		return nil, err
+	}
+	for i, region := range o.Regions {
+		a := &Agent{Region: region}
+		var via []string
+		for _, addr := range addrs {
+			px, err := faultproxy.Start(addr)
+			if err != nil {
+				return nil, err
+			}
+			a.ToCoord = append(a.ToCoord, px)
+			via = append(via, px.Addr)
+		}
+		if a.ToRedis, err = faultproxy.Start(c.Redis[i].Addr); err != nil {
+			return nil, err
+		}
+		grpcAddr, _ := c.freeAddr()
+		httpAddr, _ := c.freeAddr()
+		p, err := c.start("agent-"+region, bins.Agent, "serve", "--region", region, "--instance", region+"-1",
+			"--redis", a.ToRedis.Addr, "--coordinator", strings.Join(via, ","), "--grpc-listen", grpcAddr,
+			"--http-listen", httpAddr, "--check-timeout", o.CheckTimeout.String(), "--lease-margin", "50ms", "--log-level", "info")
+		if err != nil {
+			return nil, err
+		}
+		p.Addr, a.Process, a.HTTP = grpcAddr, p, "http://"+httpAddr
+		if a.checkCon, err = grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+			return nil, err
+		}
+		a.Check = pb.NewCheckServiceClient(a.checkCon)
+		c.Agents = append(c.Agents, a)
+	}
+	return c, nil
+}
+
+// Admin calls the leader's admin API.
+func (c *Cluster) Admin(ctx context.Context, fn func(pb.AdminServiceClient, ...grpc.CallOption) error) error {
+	return c.admin.Call(ctx, func(cc *grpc.ClientConn, opts ...grpc.CallOption) error {
+		return fn(pb.NewAdminServiceClient(cc), opts...)
+	})
+}
+
+// SetPolicies stores policies (YAML) and waits until every agent knows
+// them and is ready.
+func (c *Cluster) SetPolicies(ctx context.Context, yaml string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := c.Admin(ctx, func(a pb.AdminServiceClient, opts ...grpc.CallOption) error {
+		_, err := a.SetPolicy(ctx, &pb.SetPolicyRequest{Yaml: yaml}, opts...)
+		return err
+	}); err != nil {
+		return fmt.Errorf("set policies: %w", err)
+	}
+	for _, a := range c.Agents {
+		for {
+			resp, err := http.Get(a.HTTP + "/readyz")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == 200 {
+					break
+				}
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("agent %s not ready; see %s", a.Region, filepath.Join(c.Dir, a.Name+".log"))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	time.Sleep(time.Second) // one policy refresh (agents poll every 10 s; readiness came first)
+	return nil
+}
+
+// Leader returns the coordinator process that leads now, or nil.
+func (c *Cluster) Leader(ctx context.Context) *Process {
+	for _, p := range c.Coords {
+		if !p.Alive() {
+			continue
+		}
+		cc, err := grpc.NewClient(p.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		_, err = pb.NewAdminServiceClient(cc).ListLeases(cctx, &pb.ListLeasesRequest{})
+		cancel()
+		cc.Close()
+		if err == nil {
+			return p
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) waitLeader(ctx context.Context, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for c.Leader(ctx) == nil {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("no coordinator leader within %s; see the logs in %s", limit, c.Dir)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return nil
+}
+
+// WaitLeader waits for a (new) leader.
+func (c *Cluster) WaitLeader(ctx context.Context, limit time.Duration) (*Process, error) {
+	if err := c.waitLeader(ctx, limit); err != nil {
+		return nil, err
+	}
+	return c.Leader(ctx), nil
+}
+
+// Partition cuts region's agent off from every coordinator (or heals it).
+func (a *Agent) Partition(cut bool) {
+	for _, px := range a.ToCoord {
+		if cut {
+			px.Cut()
+		} else {
+			px.Restore()
+		}
+	}
+}
+
+// Leases lists the leader's leases.
+func (c *Cluster) Leases(ctx context.Context) ([]*pb.LeaseRecord, error) {
+	var out []*pb.LeaseRecord
+	err := c.Admin(ctx, func(a pb.AdminServiceClient, opts ...grpc.CallOption) error {
+		resp, err := a.ListLeases(ctx, &pb.ListLeasesRequest{}, opts...)
+		if err == nil {
+			out = resp.Leases
+		}
+		return err
+	})
+	return out, err
+}
+
+// Stop stops every process, agents first, and every proxy.
+func (c *Cluster) Stop() {
+	for _, a := range c.Agents {
+		if a.checkCon != nil {
+			a.checkCon.Close()
+		}
+		if a.Process != nil {
+			a.Stop()
+		}
+		for _, px := range a.ToCoord {
+			px.Close()
+		}
+		if a.ToRedis != nil {
+			a.ToRedis.Close()
+		}
+	}
+	for _, p := range c.Coords {
+		p.Stop()
+	}
+	if c.Etcd != nil {
+		c.Etcd.Stop()
+	}
+	if c.admin != nil {
+		c.admin.Close()
+	}
+	for _, r := range c.Redis {
+		r.Stop()
+	}
+}

@@ -1,0 +1,275 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quota-lease/quota-lease/bound"
+	"github.com/quota-lease/quota-lease/regional"
+)
+
+var bins Binaries
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "quota-lease-bin-")
+	if err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	bins, err = Build(ctx, dir)
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const globalPolicy = `
+name: api-global
+identity: [api]
+limit: 60
+period: 1s
+burst: 60
+failure: {mode: static-share, static_fraction: 0.1}
+`
+
+const tenantPolicy = `
+name: per-tenant
+identity: [tenant]
+limit: 10
+period: 1s
+burst: 30
+failure: {mode: static-share, static_fraction: 0.05}
+`
+
+// window is the length the admitted totals are checked over; slack widens
+// the bound's window for the gap between a client's send time and the
+// agent's decision time.
+const window, slack = 5 * time.Second, 200 * time.Millisecond
+
+func start(t *testing.T, policies string) *Cluster {
+	t.Helper()
+	dir := t.TempDir()
+	c, err := Start(t.Context(), bins, dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.Stop()
+		if t.Failed() {
+			for _, f := range []string{"coordinator-1", "coordinator-2", "agent-us", "agent-eu", "agent-ap"} {
+				b, _ := os.ReadFile(dir + "/" + f + ".log")
+				lines := strings.Split(string(b), "\n")
+				t.Logf("--- %s (last lines)\n%s", f, strings.Join(lines[max(0, len(lines)-15):], "\n"))
+			}
+		}
+	})
+	if err := c.SetPolicies(t.Context(), policies); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func policyOf(t *testing.T, yaml string) *regional.Policy {
+	ps, err := regional.ParsePolicies([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ps[0]
+}
+
+// checkBound asserts that no identity was admitted more in any window than
+// bound.Compute allows for this deployment.
+func checkBound(t *testing.T, d *Driver, p *regional.Policy, dep bound.Deployment) {
+	t.Helper()
+	dep.Regions, dep.Instances, dep.LeaseDuration, dep.Drift = 3, 1, 2*time.Second, 1e-4
+	b, err := bound.Compute(p, dep, bound.Leased, window+slack)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, id, at := d.MaxWindow(p.Name, window)
+	if float64(got) > b.WorstCase {
+		t.Fatalf("%s: %d admitted for %s in the %v window ending %v; the bound allows %.1f (%v)", p.Name, got, id, window, at.Format(time.StampMilli), b.WorstCase, b.Terms)
+	}
+	if got == 0 {
+		t.Fatalf("%s: nothing admitted", p.Name)
+	}
+	t.Logf("%s: max %d per %v window, bound %.1f, reference %.1f", p.Name, got, window, b.WorstCase, b.Limit)
+}
+
+// steady is a load of rate requests/s per region with the given weights.
+func steady(policy, attr string, ids int, hot float64, rates map[string]float64) Load {
+	return Load{Policy: policy, Attribute: attr, Identities: ids, Hot: hot,
+		Rate: func(region string, _ time.Duration) float64 { return rates[region] }}
+}
+
+func noErrors(t *testing.T, d *Driver, policy string) {
+	for region, st := range d.Stats(policy) {
+		if st.Errors > 0 {
+			t.Errorf("%s in %s: %d checks failed (%s)", policy, region, st.Errors, st.Describe())
+		}
+	}
+}
+
+// The coordinator leader is killed (SIGKILL) while regions renew and
+// shares move; the follower takes over and no window exceeds the bound.
+func TestE2ELeaderKilled(t *testing.T) {
+	c := start(t, globalPolicy)
+	ctx := t.Context()
+	leader := c.Leader(ctx)
+	if leader == nil {
+		t.Fatal("no leader")
+	}
+	load := Load{Policy: "api-global", Attribute: "api", Identities: 1,
+		Rate: func(region string, el time.Duration) float64 {
+			if el < 5*time.Second {
+				return map[string]float64{"us": 50, "eu": 20, "ap": 10}[region]
+			}
+			return map[string]float64{"us": 10, "eu": 50, "ap": 20}[region]
+		}}
+	done := make(chan struct{})
+	d := NewDriver(c)
+	go func() { d.Run(ctx, 14*time.Second, load); close(done) }()
+	time.Sleep(6 * time.Second)
+	leader.Kill()
+	next, err := c.WaitLeader(ctx, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next == leader {
+		t.Fatal("the killed replica still leads")
+	}
+	<-done
+	checkBound(t, d, policyOf(t, globalPolicy), bound.Deployment{})
+	noErrors(t, d, "api-global")
+	leases, err := c.Leases(ctx)
+	if err != nil || len(leases) == 0 {
+		t.Fatalf("new leader lists no leases: %v %v", leases, err)
+	}
+}
+
+// One region is cut off from the coordinator by a fault proxy: it falls
+// back to its degraded budget at expiry, the totals stay within the bound,
+// and it re-leases when the partition heals.
+func TestE2EPartition(t *testing.T) {
+	c := start(t, globalPolicy)
+	ctx := t.Context()
+	load := steady("api-global", "api", 1, 0, map[string]float64{"us": 40, "eu": 30, "ap": 30})
+	d := NewDriver(c)
+	done := make(chan struct{})
+	go func() { d.Run(ctx, 16*time.Second, load); close(done) }()
+	time.Sleep(4 * time.Second)
+	ap := c.Agents[2]
+	ap.Partition(true)
+	time.Sleep(7 * time.Second)
+	ap.Partition(false)
+	<-done
+	checkBound(t, d, policyOf(t, globalPolicy), bound.Deployment{})
+	st := d.Stats("api-global")["ap"]
+	if st.Modes["degraded"] == 0 {
+		t.Fatalf("ap never decided on its degraded budget: %s", st.Describe())
+	}
+	if st.Modes["leased"] == 0 {
+		t.Fatalf("ap never leased: %s", st.Describe())
+	}
+	noErrors(t, d, "api-global")
+}
+
+// Redis in one region gets slower than the check timeout: that agent
+// answers from its local fallback, within the timeout, and the totals
+// stay within the bound (which counts the fallback).
+func TestE2ERedisSlow(t *testing.T) {
+	c := start(t, globalPolicy)
+	ctx := t.Context()
+	load := steady("api-global", "api", 1, 0, map[string]float64{"us": 30, "eu": 40, "ap": 20})
+	d := NewDriver(c)
+	done := make(chan struct{})
+	go func() { d.Run(ctx, 12*time.Second, load); close(done) }()
+	time.Sleep(3 * time.Second)
+	eu := c.Agents[1]
+	eu.ToRedis.SetDelay(100 * time.Millisecond)
+	time.Sleep(5 * time.Second)
+	eu.ToRedis.Restore()
+	<-done
+	checkBound(t, d, policyOf(t, globalPolicy), bound.Deployment{RedisOutages: true})
+	st := d.Stats("api-global")["eu"]
+	if st.Modes["local-fallback"] == 0 {
+		t.Fatalf("eu never used its fallback: %s", st.Describe())
+	}
+	noErrors(t, d, "api-global")
+}
+
+// The quota is lowered while keys are active; the bound counts the grants
+// at the old total that still run out their lease.
+func TestE2EQuotaChange(t *testing.T) {
+	c := start(t, globalPolicy)
+	ctx := t.Context()
+	load := steady("api-global", "api", 1, 0, map[string]float64{"us": 40, "eu": 30, "ap": 30})
+	d := NewDriver(c)
+	done := make(chan struct{})
+	go func() { d.Run(ctx, 12*time.Second, load); close(done) }()
+	time.Sleep(5 * time.Second)
+	if err := c.SetPolicies(ctx, strings.Replace(globalPolicy, "limit: 60", "limit: 30", 1)); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	checkBound(t, d, policyOf(t, globalPolicy), bound.Deployment{QuotaDecrease: 30})
+	noErrors(t, d, "api-global")
+}
+
+// One hot tenant among many, sending from every region, under a
+// per-tenant limit; alongside the global policy.
+func TestE2EHotTenant(t *testing.T) {
+	c := start(t, globalPolicy+"---\n"+tenantPolicy)
+	ctx := t.Context()
+	d := NewDriver(c)
+	d.Run(ctx, 10*time.Second,
+		steady("per-tenant", "tenant", 50, 0.5, map[string]float64{"us": 20, "eu": 12, "ap": 8}),
+		steady("api-global", "api", 1, 0, map[string]float64{"us": 20, "eu": 20, "ap": 20}))
+	checkBound(t, d, policyOf(t, tenantPolicy), bound.Deployment{})
+	checkBound(t, d, policyOf(t, globalPolicy), bound.Deployment{})
+	noErrors(t, d, "per-tenant")
+}
+
+// Traffic moves between regions every two seconds.
+func TestE2EFastShift(t *testing.T) {
+	c := start(t, globalPolicy)
+	ctx := t.Context()
+	regions := []string{"us", "eu", "ap"}
+	load := Load{Policy: "api-global", Attribute: "api", Identities: 1,
+		Rate: func(region string, el time.Duration) float64 {
+			if regions[int(el/(2*time.Second))%3] == region {
+				return 80
+			}
+			return 5
+		}}
+	d := NewDriver(c)
+	d.Run(ctx, 12*time.Second, load)
+	checkBound(t, d, policyOf(t, globalPolicy), bound.Deployment{})
+	noErrors(t, d, "api-global")
+}
+
+// The demo, shortened: it runs its whole script and reports every policy
+// within the bound.
+func TestDemoShort(t *testing.T) {
+	var out strings.Builder
+	if err := RunDemo(t.Context(), bins, t.TempDir(), 16*time.Second, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	s := out.String()
+	for _, want := range []string{"killed coordinator-", "cutting ap off", "policy api-global", "policy per-tenant", "| api-global admitted so far"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, s)
+		}
+	}
+	if strings.Count(s, "within the bound") != 2 || strings.Contains(s, "OVER") {
+		t.Fatalf("demo verdicts:\n%s", s)
+	}
+}

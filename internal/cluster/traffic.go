@@ -1,0 +1,195 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
+)
+
+// Load describes traffic for one policy: how many requests per second
+// each region sends at each moment, from how many identities, with what
+// share for the hottest.
+type Load struct {
+	Policy string
+	// Attribute is the identity attribute the policy counts by.
+	Attribute string
+	// Identities and Hot: identity 0 sends Hot of the traffic, the others
+	// share the rest evenly. One identity means a single shared quota.
+	Identities int
+	Hot        float64
+	// Rate returns region's requests per second at elapsed.
+	Rate func(region string, elapsed time.Duration) float64
+}
+
+// Admission is one admitted request, as the client saw it.
+type Admission struct {
+	At       time.Time
+	Region   string
+	Policy   string
+	Identity string
+	Mode     string
+}
+
+// Stats counts one region's outcomes for one policy.
+type Stats struct {
+	Sent, Admitted, Rejected, Errors int64
+	Modes                            map[string]int64
+}
+
+// Driver sends the loads to the cluster's agents over gRPC and records
+// every admission, independently of the system under test.
+type Driver struct {
+	c *Cluster
+
+	mu         sync.Mutex
+	admissions []Admission
+	stats      map[string]*Stats // policy/region
+	start      time.Time
+}
+
+// NewDriver returns a driver for c.
+func NewDriver(c *Cluster) *Driver { return &Driver{c: c, stats: map[string]*Stats{}} }
+
+// Run sends the loads until ctx ends or d passes. Every loop is bounded by
+// time, and each region's sending rate by its Rate.
+func (d *Driver) Run(ctx context.Context, dur time.Duration, loads ...Load) {
+	ctx, cancel := context.WithTimeout(ctx, dur)
+	defer cancel()
+	d.mu.Lock()
+	if d.start.IsZero() {
+		d.start = time.Now()
+	}
+	start := d.start
+	d.mu.Unlock()
+	var wg sync.WaitGroup
+	for li, l := range loads {
+		for ai, a := range d.c.Agents {
+			wg.Add(1)
+			go func(seed uint64, l Load, a *Agent) {
+				defer wg.Done()
+				d.loop(ctx, start, rand.New(rand.NewPCG(seed, 7)), l, a)
+			}(uint64(li*100+ai+1), l, a)
+		}
+	}
+	wg.Wait()
+}
+
+func (d *Driver) loop(ctx context.Context, start time.Time, r *rand.Rand, l Load, a *Agent) {
+	next := time.Now()
+	for ctx.Err() == nil {
+		rate := l.Rate(a.Region, time.Since(start))
+		if rate <= 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			next = time.Now()
+			continue
+		}
+		next = next.Add(time.Duration(r.ExpFloat64() / rate * float64(time.Second)))
+		if w := time.Until(next); w > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(w):
+			}
+		}
+		id := 0
+		if l.Identities > 1 && r.Float64() >= l.Hot {
+			id = 1 + r.IntN(l.Identities-1)
+		}
+		identity := "id-" + strconv.Itoa(id)
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		sent := time.Now()
+		resp, err := a.Check.Check(cctx, &pb.CheckRequest{Policy: l.Policy, Attributes: map[string]string{l.Attribute: identity}})
+		cancel()
+		d.record(l.Policy, a.Region, identity, sent, resp, err, ctx.Err() != nil)
+	}
+}
+
+func (d *Driver) record(policy, region, identity string, at time.Time, resp *pb.CheckResponse, err error, ending bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	key := policy + "/" + region
+	st := d.stats[key]
+	if st == nil {
+		st = &Stats{Modes: map[string]int64{}}
+		d.stats[key] = st
+	}
+	st.Sent++
+	switch {
+	case err != nil:
+		if !ending {
+			st.Errors++
+		}
+	case resp.Allowed:
+		st.Admitted++
+		st.Modes[resp.Mode]++
+		d.admissions = append(d.admissions, Admission{At: at, Region: region, Policy: policy, Identity: identity, Mode: resp.Mode})
+	default:
+		st.Rejected++
+		st.Modes[resp.Mode]++
+	}
+}
+
+// Stats returns a copy of policy's per-region counts.
+func (d *Driver) Stats(policy string) map[string]Stats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := map[string]Stats{}
+	for _, a := range d.c.Agents {
+		if st := d.stats[policy+"/"+a.Region]; st != nil {
+			cp := *st
+			cp.Modes = map[string]int64{}
+			for k, v := range st.Modes {
+				cp.Modes[k] = v
+			}
+			out[a.Region] = cp
+		}
+	}
+	return out
+}
+
+// MaxWindow returns, for policy, the most admitted for one identity across
+// all regions in any window of length w, with the identity and when.
+func (d *Driver) MaxWindow(policy string, w time.Duration) (max int, identity string, at time.Time) {
+	d.mu.Lock()
+	byID := map[string][]time.Time{}
+	for _, a := range d.admissions {
+		if a.Policy == policy {
+			byID[a.Identity] = append(byID[a.Identity], a.At)
+		}
+	}
+	d.mu.Unlock()
+	ids := make([]string, 0, len(byID))
+	for id := range byID {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		ts := byID[id]
+		sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+		lo := 0
+		for hi := range ts {
+			for ts[hi].Sub(ts[lo]) >= w {
+				lo++
+			}
+			if n := hi - lo + 1; n > max {
+				max, identity, at = n, id, ts[hi]
+			}
+		}
+	}
+	return max, identity, at
+}
+
+// Describe formats a region's stats.
+func (s Stats) Describe() string {
+	return fmt.Sprintf("sent %d admitted %d rejected %d errors %d modes %v", s.Sent, s.Admitted, s.Rejected, s.Errors, s.Modes)
+}
