@@ -65,6 +65,20 @@ func (a adminFlags) call(ctx context.Context, fn func(ctx context.Context, c pb.
 
 func (a adminFlags) json() bool { return *a.output == "json" }
 
+// adminCall runs one admin RPC on the leader and, with -o json, prints the
+// answer; printed tells the caller that nothing is left to print.
+func adminCall[R proto.Message](ctx context.Context, af adminFlags, stdout io.Writer,
+	rpc func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (R, error)) (resp R, printed bool, err error) {
+	err = af.call(ctx, func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (err error) {
+		resp, err = rpc(ctx, c, opts...)
+		return err
+	})
+	if err != nil || !af.json() {
+		return resp, false, err
+	}
+	return resp, true, printJSON(stdout, resp)
+}
+
 func printJSON(w io.Writer, m proto.Message) error {
 	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  ", EmitUnpopulated: true}.Marshal(m)
 	if err != nil {
@@ -101,15 +115,11 @@ func quotaSet(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	var resp *pb.SetPolicyResponse
-	if err := af.call(ctx, func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (err error) {
-		resp, err = c.SetPolicy(ctx, &pb.SetPolicyRequest{Yaml: string(data)}, opts...)
+	resp, printed, err := adminCall(ctx, af, stdout, func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (*pb.SetPolicyResponse, error) {
+		return c.SetPolicy(ctx, &pb.SetPolicyRequest{Yaml: string(data)}, opts...)
+	})
+	if err != nil || printed {
 		return err
-	}); err != nil {
-		return err
-	}
-	if af.json() {
-		return printJSON(stdout, resp)
 	}
 	for _, p := range resp.Policies {
 		fmt.Fprintf(stdout, "stored policy %s (version %d)\n", p.Name, p.Version)
@@ -147,15 +157,11 @@ func quotaList(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := parse(fs, args, 0, 0); err != nil {
 		return err
 	}
-	var resp *pb.ListPoliciesResponse
-	if err := af.call(ctx, func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (err error) {
-		resp, err = c.ListPolicies(ctx, &pb.ListPoliciesRequest{}, opts...)
+	resp, printed, err := adminCall(ctx, af, stdout, func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (*pb.ListPoliciesResponse, error) {
+		return c.ListPolicies(ctx, &pb.ListPoliciesRequest{}, opts...)
+	})
+	if err != nil || printed {
 		return err
-	}); err != nil {
-		return err
-	}
-	if af.json() {
-		return printJSON(stdout, resp)
 	}
 	ps, err := policiesOf(resp.Policies)
 	if err != nil {
@@ -199,15 +205,11 @@ func leasesList(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := parse(fs, args, 0, 0); err != nil {
 		return err
 	}
-	var resp *pb.ListLeasesResponse
-	if err := af.call(ctx, func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (err error) {
-		resp, err = c.ListLeases(ctx, &pb.ListLeasesRequest{Region: *region}, opts...)
+	resp, printed, err := adminCall(ctx, af, stdout, func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (*pb.ListLeasesResponse, error) {
+		return c.ListLeases(ctx, &pb.ListLeasesRequest{Region: *region}, opts...)
+	})
+	if err != nil || printed {
 		return err
-	}); err != nil {
-		return err
-	}
-	if af.json() {
-		return printJSON(stdout, resp)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "QUOTA\tREGION\tINSTANCE\tSTATE\tSHARE\tENFORCING\tRESERVED\tEXPIRES IN\tDEMAND")
@@ -226,15 +228,11 @@ func release(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := parse(fs, args, 1, 1); err != nil {
 		return err
 	}
-	var resp *pb.ReleaseRegionResponse
-	if err := af.call(ctx, func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (err error) {
-		resp, err = c.ReleaseRegion(ctx, &pb.ReleaseRegionRequest{Region: fs.Arg(0), Quota: *quota}, opts...)
+	resp, printed, err := adminCall(ctx, af, stdout, func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (*pb.ReleaseRegionResponse, error) {
+		return c.ReleaseRegion(ctx, &pb.ReleaseRegionRequest{Region: fs.Arg(0), Quota: *quota}, opts...)
+	})
+	if err != nil || printed {
 		return err
-	}); err != nil {
-		return err
-	}
-	if af.json() {
-		return printJSON(stdout, resp)
 	}
 	fmt.Fprintf(stdout, "released %d lease(s) of region %s\n", resp.Released, fs.Arg(0))
 	return nil
@@ -263,15 +261,11 @@ func rebalance(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fs.Usage()
 		return errUsage
 	}
-	var resp *pb.RebalanceResponse
-	if err := af.call(ctx, func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (err error) {
-		resp, err = c.Rebalance(ctx, &pb.RebalanceRequest{Action: action}, opts...)
+	resp, printed, err := adminCall(ctx, af, stdout, func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (*pb.RebalanceResponse, error) {
+		return c.Rebalance(ctx, &pb.RebalanceRequest{Action: action}, opts...)
+	})
+	if err != nil || printed {
 		return err
-	}); err != nil {
-		return err
-	}
-	if af.json() {
-		return printJSON(stdout, resp)
 	}
 	state := "running"
 	if resp.Paused {
@@ -291,15 +285,11 @@ func regionsSetWeight(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err != nil {
 		return fmt.Errorf("weight %q is not a number", fs.Arg(1))
 	}
-	var rec *pb.RegionRecord
-	if err := af.call(ctx, func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (err error) {
-		rec, err = c.SetRegion(ctx, &pb.SetRegionRequest{Name: fs.Arg(0), Weight: w}, opts...)
+	rec, printed, err := adminCall(ctx, af, stdout, func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (*pb.RegionRecord, error) {
+		return c.SetRegion(ctx, &pb.SetRegionRequest{Name: fs.Arg(0), Weight: w}, opts...)
+	})
+	if err != nil || printed {
 		return err
-	}); err != nil {
-		return err
-	}
-	if af.json() {
-		return printJSON(stdout, rec)
 	}
 	fmt.Fprintf(stdout, "region %s has weight %v\n", rec.Name, rec.Weight)
 	return nil
@@ -311,15 +301,11 @@ func regionsList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err := parse(fs, args, 0, 0); err != nil {
 		return err
 	}
-	var resp *pb.ListRegionsResponse
-	if err := af.call(ctx, func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (err error) {
-		resp, err = c.ListRegions(ctx, &pb.ListRegionsRequest{}, opts...)
+	resp, printed, err := adminCall(ctx, af, stdout, func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (*pb.ListRegionsResponse, error) {
+		return c.ListRegions(ctx, &pb.ListRegionsRequest{}, opts...)
+	})
+	if err != nil || printed {
 		return err
-	}); err != nil {
-		return err
-	}
-	if af.json() {
-		return printJSON(stdout, resp)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "REGION\tWEIGHT")
@@ -335,15 +321,11 @@ func boundCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parse(fs, args, 0, 1); err != nil {
 		return err
 	}
-	var resp *pb.GetBoundResponse
-	if err := af.call(ctx, func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (err error) {
-		resp, err = c.GetBound(ctx, &pb.GetBoundRequest{Quota: fs.Arg(0)}, opts...)
+	resp, printed, err := adminCall(ctx, af, stdout, func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (*pb.GetBoundResponse, error) {
+		return c.GetBound(ctx, &pb.GetBoundRequest{Quota: fs.Arg(0)}, opts...)
+	})
+	if err != nil || printed {
 		return err
-	}); err != nil {
-		return err
-	}
-	if af.json() {
-		return printJSON(stdout, resp)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "QUOTA\tWINDOW\tLIMIT\tWORST CASE\tOVERSHOOT\tTERMS")

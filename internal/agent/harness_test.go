@@ -28,12 +28,8 @@ import (
 var etcdEndpoint string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "agent-etcd-")
-	if err != nil {
-		panic(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	srv, err := etcdembed.Start(ctx, etcdembed.Config{Dir: dir})
+	srv, stop, err := etcdembed.StartTemp(ctx)
 	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -41,8 +37,7 @@ func TestMain(m *testing.M) {
 	}
 	etcdEndpoint = srv.Endpoint
 	code := m.Run()
-	srv.Close()
-	os.RemoveAll(dir)
+	stop()
 	os.Exit(code)
 }
 

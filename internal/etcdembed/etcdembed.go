@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -69,3 +70,18 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 
 // Close stops etcd and waits for it.
 func (s *Server) Close() { s.e.Close() }
+
+// StartTemp runs etcd in a fresh temporary directory, for tests: stop
+// closes it and removes the directory.
+func StartTemp(ctx context.Context) (s *Server, stop func(), err error) {
+	dir, err := os.MkdirTemp("", "quota-lease-etcd-")
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err = Start(ctx, Config{Dir: dir})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	return s, func() { s.Close(); os.RemoveAll(dir) }, nil
+}
