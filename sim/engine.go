@@ -8,7 +8,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"time"
 
@@ -627,14 +626,4 @@ func (e *engine) finish() (*Result, error) {
 	e.res.Modes[3].AddedLatencyMs = float64(2 * e.centralDelay)
 	e.res.Series = e.series.finish(e, ref, w)
 	return e.res, nil
-}
-
-// sortedKeys returns m's keys in order.
-func sortedKeys(m map[string]int64) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

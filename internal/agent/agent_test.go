@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -329,12 +328,9 @@ func TestAgentRestartForgetsNoLease(t *testing.T) {
 	})
 	held, _ := first.a.leaser.enforce("api", time.Now())
 	first.stop()
-	second := startAgent(t, "us", redisAddr, []string{k.addr}, nil)
-	if o, _ := second.a.Check(ctx, Input{Policy: "api", Attributes: tenantA, Cost: 1}); o.Mode == string(lease.ModeLeased) && o.Limits.Rate > 0 {
-		// The new process may already hold a grant; it comes out of what
-		// the region may enforce, not on top of it.
-		_ = o
-	}
+	// The new process may already hold a grant of its own: it comes out of
+	// what the region may enforce, not on top of it.
+	startAgent(t, "us", redisAddr, []string{k.addr}, nil)
 	adm := pb.NewAdminServiceClient(grpcConn(t, k.addr))
 	ls, err := adm.ListLeases(ctx, &pb.ListLeasesRequest{Region: "us"})
 	if err != nil || len(ls.Leases) != 1 {
@@ -346,7 +342,6 @@ func TestAgentRestartForgetsNoLease(t *testing.T) {
 	if ls.Leases[0].Enforcing > 100*regional.Micro {
 		t.Fatalf("us may enforce %d, above the limit", ls.Leases[0].Enforcing)
 	}
-	_ = second
 }
 
 // The gRPC check API, single and batch, with bad input in the batch.
@@ -380,5 +375,3 @@ func TestGRPCCheckAPI(t *testing.T) {
 		t.Fatal("missing identity accepted")
 	}
 }
-
-var _ = context.Background

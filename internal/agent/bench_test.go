@@ -8,7 +8,6 @@ import (
 	"time"
 
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
-	"github.com/quota-lease/quota-lease/regional"
 )
 
 // benchAgent is a coordinator, a real Redis and an agent holding a leased
@@ -135,7 +134,6 @@ func BenchmarkCheckInProcess(b *testing.B) {
 	}
 	b.StopTimer()
 	lat.report(b, 1)
-	_ = regional.Micro
 }
 
 // BenchmarkGRPCCheckModerate sends checks open-loop at a fixed moderate

@@ -221,7 +221,7 @@ func (c *Coordinator) stepDown() {
 	c.mu.Unlock()
 	if t != nil {
 		t.serving.Lock()
-		t.serving.Unlock() //nolint:staticcheck // a barrier: in-flight grants are done
+		t.serving.Unlock() // only a barrier: every in-flight grant is done
 		c.log.Info("stepped down", "epoch", t.epoch)
 	}
 }
