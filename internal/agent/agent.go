@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -141,9 +142,6 @@ func New(cfg Config) (*Agent, error) {
 	return a, nil
 }
 
-// Metrics returns the agent's Prometheus registry.
-func (a *Agent) Metrics() *MetricsRegistry { return a.m.reg }
-
 // Ready reports whether the agent has its policies and has completed one
 // lease round, so it can admit traffic.
 func (a *Agent) Ready() bool { return a.ready.Load() && !a.closing.Load() }
@@ -209,7 +207,7 @@ func (a *Agent) leaseLoop(ctx context.Context) {
 		cancel()
 		a.ready.Store(true)
 		a.leaser.updateMetrics(a.cfg.Clock())
-		jitter := time.Duration(float64(a.cfg.RenewTick) * (0.5 + randFloat()))
+		jitter := time.Duration(float64(a.cfg.RenewTick) * (0.5 + rand.Float64()))
 		select {
 		case <-ctx.Done():
 			return
@@ -271,6 +269,7 @@ type Outcome struct {
 type plan struct {
 	in     Input
 	p      *regional.Policy
+	id     string // the request's identity under p
 	cost   int64
 	limits regional.Limits
 	mode   string
@@ -300,10 +299,11 @@ func (a *Agent) prepare(in Input) (plan, error) {
 	if cost > full.Capacity/regional.Micro {
 		return plan{}, fmt.Errorf("policy %q: %w (cost %d)", p.Name, regional.ErrCostExceedsCapacity, cost)
 	}
-	if _, err := p.IdentityOf(in.Attributes); err != nil {
+	id, err := p.IdentityOf(in.Attributes)
+	if err != nil {
 		return plan{}, fmt.Errorf("policy %q: %w", p.Name, err)
 	}
-	pl := plan{in: in, p: p, cost: cost, limits: full, mode: ModeRegion}
+	pl := plan{in: in, p: p, id: id, cost: cost, limits: full, mode: ModeRegion}
 	if p.Scope == regional.ScopeRegion {
 		return pl, nil
 	}
@@ -422,9 +422,8 @@ func (a *Agent) fallback(pl plan) (Outcome, error) {
 	if l.Validate() != nil || pl.cost*regional.Micro > l.Capacity {
 		return a.finish(pl, regional.Decision{RetryAfterMs: noShareRetryMs}, ModeLocalFallback), nil
 	}
-	id, _ := pl.p.IdentityOf(pl.in.Attributes)
 	nowMs := a.cfg.Clock().Sub(a.start).Milliseconds() + 1_000_000 // monotonic, never negative
-	d, full, err := a.fb.decide(pl.p.Name+"\x00"+id, l, nowMs, pl.cost*regional.Micro)
+	d, full, err := a.fb.decide(pl.p.Name+"\x00"+pl.id, l, nowMs, pl.cost*regional.Micro)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("local fallback: %w", err)
 	}
@@ -437,8 +436,7 @@ func (a *Agent) fallback(pl plan) (Outcome, error) {
 // finish records metrics and demand and returns the outcome.
 func (a *Agent) finish(pl plan, d regional.Decision, mode string) Outcome {
 	now := a.cfg.Clock()
-	id, _ := pl.p.IdentityOf(pl.in.Attributes)
-	a.leaser.observe(pl.p.Name, id, pl.cost*regional.Micro, now)
+	a.leaser.observe(pl.p.Name, pl.id, pl.cost*regional.Micro, now)
 	result := "rejected"
 	if d.Allowed {
 		result = "allowed"
@@ -450,7 +448,7 @@ func (a *Agent) finish(pl plan, d regional.Decision, mode string) Outcome {
 		}
 	}
 	a.m.decisions.WithLabelValues(pl.p.Name, mode, result).Inc()
-	a.hotFor(pl.p.Name).add(id, pl.cost)
+	a.hotFor(pl.p.Name).add(pl.id, pl.cost)
 	return Outcome{Decision: d, Mode: mode, Policy: pl.p, Limits: pl.limits}
 }
 
