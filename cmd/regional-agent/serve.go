@@ -49,6 +49,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	instance := fs.String("instance", host, "this agent's name within the region (unique per process)")
 	redisAddr := fs.String("redis", "127.0.0.1:6379", "the region's Redis (host:port)")
 	coordAddrs := fs.String("coordinator", "127.0.0.1:7400", "coordinator replicas, host:port[,host:port...]")
+	hints := fs.Bool("coordinator-hints", true, "follow the leader address that followers name; turn off when the coordinators are reached through proxies or NAT their advertised addresses bypass")
 	policies := fs.String("policies", "", "load policies from this YAML file instead of the coordinator")
 	grpcListen := fs.String("grpc-listen", "127.0.0.1:7500", "gRPC address (check API and Envoy rate-limit API)")
 	httpListen := fs.String("http-listen", "127.0.0.1:7501", "HTTP address (/v1/check, /metrics, /healthz, /readyz)")
@@ -76,6 +77,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer cl.Close()
+	cl.SetFollowHints(*hints)
 	src := agent.PoliciesFromCoordinator(cl)
 	if *policies != "" {
 		src = agent.PoliciesFromFile(*policies)

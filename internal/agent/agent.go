@@ -115,6 +115,7 @@ type Agent struct {
 	ready    atomic.Bool
 	inflight sync.WaitGroup
 	closing  atomic.Bool
+	refresh  chan struct{} // a check named an unknown policy: reload soon
 }
 
 // New returns an agent; Run starts its background work.
@@ -135,7 +136,7 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, engine: eng, m: m, start: cfg.Clock(), hot: map[string]*topK{},
+	a := &Agent{cfg: cfg, engine: eng, m: m, start: cfg.Clock(), hot: map[string]*topK{}, refresh: make(chan struct{}, 1),
 		leaser: newLeaser(cfg.Region, cfg.Instance, cfg.Coordinator, cfg.Timing, cfg.Clock, cfg.Logger, m),
 		fb:     newFallback(cfg.FallbackKeys), br: newBreaker(cfg.BreakerThreshold, cfg.BreakerCooldown, cfg.Clock)}
 	m.reg.MustRegister(hotCollector{a})
@@ -165,9 +166,15 @@ func (a *Agent) Run(ctx context.Context) error {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if err := a.loadPolicies(ctx); err != nil && ctx.Err() == nil {
-					a.cfg.Logger.Warn("policy refresh failed; keeping the current set", "error", err)
-				}
+			case <-a.refresh: // a check named an unknown policy
+			}
+			if err := a.loadPolicies(ctx); err != nil && ctx.Err() == nil {
+				a.cfg.Logger.Warn("policy refresh failed; keeping the current set", "error", err)
+			}
+			select { // at most one refresh per second, however many checks ask
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
 			}
 		}
 	}()
@@ -286,6 +293,10 @@ const noShareRetryMs = 1000
 func (a *Agent) prepare(in Input) (plan, error) {
 	p, ok := a.engine.Policy(in.Policy)
 	if !ok {
+		select { // perhaps it was just stored: reload soon
+		case a.refresh <- struct{}{}:
+		default:
+		}
 		return plan{}, fmt.Errorf("%w %q", regional.ErrUnknownPolicy, in.Policy)
 	}
 	cost := in.Cost

@@ -375,3 +375,21 @@ func TestGRPCCheckAPI(t *testing.T) {
 		t.Fatal("missing identity accepted")
 	}
 }
+
+// A policy stored after the agent started is usable within a couple of
+// seconds: a check naming it triggers an early policy refresh, instead of
+// waiting for the periodic one.
+func TestNewPolicyUsableSoon(t *testing.T) {
+	prefix := newPrefix(t)
+	k := startCoordinator(t, prefix, "")
+	setPolicy(t, k.addr, "name: old\nidentity: [tenant]\nlimit: 5\nperiod: 1s\nscope: region\n")
+	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, func(c *Config) { c.PolicyRefresh = time.Hour })
+	setPolicy(t, k.addr, "name: fresh\nidentity: [tenant]\nlimit: 5\nperiod: 1s\nscope: region\n")
+	if _, err := ra.a.Check(t.Context(), Input{Policy: "fresh", Attributes: tenantA}); err == nil || !strings.Contains(err.Error(), "unknown policy") {
+		t.Fatalf("first check: %v, want unknown policy", err)
+	}
+	waitFor(t, 3*time.Second, "the new policy to be known", func() bool {
+		_, err := ra.a.Check(t.Context(), Input{Policy: "fresh", Attributes: tenantA})
+		return err == nil
+	})
+}

@@ -28,6 +28,7 @@ import (
 	"github.com/quota-lease/quota-lease/internal/faultproxy"
 	"github.com/quota-lease/quota-lease/internal/redistest"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
+	"github.com/quota-lease/quota-lease/regional"
 )
 
 // Binaries are the built commands.
@@ -259,7 +260,8 @@ func Start(ctx context.Context, bins Binaries, dir string, o Options) (_ *Cluste
 		httpAddr, _ := c.freeAddr()
 		p, err := c.start("agent-"+region, bins.Agent, "serve", "--region", region, "--instance", region+"-1",
 			"--redis", a.ToRedis.Addr, "--coordinator", strings.Join(via, ","), "--grpc-listen", grpcAddr,
-			"--http-listen", httpAddr, "--check-timeout", o.CheckTimeout.String(), "--lease-margin", "50ms", "--log-level", "info")
+			"--http-listen", httpAddr, "--check-timeout", o.CheckTimeout.String(), "--lease-margin", "50ms", "--log-level", "info",
+			"--coordinator-hints=false") // reach the coordinators only through the fault proxies
 		if err != nil {
 			return nil, err
 		}
@@ -291,23 +293,42 @@ func (c *Cluster) SetPolicies(ctx context.Context, yaml string) error {
 	}); err != nil {
 		return fmt.Errorf("set policies: %w", err)
 	}
+	ps, err := regional.ParsePolicies([]byte(yaml))
+	if err != nil {
+		return err
+	}
 	for _, a := range c.Agents {
-		for {
-			resp, err := http.Get(a.HTTP + "/readyz")
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == 200 {
-					break
-				}
-			}
+		for !a.knows(ctx, ps) {
 			if ctx.Err() != nil {
-				return fmt.Errorf("agent %s not ready; see %s", a.Region, filepath.Join(c.Dir, a.Name+".log"))
+				return fmt.Errorf("agent %s does not know the policies; see %s", a.Region, filepath.Join(c.Dir, a.Name+".log"))
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	time.Sleep(time.Second) // one policy refresh (agents poll every 10 s; readiness came first)
 	return nil
+}
+
+// knows reports whether the agent is ready and knows every policy: a probe
+// check without attributes is refused for the missing identity (the policy
+// is known) rather than for an unknown policy, and charges nothing.
+func (a *Agent) knows(ctx context.Context, ps []*regional.Policy) bool {
+	resp, err := http.Get(a.HTTP + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return false
+	}
+	for _, p := range ps {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := a.Check.Check(cctx, &pb.CheckRequest{Policy: p.Name})
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), "needs attribute") {
+			return false
+		}
+	}
+	return true
 }
 
 // Leader returns the coordinator process that leads now, or nil.

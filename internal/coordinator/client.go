@@ -26,6 +26,19 @@ type Client struct {
 	mu     sync.Mutex
 	conns  map[string]*grpc.ClientConn
 	leader string
+	// noHints: use only the configured addresses, never a follower's
+	// leader hint (see SetFollowHints).
+	noHints bool
+}
+
+// SetFollowHints turns following followers' leader hints on (the default)
+// or off. Turn it off when the client reaches the replicas through proxies
+// or NAT that their advertised addresses would bypass: it then finds the
+// leader among its own addresses.
+func (c *Client) SetFollowHints(follow bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.noHints = !follow
 }
 
 // NewClient returns a client of the replicas at addrs (host:port). It
@@ -134,7 +147,10 @@ func (c *Client) callOnce(ctx context.Context, fn func(cc *grpc.ClientConn, opts
 		if status.Code(err) != codes.Unavailable {
 			return false, err // an answer, not a routing problem
 		}
-		if hint := md.Get(LeaderTrailer); len(hint) > 0 && !tried[hint[0]] {
+		c.mu.Lock()
+		follow := !c.noHints
+		c.mu.Unlock()
+		if hint := md.Get(LeaderTrailer); follow && len(hint) > 0 && !tried[hint[0]] {
 			c.mu.Lock()
 			c.leader = hint[0]
 			c.mu.Unlock()

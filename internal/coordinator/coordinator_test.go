@@ -419,4 +419,13 @@ func TestFollowerRedirects(t *testing.T) {
 	if err != nil || resp.Grants[0].GrantId == "" {
 		t.Fatalf("client did not follow the redirect: %v %v", resp, err)
 	}
+	// With hints off, a client that knows only the follower never reaches
+	// the leader: it keeps to the addresses it was given.
+	_, strict := admin(t, r2.addr)
+	strict.SetFollowHints(false)
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	if _, err := strict.Lease(ctx, &pb.LeaseRequest{Region: "us", Instance: "i", Nonce: "n", Quotas: []*pb.QuotaRequest{{Quota: "api", Seq: 2}}}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("client with hints off: %v, want UNAVAILABLE", err)
+	}
 }
