@@ -393,3 +393,33 @@ func TestNewPolicyUsableSoon(t *testing.T) {
 		return err == nil
 	})
 }
+
+// Two agent replicas in one region share its lease without double-granting:
+// each leases on its own, the coordinator counts the region at the larger
+// grant (not the sum), and both see two live instances through Redis.
+func TestTwoReplicasInOneRegion(t *testing.T) {
+	prefix := newPrefix(t)
+	k := startCoordinator(t, prefix, "")
+	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\n")
+	redisAddr := startRedis(t).Addr
+	a := startAgent(t, "us", redisAddr, []string{k.addr}, nil)
+	b := startAgent(t, "us", redisAddr, []string{k.addr}, func(c *Config) { c.Instance = "us-2" })
+	ctx := t.Context()
+	waitFor(t, 10*time.Second, "both replicas leased and seeing each other", func() bool {
+		a.a.Check(ctx, Input{Policy: "api", Attributes: tenantA, Cost: 1})
+		b.a.Check(ctx, Input{Policy: "api", Attributes: tenantA, Cost: 1})
+		x, mx := a.a.leaser.enforce("api", time.Now())
+		y, my := b.a.leaser.enforce("api", time.Now())
+		return mx == lease.ModeLeased && my == lease.ModeLeased && x > 0 && y > 0 &&
+			a.a.leaser.liveInstances() == 2 && b.a.leaser.liveInstances() == 2
+	})
+	x, _ := a.a.leaser.enforce("api", time.Now())
+	y, _ := b.a.leaser.enforce("api", time.Now())
+	ls, err := pb.NewAdminServiceClient(grpcConn(t, k.addr)).ListLeases(ctx, &pb.ListLeasesRequest{Region: "us"})
+	if err != nil || len(ls.Leases) != 1 {
+		t.Fatalf("leases: %v %v", ls, err)
+	}
+	if e := ls.Leases[0].Enforcing; e < max(x, y) || e > 100*regional.Micro {
+		t.Fatalf("region booked at %d with replicas holding %d and %d: want the larger, within the limit", e, x, y)
+	}
+}
