@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -66,12 +68,15 @@ func TestServeAndAdminCommands(t *testing.T) {
 	l, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := l.Addr().String()
 	l.Close()
+	hl, _ := net.Listen("tcp", "127.0.0.1:0")
+	httpAddr := hl.Addr().String()
+	hl.Close()
 	ctx, cancel := context.WithCancel(t.Context())
 	var serveErr bytes.Buffer
 	done := make(chan int)
 	go func() {
 		done <- run(ctx, []string{"serve", "--listen", addr, "--data-dir", t.TempDir(), "--regions", "us,eu,ap",
-			"--session-ttl", "2s", "--lease-duration", "2s", "--log-level", "warn"}, &bytes.Buffer{}, &serveErr)
+			"--session-ttl", "2s", "--lease-duration", "2s", "--log-level", "warn", "--http-listen", httpAddr}, &bytes.Buffer{}, &serveErr)
 	}()
 	c := "--coordinator=" + addr
 	deadline := time.Now().Add(60 * time.Second)
@@ -110,6 +115,17 @@ func TestServeAndAdminCommands(t *testing.T) {
 		code, out, errs := runCmd(t, s.args...)
 		if code != s.code || !strings.Contains(out+errs, s.want) {
 			t.Errorf("%v: exit %d\nstdout: %s\nstderr: %s\nwant exit %d and %q", s.args, code, out, errs, s.code, s.want)
+		}
+	}
+	resp, err := http.Get("http://" + httpAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"quotalease_coordinator_leader 1", `quotalease_coordinator_booked_ratio{quota="api-per-tenant"}`} {
+		if !strings.Contains(string(m), want) {
+			t.Errorf("metrics lack %q", want)
 		}
 	}
 	cancel()

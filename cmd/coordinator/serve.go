@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,6 +37,7 @@ follower takes over at once), finishes in-flight calls and exits.`
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("serve", "[flags]", serveDescription, stderr)
 	listen := fs.String("listen", "127.0.0.1:7400", "gRPC address to serve the lease and admin APIs on")
+	httpListen := fs.String("http-listen", "", "HTTP address for /metrics, /healthz and /readyz (empty: none), e.g. 127.0.0.1:7401")
 	advertise := fs.String("advertise", "", "address agents and other replicas reach this replica at (default: --listen)")
 	name := fs.String("name", "", "replica name in logs (default: host name and port)")
 	etcdMode := fs.String("etcd", "embedded", "embedded: run etcd in this process; external: use --etcd-endpoints")
@@ -119,6 +121,16 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	srv := grpc.NewServer()
 	c.Register(srv)
 	go srv.Serve(lis)
+	var hsrv *http.Server
+	if *httpListen != "" {
+		hl, err := net.Listen("tcp", *httpListen)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w (choose another with --http-listen)", *httpListen, err)
+		}
+		hsrv = &http.Server{Handler: c.HTTPHandler(), ReadHeaderTimeout: 5 * time.Second}
+		go hsrv.Serve(hl)
+		defer hsrv.Close()
+	}
 	log.Info("serving", "listen", lis.Addr().String(), "advertise", *advertise, "etcd", strings.Join(eps, ","))
 
 	runCtx, stop := context.WithCancel(context.Background())
