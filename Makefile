@@ -31,15 +31,16 @@ fmt-check: ## fail if any file is not gofmt-clean
 vet: ## go vet
 	$(GO) vet $(PKGS)
 
-test: deps fmt-check vet ## all tests: unit, real-Redis integration and fuzz seeds, with -race
+test: deps fmt-check vet ## all tests with -race: unit, real Redis and etcd integration, fuzz seeds, end-to-end over real processes
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 
-bench: deps ## benchmarks against real Redis (numbers go to docs/benchmarks.md)
-	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 ./regional/
+bench: deps ## benchmarks (real Redis, embedded etcd, gRPC; numbers in docs/benchmarks.md)
+	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 ./regional/ ./internal/coordinator/ ./internal/agent/ ./sim/
 
 fuzz: ## run every fuzz target for FUZZTIME each (default 10s)
 	@set -e; for t in FuzzTokenBucket FuzzWindows FuzzParsePolicies FuzzStateKey; do \
-	  echo "== $$t"; $(GO) test ./regional/ -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME); done
+	  echo "== regional $$t"; $(GO) test ./regional/ -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME); done
+	@echo "== sim FuzzParseScenario"; $(GO) test ./sim/ -run '^$$' -fuzz '^FuzzParseScenario$$' -fuzztime $(FUZZTIME)
 
 redis: deps ## start a throwaway redis-server on a free loopback port; prints its address
 	@scripts/redis.sh start .redis
