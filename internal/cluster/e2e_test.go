@@ -112,6 +112,7 @@ func steady(policy, attr string, ids int, hot float64, rates map[string]float64)
 
 func noErrors(t *testing.T, d *Driver, policy string) {
 	for region, st := range d.Stats(policy) {
+		t.Logf("%s in %s: %s", policy, region, st.Describe())
 		if st.Errors > 0 {
 			t.Errorf("%s in %s: %d checks failed (%s)", policy, region, st.Errors, st.Describe())
 		}

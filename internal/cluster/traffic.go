@@ -40,6 +40,11 @@ type Admission struct {
 type Stats struct {
 	Sent, Admitted, Rejected, Errors int64
 	Modes                            map[string]int64
+	// LastError is the most recent failed check's error.
+	LastError string
+	// MaxLatency is the slowest check; Slow counts checks over 200 ms.
+	MaxLatency time.Duration
+	Slow       int64
 }
 
 // Driver sends the loads to the cluster's agents over gRPC and records
@@ -106,15 +111,18 @@ func (d *Driver) loop(ctx context.Context, start time.Time, r *rand.Rand, l Load
 			id = 1 + r.IntN(l.Identities-1)
 		}
 		identity := "id-" + strconv.Itoa(id)
-		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		// A generous deadline: a check that never answers is a failure, a slow
+		// one on a loaded machine is not (tests assert no wall-clock speed;
+		// Describe reports the slowest).
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		sent := time.Now()
 		resp, err := a.Check.Check(cctx, &pb.CheckRequest{Policy: l.Policy, Attributes: map[string]string{l.Attribute: identity}})
 		cancel()
-		d.record(l.Policy, a.Region, identity, sent, resp, err, ctx.Err() != nil)
+		d.record(l.Policy, a.Region, identity, sent, time.Since(sent), resp, err, ctx.Err() != nil)
 	}
 }
 
-func (d *Driver) record(policy, region, identity string, at time.Time, resp *pb.CheckResponse, err error, ending bool) {
+func (d *Driver) record(policy, region, identity string, at time.Time, took time.Duration, resp *pb.CheckResponse, err error, ending bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	key := policy + "/" + region
@@ -124,10 +132,15 @@ func (d *Driver) record(policy, region, identity string, at time.Time, resp *pb.
 		d.stats[key] = st
 	}
 	st.Sent++
+	st.MaxLatency = max(st.MaxLatency, took)
+	if took > 200*time.Millisecond {
+		st.Slow++
+	}
 	switch {
 	case err != nil:
 		if !ending {
 			st.Errors++
+			st.LastError = err.Error()
 		}
 	case resp.Allowed:
 		st.Admitted++
@@ -191,5 +204,6 @@ func (d *Driver) MaxWindow(policy string, w time.Duration) (max int, identity st
 
 // Describe formats a region's stats.
 func (s Stats) Describe() string {
-	return fmt.Sprintf("sent %d admitted %d rejected %d errors %d modes %v", s.Sent, s.Admitted, s.Rejected, s.Errors, s.Modes)
+	return fmt.Sprintf("sent %d admitted %d rejected %d errors %d (last: %q) modes %v, slowest %v, %d over 200ms",
+		s.Sent, s.Admitted, s.Rejected, s.Errors, s.LastError, s.Modes, s.MaxLatency.Round(time.Millisecond), s.Slow)
 }

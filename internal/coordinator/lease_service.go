@@ -122,6 +122,12 @@ func (c *Coordinator) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.Leas
 			return nil, status.Errorf(codes.Unavailable, "could not record the grants in etcd: %v; retry", err)
 		}
 	}
+	// No grant may leave after the leadership lease could have ended; the
+	// etcd write above may have taken a while. (Marks it raised only make
+	// a successor more conservative.)
+	if !t.lease.valid(c.cfg.Clock()) {
+		return nil, status.Error(codes.Unavailable, "leadership not confirmed in time; retry")
+	}
 	resp := &pb.LeaseResponse{Epoch: t.epoch, Grants: make([]*pb.QuotaGrant, len(items))}
 	for i, it := range items {
 		if it.pending != nil {
