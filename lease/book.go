@@ -460,7 +460,9 @@ func (b *Book) Demands() map[string]int64 {
 
 // Shrunk returns the regions whose persisted high-water mark is above what
 // they may be enforcing at now, with that lower amount: the ledger can be
-// lowered for them in one batched write.
+// lowered for them in one batched write. The coordinator also lowers them
+// in every write that raises a mark, so the marks never sum to more than
+// the total.
 func (b *Book) Shrunk(now time.Time) map[string]int64 {
 	out := map[string]int64{}
 	for _, r := range b.regions {

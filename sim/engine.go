@@ -391,6 +391,13 @@ func (e *engine) serve(r *region, req lease.Request, renewal lease.Renewal, sent
 	p, err := e.book.Prepare(e.coordTime(), renewal, target)
 	var g lease.Grant
 	if err == nil {
+		if p.NeedsPersist() { // the same ledger write lowers the shrunk marks
+			for region, amount := range e.book.Shrunk(e.coordTime()) {
+				if region != r.name {
+					e.book.MarkPersisted(region, amount)
+				}
+			}
+		}
 		e.book.Commit(p)
 		g = p.Grant()
 	}

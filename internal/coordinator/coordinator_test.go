@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -26,6 +27,31 @@ type watcher struct {
 	mu         sync.Mutex
 	violations []string
 	samples    int
+	// ledger, when set, reads the sum of the etcd ledger's marks for the
+	// quota: a successor restores them all at once, so they must never sum
+	// above the limit either.
+	ledger func() int64
+}
+
+// ledgerSum returns a reader of the sum of quota "api"'s marks in etcd.
+func ledgerSum(t *testing.T, prefix string) func() int64 {
+	cli := etcdClient(t)
+	t.Cleanup(func() { cli.Close() })
+	k := keys{prefix}
+	return func() int64 {
+		resp, err := cli.Get(context.Background(), k.ledgerQuota("api"), clientWithPrefix()...)
+		if err != nil {
+			return 0
+		}
+		var sum int64
+		for _, kv := range resp.Kvs {
+			var l ledgerRecord
+			if json.Unmarshal(kv.Value, &l) == nil {
+				sum += l.Amount
+			}
+		}
+		return sum
+	}
 }
 
 func (w *watcher) run(ctx context.Context, limit int64, agents []*testAgent, leader func() *replica) {
@@ -57,6 +83,11 @@ func (w *watcher) run(ctx context.Context, limit int64, agents []*testAgent, lea
 		}
 		if booked > limit {
 			w.violations = append(w.violations, "coordinator books "+itoa(booked)+" > limit")
+		}
+		if w.ledger != nil {
+			if l := w.ledger(); l > limit {
+				w.violations = append(w.violations, "etcd ledger marks sum to "+itoa(l)+" > limit")
+			}
 		}
 		w.mu.Unlock()
 		time.Sleep(3 * time.Millisecond)
@@ -96,7 +127,7 @@ func TestSharesFollowDemand(t *testing.T) {
 	agents[2].demand.Store(10 * M)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var w watcher
+	w := watcher{ledger: ledgerSum(t, prefix)}
 	go w.run(ctx, 100*M, agents, func() *replica { return r })
 	for _, a := range agents {
 		go a.loop(ctx, 100*time.Millisecond)
@@ -154,7 +185,7 @@ func TestLeaderFailover(t *testing.T) {
 	defer cancel()
 	var mu sync.Mutex
 	current := leader
-	var w watcher
+	w := watcher{ledger: ledgerSum(t, prefix)}
 	go w.run(ctx, 100*M, agents, func() *replica { mu.Lock(); defer mu.Unlock(); return current })
 	for _, a := range agents {
 		go a.loop(ctx, 50*time.Millisecond)

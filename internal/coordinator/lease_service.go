@@ -86,7 +86,13 @@ func (c *Coordinator) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.Leas
 		}
 	}
 
-	var ops []clientv3.Op
+	var ops, lowerOps []clientv3.Op // lowerings go first (see below)
+	type mark struct {
+		q      *quota
+		region string
+		amount int64
+	}
+	var lowered []mark
 	for _, it := range items {
 		switch {
 		case it.q == nil:
@@ -112,19 +118,39 @@ func (c *Coordinator) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.Leas
 			g := p.Grant()
 			ops = append(ops, clientv3.OpPut(c.keys.ledgerEntry(it.req.Quota, req.Region),
 				mustJSON(ledgerRecord{Instance: req.Instance, Nonce: req.Nonce, GrantID: g.ID, Amount: p.Persisted(), Epoch: t.epoch})))
+			// Raising one mark, lower the others that shrank, in the same
+			// transaction: then the marks sum to at most the quota at every
+			// committed state, so a successor that restores them all at
+			// once books no more than the total.
+			for region, amount := range it.q.book.Shrunk(now) {
+				if region == req.Region {
+					continue
+				}
+				og, inst, nonce, _ := it.q.book.Current(region)
+				lowerOps = append(lowerOps, clientv3.OpPut(c.keys.ledgerEntry(it.req.Quota, region),
+					mustJSON(ledgerRecord{Instance: inst, Nonce: nonce, GrantID: og.ID, Amount: amount, Epoch: t.epoch})))
+				lowered = append(lowered, mark{it.q, region, amount})
+			}
 		}
 	}
 	if len(ops) > 0 {
-		if err := c.txn(ctx, t, ops...); err != nil {
+		// Lowerings before raisings: should the batch be split into several
+		// transactions and the leader die between them, etcd holds lowered
+		// marks (still at least what each region may enforce) and no raise
+		// of a grant that was never answered.
+		if err := c.txn(ctx, t, append(lowerOps, ops...)...); err != nil {
 			if errors.Is(err, errNotLeader) {
 				return nil, status.Error(codes.Unavailable, "leadership changed; retry")
 			}
 			return nil, status.Errorf(codes.Unavailable, "could not record the grants in etcd: %v; retry", err)
 		}
+		for _, m := range lowered {
+			m.q.book.MarkPersisted(m.region, m.amount)
+		}
 	}
 	// No grant may leave after the leadership lease could have ended; the
-	// etcd write above may have taken a while. (Marks it raised only make
-	// a successor more conservative.)
+	// etcd write above may have taken a while. (Marks it wrote stay at least
+	// what each region may enforce, and sum to at most the quota.)
 	if !t.lease.valid(c.cfg.Clock()) {
 		return nil, status.Error(codes.Unavailable, "leadership not confirmed in time; retry")
 	}
