@@ -118,8 +118,19 @@ func (d *Driver) loop(ctx context.Context, start time.Time, r *rand.Rand, l Load
 		sent := time.Now()
 		resp, err := a.Check.Check(cctx, &pb.CheckRequest{Policy: l.Policy, Attributes: map[string]string{l.Attribute: identity}})
 		cancel()
-		d.record(l.Policy, a.Region, identity, sent, time.Since(sent), resp, err, ctx.Err() != nil)
+		d.record(l.Policy, a.Region, identity, sent, time.Since(sent), resp, err, ending(ctx))
 	}
+}
+
+// ending reports whether the run is over: its context is done, or its
+// deadline has passed by the clock (gRPC compares the deadline with the
+// clock itself, a moment before the context's timer marks it done).
+func ending(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 func (d *Driver) record(policy, region, identity string, at time.Time, took time.Duration, resp *pb.CheckResponse, err error, ending bool) {
