@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/quota-lease/quota-lease/allocation"
 	"github.com/quota-lease/quota-lease/bound"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/regional"
@@ -81,9 +80,7 @@ type region struct {
 	nonce       string
 	lastSend    int64
 	pending     map[uint64]bool
-	meter       []int64 // hottest identity's cost per meterSpan of true time, newest first (as the agent's meter)
-	meterCur    map[int]int64
-	meterSec    int64
+	meter       *lease.Meter[int] // demand, measured as the agent measures it
 	redisDown   bool
 	partitioned bool
 
@@ -96,41 +93,6 @@ func (r *region) clock(t int64) int64 {
 
 // leaseTime is the region's clock as a time.Time for the lease code.
 func (r *region) leaseTime(t int64) time.Time { return time.UnixMilli(r.clock(t)) }
-
-// meterSpan is the length of one demand bucket (ms), as in the agent.
-const meterSpan = 5000
-
-func (r *region) roll(t int64) {
-	sec := t / meterSpan
-	for r.meterSec < sec {
-		copy(r.meter[1:], r.meter[:len(r.meter)-1])
-		r.meter[0] = 0
-		clear(r.meterCur)
-		r.meterSec++
-		if sec-r.meterSec > 8 {
-			r.meterSec = sec
-			clear(r.meter)
-		}
-	}
-}
-
-// observe counts identity's cost: demand is the hottest identity's, as the
-// agent measures it.
-func (r *region) observe(t int64, identity int, cost int64) {
-	r.roll(t)
-	r.meterCur[identity] += cost
-	r.meter[0] = max(r.meter[0], r.meterCur[identity])
-}
-
-func (r *region) demand(t int64) int64 {
-	r.roll(t)
-	var sum int64
-	for _, v := range r.meter {
-		sum += v
-	}
-	frac := float64(t%meterSpan) / meterSpan
-	return int64(float64(sum) / (float64(len(r.meter)-1) + frac) * 1000 / meterSpan)
-}
 
 // Run simulates s and returns its result; decisions, when not nil,
 // receives one JSON line per request decided by quota-lease.
@@ -195,7 +157,7 @@ func (e *engine) run(decisions io.Writer) (*Result, error) {
 		index[name] = i
 		e.regions = append(e.regions, &region{name: name, anchorRegion: 1_000_000_000_000 + int64(i)*7_777,
 			agent: lease.NewAgent(e.timing, e.policy.Failure, lease.Amount(e.full)), nonce: "sim-" + name, lastSend: -1 << 40,
-			pending: map[uint64]bool{}, meter: make([]int64, 4), meterCur: map[int]int64{},
+			pending: map[uint64]bool{}, meter: lease.NewMeter[int](),
 			store: map[int]regional.State{}, fb: map[int]regional.State{}, indep: map[int]regional.State{}, static: map[int]regional.State{}})
 	}
 	durMs := time.Duration(s.Duration).Milliseconds()
@@ -355,10 +317,7 @@ func (e *engine) tick() {
 		req := r.agent.Sending(rt)
 		r.pending[req.Seq] = true
 		e.leaseMsgs++
-		demand := r.demand(e.now)
-		if e.full.Algorithm != regional.TokenBucket {
-			demand = demand * e.full.WindowMs / 1000
-		}
+		demand := lease.DemandAmount(e.full, r.meter.Rate(e.now))
 		renewal := lease.Renewal{Region: r.name, Instance: r.name, Nonce: r.nonce, Seq: req.Seq, GrantID: req.GrantID, Demand: demand}
 		sentAt := e.now
 		e.at(sentAt+1000, func() { e.timeout(r, req) })
@@ -384,11 +343,7 @@ func (e *engine) serve(r *region, req lease.Request, renewal lease.Renewal, sent
 	if !e.coordUp || r.partitioned {
 		return
 	}
-	target, ok := e.targets[r.name]
-	if !ok {
-		target = max(lease.RegionFloor(e.policy, r.name, true), renewal.Demand)
-	}
-	p, err := e.book.Prepare(e.coordTime(), renewal, target)
+	p, err := e.book.Prepare(e.coordTime(), renewal, lease.Target(e.policy, e.targets, r.name, renewal.Demand))
 	var g lease.Grant
 	if err == nil {
 		if p.NeedsPersist() { // the same ledger write lowers the shrunk marks
@@ -424,23 +379,17 @@ func (e *engine) timeout(r *region, req lease.Request) {
 	}
 }
 
-// rebalance is the coordinator's planning round (allocation.Plan over the
-// regions taking part, as the coordinator does it).
+// rebalance is the coordinator's planning round (lease.Plan), every region
+// with weight 1.
 func (e *engine) rebalance() {
 	if !e.coordUp {
 		return
 	}
-	demand := e.book.Demands()
-	total := e.book.Total()
-	var in []allocation.Region
+	weights := make(map[string]float64, len(e.regions))
 	for _, r := range e.regions {
-		_, active := demand[r.name]
-		if active || lease.RegionFloor(e.policy, r.name, false) > 0 {
-			in = append(in, allocation.Region{Name: r.name, Weight: 1, Floor: lease.RegionFloor(e.policy, r.name, active), Demand: min(demand[r.name], total)})
-		}
+		weights[r.name] = 1
 	}
-	d := allocation.Damping{MaxStep: int64(e.s.Rebalance.MaxStep * float64(total)), Hysteresis: int64(e.s.Rebalance.Hysteresis * float64(total))}
-	if t, err := allocation.Plan(e.s.Rebalance.Strategy, total, in, e.targets, d); err == nil {
+	if t, err := lease.Plan(e.policy, e.book, weights, e.s.Rebalance.Strategy, e.s.Rebalance.MaxStep, e.s.Rebalance.Hysteresis, e.targets); err == nil {
 		e.targets = t
 	}
 }
@@ -528,7 +477,7 @@ func (e *engine) arrive(a arrival) {
 	} else {
 		d = e.decide(r.store, a.identity, l, rms, cost)
 	}
-	r.observe(e.now, a.identity, cost)
+	r.meter.Add(a.identity, cost, e.now)
 	e.record(0, a, d.Allowed, ideal.Allowed, e.now)
 	e.res.Modes[0].countMode(mode)
 	if e.out != nil {

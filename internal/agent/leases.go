@@ -110,16 +110,6 @@ func (l *leaser) liveInstances() int {
 	return l.instances
 }
 
-// demandAmount converts a demand rate (micro-units/s) to the policy's
-// amount unit (per second for a token bucket, per window otherwise).
-func demandAmount(p *regional.Policy, rate int64) int64 {
-	l := p.Limits()
-	if l.Algorithm == regional.TokenBucket {
-		return rate
-	}
-	return rate * l.WindowMs / 1000
-}
-
 // renew sends one request for every quota whose renewal is due and
 // applies the answers. It reports whether all of them got grants.
 func (l *leaser) renew(ctx context.Context) bool {
@@ -143,7 +133,7 @@ func (l *leaser) renew(ctx context.Context) bool {
 			continue
 		}
 		r := q.a.Sending(now)
-		demand := max(q.region, demandAmount(q.policy, q.meter.rate(now)))
+		demand := max(q.region, lease.DemandAmount(q.policy.Limits(), q.meter.rate(now)))
 		pr.Quotas = append(pr.Quotas, &pb.QuotaRequest{Quota: n, GrantId: r.GrantID, Seq: r.Seq, Demand: demand})
 		out = append(out, sent{n, q, r})
 	}
@@ -196,7 +186,7 @@ func (l *leaser) publish(ctx context.Context, rdb redis.UniversalClient, staleAf
 	fields := make([]any, 0, 2*len(l.quotas)+2)
 	fields = append(fields, "@"+l.nonce, strconv.FormatInt(now.UnixMilli(), 10))
 	for n, q := range l.quotas {
-		fields = append(fields, n+"|"+l.nonce, strconv.FormatInt(demandAmount(q.policy, q.meter.rate(now)), 10)+":"+strconv.FormatInt(now.UnixMilli(), 10))
+		fields = append(fields, n+"|"+l.nonce, strconv.FormatInt(lease.DemandAmount(q.policy.Limits(), q.meter.rate(now)), 10)+":"+strconv.FormatInt(now.UnixMilli(), 10))
 	}
 	l.mu.Unlock()
 	pipe := rdb.Pipeline()
@@ -260,61 +250,23 @@ func (l *leaser) updateMetrics(now time.Time) {
 	}
 }
 
-// meter estimates the demand a region's share must serve: the cost asked by
-// its hottest identity per bucket of meterSpan (every identity's bucket is
-// scaled by the same share, so the hottest one decides what share is
-// enough; for a policy with a single identity it is the total), as a rate
-// over the last four buckets. Buckets of several seconds keep a sparse
-// identity's single request from reading as a high rate. It tracks at most
-// maxTracked identities per bucket.
+// meter is a lease.Meter (the hottest identity's demand) safe for the
+// agent's concurrent checks.
 type meter struct {
-	mu      sync.Mutex
-	buckets [4]int64 // hottest identity's cost per bucket, newest first
-	cur     map[string]int64
-	sec     int64 // bucket number (unix time / meterSpan) of buckets[0]
+	mu sync.Mutex
+	m  *lease.Meter[string]
 }
 
-const (
-	maxTracked = 10_000
-	meterSpan  = 5 * time.Second
-)
-
-func newMeter() *meter { return &meter{cur: map[string]int64{}} }
-
-func (m *meter) roll(now time.Time) {
-	s := now.UnixNano() / int64(meterSpan)
-	if m.sec == 0 {
-		m.sec = s
-	}
-	for m.sec < s {
-		copy(m.buckets[1:], m.buckets[:3])
-		m.buckets[0] = 0
-		clear(m.cur)
-		m.sec++
-		if s-m.sec > 4 {
-			m.buckets, m.sec = [4]int64{}, s
-		}
-	}
-}
+func newMeter() *meter { return &meter{m: lease.NewMeter[string]()} }
 
 func (m *meter) add(identity string, cost int64, now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.roll(now)
-	if _, ok := m.cur[identity]; !ok && len(m.cur) >= maxTracked {
-		return
-	}
-	m.cur[identity] += cost
-	m.buckets[0] = max(m.buckets[0], m.cur[identity])
+	m.m.Add(identity, cost, now.UnixMilli())
 }
 
-// rate is the hottest identity's cost over the three complete buckets and
-// the current partial one, in micro-units per second.
 func (m *meter) rate(now time.Time) int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.roll(now)
-	frac := float64(now.UnixNano()%int64(meterSpan)) / float64(meterSpan)
-	sum := m.buckets[0] + m.buckets[1] + m.buckets[2] + m.buckets[3]
-	return int64(float64(sum) / ((3 + frac) * meterSpan.Seconds()))
+	return m.m.Rate(now.UnixMilli())
 }

@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"google.golang.org/grpc"
 
+	"github.com/quota-lease/quota-lease/lease"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
@@ -312,9 +313,7 @@ func (c *Coordinator) flushQuota(ctx context.Context, t *term, name string, q *q
 	}
 	lowered := q.book.Shrunk(now)
 	for region, amount := range lowered {
-		g, inst, nonce, _ := q.book.Current(region)
-		ops = append(ops, clientv3.OpPut(c.keys.ledgerEntry(name, region),
-			mustJSON(ledgerRecord{Instance: inst, Nonce: nonce, GrantID: g.ID, Amount: amount, Epoch: t.epoch})))
+		ops = append(ops, c.markOp(t, name, q.book, region, amount))
 	}
 	if len(ops) == 0 {
 		return nil
@@ -326,4 +325,12 @@ func (c *Coordinator) flushQuota(ctx context.Context, t *term, name string, q *q
 		q.book.MarkPersisted(region, amount)
 	}
 	return nil
+}
+
+// markOp writes region's ledger mark for quota at amount, with the region's
+// current grant and process as the book knows them.
+func (c *Coordinator) markOp(t *term, quota string, b *lease.Book, region string, amount int64) clientv3.Op {
+	g, inst, nonce, _ := b.Current(region)
+	return clientv3.OpPut(c.keys.ledgerEntry(quota, region),
+		mustJSON(ledgerRecord{Instance: inst, Nonce: nonce, GrantID: g.ID, Amount: amount, Epoch: t.epoch}))
 }

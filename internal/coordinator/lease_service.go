@@ -108,7 +108,7 @@ func (c *Coordinator) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.Leas
 			demand = 0
 		}
 		r := lease.Renewal{Region: req.Region, Instance: req.Instance, Nonce: req.Nonce, Seq: it.req.Seq, GrantID: it.req.GrantId, Demand: demand}
-		p, err := it.q.book.Prepare(now, r, it.q.target(req.Region, demand))
+		p, err := it.q.book.Prepare(now, r, lease.Target(it.q.policy, it.q.targets, req.Region, demand))
 		if err != nil {
 			it.grant.Error, it.grant.Code = err.Error(), grantErrorCode(err)
 			continue
@@ -126,9 +126,7 @@ func (c *Coordinator) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.Leas
 				if region == req.Region {
 					continue
 				}
-				og, inst, nonce, _ := it.q.book.Current(region)
-				lowerOps = append(lowerOps, clientv3.OpPut(c.keys.ledgerEntry(it.req.Quota, region),
-					mustJSON(ledgerRecord{Instance: inst, Nonce: nonce, GrantID: og.ID, Amount: amount, Epoch: t.epoch})))
+				lowerOps = append(lowerOps, c.markOp(t, it.req.Quota, it.q.book, region, amount))
 				lowered = append(lowered, mark{it.q, region, amount})
 			}
 		}

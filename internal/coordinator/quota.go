@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"fmt"
-	"sort"
 	"sync"
 
 	"github.com/quota-lease/quota-lease/allocation"
@@ -30,10 +29,6 @@ func newQuota(p *regional.Policy, t lease.Timing, epoch int64) *quota {
 func (q *quota) setPolicy(p *regional.Policy) {
 	q.policy, q.full = p, p.Limits()
 	q.book.SetQuota(lease.Amount(q.full), p.Failure)
-}
-
-func (q *quota) floor(region string, active bool) int64 {
-	return lease.RegionFloor(q.policy, region, active)
 }
 
 // checkFloors reports a policy whose floors cannot all be met with the
@@ -68,35 +63,16 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// rebalance recomputes the targets of the regions that take part (those
-// with a lease or a floor) from their demand, damped from the current
-// targets.
+// rebalance recomputes the targets (lease.Plan).
 func (q *quota) rebalance(regions map[string]regionRecord, strategy allocation.Strategy, maxStep, hysteresis float64) error {
-	demand := q.book.Demands()
-	total := q.book.Total()
-	var in []allocation.Region
+	weights := make(map[string]float64, len(regions))
 	for name, r := range regions {
-		_, active := demand[name]
-		if active || q.floor(name, false) > 0 {
-			in = append(in, allocation.Region{Name: name, Weight: r.Weight, Floor: q.floor(name, active), Demand: min(demand[name], total)})
-		}
+		weights[name] = r.Weight
 	}
-	sort.Slice(in, func(i, j int) bool { return in[i].Name < in[j].Name })
-	d := allocation.Damping{MaxStep: int64(maxStep * float64(total)), Hysteresis: int64(hysteresis * float64(total))}
-	targets, err := allocation.Plan(strategy, total, in, q.targets, d)
+	targets, err := lease.Plan(q.policy, q.book, weights, strategy, maxStep, hysteresis, q.targets)
 	if err != nil {
 		return fmt.Errorf("rebalance %s: %w", q.policy.Name, err)
 	}
 	q.targets = targets
 	return nil
-}
-
-// target is region's target share. A region not yet in a rebalance round
-// asks for its demand (at least its floor); the book caps that at what is
-// free, and the next round takes it into account.
-func (q *quota) target(region string, demand int64) int64 {
-	if t, ok := q.targets[region]; ok {
-		return t
-	}
-	return max(q.floor(region, true), demand)
 }

@@ -1,0 +1,76 @@
+package lease
+
+import (
+	"time"
+
+	"github.com/quota-lease/quota-lease/regional"
+)
+
+// MeterSpan is the length of one demand bucket.
+const MeterSpan = 5 * time.Second
+
+// maxTracked bounds the identities a Meter tracks per bucket.
+const maxTracked = 10_000
+
+// Meter estimates the demand a region's share must serve: the cost asked
+// by its hottest identity per bucket of MeterSpan (every identity's bucket
+// is scaled by the same share, so the hottest one decides what share is
+// enough; for a policy with a single identity it is the total), as a rate
+// over the last four buckets. Buckets of several seconds keep a sparse
+// identity's single request from reading as a high rate. It tracks at most
+// maxTracked identities per bucket. Time is in milliseconds of any clock
+// that does not go back. It is not safe for concurrent use.
+type Meter[K comparable] struct {
+	buckets [4]int64 // hottest identity's cost per bucket, newest first
+	cur     map[K]int64
+	bucket  int64 // number (nowMs / span) of buckets[0]
+}
+
+// NewMeter returns an empty meter.
+func NewMeter[K comparable]() *Meter[K] { return &Meter[K]{cur: map[K]int64{}} }
+
+func (m *Meter[K]) roll(nowMs int64) {
+	b := nowMs / MeterSpan.Milliseconds()
+	if m.bucket == 0 {
+		m.bucket = b
+	}
+	for m.bucket < b {
+		copy(m.buckets[1:], m.buckets[:3])
+		m.buckets[0] = 0
+		clear(m.cur)
+		m.bucket++
+		if b-m.bucket > 4 {
+			m.buckets, m.bucket = [4]int64{}, b
+		}
+	}
+}
+
+// Add counts cost (micro-units) asked by identity id at nowMs.
+func (m *Meter[K]) Add(id K, cost, nowMs int64) {
+	m.roll(nowMs)
+	if _, ok := m.cur[id]; !ok && len(m.cur) >= maxTracked {
+		return
+	}
+	m.cur[id] += cost
+	m.buckets[0] = max(m.buckets[0], m.cur[id])
+}
+
+// Rate is the hottest identity's cost over the three complete buckets and
+// the current partial one, in micro-units per second.
+func (m *Meter[K]) Rate(nowMs int64) int64 {
+	m.roll(nowMs)
+	span := MeterSpan.Milliseconds()
+	frac := float64(nowMs%span) / float64(span)
+	sum := m.buckets[0] + m.buckets[1] + m.buckets[2] + m.buckets[3]
+	return int64(float64(sum) / ((3 + frac) * MeterSpan.Seconds()))
+}
+
+// DemandAmount converts a demand rate (micro-units per second) to the
+// amount unit of full limits: per second for a token bucket, per window
+// for the window algorithms.
+func DemandAmount(full regional.Limits, rate int64) int64 {
+	if full.Algorithm == regional.TokenBucket {
+		return rate
+	}
+	return rate * full.WindowMs / 1000
+}
