@@ -135,14 +135,17 @@ func Compute(p *regional.Policy, d Deployment, m Mode, w time.Duration) (Result,
 	case Leased:
 		if p.Scope == regional.ScopeRegion {
 			r.Terms[TermIndependent] = (n - 1) * ref // region-local by design
-			break
-		}
-		r.Terms[TermDrift] = d.Drift * rateW
-		if p.Failure.Mode == regional.FailOpen && d.Regions > 1 {
-			// Up to n-1 regions lapse, each admitting its open fraction of
-			// the full limit, while the connected one is granted the whole
-			// quota (their shares were freed at expiry).
-			r.Terms[TermDegraded] = (n - 1) * p.Failure.OpenFraction * ref
+		} else {
+			r.Terms[TermDrift] = d.Drift * rateW
+			if p.Failure.Mode == regional.FailOpen && d.Regions > 1 {
+				// Up to n-1 regions lapse, each admitting its open fraction
+				// of the full limit, while the connected one is granted the
+				// whole quota (their shares were freed at expiry).
+				r.Terms[TermDegraded] = (n - 1) * p.Failure.OpenFraction * ref
+			}
+			if d.QuotaDecrease > 0 {
+				r.Terms[TermLeaseTransition] = d.QuotaDecrease / period * math.Min(d.LeaseDuration.Seconds(), w.Seconds())
+			}
 		}
 		if d.RedisOutages && d.FallbackFraction >= 0 {
 			k := float64(d.Instances)
@@ -150,16 +153,19 @@ func Compute(p *regional.Policy, d Deployment, m Mode, w time.Duration) (Result,
 			if phi == 0 {
 				phi = 1 / k
 			}
-			// Fresh fallback buckets start full (k*phi of the share's
-			// burst), Redis refills during the outage (one more burst), and
-			// a fallback rate above the share adds (k*phi-1) of the rate.
-			r.Terms[TermFallback] = burst*(k*phi+1) + rateW*math.Max(0, k*phi-1)
+			// Each instance's fallback is a limiter of its own at phi of
+			// what its region's Redis bucket enforces at every instant,
+			// never reset (regional.LocalBudget): over any window the k
+			// instances of all regions admit at most k*phi times what the
+			// Redis path can, however often Redis fails and recovers.
+			redisPath := 0.0
+			for _, v := range r.Terms {
+				redisPath += v
+			}
+			r.Terms[TermFallback] = k * phi * redisPath
 		}
 		if d.ConfigChanges > 0 {
 			r.Terms[TermBurst] = float64(d.ConfigChanges) * burst
-		}
-		if d.QuotaDecrease > 0 {
-			r.Terms[TermLeaseTransition] = d.QuotaDecrease / period * math.Min(d.LeaseDuration.Seconds(), w.Seconds())
 		}
 		// A quiet region keeps its floor: the static share it falls back to
 		// and any explicit floor.

@@ -51,12 +51,12 @@ func TestTermsAddUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]float64{
-		TermReference:       100 + 50*2,        // burst + rate*w
-		TermDrift:           1e-4 * 100,        // drift * rate*w
-		TermDegraded:        3 * 0.25 * 200,    // (n-1) * open fraction * reference
-		TermFallback:        100 * (2*0.5 + 1), // fresh fallback burst + Redis refill
-		TermBurst:           100,               // one config change
-		TermLeaseTransition: 10 * 2,            // decrease per second over min(V, w)
+		TermReference:       100 + 50*2,                        // burst + rate*w
+		TermDrift:           1e-4 * 100,                        // drift * rate*w
+		TermDegraded:        3 * 0.25 * 200,                    // (n-1) * open fraction * reference
+		TermFallback:        2 * 0.5 * (200 + 0.01 + 150 + 20), // k*phi * the Redis path's worst case
+		TermBurst:           100,                               // one config change
+		TermLeaseTransition: 10 * 2,                            // decrease per second over min(V, w)
 	}
 	var sum float64
 	for k, v := range want {
@@ -67,6 +67,20 @@ func TestTermsAddUp(t *testing.T) {
 	}
 	if !near(r.WorstCase, sum) || !near(r.Overshoot, sum-200) {
 		t.Errorf("worst case %v overshoot %v, want %v and %v", r.WorstCase, r.Overshoot, sum, sum-200)
+	}
+}
+
+// A region-scoped policy's fallback doubles each region's own limit (one
+// instance, its fallback at the full region limit), and it is counted:
+// the region scope is no way around the fallback term.
+func TestRegionScopeCountsFallback(t *testing.T) {
+	p := policy(t, "name: api\nidentity: [tenant]\nlimit: 20\nperiod: 1s\nscope: region\n")
+	r, err := Compute(p, Deployment{Regions: 2, Instances: 1, RedisOutages: true}, Leased, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !near(r.Terms[TermIndependent], 40) || !near(r.Terms[TermFallback], 80) || !near(r.WorstCase, 160) {
+		t.Fatalf("%+v: want independent 40, fallback 80, worst case 160", r.Terms)
 	}
 }
 

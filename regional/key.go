@@ -68,16 +68,25 @@ func (p *Policy) StateKey(identity string) (string, error) {
 	return k, nil
 }
 
-// idempotencyKey returns the key remembering a decision for idem, or an
-// error if idem is not 1-128 printable ASCII characters.
-func idempotencyKey(stateKey, idem string) (string, error) {
+// ValidIdempotencyKey reports, wrapping ErrInvalidRequest, an idempotency
+// key that is not 1-128 printable ASCII characters without spaces.
+func ValidIdempotencyKey(idem string) error {
 	if len(idem) > MaxIdempotencyKeyBytes {
-		return "", fmt.Errorf("%w: idempotency key is %d bytes, more than %d", ErrInvalidRequest, len(idem), MaxIdempotencyKeyBytes)
+		return fmt.Errorf("%w: idempotency key is %d bytes, more than %d", ErrInvalidRequest, len(idem), MaxIdempotencyKeyBytes)
 	}
 	for i := 0; i < len(idem); i++ {
 		if c := idem[i]; c <= ' ' || c > '~' {
-			return "", fmt.Errorf("%w: idempotency key must be printable ASCII without spaces", ErrInvalidRequest)
+			return fmt.Errorf("%w: idempotency key must be printable ASCII without spaces", ErrInvalidRequest)
 		}
+	}
+	return nil
+}
+
+// idempotencyKey returns the key remembering a decision for idem, or an
+// error if idem is not valid.
+func idempotencyKey(stateKey, idem string) (string, error) {
+	if err := ValidIdempotencyKey(idem); err != nil {
+		return "", err
 	}
 	var b strings.Builder
 	b.WriteString(stateKey)

@@ -86,6 +86,12 @@ type Failure struct {
 	// OpenFraction of the global limit a fail-open region may admit on its
 	// own. In (0, 1].
 	OpenFraction float64 `yaml:"open_fraction,omitempty" json:"open_fraction,omitempty"`
+	// FallbackStart is the fraction, in [0, 1], of its local fallback
+	// budget an identity starts with when an agent first has to decide it
+	// without Redis (slow or down). The default 0 starts it empty and lets
+	// it refill at the budget's rate: the agent cannot know what Redis
+	// already admitted, so a full start would mint a burst per agent.
+	FallbackStart float64 `yaml:"fallback_start,omitempty" json:"fallback_start,omitempty"`
 }
 
 // ErrInvalidPolicy is wrapped by every policy validation error.
@@ -206,7 +212,7 @@ func (p *Policy) Validate() error {
 	if err != nil {
 		return bad("limit", "%v", err)
 	}
-	if p.Cost*Micro > l.Capacity {
+	if p.Cost > l.Capacity/Micro { // not p.Cost*Micro, which overflows
 		return bad("cost", "default cost %d exceeds the capacity %v: no request could be admitted", p.Cost, float64(l.Capacity)/float64(Micro))
 	}
 	return nil
@@ -224,6 +230,10 @@ func (f Failure) validate() *fieldError {
 			return &fieldError{field, fmt.Sprintf("must be a fraction in %s of the global limit, got %v", lo, v)}
 		}
 		return nil
+	}
+	if e := fraction("fallback_start", f.FallbackStart, true); e != nil {
+		e.msg = "must be a fraction in [0, 1] of the local fallback budget, got " + fmt.Sprint(f.FallbackStart)
+		return e
 	}
 	switch f.Mode {
 	case FailClosed:

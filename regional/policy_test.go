@@ -30,6 +30,9 @@ func TestParsePoliciesErrors(t *testing.T) {
 	base := "name: api\nidentity: [tenant]\nlimit: 10\nperiod: 1s\n"
 	cases := []struct{ yaml, want string }{
 		{"", "no policy found"},
+		{base + "cost: 9223372036854775807\n", `field "cost": default cost 9223372036854775807 exceeds the capacity 10`},
+		{base + "failure: {fallback_start: 1.5}\n", `field "failure.fallback_start": must be a fraction in [0, 1]`},
+		{base + "failure: {fallback_start: -0.1}\n", `field "failure.fallback_start"`},
 		{base + "limt: 5\n", "field limt not found"},
 		{strings.Replace(base, "limit: 10", "limit: .nan", 1), `field "limit": must be a positive finite number, got NaN`},
 		{strings.Replace(base, "limit: 10", "limit: -1", 1), `field "limit"`},

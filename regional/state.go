@@ -76,3 +76,33 @@ func Apply(s State, l Limits, nowMs, cost int64) (State, Decision, error) {
 		return ns, d, nil
 	}
 }
+
+// Holding returns the state of a key that, at nowMs, has fraction frac (in
+// [0, 1]) of l's capacity left, as if the rest had just been used: a
+// token bucket with that many tokens, a window (or log) already charged
+// the rest at nowMs. Starting a key there instead of at the zero State (a
+// full bucket, an empty window) is how a limiter that cannot know what was
+// already admitted (a local fallback, a store that lost its state) avoids
+// minting a fresh burst. l must be valid.
+func Holding(l Limits, nowMs int64, frac float64) State {
+	frac = max(0, min(1, frac))
+	left := int64(float64(l.Capacity) * frac) // rounded down: never more than frac
+	used := l.Capacity - left
+	switch l.Algorithm {
+	case TokenBucket:
+		return State{Exists: true, LastMs: nowMs, Tokens: left}
+	case SlidingLog:
+		s := State{Exists: true, LastMs: nowMs}
+		if used > 0 {
+			s.Log, s.Sum = []LogEntry{{AtMs: nowMs, Cost: used}}, used
+		}
+		return s
+	default: // fixed and sliding windows: the current window used the rest
+		return State{Exists: true, LastMs: nowMs, Window: nowMs / l.WindowMs, Count: used}
+	}
+}
+
+// IdleMs is how long after its last decision a key under l is back at the
+// zero State's position (a full bucket, an empty window) whatever it held:
+// a key idle for longer can be forgotten without changing any decision.
+func (l Limits) IdleMs() int64 { return l.ttlMs(0) }

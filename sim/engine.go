@@ -84,7 +84,10 @@ type region struct {
 	redisDown   bool
 	partitioned bool
 
-	store, fb, indep, static map[int]regional.State
+	store, indep, static map[int]regional.State
+	// fb is the region's local fallback, as the agent keeps it: never
+	// reset, neither when Redis returns nor on a version bump.
+	fb *regional.LocalBudget[int]
 }
 
 func (r *region) clock(t int64) int64 {
@@ -158,7 +161,7 @@ func (e *engine) run(decisions io.Writer) (*Result, error) {
 		e.regions = append(e.regions, &region{name: name, anchorRegion: 1_000_000_000_000 + int64(i)*7_777,
 			agent: lease.NewAgent(e.timing, e.policy.Failure, lease.Amount(e.full)), nonce: "sim-" + name, lastSend: -1 << 40,
 			pending: map[uint64]bool{}, meter: lease.NewMeter[int](),
-			store: map[int]regional.State{}, fb: map[int]regional.State{}, indep: map[int]regional.State{}, static: map[int]regional.State{}})
+			store: map[int]regional.State{}, fb: regional.NewLocalBudget[int](), indep: map[int]regional.State{}, static: map[int]regional.State{}})
 	}
 	durMs := time.Duration(s.Duration).Milliseconds()
 	wMs := time.Duration(s.Window).Milliseconds()
@@ -244,7 +247,7 @@ func (e *engine) schedule(durMs int64) {
 			e.at(end, func() { r.partitioned = false })
 		case "redis-outage":
 			e.outages = true
-			e.at(at, func() { r.redisDown, r.fb = true, map[int]regional.State{} })
+			e.at(at, func() { r.redisDown = true })
 			e.at(end, func() { r.redisDown = false })
 		case "coordinator-crash":
 			e.at(at, e.crash)
@@ -449,7 +452,7 @@ func (e *engine) reconfigure(ev Event) {
 	if bumped {
 		e.versionBump++
 		for _, r := range e.regions {
-			r.store, r.fb, r.indep, r.static = map[int]regional.State{}, map[int]regional.State{}, map[int]regional.State{}, map[int]regional.State{}
+			r.store, r.indep, r.static = map[int]regional.State{}, map[int]regional.State{}, map[int]regional.State{}
 		}
 		e.central = map[int]regional.State{}
 	}
@@ -473,7 +476,7 @@ func (e *engine) arrive(a arrival) {
 	if l, ok := lease.ShareLimits(full, amount); !ok || cost > l.Capacity {
 		d = regional.Decision{RetryAfterMs: 1000}
 	} else if r.redisDown {
-		d, mode = e.decide(r.fb, a.identity, l, rms, cost), "local-fallback"
+		d, mode = e.fallback(r, a.identity, l, rms, cost), "local-fallback"
 	} else {
 		d = e.decide(r.store, a.identity, l, rms, cost)
 	}
@@ -506,6 +509,18 @@ func (e *engine) decide(m map[int]regional.State, id int, l regional.Limits, now
 		return regional.Decision{RetryAfterMs: 1000}
 	}
 	m[id] = s
+	return d
+}
+
+// fallback decides on region r's local fallback, as the agent does.
+func (e *engine) fallback(r *region, id int, l regional.Limits, nowMs, cost int64) regional.Decision {
+	if l.Validate() != nil || cost > l.Capacity {
+		return regional.Decision{RetryAfterMs: 1000}
+	}
+	d, err := r.fb.Decide(id, l, e.policy.Failure.FallbackStart, nowMs, cost)
+	if err != nil {
+		return regional.Decision{RetryAfterMs: 1000}
+	}
 	return d
 }
 

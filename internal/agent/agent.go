@@ -51,13 +51,15 @@ type Config struct {
 	// RenewTick is how often leases are looked at for renewal (jittered by
 	// up to half). Default 100ms.
 	RenewTick time.Duration
-	// FallbackKeys bounds the local fallback's table. Default 100,000.
+	// FallbackKeys bounds the local fallback's table, and the replay cache
+	// of idempotency keys. Default 100,000.
 	FallbackKeys int
 	// BreakerThreshold failures in a row open the breaker for
 	// BreakerCooldown. Defaults 3 and 1s.
 	BreakerThreshold int
 	BreakerCooldown  time.Duration
-	// IdempotencyWindow for the engine. Default 10s.
+	// IdempotencyWindow for the engine and the agent's own replay cache.
+	// Default 10s.
 	IdempotencyWindow time.Duration
 	// HotKeys is K of the top-K hottest identities per policy. Default 10.
 	HotKeys int
@@ -88,6 +90,9 @@ func (c *Config) setDefaults() {
 	if c.BreakerCooldown == 0 {
 		c.BreakerCooldown = time.Second
 	}
+	if c.IdempotencyWindow == 0 {
+		c.IdempotencyWindow = regional.DefaultIdempotencyWindow
+	}
 	if c.HotKeys == 0 {
 		c.HotKeys = 10
 	}
@@ -105,6 +110,7 @@ type Agent struct {
 	engine *regional.Engine
 	leaser *leaser
 	fb     *fallback
+	replay *replay
 	br     *breaker
 	m      *metrics
 	start  time.Time
@@ -138,7 +144,8 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, engine: eng, m: m, start: cfg.Clock(), hot: map[string]*topK{}, refresh: make(chan struct{}, 1),
 		leaser: newLeaser(cfg.Region, cfg.Instance, cfg.Coordinator, cfg.Timing, cfg.Clock, cfg.Logger, m),
-		fb:     newFallback(cfg.FallbackKeys), br: newBreaker(cfg.BreakerThreshold, cfg.BreakerCooldown, cfg.Clock)}
+		fb:     newFallback(cfg.FallbackKeys), replay: newReplay(cfg.IdempotencyWindow, cfg.FallbackKeys),
+		br: newBreaker(cfg.BreakerThreshold, cfg.BreakerCooldown, cfg.Clock)}
 	m.reg.MustRegister(hotCollector{a})
 	return a, nil
 }
@@ -282,6 +289,9 @@ type plan struct {
 	mode   string
 	// refuse, when set, is the decision without asking Redis: no share.
 	refuse *regional.Decision
+	// replayKey names the request in the replay cache ("" without an
+	// idempotency key).
+	replayKey string
 }
 
 // noShareRetryMs is the retry delay when a region has no share to admit
@@ -315,6 +325,12 @@ func (a *Agent) prepare(in Input) (plan, error) {
 		return plan{}, fmt.Errorf("policy %q: %w", p.Name, err)
 	}
 	pl := plan{in: in, p: p, id: id, cost: cost, limits: full, mode: ModeRegion}
+	if in.IdempotencyKey != "" {
+		if err := regional.ValidIdempotencyKey(in.IdempotencyKey); err != nil {
+			return plan{}, fmt.Errorf("policy %q: %w", p.Name, err)
+		}
+		pl.replayKey = p.Name + "\x00" + id + "\x00" + in.IdempotencyKey
+	}
 	if p.Scope == regional.ScopeRegion {
 		return pl, nil
 	}
@@ -337,11 +353,14 @@ func (a *Agent) Check(ctx context.Context, in Input) (Outcome, error) {
 	if err != nil {
 		return Outcome{}, err
 	}
+	if o, ok := a.replayed(pl); ok {
+		return o, nil
+	}
 	if pl.refuse != nil {
 		return a.finish(pl, *pl.refuse, pl.mode), nil
 	}
 	if !a.br.allow() {
-		return a.fallback(pl)
+		return a.fallback(pl, nil)
 	}
 	cctx, cancel := context.WithTimeout(ctx, a.cfg.CheckTimeout)
 	t0 := time.Now()
@@ -353,11 +372,23 @@ func (a *Agent) Check(ctx context.Context, in Input) (Outcome, error) {
 			return Outcome{}, err
 		}
 		a.br.result(false)
-		return a.fallback(pl)
+		return a.fallback(pl, err)
 	}
 	a.br.result(true)
-	a.fb.reset()
 	return a.finish(pl, d, pl.mode), nil
+}
+
+// replayed returns the outcome this agent already gave pl's idempotency
+// key, if any: a retry is answered the same and charged nothing.
+func (a *Agent) replayed(pl plan) (Outcome, bool) {
+	if pl.replayKey == "" {
+		return Outcome{}, false
+	}
+	o, ok := a.replay.get(pl.replayKey, a.cfg.Clock())
+	if ok {
+		a.m.replays.WithLabelValues(pl.p.Name).Inc()
+	}
+	return o, ok
 }
 
 // CheckBatch decides many requests with one Redis round trip. Results are
@@ -376,6 +407,10 @@ func (a *Agent) CheckBatch(ctx context.Context, ins []Input) []BatchResult {
 			continue
 		}
 		plans[i] = pl
+		if o, ok := a.replayed(pl); ok {
+			out[i].Outcome = o
+			continue
+		}
 		if pl.refuse != nil {
 			out[i].Outcome = a.finish(pl, *pl.refuse, pl.mode)
 			continue
@@ -388,7 +423,7 @@ func (a *Agent) CheckBatch(ctx context.Context, ins []Input) []BatchResult {
 	}
 	if !a.br.allow() {
 		for _, i := range idx {
-			out[i].Outcome, out[i].Err = a.fallback(plans[i])
+			out[i].Outcome, out[i].Err = a.fallback(plans[i], nil)
 		}
 		return out
 	}
@@ -407,7 +442,7 @@ func (a *Agent) CheckBatch(ctx context.Context, ins []Input) []BatchResult {
 			out[i].Err = r.Err
 		default:
 			failed = true
-			out[i].Outcome, out[i].Err = a.fallback(plans[i])
+			out[i].Outcome, out[i].Err = a.fallback(plans[i], r.Err)
 		}
 	}
 	a.br.result(!failed)
@@ -426,15 +461,20 @@ func (a *Agent) request(pl plan) regional.Request {
 }
 
 // fallback decides pl in-process on the region's share divided among its
-// live instances.
-func (a *Agent) fallback(pl plan) (Outcome, error) {
+// live instances. redisErr is why Redis did not decide it (nil when the
+// breaker is open): after a timeout the script may still have run, so the
+// request may be charged twice (never admitted twice); that is counted.
+func (a *Agent) fallback(pl plan, redisErr error) (Outcome, error) {
+	if errors.Is(redisErr, context.DeadlineExceeded) {
+		a.m.fallbackAfterTimeout.WithLabelValues(pl.p.Name).Inc()
+	}
 	n := int64(a.leaser.liveInstances())
 	l := pl.limits.Scale(1, n)
 	if l.Validate() != nil || pl.cost*regional.Micro > l.Capacity {
 		return a.finish(pl, regional.Decision{RetryAfterMs: noShareRetryMs}, ModeLocalFallback), nil
 	}
 	nowMs := a.cfg.Clock().Sub(a.start).Milliseconds() + 1_000_000 // monotonic, never negative
-	d, full, err := a.fb.decide(pl.p.Name+"\x00"+pl.id, l, nowMs, pl.cost*regional.Micro)
+	d, full, err := a.fb.decide(pl.p.Name+"\x00"+pl.id, l, pl.p.Failure.FallbackStart, nowMs, pl.cost*regional.Micro)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("local fallback: %w", err)
 	}
@@ -460,7 +500,11 @@ func (a *Agent) finish(pl plan, d regional.Decision, mode string) Outcome {
 	}
 	a.m.decisions.WithLabelValues(pl.p.Name, mode, result).Inc()
 	a.hotFor(pl.p.Name).add(pl.id, pl.cost)
-	return Outcome{Decision: d, Mode: mode, Policy: pl.p, Limits: pl.limits}
+	o := Outcome{Decision: d, Mode: mode, Policy: pl.p, Limits: pl.limits}
+	if pl.replayKey != "" {
+		a.replay.put(pl.replayKey, o, now)
+	}
+	return o
 }
 
 func (a *Agent) hotFor(policy string) *topK {

@@ -6,48 +6,42 @@ import (
 	"github.com/quota-lease/quota-lease/regional"
 )
 
-// fallback is the in-process bucket an agent instance decides with while
-// Redis is slow or down: the same pure transition as the Lua scripts
-// (regional.Apply), on this process's clock, per key. Its limits are the
-// region's share divided by the live instances, so the region as a whole
-// stays near its share; bound counts what it can add (a fresh full bucket
-// per outage). Memory is bounded: when maxKeys identities are tracked, new
-// ones are rejected rather than evicting others (an evicted key would come
-// back full).
+// fallback is the in-process budget an agent instance decides with while
+// Redis is slow or down: a regional.LocalBudget per (policy, identity) on
+// this process's monotonic clock, enforcing the region's share divided
+// among its live instances. It is never reset when Redis answers again,
+// so a flapping Redis cannot hand out a fresh burst per flap (see
+// regional.LocalBudget and docs/bound.md).
+//
+// Memory is bounded: with maxKeys identities tracked and none idle, new
+// identities are rejected rather than others evicted.
 type fallback struct {
 	maxKeys int
 
-	mu    sync.Mutex
-	state map[string]regional.State
+	mu       sync.Mutex
+	b        *regional.LocalBudget[string]
+	prunedMs int64 // when idle entries were last dropped
 }
 
 func newFallback(maxKeys int) *fallback {
-	return &fallback{maxKeys: maxKeys, state: map[string]regional.State{}}
+	return &fallback{maxKeys: maxKeys, b: regional.NewLocalBudget[string]()}
 }
 
-// decide charges cost micro-units to key under l at nowMs. full reports a
-// new key refused because the table is full.
-func (f *fallback) decide(key string, l regional.Limits, nowMs, cost int64) (d regional.Decision, full bool, err error) {
+// decide charges cost micro-units to key under l at nowMs (monotonic
+// milliseconds); a new key starts holding fraction start of l. full
+// reports a new key refused because the table is full.
+func (f *fallback) decide(key string, l regional.Limits, start float64, nowMs, cost int64) (d regional.Decision, full bool, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	s, ok := f.state[key]
-	if !ok && len(f.state) >= f.maxKeys {
-		return regional.Decision{RetryAfterMs: 1000}, true, nil
+	if f.b.Len() >= f.maxKeys && !f.b.Has(key) {
+		if nowMs-f.prunedMs >= 1000 { // Prune walks the whole table: at most once a second
+			f.prunedMs = nowMs
+			f.b.Prune(nowMs)
+		}
+		if f.b.Len() >= f.maxKeys {
+			return regional.Decision{RetryAfterMs: 1000}, true, nil
+		}
 	}
-	ns, d, err := regional.Apply(s, l, nowMs, cost)
-	if err != nil {
-		return regional.Decision{}, false, err
-	}
-	f.state[key] = ns
-	return d, false, nil
-}
-
-// reset forgets every key: called when Redis is back, whose state is
-// authoritative again.
-func (f *fallback) reset() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(f.state) > 0 {
-		f.state = map[string]regional.State{}
-	}
+	d, err = f.b.Decide(key, l, start, nowMs, cost)
+	return d, false, err
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/quota-lease/quota-lease/internal/redistest"
 	"github.com/quota-lease/quota-lease/lease"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
+	"github.com/quota-lease/quota-lease/regional"
 )
 
 var etcdEndpoint string
@@ -189,4 +190,33 @@ func waitFor(t testing.TB, limit time.Duration, what string, ok func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// mustPolicy parses one policy.
+func mustPolicy(t testing.TB, yaml string) *regional.Policy {
+	t.Helper()
+	ps, err := regional.ParsePolicies([]byte(yaml))
+	if err != nil || len(ps) != 1 {
+		t.Fatalf("parse policy: %v (%d policies)", err, len(ps))
+	}
+	return ps[0]
+}
+
+// counterValue sums every series of the counter named name on a's registry.
+func counterValue(t testing.TB, a *Agent, name string) float64 {
+	t.Helper()
+	mfs, err := a.m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
 }

@@ -15,7 +15,11 @@ type metrics struct {
 	renewFails   *prometheus.CounterVec
 	budgetAdmits *prometheus.CounterVec
 	breakerOpen  prometheus.Gauge
-	instances    prometheus.Gauge
+	// fallbackAfterTimeout counts possible double charges; replays,
+	// keyed retries answered from the replay cache.
+	fallbackAfterTimeout *prometheus.CounterVec
+	replays              *prometheus.CounterVec
+	instances            prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -38,11 +42,16 @@ func newMetrics() *metrics {
 			[]string{"policy", "budget"}),
 		breakerOpen: prometheus.NewGauge(prometheus.GaugeOpts{Name: "quotalease_agent_redis_breaker_open",
 			Help: "1 while the circuit breaker in front of Redis is open (checks use the local fallback)."}),
+		fallbackAfterTimeout: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_fallback_after_timeout_total",
+			Help: "Checks decided by the local fallback after their Redis script timed out. The script may still have run, so such a request may be charged twice (in Redis and locally); it is never admitted twice."},
+			[]string{"policy"}),
+		replays: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_idempotent_replays_total",
+			Help: "Retries with an idempotency key answered from this agent's replay cache, charged nothing."}, []string{"policy"}),
 		instances: prometheus.NewGauge(prometheus.GaugeOpts{Name: "quotalease_agent_region_instances",
 			Help: "Live agent instances in this region, as seen through Redis (divides the fallback budget)."}),
 	}
 	m.reg.MustRegister(m.decisions, m.redisLatency, m.leaseShare, m.leaseState, m.renewFails, m.budgetAdmits,
-		m.breakerOpen, m.instances, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		m.breakerOpen, m.instances, m.fallbackAfterTimeout, m.replays, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
 

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -106,11 +107,27 @@ func (s *Server) Client(tb testing.TB) *redis.Client {
 	return c
 }
 
+// Pause stops the server process (SIGSTOP): connections stay open and
+// commands queue until Resume, as with a Redis stalled by a fork, a swap
+// storm or a paused VM.
+func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT); queued commands then run.
+func (s *Server) Resume() error { return s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) error {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return fmt.Errorf("redis %s is not running", s.Addr)
+	}
+	return s.cmd.Process.Signal(sig)
+}
+
 // Stop kills the server and waits for it to exit. It is safe to call twice.
 func (s *Server) Stop() {
 	if s.cmd == nil || s.cmd.Process == nil {
 		return
 	}
+	_ = s.cmd.Process.Signal(syscall.SIGCONT) // a paused process would die only when continued
 	_ = s.cmd.Process.Kill()
 	_ = s.cmd.Wait()
 	s.cmd = nil
