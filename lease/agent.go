@@ -117,6 +117,13 @@ func (a *Agent) done() {
 	}
 }
 
+// SetPolicy applies a changed policy's failure mode and total amount to
+// the lease: the degraded budget from now on follows them. The installed
+// grant stays (the coordinator counts it until it ends).
+func (a *Agent) SetPolicy(f regional.Failure, total int64) {
+	a.failure, a.total = f, total
+}
+
 // LimitDegraded caps how long the degraded budget is enforced, to the
 // coordinator's reservation time handed out with grants.
 func (a *Agent) LimitDegraded(d time.Duration) {

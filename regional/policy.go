@@ -1,8 +1,10 @@
 package regional
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"regexp"
 	"time"
@@ -253,6 +255,19 @@ func (f Failure) validate() *fieldError {
 }
 
 func finitePositive(v float64) bool { return v > 0 && !math.IsInf(v, 0) && !math.IsNaN(v) }
+
+// Fingerprint identifies the policy's exact content: a 64-bit FNV-1a hash
+// of its JSON form, which lists every field in a fixed order. Any change,
+// with or without a new Version, changes it (up to hash collisions).
+func (p *Policy) Fingerprint() uint64 {
+	b, err := json.Marshal(p)
+	if err != nil { // a Policy of plain fields always marshals
+		panic(fmt.Sprintf("policy %q: %v", p.Name, err))
+	}
+	h := fnv.New64a()
+	h.Write(b)
+	return h.Sum64()
+}
 
 // Limits returns the fixed-point limits of the policy's full (global)
 // limit. The policy must be valid.

@@ -57,6 +57,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	drift := fs.Float64("drift", lease.DefaultTiming.Drift, "bound on any clock's rate error; match the coordinator's")
 	margin := fs.Duration("lease-margin", lease.DefaultTiming.Margin, "stop trusting a grant this much early, on top of drift")
 	fallbackKeys := fs.Int("fallback-keys", 100_000, "most identities the local fallback tracks")
+	policyRefresh := fs.Duration("policy-refresh", 10*time.Second, "reload the policies at least this often; a grant computed from a changed policy, or a check naming an unknown one, reloads them at once")
 	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -85,7 +86,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	t := lease.DefaultTiming
 	t.Drift, t.Margin = *drift, *margin
 	a, err := agent.New(agent.Config{Region: *region, Instance: *instance, Redis: rdb, Coordinator: cl, Policies: src,
-		CheckTimeout: *checkTimeout, Timing: t, FallbackKeys: *fallbackKeys, Logger: log})
+		CheckTimeout: *checkTimeout, Timing: t, FallbackKeys: *fallbackKeys, PolicyRefresh: *policyRefresh, Logger: log})
 	if err != nil {
 		return err
 	}

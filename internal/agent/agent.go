@@ -136,6 +136,8 @@ func New(cfg Config) (*Agent, error) {
 		return nil, errors.New("agent: Redis, Coordinator and Policies are required")
 	case cfg.CheckTimeout < 0:
 		return nil, fmt.Errorf("agent: check timeout %s is negative", cfg.CheckTimeout)
+	case cfg.PolicyRefresh < 0:
+		return nil, fmt.Errorf("agent: policy refresh interval %s is negative", cfg.PolicyRefresh)
 	}
 	m := newMetrics()
 	eng, err := regional.NewEngine(cfg.Redis, nil, regional.Config{IdempotencyWindow: cfg.IdempotencyWindow})
@@ -143,9 +145,10 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, engine: eng, m: m, start: cfg.Clock(), hot: map[string]*topK{}, refresh: make(chan struct{}, 1),
-		leaser: newLeaser(cfg.Region, cfg.Instance, cfg.Coordinator, cfg.Timing, cfg.Clock, cfg.Logger, m),
+		leaser: newLeaser(cfg.Region, cfg.Instance, cfg.Coordinator, cfg.Timing, cfg.Clock, cfg.Logger, m, nil),
 		fb:     newFallback(cfg.FallbackKeys), replay: newReplay(cfg.IdempotencyWindow, cfg.FallbackKeys),
 		br: newBreaker(cfg.BreakerThreshold, cfg.BreakerCooldown, cfg.Clock)}
+	a.leaser.stale = a.refreshSoon
 	m.reg.MustRegister(hotCollector{a})
 	return a, nil
 }
@@ -173,7 +176,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-			case <-a.refresh: // a check named an unknown policy
+			case <-a.refresh: // an unknown policy was named, or a grant came from a changed one
 			}
 			if err := a.loadPolicies(ctx); err != nil && ctx.Err() == nil {
 				a.cfg.Logger.Warn("policy refresh failed; keeping the current set", "error", err)
@@ -197,6 +200,15 @@ func (a *Agent) Drain(ctx context.Context) {
 	select {
 	case <-done:
 	case <-ctx.Done():
+	}
+}
+
+// refreshSoon asks the refresh loop to reload the policies now (at most
+// once a second, however many ask).
+func (a *Agent) refreshSoon() {
+	select {
+	case a.refresh <- struct{}{}:
+	default:
 	}
 }
 
@@ -303,10 +315,7 @@ const noShareRetryMs = 1000
 func (a *Agent) prepare(in Input) (plan, error) {
 	p, ok := a.engine.Policy(in.Policy)
 	if !ok {
-		select { // perhaps it was just stored: reload soon
-		case a.refresh <- struct{}{}:
-		default:
-		}
+		a.refreshSoon() // perhaps it was just stored
 		return plan{}, fmt.Errorf("%w %q", regional.ErrUnknownPolicy, in.Policy)
 	}
 	cost := in.Cost

@@ -39,6 +39,9 @@ type leaser struct {
 	now                     func() time.Time
 	log                     hclog.Logger
 	m                       *metrics
+	// stale is called when a grant was computed from another policy than
+	// the one loaded: the policies changed, reload them now.
+	stale func()
 
 	mu        sync.Mutex
 	quotas    map[string]*quotaLease
@@ -48,13 +51,14 @@ type leaser struct {
 type quotaLease struct {
 	a      *lease.Agent
 	policy *regional.Policy
+	fp     uint64 // policy.Fingerprint()
 	meter  *meter
 	region int64 // region-wide demand (amount units), from Redis
 }
 
-func newLeaser(region, instance string, coord LeaseClient, t lease.Timing, now func() time.Time, log hclog.Logger, m *metrics) *leaser {
+func newLeaser(region, instance string, coord LeaseClient, t lease.Timing, now func() time.Time, log hclog.Logger, m *metrics, stale func()) *leaser {
 	return &leaser{region: region, instance: instance, nonce: fmt.Sprintf("%s-%d-%x", instance, now().UnixNano(), rand.Uint64()),
-		coord: coord, timing: t, now: now, log: log, m: m, quotas: map[string]*quotaLease{}, instances: 1}
+		coord: coord, timing: t, now: now, log: log, m: m, stale: stale, quotas: map[string]*quotaLease{}, instances: 1}
 }
 
 // setPolicies starts leasing new global policies and forgets deleted ones.
@@ -73,7 +77,8 @@ func (l *leaser) setPolicies(ps []*regional.Policy) {
 			q = &quotaLease{a: lease.NewAgent(l.timing, p.Failure, lease.Amount(p.Limits())), meter: newMeter()}
 			l.quotas[p.Name] = q
 		}
-		q.policy = p
+		q.a.SetPolicy(p.Failure, lease.Amount(p.Limits())) // a changed failure mode applies at once
+		q.policy, q.fp = p, p.Fingerprint()
 	}
 	for name := range l.quotas {
 		if !keep[name] {
@@ -152,7 +157,12 @@ func (l *leaser) renew(ctx context.Context) bool {
 		l.log.Warn("lease renewal failed", "quotas", len(out), "error", err)
 		return false
 	}
-	ok := true
+	ok, stale := true, false
+	defer func() {
+		if stale && l.stale != nil {
+			l.stale()
+		}
+	}()
 	for i, g := range resp.Grants {
 		if i >= len(out) {
 			break
@@ -164,6 +174,9 @@ func (l *leaser) renew(ctx context.Context) bool {
 			l.log.Warn("lease refused", "quota", s.name, "error", err)
 			ok = false
 			continue
+		}
+		if g.PolicyFingerprint != 0 && g.PolicyFingerprint != s.q.fp {
+			stale = true
 		}
 		s.q.a.LimitDegraded(time.Duration(g.DegradedTimeoutMs) * time.Millisecond)
 		amount := g.Rate

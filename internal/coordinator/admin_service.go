@@ -141,7 +141,7 @@ func (c *Coordinator) ListLeases(ctx context.Context, req *pb.ListLeasesRequest)
 	quotas := t.quotas
 	t.mu.RUnlock()
 	sort.Strings(names)
-	now := c.cfg.Clock()
+	now := c.cfg.Clock.Now()
 	resp := &pb.ListLeasesResponse{}
 	for _, n := range names {
 		q := quotas[n]
@@ -180,7 +180,7 @@ func (c *Coordinator) ReleaseRegion(ctx context.Context, req *pb.ReleaseRegionRe
 	if req.Quota != "" && len(quotas) == 0 {
 		return nil, status.Errorf(codes.NotFound, "no policy %q", req.Quota)
 	}
-	now := c.cfg.Clock()
+	now := c.cfg.Clock.Now()
 	released := int32(0)
 	for n, q := range quotas {
 		q.mu.Lock()

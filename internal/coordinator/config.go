@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/quota-lease/quota-lease/allocation"
+	"github.com/quota-lease/quota-lease/clock"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/regional"
 )
@@ -38,8 +39,10 @@ type Config struct {
 	// MaxStep and Hysteresis, as fractions of a quota's total, damp
 	// rebalancing.
 	MaxStep, Hysteresis float64
-	// Clock returns now; time.Now by default.
-	Clock func() time.Time
+	// Clock is the time source: wall time for grants and records, its
+	// monotonic reading for the leadership lease. clock.System() by
+	// default.
+	Clock clock.Clock
 	// Logger; a default hclog logger when nil.
 	Logger hclog.Logger
 }
@@ -81,7 +84,7 @@ func (c *Config) setDefaults() {
 		c.Hysteresis = DefaultHysteresis
 	}
 	if c.Clock == nil {
-		c.Clock = time.Now
+		c.Clock = clock.System()
 	}
 	if c.Logger == nil {
 		c.Logger = hclog.New(&hclog.LoggerOptions{Name: "coordinator"})

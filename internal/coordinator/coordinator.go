@@ -114,7 +114,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 
 func (c *Coordinator) campaign(ctx context.Context) error {
 	ll := &leaderLease{}
-	sent := c.cfg.Clock()
+	sent := c.cfg.Clock.Mono()
 	sess, err := concurrency.NewSession(c.cli, concurrency.WithTTL(int(c.cfg.SessionTTL/time.Second)), concurrency.WithContext(ctx))
 	if err != nil {
 		return fmt.Errorf("etcd session: %w", err)
@@ -174,7 +174,7 @@ func (c *Coordinator) lead(ctx context.Context, el *concurrency.Election, ll *le
 			return fmt.Errorf("declare regions: %w", err)
 		}
 	}
-	now := c.cfg.Clock()
+	now := c.cfg.Clock.Now()
 	restored := 0
 	for name, p := range st.policies {
 		q := newQuota(p, c.cfg.Timing, t.epoch)
@@ -306,7 +306,7 @@ func (c *Coordinator) flush(ctx context.Context, t *term) error {
 func (c *Coordinator) flushQuota(ctx context.Context, t *term, name string, q *quota) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	now := c.cfg.Clock()
+	now := c.cfg.Clock.Now()
 	var ops []clientv3.Op
 	for _, region := range q.book.Prune(now) { // before Shrunk: one op per key
 		ops = append(ops, clientv3.OpDelete(c.keys.ledgerEntry(name, region)))

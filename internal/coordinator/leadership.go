@@ -13,14 +13,18 @@ import (
 // successful keepalive, the session TTL less twice the drift and a margin.
 // etcd cannot expire the session, and no successor can be elected, before
 // that moment, so grants made before it cannot overlap a successor's.
+//
+// Both ends are monotonic readings (clock.Clock's Mono): a wall clock
+// stepped backwards must not let an old leader keep granting past its
+// session, nor one stepped forwards stop a live leader.
 type leaderLease struct {
-	until atomic.Int64 // unix nanos on the local clock
+	until atomic.Int64 // a Mono reading, in nanoseconds
 }
 
-func (l *leaderLease) valid(now time.Time) bool { return now.UnixNano() < l.until.Load() }
+func (l *leaderLease) valid(mono time.Duration) bool { return int64(mono) < l.until.Load() }
 
-func (l *leaderLease) extend(sentAt time.Time, ttl time.Duration, drift float64, margin time.Duration) {
-	v := sentAt.Add(ttl - time.Duration(2*drift*float64(ttl)) - margin).UnixNano()
+func (l *leaderLease) extend(sentAt time.Duration, ttl time.Duration, drift float64, margin time.Duration) {
+	v := int64(sentAt + ttl - time.Duration(2*drift*float64(ttl)) - margin)
 	for {
 		old := l.until.Load()
 		if v <= old || l.until.CompareAndSwap(old, v) {
@@ -41,7 +45,7 @@ func (c *Coordinator) keepAlive(ctx context.Context, id clientv3.LeaseID, l *lea
 			return
 		case <-t.C:
 		}
-		sent := c.cfg.Clock()
+		sent := c.cfg.Clock.Mono()
 		kctx, cancel := context.WithTimeout(ctx, c.cfg.SessionTTL/3)
 		_, err := c.cli.KeepAliveOnce(kctx, id)
 		cancel()

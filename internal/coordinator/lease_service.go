@@ -31,7 +31,7 @@ const (
 // or an UNAVAILABLE error naming the leader (also in LeaderTrailer).
 func (c *Coordinator) leading(ctx context.Context) (*term, error) {
 	t := c.term()
-	if t != nil && t.lease.valid(c.cfg.Clock()) {
+	if t != nil && t.lease.valid(c.cfg.Clock.Mono()) {
 		return t, nil
 	}
 	leader, _ := c.leader.Load().(string)
@@ -59,7 +59,7 @@ func (c *Coordinator) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.Leas
 	if err := c.validateLease(t, req); err != nil {
 		return nil, err
 	}
-	now := c.cfg.Clock()
+	now := c.cfg.Clock.Now()
 
 	// Lock the named quotas in name order (no deadlock between requests).
 	type item struct {
@@ -149,7 +149,7 @@ func (c *Coordinator) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.Leas
 	// No grant may leave after the leadership lease could have ended; the
 	// etcd write above may have taken a while. (Marks it wrote stay at least
 	// what each region may enforce, and sum to at most the quota.)
-	if !t.lease.valid(c.cfg.Clock()) {
+	if !t.lease.valid(c.cfg.Clock.Mono()) {
 		return nil, status.Error(codes.Unavailable, "leadership not confirmed in time; retry")
 	}
 	resp := &pb.LeaseResponse{Epoch: t.epoch, Grants: make([]*pb.QuotaGrant, len(items))}
@@ -171,6 +171,7 @@ func fill(out *pb.QuotaGrant, q *quota, g lease.Grant, t lease.Timing) {
 	out.GrantId, out.Rate, out.Burst = g.ID, l.Rate, l.Capacity
 	out.ValidForMs = g.ValidFor.Milliseconds()
 	out.PolicyVersion = q.policy.Version
+	out.PolicyFingerprint = q.fp
 	out.RenewAfterMs = t.RenewAfter().Milliseconds()
 	out.DegradedTimeoutMs = t.DegradedTimeout.Milliseconds()
 }

@@ -46,7 +46,7 @@ func (k collector) Collect(ch chan<- prometheus.Metric) {
 		quotas[n] = q
 	}
 	t.mu.RUnlock()
-	now := c.cfg.Clock()
+	now := c.cfg.Clock.Now()
 	for name, q := range quotas {
 		q.mu.Lock()
 		total := float64(max(1, q.book.Total()))

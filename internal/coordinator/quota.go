@@ -14,6 +14,7 @@ import (
 type quota struct {
 	mu      sync.Mutex
 	policy  *regional.Policy
+	fp      uint64 // policy.Fingerprint(), sent with every grant
 	full    regional.Limits
 	book    *lease.Book
 	targets map[string]int64
@@ -21,13 +22,13 @@ type quota struct {
 
 func newQuota(p *regional.Policy, t lease.Timing, epoch int64) *quota {
 	full := p.Limits()
-	return &quota{policy: p, full: full, book: lease.NewBook(lease.Amount(full), p.Failure, t, epoch), targets: map[string]int64{}}
+	return &quota{policy: p, fp: p.Fingerprint(), full: full, book: lease.NewBook(lease.Amount(full), p.Failure, t, epoch), targets: map[string]int64{}}
 }
 
 // setPolicy replaces the policy (a quota change); outstanding grants keep
 // counting until they end.
 func (q *quota) setPolicy(p *regional.Policy) {
-	q.policy, q.full = p, p.Limits()
+	q.policy, q.fp, q.full = p, p.Fingerprint(), p.Limits()
 	q.book.SetQuota(lease.Amount(q.full), p.Failure)
 }
 

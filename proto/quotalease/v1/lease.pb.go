@@ -319,6 +319,12 @@ type QuotaGrant struct {
 	// DegradedTimeoutMs is how long the coordinator keeps a lapsed region's
 	// degraded budget reserved; the agent never enforces it for longer.
 	DegradedTimeoutMs int64 `protobuf:"varint,10,opt,name=degraded_timeout_ms,json=degradedTimeoutMs,proto3" json:"degraded_timeout_ms,omitempty"`
+	// PolicyFingerprint identifies the exact policy the share was computed
+	// from (a hash of its stored form; it changes with every change of the
+	// policy, version or not). An agent whose loaded policy has another
+	// fingerprint reloads its policies at once, so a changed limit or failure
+	// mode is enforced within one renewal.
+	PolicyFingerprint uint64 `protobuf:"varint,11,opt,name=policy_fingerprint,json=policyFingerprint,proto3" json:"policy_fingerprint,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -423,6 +429,13 @@ func (x *QuotaGrant) GetDegradedTimeoutMs() int64 {
 	return 0
 }
 
+func (x *QuotaGrant) GetPolicyFingerprint() uint64 {
+	if x != nil {
+		return x.PolicyFingerprint
+	}
+	return 0
+}
+
 var File_quotalease_v1_lease_proto protoreflect.FileDescriptor
 
 const file_quotalease_v1_lease_proto_rawDesc = "" +
@@ -441,7 +454,7 @@ const file_quotalease_v1_lease_proto_rawDesc = "" +
 	"\x03seq\x18\x05 \x01(\x04R\x03seq\"X\n" +
 	"\rLeaseResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x03R\x05epoch\x121\n" +
-	"\x06grants\x18\x02 \x03(\v2\x19.quotalease.v1.QuotaGrantR\x06grants\"\xcb\x02\n" +
+	"\x06grants\x18\x02 \x03(\v2\x19.quotalease.v1.QuotaGrantR\x06grants\"\xfa\x02\n" +
 	"\n" +
 	"QuotaGrant\x12\x14\n" +
 	"\x05quota\x18\x01 \x01(\tR\x05quota\x12\x14\n" +
@@ -455,7 +468,8 @@ const file_quotalease_v1_lease_proto_rawDesc = "" +
 	"\x0erenew_after_ms\x18\b \x01(\x03R\frenewAfterMs\x12-\n" +
 	"\x04code\x18\t \x01(\x0e2\x19.quotalease.v1.GrantErrorR\x04code\x12.\n" +
 	"\x13degraded_timeout_ms\x18\n" +
-	" \x01(\x03R\x11degradedTimeoutMs*\xa8\x01\n" +
+	" \x01(\x03R\x11degradedTimeoutMs\x12-\n" +
+	"\x12policy_fingerprint\x18\v \x01(\x04R\x11policyFingerprint*\xa8\x01\n" +
 	"\n" +
 	"GrantError\x12\x1b\n" +
 	"\x17GRANT_ERROR_UNSPECIFIED\x10\x00\x12\x1d\n" +
