@@ -33,6 +33,7 @@ const (
 	TermBurst           = "burst"
 	TermLeaseTransition = "lease-transition"
 	TermIndependent     = "independent"
+	TermPreviousLimit   = "previous-limit"
 )
 
 // Deployment are the parameters of a deployment that enter the bound.
@@ -59,6 +60,11 @@ type Deployment struct {
 	// QuotaDecrease is how much (units per period) the limit was lowered
 	// within the last lease duration.
 	QuotaDecrease float64
+	// PolicyDelay is how long after a change an agent may still enforce
+	// the previous policy: until its next renewal brings a grant of the
+	// new one (the renewal interval) plus the reload (at most a second).
+	// Zero where agents learn a change at once (the simulator).
+	PolicyDelay time.Duration
 	// Shares are the static split's fractions by region (Static mode, and
 	// for stranded capacity); empty means equal shares.
 	Shares []float64
@@ -144,7 +150,7 @@ func Compute(p *regional.Policy, d Deployment, m Mode, w time.Duration) (Result,
 				r.Terms[TermDegraded] = (n - 1) * p.Failure.OpenFraction * ref
 			}
 			if d.QuotaDecrease > 0 {
-				r.Terms[TermLeaseTransition] = d.QuotaDecrease / period * math.Min(d.LeaseDuration.Seconds(), w.Seconds())
+				r.Terms[TermLeaseTransition] = d.QuotaDecrease / period * math.Min((d.LeaseDuration+d.PolicyDelay).Seconds(), w.Seconds())
 			}
 		}
 		if d.RedisOutages && d.FallbackFraction >= 0 {
@@ -190,6 +196,66 @@ func Compute(p *regional.Policy, d Deployment, m Mode, w time.Duration) (Result,
 	return r, nil
 }
 
+// TransitionSpan is how long after a change of policy windows can still
+// hold the previous policy's admissions or grants: a window reaching back
+// before the change (w), grants of the previous total living out their
+// lease, and agents not yet reloaded.
+func TransitionSpan(d Deployment, w time.Duration) time.Duration {
+	return w + d.LeaseDuration + d.PolicyDelay
+}
+
+// Transition bounds the windows ending within TransitionSpan after the
+// policy changed from prev to next (with version bumped or not): next's
+// bound with the lowered limit's lease-transition term and, if bumped,
+// one fresh burst; plus a "previous-limit" term, what prev's bound exceeds
+// next's by, since such a window reaches back before the change.
+func Transition(prev, next *regional.Policy, bumped bool, d Deployment, m Mode, w time.Duration) (Result, error) {
+	dn := d
+	dn.QuotaDecrease = math.Max(0, prev.Limit-next.Limit)
+	if bumped && m == Leased {
+		dn.ConfigChanges++
+	}
+	r, err := Compute(next, dn, m, w)
+	if err != nil {
+		return Result{}, err
+	}
+	if bumped && m != Leased {
+		// Every key starts full under the new version: one burst per
+		// counter (a region each when independent; the static shares'
+		// bursts add up to one).
+		b := next.Limit
+		if next.Algorithm == regional.TokenBucket {
+			b = next.Burst
+		}
+		if m == Independent {
+			b *= float64(d.Regions)
+		}
+		r.Terms[TermBurst] += b
+		r.WorstCase += b
+	}
+	rp, err := Compute(prev, d, m, w)
+	if err != nil {
+		return Result{}, err
+	}
+	rn, err := Compute(next, d, m, w)
+	if err != nil {
+		return Result{}, err
+	}
+	if extra := rp.WorstCase - rn.WorstCase; extra > 0 {
+		r.Terms[TermPreviousLimit] = extra
+		r.WorstCase += extra
+		r.Overshoot += extra
+	}
+	// The reference of a window straddling the change: what one ideal
+	// limiter changing its limits at that moment may admit.
+	r.Limit = math.Max(rp.Limit, rn.Limit)
+	r.Overshoot = r.WorstCase - r.Limit
+	if r.Limit > 0 {
+		r.Ratio = r.Overshoot / r.Limit
+	}
+	return r, nil
+}
+
 func (d Deployment) validate() error {
 	switch {
 	case d.Regions < 1:
@@ -200,7 +266,7 @@ func (d Deployment) validate() error {
 		return fmt.Errorf("%w: drift must be in [0, 0.01), got %v", ErrInvalid, d.Drift)
 	case math.IsNaN(d.FallbackFraction) || d.FallbackFraction > 1:
 		return fmt.Errorf("%w: fallback fraction must be at most 1, got %v", ErrInvalid, d.FallbackFraction)
-	case d.ConfigChanges < 0 || d.QuotaDecrease < 0 || math.IsNaN(d.QuotaDecrease):
+	case d.ConfigChanges < 0 || d.QuotaDecrease < 0 || math.IsNaN(d.QuotaDecrease) || d.PolicyDelay < 0:
 		return fmt.Errorf("%w: config changes and quota decrease must not be negative", ErrInvalid)
 	case len(d.Shares) > 0 && len(d.Shares) != d.Regions:
 		return fmt.Errorf("%w: %d shares for %d regions", ErrInvalid, len(d.Shares), d.Regions)

@@ -111,3 +111,35 @@ func TestInvalidParameters(t *testing.T) {
 		t.Error("unknown mode accepted")
 	}
 }
+
+// The transition after lowering a limit counts the previous policy's
+// excess, the grants of the old total living out their lease while agents
+// reload, and a fresh burst on a version bump.
+func TestTransitionTerms(t *testing.T) {
+	prev := policy(t, "name: api\nidentity: [tenant]\nlimit: 50\nperiod: 1s\nburst: 20\n")
+	next := policy(t, "name: api\nidentity: [tenant]\nlimit: 20\nperiod: 1s\nburst: 20\n")
+	d := Deployment{Regions: 3, Instances: 1, LeaseDuration: 2 * time.Second, PolicyDelay: time.Second}
+	r, err := Transition(prev, next, true, d, Leased, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// reference 20+200; previous-limit (20+500)-(20+200); lease-transition
+	// 30/s over 2+1 s; burst 20.
+	want := map[string]float64{TermReference: 220, TermPreviousLimit: 300, TermLeaseTransition: 90, TermBurst: 20}
+	for k, v := range want {
+		if !near(r.Terms[k], v) {
+			t.Errorf("term %s = %v, want %v", k, r.Terms[k], v)
+		}
+	}
+	if !near(r.WorstCase, 630) || !near(r.Limit, 520) {
+		t.Errorf("worst case %v, reference %v; want 630 and 520", r.WorstCase, r.Limit)
+	}
+	if got := TransitionSpan(d, 10*time.Second); got != 13*time.Second {
+		t.Errorf("transition span %v, want 13s", got)
+	}
+	// Raising a limit adds no previous-limit or lease-transition term.
+	up, _ := Transition(next, prev, false, d, Leased, 10*time.Second)
+	if up.Terms[TermPreviousLimit] != 0 || up.Terms[TermLeaseTransition] != 0 {
+		t.Errorf("raising the limit: %v", up.Terms)
+	}
+}

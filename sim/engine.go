@@ -117,15 +117,14 @@ type engine struct {
 	regions   []*region
 	ids       *identities
 
-	book        *lease.Book
-	targets     map[string]int64
-	coordUp     bool
-	epoch       int64
-	leaseMsgs   int64
-	versionBump int
-	decrease    float64
-	outages     bool
-	ledger      []ledgerEntry // what etcd held when the coordinator crashed
+	book      *lease.Book
+	targets   map[string]int64
+	coordUp   bool
+	epoch     int64
+	leaseMsgs int64
+	outages   bool
+	epochs    []*epoch      // one per policy in force, oldest first
+	ledger    []ledgerEntry // what etcd held when the coordinator crashed
 
 	central, oracle map[int]regional.State
 	centralDelay    int64
@@ -174,6 +173,7 @@ func (e *engine) run(decisions io.Writer) (*Result, error) {
 		e.res.Modes = append(e.res.Modes, &ModeResult{Mode: m})
 	}
 	e.res.Modes = append(e.res.Modes, &ModeResult{Mode: "ideal"})
+	e.beginEpoch(e.policy, false)
 	if decisions != nil {
 		e.out = bufio.NewWriterSize(decisions, 1<<20)
 	}
@@ -440,17 +440,19 @@ func (e *engine) reconfigure(ev Event) {
 	if p.Validate() != nil {
 		return
 	}
-	e.decrease = math.Max(e.decrease, e.policy.Limit-p.Limit)
 	if p.Limit > e.maxPolicy.Limit || p.Burst > e.maxPolicy.Burst {
 		mp := *e.maxPolicy
 		mp.Limit, mp.Burst = math.Max(mp.Limit, p.Limit), math.Max(mp.Burst, p.Burst)
 		e.maxPolicy = &mp
 	}
 	e.policy = &p
+	e.beginEpoch(&p, bumped)
 	e.full = p.Limits()
 	e.book.SetQuota(lease.Amount(e.full), p.Failure)
+	for _, r := range e.regions { // as agents do when they load the changed policy
+		r.agent.SetPolicy(p.Failure, lease.Amount(e.full))
+	}
 	if bumped {
-		e.versionBump++
 		for _, r := range e.regions {
 			r.store, r.indep, r.static = map[int]regional.State{}, map[int]regional.State{}, map[int]regional.State{}
 		}
@@ -530,7 +532,7 @@ func (e *engine) record(mode int, a arrival, allowed, idealAllowed bool, atMs in
 	if allowed {
 		mr.Admitted++
 		name := mr.Mode
-		e.track[name].add(a.identity, atMs, a.cost*regional.Micro)
+		e.observeWindow(mode, atMs, e.track[name].add(a.identity, atMs, a.cost*regional.Micro))
 		e.series.add(mode, a.region, a.identity, atMs, a.cost)
 	} else {
 		mr.Rejected++
@@ -561,33 +563,41 @@ func (e *engine) writeDecision(a arrival, d regional.Decision, mode string) {
 	e.out.Write(b)
 }
 
+// deployment is the run's deployment as the bound sees it.
+func (e *engine) deployment() bound.Deployment {
+	return bound.Deployment{Regions: len(e.s.Regions), Instances: 1, LeaseDuration: e.timing.ValidFor, Drift: e.s.Lease.Drift,
+		RedisOutages: e.outages}
+}
+
 // finish computes the bounds and the summary.
 func (e *engine) finish() (*Result, error) {
 	s := e.s
 	w := time.Duration(s.Window)
 	ref := bound.Reference(e.maxPolicy, w)
-	d := bound.Deployment{Regions: len(s.Regions), Instances: 1, LeaseDuration: e.timing.ValidFor, Drift: s.Lease.Drift,
-		RedisOutages: e.outages, QuotaDecrease: e.decrease}
-	if e.versionBump > 0 {
-		d.ConfigChanges = 1
-	}
 	kinds := map[string]bound.Mode{"leased": bound.Leased, "independent": bound.Independent, "static": bound.Static, "central": bound.Central, "ideal": bound.Central}
-	for _, m := range e.res.Modes {
-		b, err := bound.Compute(e.maxPolicy, d, kinds[m.Mode], w)
+	for i, m := range e.res.Modes {
+		// The headline figures are the worst epoch's: each epoch is judged
+		// against its own policy (and its transition against both).
+		epochs, overshoot, worst, within, err := e.epochResults(i, kinds[m.Mode])
+		if err != nil {
+			return nil, err
+		}
+		b, err := bound.Compute(e.epochs[len(e.epochs)-1].policy, e.deployment(), kinds[m.Mode], w)
 		if err != nil {
 			return nil, err
 		}
 		t := e.track[m.Mode]
 		m.Limit = ref
-		m.Bound = b.WorstCase
-		m.BoundTerms = b.Terms
+		m.Bound = worst
+		m.BoundTerms = b.Terms // of the policy in force at the end
+		m.Epochs = epochs
 		m.MaxWindow = float64(t.max) / float64(regional.Micro)
 		m.MaxWindowAtMs = t.maxAtT
 		if t.max > 0 {
 			m.MaxWindowIdentity = e.ids.names[t.maxID]
 		}
-		m.MaxOvershoot = math.Max(0, m.MaxWindow-ref)
-		m.WithinBound = m.MaxWindow <= b.WorstCase*(1+1e-9)
+		m.MaxOvershoot = overshoot
+		m.WithinBound = within
 		ideal := e.res.Modes[len(e.res.Modes)-1].Admitted
 		if ideal > 0 {
 			m.Utilization = float64(m.Admitted) / float64(ideal)

@@ -52,6 +52,11 @@ type ModeResult struct {
 	LeaseMessages  int64            `json:"lease_messages,omitempty"`
 	AddedLatencyMs float64          `json:"added_latency_ms,omitempty"`
 	DecisionModes  map[string]int64 `json:"decision_modes,omitempty"`
+	// Epochs judges each stretch under one policy on its own: its limit,
+	// reference, bound and most admitted in a window, and the same for the
+	// transition after each change. MaxOvershoot, Bound and WithinBound
+	// above are the worst over them.
+	Epochs []EpochResult `json:"epochs"`
 }
 
 func (m *ModeResult) countMode(mode string) {

@@ -211,3 +211,40 @@ func BenchmarkFollowTheSun(b *testing.B) {
 	}
 	b.ReportMetric(float64(reqs)/b.Elapsed().Seconds(), "sim-requests/s")
 }
+
+// A run whose limit is lowered and raised is judged epoch by epoch: the
+// fail-open overshoot of the 20/s stretch is reported against that
+// stretch's own reference (it used to be compared with the largest limit
+// of the run, 80/s, and read as 0), and the headline is the worst epoch's.
+func TestLimitChangesJudgedPerEpoch(t *testing.T) {
+	s, err := Load("scenarios/limit-changes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range res.Modes {
+		if len(m.Epochs) != 3 {
+			t.Fatalf("%s: %d epochs, want 3", m.Mode, len(m.Epochs))
+		}
+		worst := 0.0
+		for i, ep := range m.Epochs {
+			if !ep.WithinBound {
+				t.Errorf("%s epoch %d: %+v exceeds its bound", m.Mode, i, ep)
+			}
+			worst = max(worst, ep.Overshoot, ep.TransitionOvershoot)
+		}
+		if m.MaxOvershoot != worst {
+			t.Errorf("%s: headline overshoot %v, the worst epoch's is %v", m.Mode, m.MaxOvershoot, worst)
+		}
+	}
+	low := res.Mode("leased").Epochs[1]
+	if low.Limit != 20 || low.Reference != 220 || low.StartMs != 600_000 || low.TransitionEndMs != 620_000 {
+		t.Fatalf("the 20/s epoch: %+v", low)
+	}
+	if low.Overshoot <= 0 || low.MaxWindow <= low.Reference {
+		t.Fatalf("the 20/s epoch with fail-open partitions shows no overshoot over its own reference: %+v", low)
+	}
+}

@@ -20,8 +20,9 @@ type ring struct {
 func newWindowMax(wMs int64) *windowMax { return &windowMax{w: wMs, per: map[int]*ring{}} }
 
 // add records an admission of cost at tMs (non-decreasing per identity
-// up to small reorderings, which only make the window larger).
-func (m *windowMax) add(id int, tMs, cost int64) {
+// up to small reorderings, which only make the window larger) and returns
+// the identity's admitted cost in the window ending there.
+func (m *windowMax) add(id int, tMs, cost int64) int64 {
 	r := m.per[id]
 	if r == nil {
 		r = &ring{}
@@ -42,4 +43,5 @@ func (m *windowMax) add(id int, tMs, cost int64) {
 	if r.sum > m.max {
 		m.max, m.maxID, m.maxAtT = r.sum, id, tMs
 	}
+	return r.sum
 }

@@ -288,7 +288,9 @@ func (t *term) knownRegion(name string) error {
 
 // GetBound returns the overshoot bound of every quota, or one: the worst
 // case over one period with the declared regions, lease timing and drift,
-// counting Redis outages (fallback) as possible.
+// counting Redis outages (fallback) as possible. It is the current epoch's
+// steady bound, under the policy in force now; windows just after a change
+// have the transition bound of docs/bound.md.
 func (c *Coordinator) GetBound(ctx context.Context, req *pb.GetBoundRequest) (*pb.GetBoundResponse, error) {
 	st, err := loadState(ctx, c.cli, c.keys)
 	if err != nil {
