@@ -63,7 +63,15 @@ func (c *Coordinator) SetPolicy(ctx context.Context, req *pb.SetPolicyRequest) (
 			q.setPolicy(p)
 			q.mu.Unlock()
 		} else {
-			t.quotas[p.Name] = newQuota(p, c.cfg.Timing, t.epoch)
+			nq := newQuota(p, c.cfg.Timing, t.epoch)
+			if old := t.retired[p.Name]; old != nil {
+				old.mu.Lock()
+				n := nq.inherit(old, c.cfg.Clock.Now())
+				old.mu.Unlock()
+				delete(t.retired, p.Name)
+				c.log.Info("recreated policy starts with the deleted one's live grants reserved", "name", p.Name, "regions", n)
+			}
+			t.quotas[p.Name] = nq
 		}
 		resp.Policies = append(resp.Policies, record(p))
 		c.log.Info("policy stored", "name", p.Name, "version", p.Version)
@@ -102,8 +110,10 @@ func (c *Coordinator) ListPolicies(ctx context.Context, _ *pb.ListPoliciesReques
 }
 
 // DeletePolicy removes a policy and its ledger. Agents enforcing it get
-// "unknown quota" on their next renewal and fall back to their degraded
-// budget, then to nothing.
+// "unknown quota" on their next renewal and stop at their next policy
+// reload; until its grants can no longer count, the leader keeps its book
+// (term.retired), so a policy recreated under the name meanwhile starts
+// with them reserved.
 func (c *Coordinator) DeletePolicy(ctx context.Context, req *pb.DeletePolicyRequest) (*pb.DeletePolicyResponse, error) {
 	t, err := c.leading(ctx)
 	if err != nil {
@@ -117,6 +127,7 @@ func (c *Coordinator) DeletePolicy(ctx context.Context, req *pb.DeletePolicyRequ
 	if err := c.txn(ctx, t, clientv3.OpDelete(c.keys.policy(req.Name)), clientv3.OpDelete(c.keys.ledgerQuota(req.Name), clientv3.WithPrefix())); err != nil {
 		return nil, status.Errorf(codes.Unavailable, "delete policy: %v", err)
 	}
+	t.retired[req.Name] = t.quotas[req.Name]
 	delete(t.quotas, req.Name)
 	c.log.Info("policy deleted", "name", req.Name)
 	return &pb.DeletePolicyResponse{}, nil

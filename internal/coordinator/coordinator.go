@@ -50,8 +50,13 @@ type term struct {
 	// every grant before it gives up its session.
 	serving sync.RWMutex
 
-	mu      sync.RWMutex // guards the maps and paused
-	quotas  map[string]*quota
+	mu     sync.RWMutex // guards the maps and paused
+	quotas map[string]*quota
+	// retired are deleted policies' quotas whose grants may still be
+	// enforced by agents: a policy recreated under the same name starts
+	// with them reserved (quota.inherit), so deleting and recreating it
+	// (the way to change its algorithm) cannot grant the limit twice.
+	retired map[string]*quota
 	regions map[string]regionRecord
 	paused  bool
 	now     chan struct{} // rebalance now
@@ -162,7 +167,7 @@ func (c *Coordinator) lead(ctx context.Context, el *concurrency.Election, ll *le
 		return err
 	}
 	t := &term{epoch: el.Rev(), leaderKey: el.Key(), leaderRev: el.Rev(), lease: ll,
-		quotas: map[string]*quota{}, regions: st.regions, paused: st.paused, now: make(chan struct{}, 1)}
+		quotas: map[string]*quota{}, retired: map[string]*quota{}, regions: st.regions, paused: st.paused, now: make(chan struct{}, 1)}
 	if len(t.regions) == 0 && len(c.cfg.Regions) > 0 {
 		var ops []clientv3.Op
 		for _, r := range c.cfg.Regions {
@@ -288,12 +293,22 @@ func (c *Coordinator) txn(ctx context.Context, t *term, ops ...clientv3.Op) erro
 // leases that are over: one batched transaction per quota, made while
 // holding the quota's lock so that no grant raises a mark in between.
 func (c *Coordinator) flush(ctx context.Context, t *term) error {
-	t.mu.RLock()
+	t.mu.Lock()
 	quotas := make(map[string]*quota, len(t.quotas))
 	for k, v := range t.quotas {
 		quotas[k] = v
 	}
-	t.mu.RUnlock()
+	now := c.cfg.Clock.Now()
+	for name, q := range t.retired { // forget deleted books once nothing they granted can count
+		q.mu.Lock()
+		q.book.Prune(now)
+		done := q.book.Sum(now) == 0
+		q.mu.Unlock()
+		if done {
+			delete(t.retired, name)
+		}
+	}
+	t.mu.Unlock()
 	var errs []error
 	for name, q := range quotas {
 		if err := c.flushQuota(ctx, t, name, q); err != nil {

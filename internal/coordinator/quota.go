@@ -2,7 +2,9 @@ package coordinator
 
 import (
 	"fmt"
+	"math"
 	"sync"
+	"time"
 
 	"github.com/quota-lease/quota-lease/allocation"
 	"github.com/quota-lease/quota-lease/lease"
@@ -31,6 +33,34 @@ func (q *quota) setPolicy(p *regional.Policy) {
 	q.policy, q.fp, q.full = p, p.Fingerprint(), p.Limits()
 	q.book.SetQuota(lease.Amount(q.full), p.Failure)
 }
+
+// inherit reserves in q, a policy just created, what every region may
+// still be enforcing under old, the deleted policy of the same name: the
+// same fraction of q's total, rounded up, held for one lease from now
+// (longer than any of old's grants can last). Units may differ (a new
+// algorithm): a fraction of the limit is what carries over. The old
+// grants are enforced on other keys than the new ones, so they add up
+// with the region's new grant rather than count as another instance of
+// it: each is booked under a pseudo-region "<region>.retired", a name no
+// real region can have ('.' is not allowed in region names), which no
+// plan gives a target and which ends with its grant. It returns the number
+// of regions reserved.
+func (q *quota) inherit(old *quota, now time.Time) int {
+	n := 0
+	oldTotal, newTotal := old.book.Total(), q.book.Total()
+	for _, st := range old.book.Statuses(now) {
+		if st.Enforcing <= 0 || oldTotal <= 0 {
+			continue
+		}
+		amount := min(newTotal, int64(math.Ceil(float64(st.Enforcing)*float64(newTotal)/float64(oldTotal))))
+		q.book.Restore(st.Region+retiredSuffix, st.Instance, "retired", st.GrantID, amount, now)
+		n++
+	}
+	return n
+}
+
+// retiredSuffix marks a pseudo-region holding a deleted policy's grants.
+const retiredSuffix = ".retired"
 
 // checkFloors reports a policy whose floors cannot all be met with the
 // declared regions.
