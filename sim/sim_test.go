@@ -217,14 +217,7 @@ func BenchmarkFollowTheSun(b *testing.B) {
 // stretch's own reference (it used to be compared with the largest limit
 // of the run, 80/s, and read as 0), and the headline is the worst epoch's.
 func TestLimitChangesJudgedPerEpoch(t *testing.T) {
-	s, err := Load("scenarios/limit-changes.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := Run(s, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := runFile(t, "scenarios/limit-changes.yaml")
 	for _, m := range res.Modes {
 		if len(m.Epochs) != 3 {
 			t.Fatalf("%s: %d epochs, want 3", m.Mode, len(m.Epochs))
@@ -247,4 +240,18 @@ func TestLimitChangesJudgedPerEpoch(t *testing.T) {
 	if low.Overshoot <= 0 || low.MaxWindow <= low.Reference {
 		t.Fatalf("the 20/s epoch with fail-open partitions shows no overshoot over its own reference: %+v", low)
 	}
+}
+
+// runFile loads and runs one scenario file.
+func runFile(t testing.TB, path string) *Result {
+	t.Helper()
+	s, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/quota-lease/quota-lease/bound"
-	"github.com/quota-lease/quota-lease/internal/faultproxy"
 	"github.com/quota-lease/quota-lease/regional"
 )
 
@@ -126,12 +125,7 @@ func TestLastTokenRaceWithSlowRedis(t *testing.T) {
 	prefix := newPrefix(t)
 	k := startCoordinator(t, prefix, "")
 	setPolicy(t, k.addr, "name: last\nidentity: [tenant]\nlimit: 1\nperiod: 1h\nburst: 10\nscope: region\n")
-	redisSrv := startRedis(t)
-	proxy, err := faultproxy.Start(redisSrv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
+	proxy := startRedisBehindProxy(t)
 	ra := startAgent(t, "us", proxy.Addr, []string{k.addr}, func(c *Config) { c.CheckTimeout = 0 })
 	ctx := t.Context()
 	waitFor(t, 5*time.Second, "a warm connection and script", func() bool {
@@ -200,12 +194,7 @@ func TestKeyedRetryChargedOnceAcrossOutage(t *testing.T) {
 	k := startCoordinator(t, prefix, "")
 	// fallback_start 1: the fallback budget starts full, so it admits.
 	setPolicy(t, k.addr, "name: keyed\nidentity: [tenant]\nlimit: 10\nperiod: 1h\nscope: region\nfailure: {fallback_start: 1}\n")
-	redisSrv := startRedis(t)
-	proxy, err := faultproxy.Start(redisSrv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
+	proxy := startRedisBehindProxy(t)
 	ra := startAgent(t, "us", proxy.Addr, []string{k.addr}, nil)
 	ctx := t.Context()
 	keyed := Input{Policy: "keyed", Attributes: tenantA, IdempotencyKey: "order-42"}

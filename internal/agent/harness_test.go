@@ -20,6 +20,7 @@ import (
 
 	"github.com/quota-lease/quota-lease/internal/coordinator"
 	"github.com/quota-lease/quota-lease/internal/etcdembed"
+	"github.com/quota-lease/quota-lease/internal/faultproxy"
 	"github.com/quota-lease/quota-lease/internal/redistest"
 	"github.com/quota-lease/quota-lease/lease"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
@@ -219,4 +220,17 @@ func counterValue(t testing.TB, a *Agent, name string) float64 {
 		}
 	}
 	return sum
+}
+
+// startRedisBehindProxy starts a redis-server and a fault proxy in front
+// of it, both stopped at the end of t; agents are pointed at the proxy.
+func startRedisBehindProxy(t testing.TB) *faultproxy.Proxy {
+	t.Helper()
+	srv := startRedis(t)
+	proxy, err := faultproxy.Start(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	return proxy
 }
