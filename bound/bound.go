@@ -170,9 +170,6 @@ func Compute(p *regional.Policy, d Deployment, m Mode, w time.Duration) (Result,
 			}
 			r.Terms[TermFallback] = k * phi * redisPath
 		}
-		if d.ConfigChanges > 0 {
-			r.Terms[TermBurst] = float64(d.ConfigChanges) * burst
-		}
 		// A quiet region keeps its floor: the static share it falls back to
 		// and any explicit floor.
 		floor := 0.0
@@ -185,6 +182,16 @@ func Compute(p *regional.Policy, d Deployment, m Mode, w time.Duration) (Result,
 		r.Stranded = floor
 	default:
 		return Result{}, fmt.Errorf("%w: unknown mode %q", ErrInvalid, m)
+	}
+	if d.ConfigChanges > 0 {
+		// A new version starts every key full: one burst per counter that
+		// enforces the limit on its own (each region's, when independent or
+		// region-scoped; a static split's shares add up to one burst).
+		counters := 1.0
+		if m == Independent || m == Leased && p.Scope == regional.ScopeRegion {
+			counters = n
+		}
+		r.Terms[TermBurst] = float64(d.ConfigChanges) * counters * burst
 	}
 	for _, v := range r.Terms {
 		r.WorstCase += v
@@ -212,26 +219,12 @@ func TransitionSpan(d Deployment, w time.Duration) time.Duration {
 func Transition(prev, next *regional.Policy, bumped bool, d Deployment, m Mode, w time.Duration) (Result, error) {
 	dn := d
 	dn.QuotaDecrease = math.Max(0, prev.Limit-next.Limit)
-	if bumped && m == Leased {
+	if bumped {
 		dn.ConfigChanges++
 	}
 	r, err := Compute(next, dn, m, w)
 	if err != nil {
 		return Result{}, err
-	}
-	if bumped && m != Leased {
-		// Every key starts full under the new version: one burst per
-		// counter (a region each when independent; the static shares'
-		// bursts add up to one).
-		b := next.Limit
-		if next.Algorithm == regional.TokenBucket {
-			b = next.Burst
-		}
-		if m == Independent {
-			b *= float64(d.Regions)
-		}
-		r.Terms[TermBurst] += b
-		r.WorstCase += b
 	}
 	rp, err := Compute(prev, d, m, w)
 	if err != nil {
@@ -244,7 +237,6 @@ func Transition(prev, next *regional.Policy, bumped bool, d Deployment, m Mode, 
 	if extra := rp.WorstCase - rn.WorstCase; extra > 0 {
 		r.Terms[TermPreviousLimit] = extra
 		r.WorstCase += extra
-		r.Overshoot += extra
 	}
 	// The reference of a window straddling the change: what one ideal
 	// limiter changing its limits at that moment may admit.

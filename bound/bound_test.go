@@ -137,6 +137,13 @@ func TestTransitionTerms(t *testing.T) {
 	if got := TransitionSpan(d, 10*time.Second); got != 13*time.Second {
 		t.Errorf("transition span %v, want 13s", got)
 	}
+	// A version bump starts every counter full: each region's when
+	// independent, one burst for the static split's shares together.
+	for m, want := range map[Mode]float64{Independent: 60, Static: 20, Central: 20} {
+		if b, _ := Transition(prev, next, true, d, m, 10*time.Second); !near(b.Terms[TermBurst], want) {
+			t.Errorf("%s after a version bump: burst term %v, want %v", m, b.Terms[TermBurst], want)
+		}
+	}
 	// Raising a limit adds no previous-limit or lease-transition term.
 	up, _ := Transition(next, prev, false, d, Leased, 10*time.Second)
 	if up.Terms[TermPreviousLimit] != 0 || up.Terms[TermLeaseTransition] != 0 {

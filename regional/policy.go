@@ -223,31 +223,30 @@ func (p *Policy) Validate() error {
 type fieldError struct{ field, msg string }
 
 func (f Failure) validate() *fieldError {
-	fraction := func(field string, v float64, allowZero bool) *fieldError {
+	fraction := func(field, of string, v float64, allowZero bool) *fieldError {
 		if math.IsNaN(v) || v < 0 || v > 1 || (!allowZero && v == 0) {
 			lo := "[0, 1]"
 			if !allowZero {
 				lo = "(0, 1]"
 			}
-			return &fieldError{field, fmt.Sprintf("must be a fraction in %s of the global limit, got %v", lo, v)}
+			return &fieldError{field, fmt.Sprintf("must be a fraction in %s of %s, got %v", lo, of, v)}
 		}
 		return nil
 	}
-	if e := fraction("fallback_start", f.FallbackStart, true); e != nil {
-		e.msg = "must be a fraction in [0, 1] of the local fallback budget, got " + fmt.Sprint(f.FallbackStart)
+	if e := fraction("fallback_start", "the local fallback budget", f.FallbackStart, true); e != nil {
 		return e
 	}
 	switch f.Mode {
 	case FailClosed:
 	case StaticShare:
-		return fraction("static_fraction", f.StaticFraction, true)
+		return fraction("static_fraction", "the global limit", f.StaticFraction, true)
 	case LastLease:
 		if f.Decay <= 0 {
 			return &fieldError{"decay", fmt.Sprintf("must be positive, got %s", f.Decay)}
 		}
-		return fraction("static_fraction", f.StaticFraction, true)
+		return fraction("static_fraction", "the global limit", f.StaticFraction, true)
 	case FailOpen:
-		return fraction("open_fraction", f.OpenFraction, false)
+		return fraction("open_fraction", "the global limit", f.OpenFraction, false)
 	default:
 		return &fieldError{"mode", fmt.Sprintf("unknown %q; use fail-closed, static-share, last-lease or fail-open", f.Mode)}
 	}

@@ -515,10 +515,8 @@ func (e *engine) decide(m map[int]regional.State, id int, l regional.Limits, now
 }
 
 // fallback decides on region r's local fallback, as the agent does.
+// Limits that admit nothing (Decide refuses them) reject.
 func (e *engine) fallback(r *region, id int, l regional.Limits, nowMs, cost int64) regional.Decision {
-	if l.Validate() != nil || cost > l.Capacity {
-		return regional.Decision{RetryAfterMs: 1000}
-	}
 	d, err := r.fb.Decide(id, l, e.policy.Failure.FallbackStart, nowMs, cost)
 	if err != nil {
 		return regional.Decision{RetryAfterMs: 1000}
@@ -582,14 +580,10 @@ func (e *engine) finish() (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		b, err := bound.Compute(e.epochs[len(e.epochs)-1].policy, e.deployment(), kinds[m.Mode], w)
-		if err != nil {
-			return nil, err
-		}
 		t := e.track[m.Mode]
 		m.Limit = ref
 		m.Bound = worst
-		m.BoundTerms = b.Terms // of the policy in force at the end
+		m.BoundTerms = epochs[len(epochs)-1].BoundTerms // of the policy in force at the end
 		m.Epochs = epochs
 		m.MaxWindow = float64(t.max) / float64(regional.Micro)
 		m.MaxWindowAtMs = t.maxAtT

@@ -145,10 +145,9 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, engine: eng, m: m, start: cfg.Clock(), hot: map[string]*topK{}, refresh: make(chan struct{}, 1),
-		leaser: newLeaser(cfg.Region, cfg.Instance, cfg.Coordinator, cfg.Timing, cfg.Clock, cfg.Logger, m, nil),
-		fb:     newFallback(cfg.FallbackKeys), replay: newReplay(cfg.IdempotencyWindow, cfg.FallbackKeys),
+		fb: newFallback(cfg.FallbackKeys), replay: newReplay(cfg.IdempotencyWindow, cfg.FallbackKeys),
 		br: newBreaker(cfg.BreakerThreshold, cfg.BreakerCooldown, cfg.Clock)}
-	a.leaser.stale = a.refreshSoon
+	a.leaser = newLeaser(cfg.Region, cfg.Instance, cfg.Coordinator, cfg.Timing, cfg.Clock, cfg.Logger, m, a.refreshSoon)
 	m.reg.MustRegister(hotCollector{a})
 	return a, nil
 }

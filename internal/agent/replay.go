@@ -21,11 +21,18 @@ type replay struct {
 
 	mu    sync.Mutex
 	m     map[string]replayed
-	order []string // keys, oldest first; may hold keys already dropped
+	order []queued // every put, oldest first: expiries never decrease
 }
 
 type replayed struct {
 	o   Outcome
+	exp time.Time
+}
+
+// queued is one put: key and the expiry it was put with, so an entry put
+// again after expiring is told apart from the one in the map.
+type queued struct {
+	key string
 	exp time.Time
 }
 
@@ -46,28 +53,22 @@ func (r *replay) get(key string, now time.Time) (Outcome, bool) {
 }
 
 // put records o for key at now, unless key already has an outcome (the
-// first decision is the one replayed).
+// first decision is the one replayed). It drops expired entries, and the
+// oldest ones while more than max are held.
 func (r *replay) put(key string, o Outcome, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if e, ok := r.m[key]; ok && now.Before(e.exp) {
 		return
 	}
-	r.m[key] = replayed{o: o, exp: now.Add(r.window)}
-	r.order = append(r.order, key)
-	for len(r.m) > r.max || (len(r.order) > 0 && r.expiredLocked(r.order[0], now)) {
-		k := r.order[0]
+	exp := now.Add(r.window)
+	r.m[key] = replayed{o: o, exp: exp}
+	r.order = append(r.order, queued{key, exp})
+	for len(r.order) > 0 && (len(r.m) > r.max || !now.Before(r.order[0].exp)) {
+		q := r.order[0]
 		r.order = r.order[1:]
-		if e, ok := r.m[k]; ok && (len(r.m) > r.max || !now.Before(e.exp)) {
-			delete(r.m, k)
+		if e, ok := r.m[q.key]; ok && e.exp.Equal(q.exp) { // not put again since
+			delete(r.m, q.key)
 		}
 	}
-	if cap(r.order) > 4*r.max && len(r.order) < r.max { // let the backing array go
-		r.order = append([]string(nil), r.order...)
-	}
-}
-
-func (r *replay) expiredLocked(k string, now time.Time) bool {
-	e, ok := r.m[k]
-	return !ok || !now.Before(e.exp)
 }

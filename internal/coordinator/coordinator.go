@@ -293,22 +293,17 @@ func (c *Coordinator) txn(ctx context.Context, t *term, ops ...clientv3.Op) erro
 // leases that are over: one batched transaction per quota, made while
 // holding the quota's lock so that no grant raises a mark in between.
 func (c *Coordinator) flush(ctx context.Context, t *term) error {
-	t.mu.Lock()
+	t.mu.RLock()
 	quotas := make(map[string]*quota, len(t.quotas))
 	for k, v := range t.quotas {
 		quotas[k] = v
 	}
-	now := c.cfg.Clock.Now()
-	for name, q := range t.retired { // forget deleted books once nothing they granted can count
-		q.mu.Lock()
-		q.book.Prune(now)
-		done := q.book.Sum(now) == 0
-		q.mu.Unlock()
-		if done {
-			delete(t.retired, name)
-		}
+	retired := make(map[string]*quota, len(t.retired))
+	for k, v := range t.retired {
+		retired[k] = v
 	}
-	t.mu.Unlock()
+	t.mu.RUnlock()
+	c.forgetRetired(t, retired)
 	var errs []error
 	for name, q := range quotas {
 		if err := c.flushQuota(ctx, t, name, q); err != nil {
@@ -316,6 +311,26 @@ func (c *Coordinator) flush(ctx context.Context, t *term) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// forgetRetired drops the deleted policies' books once nothing they
+// granted can count any more.
+func (c *Coordinator) forgetRetired(t *term, retired map[string]*quota) {
+	now := c.cfg.Clock.Now()
+	for name, q := range retired {
+		q.mu.Lock()
+		q.book.Prune(now)
+		done := q.book.Sum(now) == 0
+		q.mu.Unlock()
+		if !done {
+			continue
+		}
+		t.mu.Lock()
+		if t.retired[name] == q { // not recreated and deleted again meanwhile
+			delete(t.retired, name)
+		}
+		t.mu.Unlock()
+	}
 }
 
 func (c *Coordinator) flushQuota(ctx context.Context, t *term, name string, q *quota) error {
