@@ -34,6 +34,7 @@ const (
 	TermLeaseTransition = "lease-transition"
 	TermIndependent     = "independent"
 	TermPreviousLimit   = "previous-limit"
+	TermStoreLag        = "store-lag"
 )
 
 // Deployment are the parameters of a deployment that enter the bound.
@@ -65,6 +66,12 @@ type Deployment struct {
 	// new one (the renewal interval) plus the reload (at most a second).
 	// Zero where agents learn a change at once (the simulator).
 	PolicyDelay time.Duration
+	// StoreLag is how much of its most recent writes, in time, a region's
+	// Redis may lose when it fails over to a replica (the replication lag
+	// it tolerates). Zero where a store either keeps its writes or loses
+	// them all: a store restarted empty is caught by its birth marker
+	// (regional.Fresh) and needs no term.
+	StoreLag time.Duration
 	// Shares are the static split's fractions by region (Static mode, and
 	// for stranded capacity); empty means equal shares.
 	Shares []float64
@@ -170,6 +177,19 @@ func Compute(p *regional.Policy, d Deployment, m Mode, w time.Duration) (Result,
 			}
 			r.Terms[TermFallback] = k * phi * redisPath
 		}
+		if d.StoreLag > 0 {
+			// A failover to a replica StoreLag behind forgets what the
+			// Redis path admitted in that time, which it may then admit
+			// again: at most the Redis path's worst case over StoreLag
+			// (one failover per region per window, all regions at once).
+			dl := d
+			dl.StoreLag, dl.RedisOutages, dl.ConfigChanges, dl.QuotaDecrease = 0, false, 0, 0
+			rl, err := Compute(p, dl, m, min(d.StoreLag, w))
+			if err != nil {
+				return Result{}, err
+			}
+			r.Terms[TermStoreLag] = rl.WorstCase
+		}
 		// A quiet region keeps its floor: the static share it falls back to
 		// and any explicit floor.
 		floor := 0.0
@@ -258,8 +278,8 @@ func (d Deployment) validate() error {
 		return fmt.Errorf("%w: drift must be in [0, 0.01), got %v", ErrInvalid, d.Drift)
 	case math.IsNaN(d.FallbackFraction) || d.FallbackFraction > 1:
 		return fmt.Errorf("%w: fallback fraction must be at most 1, got %v", ErrInvalid, d.FallbackFraction)
-	case d.ConfigChanges < 0 || d.QuotaDecrease < 0 || math.IsNaN(d.QuotaDecrease) || d.PolicyDelay < 0:
-		return fmt.Errorf("%w: config changes and quota decrease must not be negative", ErrInvalid)
+	case d.ConfigChanges < 0 || d.QuotaDecrease < 0 || math.IsNaN(d.QuotaDecrease) || d.PolicyDelay < 0 || d.StoreLag < 0:
+		return fmt.Errorf("%w: config changes, quota decrease, policy delay and store lag must not be negative", ErrInvalid)
 	case len(d.Shares) > 0 && len(d.Shares) != d.Regions:
 		return fmt.Errorf("%w: %d shares for %d regions", ErrInvalid, len(d.Shares), d.Regions)
 	}

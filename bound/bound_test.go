@@ -84,6 +84,30 @@ func TestRegionScopeCountsFallback(t *testing.T) {
 	}
 }
 
+// A failover that loses the last 2 s of a region's writes may admit again
+// what the Redis path admitted in those 2 s: for a token bucket of 100/10s
+// (burst 100) over 2 regions, the burst plus 2 s of refill, once.
+func TestStoreLagTerm(t *testing.T) {
+	p := policy(t, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 10s\n")
+	d := Deployment{Regions: 2, Instances: 1, LeaseDuration: time.Second}
+	r0, _ := Compute(p, d, Leased, 0)
+	d.StoreLag = 2 * time.Second
+	r, err := Compute(p, d, Leased, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !near(r.Terms[TermStoreLag], 120) || !near(r.WorstCase, r0.WorstCase+120) {
+		t.Fatalf("%+v: want store-lag 120 on top of %v", r.Terms, r0.WorstCase)
+	}
+	d.StoreLag = time.Hour // never more than one window's worth
+	if r, _ := Compute(p, d, Leased, 0); !near(r.Terms[TermStoreLag], r0.WorstCase) {
+		t.Fatalf("store lag beyond the window: %v, want %v", r.Terms[TermStoreLag], r0.WorstCase)
+	}
+	if _, err := Compute(p, Deployment{Regions: 1, Instances: 1, StoreLag: -1}, Leased, 0); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("negative store lag: %v", err)
+	}
+}
+
 func TestStaticShareHasNoDegradedTerm(t *testing.T) {
 	p := policy(t, "name: api\nidentity: [tenant]\nlimit: 90\nperiod: 1m\nfailure: {mode: static-share, static_fraction: 0.2}\n")
 	r, _ := Compute(p, Deployment{Regions: 3, Instances: 1, LeaseDuration: time.Second}, Leased, 0)

@@ -15,10 +15,7 @@ func benchEngine(b *testing.B) *Engine {
 	if err != nil {
 		b.Fatal(err)
 	}
-	eng, err := NewEngine(srv.Client(b), ps, Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	eng := newEngine(b, srv.Client(b), ps, Config{})
 	return eng
 }
 

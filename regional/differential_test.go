@@ -122,3 +122,81 @@ func TestDifferential(t *testing.T) {
 		})
 	}
 }
+
+// TestDifferentialLostStore runs the cases again in a store that lost its
+// memory: the birth marker is gone (the first script records the loss) or
+// says the store was born a little before the first step. The scripts must
+// start missing keys exactly where Fresh says, and go on agreeing.
+func TestDifferentialLostStore(t *testing.T) {
+	h := newHarness(t)
+	ctx := t.Context()
+	for i, c := range append(handCases(), randomCases(40)...) {
+		for _, ago := range []int64{-1, 0, c.lim.IdleMs() / 2, c.lim.IdleMs()} {
+			t.Run(fmt.Sprintf("%s/born-%dms-before", c.name, ago), func(t *testing.T) {
+				h.t = t
+				tenant := fmt.Sprintf("lost-%d-%d", i, ago)
+				first := c.steps[0].now
+				born := first - ago
+				if ago < 0 {
+					born = first // the marker is missing: the first check records now
+					h.rdb.Del(ctx, BornKey)
+				} else {
+					h.rdb.Set(ctx, BornKey, born, 0)
+				}
+				var s State
+				started := false
+				for j, st := range c.steps {
+					l := c.lim
+					if st.lim != nil {
+						l = *st.lim
+					}
+					if st.cost*Micro > l.Capacity {
+						continue
+					}
+					if !started {
+						s, started = Fresh(l, st.now, born), true
+					}
+					ns, want, err := Apply(s, l, st.now, st.cost*Micro)
+					if err != nil {
+						t.Fatalf("step %d: pure: %v", j, err)
+					}
+					got := h.check(st.now, l, tenant, st.cost)
+					if got != want {
+						t.Fatalf("step %d (t=%d cost=%d, born %d): redis %+v, pure %+v", j, st.now, st.cost, born, got, want)
+					}
+					if rs := h.state(l.Algorithm, tenant); !equalState(rs, ns) {
+						t.Fatalf("step %d: redis state %+v, pure state %+v", j, rs, ns)
+					}
+					s = ns
+				}
+				if v, _ := h.rdb.Get(ctx, BornKey).Int64(); v != born {
+					t.Fatalf("marker %d after the case, want %d", v, born)
+				}
+			})
+		}
+	}
+}
+
+// TestFreshMintsNoBurst: in a young store a missing key admits no more than
+// a key that had used everything at the birth, and in an old one it starts
+// full.
+func TestFreshMintsNoBurst(t *testing.T) {
+	for _, l := range []Limits{
+		{Algorithm: TokenBucket, Capacity: 10 * Micro, Rate: Micro},
+		{Algorithm: FixedWindow, Capacity: 10 * Micro, WindowMs: 1000},
+		{Algorithm: SlidingWindow, Capacity: 10 * Micro, WindowMs: 1000},
+		{Algorithm: SlidingLog, Capacity: 10 * Micro, WindowMs: 1000},
+	} {
+		born := int64(50_000)
+		if s := Fresh(l, born+l.IdleMs(), born); s.Exists {
+			t.Errorf("%s: a store born IdleMs ago starts keys at %+v, want the zero State", l.Algorithm, s)
+		}
+		if s := Fresh(l, born, 0); s.Exists {
+			t.Errorf("%s: a new store starts keys at %+v, want the zero State", l.Algorithm, s)
+		}
+		s := Fresh(l, born+1, born)
+		if _, d, _ := Apply(s, l, born+1, Micro); d.Allowed {
+			t.Errorf("%s: a key lost 1 ms ago admitted at once", l.Algorithm)
+		}
+	}
+}

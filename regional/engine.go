@@ -159,7 +159,7 @@ func (e *Engine) prepare(r Request) (call, error) {
 	if err != nil {
 		return call{}, err
 	}
-	keys := []string{key}
+	keys := []string{key, BornKey}
 	if l.Algorithm == SlidingLog {
 		keys = append(keys, key+":m")
 	}
@@ -186,6 +186,44 @@ func (e *Engine) prepare(r Request) (call, error) {
 		keys:   keys,
 		args:   []any{now, idemMs, l.Capacity, param, r.Cost * Micro, e.cfg.TTLMargin.Milliseconds()},
 	}, nil
+}
+
+// InitStore marks the engine's store as new if it carries no birth marker
+// (BornKey) yet, and reports whether it did. Call it once when a region's
+// agent starts, before its first check. Keys of a store marked new start at
+// the zero State (full); a store that later loses its memory loses the
+// marker with it, and the first script to find it missing records that
+// moment, so keys lost with it start conservatively (Fresh) instead of
+// with a fresh burst.
+//
+// A store that lost its memory while no agent of the region was running is
+// taken as new: what its agents admitted before is older than their own
+// downtime, which is harmless once that exceeds the policies' IdleMs.
+func (e *Engine) InitStore(ctx context.Context) (bool, error) {
+	pipe := e.rdb.Pipeline()
+	cmd := pipe.SetNX(ctx, BornKey, 0, 0)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return false, fmt.Errorf("mark store as new: %w", err)
+	}
+	return cmd.Val(), nil
+}
+
+// StoreBorn returns the store's birth marker: 0 for a store marked new, else
+// the enforcement time (ms) at which a script found the store had lost its
+// memory. ok is false when the marker is missing (not initialised, or lost
+// and no check has run since).
+func (e *Engine) StoreBorn(ctx context.Context) (ms int64, ok bool, err error) {
+	pipe := e.rdb.Pipeline()
+	cmd := pipe.Get(ctx, BornKey)
+	_, _ = pipe.Exec(ctx) // the error is the command's
+	v, err := cmd.Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("read store birth marker: %w", err)
+	}
+	return v, true, nil
 }
 
 // Check decides one request in one atomic script run.

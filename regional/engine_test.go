@@ -62,10 +62,7 @@ func TestConcurrentRaceForLastTokens(t *testing.T) {
 func TestConcurrentRaceRedisTime(t *testing.T) {
 	const racers, left = 200, 11
 	srv := redistest.Start(t)
-	eng, err := NewEngine(srv.Client(t), testPolicies(t), Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := newEngine(t, srv.Client(t), testPolicies(t), Config{})
 	l := Limits{Algorithm: TokenBucket, Capacity: 50 * Micro, Rate: Micro / 3600}
 	req := Request{Policy: "tb", Attributes: map[string]string{"tenant": "t"}, Cost: 50 - left, Limits: &l}
 	if d, err := eng.Check(t.Context(), req); err != nil || !d.Allowed {
@@ -92,10 +89,7 @@ func TestConcurrentRaceRedisTime(t *testing.T) {
 func TestIdempotentRetryIsNotChargedTwice(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	eng, err := NewEngine(rdb, testPolicies(t), Config{IdempotencyWindow: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := newEngine(t, rdb, testPolicies(t), Config{IdempotencyWindow: 300 * time.Millisecond})
 	req := Request{Policy: "tb", Attributes: map[string]string{"tenant": "a"}, Cost: 5, IdempotencyKey: "req-1"}
 	first, err := eng.Check(t.Context(), req)
 	if err != nil || !first.Allowed || first.Remaining != 15*Micro {
@@ -233,10 +227,7 @@ func TestKeyTTL(t *testing.T) {
 func TestRedisTimeIsUsedByDefault(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	eng, err := NewEngine(rdb, testPolicies(t), Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := newEngine(t, rdb, testPolicies(t), Config{})
 	if _, err := eng.Check(t.Context(), Request{Policy: "tb", Attributes: map[string]string{"tenant": "a"}, Cost: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -255,14 +246,11 @@ func TestRedisTimeIsUsedByDefault(t *testing.T) {
 
 func TestRedisDownIsAnError(t *testing.T) {
 	srv := redistest.Start(t)
-	eng, err := NewEngine(srv.Client(t), testPolicies(t), Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := newEngine(t, srv.Client(t), testPolicies(t), Config{})
 	srv.Stop()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()
-	_, err = eng.Check(ctx, Request{Policy: "tb", Attributes: map[string]string{"tenant": "a"}, Cost: 1})
+	_, err := eng.Check(ctx, Request{Policy: "tb", Attributes: map[string]string{"tenant": "a"}, Cost: 1})
 	if err == nil || !strings.Contains(err.Error(), `check policy "tb"`) {
 		t.Fatalf("error %v, want a wrapped connection error", err)
 	}

@@ -61,11 +61,7 @@ func newHarness(t testing.TB) *harness {
 	t.Helper()
 	srv := redistest.Start(t)
 	h := &harness{t: t, rdb: srv.Client(t)}
-	eng, err := NewEngine(h.rdb, testPolicies(t), Config{Clock: h.now.Load})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.eng = eng
+	h.eng = newEngine(t, h.rdb, testPolicies(t), Config{Clock: h.now.Load})
 	return h
 }
 
@@ -134,7 +130,14 @@ func (h *harness) state(alg Algorithm, tenant string) State {
 	return s
 }
 
-func (h *harness) dbsize() int64 { return h.rdb.DBSize(context.Background()).Val() }
+// dbsize counts the keys in Redis besides the store's birth marker.
+func (h *harness) dbsize() int64 {
+	n := h.rdb.DBSize(context.Background()).Val()
+	if h.rdb.Exists(context.Background(), BornKey).Val() == 1 {
+		n--
+	}
+	return n
+}
 
 // equalState compares states ignoring the order of same-time log entries.
 func equalState(a, b State) bool {
@@ -157,4 +160,18 @@ func equalState(a, b State) bool {
 		}
 	}
 	return true
+}
+
+// newEngine returns an engine on rdb whose store is marked new, as the
+// agent does at start (InitStore), so fresh keys start full.
+func newEngine(tb testing.TB, rdb Client, ps []*Policy, cfg Config) *Engine {
+	tb.Helper()
+	eng, err := NewEngine(rdb, ps, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := eng.InitStore(context.Background()); err != nil {
+		tb.Fatal(err)
+	}
+	return eng
 }

@@ -15,11 +15,20 @@ import (
 //	rl:{<policy>:<identity>}:v<version>:m        sliding_log metadata
 //	rl:{<policy>:<identity>}:v<version>:i:<key>  a remembered idempotent decision
 //
+// and one key per store, its birth marker (BornKey, see Fresh and
+// Engine.InitStore).
+//
 // The identity is the policy's attributes in order, as name=value joined
 // with ',', values percent-escaped so that '{', '}', ':', ',' and '=' never
 // appear unescaped. A new config version starts fresh keys; the old ones
 // expire after their TTL.
 const keyPrefix = "rl:"
+
+// BornKey is the store's birth marker: when the store's memory began, in
+// enforcement ms, or 0 for a store its agent found new. It has no TTL; a
+// store that loses it has lost everything else too. (On Redis Cluster each
+// slot needs one of its own; the key layout leaves room for that.)
+const BornKey = keyPrefix + "born"
 
 // Limits on identities and keys.
 const (

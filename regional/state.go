@@ -102,6 +102,26 @@ func Holding(l Limits, nowMs int64, frac float64) State {
 	}
 }
 
+// Fresh is the state a key that its store does not hold starts from at
+// nowMs, given when the store's memory began (bornMs; 0 for a store taken
+// as new, see Engine.InitStore).
+//
+// In a store born at least the limits' IdleMs ago a missing key was either
+// never used or idle long enough to be back at the zero State, so it starts
+// there: a full bucket, an empty window. In a younger store the key may
+// have been lost with the store's memory (a restart without persistence)
+// while it held less, so it starts as if it had used all of its limits the
+// moment the store was born: a token bucket refills from empty since then,
+// a window admits nothing more before the window of the birth has passed.
+// So a store that forgets everything mints no burst. The scripts do the
+// same with the store's marker key.
+func Fresh(l Limits, nowMs, bornMs int64) State {
+	if bornMs > 0 && nowMs-bornMs < l.IdleMs() {
+		return Holding(l, bornMs, 0)
+	}
+	return State{}
+}
+
 // IdleMs is how long after its last decision a key under l is back at the
 // zero State's position (a full bucket, an empty window) whatever it held:
 // a key idle for longer can be forgotten without changing any decision.

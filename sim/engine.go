@@ -85,6 +85,10 @@ type region struct {
 	partitioned bool
 
 	store, indep, static map[int]regional.State
+	// bornMs is the region store's birth marker (regional.BornKey), in
+	// region time: 0 for the new store the run starts with, -1 once a
+	// restart lost it and before a check has recorded the loss.
+	bornMs int64
 	// fb is the region's local fallback, as the agent keeps it: never
 	// reset, neither when Redis returns nor on a version bump.
 	fb *regional.LocalBudget[int]
@@ -249,6 +253,17 @@ func (e *engine) schedule(durMs int64) {
 			e.outages = true
 			e.at(at, func() { r.redisDown = true })
 			e.at(end, func() { r.redisDown = false })
+		case "redis-restart": // down for 'for', then back empty
+			e.outages = true
+			e.at(at, func() { r.redisDown = true })
+			e.at(end, func() { r.redisDown, r.store, r.bornMs = false, map[int]regional.State{}, -1 })
+		case "redis-flap": // down for 'down' at the start of every 'period'
+			e.outages = true
+			period, down := time.Duration(ev.Period).Milliseconds(), time.Duration(ev.Down).Milliseconds()
+			for t := at; t < end; t += period {
+				e.at(t, func() { r.redisDown = true })
+				e.at(min(t+down, end), func() { r.redisDown = false })
+			}
 		case "coordinator-crash":
 			e.at(at, e.crash)
 			e.at(end, e.recover)
@@ -480,7 +495,7 @@ func (e *engine) arrive(a arrival) {
 	} else if r.redisDown {
 		d, mode = e.fallback(r, a.identity, l, rms, cost), "local-fallback"
 	} else {
-		d = e.decide(r.store, a.identity, l, rms, cost)
+		d = e.decideStore(r, a.identity, l, rms, cost)
 	}
 	r.meter.Add(a.identity, cost, e.now)
 	e.record(0, a, d.Allowed, ideal.Allowed, e.now)
@@ -512,6 +527,21 @@ func (e *engine) decide(m map[int]regional.State, id int, l regional.Limits, now
 	}
 	m[id] = s
 	return d
+}
+
+// decideStore decides on region r's Redis, as its scripts do: a key the
+// store does not hold starts where regional.Fresh says for the store's
+// birth marker, which the first check after a loss records.
+func (e *engine) decideStore(r *region, id int, l regional.Limits, nowMs, cost int64) regional.Decision {
+	if r.bornMs < 0 {
+		r.bornMs = max(1, nowMs)
+	}
+	if _, ok := r.store[id]; !ok && l.Validate() == nil {
+		if s := regional.Fresh(l, nowMs, r.bornMs); s.Exists {
+			r.store[id] = s
+		}
+	}
+	return e.decide(r.store, id, l, nowMs, cost)
 }
 
 // fallback decides on region r's local fallback, as the agent does.

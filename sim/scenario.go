@@ -78,14 +78,19 @@ type Traffic struct {
 // Event is something that happens to the deployment.
 type Event struct {
 	// Kind: partition (region cut off from the coordinator),
-	// coordinator-crash, redis-outage, clock-drift, config-change, failover
-	// (region's traffic moves to To).
+	// coordinator-crash, redis-outage, redis-restart (an outage after
+	// which the region's Redis is back empty), redis-flap (Redis slow past
+	// the check timeout for Down at the start of every Period), clock-drift,
+	// config-change, failover (region's traffic moves to To).
 	Kind   string            `yaml:"kind"`
 	Region string            `yaml:"region"`
 	At     regional.Duration `yaml:"at"`
 	For    regional.Duration `yaml:"for"`
 	// Rate is a clock-drift's rate error (e.g. 1e-4, negative for slow).
 	Rate float64 `yaml:"rate"`
+	// Period and Down shape a redis-flap.
+	Period regional.Duration `yaml:"period"`
+	Down   regional.Duration `yaml:"down"`
 	// To is a failover's destination region.
 	To string `yaml:"to"`
 	// Limit, Burst and Version are a config change's new values (0: keep).
@@ -221,9 +226,13 @@ func (s *Scenario) validate() error {
 	}
 	for i, e := range s.Events {
 		switch e.Kind {
-		case "partition", "redis-outage":
+		case "partition", "redis-outage", "redis-restart":
 			if !known[e.Region] || e.For <= 0 {
 				return bad("event %d (%s): needs a known region and a positive 'for'", i, e.Kind)
+			}
+		case "redis-flap":
+			if !known[e.Region] || e.For <= 0 || e.Down <= 0 || e.Period <= e.Down || time.Duration(e.Period) < time.Millisecond {
+				return bad("event %d (redis-flap): needs a known region, a positive 'for', and 0 < down < period (period at least 1ms)", i)
 			}
 		case "coordinator-crash":
 			if e.For <= 0 {

@@ -56,6 +56,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	strategy := fs.String("strategy", string(allocation.StrategyMaxMinFair), "allocation strategy: static, demand or max-min-fair")
 	maxStep := fs.Float64("max-step", coordinator.DefaultMaxStep, "most a share moves per rebalancing round, as a fraction of the quota")
 	hysteresis := fs.Float64("hysteresis", coordinator.DefaultHysteresis, "share changes smaller than this fraction of the quota are not made")
+	storeLag := fs.Duration("store-lag", 0, "most recent writes a region's Redis may lose when it fails over to a replica (its replication lag); enters the published bound as the store-lag term. 0 where Redis does not fail over to replicas")
 	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
 	if err := parse(fs, args, 0, 0); err != nil {
 		return err
@@ -109,7 +110,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Name: *name, Advertise: *advertise, Prefix: *prefix, Regions: regionList,
 		Timing:     lease.Timing{ValidFor: *leaseDur, Drift: *drift, Margin: *margin, DegradedTimeout: *degraded},
 		SessionTTL: *ttl, RebalanceInterval: *rebal, FlushInterval: *flushEvery,
-		Strategy: allocation.Strategy(*strategy), MaxStep: *maxStep, Hysteresis: *hysteresis, Logger: log,
+		Strategy: allocation.Strategy(*strategy), MaxStep: *maxStep, Hysteresis: *hysteresis, StoreLag: *storeLag, Logger: log,
 	})
 	if err != nil {
 		return err

@@ -77,6 +77,9 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	if _, err := eng.InitStore(ctx); err != nil {
+		return err
+	}
 	log.Info("sending traffic", "redis", c.redisAddr, "policies", len(policies), "identities", c.identities, "duration", c.duration)
 	stats := drive(ctx, eng, policies, c, log)
 	report(stdout, policies, stats)

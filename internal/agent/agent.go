@@ -159,13 +159,17 @@ func (a *Agent) Ready() bool { return a.ready.Load() && !a.closing.Load() }
 // Run loads policies, leases, and keeps doing both until ctx ends. It
 // returns an error only when the first policy load fails.
 func (a *Agent) Run(ctx context.Context) error {
+	var store storeWatch
+	sctx, cancel := context.WithTimeout(ctx, time.Second)
+	a.watchStore(sctx, &store) // before the first check where Redis is up; else the presence loop retries
+	cancel()
 	if err := a.loadPolicies(ctx); err != nil {
 		return err
 	}
 	var wg sync.WaitGroup
 	wg.Add(3)
 	go func() { defer wg.Done(); a.leaseLoop(ctx) }()
-	go func() { defer wg.Done(); a.presenceLoop(ctx) }()
+	go func() { defer wg.Done(); a.presenceLoop(ctx, &store) }()
 	go func() {
 		defer wg.Done()
 		t := time.NewTicker(a.cfg.PolicyRefresh)
@@ -241,7 +245,7 @@ func (a *Agent) leaseLoop(ctx context.Context) {
 	}
 }
 
-func (a *Agent) presenceLoop(ctx context.Context) {
+func (a *Agent) presenceLoop(ctx context.Context, store *storeWatch) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	decay := 0
@@ -250,6 +254,7 @@ func (a *Agent) presenceLoop(ctx context.Context) {
 		if err := a.leaser.publish(pctx, a.cfg.Redis, 3*time.Second); err != nil && ctx.Err() == nil {
 			a.cfg.Logger.Debug("presence not published", "error", err)
 		}
+		a.watchStore(pctx, store)
 		cancel()
 		a.m.breakerOpen.Set(boolGauge(a.br.isOpen()))
 		if decay++; decay%30 == 0 {

@@ -20,6 +20,8 @@ type metrics struct {
 	fallbackAfterTimeout *prometheus.CounterVec
 	replays              *prometheus.CounterVec
 	instances            prometheus.Gauge
+	storeLosses          prometheus.Counter
+	storeBorn            prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -49,8 +51,12 @@ func newMetrics() *metrics {
 			Help: "Retries with an idempotency key answered from this agent's replay cache, charged nothing."}, []string{"policy"}),
 		instances: prometheus.NewGauge(prometheus.GaugeOpts{Name: "quotalease_agent_region_instances",
 			Help: "Live agent instances in this region, as seen through Redis (divides the fallback budget)."}),
+		storeLosses: prometheus.NewCounter(prometheus.CounterOpts{Name: "quotalease_agent_store_losses_total",
+			Help: "Times this agent saw the region's Redis lose its state (its birth marker changed)."}),
+		storeBorn: prometheus.NewGauge(prometheus.GaugeOpts{Name: "quotalease_agent_store_born_timestamp_seconds",
+			Help: "When the region's Redis last lost its state, as Unix time; 0 for a store never seen to lose it."}),
 	}
-	m.reg.MustRegister(m.decisions, m.redisLatency, m.leaseShare, m.leaseState, m.renewFails, m.budgetAdmits,
+	m.reg.MustRegister(m.storeLosses, m.storeBorn, m.decisions, m.redisLatency, m.leaseShare, m.leaseState, m.renewFails, m.budgetAdmits,
 		m.breakerOpen, m.instances, m.fallbackAfterTimeout, m.replays, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

@@ -299,7 +299,8 @@ func (t *term) knownRegion(name string) error {
 
 // GetBound returns the overshoot bound of every quota, or one: the worst
 // case over one period with the declared regions, lease timing and drift,
-// counting Redis outages (fallback) as possible. It is the current epoch's
+// counting Redis outages (fallback) and failovers losing up to
+// Config.StoreLag of writes as possible. It is the current epoch's
 // steady bound, under the policy in force now; windows just after a change
 // have the transition bound of docs/bound.md.
 func (c *Coordinator) GetBound(ctx context.Context, req *pb.GetBoundRequest) (*pb.GetBoundResponse, error) {
@@ -311,7 +312,7 @@ func (c *Coordinator) GetBound(ctx context.Context, req *pb.GetBoundRequest) (*p
 		return nil, status.Errorf(codes.NotFound, "no policy %q", req.Quota)
 	}
 	d := bound.Deployment{Regions: max(1, len(st.regions)), Instances: 1, LeaseDuration: c.cfg.Timing.ValidFor,
-		Drift: c.cfg.Timing.Drift, RedisOutages: true}
+		Drift: c.cfg.Timing.Drift, RedisOutages: true, StoreLag: c.cfg.StoreLag}
 	names := make([]string, 0, len(st.policies))
 	for n := range st.policies {
 		if req.Quota == "" || n == req.Quota {

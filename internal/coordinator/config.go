@@ -39,6 +39,10 @@ type Config struct {
 	// MaxStep and Hysteresis, as fractions of a quota's total, damp
 	// rebalancing.
 	MaxStep, Hysteresis float64
+	// StoreLag is how much of its latest writes a region's Redis may lose
+	// when it fails over to a replica; it enters the published bound as
+	// the store-lag term. Zero where Redis does not fail over to replicas.
+	StoreLag time.Duration
 	// Clock is the time source: wall time for grants and records, its
 	// monotonic reading for the leadership lease. clock.System() by
 	// default.
@@ -104,6 +108,9 @@ func (c *Config) validate() error {
 	}
 	if c.SessionTTL < time.Second {
 		errs = append(errs, fmt.Errorf("session TTL %s is below 1s", c.SessionTTL))
+	}
+	if c.StoreLag < 0 {
+		errs = append(errs, fmt.Errorf("store lag %s is negative", c.StoreLag))
 	}
 	if c.RebalanceInterval <= 0 || c.FlushInterval <= 0 {
 		errs = append(errs, errors.New("rebalance and flush intervals must be positive"))

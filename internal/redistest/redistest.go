@@ -22,6 +22,8 @@ type Server struct {
 	// Addr is host:port on 127.0.0.1.
 	Addr string
 	cmd  *exec.Cmd
+	bin  string
+	dir  string
 }
 
 // Binary returns the path of redis-server, or an error telling how to
@@ -65,21 +67,43 @@ func start(dir string) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		cmd := exec.Command(bin,
-			"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-			"--save", "", "--appendonly", "no", "--dir", dir,
-			"--logfile", filepath.Join(dir, "redis.log"))
-		if err := cmd.Start(); err != nil {
-			return nil, fmt.Errorf("exec %s: %w", bin, err)
-		}
-		s := &Server{Addr: addr, cmd: cmd}
-		if lastErr = s.waitReady(5 * time.Second); lastErr == nil {
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), bin: bin, dir: dir}
+		if lastErr = s.run(); lastErr == nil {
 			return s, nil
 		}
 		s.Stop() // most likely the port was taken meanwhile: try another
 	}
 	return nil, fmt.Errorf("redis-server did not become ready: %w", lastErr)
+}
+
+// run starts the process on s.Addr and waits until it answers.
+func (s *Server) run() error {
+	_, port, _ := net.SplitHostPort(s.Addr)
+	cmd := exec.Command(s.bin,
+		"--port", port, "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.dir,
+		"--logfile", filepath.Join(s.dir, "redis.log"))
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("exec %s: %w", s.bin, err)
+	}
+	s.cmd = cmd
+	return s.waitReady(5 * time.Second)
+}
+
+// Restart kills the server (SIGKILL, as a crash) and starts a new one on
+// the same address: with no persistence it comes back empty, as a Redis
+// restarted without its data or replaced by an empty replica.
+func (s *Server) Restart() error {
+	s.Stop()
+	var err error
+	for attempt := 0; attempt < 20; attempt++ { // the port may linger a moment
+		if err = s.run(); err == nil {
+			return nil
+		}
+		s.Stop()
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("restart redis on %s: %w", s.Addr, err)
 }
 
 func (s *Server) waitReady(limit time.Duration) error {

@@ -4,6 +4,12 @@ local w = param
 local st = redis.call('HMGET', KEYS[1], 'l', 'w', 'c')
 local last, sw, sc = tonumber(st[1]), tonumber(st[2]), tonumber(st[3])
 local exists = last ~= nil and sw ~= nil and sc ~= nil
+if not exists then
+  local b = born()
+  if young(b, w) then -- Holding(born, 0): the window of the loss was used up
+    exists = true; last = b; sw = math.floor(b / w); sc = cap
+  end
+end
 if exists and now < last then now = last end
 local idx = math.floor(now / w)
 local count = 0

@@ -1,5 +1,8 @@
 -- prelude.lua: shared head of every decision script (see regional/script.go).
 --
+-- KEYS[1]  the state key; KEYS[2] the store's birth marker (see born below);
+--          KEYS[#KEYS] the idempotency key when ARGV[2] > 0
+--
 -- ARGV[1]  now in ms, or '' to read the Redis server clock (TIME)
 -- ARGV[2]  idempotency window in ms; when > 0, KEYS[#KEYS] is the
 --          idempotency key and a decision already made for it is replayed
@@ -65,6 +68,24 @@ local margin = tonumber(ARGV[6])
 if cost < 1 or cost > cap then
   return redis.error_reply('ERR cost outside [1, capacity]')
 end
+
+-- born is when this store's memory began, from the marker KEYS[2]: 0 for a
+-- store the agent found new (Engine.InitStore). A missing marker means the
+-- store lost what it held (a restart without persistence), so the first
+-- script to notice records that moment. Read only for a missing state key,
+-- which then starts as regional.Fresh says.
+local function born()
+  local b = tonumber(redis.call('GET', KEYS[2]))
+  if b == nil then
+    b = now
+    redis.call('SET', KEYS[2], int(b))
+  end
+  return b
+end
+
+-- young: whether a key missing at now, with limits idle after idle ms, may
+-- have been lost while holding less than its full limits (regional.Fresh).
+local function young(b, idle) return b > 0 and now - b < idle end
 
 local function finish(allowed, remaining, retry, reset)
   if idem_key then

@@ -1,13 +1,18 @@
 -- sliding_log.lua: exact sliding log; mirrors slidingLog in slidinglog.go.
 -- KEYS[1] sorted set of admitted requests, member "<ms>:<seq>:<cost>", score ms;
--- KEYS[2] hash {l = last ms, s = sum of costs, n = sequence}; param = window ms.
+-- KEYS[3] hash {l = last ms, s = sum of costs, n = sequence}; param = window ms.
 local w = param
-local st = redis.call('HMGET', KEYS[2], 'l', 's', 'n')
+local st = redis.call('HMGET', KEYS[3], 'l', 's', 'n')
 local last, sum, seq = tonumber(st[1]), tonumber(st[2]), tonumber(st[3])
 if last == nil or sum == nil or seq == nil then
   -- A missing or partial meta hash means the log is gone too: start fresh.
   redis.call('DEL', KEYS[1])
   last = now; sum = 0; seq = 0
+  local b = born()
+  if young(b, w) then -- Holding(born, 0): the whole limit used at the loss
+    redis.call('ZADD', KEYS[1], int(b), int(b) .. ':0:' .. int(cap))
+    last = b; sum = cap
+  end
 end
 if now < last then now = last end
 
@@ -41,7 +46,7 @@ if remaining < 0 then remaining = 0 end
 local reset = 0
 local newest = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
 if #newest > 0 then reset = tonumber(newest[2]) + w - now end
-redis.call('HSET', KEYS[2], 'l', int(now), 's', int(sum), 'n', int(seq))
+redis.call('HSET', KEYS[3], 'l', int(now), 's', int(sum), 'n', int(seq))
 redis.call('PEXPIRE', KEYS[1], int(w + margin))
-redis.call('PEXPIRE', KEYS[2], int(w + margin))
+redis.call('PEXPIRE', KEYS[3], int(w + margin))
 return finish(allowed, remaining, retry, reset)

@@ -4,6 +4,12 @@ local w = param
 local st = redis.call('HMGET', KEYS[1], 'l', 'w', 'p', 'c')
 local last, sw, sp, sc = tonumber(st[1]), tonumber(st[2]), tonumber(st[3]), tonumber(st[4])
 local exists = last ~= nil and sw ~= nil and sp ~= nil and sc ~= nil
+if not exists then
+  local b = born()
+  if young(b, 2 * w) then -- Holding(born, 0): the window of the loss was used up
+    exists = true; last = b; sw = math.floor(b / w); sp = 0; sc = cap
+  end
+end
 if exists and now < last then now = last end
 local idx = math.floor(now / w)
 local prev, count = 0, 0

@@ -4,7 +4,12 @@ local rate = param
 local st = redis.call('HMGET', KEYS[1], 't', 'l')
 local tokens, last = tonumber(st[1]), tonumber(st[2])
 if tokens == nil or last == nil then
-  tokens = cap; last = now
+  local b = born()
+  if young(b, muldiv(cap, 1000, rate, true)) then
+    tokens = 0; last = b -- Holding(born, 0): refills from empty since the loss
+  else
+    tokens = cap; last = now
+  end
 end
 if now < last then now = last end
 if tokens > cap then tokens = cap end
