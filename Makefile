@@ -10,7 +10,7 @@ PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: help deps build test vet fmt-check bench fuzz redis redis-stop proto demo load clean
+.PHONY: help deps build test vet fmt-check bench fuzz redis redis-stop proto demo load clean robustness
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -33,6 +33,13 @@ vet: ## go vet
 
 test: deps fmt-check vet ## all tests with -race: unit, real Redis and etcd integration, fuzz seeds, end-to-end over real processes
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+
+SEEDS    ?= 10
+SEED     ?=
+DURATION ?= 60s
+robustness: deps ## random fault schedules over real processes, checked against the bound: SEEDS=N (seeds 1..N, default 10) or SEED=S, DURATION=D each (default 60s); prints a table per seed
+	QUOTALEASE_ROBUSTNESS_SEEDS=$(SEEDS) QUOTALEASE_ROBUSTNESS_SEED=$(SEED) QUOTALEASE_ROBUSTNESS_DURATION=$(DURATION) \
+	  $(GO) test -race -count=1 -timeout 24h -run '^TestRobustness$$' -v ./internal/cluster/
 
 bench: deps ## benchmarks (real Redis, embedded etcd, gRPC; numbers in docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 ./regional/ ./internal/coordinator/ ./internal/agent/ ./sim/

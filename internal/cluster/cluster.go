@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -84,10 +85,16 @@ type Cluster struct {
 	used   map[string]bool
 }
 
-// Process is one child process.
+// Process is one child process. It can be killed, paused and started
+// again with the same arguments, addresses and data.
 type Process struct {
 	Name string
 	Addr string // gRPC
+	bin  string
+	args []string
+	dir  string
+
+	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{}
 }
@@ -122,43 +129,87 @@ func (c *Cluster) freeAddr() (string, error) {
 }
 
 func (c *Cluster) start(name, bin string, args ...string) (*Process, error) {
-	log, err := os.Create(filepath.Join(c.Dir, name+".log"))
-	if err != nil {
+	p := &Process{Name: name, bin: bin, args: args, dir: c.Dir}
+	if err := p.run(); err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, args...)
+	return p, nil
+}
+
+// run starts the process, appending to its log. p.mu must not be held.
+func (p *Process) run() error {
+	log, err := os.OpenFile(filepath.Join(p.dir, p.Name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(p.bin, p.args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		log.Close()
-		return nil, fmt.Errorf("start %s: %w", name, err)
+		return fmt.Errorf("start %s: %w", p.Name, err)
 	}
-	p := &Process{Name: name, cmd: cmd, done: make(chan struct{})}
-	go func() { cmd.Wait(); log.Close(); close(p.done) }()
-	return p, nil
+	done := make(chan struct{})
+	go func() { cmd.Wait(); log.Close(); close(done) }()
+	p.mu.Lock()
+	p.cmd, p.done = cmd, done
+	p.mu.Unlock()
+	return nil
+}
+
+func (p *Process) current() (*exec.Cmd, chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd, p.done
+}
+
+// Restart starts a process that has exited again, with the same
+// arguments: a crashed coordinator or agent coming back.
+func (p *Process) Restart() error {
+	if p.Alive() {
+		return fmt.Errorf("%s is still running", p.Name)
+	}
+	return p.run()
 }
 
 // Kill sends SIGKILL: the process dies without a word (no resignation).
 func (p *Process) Kill() {
-	if p.cmd.Process != nil {
-		syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	cmd, done := p.current()
+	if cmd.Process != nil {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
-	<-p.done
+	<-done
 }
 
-// Stop sends SIGTERM and waits up to 15 s, then kills.
+// Pause stops the process (SIGSTOP) until Resume: a hung process whose
+// connections stay open.
+func (p *Process) Pause() { p.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused process (SIGCONT).
+func (p *Process) Resume() { p.signal(syscall.SIGCONT) }
+
+func (p *Process) signal(sig syscall.Signal) {
+	if cmd, _ := p.current(); cmd.Process != nil {
+		syscall.Kill(-cmd.Process.Pid, sig)
+	}
+}
+
+// Stop sends SIGTERM (and SIGCONT, should it be paused) and waits up to
+// 15 s, then kills.
 func (p *Process) Stop() {
-	if p.cmd.Process == nil {
+	cmd, done := p.current()
+	if cmd.Process == nil {
 		return
 	}
 	select {
-	case <-p.done:
+	case <-done:
 		return
 	default:
 	}
-	syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGCONT)
 	select {
-	case <-p.done:
+	case <-done:
 	case <-time.After(15 * time.Second):
 		p.Kill()
 	}
@@ -166,8 +217,9 @@ func (p *Process) Stop() {
 
 // Alive reports whether the process still runs.
 func (p *Process) Alive() bool {
+	_, done := p.current()
 	select {
-	case <-p.done:
+	case <-done:
 		return false
 	default:
 		return true

@@ -34,6 +34,9 @@ type Admission struct {
 	Policy   string
 	Identity string
 	Mode     string
+	// Took is how long the check took: the system decided it somewhere
+	// between At and At+Took.
+	Took time.Duration
 }
 
 // Stats counts one region's outcomes for one policy.
@@ -156,11 +159,18 @@ func (d *Driver) record(policy, region, identity string, at time.Time, took time
 	case resp.Allowed:
 		st.Admitted++
 		st.Modes[resp.Mode]++
-		d.admissions = append(d.admissions, Admission{At: at, Region: region, Policy: policy, Identity: identity, Mode: resp.Mode})
+		d.admissions = append(d.admissions, Admission{At: at, Region: region, Policy: policy, Identity: identity, Mode: resp.Mode, Took: took})
 	default:
 		st.Rejected++
 		st.Modes[resp.Mode]++
 	}
+}
+
+// Admissions returns a copy of every admission recorded so far.
+func (d *Driver) Admissions() []Admission {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]Admission(nil), d.admissions...)
 }
 
 // Stats returns a copy of policy's per-region counts.
