@@ -39,7 +39,6 @@ func TestFlappingRedisStaysWithinBound(t *testing.T) {
 	setPolicy(t, k.addr, yaml)
 	redisSrv := startRedis(t)
 	ra := startAgent(t, "us", redisSrv.Addr, []string{k.addr}, func(c *Config) { c.CheckTimeout = 0 }) // the default
-	ctx := t.Context()
 
 	start := time.Now()
 	var mu sync.Mutex
@@ -51,17 +50,7 @@ func TestFlappingRedisStaysWithinBound(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for n := 0; n < 20_000; n++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				o, err := ra.a.Check(ctx, Input{Policy: "api", Attributes: tenantA})
-				if err != nil {
-					t.Errorf("check: %v", err)
-					return
-				}
+			callEvery(t, ra.a, Input{Policy: "api", Attributes: tenantA}, 10*time.Millisecond, 20_000, stop, func(o Outcome) {
 				checks.Add(1)
 				if o.Mode == ModeLocalFallback {
 					fallbackDecisions.Add(1)
@@ -71,8 +60,7 @@ func TestFlappingRedisStaysWithinBound(t *testing.T) {
 					admitted = append(admitted, time.Since(start))
 					mu.Unlock()
 				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			})
 		}()
 	}
 	// Stall/run cycles: around the 20 ms check timeout, then long ones.

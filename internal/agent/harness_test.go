@@ -234,3 +234,23 @@ func startRedisBehindProxy(t testing.TB) *faultproxy.Proxy {
 	t.Cleanup(func() { proxy.Close() })
 	return proxy
 }
+
+// callEvery checks in on a every interval, at most n times or until stop
+// is closed, and hands each outcome to seen. A failed check fails the test
+// and ends the loop.
+func callEvery(t testing.TB, a *Agent, in Input, every time.Duration, n int, stop <-chan struct{}, seen func(Outcome)) {
+	for i := 0; i < n; i++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		o, err := a.Check(t.Context(), in)
+		if err != nil {
+			t.Errorf("check: %v", err)
+			return
+		}
+		seen(o)
+		time.Sleep(every)
+	}
+}

@@ -21,7 +21,6 @@ func TestRedisRestartedEmptyMintsNoBurst(t *testing.T) {
 	setPolicy(t, k.addr, yaml)
 	redisSrv := startRedis(t)
 	ra := startAgent(t, "us", redisSrv.Addr, []string{k.addr}, nil)
-	ctx := t.Context()
 
 	start := time.Now()
 	var mu sync.Mutex
@@ -31,24 +30,13 @@ func TestRedisRestartedEmptyMintsNoBurst(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for n := 0; n < 3000; n++ { // at most 30 s
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			o, err := ra.a.Check(ctx, Input{Policy: "api", Attributes: tenantA})
-			if err != nil {
-				t.Errorf("check: %v", err)
-				return
-			}
+		callEvery(t, ra.a, Input{Policy: "api", Attributes: tenantA}, 10*time.Millisecond, 3000, stop, func(o Outcome) { // at most 30 s
 			if o.Allowed {
 				mu.Lock()
 				admitted = append(admitted, time.Since(start))
 				mu.Unlock()
 			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		})
 	}()
 	const restarts = 4
 	for i := 0; i < restarts; i++ {

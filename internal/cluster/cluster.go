@@ -136,6 +136,56 @@ func (c *Cluster) start(name, bin string, args ...string) (*Process, error) {
 	return p, nil
 }
 
+// startServing starts name with the arguments args returns for fresh
+// addresses and waits until its log says "serving". freeAddr can only pick
+// ports free at that moment, and other packages' tests run beside these,
+// so a port may be taken before the process binds it: the process then
+// exits, and this tries again with new addresses.
+func (c *Cluster) startServing(ctx context.Context, name, bin string, args func() ([]string, error)) (*Process, error) {
+	logPath := filepath.Join(c.Dir, name+".log")
+	for attempt := 1; ; attempt++ {
+		a, err := args()
+		if err != nil {
+			return nil, err
+		}
+		var from int64
+		if fi, err := os.Stat(logPath); err == nil {
+			from = fi.Size()
+		}
+		p, err := c.start(name, bin, a...)
+		if err != nil {
+			return nil, err
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			out := logSince(logPath, from)
+			if strings.Contains(out, "serving") {
+				return p, nil
+			}
+			if !p.Alive() {
+				out = logSince(logPath, from)
+				if attempt < 5 && strings.Contains(out, "address already in use") {
+					break
+				}
+				return nil, fmt.Errorf("%s exited at start: %s", name, strings.TrimSpace(out))
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return p, nil // slow, not failed: later waits say more
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// logSince returns what a log file holds past offset from.
+func logSince(path string, from int64) string {
+	b, _ := os.ReadFile(path)
+	if int64(len(b)) < from {
+		return ""
+	}
+	return string(b[from:])
+}
+
 // run starts the process, appending to its log. p.mu must not be held.
 func (p *Process) run() error {
 	log, err := os.OpenFile(filepath.Join(p.dir, p.Name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -260,27 +310,24 @@ func Start(ctx context.Context, bins Binaries, dir string, o Options) (_ *Cluste
 		}
 		c.Redis = append(c.Redis, s)
 	}
-	etcdAddr, err := c.freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	c.etcd = "http://" + etcdAddr
 	common := []string{"--regions", strings.Join(o.Regions, ","), "--lease-duration", o.LeaseDuration.String(),
 		"--session-ttl", o.SessionTTL.String(), "--rebalance-interval", "200ms", "--flush-interval", "500ms",
 		"--degraded-timeout", "2m", "--lease-margin", "50ms", "--log-level", "info"}
 	// etcd runs on its own, so that killing any coordinator leaves it up.
-	if c.Etcd, err = c.start("etcd", bins.Coordinator, "etcd", "--data-dir", filepath.Join(dir, "etcd"), "--listen", etcdAddr); err != nil {
+	if c.Etcd, err = c.startServing(ctx, "etcd", bins.Coordinator, func() ([]string, error) {
+		addr, err := c.freeAddr()
+		c.etcd = "http://" + addr
+		return []string{"etcd", "--data-dir", filepath.Join(dir, "etcd"), "--listen", addr}, err
+	}); err != nil {
 		return nil, err
 	}
 	var addrs []string
 	for i := 0; i < o.Coordinators; i++ {
-		addr, err := c.freeAddr()
-		if err != nil {
-			return nil, err
-		}
-		name := "coordinator-" + strconv.Itoa(i+1)
-		args := append([]string{"serve", "--listen", addr, "--name", name, "--etcd-endpoints", c.etcd}, common...)
-		p, err := c.start(name, bins.Coordinator, args...)
+		name, addr := "coordinator-"+strconv.Itoa(i+1), ""
+		p, err := c.startServing(ctx, name, bins.Coordinator, func() (_ []string, err error) {
+			addr, err = c.freeAddr()
+			return append([]string{"serve", "--listen", addr, "--name", name, "--etcd-endpoints", c.etcd}, common...), err
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -308,12 +355,15 @@ func Start(ctx context.Context, bins Binaries, dir string, o Options) (_ *Cluste
 		if a.ToRedis, err = faultproxy.Start(c.Redis[i].Addr); err != nil {
 			return nil, err
 		}
-		grpcAddr, _ := c.freeAddr()
-		httpAddr, _ := c.freeAddr()
-		p, err := c.start("agent-"+region, bins.Agent, "serve", "--region", region, "--instance", region+"-1",
-			"--redis", a.ToRedis.Addr, "--coordinator", strings.Join(via, ","), "--grpc-listen", grpcAddr,
-			"--http-listen", httpAddr, "--check-timeout", o.CheckTimeout.String(), "--lease-margin", "50ms", "--log-level", "info",
-			"--coordinator-hints=false") // reach the coordinators only through the fault proxies
+		var grpcAddr, httpAddr string
+		p, err := c.startServing(ctx, "agent-"+region, bins.Agent, func() ([]string, error) {
+			grpcAddr, _ = c.freeAddr()
+			httpAddr, _ = c.freeAddr()
+			return []string{"serve", "--region", region, "--instance", region + "-1",
+				"--redis", a.ToRedis.Addr, "--coordinator", strings.Join(via, ","), "--grpc-listen", grpcAddr,
+				"--http-listen", httpAddr, "--check-timeout", o.CheckTimeout.String(), "--lease-margin", "50ms", "--log-level", "info",
+				"--coordinator-hints=false"}, nil // reach the coordinators only through the fault proxies
+		})
 		if err != nil {
 			return nil, err
 		}
