@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/quota-lease/quota-lease/internal/coordinator"
+	"github.com/quota-lease/quota-lease/internal/mtls"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 	"github.com/quota-lease/quota-lease/regional"
 )
@@ -32,6 +33,7 @@ type adminFlags struct {
 	addrs   *string
 	output  *string
 	timeout *time.Duration
+	tls     *mtls.Files
 }
 
 func addAdminFlags(fs *flag.FlagSet) adminFlags {
@@ -43,6 +45,7 @@ func addAdminFlags(fs *flag.FlagSet) adminFlags {
 		addrs:   fs.String("coordinator", def, "coordinator replicas, host:port[,host:port...]; the leader is found automatically"),
 		output:  fs.String("o", "table", "output format: table or json"),
 		timeout: fs.Duration("timeout", 5*time.Second, "how long to wait for an answer"),
+		tls:     mtls.ClientFlags(fs, ""),
 	}
 }
 
@@ -56,11 +59,22 @@ func (a adminFlags) call(ctx context.Context, fn func(ctx context.Context, c pb.
 		return err
 	}
 	defer cl.Close()
+	if a.tls.Enabled() {
+		cfg, err := mtls.Client(*a.tls, "")
+		if err != nil {
+			return err
+		}
+		cl.UseTLS(cfg)
+	}
 	ctx, cancel := context.WithTimeout(ctx, *a.timeout)
 	defer cancel()
-	return cl.Call(ctx, func(cc *grpc.ClientConn, opts ...grpc.CallOption) error {
+	err = cl.Call(ctx, func(cc *grpc.ClientConn, opts ...grpc.CallOption) error {
 		return fn(ctx, pb.NewAdminServiceClient(cc), opts...)
 	})
+	if err != nil && !a.tls.Enabled() && strings.Contains(err.Error(), "server preface") {
+		return fmt.Errorf("%w\n(the coordinator seems to serve TLS: give --tls-ca, --tls-cert and --tls-key, or QUOTALEASE_TLS_CA, _CERT and _KEY)", err)
+	}
+	return err
 }
 
 func (a adminFlags) json() bool { return *a.output == "json" }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -15,10 +16,12 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/quota-lease/quota-lease/allocation"
 	"github.com/quota-lease/quota-lease/internal/coordinator"
 	"github.com/quota-lease/quota-lease/internal/etcdembed"
+	"github.com/quota-lease/quota-lease/internal/mtls"
 	"github.com/quota-lease/quota-lease/lease"
 )
 
@@ -57,6 +60,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	maxStep := fs.Float64("max-step", coordinator.DefaultMaxStep, "most a share moves per rebalancing round, as a fraction of the quota")
 	hysteresis := fs.Float64("hysteresis", coordinator.DefaultHysteresis, "share changes smaller than this fraction of the quota are not made")
 	storeLag := fs.Duration("store-lag", 0, "most recent writes a region's Redis may lose when it fails over to a replica (its replication lag); enters the published bound as the store-lag term. 0 where Redis does not fail over to replicas")
+	tlsFiles := mtls.ServerFlags(fs)
+	trustDomain := fs.String("trust-domain", "quota-lease", "SPIFFE trust domain of the identities in client certificates (spiffe://<domain>/region/<r>, /role/admin, /role/viewer)")
+	insecureListen := fs.Bool("insecure", false, "allow listening on a non-loopback address without mutual TLS (anyone who reaches it can lease and administer)")
 	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
 	if err := parse(fs, args, 0, 0); err != nil {
 		return err
@@ -70,6 +76,34 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		*name = host + ":" + port
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "coordinator", Level: hclog.LevelFromString(*logLevel), Output: stderr})
+	mutual := tlsFiles.Cert != "" && tlsFiles.CA != ""
+	exposed := map[string]bool{"--listen": mutual, "--http-listen": mutual, "--etcd-listen": false} // embedded etcd has no TLS
+	for flag, addr := range map[string]string{"--listen": *listen, "--http-listen": *httpListen, "--etcd-listen": *etcdListen} {
+		if flag == "--etcd-listen" && *etcdMode != "embedded" {
+			continue
+		}
+		warn, err := mtls.CheckExposure(flag, addr, exposed[flag], *insecureListen)
+		if err != nil {
+			return err
+		}
+		if warn != "" {
+			log.Warn(warn)
+		}
+	}
+	var grpcTLS, httpTLS *tls.Config
+	if tlsFiles.Enabled() {
+		var err error
+		if grpcTLS, err = mtls.Server(*tlsFiles); err != nil {
+			return err
+		}
+		if httpTLS, err = mtls.ServerOptionalClient(*tlsFiles); err != nil {
+			return err
+		}
+	}
+	domain := ""
+	if mutual {
+		domain = *trustDomain
+	}
 	if *endpoints != "" {
 		*etcdMode = "external"
 	}
@@ -110,7 +144,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Name: *name, Advertise: *advertise, Prefix: *prefix, Regions: regionList,
 		Timing:     lease.Timing{ValidFor: *leaseDur, Drift: *drift, Margin: *margin, DegradedTimeout: *degraded},
 		SessionTTL: *ttl, RebalanceInterval: *rebal, FlushInterval: *flushEvery,
-		Strategy: allocation.Strategy(*strategy), MaxStep: *maxStep, Hysteresis: *hysteresis, StoreLag: *storeLag, Logger: log,
+		Strategy: allocation.Strategy(*strategy), MaxStep: *maxStep, Hysteresis: *hysteresis, StoreLag: *storeLag, TrustDomain: domain, Logger: log,
 	})
 	if err != nil {
 		return err
@@ -119,7 +153,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w (is another replica using it? pick another with --listen)", *listen, err)
 	}
-	srv := grpc.NewServer()
+	opts := []grpc.ServerOption{grpc.UnaryInterceptor(c.Authorize)}
+	if grpcTLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(grpcTLS)))
+	}
+	srv := grpc.NewServer(opts...)
 	c.Register(srv)
 	go srv.Serve(lis)
 	var hsrv *http.Server
@@ -128,11 +166,16 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return fmt.Errorf("listen on %s: %w (choose another with --http-listen)", *httpListen, err)
 		}
-		hsrv = &http.Server{Handler: c.HTTPHandler(), ReadHeaderTimeout: 5 * time.Second}
-		go hsrv.Serve(hl)
+		hsrv = &http.Server{Handler: c.HTTPHandler(), ReadHeaderTimeout: 5 * time.Second, TLSConfig: httpTLS}
+		if httpTLS != nil {
+			go hsrv.ServeTLS(hl, "", "")
+		} else {
+			go hsrv.Serve(hl)
+		}
 		defer hsrv.Close()
 	}
-	log.Info("serving", "listen", lis.Addr().String(), "advertise", *advertise, "etcd", strings.Join(eps, ","))
+	log.Info("serving", "listen", lis.Addr().String(), "advertise", *advertise, "etcd", strings.Join(eps, ","),
+		"tls", grpcTLS != nil, "authorization", domain != "")
 
 	runCtx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})

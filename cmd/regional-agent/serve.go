@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,11 +16,13 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/quota-lease/quota-lease/internal/agent"
 	"github.com/quota-lease/quota-lease/internal/coordinator"
+	"github.com/quota-lease/quota-lease/internal/mtls"
 	"github.com/quota-lease/quota-lease/lease"
 )
 
@@ -58,6 +61,9 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	margin := fs.Duration("lease-margin", lease.DefaultTiming.Margin, "stop trusting a grant this much early, on top of drift")
 	fallbackKeys := fs.Int("fallback-keys", 100_000, "most identities the local fallback tracks")
 	policyRefresh := fs.Duration("policy-refresh", 10*time.Second, "reload the policies at least this often; a grant computed from a changed policy, or a check naming an unknown one, reloads them at once")
+	tlsFiles := mtls.ServerFlags(fs)
+	coordCA := fs.String("coordinator-tls-ca", os.Getenv("QUOTALEASE_TLS_CA"), "PEM CA that signs the coordinators' certificates; turns TLS on toward them, presenting --tls-cert (the region's identity) as the client certificate (env QUOTALEASE_TLS_CA)")
+	insecureListen := fs.Bool("insecure", false, "allow listening on a non-loopback address without mutual TLS (anyone who reaches it can check and read metrics)")
 	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -70,6 +76,32 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		return errUsage
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "regional-agent", Level: hclog.LevelFromString(*logLevel), Output: stderr})
+	mutual := tlsFiles.Cert != "" && tlsFiles.CA != ""
+	for flag, addr := range map[string]string{"--grpc-listen": *grpcListen, "--http-listen": *httpListen} {
+		warn, err := mtls.CheckExposure(flag, addr, mutual, *insecureListen)
+		if err != nil {
+			return err
+		}
+		if warn != "" {
+			log.Warn(warn)
+		}
+	}
+	var grpcTLS, httpTLS, coordTLS *tls.Config
+	if tlsFiles.Enabled() {
+		var err error
+		if grpcTLS, err = mtls.Server(*tlsFiles); err != nil {
+			return err
+		}
+		if httpTLS, err = mtls.ServerOptionalClient(*tlsFiles); err != nil {
+			return err
+		}
+	}
+	if *coordCA != "" {
+		var err error
+		if coordTLS, err = mtls.Client(mtls.Files{CA: *coordCA, Cert: tlsFiles.Cert, Key: tlsFiles.Key}, ""); err != nil {
+			return err
+		}
+	}
 	rdb := redis.NewClient(&redis.Options{Addr: *redisAddr, MaxRetries: -1, ContextTimeoutEnabled: true,
 		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, PoolSize: 64})
 	defer rdb.Close()
@@ -79,6 +111,9 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer cl.Close()
 	cl.SetFollowHints(*hints)
+	if coordTLS != nil {
+		cl.UseTLS(coordTLS)
+	}
 	src := agent.PoliciesFromCoordinator(cl)
 	if *policies != "" {
 		src = agent.PoliciesFromFile(*policies)
@@ -98,18 +133,30 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w (choose another with --http-listen)", *httpListen, err)
 	}
-	gs := grpc.NewServer()
+	var gopts []grpc.ServerOption
+	if grpcTLS != nil {
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(grpcTLS)))
+	}
+	gs := grpc.NewServer(gopts...)
 	a.RegisterGRPC(gs)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
-	hsrv := &http.Server{Handler: a.HTTPHandler(), ReadHeaderTimeout: 5 * time.Second}
+	handler := a.HTTPHandler()
+	if mutual {
+		handler = mtls.RequireClientCert(handler, "/metrics", "/healthz", "/readyz")
+	}
+	hsrv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second, TLSConfig: httpTLS}
 
 	runCtx, stop := context.WithCancel(context.Background())
 	defer stop()
 	runErr := make(chan error, 1)
 	go func() { runErr <- a.Run(runCtx) }()
 	go gs.Serve(gl)
-	go hsrv.Serve(hl)
+	if httpTLS != nil {
+		go hsrv.ServeTLS(hl, "", "")
+	} else {
+		go hsrv.Serve(hl)
+	}
 	log.Info("serving", "region", *region, "instance", *instance, "grpc", gl.Addr().String(), "http", hl.Addr().String(), "redis", *redisAddr)
 	go func() {
 		for runCtx.Err() == nil && !a.Ready() {

@@ -23,7 +23,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/quota-lease/quota-lease/internal/coordinator"
 	"github.com/quota-lease/quota-lease/internal/faultproxy"
@@ -83,6 +83,11 @@ type Cluster struct {
 	etcd   string
 	admin  *coordinator.Client
 	used   map[string]bool
+	pki    *pki
+	// adminCreds and web reach the coordinators as an admin and the
+	// agents' HTTPS listeners as a service.
+	adminCreds credentials.TransportCredentials
+	web        *http.Client
 }
 
 // Process is one child process. It can be killed, paused and started
@@ -108,6 +113,7 @@ type Agent struct {
 	ToRedis  *faultproxy.Proxy
 	Check    pb.CheckServiceClient
 	checkCon *grpc.ClientConn
+	web      *http.Client // HTTPS as a service
 }
 
 // freeAddr returns a free loopback address not handed out before by this
@@ -299,6 +305,15 @@ func Start(ctx context.Context, bins Binaries, dir string, o Options) (_ *Cluste
 			c.Stop()
 		}
 	}()
+	if c.pki, err = newPKI(dir, o.Regions); err != nil {
+		return nil, err
+	}
+	if c.adminCreds, err = grpcCreds(c.pki.admin); err != nil {
+		return nil, err
+	}
+	if c.web, err = httpClient(c.pki.service); err != nil {
+		return nil, err
+	}
 	for _, r := range o.Regions {
 		rd := filepath.Join(dir, "redis-"+r)
 		if err := os.MkdirAll(rd, 0o755); err != nil {
@@ -326,7 +341,8 @@ func Start(ctx context.Context, bins Binaries, dir string, o Options) (_ *Cluste
 		name, addr := "coordinator-"+strconv.Itoa(i+1), ""
 		p, err := c.startServing(ctx, name, bins.Coordinator, func() (_ []string, err error) {
 			addr, err = c.freeAddr()
-			return append([]string{"serve", "--listen", addr, "--name", name, "--etcd-endpoints", c.etcd}, common...), err
+			args := append([]string{"serve", "--listen", addr, "--name", name, "--etcd-endpoints", c.etcd}, common...)
+			return append(args, serverArgs(c.pki.coordinator)...), err
 		})
 		if err != nil {
 			return nil, err
@@ -341,6 +357,11 @@ func Start(ctx context.Context, bins Binaries, dir string, o Options) (_ *Cluste
 	if c.admin, err = coordinator.NewClient(addrs); err != nil {
 		return nil, err
 	}
+	adminTLS, err := clientTLS(c.pki.admin)
+	if err != nil {
+		return nil, err
+	}
+	c.admin.UseTLS(adminTLS)
 	for i, region := range o.Regions {
 		a := &Agent{Region: region}
 		var via []string
@@ -362,13 +383,19 @@ func Start(ctx context.Context, bins Binaries, dir string, o Options) (_ *Cluste
 			return []string{"serve", "--region", region, "--instance", region + "-1",
 				"--redis", a.ToRedis.Addr, "--coordinator", strings.Join(via, ","), "--grpc-listen", grpcAddr,
 				"--http-listen", httpAddr, "--check-timeout", o.CheckTimeout.String(), "--lease-margin", "50ms", "--log-level", "info",
-				"--coordinator-hints=false"}, nil // reach the coordinators only through the fault proxies
+				"--coordinator-hints=false", // reach the coordinators only through the fault proxies
+				"--coordinator-tls-ca", c.pki.ca.CertFile,
+				"--tls-cert", c.pki.regions[region].Cert, "--tls-key", c.pki.regions[region].Key, "--tls-client-ca", c.pki.ca.CertFile}, nil
 		})
 		if err != nil {
 			return nil, err
 		}
-		p.Addr, a.Process, a.HTTP = grpcAddr, p, "http://"+httpAddr
-		if a.checkCon, err = grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+		p.Addr, a.Process, a.HTTP, a.web = grpcAddr, p, "https://"+httpAddr, c.web
+		service, err := grpcCreds(c.pki.service)
+		if err != nil {
+			return nil, err
+		}
+		if a.checkCon, err = grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(service)); err != nil {
 			return nil, err
 		}
 		a.Check = pb.NewCheckServiceClient(a.checkCon)
@@ -414,7 +441,7 @@ func (c *Cluster) SetPolicies(ctx context.Context, yaml string) error {
 // check without attributes is refused for the missing identity (the policy
 // is known) rather than for an unknown policy, and charges nothing.
 func (a *Agent) knows(ctx context.Context, ps []*regional.Policy) bool {
-	resp, err := http.Get(a.HTTP + "/readyz")
+	resp, err := a.web.Get(a.HTTP + "/readyz")
 	if err != nil {
 		return false
 	}
@@ -439,7 +466,7 @@ func (c *Cluster) Leader(ctx context.Context) *Process {
 		if !p.Alive() {
 			continue
 		}
-		cc, err := grpc.NewClient(p.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		cc, err := grpc.NewClient(p.Addr, grpc.WithTransportCredentials(c.adminCreds))
 		if err != nil {
 			continue
 		}

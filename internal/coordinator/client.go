@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"strings"
 	"sync"
@@ -9,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -22,6 +24,7 @@ import (
 // use.
 type Client struct {
 	addrs []string
+	creds credentials.TransportCredentials
 
 	mu     sync.Mutex
 	conns  map[string]*grpc.ClientConn
@@ -53,7 +56,15 @@ func NewClient(addrs []string) (*Client, error) {
 	if len(clean) == 0 {
 		return nil, fmt.Errorf("no coordinator address given")
 	}
-	return &Client{addrs: clean, conns: map[string]*grpc.ClientConn{}}, nil
+	return &Client{addrs: clean, conns: map[string]*grpc.ClientConn{}, creds: insecure.NewCredentials()}, nil
+}
+
+// UseTLS makes connections opened from now on use TLS with cfg (see
+// internal/mtls); call it before the first call.
+func (c *Client) UseTLS(cfg *tls.Config) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.creds = credentials.NewTLS(cfg)
 }
 
 // Close closes every connection.
@@ -73,7 +84,7 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	if cc := c.conns[addr]; cc != nil {
 		return cc, nil
 	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(c.creds))
 	if err != nil {
 		return nil, fmt.Errorf("coordinator %s: %w", addr, err)
 	}

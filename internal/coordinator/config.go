@@ -39,6 +39,10 @@ type Config struct {
 	// MaxStep and Hysteresis, as fractions of a quota's total, damp
 	// rebalancing.
 	MaxStep, Hysteresis float64
+	// TrustDomain, when set, turns authorization on: every call needs a
+	// client certificate naming an identity of this SPIFFE trust domain
+	// (see Authorize). Empty on a plaintext, loopback-only listener.
+	TrustDomain string
 	// StoreLag is how much of its latest writes a region's Redis may lose
 	// when it fails over to a replica; it enters the published bound as
 	// the store-lag term. Zero where Redis does not fail over to replicas.

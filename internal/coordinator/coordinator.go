@@ -29,6 +29,8 @@ type Coordinator struct {
 	cli  *clientv3.Client
 	log  hclog.Logger
 	keys keys
+	// refused counts calls Authorize refused.
+	refused *refusals
 
 	mu     sync.RWMutex
 	cur    *term        // nil unless leader and ready
@@ -68,7 +70,7 @@ func New(cli *clientv3.Client, cfg Config) (*Coordinator, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("coordinator config: %w", err)
 	}
-	c := &Coordinator{cfg: cfg, cli: cli, log: cfg.Logger, keys: keys{cfg.Prefix}}
+	c := &Coordinator{cfg: cfg, cli: cli, log: cfg.Logger, keys: keys{cfg.Prefix}, refused: &refusals{}}
 	c.leader.Store("")
 	return c, nil
 }

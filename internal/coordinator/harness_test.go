@@ -66,13 +66,13 @@ func newPrefix(t testing.TB) string {
 	return fmt.Sprintf("/test/%s/%d", t.Name(), prefixSeq.Add(1))
 }
 
-func startReplica(t testing.TB, prefix, name string, mod func(*Config)) *replica {
+func startReplica(t testing.TB, prefix, name string, mod func(*Config), opts ...grpc.ServerOption) *replica {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &replica{cli: etcdClient(t), srv: grpc.NewServer(), addr: lis.Addr().String(), done: make(chan struct{})}
+	r := &replica{cli: etcdClient(t), addr: lis.Addr().String(), done: make(chan struct{})}
 	cfg := Config{Name: name, Advertise: r.addr, Prefix: prefix, Regions: []string{"us", "eu", "ap"},
 		Timing: testTiming, SessionTTL: 2 * time.Second, RebalanceInterval: 50 * time.Millisecond, FlushInterval: 100 * time.Millisecond,
 		Logger: hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: os.Stderr})}
@@ -83,6 +83,7 @@ func startReplica(t testing.TB, prefix, name string, mod func(*Config)) *replica
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.srv = grpc.NewServer(append(opts, grpc.UnaryInterceptor(r.c.Authorize))...)
 	r.c.Register(r.srv)
 	go r.srv.Serve(lis)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -2,6 +2,8 @@ package coordinator
 
 import (
 	"net/http"
+	"strings"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -13,6 +15,7 @@ var (
 	descGrants   = prometheus.NewDesc("quotalease_coordinator_lease_answers_total", "Lease requests answered by this replica.", nil, nil)
 	descWrites   = prometheus.NewDesc("quotalease_coordinator_ledger_writes_total", "Ledger transactions written to etcd by this replica.", nil, nil)
 	descBooked   = prometheus.NewDesc("quotalease_coordinator_booked_ratio", "What all regions may be enforcing now, as a fraction of the quota (at most 1, except fail-open).", []string{"quota"}, nil)
+	descRefused  = prometheus.NewDesc("quotalease_coordinator_auth_refusals_total", "Calls refused for their caller's identity, by method and reason.", []string{"method", "reason"}, nil)
 	descEnforced = prometheus.NewDesc("quotalease_coordinator_region_enforcing_ratio", "What a region may be enforcing now, as a fraction of the quota.", []string{"quota", "region"}, nil)
 )
 
@@ -20,7 +23,7 @@ var (
 type collector struct{ c *Coordinator }
 
 func (k collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descLeader, descEpoch, descGrants, descWrites, descBooked, descEnforced} {
+	for _, d := range []*prometheus.Desc{descLeader, descEpoch, descGrants, descWrites, descBooked, descEnforced, descRefused} {
 		ch <- d
 	}
 }
@@ -37,6 +40,11 @@ func (k collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descEpoch, prometheus.GaugeValue, float64(c.Epoch()))
 	ch <- prometheus.MustNewConstMetric(descGrants, prometheus.CounterValue, float64(grants))
 	ch <- prometheus.MustNewConstMetric(descWrites, prometheus.CounterValue, float64(writes))
+	c.refused.m.Range(func(k, v any) bool {
+		method, reason, _ := strings.Cut(k.(string), "\x00")
+		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(v.(*atomic.Int64).Load()), method, reason)
+		return true
+	})
 	if t == nil {
 		return
 	}

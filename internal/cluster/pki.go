@@ -1,0 +1,89 @@
+package cluster
+
+import (
+	"crypto/tls"
+	"net/http"
+	"os"
+	"path/filepath"
+
+	"google.golang.org/grpc/credentials"
+
+	"github.com/quota-lease/quota-lease/internal/identity"
+	"github.com/quota-lease/quota-lease/internal/mtls"
+	"github.com/quota-lease/quota-lease/internal/testca"
+)
+
+// TrustDomain is the SPIFFE trust domain of a cluster's certificates (the
+// binaries' default).
+const TrustDomain = "quota-lease"
+
+// pki is a cluster's throwaway CA and the certificates of its parts: every
+// listener serves mutual TLS, so the secure path is the one tested.
+type pki struct {
+	ca          *testca.CA
+	coordinator mtls.Files            // the coordinators' server certificate
+	regions     map[string]mtls.Files // each region's agent: server and client
+	admin       mtls.Files            // the harness's admin client
+	service     mtls.Files            // the traffic driver, as a service calling agents
+}
+
+func newPKI(dir string, regions []string) (*pki, error) {
+	dir = filepath.Join(dir, "pki")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	ca, err := testca.New(dir, "cluster")
+	if err != nil {
+		return nil, err
+	}
+	p := &pki{ca: ca, regions: map[string]mtls.Files{}}
+	issue := func(name string, id *identity.ID) (mtls.Files, error) {
+		l := testca.Leaf{Name: name}
+		if id != nil {
+			l.URIs = append(l.URIs, identity.URI(TrustDomain, *id))
+		}
+		cert, key, err := ca.Issue(l)
+		return mtls.Files{Cert: cert, Key: key, CA: ca.CertFile}, err
+	}
+	if p.coordinator, err = issue("coordinator", nil); err != nil {
+		return nil, err
+	}
+	if p.admin, err = issue("admin", &identity.ID{Kind: identity.Role, Name: identity.Admin}); err != nil {
+		return nil, err
+	}
+	if p.service, err = issue("service", nil); err != nil {
+		return nil, err
+	}
+	for _, r := range regions {
+		if p.regions[r], err = issue("agent-"+r, &identity.ID{Kind: identity.Region, Name: r}); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// serverArgs are a listener's TLS flags for f.
+func serverArgs(f mtls.Files) []string {
+	return []string{"--tls-cert", f.Cert, "--tls-key", f.Key, "--tls-client-ca", f.CA}
+}
+
+// clientTLS is the client configuration of f.
+func clientTLS(f mtls.Files) (*tls.Config, error) { return mtls.Client(f, "") }
+
+// grpcCreds are f's gRPC client credentials.
+func grpcCreds(f mtls.Files) (credentials.TransportCredentials, error) {
+	cfg, err := clientTLS(f)
+	if err != nil {
+		return nil, err
+	}
+	return credentials.NewTLS(cfg), nil
+}
+
+// httpClient is an HTTPS client presenting f.
+func httpClient(f mtls.Files) (*http.Client, error) {
+	cfg, err := clientTLS(f)
+	if err != nil {
+		return nil, err
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}}, nil
+}

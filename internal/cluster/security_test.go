@@ -1,0 +1,99 @@
+package cluster
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
+)
+
+// The impersonation attack, over real processes with mutual TLS: a
+// caller holding region us's certificate sends Lease calls for region eu
+// under eu's real instance name with fresh nonces, every 200 ms for 6 s
+// (before, this marked eu's grants replaced and kept eu degraded). Every
+// call is refused; eu stays leased and its checks never fall back. A
+// plaintext caller is refused too, and the admin CLI works only with the
+// admin certificate.
+func TestE2EForgedLeaseCallsRefused(t *testing.T) {
+	c := start(t, globalPolicy)
+	ctx := t.Context()
+	leader, err := c.WaitLeader(ctx, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	usCreds, err := grpcCreds(c.pki.regions["us"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := grpc.NewClient(leader.Addr, grpc.WithTransportCredentials(usCreds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	attacker := pb.NewLeaseServiceClient(cc)
+
+	load := steady("api-global", "api", 1, 0, map[string]float64{"us": 20, "eu": 20, "ap": 20})
+	d := NewDriver(c)
+	done := make(chan struct{})
+	go func() { d.Run(ctx, 10*time.Second, load); close(done) }()
+	time.Sleep(2 * time.Second)
+	refused := 0
+	for i := 0; i < 30; i++ {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := attacker.Lease(cctx, &pb.LeaseRequest{Region: "eu", Instance: "eu-1", Nonce: "forged-" + time.Now().String(),
+			Quotas: []*pb.QuotaRequest{{Quota: "api-global", Demand: 1 << 50}}})
+		cancel()
+		if status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("forged lease call %d: %v, want PermissionDenied", i, err)
+		}
+		refused++
+		time.Sleep(200 * time.Millisecond)
+	}
+	<-done
+	st := d.Stats("api-global")["eu"]
+	t.Logf("%d forged calls refused; eu: %s", refused, st.Describe())
+	if st.Modes["degraded"] > 0 || st.Modes["leased"] == 0 {
+		t.Fatalf("the forged calls disturbed eu: %s", st.Describe())
+	}
+	noErrors(t, d, "api-global")
+
+	plain, err := grpc.NewClient(leader.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := pb.NewAdminServiceClient(plain).ListPolicies(cctx, &pb.ListPoliciesRequest{}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("plaintext admin call: %v, want the connection refused", err)
+	}
+
+	cli := func(env ...string) (string, error) {
+		cmd := exec.CommandContext(ctx, bins.Coordinator, "quota", "list", "--coordinator", leader.Addr)
+		cmd.Env = append(os.Environ(), env...)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	admin := c.pki.admin
+	if out, err := cli("QUOTALEASE_TLS_CA="+admin.CA, "QUOTALEASE_TLS_CERT="+admin.Cert, "QUOTALEASE_TLS_KEY="+admin.Key); err != nil || !strings.Contains(out, "api-global") {
+		t.Fatalf("admin CLI with the admin certificate: %v\n%s", err, out)
+	}
+	us := c.pki.regions["us"]
+	if out, err := cli("QUOTALEASE_TLS_CA="+us.CA, "QUOTALEASE_TLS_CERT="+us.Cert, "QUOTALEASE_TLS_KEY="+us.Key); err != nil {
+		t.Fatalf("a region's certificate cannot list policies (agents load them so): %v\n%s", err, out)
+	}
+	if out, err := cli(); err == nil {
+		t.Fatalf("admin CLI without TLS succeeded:\n%s", out)
+	} else {
+		t.Logf("without certificates the CLI says: %s", strings.TrimSpace(out))
+	}
+}

@@ -1,0 +1,104 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/quota-lease/quota-lease/internal/identity"
+	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
+)
+
+// access is who may call a method.
+type access int
+
+const (
+	// regionAccess: an agent of the region the request names.
+	regionAccess access = iota + 1
+	// policyAccess: any identity (agents load their policies).
+	policyAccess
+	// readAccess: role admin or viewer.
+	readAccess
+	// writeAccess: role admin.
+	writeAccess
+)
+
+// methodAccess lists every method served; a method not listed is refused
+// to everyone.
+var methodAccess = map[string]access{
+	pb.LeaseService_Lease_FullMethodName:         regionAccess,
+	pb.AdminService_SetPolicy_FullMethodName:     writeAccess,
+	pb.AdminService_DeletePolicy_FullMethodName:  writeAccess,
+	pb.AdminService_ReleaseRegion_FullMethodName: writeAccess,
+	pb.AdminService_SetRegion_FullMethodName:     writeAccess,
+	pb.AdminService_Rebalance_FullMethodName:     writeAccess,
+	pb.AdminService_GetPolicy_FullMethodName:     policyAccess,
+	pb.AdminService_ListPolicies_FullMethodName:  policyAccess,
+	pb.AdminService_ListLeases_FullMethodName:    readAccess,
+	pb.AdminService_ListRegions_FullMethodName:   readAccess,
+	pb.AdminService_GetBound_FullMethodName:      readAccess,
+}
+
+// refusals counts refused calls by method and reason, for the metrics.
+type refusals struct{ m sync.Map } // "method\x00reason" -> *atomic.Int64
+
+func (r *refusals) add(method, reason string) {
+	v, _ := r.m.LoadOrStore(method+"\x00"+reason, new(atomic.Int64))
+	v.(*atomic.Int64).Add(1)
+}
+
+// Authorize is a unary interceptor enforcing methodAccess with the
+// identity in the caller's client certificate (Config.TrustDomain). It
+// refuses before the handler runs, so a refused call leaves no trace in
+// the ledger. Without a trust domain it lets every call through: the
+// listener is then plaintext on loopback (see the serve command).
+func (c *Coordinator) Authorize(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if c.cfg.TrustDomain == "" {
+		return handler(ctx, req)
+	}
+	if err := c.authorize(ctx, info.FullMethod, req); err != nil {
+		return nil, err
+	}
+	return handler(ctx, req)
+}
+
+func (c *Coordinator) authorize(ctx context.Context, method string, req any) error {
+	refuse := func(code codes.Code, reason, msg string, args ...any) error {
+		c.refused.add(method, reason)
+		text := fmt.Sprintf(msg, args...)
+		c.log.Warn("call refused", "method", method, "reason", reason, "detail", text)
+		return status.Error(code, text)
+	}
+	id, err := identity.FromContext(ctx, c.cfg.TrustDomain)
+	if err != nil {
+		return refuse(codes.Unauthenticated, "no-identity", "%v", err)
+	}
+	switch methodAccess[method] {
+	case regionAccess:
+		lr, ok := req.(*pb.LeaseRequest)
+		if !ok || id.Kind != identity.Region {
+			return refuse(codes.PermissionDenied, "not-a-region", "%s may not lease: only a region's agents may", id)
+		}
+		if lr.GetRegion() != id.Name {
+			return refuse(codes.PermissionDenied, "other-region", "a certificate of region %q may lease only for %q, not for %q", id.Name, id.Name, lr.GetRegion())
+		}
+	case policyAccess:
+		// Every identity of the trust domain: regions and both roles.
+	case readAccess:
+		if id.Kind != identity.Role {
+			return refuse(codes.PermissionDenied, "not-a-role", "%s may not use the admin API: it needs role viewer or admin", id)
+		}
+	case writeAccess:
+		if id != (identity.ID{Kind: identity.Role, Name: identity.Admin}) {
+			return refuse(codes.PermissionDenied, "not-admin", "%s may not change state: it needs role admin", id)
+		}
+	default:
+		return refuse(codes.PermissionDenied, "unknown-method", "method %s is not served", method)
+	}
+	return nil
+}

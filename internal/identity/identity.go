@@ -1,0 +1,99 @@
+// Package identity names who is calling: the SPIFFE-style identity in a
+// client certificate's URI SAN, spiffe://<trust-domain>/region/<name> for
+// a region's agents and spiffe://<trust-domain>/role/<admin|viewer> for
+// operators and their tools.
+package identity
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+)
+
+// Kind is what an identity is.
+type Kind string
+
+// The kinds of identity.
+const (
+	Region Kind = "region"
+	Role   Kind = "role"
+)
+
+// The roles.
+const (
+	Admin  = "admin"
+	Viewer = "viewer"
+)
+
+// ID is one caller's identity.
+type ID struct {
+	Kind Kind
+	Name string // the region, or the role
+}
+
+func (id ID) String() string { return string(id.Kind) + "/" + id.Name }
+
+// URI is the SAN of id in trustDomain, as certificates carry it.
+func URI(trustDomain string, id ID) *url.URL {
+	return &url.URL{Scheme: "spiffe", Host: trustDomain, Path: "/" + string(id.Kind) + "/" + id.Name}
+}
+
+// ErrNoIdentity reports a caller without a usable identity: no client
+// certificate, or none naming a region or role of the trust domain.
+var ErrNoIdentity = errors.New("no identity")
+
+// FromCert returns the identity cert's URI SANs name in trustDomain. A
+// certificate naming more than one is refused: an identity must be one
+// thing.
+func FromCert(cert *x509.Certificate, trustDomain string) (ID, error) {
+	var found []ID
+	for _, u := range cert.URIs {
+		if u.Scheme != "spiffe" || u.Host != trustDomain {
+			continue
+		}
+		parts := strings.Split(strings.TrimPrefix(u.Path, "/"), "/")
+		if len(parts) != 2 || parts[1] == "" {
+			continue
+		}
+		switch k := Kind(parts[0]); k {
+		case Region:
+			found = append(found, ID{Kind: k, Name: parts[1]})
+		case Role:
+			if parts[1] == Admin || parts[1] == Viewer {
+				found = append(found, ID{Kind: k, Name: parts[1]})
+			}
+		}
+	}
+	switch len(found) {
+	case 0:
+		return ID{}, fmt.Errorf("%w: the certificate names no spiffe://%s/region/... or /role/admin|viewer", ErrNoIdentity, trustDomain)
+	case 1:
+		return found[0], nil
+	default:
+		return ID{}, fmt.Errorf("%w: the certificate names %d identities; issue one per certificate", ErrNoIdentity, len(found))
+	}
+}
+
+// FromContext returns the identity of a gRPC call's verified client
+// certificate.
+func FromContext(ctx context.Context, trustDomain string) (ID, error) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return ID{}, fmt.Errorf("%w: no peer", ErrNoIdentity)
+	}
+	ti, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok {
+		return ID{}, fmt.Errorf("%w: the connection is not TLS", ErrNoIdentity)
+	}
+	chains := ti.State.VerifiedChains
+	if len(chains) == 0 || len(chains[0]) == 0 {
+		return ID{}, fmt.Errorf("%w: no verified client certificate", ErrNoIdentity)
+	}
+	return FromCert(chains[0][0], trustDomain)
+}
