@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -76,32 +75,19 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		*name = host + ":" + port
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "coordinator", Level: hclog.LevelFromString(*logLevel), Output: stderr})
-	mutual := tlsFiles.Cert != "" && tlsFiles.CA != ""
-	exposed := map[string]bool{"--listen": mutual, "--http-listen": mutual, "--etcd-listen": false} // embedded etcd has no TLS
-	for flag, addr := range map[string]string{"--listen": *listen, "--http-listen": *httpListen, "--etcd-listen": *etcdListen} {
-		if flag == "--etcd-listen" && *etcdMode != "embedded" {
-			continue
-		}
-		warn, err := mtls.CheckExposure(flag, addr, exposed[flag], *insecureListen)
-		if err != nil {
+	if *etcdMode == "embedded" && *endpoints == "" { // embedded etcd has no TLS
+		if warn, err := mtls.CheckExposure("--etcd-listen", *etcdListen, false, *insecureListen); err != nil {
 			return err
-		}
-		if warn != "" {
+		} else if warn != "" {
 			log.Warn(warn)
 		}
 	}
-	var grpcTLS, httpTLS *tls.Config
-	if tlsFiles.Enabled() {
-		var err error
-		if grpcTLS, err = mtls.Server(*tlsFiles); err != nil {
-			return err
-		}
-		if httpTLS, err = mtls.ServerOptionalClient(*tlsFiles); err != nil {
-			return err
-		}
+	tl, err := mtls.SetUp(*tlsFiles, map[string]string{"--listen": *listen, "--http-listen": *httpListen}, *insecureListen, func(w string) { log.Warn(w) })
+	if err != nil {
+		return err
 	}
 	domain := ""
-	if mutual {
+	if tl.Mutual {
 		domain = *trustDomain
 	}
 	if *endpoints != "" {
@@ -154,8 +140,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("listen on %s: %w (is another replica using it? pick another with --listen)", *listen, err)
 	}
 	opts := []grpc.ServerOption{grpc.UnaryInterceptor(c.Authorize)}
-	if grpcTLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(grpcTLS)))
+	if tl.GRPC != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tl.GRPC)))
 	}
 	srv := grpc.NewServer(opts...)
 	c.Register(srv)
@@ -166,8 +152,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return fmt.Errorf("listen on %s: %w (choose another with --http-listen)", *httpListen, err)
 		}
-		hsrv = &http.Server{Handler: c.HTTPHandler(), ReadHeaderTimeout: 5 * time.Second, TLSConfig: httpTLS}
-		if httpTLS != nil {
+		hsrv = &http.Server{Handler: c.HTTPHandler(), ReadHeaderTimeout: 5 * time.Second, TLSConfig: tl.HTTP}
+		if tl.HTTP != nil {
 			go hsrv.ServeTLS(hl, "", "")
 		} else {
 			go hsrv.Serve(hl)
@@ -175,7 +161,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		defer hsrv.Close()
 	}
 	log.Info("serving", "listen", lis.Addr().String(), "advertise", *advertise, "etcd", strings.Join(eps, ","),
-		"tls", grpcTLS != nil, "authorization", domain != "")
+		"tls", tl.GRPC != nil, "authorization", domain != "")
 
 	runCtx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})

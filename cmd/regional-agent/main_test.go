@@ -39,6 +39,8 @@ func TestLoadBadInput(t *testing.T) {
 		{[]string{"load", "--bogus"}, 2, "flag provided but not defined"},
 		{[]string{"demo", "--bin", "/nonexistent"}, 1, "make build"},
 		{[]string{"serve"}, 2, "--region is required"},
+		{[]string{"serve", "--region", "us", "--grpc-listen", "0.0.0.0:0"}, 1, "pass --insecure"},
+		{[]string{"serve", "--region", "us", "--tls-cert", "c.pem"}, 1, "--tls-key"},
 		{[]string{"frobnicate"}, 2, "unknown command"},
 	}
 	for _, c := range cases {

@@ -76,28 +76,12 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		return errUsage
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "regional-agent", Level: hclog.LevelFromString(*logLevel), Output: stderr})
-	mutual := tlsFiles.Cert != "" && tlsFiles.CA != ""
-	for flag, addr := range map[string]string{"--grpc-listen": *grpcListen, "--http-listen": *httpListen} {
-		warn, err := mtls.CheckExposure(flag, addr, mutual, *insecureListen)
-		if err != nil {
-			return err
-		}
-		if warn != "" {
-			log.Warn(warn)
-		}
+	tl, err := mtls.SetUp(*tlsFiles, map[string]string{"--grpc-listen": *grpcListen, "--http-listen": *httpListen}, *insecureListen, func(w string) { log.Warn(w) })
+	if err != nil {
+		return err
 	}
-	var grpcTLS, httpTLS, coordTLS *tls.Config
-	if tlsFiles.Enabled() {
-		var err error
-		if grpcTLS, err = mtls.Server(*tlsFiles); err != nil {
-			return err
-		}
-		if httpTLS, err = mtls.ServerOptionalClient(*tlsFiles); err != nil {
-			return err
-		}
-	}
+	var coordTLS *tls.Config
 	if *coordCA != "" {
-		var err error
 		if coordTLS, err = mtls.Client(mtls.Files{CA: *coordCA, Cert: tlsFiles.Cert, Key: tlsFiles.Key}, ""); err != nil {
 			return err
 		}
@@ -134,25 +118,25 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("listen on %s: %w (choose another with --http-listen)", *httpListen, err)
 	}
 	var gopts []grpc.ServerOption
-	if grpcTLS != nil {
-		gopts = append(gopts, grpc.Creds(credentials.NewTLS(grpcTLS)))
+	if tl.GRPC != nil {
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tl.GRPC)))
 	}
 	gs := grpc.NewServer(gopts...)
 	a.RegisterGRPC(gs)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	handler := a.HTTPHandler()
-	if mutual {
+	if tl.Mutual {
 		handler = mtls.RequireClientCert(handler, "/metrics", "/healthz", "/readyz")
 	}
-	hsrv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second, TLSConfig: httpTLS}
+	hsrv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second, TLSConfig: tl.HTTP}
 
 	runCtx, stop := context.WithCancel(context.Background())
 	defer stop()
 	runErr := make(chan error, 1)
 	go func() { runErr <- a.Run(runCtx) }()
 	go gs.Serve(gl)
-	if httpTLS != nil {
+	if tl.HTTP != nil {
 		go hsrv.ServeTLS(hl, "", "")
 	} else {
 		go hsrv.Serve(hl)

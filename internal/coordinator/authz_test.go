@@ -28,7 +28,7 @@ type pki struct {
 	files map[string]mtls.Files // by name: server, us, eu, admin, viewer, ...
 }
 
-func newPKI(t *testing.T) *pki {
+func newPKI(t testing.TB) *pki {
 	t.Helper()
 	dir := t.TempDir()
 	ca, err := testca.New(dir, "test")
@@ -40,6 +40,7 @@ func newPKI(t *testing.T) *pki {
 		"server": {Kind: identity.Role, Name: "server"}, // names no usable identity
 		"us":     {Kind: identity.Region, Name: "us"},
 		"eu":     {Kind: identity.Region, Name: "eu"},
+		"ap":     {Kind: identity.Region, Name: "ap"},
 		"admin":  {Kind: identity.Role, Name: identity.Admin},
 		"viewer": {Kind: identity.Role, Name: identity.Viewer},
 	} {
@@ -48,7 +49,7 @@ func newPKI(t *testing.T) *pki {
 	return p
 }
 
-func (p *pki) issue(t *testing.T, name string, id identity.ID, notAfter time.Time) mtls.Files {
+func (p *pki) issue(t testing.TB, name string, id identity.ID, notAfter time.Time) mtls.Files {
 	t.Helper()
 	cert, key, err := p.ca.Issue(testca.Leaf{Name: name, URIs: []*url.URL{identity.URI(trustDomain, id)}, NotAfter: notAfter})
 	if err != nil {
@@ -60,7 +61,7 @@ func (p *pki) issue(t *testing.T, name string, id identity.ID, notAfter time.Tim
 }
 
 // startSecure starts a replica serving mutual TLS with authorization on.
-func startSecure(t *testing.T, p *pki) *replica {
+func startSecure(t testing.TB, p *pki) *replica {
 	t.Helper()
 	sf := p.files["server"]
 	cfg, err := mtls.Server(sf)
@@ -73,7 +74,7 @@ func startSecure(t *testing.T, p *pki) *replica {
 }
 
 // dialAs connects to r with the certificate of name ("" for none).
-func dialAs(t *testing.T, p *pki, r *replica, name string) (pb.AdminServiceClient, pb.LeaseServiceClient) {
+func dialAs(t testing.TB, p *pki, r *replica, name string) (pb.AdminServiceClient, pb.LeaseServiceClient) {
 	t.Helper()
 	f := mtls.Files{CA: p.ca.CertFile}
 	if name != "" {

@@ -1,6 +1,7 @@
 package mtls
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net"
 )
@@ -30,4 +31,40 @@ func IsLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// Listeners is the TLS set-up of a process's listeners.
+type Listeners struct {
+	// GRPC requires client certificates (when f.CA is set); HTTP verifies
+	// one only if given, for metrics and health. Both nil: plaintext.
+	GRPC, HTTP *tls.Config
+	// Mutual is whether clients must prove an identity (f has a client CA).
+	Mutual bool
+}
+
+// SetUp builds the listeners' TLS configurations from f, after checking
+// each address in addrs (flag name to address) against CheckExposure; warn
+// is told each warning to log.
+func SetUp(f Files, addrs map[string]string, insecure bool, warn func(string)) (Listeners, error) {
+	l := Listeners{Mutual: f.Cert != "" && f.CA != ""}
+	for flag, addr := range addrs {
+		w, err := CheckExposure(flag, addr, l.Mutual, insecure)
+		if err != nil {
+			return Listeners{}, err
+		}
+		if w != "" {
+			warn(w)
+		}
+	}
+	if !f.Enabled() {
+		return l, nil
+	}
+	var err error
+	if l.GRPC, err = Server(f); err != nil {
+		return Listeners{}, err
+	}
+	if l.HTTP, err = ServerOptionalClient(f); err != nil {
+		return Listeners{}, err
+	}
+	return l, nil
 }

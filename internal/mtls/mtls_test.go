@@ -1,6 +1,8 @@
 package mtls
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -77,5 +79,16 @@ func TestReloadKeepsLastGoodFiles(t *testing.T) {
 	second, _, _ := r.current()
 	if string(second.Certificate[0]) == string(first.Certificate[0]) {
 		t.Fatal("the rotated certificate was not loaded")
+	}
+}
+
+func TestRequireClientCert(t *testing.T) {
+	h := RequireClientCert(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}), "/metrics")
+	for path, want := range map[string]int{"/metrics": 200, "/v1/check": 401} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("POST", path, nil))
+		if rec.Code != want {
+			t.Errorf("%s without a client certificate: %d, want %d", path, rec.Code, want)
+		}
 	}
 }
