@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -44,12 +45,32 @@ var methodAccess = map[string]access{
 	pb.AdminService_GetBound_FullMethodName:      readAccess,
 }
 
-// refusals counts refused calls by method and reason, for the metrics.
-type refusals struct{ m sync.Map } // "method\x00reason" -> *atomic.Int64
+// refusals counts refused calls by method and reason, for the metrics,
+// and paces their logging: a flood of forged calls must not flood the log.
+type refusals struct {
+	m sync.Map // "method\x00reason" -> *atomic.Int64
 
-func (r *refusals) add(method, reason string) {
-	v, _ := r.m.LoadOrStore(method+"\x00"+reason, new(atomic.Int64))
+	mu     sync.Mutex
+	logged map[string]time.Time
+}
+
+// add counts one refusal and reports whether to log it: the first of its
+// kind in any second.
+func (r *refusals) add(method, reason string) bool {
+	key := method + "\x00" + reason
+	v, _ := r.m.LoadOrStore(key, new(atomic.Int64))
 	v.(*atomic.Int64).Add(1)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.logged == nil {
+		r.logged = map[string]time.Time{}
+	}
+	now := time.Now()
+	if now.Sub(r.logged[key]) < time.Second {
+		return false
+	}
+	r.logged[key] = now
+	return true
 }
 
 // Authorize is a unary interceptor enforcing methodAccess with the
@@ -69,9 +90,10 @@ func (c *Coordinator) Authorize(ctx context.Context, req any, info *grpc.UnarySe
 
 func (c *Coordinator) authorize(ctx context.Context, method string, req any) error {
 	refuse := func(code codes.Code, reason, msg string, args ...any) error {
-		c.refused.add(method, reason)
 		text := fmt.Sprintf(msg, args...)
-		c.log.Warn("call refused", "method", method, "reason", reason, "detail", text)
+		if c.refused.add(method, reason) {
+			c.log.Warn("call refused (logged at most once a second per method and reason; all are counted)", "method", method, "reason", reason, "detail", text)
+		}
 		return status.Error(code, text)
 	}
 	id, err := identity.FromContext(ctx, c.cfg.TrustDomain)

@@ -107,6 +107,9 @@ func Client(f Files, serverName string) (*tls.Config, error) {
 			if name == "" {
 				name = cs.ServerName
 			}
+			if name == "" { // never skip the name check
+				return errors.New("tls: no server name to verify the server's certificate against")
+			}
 			opts := x509.VerifyOptions{Roots: pool, DNSName: name, Intermediates: x509.NewCertPool()}
 			for _, ic := range cs.PeerCertificates[1:] {
 				opts.Intermediates.AddCert(ic)
