@@ -237,6 +237,14 @@ func TestUntrustedCallersRefused(t *testing.T) {
 	if err := try("server of an unknown CA", credentials.NewTLS(cfg)); !strings.Contains(err.Error(), "certificate") {
 		t.Errorf("client accepted an unknown server CA: %v", err)
 	}
+	// Nor a server whose certificate does not name what was dialed.
+	cfg, err = mtls.Client(p.files["admin"], "not-the-coordinator.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := try("server under another name", credentials.NewTLS(cfg)); !strings.Contains(err.Error(), "not-the-coordinator.example") {
+		t.Errorf("client accepted a server certificate for another name: %v", err)
+	}
 }
 
 // Replacing the server's certificate files is picked up by new

@@ -80,9 +80,10 @@ func server(f Files, auth tls.ClientAuthType) (*tls.Config, error) {
 }
 
 // Client returns the configuration of a client: TLS 1.3 only, verifying
-// servers against f.CA, and presenting f's certificate when given. Both
-// are re-read when their files change; serverName, when set, overrides
-// the name verified (e.g. when dialing an IP address).
+// servers (name and chain) against f.CA, and presenting f's certificate
+// when given, re-read when its files change. The CA bundle is read once:
+// rotate a CA by adding the new one to the bundle before any server uses
+// it. serverName, when set, overrides the name verified.
 func Client(f Files, serverName string) (*tls.Config, error) {
 	if err := f.validate(false); err != nil {
 		return nil, err
@@ -91,35 +92,8 @@ func Client(f Files, serverName string) (*tls.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &tls.Config{MinVersion: tls.VersionTLS13, ServerName: serverName,
-		// The chain is verified below against the current CA file, so a
-		// rotated CA is used without rebuilding connections' configs.
-		InsecureSkipVerify: true,
-		VerifyConnection: func(cs tls.ConnectionState) error {
-			_, pool, err := kp.current()
-			if err != nil {
-				return err
-			}
-			if len(cs.PeerCertificates) == 0 {
-				return errors.New("tls: server presented no certificate")
-			}
-			name := serverName
-			if name == "" {
-				name = cs.ServerName
-			}
-			if name == "" { // never skip the name check
-				return errors.New("tls: no server name to verify the server's certificate against")
-			}
-			opts := x509.VerifyOptions{Roots: pool, DNSName: name, Intermediates: x509.NewCertPool()}
-			for _, ic := range cs.PeerCertificates[1:] {
-				opts.Intermediates.AddCert(ic)
-			}
-			if _, err := cs.PeerCertificates[0].Verify(opts); err != nil {
-				return fmt.Errorf("tls: server certificate: %w", err)
-			}
-			return nil
-		},
-	}
+	_, pool, _ := kp.current()
+	c := &tls.Config{MinVersion: tls.VersionTLS13, ServerName: serverName, RootCAs: pool}
 	if f.Cert != "" {
 		c.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 			cert, _, err := kp.current()
