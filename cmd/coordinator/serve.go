@@ -59,6 +59,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	maxStep := fs.Float64("max-step", coordinator.DefaultMaxStep, "most a share moves per rebalancing round, as a fraction of the quota")
 	hysteresis := fs.Float64("hysteresis", coordinator.DefaultHysteresis, "share changes smaller than this fraction of the quota are not made")
 	storeLag := fs.Duration("store-lag", 0, "most recent writes a region's Redis may lose when it fails over to a replica (its replication lag); enters the published bound as the store-lag term. 0 where Redis does not fail over to replicas")
+	leaseRate := fs.Float64("lease-call-rate", coordinator.DefaultLeaseCallRate, "most Lease calls per second one region's certificate may make (burst twice that); more are refused before they touch the ledger. An agent instance renews about every third of a lease")
 	tlsFiles := mtls.ServerFlags(fs)
 	trustDomain := fs.String("trust-domain", "quota-lease", "SPIFFE trust domain of the identities in client certificates (spiffe://<domain>/region/<r>, /role/admin, /role/viewer)")
 	insecureListen := fs.Bool("insecure", false, "allow listening on a non-loopback address without mutual TLS (anyone who reaches it can lease and administer)")
@@ -130,7 +131,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Name: *name, Advertise: *advertise, Prefix: *prefix, Regions: regionList,
 		Timing:     lease.Timing{ValidFor: *leaseDur, Drift: *drift, Margin: *margin, DegradedTimeout: *degraded},
 		SessionTTL: *ttl, RebalanceInterval: *rebal, FlushInterval: *flushEvery,
-		Strategy: allocation.Strategy(*strategy), MaxStep: *maxStep, Hysteresis: *hysteresis, StoreLag: *storeLag, TrustDomain: domain, Logger: log,
+		Strategy: allocation.Strategy(*strategy), MaxStep: *maxStep, Hysteresis: *hysteresis, StoreLag: *storeLag, TrustDomain: domain, LeaseCallRate: *leaseRate, Logger: log,
 	})
 	if err != nil {
 		return err

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -63,6 +62,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	policyRefresh := fs.Duration("policy-refresh", 10*time.Second, "reload the policies at least this often; a grant computed from a changed policy, or a check naming an unknown one, reloads them at once")
 	tlsFiles := mtls.ServerFlags(fs)
 	coordCA := fs.String("coordinator-tls-ca", os.Getenv("QUOTALEASE_TLS_CA"), "PEM CA that signs the coordinators' certificates; turns TLS on toward them, presenting --tls-cert (the region's identity) as the client certificate (env QUOTALEASE_TLS_CA)")
+	httpConns := fs.Int("http-max-conns", agent.DefaultMaxHTTPConns, "most open HTTP connections; more wait to be accepted, so slow clients cannot exhaust file descriptors")
 	insecureListen := fs.Bool("insecure", false, "allow listening on a non-loopback address without mutual TLS (anyone who reaches it can check and read metrics)")
 	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
@@ -117,7 +117,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w (choose another with --http-listen)", *httpListen, err)
 	}
-	var gopts []grpc.ServerOption
+	gopts := agent.GRPCServerOptions()
 	if tl.GRPC != nil {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tl.GRPC)))
 	}
@@ -129,7 +129,8 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if tl.Mutual {
 		handler = mtls.RequireClientCert(handler, "/metrics", "/healthz", "/readyz")
 	}
-	hsrv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second, TLSConfig: tl.HTTP}
+	hsrv := agent.NewHTTPServer(handler, tl.HTTP)
+	hl = agent.LimitListener(hl, *httpConns)
 
 	runCtx, stop := context.WithCancel(context.Background())
 	defer stop()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -119,6 +118,9 @@ type runningAgent struct {
 	stop     func()
 }
 
+// httpConns is the test agents' HTTP connection cap.
+const httpConns = 64
+
 func startAgent(t testing.TB, region, redisAddr string, coordAddrs []string, mod func(*Config)) *runningAgent {
 	t.Helper()
 	cl, err := coordinator.NewClient(coordAddrs)
@@ -142,11 +144,11 @@ func startAgent(t testing.TB, region, redisAddr string, coordAddrs []string, mod
 	go func() { a.Run(ctx); close(done) }()
 	gl, _ := net.Listen("tcp", "127.0.0.1:0")
 	hl, _ := net.Listen("tcp", "127.0.0.1:0")
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(GRPCServerOptions()...)
 	a.RegisterGRPC(gs)
 	go gs.Serve(gl)
-	hs := &http.Server{Handler: a.HTTPHandler()}
-	go hs.Serve(hl)
+	hs := NewHTTPServer(a.HTTPHandler(), nil)
+	go hs.Serve(LimitListener(hl, httpConns))
 	var once sync.Once
 	ra := &runningAgent{a: a, grpcAddr: gl.Addr().String(), httpURL: "http://" + hl.Addr().String(), stop: func() {
 		once.Do(func() {

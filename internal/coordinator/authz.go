@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -73,6 +74,28 @@ func (r *refusals) add(method, reason string) bool {
 	return true
 }
 
+// callRate limits calls per identity (token buckets of rate per second,
+// burst twice that).
+type callRate struct {
+	rate float64
+	mu   sync.Mutex
+	by   map[string]*rate.Limiter
+}
+
+func (r *callRate) allow(who string) bool {
+	if r.rate <= 0 {
+		return true
+	}
+	r.mu.Lock()
+	l := r.by[who]
+	if l == nil {
+		l = rate.NewLimiter(rate.Limit(r.rate), int(2*r.rate)+1)
+		r.by[who] = l
+	}
+	r.mu.Unlock()
+	return l.Allow()
+}
+
 // Authorize is a unary interceptor enforcing methodAccess with the
 // identity in the caller's client certificate (Config.TrustDomain). It
 // refuses before the handler runs, so a refused call leaves no trace in
@@ -108,6 +131,9 @@ func (c *Coordinator) authorize(ctx context.Context, method string, req any) err
 		}
 		if lr.GetRegion() != id.Name {
 			return refuse(codes.PermissionDenied, "other-region", "a certificate of region %q may lease only for %q, not for %q", id.Name, id.Name, lr.GetRegion())
+		}
+		if !c.leaseCalls.allow(id.Name) {
+			return refuse(codes.ResourceExhausted, "lease-rate", "region %q sent more than %v lease calls a second; its agents renew far less often, so something is looping or flooding", id.Name, c.cfg.LeaseCallRate)
 		}
 	case policyAccess:
 		// Every identity of the trust domain: regions and both roles.

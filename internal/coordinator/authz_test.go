@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -61,14 +62,19 @@ func (p *pki) issue(t testing.TB, name string, id identity.ID, notAfter time.Tim
 }
 
 // startSecure starts a replica serving mutual TLS with authorization on.
-func startSecure(t testing.TB, p *pki) *replica {
+func startSecure(t testing.TB, p *pki, mods ...func(*Config)) *replica {
 	t.Helper()
 	sf := p.files["server"]
 	cfg, err := mtls.Server(sf)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := startReplica(t, newPrefix(t), "secure", func(c *Config) { c.TrustDomain = trustDomain }, grpc.Creds(credentials.NewTLS(cfg)))
+	r := startReplica(t, newPrefix(t), "secure", func(c *Config) {
+		c.TrustDomain = trustDomain
+		for _, m := range mods {
+			m(c)
+		}
+	}, grpc.Creds(credentials.NewTLS(cfg)))
 	waitLeader(t, r)
 	return r
 }
@@ -280,4 +286,54 @@ func TestServerCertificateRotation(t *testing.T) {
 	if _, err := adm.ListPolicies(t.Context(), &pb.ListPoliciesRequest{}); err != nil {
 		t.Fatalf("open connection failed after rotation: %v", err)
 	}
+}
+
+// A region flooding Lease calls with fresh nonces (the nonce-flood attack,
+// now only possible with the region's own certificate) is refused past its
+// call rate before anything is booked, and other regions are unaffected.
+// An inflated demand is capped at the whole quota.
+func TestLeaseCallsLimitedPerRegion(t *testing.T) {
+	p := newPKI(t)
+	r := startSecure(t, p, func(c *Config) { c.LeaseCallRate = 10 })
+	ctx := t.Context()
+	adm, _ := dialAs(t, p, r, "admin")
+	if _, err := adm.SetPolicy(ctx, &pb.SetPolicyRequest{Yaml: "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\n"}); err != nil {
+		t.Fatal(err)
+	}
+	_, us := dialAs(t, p, r, "us")
+	_, eu := dialAs(t, p, r, "eu")
+	lease := func(cl pb.LeaseServiceClient, region, nonce string, demand int64) error {
+		_, err := cl.Lease(ctx, &pb.LeaseRequest{Region: region, Instance: region + "-1", Nonce: nonce,
+			Quotas: []*pb.QuotaRequest{{Quota: "api", Demand: demand}}})
+		return err
+	}
+	ok, limited := 0, 0
+	start := time.Now()
+	for i := 0; i < 200; i++ {
+		switch err := lease(us, "us", fmt.Sprint("flood-", i), 1<<50); code(err) {
+		case codes.OK:
+			ok++
+		case codes.ResourceExhausted:
+			limited++
+		default:
+			t.Fatalf("flood call %d: %v", i, err)
+		}
+	}
+	allowed := 21 + int(10*time.Since(start).Seconds()) + 1 // burst plus refill
+	if ok > allowed || limited == 0 {
+		t.Fatalf("%d flood calls passed, %d limited; at most %d may pass", ok, limited, allowed)
+	}
+	if err := lease(eu, "eu", "eu-nonce", 1); err != nil {
+		t.Fatalf("eu's renewal during us's flood: %v", err)
+	}
+	leases, err := adm.ListLeases(ctx, &pb.ListLeasesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range leases.Leases {
+		if l.Region == "us" && l.Demand > 100*1_000_000 {
+			t.Fatalf("us's demand %d not capped at the quota", l.Demand)
+		}
+	}
+	t.Logf("flood: %d passed, %d limited", ok, limited)
 }

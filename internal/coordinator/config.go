@@ -43,6 +43,11 @@ type Config struct {
 	// client certificate naming an identity of this SPIFFE trust domain
 	// (see Authorize). Empty on a plaintext, loopback-only listener.
 	TrustDomain string
+	// LeaseCallRate bounds the Lease calls per second one region's
+	// identity may make (with authorization on); more are refused with
+	// ResourceExhausted before they touch the ledger. An agent instance
+	// renews about every third of a lease. Default 100; negative: no limit.
+	LeaseCallRate float64
 	// StoreLag is how much of its latest writes a region's Redis may lose
 	// when it fails over to a replica; it enters the published bound as
 	// the store-lag term. Zero where Redis does not fail over to replicas.
@@ -63,9 +68,13 @@ const (
 	DefaultFlushInterval     = time.Second
 	DefaultMaxStep           = 0.1
 	DefaultHysteresis        = 0.01
+	DefaultLeaseCallRate     = 100
 )
 
 func (c *Config) setDefaults() {
+	if c.LeaseCallRate == 0 {
+		c.LeaseCallRate = DefaultLeaseCallRate
+	}
 	if c.Prefix == "" {
 		c.Prefix = DefaultPrefix
 	}

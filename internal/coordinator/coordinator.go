@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 
 	"github.com/quota-lease/quota-lease/lease"
@@ -31,6 +32,8 @@ type Coordinator struct {
 	keys keys
 	// refused counts calls Authorize refused.
 	refused *refusals
+	// leaseCalls limits each region identity's Lease calls.
+	leaseCalls *callRate
 
 	mu     sync.RWMutex
 	cur    *term        // nil unless leader and ready
@@ -70,7 +73,8 @@ func New(cli *clientv3.Client, cfg Config) (*Coordinator, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("coordinator config: %w", err)
 	}
-	c := &Coordinator{cfg: cfg, cli: cli, log: cfg.Logger, keys: keys{cfg.Prefix}, refused: &refusals{}}
+	c := &Coordinator{cfg: cfg, cli: cli, log: cfg.Logger, keys: keys{cfg.Prefix}, refused: &refusals{},
+		leaseCalls: &callRate{rate: cfg.LeaseCallRate, by: map[string]*rate.Limiter{}}}
 	c.leader.Store("")
 	return c, nil
 }

@@ -103,10 +103,9 @@ func (c *Coordinator) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.Leas
 			fill(it.grant, it.q, lease.Grant{ID: "region", Amount: lease.Amount(it.q.full), Epoch: t.epoch, ValidFor: c.cfg.Timing.ValidFor}, c.cfg.Timing)
 			continue
 		}
-		demand := it.req.Demand
-		if demand < 0 {
-			demand = 0
-		}
+		// No region can use more than the whole quota: a larger demand is
+		// capped there, so an inflated report cannot weigh more than that.
+		demand := min(max(it.req.Demand, 0), it.q.book.Total())
 		r := lease.Renewal{Region: req.Region, Instance: req.Instance, Nonce: req.Nonce, Seq: it.req.Seq, GrantID: it.req.GrantId, Demand: demand}
 		p, err := it.q.book.Prepare(now, r, lease.Target(it.q.policy, it.q.targets, req.Region, demand))
 		if err != nil {

@@ -1,0 +1,113 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
+)
+
+// 300 checks of 4 MB each, 30 at a time, are refused for their size
+// before the agent buffers them (the default limit would have let each
+// through and taken the agent past a gigabyte), and a normal check is
+// answered meanwhile.
+func TestOversizedChecksRefused(t *testing.T) {
+	prefix := newPrefix(t)
+	k := startCoordinator(t, prefix, "")
+	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\nscope: region\n")
+	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, nil)
+	cc, err := grpc.NewClient(ra.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	cl := pb.NewCheckServiceClient(cc)
+	ctx := t.Context()
+	big := strings.Repeat("x", 4<<20-1024) // just under gRPC's default limit
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	codesSeen := map[codes.Code]int{}
+	for wave := 0; wave < 10; wave++ {
+		for range 30 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				_, err := cl.Check(cctx, &pb.CheckRequest{Policy: "api", Attributes: map[string]string{"tenant": big}})
+				mu.Lock()
+				codesSeen[status.Code(err)]++
+				mu.Unlock()
+			}()
+		}
+		// Answered (the client's own 30 marshalling goroutines may slow
+		// Redis past the check timeout, so the fallback may decide it).
+		if _, err := cl.Check(ctx, &pb.CheckRequest{Policy: "api", Attributes: tenantA}); err != nil {
+			t.Fatalf("a normal check during the oversized ones: %v", err)
+		}
+		wg.Wait()
+	}
+	if codesSeen[codes.ResourceExhausted] != 300 {
+		t.Fatalf("oversized checks answered %v, want 300 ResourceExhausted", codesSeen)
+	}
+}
+
+// 200 connections that send a request's headers and then stall its body
+// (three times the test agent's connection cap) are cut after the read
+// timeout; gRPC checks are answered throughout, and an HTTP check is
+// answered once the stalled connections are gone.
+func TestSlowBodiesDoNotStarveOthers(t *testing.T) {
+	prefix := newPrefix(t)
+	k := startCoordinator(t, prefix, "")
+	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\nscope: region\n")
+	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, nil)
+	host := strings.TrimPrefix(ra.httpURL, "http://")
+	var slow []net.Conn
+	defer func() {
+		for _, c := range slow {
+			c.Close()
+		}
+	}()
+	for i := 0; i < 3*httpConns+8; i++ {
+		c, err := net.Dial("tcp", host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+		slow = append(slow, c)
+	}
+	cc, err := grpc.NewClient(ra.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	if resp, err := pb.NewCheckServiceClient(cc).Check(t.Context(), &pb.CheckRequest{Policy: "api", Attributes: tenantA}); err != nil || !resp.Allowed {
+		t.Fatalf("gRPC check during the slow bodies: %+v %v", resp, err)
+	}
+	hc := &http.Client{Timeout: 4 * HTTPReadTimeout}
+	resp, err := hc.Post(ra.httpURL+"/v1/check", "application/json", strings.NewReader(`{"policy":"api","attributes":{"tenant":"b"}}`))
+	if err != nil {
+		t.Fatalf("HTTP check after the slow bodies: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("HTTP check: %d", resp.StatusCode)
+	}
+	// The first stalled connections were accepted and then cut.
+	slow[0].SetReadDeadline(time.Now().Add(4 * HTTPReadTimeout))
+	if _, err := io.ReadAll(slow[0]); err != nil {
+		t.Fatalf("a stalled connection was not closed by the agent: %v", err)
+	}
+}
