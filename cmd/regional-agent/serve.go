@@ -49,7 +49,9 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	host, _ := os.Hostname()
 	region := fs.String("region", "", "region this agent enforces for (required)")
 	instance := fs.String("instance", host, "this agent's name within the region (unique per process)")
-	redisAddr := fs.String("redis", "127.0.0.1:6379", "the region's Redis (host:port)")
+	redisAddr := fs.String("redis", "127.0.0.1:6379", "the region's Redis: host:port, or redis://[user[:password]@]host:port[/db], or rediss://... for TLS")
+	redisPasswordFile := fs.String("redis-password-file", "", "file holding the Redis password (else env QUOTALEASE_REDIS_PASSWORD, else the URL's); never logged")
+	redisCA := fs.String("redis-tls-ca", "", "PEM CA that signs Redis's certificate (turns TLS on; rediss:// without it uses the system roots)")
 	coordAddrs := fs.String("coordinator", "127.0.0.1:7400", "coordinator replicas, host:port[,host:port...]")
 	hints := fs.Bool("coordinator-hints", true, "follow the leader address that followers name; turn off when the coordinators are reached through proxies or NAT their advertised addresses bypass")
 	policies := fs.String("policies", "", "load policies from this YAML file instead of the coordinator")
@@ -60,6 +62,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	margin := fs.Duration("lease-margin", lease.DefaultTiming.Margin, "stop trusting a grant this much early, on top of drift")
 	fallbackKeys := fs.Int("fallback-keys", 100_000, "most identities the local fallback tracks")
 	policyRefresh := fs.Duration("policy-refresh", 10*time.Second, "reload the policies at least this often; a grant computed from a changed policy, or a check naming an unknown one, reloads them at once")
+	metricIDs := fs.String("metric-identities", agent.IdentitiesHashed, "how the hot-identity metric names identities (tenants, IPs): hashed (sha256:<12 hex>), plain (opt in to the names) or off")
 	tlsFiles := mtls.ServerFlags(fs)
 	coordCA := fs.String("coordinator-tls-ca", os.Getenv("QUOTALEASE_TLS_CA"), "PEM CA that signs the coordinators' certificates; turns TLS on toward them, presenting --tls-cert (the region's identity) as the client certificate (env QUOTALEASE_TLS_CA)")
 	httpConns := fs.Int("http-max-conns", agent.DefaultMaxHTTPConns, "most open HTTP connections; more wait to be accepted, so slow clients cannot exhaust file descriptors")
@@ -86,8 +89,11 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: *redisAddr, MaxRetries: -1, ContextTimeoutEnabled: true,
-		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, PoolSize: 64})
+	ropts, redisShown, err := redisTarget{addr: *redisAddr, passwordFile: *redisPasswordFile, caFile: *redisCA}.options()
+	if err != nil {
+		return err
+	}
+	rdb := redis.NewClient(ropts)
 	defer rdb.Close()
 	cl, err := coordinator.NewClient(strings.Split(*coordAddrs, ","))
 	if err != nil {
@@ -105,7 +111,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	t := lease.DefaultTiming
 	t.Drift, t.Margin = *drift, *margin
 	a, err := agent.New(agent.Config{Region: *region, Instance: *instance, Redis: rdb, Coordinator: cl, Policies: src,
-		CheckTimeout: *checkTimeout, Timing: t, FallbackKeys: *fallbackKeys, PolicyRefresh: *policyRefresh, Logger: log})
+		CheckTimeout: *checkTimeout, Timing: t, FallbackKeys: *fallbackKeys, PolicyRefresh: *policyRefresh, MetricIdentities: *metricIDs, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -142,7 +148,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	} else {
 		go hsrv.Serve(hl)
 	}
-	log.Info("serving", "region", *region, "instance", *instance, "grpc", gl.Addr().String(), "http", hl.Addr().String(), "redis", *redisAddr)
+	log.Info("serving", "region", *region, "instance", *instance, "grpc", gl.Addr().String(), "http", hl.Addr().String(), "redis", redisShown)
 	go func() {
 		for runCtx.Err() == nil && !a.Ready() {
 			time.Sleep(20 * time.Millisecond)

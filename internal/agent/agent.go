@@ -63,6 +63,10 @@ type Config struct {
 	IdempotencyWindow time.Duration
 	// HotKeys is K of the top-K hottest identities per policy. Default 10.
 	HotKeys int
+	// MetricIdentities is how the hot-identity metric names identities
+	// (tenant names, IPs): IdentitiesHashed by default, IdentitiesPlain to
+	// opt in to the names, IdentitiesOff to export none.
+	MetricIdentities string
 	// Clock; time.Now by default.
 	Clock  func() time.Time
 	Logger hclog.Logger
@@ -92,6 +96,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.IdempotencyWindow == 0 {
 		c.IdempotencyWindow = regional.DefaultIdempotencyWindow
+	}
+	if c.MetricIdentities == "" {
+		c.MetricIdentities = IdentitiesHashed
 	}
 	if c.HotKeys == 0 {
 		c.HotKeys = 10
@@ -136,6 +143,8 @@ func New(cfg Config) (*Agent, error) {
 		return nil, errors.New("agent: Redis, Coordinator and Policies are required")
 	case cfg.CheckTimeout < 0:
 		return nil, fmt.Errorf("agent: check timeout %s is negative", cfg.CheckTimeout)
+	case cfg.MetricIdentities != IdentitiesHashed && cfg.MetricIdentities != IdentitiesPlain && cfg.MetricIdentities != IdentitiesOff:
+		return nil, fmt.Errorf("agent: metric identities %q: use hashed, plain or off", cfg.MetricIdentities)
 	case cfg.PolicyRefresh < 0:
 		return nil, fmt.Errorf("agent: policy refresh interval %s is negative", cfg.PolicyRefresh)
 	}

@@ -239,10 +239,15 @@ func TestHTTP429Contract(t *testing.T) {
 	}
 	r2, _ := http.Get(ra.httpURL + "/metrics")
 	m, _ := io.ReadAll(r2.Body)
-	for _, want := range []string{`quotalease_agent_decisions_total{mode="region",policy="search",result="rejected"}`, "quotalease_agent_redis_seconds_bucket", `quotalease_agent_hot_identity_cost{identity="user=u1",policy="search"}`} {
+	for _, want := range []string{`quotalease_agent_decisions_total{mode="region",policy="search",result="rejected"}`, "quotalease_agent_redis_seconds_bucket",
+		// hashed by default: echo -n user=u1 | sha256sum
+		`quotalease_agent_hot_identity_cost{identity="sha256:706a975c125e",policy="search"}`} {
 		if !strings.Contains(string(m), want) {
 			t.Errorf("metrics lack %s", want)
 		}
+	}
+	if strings.Contains(string(m), "u1") {
+		t.Error("metrics name the identity in plain")
 	}
 }
 

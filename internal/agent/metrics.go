@@ -1,6 +1,9 @@
 package agent
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -62,8 +65,26 @@ func newMetrics() *metrics {
 }
 
 var hotDesc = prometheus.NewDesc("quotalease_agent_hot_identity_cost",
-	"Estimated recent cost of the heaviest identities per policy (top-K, halving every 30s), in units.",
+	"Estimated recent cost of the heaviest identities per policy (top-K, halving every 30s), in units. The identity label is sha256:<first 12 hex> of the identity unless the agent runs with --metric-identities plain.",
 	[]string{"policy", "identity"}, nil)
+
+// How the hot-identity metric names identities (Config.MetricIdentities).
+const (
+	IdentitiesHashed = "hashed"
+	IdentitiesPlain  = "plain"
+	IdentitiesOff    = "off"
+)
+
+// metricIdentity is identity as the metric shows it: hashed, so that
+// /metrics does not publish tenant names or addresses; an operator finds
+// a tenant by hashing its identity the same way (docs/runbook.md).
+func metricIdentity(mode, identity string) string {
+	if mode == IdentitiesPlain {
+		return identity
+	}
+	sum := sha256.Sum256([]byte(identity))
+	return "sha256:" + hex.EncodeToString(sum[:6])
+}
 
 // hotCollector exposes the top-K identities at scrape time.
 type hotCollector struct{ a *Agent }
@@ -71,6 +92,10 @@ type hotCollector struct{ a *Agent }
 func (h hotCollector) Describe(ch chan<- *prometheus.Desc) { ch <- hotDesc }
 
 func (h hotCollector) Collect(ch chan<- prometheus.Metric) {
+	mode := h.a.cfg.MetricIdentities
+	if mode == IdentitiesOff {
+		return
+	}
 	h.a.hotMu.Lock()
 	hot := make(map[string]*topK, len(h.a.hot))
 	for k, v := range h.a.hot {
@@ -79,7 +104,7 @@ func (h hotCollector) Collect(ch chan<- prometheus.Metric) {
 	h.a.hotMu.Unlock()
 	for policy, t := range hot {
 		for _, e := range t.top() {
-			ch <- prometheus.MustNewConstMetric(hotDesc, prometheus.GaugeValue, float64(e.Count), policy, e.ID)
+			ch <- prometheus.MustNewConstMetric(hotDesc, prometheus.GaugeValue, float64(e.Count), policy, metricIdentity(mode, e.ID))
 		}
 	}
 }

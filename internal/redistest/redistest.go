@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -21,9 +22,10 @@ import (
 type Server struct {
 	// Addr is host:port on 127.0.0.1.
 	Addr string
-	cmd  *exec.Cmd
-	bin  string
-	dir  string
+	cmd   *exec.Cmd
+	bin   string
+	dir   string
+	extra []string // more redis-server arguments
 }
 
 // Binary returns the path of redis-server, or an error telling how to
@@ -39,12 +41,13 @@ func Binary() (string, error) {
 	return p, nil
 }
 
-// Start runs a fresh redis-server for tb and stops it when tb ends. A
+// Start runs a fresh redis-server for tb, with args added to its command
+// line (e.g. "--requirepass", "secret"), and stops it when tb ends. A
 // missing redis-server fails the test: claims about Redis are only proven
 // against Redis.
-func Start(tb testing.TB) *Server {
+func Start(tb testing.TB, args ...string) *Server {
 	tb.Helper()
-	s, err := start(tb.TempDir())
+	s, err := start(tb.TempDir(), args...)
 	if err != nil {
 		tb.Fatalf("start redis: %v", err)
 	}
@@ -56,7 +59,7 @@ func Start(tb testing.TB) *Server {
 // that are not tests (the demo); they must call Stop.
 func StartIn(dir string) (*Server, error) { return start(dir) }
 
-func start(dir string) (*Server, error) {
+func start(dir string, args ...string) (*Server, error) {
 	bin, err := Binary()
 	if err != nil {
 		return nil, err
@@ -67,7 +70,7 @@ func start(dir string) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), bin: bin, dir: dir}
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), bin: bin, dir: dir, extra: args}
 		if lastErr = s.run(); lastErr == nil {
 			return s, nil
 		}
@@ -79,10 +82,10 @@ func start(dir string) (*Server, error) {
 // run starts the process on s.Addr and waits until it answers.
 func (s *Server) run() error {
 	_, port, _ := net.SplitHostPort(s.Addr)
-	cmd := exec.Command(s.bin,
+	cmd := exec.Command(s.bin, append([]string{
 		"--port", port, "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.dir,
-		"--logfile", filepath.Join(s.dir, "redis.log"))
+		"--logfile", filepath.Join(s.dir, "redis.log")}, s.extra...)...)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("exec %s: %w", s.bin, err)
 	}
@@ -114,7 +117,7 @@ func (s *Server) waitReady(limit time.Duration) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		err := c.Ping(ctx).Err()
 		cancel()
-		if err == nil {
+		if err == nil || strings.Contains(err.Error(), "NOAUTH") { // up, and asks for a password
 			return nil
 		}
 		if time.Now().After(deadline) {
