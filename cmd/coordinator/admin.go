@@ -34,6 +34,7 @@ type adminFlags struct {
 	output  *string
 	timeout *time.Duration
 	tls     *mtls.Files
+	cluster *string
 }
 
 func addAdminFlags(fs *flag.FlagSet) adminFlags {
@@ -46,6 +47,7 @@ func addAdminFlags(fs *flag.FlagSet) adminFlags {
 		output:  fs.String("o", "table", "output format: table or json"),
 		timeout: fs.Duration("timeout", 5*time.Second, "how long to wait for an answer"),
 		tls:     mtls.ClientFlags(fs, ""),
+		cluster: fs.String("cluster-id", os.Getenv("QUOTALEASE_CLUSTER_ID"), "the cluster ID the coordinators must have (logged at their start); a coordinator of another deployment then refuses the call (env QUOTALEASE_CLUSTER_ID)"),
 	}
 }
 
@@ -59,6 +61,7 @@ func (a adminFlags) call(ctx context.Context, fn func(ctx context.Context, c pb.
 		return err
 	}
 	defer cl.Close()
+	cl.SetClusterID(*a.cluster)
 	if a.tls.Enabled() {
 		cfg, err := mtls.Client(*a.tls, "")
 		if err != nil {

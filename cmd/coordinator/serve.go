@@ -140,7 +140,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w (is another replica using it? pick another with --listen)", *listen, err)
 	}
-	opts := []grpc.ServerOption{grpc.UnaryInterceptor(c.Authorize)}
+	opts := c.ServerOptions()
 	if tl.GRPC != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tl.GRPC)))
 	}

@@ -62,6 +62,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	margin := fs.Duration("lease-margin", lease.DefaultTiming.Margin, "stop trusting a grant this much early, on top of drift")
 	fallbackKeys := fs.Int("fallback-keys", 100_000, "most identities the local fallback tracks")
 	policyRefresh := fs.Duration("policy-refresh", 10*time.Second, "reload the policies at least this often; a grant computed from a changed policy, or a check naming an unknown one, reloads them at once")
+	clusterID := fs.String("cluster-id", os.Getenv("QUOTALEASE_CLUSTER_ID"), "the cluster ID the coordinators must have (they log it at start); without it the agent pins the cluster of the first answer. Either way a coordinator of another deployment is refused")
 	metricIDs := fs.String("metric-identities", agent.IdentitiesHashed, "how the hot-identity metric names identities (tenants, IPs): hashed (sha256:<12 hex>), plain (opt in to the names) or off")
 	tlsFiles := mtls.ServerFlags(fs)
 	coordCA := fs.String("coordinator-tls-ca", os.Getenv("QUOTALEASE_TLS_CA"), "PEM CA that signs the coordinators' certificates; turns TLS on toward them, presenting --tls-cert (the region's identity) as the client certificate (env QUOTALEASE_TLS_CA)")
@@ -101,6 +102,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer cl.Close()
 	cl.SetFollowHints(*hints)
+	cl.SetClusterID(*clusterID)
 	if coordTLS != nil {
 		cl.UseTLS(coordTLS)
 	}

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -25,6 +26,9 @@ import (
 type Client struct {
 	addrs []string
 	creds credentials.TransportCredentials
+	// cluster is the cluster ID this client talks to: set (SetClusterID)
+	// or learnt from the first answer, then sent with every call.
+	cluster string
 
 	mu     sync.Mutex
 	conns  map[string]*grpc.ClientConn
@@ -59,6 +63,48 @@ func NewClient(addrs []string) (*Client, error) {
 	return &Client{addrs: clean, conns: map[string]*grpc.ClientConn{}, creds: insecure.NewCredentials()}, nil
 }
 
+// SetClusterID pins the cluster this client talks to: every call carries
+// it, and a coordinator of another cluster refuses the call before acting.
+// Without it the client pins the cluster of the first answer it gets.
+func (c *Client) SetClusterID(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cluster = id
+}
+
+// ClusterID returns the cluster this client talks to ("" before the
+// first answer).
+func (c *Client) ClusterID() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cluster
+}
+
+// ErrWrongCluster reports an answer from another deployment's coordinator.
+var ErrWrongCluster = errors.New("answer from another cluster")
+
+// stampCluster is a client interceptor: it sends the pinned cluster ID
+// with the call and checks (or pins) the one in the answer.
+func (c *Client) stampCluster(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if want := c.ClusterID(); want != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, ClusterHeader, want)
+	}
+	var tr metadata.MD
+	err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Trailer(&tr))...)
+	if got := tr.Get(ClusterHeader); len(got) > 0 {
+		c.mu.Lock()
+		if c.cluster == "" {
+			c.cluster = got[0]
+		}
+		want := c.cluster
+		c.mu.Unlock()
+		if got[0] != want && err == nil { // (a refusal already says so)
+			return fmt.Errorf("%w: %s answered for cluster %s, but this client talks to cluster %s (a stale address or leader hint?)", ErrWrongCluster, cc.Target(), got[0], want)
+		}
+	}
+	return err
+}
+
 // UseTLS makes connections opened from now on use TLS with cfg (see
 // internal/mtls); call it before the first call.
 func (c *Client) UseTLS(cfg *tls.Config) {
@@ -84,7 +130,7 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	if cc := c.conns[addr]; cc != nil {
 		return cc, nil
 	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(c.creds))
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(c.creds), grpc.WithUnaryInterceptor(c.stampCluster))
 	if err != nil {
 		return nil, fmt.Errorf("coordinator %s: %w", addr, err)
 	}

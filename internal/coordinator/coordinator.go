@@ -34,6 +34,8 @@ type Coordinator struct {
 	refused *refusals
 	// leaseCalls limits each region identity's Lease calls.
 	leaseCalls *callRate
+	// clusterID is the deployment's ID (*string), once loaded.
+	clusterID atomic.Pointer[string]
 
 	mu     sync.RWMutex
 	cur    *term        // nil unless leader and ready
@@ -111,7 +113,10 @@ func (c *Coordinator) term() *term {
 // follower takes over at once.
 func (c *Coordinator) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
-		err := c.campaign(ctx)
+		err := c.ensureClusterID(ctx) // before leading: a leader always stamps its answers
+		if err == nil {
+			err = c.campaign(ctx)
+		}
 		if err != nil && ctx.Err() == nil {
 			c.log.Error("leadership cycle ended", "error", err)
 			select {

@@ -83,7 +83,7 @@ func startReplica(t testing.TB, prefix, name string, mod func(*Config), opts ...
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.srv = grpc.NewServer(append(opts, grpc.UnaryInterceptor(r.c.Authorize))...)
+	r.srv = grpc.NewServer(append(opts, r.c.ServerOptions()...)...)
 	r.c.Register(r.srv)
 	go r.srv.Serve(lis)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -31,6 +31,7 @@ func (k keys) ledgerQuota(q string) string {
 func (k keys) ledgerEntry(q, region string) string { return k.ledgerQuota(q) + region }
 func (k keys) paused() string                      { return k.prefix + "/control/rebalance-paused" }
 func (k keys) election() string                    { return k.prefix + "/election/" }
+func (k keys) clusterID() string                   { return k.prefix + "/cluster-id" }
 
 // regionRecord is a declared region.
 type regionRecord struct {

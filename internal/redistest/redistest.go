@@ -21,7 +21,7 @@ import (
 // Server is a running redis-server owned by a test.
 type Server struct {
 	// Addr is host:port on 127.0.0.1.
-	Addr string
+	Addr  string
 	cmd   *exec.Cmd
 	bin   string
 	dir   string

@@ -1,0 +1,77 @@
+package coordinator
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// ClusterHeader carries a deployment's cluster ID: every coordinator
+// answer has it in its trailer, and a client that knows which cluster it
+// talks to sends it with every call, so that a stale address or leader
+// hint pointing into another deployment can never lead a write there.
+const ClusterHeader = "quotalease-cluster"
+
+// ensureClusterID loads the deployment's cluster ID from etcd, making it
+// at the first start of the first replica (created only if absent, so
+// replicas starting together agree).
+func (c *Coordinator) ensureClusterID(ctx context.Context) error {
+	if c.clusterID.Load() != nil {
+		return nil
+	}
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		return err
+	}
+	key := c.keys.clusterID()
+	_, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).Then(clientv3.OpPut(key, hex.EncodeToString(b))).Commit()
+	if err != nil {
+		return fmt.Errorf("make cluster id: %w", err)
+	}
+	resp, err := c.cli.Get(ctx, key)
+	if err != nil || len(resp.Kvs) == 0 {
+		return fmt.Errorf("read cluster id: %v", err)
+	}
+	id := string(resp.Kvs[0].Value)
+	c.clusterID.Store(&id)
+	c.log.Info("cluster", "id", id)
+	return nil
+}
+
+// ClusterID is the deployment's cluster ID, or "" before it is loaded.
+func (c *Coordinator) ClusterID() string {
+	if p := c.clusterID.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// checkCluster is a unary interceptor: it stamps every answer with the
+// cluster ID and refuses, before the handler, a call that expects
+// another cluster.
+func (c *Coordinator) checkCluster(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	id := c.ClusterID()
+	if id == "" {
+		return handler(ctx, req)
+	}
+	_ = grpc.SetTrailer(ctx, metadata.Pairs(ClusterHeader, id))
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if want := md.Get(ClusterHeader); len(want) > 0 && want[0] != id {
+			return nil, status.Errorf(codes.FailedPrecondition, "this coordinator serves cluster %s, not %s: the address belongs to another deployment (a stale --coordinator address or leader hint)", id, want[0])
+		}
+	}
+	return handler(ctx, req)
+}
+
+// ServerOptions are the interceptors of the coordinator's gRPC server:
+// the cluster check, then authorization. Add the credentials.
+func (c *Coordinator) ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(c.checkCluster, c.Authorize)}
+}
