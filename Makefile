@@ -10,7 +10,7 @@ PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: help deps build test vet fmt-check bench fuzz redis redis-stop proto demo load clean robustness
+.PHONY: help deps build test vet fmt-check bench fuzz redis redis-stop proto demo load clean robustness certs
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -71,6 +71,10 @@ load: deps ## traffic straight through the regional engine against one throwaway
 	@set -e; addr=$$(scripts/redis.sh start .redis/load); \
 	  trap 'scripts/redis.sh stop .redis/load' EXIT; \
 	  $(GO) run ./cmd/regional-agent load --redis $$addr --policies examples/policies.yaml
+
+REGIONS ?= us,eu,ap
+certs: ## a development CA and every certificate of a deployment in certs/ (REGIONS=us,eu,ap); see docs/security.md
+	$(GO) run ./cmd/coordinator certs --dir certs --regions $(REGIONS)
 
 clean: ## remove build output and throwaway Redis state
 	-scripts/redis.sh stop .redis

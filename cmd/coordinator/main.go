@@ -25,6 +25,7 @@ type command struct {
 var commands = map[string]command{
 	"serve":              {"run a coordinator replica (embedded etcd by default)", runServe},
 	"etcd":               {"run only an embedded etcd, for several local replicas to share", runEtcd},
+	"certs":              {"make a development CA and every certificate a deployment needs", certsCmd},
 	"quota set":          {"store the policies of a file (-f FILE)", quotaSet},
 	"quota get":          {"print one stored policy", quotaGet},
 	"quota list":         {"list the stored policies", quotaList},

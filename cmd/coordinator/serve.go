@@ -13,7 +13,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -60,6 +59,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	hysteresis := fs.Float64("hysteresis", coordinator.DefaultHysteresis, "share changes smaller than this fraction of the quota are not made")
 	storeLag := fs.Duration("store-lag", 0, "most recent writes a region's Redis may lose when it fails over to a replica (its replication lag); enters the published bound as the store-lag term. 0 where Redis does not fail over to replicas")
 	leaseRate := fs.Float64("lease-call-rate", coordinator.DefaultLeaseCallRate, "most Lease calls per second one region's certificate may make (burst twice that); more are refused before they touch the ledger. An agent instance renews about every third of a lease")
+	etcdAuth := addEtcdAccessFlags(fs)
 	tlsFiles := mtls.ServerFlags(fs)
 	trustDomain := fs.String("trust-domain", "quota-lease", "SPIFFE trust domain of the identities in client certificates (spiffe://<domain>/region/<r>, /role/admin, /role/viewer)")
 	insecureListen := fs.Bool("insecure", false, "allow listening on a non-loopback address without mutual TLS (anyone who reaches it can lease and administer)")
@@ -76,12 +76,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		*name = host + ":" + port
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "coordinator", Level: hclog.LevelFromString(*logLevel), Output: stderr})
-	if *etcdMode == "embedded" && *endpoints == "" { // embedded etcd has no TLS
-		if warn, err := mtls.CheckExposure("--etcd-listen", *etcdListen, false, *insecureListen); err != nil {
-			return err
-		} else if warn != "" {
-			log.Warn(warn)
-		}
+	if *etcdMode == "embedded" && *endpoints == "" && !mtls.IsLoopback(*etcdListen) {
+		return fmt.Errorf("--etcd-listen %s: the embedded etcd has no TLS or auth and listens on loopback only; for a cluster reachable from the network run an external etcd (--etcd-endpoints)", *etcdListen)
 	}
 	tl, err := mtls.SetUp(*tlsFiles, map[string]string{"--listen": *listen, "--http-listen": *httpListen}, *insecureListen, func(w string) { log.Warn(w) })
 	if err != nil {
@@ -117,7 +113,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	default:
 		return fmt.Errorf("--etcd must be embedded or external, got %q", *etcdMode)
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	ecfg, err := etcdAuth.config(eps)
+	if err != nil {
+		return err
+	}
+	cli, err := clientv3.New(ecfg)
 	if err != nil {
 		return fmt.Errorf("etcd client: %w", err)
 	}

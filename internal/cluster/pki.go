@@ -10,7 +10,7 @@ import (
 
 	"github.com/quota-lease/quota-lease/internal/identity"
 	"github.com/quota-lease/quota-lease/internal/mtls"
-	"github.com/quota-lease/quota-lease/internal/testca"
+	"github.com/quota-lease/quota-lease/internal/devca"
 )
 
 // TrustDomain is the SPIFFE trust domain of a cluster's certificates (the
@@ -20,7 +20,7 @@ const TrustDomain = "quota-lease"
 // pki is a cluster's throwaway CA and the certificates of its parts: every
 // listener serves mutual TLS, so the secure path is the one tested.
 type pki struct {
-	ca          *testca.CA
+	ca          *devca.CA
 	coordinator mtls.Files            // the coordinators' server certificate
 	regions     map[string]mtls.Files // each region's agent: server and client
 	admin       mtls.Files            // the harness's admin client
@@ -32,13 +32,13 @@ func newPKI(dir string, regions []string) (*pki, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	ca, err := testca.New(dir, "cluster")
+	ca, err := devca.New(dir, "cluster")
 	if err != nil {
 		return nil, err
 	}
 	p := &pki{ca: ca, regions: map[string]mtls.Files{}}
 	issue := func(name string, id *identity.ID) (mtls.Files, error) {
-		l := testca.Leaf{Name: name}
+		l := devca.Leaf{Name: name}
 		if id != nil {
 			l.URIs = append(l.URIs, identity.URI(TrustDomain, *id))
 		}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/quota-lease/quota-lease/internal/identity"
 	"github.com/quota-lease/quota-lease/internal/mtls"
-	"github.com/quota-lease/quota-lease/internal/testca"
+	"github.com/quota-lease/quota-lease/internal/devca"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
@@ -25,14 +25,14 @@ const trustDomain = "quota-lease.test"
 
 // pki is a throwaway CA with the certificates the tests hand out.
 type pki struct {
-	ca    *testca.CA
+	ca    *devca.CA
 	files map[string]mtls.Files // by name: server, us, eu, admin, viewer, ...
 }
 
 func newPKI(t testing.TB) *pki {
 	t.Helper()
 	dir := t.TempDir()
-	ca, err := testca.New(dir, "test")
+	ca, err := devca.New(dir, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func newPKI(t testing.TB) *pki {
 
 func (p *pki) issue(t testing.TB, name string, id identity.ID, notAfter time.Time) mtls.Files {
 	t.Helper()
-	cert, key, err := p.ca.Issue(testca.Leaf{Name: name, URIs: []*url.URL{identity.URI(trustDomain, id)}, NotAfter: notAfter})
+	cert, key, err := p.ca.Issue(devca.Leaf{Name: name, URIs: []*url.URL{identity.URI(trustDomain, id)}, NotAfter: notAfter})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,10 @@ type Config struct {
 	ClientAddr string
 	// LogLevel of etcd's own log, written to Dir/etcd.log. Default "warn".
 	LogLevel string
+	// CertFile and KeyFile, when set, make the client listener TLS (https);
+	// ClientCAFile then also requires client certificates. Tests of the
+	// coordinator's etcd TLS use them.
+	CertFile, KeyFile, ClientCAFile string
 }
 
 // Start runs etcd and waits until it serves, or ctx ends.
@@ -42,7 +46,15 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 	cfg := embed.NewConfig()
 	cfg.Name = "quota-lease"
 	cfg.Dir = c.Dir
-	client, err := url.Parse("http://" + c.ClientAddr)
+	scheme := "http"
+	if c.CertFile != "" {
+		scheme = "https"
+		cfg.ClientTLSInfo.CertFile, cfg.ClientTLSInfo.KeyFile = c.CertFile, c.KeyFile
+		if c.ClientCAFile != "" {
+			cfg.ClientTLSInfo.TrustedCAFile, cfg.ClientTLSInfo.ClientCertAuth = c.ClientCAFile, true
+		}
+	}
+	client, err := url.Parse(scheme + "://" + c.ClientAddr)
 	if err != nil {
 		return nil, fmt.Errorf("embedded etcd client address %q: %w", c.ClientAddr, err)
 	}
@@ -65,7 +77,7 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 		e.Close()
 		return nil, fmt.Errorf("embedded etcd did not become ready within 60s; see %s", cfg.LogOutputs[0])
 	}
-	return &Server{Endpoint: "http://" + e.Clients[0].Addr().String(), e: e}, nil
+	return &Server{Endpoint: scheme + "://" + e.Clients[0].Addr().String(), e: e}, nil
 }
 
 // Close stops etcd and waits for it.

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quota-lease/quota-lease/internal/testca"
+	"github.com/quota-lease/quota-lease/internal/devca"
 )
 
 func TestCheckExposure(t *testing.T) {
@@ -52,11 +52,11 @@ func TestFilesNeeded(t *testing.T) {
 // half-written keeps the previous certificate in service.
 func TestReloadKeepsLastGoodFiles(t *testing.T) {
 	dir := t.TempDir()
-	ca, err := testca.New(dir, "t")
+	ca, err := devca.New(dir, "t")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, key, err := ca.Issue(testca.Leaf{Name: "srv"})
+	cert, key, err := ca.Issue(devca.Leaf{Name: "srv"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestReloadKeepsLastGoodFiles(t *testing.T) {
 	if c, _, _ := r.current(); c != first {
 		t.Fatal("a half-written certificate replaced the good one")
 	}
-	if _, _, err := ca.Issue(testca.Leaf{Name: "srv"}); err != nil {
+	if _, _, err := ca.Issue(devca.Leaf{Name: "srv"}); err != nil {
 		t.Fatal(err)
 	}
 	r.checked = time.Time{}

@@ -1,8 +1,8 @@
-// Package testca makes throwaway certificate authorities and the
+// Package devca makes throwaway certificate authorities and the
 // certificates the tests, the demo and a development setup need: an ECDSA
 // P-256 CA and leaf certificates with loopback names and SPIFFE URI SANs,
 // written as PEM files.
-package testca
+package devca
 
 import (
 	"crypto/ecdsa"
@@ -68,10 +68,14 @@ type Leaf struct {
 	// NotAfter defaults to a year from now; a past time makes an expired
 	// certificate.
 	NotAfter time.Time
+	// Hosts are DNS names or IP addresses the certificate serves besides
+	// localhost and the loopback addresses.
+	Hosts []string
 }
 
-// Issue signs a leaf certificate valid for localhost and 127.0.0.1 (as a
-// server and as a client) and writes it; it returns the two file names.
+// Issue signs a leaf certificate valid for localhost, the loopback
+// addresses and l.Hosts (as a server and as a client) and writes it; it
+// returns the two file names.
 func (ca *CA) Issue(l Leaf) (certFile, keyFile string, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -95,6 +99,13 @@ func (ca *CA) Issue(l Leaf) (certFile, keyFile string, err error) {
 		DNSNames:     []string{"localhost"},
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
 		URIs:         l.URIs,
+	}
+	for _, h := range l.Hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
+		}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
