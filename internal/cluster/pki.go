@@ -8,9 +8,9 @@ import (
 
 	"google.golang.org/grpc/credentials"
 
+	"github.com/quota-lease/quota-lease/internal/devca"
 	"github.com/quota-lease/quota-lease/internal/identity"
 	"github.com/quota-lease/quota-lease/internal/mtls"
-	"github.com/quota-lease/quota-lease/internal/devca"
 )
 
 // TrustDomain is the SPIFFE trust domain of a cluster's certificates (the

@@ -15,9 +15,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/quota-lease/quota-lease/internal/devca"
 	"github.com/quota-lease/quota-lease/internal/identity"
 	"github.com/quota-lease/quota-lease/internal/mtls"
-	"github.com/quota-lease/quota-lease/internal/devca"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
