@@ -21,10 +21,11 @@ const TrustDomain = "quota-lease"
 // listener serves mutual TLS, so the secure path is the one tested.
 type pki struct {
 	ca          *devca.CA
-	coordinator mtls.Files            // the coordinators' server certificate
-	regions     map[string]mtls.Files // each region's agent: server and client
-	admin       mtls.Files            // the harness's admin client
-	service     mtls.Files            // the traffic driver, as a service calling agents
+	leaves      map[string]*identity.ID // every certificate issued, by name
+	coordinator mtls.Files              // the coordinators' server certificate
+	regions     map[string]mtls.Files   // each region's agent: server and client
+	admin       mtls.Files              // the harness's admin client
+	service     mtls.Files              // the traffic driver, as a service calling agents
 }
 
 func newPKI(dir string, regions []string) (*pki, error) {
@@ -36,15 +37,8 @@ func newPKI(dir string, regions []string) (*pki, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &pki{ca: ca, regions: map[string]mtls.Files{}}
-	issue := func(name string, id *identity.ID) (mtls.Files, error) {
-		l := devca.Leaf{Name: name}
-		if id != nil {
-			l.URIs = append(l.URIs, identity.URI(TrustDomain, *id))
-		}
-		cert, key, err := ca.Issue(l)
-		return mtls.Files{Cert: cert, Key: key, CA: ca.CertFile}, err
-	}
+	p := &pki{ca: ca, regions: map[string]mtls.Files{}, leaves: map[string]*identity.ID{}}
+	issue := p.issue
 	if p.coordinator, err = issue("coordinator", nil); err != nil {
 		return nil, err
 	}
@@ -60,6 +54,29 @@ func newPKI(dir string, regions []string) (*pki, error) {
 		}
 	}
 	return p, nil
+}
+
+// issue signs a certificate for name (with id's URI SAN, if any) and
+// writes it over the files of that name.
+func (p *pki) issue(name string, id *identity.ID) (mtls.Files, error) {
+	l := devca.Leaf{Name: name}
+	if id != nil {
+		l.URIs = append(l.URIs, identity.URI(TrustDomain, *id))
+	}
+	p.leaves[name] = id
+	cert, key, err := p.ca.Issue(l)
+	return mtls.Files{Cert: cert, Key: key, CA: p.ca.CertFile}, err
+}
+
+// Rotate issues every certificate again, replacing its files in place, as
+// an operator rotating certificates does; the processes pick them up.
+func (c *Cluster) Rotate() error {
+	for name, id := range c.pki.leaves {
+		if _, err := c.pki.issue(name, id); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // serverArgs are a listener's TLS flags for f.

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"os"
 	"os/exec"
 	"strings"
@@ -95,5 +96,47 @@ func TestE2EForgedLeaseCallsRefused(t *testing.T) {
 		t.Fatalf("admin CLI without TLS succeeded:\n%s", out)
 	} else {
 		t.Logf("without certificates the CLI says: %s", strings.TrimSpace(out))
+	}
+}
+
+// Every certificate of the deployment (coordinators, agents, admin,
+// service) is replaced in place while traffic flows: no check fails, and
+// a new connection to an agent is served the new certificate.
+func TestE2ECertificateRotationUnderLoad(t *testing.T) {
+	c := start(t, globalPolicy)
+	ctx := t.Context()
+	serial := func() string {
+		cfg, err := clientTLS(c.pki.service)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := tls.Dial("tcp", c.Agents[0].Addr, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0].SerialNumber.String()
+	}
+	before := serial()
+	load := steady("api-global", "api", 1, 0, map[string]float64{"us": 30, "eu": 30, "ap": 30})
+	d := NewDriver(c)
+	done := make(chan struct{})
+	go func() { d.Run(ctx, 8*time.Second, load); close(done) }()
+	time.Sleep(3 * time.Second)
+	if err := c.Rotate(); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	noErrors(t, d, "api-global")
+	after := serial()
+	for i := 0; after == before && i < 50; i++ { // re-read within a second
+		time.Sleep(100 * time.Millisecond)
+		after = serial()
+	}
+	if after == before {
+		t.Fatal("the agent still serves the old certificate after rotation")
+	}
+	if _, err := c.Leases(ctx); err != nil {
+		t.Fatalf("admin call after rotation: %v", err)
 	}
 }

@@ -132,6 +132,9 @@ func (c *Coordinator) authorize(ctx context.Context, method string, req any) err
 		if lr.GetRegion() != id.Name {
 			return refuse(codes.PermissionDenied, "other-region", "a certificate of region %q may lease only for %q, not for %q", id.Name, id.Name, lr.GetRegion())
 		}
+		if id.Instance != "" && lr.GetInstance() != id.Instance {
+			return refuse(codes.PermissionDenied, "other-instance", "a certificate of instance %q may lease only as %q, not as %q", id.Instance, id.Instance, lr.GetInstance())
+		}
 		if !c.leaseCalls.allow(id.Name) {
 			return refuse(codes.ResourceExhausted, "lease-rate", "region %q sent more than %v lease calls a second; its agents renew far less often, so something is looping or flooding", id.Name, c.cfg.LeaseCallRate)
 		}

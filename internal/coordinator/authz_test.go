@@ -191,6 +191,18 @@ func TestLeaseOnlyForOwnRegion(t *testing.T) {
 	if _, err := adminLease.Lease(ctx, req("us")); code(err) != codes.PermissionDenied {
 		t.Fatalf("an admin certificate leased: %v", err)
 	}
+	// A certificate of one instance leases only as that instance: it
+	// cannot replace another instance's grants with a new nonce.
+	p.issue(t, "us-a", identity.ID{Kind: identity.Region, Name: "us", Instance: "us-a"}, time.Time{})
+	_, inst := dialAs(t, p, r, "us-a")
+	own := &pb.LeaseRequest{Region: "us", Instance: "us-a", Nonce: "a", Quotas: []*pb.QuotaRequest{{Quota: "api", Demand: 1}}}
+	if _, err := inst.Lease(ctx, own); err != nil {
+		t.Fatalf("instance us-a leasing as itself: %v", err)
+	}
+	other := &pb.LeaseRequest{Region: "us", Instance: "us-1", Nonce: "hijack", Quotas: []*pb.QuotaRequest{{Quota: "api", Demand: 1}}}
+	if _, err := inst.Lease(ctx, other); code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "instance") {
+		t.Fatalf("instance us-a leasing as us-1: %v, want PermissionDenied", err)
+	}
 }
 
 // Connections that cannot prove an identity of this CA never reach a

@@ -35,20 +35,31 @@ const (
 type ID struct {
 	Kind Kind
 	Name string // the region, or the role
+	// Instance, for a region, names the one agent instance a certificate
+	// of spiffe://<domain>/region/<r>/instance/<i> belongs to; empty for a
+	// certificate shared by the region's instances.
+	Instance string
 }
 
-func (id ID) String() string { return string(id.Kind) + "/" + id.Name }
+func (id ID) String() string {
+	s := string(id.Kind) + "/" + id.Name
+	if id.Instance != "" {
+		s += "/instance/" + id.Instance
+	}
+	return s
+}
 
 // URI is the SAN of id in trustDomain, as certificates carry it.
 func URI(trustDomain string, id ID) *url.URL {
-	return &url.URL{Scheme: "spiffe", Host: trustDomain, Path: "/" + string(id.Kind) + "/" + id.Name}
+	return &url.URL{Scheme: "spiffe", Host: trustDomain, Path: "/" + id.String()}
 }
 
 // ErrNoIdentity reports a caller without a usable identity: no client
 // certificate, or none naming a region or role of the trust domain.
 var ErrNoIdentity = errors.New("no identity")
 
-// FromCert returns the identity cert's URI SANs name in trustDomain. A
+// FromCert returns the identity cert's URI SANs name in trustDomain:
+// /region/<r>, /region/<r>/instance/<i>, /role/admin or /role/viewer. A
 // certificate naming more than one is refused: an identity must be one
 // thing.
 func FromCert(cert *x509.Certificate, trustDomain string) (ID, error) {
@@ -58,13 +69,17 @@ func FromCert(cert *x509.Certificate, trustDomain string) (ID, error) {
 			continue
 		}
 		parts := strings.Split(strings.TrimPrefix(u.Path, "/"), "/")
-		if len(parts) != 2 || parts[1] == "" {
+		if len(parts) < 2 || parts[1] == "" {
 			continue
 		}
-		switch k := Kind(parts[0]); k {
-		case Region:
+		switch k := Kind(parts[0]); {
+		case k == Region && len(parts) == 2:
 			found = append(found, ID{Kind: k, Name: parts[1]})
-		case Role:
+		case k == Region && len(parts) == 4 && parts[2] == "instance" && parts[3] != "":
+			found = append(found, ID{Kind: k, Name: parts[1], Instance: parts[3]})
+		case len(parts) != 2:
+			continue
+		case k == Role:
 			if parts[1] == Admin || parts[1] == Viewer {
 				found = append(found, ID{Kind: k, Name: parts[1]})
 			}

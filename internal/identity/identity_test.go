@@ -14,9 +14,9 @@ func TestFromCert(t *testing.T) {
 		want ID
 		err  bool
 	}{
-		{[]*url.URL{u("spiffe://qd/region/us")}, ID{Region, "us"}, false},
-		{[]*url.URL{u("spiffe://qd/role/admin")}, ID{Role, Admin}, false},
-		{[]*url.URL{u("spiffe://qd/role/viewer"), u("https://example.com/x")}, ID{Role, Viewer}, false},
+		{[]*url.URL{u("spiffe://qd/region/us")}, ID{Region, "us", ""}, false},
+		{[]*url.URL{u("spiffe://qd/role/admin")}, ID{Role, Admin, ""}, false},
+		{[]*url.URL{u("spiffe://qd/role/viewer"), u("https://example.com/x")}, ID{Role, Viewer, ""}, false},
 		{[]*url.URL{u("spiffe://other/role/admin")}, ID{}, true},                          // another trust domain
 		{[]*url.URL{u("spiffe://qd/role/root")}, ID{}, true},                              // no such role
 		{[]*url.URL{u("spiffe://qd/region/us/extra")}, ID{}, true},                        // malformed
@@ -31,7 +31,7 @@ func TestFromCert(t *testing.T) {
 			t.Errorf("%v: error %v does not wrap ErrNoIdentity", c.uris, err)
 		}
 	}
-	if got := URI("qd", ID{Region, "eu"}).String(); got != "spiffe://qd/region/eu" {
+	if got := URI("qd", ID{Kind: Region, Name: "eu"}).String(); got != "spiffe://qd/region/eu" {
 		t.Errorf("URI = %s", got)
 	}
 }
