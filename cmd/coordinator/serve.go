@@ -153,7 +153,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return fmt.Errorf("listen on %s: %w (choose another with --http-listen)", *httpListen, err)
 		}
-		hsrv = &http.Server{Handler: c.HTTPHandler(), ReadHeaderTimeout: 5 * time.Second, TLSConfig: tl.HTTP}
+		hsrv = &http.Server{Handler: c.HTTPHandler(), TLSConfig: tl.HTTP, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 5 * time.Second,
+			WriteTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 		if tl.HTTP != nil {
 			go hsrv.ServeTLS(hl, "", "")
 		} else {

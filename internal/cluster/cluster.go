@@ -219,6 +219,14 @@ func (p *Process) current() (*exec.Cmd, chan struct{}) {
 	return p.cmd, p.done
 }
 
+// Pid is the process's ID (0 if it never started).
+func (p *Process) Pid() int {
+	if cmd, _ := p.current(); cmd.Process != nil {
+		return cmd.Process.Pid
+	}
+	return 0
+}
+
 // Restart starts a process that has exited again, with the same
 // arguments: a crashed coordinator or agent coming back.
 func (p *Process) Restart() error {

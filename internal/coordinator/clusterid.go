@@ -69,9 +69,3 @@ func (c *Coordinator) checkCluster(ctx context.Context, req any, info *grpc.Unar
 	}
 	return handler(ctx, req)
 }
-
-// ServerOptions are the interceptors of the coordinator's gRPC server:
-// the cluster check, then authorization. Add the credentials.
-func (c *Coordinator) ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(c.checkCluster, c.Authorize)}
-}
