@@ -32,7 +32,7 @@ func TestEtcdTLSAndAuth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o700); err != nil {
 		t.Fatal(err)
@@ -71,29 +71,32 @@ func TestEtcdTLSAndAuth(t *testing.T) {
 	if err := os.WriteFile(pwFile, []byte("rootpw\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	try := func(a *etcdAccess) error {
+	// A write that should work gets a generous deadline (etcd checks a
+	// password with bcrypt, slow under -race); one that should fail, a
+	// short one.
+	try := func(a *etcdAccess, limit time.Duration) error {
 		cfg, err := a.config([]string{srv.Endpoint})
 		if err != nil {
 			return err
 		}
-		cfg.DialTimeout = 2 * time.Second
+		cfg.DialTimeout = limit
 		cli, err := clientv3.New(cfg)
 		if err != nil {
 			return err
 		}
 		defer cli.Close()
-		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		cctx, cancel := context.WithTimeout(ctx, limit)
 		defer cancel()
 		_, err = cli.Put(cctx, "/probe", "x")
 		return err
 	}
-	if err := try(&etcdAccess{tls: tlsFiles, user: "root", passwordFile: pwFile}); err != nil {
+	if err := try(&etcdAccess{tls: tlsFiles, user: "root", passwordFile: pwFile}, 30*time.Second); err != nil {
 		t.Fatalf("with TLS, certificate and password: %v", err)
 	}
-	if err := try(&etcdAccess{tls: tlsFiles}); err == nil {
+	if err := try(&etcdAccess{tls: tlsFiles}, 3*time.Second); err == nil {
 		t.Fatal("without credentials etcd let a write through")
 	}
-	if err := try(&etcdAccess{user: "root", passwordFile: pwFile}); err == nil {
+	if err := try(&etcdAccess{user: "root", passwordFile: pwFile}, 3*time.Second); err == nil {
 		t.Fatal("without TLS etcd answered")
 	}
 	if _, err := (&etcdAccess{user: "root"}).config(nil); err == nil || !strings.Contains(err.Error(), "QUOTALEASE_ETCD_PASSWORD") {
