@@ -328,7 +328,9 @@ const noShareRetryMs = 1000
 func (a *Agent) prepare(in Input) (plan, error) {
 	p, ok := a.engine.Policy(in.Policy)
 	if !ok {
-		a.refreshSoon() // perhaps it was just stored
+		if in.Policy != "" {
+			a.refreshSoon() // perhaps it was just stored
+		}
 		return plan{}, fmt.Errorf("%w %q", regional.ErrUnknownPolicy, in.Policy)
 	}
 	cost := in.Cost
@@ -498,7 +500,7 @@ func (a *Agent) fallback(pl plan, redisErr error) (Outcome, error) {
 	nowMs := a.cfg.Clock().Sub(a.start).Milliseconds() + 1_000_000 // monotonic, never negative
 	d, full, err := a.fb.decide(pl.p.Name+"\x00"+pl.id, l, pl.p.Failure.FallbackStart, nowMs, pl.cost*regional.Micro)
 	if err != nil {
-		return Outcome{}, fmt.Errorf("local fallback: %w", err)
+		return Outcome{Policy: pl.p}, fmt.Errorf("local fallback: %w", err)
 	}
 	if full {
 		a.cfg.Logger.Warn("local fallback table full; rejecting new identities", "keys", a.cfg.FallbackKeys)

@@ -142,10 +142,9 @@ func TestEnvoyRateLimitService(t *testing.T) {
 	if resp, _ := client.ShouldRateLimit(t.Context(), req); resp.OverallCode != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("another ip: %s", resp.OverallCode)
 	}
-	// A descriptor naming no policy is a clear error.
-	bad := &rlsv3.RateLimitRequest{Descriptors: []*commonrl.RateLimitDescriptor{{Entries: []*commonrl.RateLimitDescriptor_Entry{{Key: "ip", Value: "1"}}}}}
-	if _, err := client.ShouldRateLimit(t.Context(), bad); err == nil || !strings.Contains(err.Error(), "names no policy") {
-		t.Fatalf("descriptor without policy: %v", err)
+	// A request without descriptors is malformed as a whole.
+	if _, err := client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "edge"}); err == nil || !strings.Contains(err.Error(), "descriptors") {
+		t.Fatalf("request without descriptors: %v", err)
 	}
 }
 

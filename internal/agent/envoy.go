@@ -2,6 +2,10 @@ package agent
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"math"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -10,18 +14,29 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/quota-lease/quota-lease/regional"
 )
 
 // Envoy's global rate-limit service
-// (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit), so Envoy
-// or any client of that API uses the agent unchanged.
+// (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit), with the
+// semantics of envoyproxy/ratelimit, so Envoy or any client of that API
+// uses the agent unchanged.
 //
 // Each descriptor is one check. Its entry keyed "policy" (or Envoy's
 // generic_key, as set by a generic_key action) names the policy; every
 // other entry is a request attribute, its key the attribute's name, except
-// remote_address, which is the attribute ip. hits_addend is the cost (0
-// means the policy's default). The answer is OVER_LIMIT if any descriptor
-// is over its limit.
+// remote_address, which is the attribute ip. A descriptor's hits_addend,
+// else the request's, is the cost (0 means the policy's default).
+//
+// Descriptors are answered one by one, never by failing the call: Envoy
+// turns a failed call into "allow" (failure_mode_deny: false), so one odd
+// descriptor would switch limiting off for all of them. A descriptor that
+// names no known policy, or lacks an attribute its policy counts by, is
+// OK with no limit, as envoyproxy/ratelimit answers an unmatched one; a
+// value longer than regional.MaxAttributeValueBytes is counted by its
+// hash, so a long header cannot bypass its limit. The answer is OVER_LIMIT
+// if any descriptor is, with one retry-after, the longest.
 type envoyServer struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	a *Agent
@@ -34,13 +49,27 @@ func registerEnvoy(s *grpc.Server, a *Agent) {
 // envoyAttribute renames Envoy's descriptor keys to attribute names.
 var envoyAttribute = map[string]string{"remote_address": "ip"}
 
+// envoyValue is an attribute value as the agent counts it: long values by
+// their hash (distinct values stay distinct buckets).
+func envoyValue(v string) string {
+	if len(v) <= regional.MaxAttributeValueBytes {
+		return v
+	}
+	sum := sha256.Sum256([]byte(v))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
 func (s *envoyServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if len(req.Descriptors) == 0 || len(req.Descriptors) > MaxBatch {
+		// Malformed as a whole (Envoy never sends this); nothing is charged.
 		return nil, status.Errorf(codes.InvalidArgument, "a request holds 1-%d descriptors, got %d", MaxBatch, len(req.Descriptors))
 	}
 	ins := make([]Input, len(req.Descriptors))
 	for i, d := range req.Descriptors {
-		in := Input{Attributes: map[string]string{}, Cost: int64(req.HitsAddend)}
+		in := Input{Attributes: map[string]string{}, Cost: int64(min(req.HitsAddend, math.MaxInt32))}
+		if h := d.GetHitsAddend(); h != nil {
+			in.Cost = int64(min(h.GetValue(), math.MaxInt32))
+		}
 		for _, e := range d.Entries {
 			switch e.Key {
 			case "policy", "generic_key":
@@ -50,48 +79,94 @@ func (s *envoyServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitR
 				if n, ok := envoyAttribute[name]; ok {
 					name = n
 				}
-				in.Attributes[name] = e.Value
+				in.Attributes[name] = envoyValue(e.Value)
 			}
-		}
-		if in.Policy == "" {
-			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d names no policy: add an entry keyed policy or generic_key", i)
 		}
 		ins[i] = in
 	}
 	res := s.a.CheckBatch(ctx, ins)
 	out := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
-	for i, r := range res {
-		if r.Err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: %v", i, r.Err)
-		}
-		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK,
-			CurrentLimit:       envoyLimit(r.Outcome),
-			LimitRemaining:     uint32(min(r.RemainingUnits(), int64(^uint32(0)))),
-			DurationUntilReset: durationpb.New(time.Duration(r.ResetAfterMs) * time.Millisecond)}
-		if !r.Allowed {
-			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+	var retryMs int64 = -1
+	for _, r := range res {
+		st, over, retry := envoyStatus(r)
+		if over {
 			out.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-			out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: "retry-after", Value: retryAfterSeconds(r.RetryAfterMs)})
+			retryMs = max(retryMs, retry)
 		}
 		out.Statuses = append(out.Statuses, st)
+	}
+	if retryMs >= 0 {
+		out.ResponseHeadersToAdd = []*corev3.HeaderValue{{Key: "retry-after", Value: retryAfterSeconds(retryMs)}}
 	}
 	return out, nil
 }
 
-// envoyLimit expresses the enforced limit in Envoy's units, choosing the
-// unit that matches the policy's period, or requests per second.
+// envoyStatus is one descriptor's answer, whether it is over the limit,
+// and its retry delay.
+func envoyStatus(r BatchResult) (st *rlsv3.RateLimitResponse_DescriptorStatus, over bool, retryMs int64) {
+	ok := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+	switch {
+	case errors.Is(r.Err, regional.ErrUnknownPolicy), errors.Is(r.Err, regional.ErrInvalidIdentity),
+		errors.Is(r.Err, regional.ErrInvalidRequest), errors.Is(r.Err, regional.ErrInvalidCost):
+		return ok, false, 0 // unmatched: no limit applies, nothing was charged
+	case errors.Is(r.Err, regional.ErrCostExceedsCapacity):
+		// More hits than the limit holds can never be admitted.
+		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT}, true, 0
+	case r.Err != nil:
+		// Neither Redis nor the local fallback could decide: the policy's
+		// failure mode says which way to fail.
+		if r.Outcome.Policy != nil && r.Outcome.Policy.Failure.Mode == regional.FailOpen {
+			return ok, false, 0
+		}
+		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT}, true, noShareRetryMs
+	}
+	st = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK,
+		CurrentLimit:       envoyLimit(r.Outcome),
+		LimitRemaining:     uint32(min(r.RemainingUnits(), int64(math.MaxUint32))),
+		DurationUntilReset: durationpb.New(time.Duration(r.ResetAfterMs) * time.Millisecond)}
+	if !r.Allowed {
+		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		return st, true, r.RetryAfterMs
+	}
+	return st, false, 0
+}
+
+// envoyUnits are Envoy's units, shortest first.
+var envoyUnits = []struct {
+	d time.Duration
+	u rlsv3.RateLimitResponse_RateLimit_Unit
+}{{time.Second, rlsv3.RateLimitResponse_RateLimit_SECOND}, {time.Minute, rlsv3.RateLimitResponse_RateLimit_MINUTE},
+	{time.Hour, rlsv3.RateLimitResponse_RateLimit_HOUR}, {24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_DAY},
+	{7 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_WEEK}, {30 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_MONTH},
+	{365 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_YEAR}}
+
+// envoyLimit expresses the enforced limit in Envoy's units: the unit equal
+// to the policy's period, else the shortest unit in which the limit is a
+// whole number of requests, else the shortest in which it is at least one
+// (rounded down), so that 5 per 10 s reads 30 per minute, never 0 per
+// second.
 func envoyLimit(o Outcome) *rlsv3.RateLimitResponse_RateLimit {
 	limit := enforcedLimit(o)
 	period := time.Duration(o.Policy.Period)
-	units := []struct {
-		d time.Duration
-		u rlsv3.RateLimitResponse_RateLimit_Unit
-	}{{time.Second, rlsv3.RateLimitResponse_RateLimit_SECOND}, {time.Minute, rlsv3.RateLimitResponse_RateLimit_MINUTE},
-		{time.Hour, rlsv3.RateLimitResponse_RateLimit_HOUR}, {24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_DAY}}
-	for _, u := range units {
+	perUnit := func(d time.Duration) float64 { return limit * d.Seconds() / period.Seconds() }
+	rl := func(v float64, u rlsv3.RateLimitResponse_RateLimit_Unit) *rlsv3.RateLimitResponse_RateLimit {
+		return &rlsv3.RateLimitResponse_RateLimit{Name: o.Policy.Name, RequestsPerUnit: uint32(min(v, math.MaxUint32)), Unit: u}
+	}
+	for _, u := range envoyUnits {
 		if period == u.d {
-			return &rlsv3.RateLimitResponse_RateLimit{Name: o.Policy.Name, RequestsPerUnit: uint32(limit), Unit: u.u}
+			return rl(limit, u.u)
 		}
 	}
-	return &rlsv3.RateLimitResponse_RateLimit{Name: o.Policy.Name, RequestsPerUnit: uint32(limit / period.Seconds()), Unit: rlsv3.RateLimitResponse_RateLimit_SECOND}
+	for _, u := range envoyUnits {
+		if v := perUnit(u.d); v >= 1 && v == math.Trunc(v) {
+			return rl(v, u.u)
+		}
+	}
+	for _, u := range envoyUnits {
+		if v := perUnit(u.d); v >= 1 {
+			return rl(math.Floor(v), u.u)
+		}
+	}
+	last := envoyUnits[len(envoyUnits)-1]
+	return rl(perUnit(last.d), last.u)
 }

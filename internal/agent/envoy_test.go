@@ -1,0 +1,133 @@
+package agent
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+func entries(kv ...string) *commonrl.RateLimitDescriptor {
+	d := &commonrl.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Entries = append(d.Entries, &commonrl.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return d
+}
+
+// One odd descriptor never switches limiting off for the others: an
+// unknown policy, a missing attribute or a descriptor naming no policy is
+// answered OK with no limit (as envoyproxy/ratelimit answers an unmatched
+// one), the call never fails, and the valid descriptor is limited as
+// usual. A very long value is limited like any other (by its hash), not a
+// way around the limit. Before, any of these failed the whole call, which
+// Envoy's default failure_mode_deny: false turns into "allow everything".
+func TestEnvoyOddDescriptorDoesNotDisableLimiting(t *testing.T) {
+	prefix := newPrefix(t)
+	k := startCoordinator(t, prefix, "")
+	setPolicy(t, k.addr, "name: api\nidentity: [user]\nalgorithm: fixed_window\nlimit: 3\nperiod: 1m\nscope: region\n")
+	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, nil)
+	client := rlsv3.NewRateLimitServiceClient(grpcConn(t, ra.grpcAddr))
+	long := strings.Repeat("v", 4000)
+	odd := []*commonrl.RateLimitDescriptor{
+		entries("generic_key", "nope", "user", "u"), // unknown policy
+		entries("generic_key", "api"),               // lacks the attribute
+		entries("user", "u"),                        // names no policy
+	}
+	for i := 0; i < 5; i++ {
+		req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: append([]*commonrl.RateLimitDescriptor{entries("generic_key", "api", "user", "alice")}, odd...)}
+		resp, err := client.ShouldRateLimit(t.Context(), req)
+		if err != nil {
+			t.Fatalf("call %d failed: %v", i, err)
+		}
+		want := rlsv3.RateLimitResponse_OK
+		if i >= 3 {
+			want = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		if resp.OverallCode != want || resp.Statuses[0].Code != want {
+			t.Fatalf("call %d: %v, want %s for alice", i, resp, want)
+		}
+		for j, st := range resp.Statuses[1:] {
+			if st.Code != rlsv3.RateLimitResponse_OK || st.CurrentLimit != nil {
+				t.Fatalf("call %d: odd descriptor %d answered %v, want OK with no limit", i, j, st)
+			}
+		}
+		if i >= 3 {
+			var ra []string
+			for _, h := range resp.ResponseHeadersToAdd {
+				if h.Key == "retry-after" {
+					ra = append(ra, h.Value)
+				}
+			}
+			if len(ra) != 1 {
+				t.Fatalf("call %d: retry-after headers %v, want exactly one", i, ra)
+			}
+		}
+	}
+	// Long values are counted, not refused: 3 admitted, then over.
+	for i := 0; i < 4; i++ {
+		resp, err := client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Descriptors: []*commonrl.RateLimitDescriptor{entries("generic_key", "api", "user", long)}})
+		if err != nil {
+			t.Fatalf("long value, call %d: %v", i, err)
+		}
+		if got, want := resp.OverallCode, map[bool]rlsv3.RateLimitResponse_Code{true: rlsv3.RateLimitResponse_OK, false: rlsv3.RateLimitResponse_OVER_LIMIT}[i < 3]; got != want {
+			t.Fatalf("long value, call %d: %s, want %s", i, got, want)
+		}
+	}
+}
+
+// A descriptor's own hits_addend overrides the request's, and more hits
+// than the limit holds are over the limit (never admitted), not an error.
+func TestEnvoyHitsAddendPerDescriptor(t *testing.T) {
+	prefix := newPrefix(t)
+	k := startCoordinator(t, prefix, "")
+	setPolicy(t, k.addr, "name: api\nidentity: [user]\nalgorithm: fixed_window\nlimit: 10\nperiod: 1m\nscope: region\n")
+	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, nil)
+	client := rlsv3.NewRateLimitServiceClient(grpcConn(t, ra.grpcAddr))
+	d := entries("generic_key", "api", "user", "bob")
+	d.HitsAddend = wrapperspb.UInt64(4)
+	resp, err := client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{HitsAddend: 1, Descriptors: []*commonrl.RateLimitDescriptor{d}})
+	if err != nil || resp.Statuses[0].LimitRemaining != 6 {
+		t.Fatalf("hits_addend 4 on the descriptor (1 on the request): %v %v, want 6 remaining", resp, err)
+	}
+	d.HitsAddend = wrapperspb.UInt64(11)
+	resp, err = client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Descriptors: []*commonrl.RateLimitDescriptor{d}})
+	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("11 hits against a limit of 10: %v %v, want OVER_LIMIT", resp, err)
+	}
+	d.HitsAddend = nil
+	resp, _ = client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Descriptors: []*commonrl.RateLimitDescriptor{d}})
+	if resp.Statuses[0].LimitRemaining != 5 {
+		t.Fatalf("after the refused 11 hits: %v, want 5 remaining (nothing charged)", resp.Statuses[0])
+	}
+}
+
+// current_limit in Envoy's units: the period's own unit, else the shortest
+// in which the limit is whole (5 per 10 s reads 30 per minute; it read 0
+// per second), else the shortest in which it is at least one.
+func TestEnvoyLimitUnits(t *testing.T) {
+	for _, c := range []struct {
+		limit  float64
+		period time.Duration
+		want   uint32
+		unit   rlsv3.RateLimitResponse_RateLimit_Unit
+	}{
+		{5, 10 * time.Second, 30, rlsv3.RateLimitResponse_RateLimit_MINUTE},
+		{100, time.Minute, 100, rlsv3.RateLimitResponse_RateLimit_MINUTE},
+		{100, 90 * time.Second, 4000, rlsv3.RateLimitResponse_RateLimit_HOUR},
+		{7, 7 * time.Second, 1, rlsv3.RateLimitResponse_RateLimit_SECOND},
+		{1, 3 * 24 * time.Hour, 10, rlsv3.RateLimitResponse_RateLimit_MONTH},
+		{1, 4 * 24 * time.Hour, 1, rlsv3.RateLimitResponse_RateLimit_WEEK}, // 1.75, rounded down
+		{10, 45 * time.Second, 800, rlsv3.RateLimitResponse_RateLimit_HOUR},
+	} {
+		p := mustPolicy(t, fmt.Sprintf("name: p\nidentity: [a]\nlimit: %v\nperiod: %s\n", c.limit, c.period))
+		got := envoyLimit(Outcome{Policy: p, Limits: p.Limits()})
+		if got.RequestsPerUnit != c.want || got.Unit != c.unit {
+			t.Errorf("%v per %v: %d per %s, want %d per %s", c.limit, c.period, got.RequestsPerUnit, got.Unit, c.want, c.unit)
+		}
+	}
+}
