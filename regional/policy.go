@@ -35,6 +35,10 @@ type Policy struct {
 	Burst float64 `yaml:"burst,omitempty" json:"burst,omitempty"`
 	// Cost is the default cost of a request whose caller names none.
 	Cost int64 `yaml:"cost,omitempty" json:"cost,omitempty"`
+	// ShadowMode decides and counts every check as usual but admits
+	// everything: a rejection is reported as a shadow one (metrics, the
+	// check's answer), so a new limit can be watched before it is enforced.
+	ShadowMode bool `yaml:"shadow_mode,omitempty" json:"shadow_mode,omitempty"`
 	// Scope is global (one limit shared by all regions through leases) or
 	// region (every region enforces the full limit on its own).
 	Scope Scope `yaml:"scope,omitempty" json:"scope,omitempty"`

@@ -63,6 +63,9 @@ type Config struct {
 	IdempotencyWindow time.Duration
 	// HotKeys is K of the top-K hottest identities per policy. Default 10.
 	HotKeys int
+	// Shadow puts every policy in shadow mode (regional.Policy.ShadowMode):
+	// decide and count as usual, admit everything.
+	Shadow bool
 	// MetricIdentities is how the hot-identity metric names identities
 	// (tenant names, IPs): IdentitiesHashed by default, IdentitiesPlain to
 	// opt in to the names, IdentitiesOff to export none.
@@ -302,6 +305,8 @@ type Outcome struct {
 	Policy *regional.Policy
 	// Limits enforced (the share for global policies).
 	Limits regional.Limits
+	// Shadow: rejected by the limit, allowed by shadow mode.
+	Shadow bool
 }
 
 // plan is a validated check with the limits it is enforced under.
@@ -513,7 +518,12 @@ func (a *Agent) finish(pl plan, d regional.Decision, mode string) Outcome {
 	now := a.cfg.Clock()
 	a.leaser.observe(pl.p.Name, pl.id, pl.cost*regional.Micro, now)
 	result := "rejected"
-	if d.Allowed {
+	shadow := !d.Allowed && (pl.p.ShadowMode || a.cfg.Shadow)
+	if shadow {
+		// Would have been rejected: admitted, and counted as such.
+		result, d.Allowed, d.RetryAfterMs = "shadow", true, 0
+	}
+	if d.Allowed && !shadow {
 		result = "allowed"
 		switch mode {
 		case string(lease.ModeDegraded):
@@ -524,7 +534,7 @@ func (a *Agent) finish(pl plan, d regional.Decision, mode string) Outcome {
 	}
 	a.m.decisions.WithLabelValues(pl.p.Name, mode, result).Inc()
 	a.hotFor(pl.p.Name).add(pl.id, pl.cost)
-	o := Outcome{Decision: d, Mode: mode, Policy: pl.p, Limits: pl.limits}
+	o := Outcome{Decision: d, Mode: mode, Policy: pl.p, Limits: pl.limits, Shadow: shadow}
 	if pl.replayKey != "" {
 		a.replay.put(pl.replayKey, o, now)
 	}

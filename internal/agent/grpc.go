@@ -72,5 +72,5 @@ func enforcedLimit(o Outcome) float64 {
 func response(o Outcome) *pb.CheckResponse {
 	return &pb.CheckResponse{Allowed: o.Allowed, Remaining: o.RemainingUnits(), RetryAfterMs: o.RetryAfterMs,
 		ResetMs: o.ResetAfterMs, Policy: o.Policy.Name, Mode: o.Mode, Limit: enforcedLimit(o),
-		PeriodMs: time.Duration(o.Policy.Period).Milliseconds(), Replayed: o.Replayed}
+		PeriodMs: time.Duration(o.Policy.Period).Milliseconds(), Replayed: o.Replayed, Shadow: o.Shadow}
 }

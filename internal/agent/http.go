@@ -45,6 +45,7 @@ type checkAnswer struct {
 	ResetMs      int64   `json:"reset_ms"`
 	Mode         string  `json:"mode"`
 	Replayed     bool    `json:"replayed,omitempty"`
+	Shadow       bool    `json:"shadow,omitempty"`
 	RetryAfterMs int64   `json:"retry_after_ms,omitempty"`
 }
 
@@ -128,7 +129,7 @@ func (a *Agent) serveCheck(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
 	json.NewEncoder(w).Encode(checkAnswer{Allowed: true, Policy: o.Policy.Name, Remaining: o.RemainingUnits(), Limit: limit,
-		ResetMs: o.ResetAfterMs, Mode: o.Mode, Replayed: o.Replayed})
+		ResetMs: o.ResetAfterMs, Mode: o.Mode, Replayed: o.Replayed, Shadow: o.Shadow})
 }
 
 // ceilSeconds formats ms as whole seconds, rounded up.

@@ -31,7 +31,7 @@ func newMetrics() *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_decisions_total",
-			Help: "Checks decided, by policy, mode (leased, degraded, local-fallback, unleased, region) and result (allowed, rejected)."},
+			Help: "Checks decided, by policy, mode (leased, degraded, local-fallback, unleased, region) and result (allowed, rejected, or shadow: rejected by the limit and allowed by shadow mode)."},
 			[]string{"policy", "mode", "result"}),
 		redisLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "quotalease_agent_redis_seconds",
 			Help:    "Latency of decision scripts against Redis, including timeouts.",

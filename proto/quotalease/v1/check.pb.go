@@ -114,7 +114,10 @@ type CheckResponse struct {
 	// PeriodMs is the policy's period.
 	PeriodMs int64 `protobuf:"varint,8,opt,name=period_ms,json=periodMs,proto3" json:"period_ms,omitempty"`
 	// Replayed: an idempotent retry got an earlier decision.
-	Replayed      bool `protobuf:"varint,9,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	Replayed bool `protobuf:"varint,9,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	// Shadow: the policy (or the agent) is in shadow mode and would have
+	// rejected this request; it is allowed.
+	Shadow        bool `protobuf:"varint,10,opt,name=shadow,proto3" json:"shadow,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -208,6 +211,13 @@ func (x *CheckResponse) GetPeriodMs() int64 {
 func (x *CheckResponse) GetReplayed() bool {
 	if x != nil {
 		return x.Replayed
+	}
+	return false
+}
+
+func (x *CheckResponse) GetShadow() bool {
+	if x != nil {
+		return x.Shadow
 	}
 	return false
 }
@@ -368,7 +378,7 @@ const file_quotalease_v1_check_proto_rawDesc = "" +
 	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x83\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9b\x02\n" +
 	"\rCheckResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x1c\n" +
 	"\tremaining\x18\x02 \x01(\x03R\tremaining\x12$\n" +
@@ -378,7 +388,9 @@ const file_quotalease_v1_check_proto_rawDesc = "" +
 	"\x04mode\x18\x06 \x01(\tR\x04mode\x12\x14\n" +
 	"\x05limit\x18\a \x01(\x01R\x05limit\x12\x1b\n" +
 	"\tperiod_ms\x18\b \x01(\x03R\bperiodMs\x12\x1a\n" +
-	"\breplayed\x18\t \x01(\bR\breplayed\"H\n" +
+	"\breplayed\x18\t \x01(\bR\breplayed\x12\x16\n" +
+	"\x06shadow\x18\n" +
+	" \x01(\bR\x06shadow\"H\n" +
 	"\x11CheckBatchRequest\x123\n" +
 	"\x06checks\x18\x01 \x03(\v2\x1b.quotalease.v1.CheckRequestR\x06checks\"J\n" +
 	"\x12CheckBatchResponse\x124\n" +

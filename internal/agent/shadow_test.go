@@ -1,0 +1,81 @@
+package agent
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+)
+
+// A policy in shadow mode never rejects: over its limit a check is
+// allowed, marked shadow in every API's answer, counted as
+// result="shadow", and charges nothing more.
+func TestShadowModeNeverRejects(t *testing.T) {
+	prefix := newPrefix(t)
+	k := startCoordinator(t, prefix, "")
+	setPolicy(t, k.addr, "name: trial\nidentity: [user]\nalgorithm: fixed_window\nlimit: 2\nperiod: 1m\nscope: region\nshadow_mode: true\n")
+	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, nil)
+	for i := 0; i < 5; i++ {
+		o, err := ra.a.Check(t.Context(), Input{Policy: "trial", Attributes: map[string]string{"user": "u"}})
+		if err != nil || !o.Allowed || o.Shadow != (i >= 2) {
+			t.Fatalf("check %d: %+v %v, want allowed, shadow from the third", i, o, err)
+		}
+	}
+	resp, err := http.Post(ra.httpURL+"/v1/check", "application/json", strings.NewReader(`{"policy":"trial","attributes":{"user":"u"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body map[string]any
+	json.NewDecoder(resp.Body).Decode(&body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || body["shadow"] != true {
+		t.Fatalf("HTTP over the limit in shadow mode: %d %v, want 200 with shadow", resp.StatusCode, body)
+	}
+	client := rlsv3.NewRateLimitServiceClient(grpcConn(t, ra.grpcAddr))
+	er, err := client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Descriptors: []*commonrl.RateLimitDescriptor{entries("generic_key", "trial", "user", "u")}})
+	if err != nil || er.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("Envoy over the limit in shadow mode: %v %v, want OK", er, err)
+	}
+	if n := counterValueLabeled(t, ra.a, "quotalease_agent_decisions_total", "result", "shadow"); n != 5 {
+		t.Fatalf("%v shadow decisions counted, want 5", n)
+	}
+}
+
+// The agent-wide switch puts every policy in shadow mode.
+func TestShadowModeSwitch(t *testing.T) {
+	prefix := newPrefix(t)
+	k := startCoordinator(t, prefix, "")
+	setPolicy(t, k.addr, "name: strict\nidentity: [user]\nalgorithm: fixed_window\nlimit: 1\nperiod: 1m\nscope: region\n")
+	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, func(c *Config) { c.Shadow = true })
+	for i := 0; i < 3; i++ {
+		if o, err := ra.a.Check(t.Context(), Input{Policy: "strict", Attributes: map[string]string{"user": "u"}}); err != nil || !o.Allowed {
+			t.Fatalf("check %d with the shadow switch on: %+v %v", i, o, err)
+		}
+	}
+}
+
+// counterValueLabeled sums a counter's series whose label has value.
+func counterValueLabeled(t testing.TB, a *Agent, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := a.m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					sum += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return sum
+}
