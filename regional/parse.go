@@ -49,3 +49,13 @@ func ParsePolicies(data []byte) ([]*Policy, error) {
 	}
 	return out, nil
 }
+
+// ParsePolicyFile reads a policy file in either format: quota-lease
+// policies (ParsePolicies) or an envoyproxy/ratelimit configuration, one
+// with a top-level domain (ParseEnvoyConfig).
+func ParsePolicyFile(data []byte) ([]*Policy, error) {
+	if IsEnvoyConfig(data) {
+		return ParseEnvoyConfig(data)
+	}
+	return ParsePolicies(data)
+}

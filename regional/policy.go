@@ -35,6 +35,10 @@ type Policy struct {
 	Burst float64 `yaml:"burst,omitempty" json:"burst,omitempty"`
 	// Cost is the default cost of a request whose caller names none.
 	Cost int64 `yaml:"cost,omitempty" json:"cost,omitempty"`
+	// Envoy, when set, ties the policy to a descriptor of an
+	// envoyproxy/ratelimit configuration (ParseEnvoyConfig): Envoy
+	// requests in its domain match it by their descriptor's entries.
+	Envoy *EnvoyMatch `yaml:"envoy,omitempty" json:"envoy,omitempty"`
 	// ShadowMode decides and counts every check as usual but admits
 	// everything: a rejection is reported as a shadow one (metrics, the
 	// check's answer), so a new limit can be watched before it is enforced.
@@ -148,6 +152,16 @@ func (p *Policy) Validate() error {
 	}
 	bad := func(field, format string, args ...any) error {
 		return fmt.Errorf("%w %q: field %q: %s", ErrInvalidPolicy, name, field, fmt.Sprintf(format, args...))
+	}
+	if e := p.Envoy; e != nil {
+		if e.Domain == "" || len(e.Entries) == 0 || len(e.Entries) > MaxIdentityAttributes {
+			return bad("envoy", "needs a domain and 1-%d descriptor entries", MaxIdentityAttributes)
+		}
+		for _, en := range e.Entries {
+			if en.Key == "" {
+				return bad("envoy", "a descriptor entry has no key")
+			}
+		}
 	}
 	if !policyNameRE.MatchString(p.Name) {
 		return bad("name", "must be 1-63 characters of a-z, 0-9, '.', '_', '-', starting with a letter or digit")

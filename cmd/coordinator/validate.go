@@ -40,7 +40,7 @@ func quotaValidate(_ context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	ps, err := regional.ParsePolicies(data)
+	ps, err := regional.ParsePolicyFile(data)
 	if err != nil {
 		return fmt.Errorf("%s: %w", *file, err)
 	}

@@ -64,7 +64,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return fmt.Errorf("read policies: %w", err)
 	}
-	policies, err := regional.ParsePolicies(data)
+	policies, err := regional.ParsePolicyFile(data)
 	if err != nil {
 		return fmt.Errorf("%s: %w", c.policies, err)
 	}

@@ -132,6 +132,7 @@ type Agent struct {
 	inflight sync.WaitGroup
 	closing  atomic.Bool
 	refresh  chan struct{} // a check named an unknown policy: reload soon
+	envoy    atomic.Pointer[envoyIndex]
 }
 
 // New returns an agent; Run starts its background work.
@@ -237,6 +238,8 @@ func (a *Agent) loadPolicies(ctx context.Context) error {
 	if err := a.engine.SetPolicies(ps); err != nil {
 		return fmt.Errorf("load policies: %w", err)
 	}
+	ix := buildEnvoyIndex(ps)
+	a.envoy.Store(&ix)
 	a.leaser.setPolicies(ps)
 	return nil
 }
@@ -337,6 +340,9 @@ func (a *Agent) prepare(in Input) (plan, error) {
 			a.refreshSoon() // perhaps it was just stored
 		}
 		return plan{}, fmt.Errorf("%w %q", regional.ErrUnknownPolicy, in.Policy)
+	}
+	if p.Envoy != nil && p.Envoy.Unlimited {
+		return plan{}, fmt.Errorf("%w: policy %q is an unlimited Envoy descriptor: it limits nothing", regional.ErrUnknownPolicy, p.Name)
 	}
 	cost := in.Cost
 	if cost == 0 {

@@ -23,11 +23,16 @@ import (
 // semantics of envoyproxy/ratelimit, so Envoy or any client of that API
 // uses the agent unchanged.
 //
-// Each descriptor is one check. Its entry keyed "policy" (or Envoy's
-// generic_key, as set by a generic_key action) names the policy; every
-// other entry is a request attribute, its key the attribute's name, except
-// remote_address, which is the attribute ip. A descriptor's hits_addend,
-// else the request's, is the cost (0 means the policy's default).
+// Each descriptor is one check. In a domain loaded from an
+// envoyproxy/ratelimit configuration (regional.ParseEnvoyConfig) the
+// descriptor's entries pick the policy as that service does (envoyIndex),
+// and a matched policy replaced by another matched one in the same request
+// (replaces) is not applied. Otherwise its entry keyed "policy" (or
+// Envoy's generic_key, as set by a generic_key action) names the policy.
+// Every other entry is a request attribute named by
+// regional.EnvoyAttribute (remote_address is ip). A descriptor's
+// hits_addend, else the request's, is the cost (0 means the policy's
+// default).
 //
 // Descriptors are answered one by one, never by failing the call: Envoy
 // turns a failed call into "allow" (failure_mode_deny: false), so one odd
@@ -46,9 +51,6 @@ func registerEnvoy(s *grpc.Server, a *Agent) {
 	rlsv3.RegisterRateLimitServiceServer(s, &envoyServer{a: a})
 }
 
-// envoyAttribute renames Envoy's descriptor keys to attribute names.
-var envoyAttribute = map[string]string{"remote_address": "ip"}
-
 // envoyValue is an attribute value as the agent counts it: long values by
 // their hash (distinct values stay distinct buckets).
 func envoyValue(v string) string {
@@ -65,24 +67,39 @@ func (s *envoyServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitR
 		return nil, status.Errorf(codes.InvalidArgument, "a request holds 1-%d descriptors, got %d", MaxBatch, len(req.Descriptors))
 	}
 	ins := make([]Input, len(req.Descriptors))
+	var ix envoyIndex // nil until the policies are loaded: nothing configured
+	if p := s.a.envoy.Load(); p != nil {
+		ix = *p
+	}
+	replaced := map[string]bool{}
 	for i, d := range req.Descriptors {
 		in := Input{Attributes: map[string]string{}, Cost: int64(min(req.HitsAddend, math.MaxInt32))}
 		if h := d.GetHitsAddend(); h != nil {
 			in.Cost = int64(min(h.GetValue(), math.MaxInt32))
 		}
+		p, configured := ix.match(req.Domain, d.Entries)
 		for _, e := range d.Entries {
-			switch e.Key {
-			case "policy", "generic_key":
+			if !configured && (e.Key == "policy" || e.Key == "generic_key") {
 				in.Policy = e.Value
-			default:
-				name := e.Key
-				if n, ok := envoyAttribute[name]; ok {
-					name = n
+				continue
+			}
+			in.Attributes[regional.EnvoyAttribute(e.Key)] = envoyValue(e.Value)
+		}
+		if configured {
+			in.Policy = "" // unmatched unless the configuration has it
+			if p != nil && !p.Envoy.Unlimited {
+				in.Policy = p.Name
+				for _, r := range p.Envoy.Replaces {
+					replaced[r] = true
 				}
-				in.Attributes[name] = envoyValue(e.Value)
 			}
 		}
 		ins[i] = in
+	}
+	for i := range ins {
+		if replaced[ins[i].Policy] {
+			ins[i].Policy = "" // another matched limit replaces it
+		}
 	}
 	res := s.a.CheckBatch(ctx, ins)
 	out := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}

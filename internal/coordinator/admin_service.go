@@ -33,7 +33,7 @@ func (c *Coordinator) SetPolicy(ctx context.Context, req *pb.SetPolicyRequest) (
 	if err != nil {
 		return nil, err
 	}
-	ps, err := regional.ParsePolicies([]byte(req.Yaml))
+	ps, err := regional.ParsePolicyFile([]byte(req.Yaml))
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}

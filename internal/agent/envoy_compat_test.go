@@ -1,0 +1,145 @@
+package agent
+
+import (
+	"testing"
+
+	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+)
+
+// envoyStep is one ShouldRateLimit call and what envoyproxy/ratelimit
+// answers for it: per descriptor, OK or OVER_LIMIT, and the limit it
+// reports (0: none, the descriptor matched no limit).
+type envoyStep struct {
+	descriptors []*commonrl.RateLimitDescriptor
+	codes       []rlsv3.RateLimitResponse_Code
+	limits      []uint32
+	times       int // repeat the call this often (default 1)
+}
+
+const (
+	ok   = rlsv3.RateLimitResponse_OK
+	over = rlsv3.RateLimitResponse_OVER_LIMIT
+)
+
+// The compatibility table: envoyproxy/ratelimit configurations from its
+// README, loaded unchanged (plus scope: region, so that one agent holds
+// the whole limit), and request sequences answered as that service
+// answers them, descriptor by descriptor, through a real gRPC client.
+func TestEnvoyCompatibility(t *testing.T) {
+	cases := []struct {
+		name, config, domain string
+		steps                []envoyStep
+	}{
+		{"database users", `domain: mongo_cps
+scope: region
+descriptors:
+  - key: database
+    value: users
+    rate_limit: {unit: second, requests_per_unit: 2}
+  - key: database
+    value: default
+    rate_limit: {unit: second, requests_per_unit: 500}
+`, "mongo_cps", []envoyStep{
+			{descriptors: d(entries("database", "users")), codes: c(ok), limits: l(2), times: 2},
+			{descriptors: d(entries("database", "users")), codes: c(over), limits: l(2)},
+			{descriptors: d(entries("database", "default")), codes: c(ok), limits: l(500)},
+			{descriptors: d(entries("database", "other")), codes: c(ok), limits: l(0)}, // no such value: no limit
+		}},
+		{"messaging", `domain: messaging
+scope: region
+descriptors:
+  - key: message_type
+    value: marketing
+    descriptors:
+      - key: to_number
+        rate_limit: {unit: day, requests_per_unit: 2}
+  - key: to_number
+    rate_limit: {unit: day, requests_per_unit: 3}
+  - key: to_number
+    value: "911"
+    rate_limit: {unlimited: true}
+`, "messaging", []envoyStep{
+			// A marketing message to a number counts against both limits.
+			{descriptors: d(entries("message_type", "marketing", "to_number", "2061111111"), entries("to_number", "2061111111")),
+				codes: c(ok, ok), limits: l(2, 3), times: 2},
+			{descriptors: d(entries("message_type", "marketing", "to_number", "2061111111"), entries("to_number", "2061111111")),
+				codes: c(over, ok), limits: l(2, 3)},
+			{descriptors: d(entries("to_number", "2061111111")), codes: c(over), limits: l(3)},
+			// Every number has its own limit; 911 has none.
+			{descriptors: d(entries("to_number", "2062222222")), codes: c(ok), limits: l(3)},
+			{descriptors: d(entries("to_number", "911")), codes: c(ok), limits: l(0), times: 5},
+		}},
+		{"exact value before key-only, greedily", `domain: walk
+scope: region
+descriptors:
+  - key: database
+    value: users
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: database
+    descriptors:
+      - key: collection
+        rate_limit: {unit: minute, requests_per_unit: 1}
+`, "walk", []envoyStep{
+			{descriptors: d(entries("database", "orders", "collection", "c")), codes: c(ok), limits: l(1)},
+			{descriptors: d(entries("database", "orders", "collection", "c")), codes: c(over), limits: l(1)},
+			// database=users is taken first, and it has no collection child:
+			// no limit, as envoyproxy/ratelimit walks.
+			{descriptors: d(entries("database", "users", "collection", "c")), codes: c(ok), limits: l(0), times: 3},
+		}},
+		{"replaces", `domain: rp
+scope: region
+descriptors:
+  - key: key1
+    rate_limit: {unit: minute, requests_per_unit: 1, name: key1-limit}
+  - key: key2
+    rate_limit:
+      unit: minute
+      requests_per_unit: 2
+      replaces: [{name: key1-limit}]
+`, "rp", []envoyStep{
+			{descriptors: d(entries("key1", "a")), codes: c(ok), limits: l(1)},
+			// key2's limit replaces key1's in a request that matches both.
+			{descriptors: d(entries("key1", "a"), entries("key2", "b")), codes: c(ok, ok), limits: l(0, 2)},
+			{descriptors: d(entries("key1", "a")), codes: c(over), limits: l(1)},
+		}},
+		{"domains are namespaces", `domain: one
+scope: region
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`, "two", []envoyStep{
+			{descriptors: d(entries("user", "u")), codes: c(ok), limits: l(0), times: 3},
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			prefix := newPrefix(t)
+			k := startCoordinator(t, prefix, "")
+			setPolicy(t, k.addr, tc.config)
+			ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, nil)
+			client := rlsv3.NewRateLimitServiceClient(grpcConn(t, ra.grpcAddr))
+			for si, st := range tc.steps {
+				for n := 0; n < max(1, st.times); n++ {
+					resp, err := client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: tc.domain, Descriptors: st.descriptors})
+					if err != nil {
+						t.Fatalf("step %d: %v", si, err)
+					}
+					for i, s := range resp.Statuses {
+						var lim uint32
+						if s.CurrentLimit != nil {
+							lim = s.CurrentLimit.RequestsPerUnit
+						}
+						if s.Code != st.codes[i] || lim != st.limits[i] {
+							t.Fatalf("step %d call %d descriptor %d: %s limit %d, want %s limit %d", si, n, i, s.Code, lim, st.codes[i], st.limits[i])
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+func d(ds ...*commonrl.RateLimitDescriptor) []*commonrl.RateLimitDescriptor { return ds }
+func c(cs ...rlsv3.RateLimitResponse_Code) []rlsv3.RateLimitResponse_Code   { return cs }
+func l(ls ...uint32) []uint32                                               { return ls }

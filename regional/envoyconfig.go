@@ -1,0 +1,249 @@
+package regional
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// EnvoyMatch ties a policy to one descriptor of an envoyproxy/ratelimit
+// configuration: the domain and the path of entries (a key, and a value or
+// none for "any value, each its own limit") a request descriptor must
+// match, entry for entry, for the policy to apply.
+type EnvoyMatch struct {
+	Domain  string       `yaml:"domain" json:"domain"`
+	Entries []EnvoyEntry `yaml:"descriptor" json:"descriptor"`
+	// Replaces names policies this one replaces when both match
+	// descriptors of one request (envoyproxy/ratelimit's replaces).
+	Replaces []string `yaml:"replaces,omitempty" json:"replaces,omitempty"`
+	// Unlimited marks a descriptor configured as unlimited: a request
+	// matching it gets no limit, and a less specific descriptor does not
+	// apply either. Such a policy is never enforced; its limit and period
+	// are placeholders (1 per second, region scope, so it is never leased).
+	Unlimited bool `yaml:"unlimited,omitempty" json:"unlimited,omitempty"`
+}
+
+// EnvoyEntry is one entry of a descriptor path.
+type EnvoyEntry struct {
+	Key   string `yaml:"key" json:"key"`
+	Value string `yaml:"value,omitempty" json:"value,omitempty"`
+}
+
+// EnvoyAttribute is the attribute name a descriptor key is counted under:
+// remote_address is ip, as in the rest of the agent; other keys are
+// lower-cased with anything but a-z, 0-9, '_', '.', '-' made '_'.
+func EnvoyAttribute(key string) string {
+	if key == "remote_address" {
+		return "ip"
+	}
+	var b strings.Builder
+	for _, c := range strings.ToLower(key) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '_', c == '.', c == '-':
+			b.WriteRune(c)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	s := b.String()
+	if s == "" || s[0] < 'a' || s[0] > 'z' {
+		s = "k" + s
+	}
+	if len(s) > 32 {
+		s = s[:32]
+	}
+	return s
+}
+
+// envoyFile is envoyproxy/ratelimit's configuration format, field for
+// field; Algorithm and Scope are quota-lease's optional additions.
+type envoyFile struct {
+	Domain      string            `yaml:"domain"`
+	Descriptors []envoyDescriptor `yaml:"descriptors"`
+	// Algorithm for every limit of the file: fixed_window (the default,
+	// what envoyproxy/ratelimit does) or any other.
+	Algorithm Algorithm `yaml:"algorithm"`
+	// Scope of every limit: global (the default) or region.
+	Scope Scope `yaml:"scope"`
+}
+
+type envoyDescriptor struct {
+	Key            string            `yaml:"key"`
+	Value          string            `yaml:"value"`
+	RateLimit      *envoyRateLimit   `yaml:"rate_limit"`
+	Descriptors    []envoyDescriptor `yaml:"descriptors"`
+	ShadowMode     bool              `yaml:"shadow_mode"`
+	DetailedMetric bool              `yaml:"detailed_metric"`
+}
+
+type envoyRateLimit struct {
+	Unit            string `yaml:"unit"`
+	RequestsPerUnit uint32 `yaml:"requests_per_unit"`
+	Unlimited       bool   `yaml:"unlimited"`
+	Name            string `yaml:"name"`
+	Replaces        []struct {
+		Name string `yaml:"name"`
+	} `yaml:"replaces"`
+}
+
+var envoyUnitPeriods = map[string]time.Duration{
+	"second": time.Second, "minute": time.Minute, "hour": time.Hour, "day": 24 * time.Hour,
+	"week": 7 * 24 * time.Hour, "month": 30 * 24 * time.Hour, "year": 365 * 24 * time.Hour,
+}
+
+// IsEnvoyConfig reports whether data looks like an envoyproxy/ratelimit
+// configuration (a top-level domain) rather than quota-lease policies.
+func IsEnvoyConfig(data []byte) bool {
+	var probe struct {
+		Domain string `yaml:"domain"`
+	}
+	return yaml.Unmarshal(data, &probe) == nil && probe.Domain != ""
+}
+
+// ParseEnvoyConfig maps an envoyproxy/ratelimit configuration onto
+// policies: one per descriptor with a rate limit, matching the
+// descriptor's path in the file's domain (EnvoyMatch), counting by the
+// path's keys, fixed window by default. A descriptor marked unlimited
+// becomes a placeholder policy that is never enforced (EnvoyMatch.
+// Unlimited), so that it still wins over less specific descriptors, as in
+// envoyproxy/ratelimit. Every policy or an error.
+func ParseEnvoyConfig(data []byte) ([]*Policy, error) {
+	if len(data) > MaxPolicyFileBytes {
+		return nil, fmt.Errorf("%w: file is %d bytes, more than %d", ErrInvalidPolicy, len(data), MaxPolicyFileBytes)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var f envoyFile
+	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%w: envoy ratelimit config: %v", ErrInvalidPolicy, err)
+	}
+	if f.Domain == "" {
+		return nil, fmt.Errorf("%w: envoy ratelimit config: field %q is required", ErrInvalidPolicy, "domain")
+	}
+	var out []*Policy
+	seen := map[string]bool{}
+	var walk func(path []EnvoyEntry, ds []envoyDescriptor) error
+	walk = func(path []EnvoyEntry, ds []envoyDescriptor) error {
+		for _, d := range ds {
+			if d.Key == "" {
+				return fmt.Errorf("%w: envoy ratelimit config, domain %s: a descriptor under %s has no key", ErrInvalidPolicy, f.Domain, pathString(path))
+			}
+			here := append(append([]EnvoyEntry(nil), path...), EnvoyEntry{Key: d.Key, Value: d.Value})
+			if len(here) > MaxIdentityAttributes {
+				return fmt.Errorf("%w: envoy ratelimit config: descriptor %s is deeper than %d entries", ErrInvalidPolicy, pathString(here), MaxIdentityAttributes)
+			}
+			if rl := d.RateLimit; rl != nil {
+				p, err := envoyPolicy(f, here, d, rl)
+				if err != nil {
+					return err
+				}
+				if seen[p.Name] {
+					return fmt.Errorf("%w: envoy ratelimit config: two descriptors map to policy %q; name one with rate_limit.name", ErrInvalidPolicy, p.Name)
+				}
+				seen[p.Name] = true
+				out = append(out, p)
+			}
+			if err := walk(here, d.Descriptors); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := walk(nil, f.Descriptors); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: envoy ratelimit config, domain %s: no descriptor has a rate_limit", ErrInvalidPolicy, f.Domain)
+	}
+	return out, nil
+}
+
+func envoyPolicy(f envoyFile, path []EnvoyEntry, d envoyDescriptor, rl *envoyRateLimit) (*Policy, error) {
+	period, ok := envoyUnitPeriods[strings.ToLower(rl.Unit)]
+	if rl.Unlimited {
+		period, ok, rl = time.Second, true, &envoyRateLimit{Name: rl.Name, RequestsPerUnit: 1}
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w: envoy ratelimit config: descriptor %s: unit %q; use second, minute, hour, day, week, month or year", ErrInvalidPolicy, pathString(path), rl.Unit)
+	}
+	name := rl.Name
+	if name == "" {
+		name = envoyPolicyName(f.Domain, path)
+	}
+	p := &Policy{Name: name, Algorithm: f.Algorithm, Limit: float64(rl.RequestsPerUnit), Period: Duration(period),
+		Scope: f.Scope, ShadowMode: d.ShadowMode, Envoy: &EnvoyMatch{Domain: f.Domain, Entries: path, Unlimited: d.RateLimit.Unlimited}}
+	if p.Envoy.Unlimited {
+		p.Scope = ScopeRegion
+	}
+	if p.Algorithm == "" {
+		p.Algorithm = FixedWindow
+	}
+	seen := map[string]bool{}
+	for _, e := range path {
+		if a := EnvoyAttribute(e.Key); !seen[a] {
+			seen[a] = true
+			p.Identity = append(p.Identity, a)
+		}
+	}
+	for _, r := range rl.Replaces {
+		p.Envoy.Replaces = append(p.Envoy.Replaces, r.Name)
+	}
+	p.Normalize()
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("envoy ratelimit config: descriptor %s: %w", pathString(path), err)
+	}
+	return p, nil
+}
+
+// envoyPolicyName derives a policy name from the domain and the path,
+// e.g. mongo_cps.database_users; a name too long or not a valid policy
+// name is shortened with a hash.
+func envoyPolicyName(domain string, path []EnvoyEntry) string {
+	parts := []string{domain}
+	for _, e := range path {
+		if e.Value != "" {
+			parts = append(parts, e.Key+"_"+e.Value)
+		} else {
+			parts = append(parts, e.Key)
+		}
+	}
+	raw := strings.Join(parts, ".")
+	var b strings.Builder
+	for _, c := range strings.ToLower(raw) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
+			b.WriteRune(c)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	name := strings.TrimLeft(b.String(), "._-")
+	if name != raw || len(name) > 63 || name == "" {
+		sum := sha256.Sum256([]byte(raw))
+		name = strings.Trim(name[:min(len(name), 50)], "._-") + "-" + hex.EncodeToString(sum[:])[:8]
+		name = strings.TrimLeft(name, "._-")
+	}
+	return name
+}
+
+func pathString(path []EnvoyEntry) string {
+	if len(path) == 0 {
+		return "(top)"
+	}
+	var parts []string
+	for _, e := range path {
+		if e.Value != "" {
+			parts = append(parts, e.Key+"="+e.Value)
+		} else {
+			parts = append(parts, e.Key)
+		}
+	}
+	return strings.Join(parts, ",")
+}

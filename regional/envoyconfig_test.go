@@ -1,0 +1,107 @@
+package regional
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+const envoyMongo = `domain: mongo_cps
+descriptors:
+  - key: database
+    value: users
+    rate_limit:
+      unit: second
+      requests_per_unit: 500
+  - key: database
+    value: default
+    rate_limit:
+      unit: second
+      requests_per_unit: 500
+`
+
+const envoyMessaging = `domain: messaging
+descriptors:
+  # Only allow 5 marketing messages a day
+  - key: message_type
+    value: marketing
+    descriptors:
+      - key: to_number
+        rate_limit:
+          unit: day
+          requests_per_unit: 5
+  # Only allow 100 messages a day to any unique phone number
+  - key: to_number
+    rate_limit:
+      unit: day
+      requests_per_unit: 100
+  - key: to_number
+    value: "911"
+    rate_limit:
+      unlimited: true
+`
+
+// envoyproxy/ratelimit's README configurations load unchanged, one policy
+// per limited descriptor, fixed window, counting by the path's keys.
+func TestParseEnvoyConfig(t *testing.T) {
+	ps, err := ParsePolicyFile([]byte(envoyMongo))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != 2 || ps[0].Name != "mongo_cps.database_users" || ps[0].Algorithm != FixedWindow || ps[0].Limit != 500 ||
+		time.Duration(ps[0].Period) != time.Second || strings.Join(ps[0].Identity, ",") != "database" ||
+		ps[0].Envoy.Domain != "mongo_cps" || ps[0].Envoy.Entries[0] != (EnvoyEntry{Key: "database", Value: "users"}) {
+		t.Fatalf("mongo_cps: %+v", ps[0])
+	}
+	ps, err = ParsePolicyFile([]byte(envoyMessaging))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{}
+	for _, p := range ps {
+		names = append(names, p.Name)
+	}
+	if strings.Join(names, " ") != "messaging.message_type_marketing.to_number messaging.to_number messaging.to_number_911" {
+		t.Fatalf("messaging policies %v", names)
+	}
+	if u := ps[2]; !u.Envoy.Unlimited || u.Scope != ScopeRegion {
+		t.Fatalf("unlimited descriptor: %+v, want a never-enforced placeholder", u)
+	}
+	if strings.Join(ps[0].Identity, ",") != "message_type,to_number" || time.Duration(ps[0].Period) != 24*time.Hour {
+		t.Fatalf("nested descriptor: %+v", ps[0])
+	}
+}
+
+func TestParseEnvoyConfigErrors(t *testing.T) {
+	for _, c := range []struct{ yaml, want string }{
+		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n", "unit"},
+		{"domain: d\ndescriptors:\n  - value: x\n    rate_limit: {unit: second, requests_per_unit: 1}\n", "no key"},
+		{"domain: d\ndescriptors:\n  - key: a\n    rate_limits: {unit: second}\n", "rate_limits"},
+		{"domain: d\ndescriptors:\n  - key: a\n", "no descriptor has a rate_limit"},
+		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 0}\n", "limit"},
+		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, name: X}\n  - key: b\n    rate_limit: {unit: second, requests_per_unit: 1, name: X}\n", "name"},
+	} {
+		_, err := ParsePolicyFile([]byte(c.yaml))
+		if !errors.Is(err, ErrInvalidPolicy) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want an invalid-policy error mentioning %q", c.yaml, err, c.want)
+		}
+	}
+}
+
+func TestEnvoyPolicyNames(t *testing.T) {
+	long := strings.Repeat("k", 80)
+	for _, c := range []struct {
+		path []EnvoyEntry
+		ok   func(string) bool
+	}{
+		{[]EnvoyEntry{{Key: "a", Value: "b"}}, func(n string) bool { return n == "d.a_b" }},
+		{[]EnvoyEntry{{Key: "Header", Value: "X Y"}}, func(n string) bool { return strings.HasPrefix(n, "d.header_x_y-") }},
+		{[]EnvoyEntry{{Key: long}}, func(n string) bool { return len(n) <= 63 }},
+	} {
+		n := envoyPolicyName("d", c.path)
+		if !c.ok(n) || !policyNameRE.MatchString(n) {
+			t.Errorf("%v: name %q", c.path, n)
+		}
+	}
+}
