@@ -63,6 +63,10 @@ type Config struct {
 	IdempotencyWindow time.Duration
 	// HotKeys is K of the top-K hottest identities per policy. Default 10.
 	HotKeys int
+	// EnvoyLimitHeaders adds RateLimit-Limit, -Remaining and -Reset to
+	// Envoy answers, for the descriptor closest to its limit, like
+	// envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED.
+	EnvoyLimitHeaders bool
 	// Shadow puts every policy in shadow mode (regional.Policy.ShadowMode):
 	// decide and count as usual, admit everything.
 	Shadow bool

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"math"
+	"strconv"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -104,16 +105,26 @@ func (s *envoyServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitR
 	res := s.a.CheckBatch(ctx, ins)
 	out := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
 	var retryMs int64 = -1
+	var closest *rlsv3.RateLimitResponse_DescriptorStatus // the fewest remaining, for the limit headers
 	for _, r := range res {
 		st, over, retry := envoyStatus(r)
 		if over {
 			out.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 			retryMs = max(retryMs, retry)
 		}
+		if st.CurrentLimit != nil && (closest == nil || st.LimitRemaining < closest.LimitRemaining) {
+			closest = st
+		}
 		out.Statuses = append(out.Statuses, st)
 	}
 	if retryMs >= 0 {
-		out.ResponseHeadersToAdd = []*corev3.HeaderValue{{Key: "retry-after", Value: retryAfterSeconds(retryMs)}}
+		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: "retry-after", Value: retryAfterSeconds(retryMs)})
+	}
+	if s.a.cfg.EnvoyLimitHeaders && closest != nil {
+		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd,
+			&corev3.HeaderValue{Key: "RateLimit-Limit", Value: strconv.FormatUint(uint64(closest.CurrentLimit.RequestsPerUnit), 10)},
+			&corev3.HeaderValue{Key: "RateLimit-Remaining", Value: strconv.FormatUint(uint64(closest.LimitRemaining), 10)},
+			&corev3.HeaderValue{Key: "RateLimit-Reset", Value: ceilSeconds(closest.DurationUntilReset.AsDuration().Milliseconds())})
 	}
 	return out, nil
 }

@@ -131,3 +131,27 @@ func TestEnvoyLimitUnits(t *testing.T) {
 		}
 	}
 }
+
+// With the limit headers on, an answer carries RateLimit-Limit, -Remaining
+// and -Reset of the descriptor closest to its limit.
+func TestEnvoyLimitHeaders(t *testing.T) {
+	prefix := newPrefix(t)
+	k := startCoordinator(t, prefix, "")
+	setPolicy(t, k.addr, "name: api\nidentity: [user]\nalgorithm: fixed_window\nlimit: 10\nperiod: 1m\nscope: region\n")
+	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, func(c *Config) { c.EnvoyLimitHeaders = true })
+	client := rlsv3.NewRateLimitServiceClient(grpcConn(t, ra.grpcAddr))
+	heavy := entries("generic_key", "api", "user", "heavy")
+	heavy.HitsAddend = wrapperspb.UInt64(7)
+	resp, err := client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Descriptors: []*commonrl.RateLimitDescriptor{
+		entries("generic_key", "api", "user", "light"), heavy}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := map[string]string{}
+	for _, v := range resp.ResponseHeadersToAdd {
+		h[v.Key] = v.Value
+	}
+	if h["RateLimit-Limit"] != "10" || h["RateLimit-Remaining"] != "3" || h["RateLimit-Reset"] == "" {
+		t.Fatalf("headers %v, want the heavy descriptor's: limit 10, remaining 3", h)
+	}
+}
