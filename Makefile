@@ -10,7 +10,7 @@ PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: help deps build test vet fmt-check bench fuzz redis redis-stop proto demo load clean robustness certs
+.PHONY: help deps build test vet fmt-check bench bench-peers fuzz redis redis-stop proto demo load clean robustness certs
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -43,6 +43,14 @@ robustness: deps ## random fault schedules over real processes, checked against 
 
 bench: deps ## benchmarks (real Redis, embedded etcd, gRPC; numbers in docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 ./regional/ ./internal/coordinator/ ./internal/agent/ ./sim/
+
+# The peer compared side by side in make bench-peers, pinned.
+PEER_RATELIMIT_VERSION := v1.4.1-0.20260122083618-3fb702589d36
+PEERBIN := $(CURDIR)/.peers/bin
+bench-peers: deps ## quota-lease against envoyproxy/ratelimit (built here, pinned) on Envoy's API, same machine, same run; prints checks/s, p99 and the ratio
+	@test -x $(PEERBIN)/service_cmd || { echo "building envoyproxy/ratelimit $(PEER_RATELIMIT_VERSION) (about 2 minutes)"; \
+	  GOBIN=$(PEERBIN) $(GO) install github.com/envoyproxy/ratelimit/src/service_cmd@$(PEER_RATELIMIT_VERSION); }
+	QUOTALEASE_PEER_RATELIMIT=$(PEERBIN)/service_cmd $(GO) test -run '^$$' -bench EnvoyAPIPeers -benchtime 1x -v ./internal/cluster/
 
 fuzz: ## run every fuzz target for FUZZTIME each (default 10s)
 	@set -e; for t in FuzzTokenBucket FuzzWindows FuzzParsePolicies FuzzStateKey; do \

@@ -45,6 +45,6 @@ func PoliciesFromFile(path string) func(ctx context.Context) ([]*regional.Policy
 		if err != nil {
 			return nil, err
 		}
-		return regional.ParsePolicies(data)
+		return regional.ParsePolicyFile(data)
 	}
 }
