@@ -1,6 +1,7 @@
 package regional
 
 import (
+	"errors"
 	"math"
 	"strings"
 	"testing"
@@ -157,6 +158,28 @@ func FuzzParsePolicies(f *testing.F) {
 			}
 			if err := p.Limits().Validate(); err != nil {
 				t.Fatalf("parsed policy has invalid limits: %v", err)
+			}
+		}
+	})
+}
+
+// FuzzParseEnvoyConfig: any input is refused with ErrInvalidPolicy or
+// gives policies that validate, each with an Envoy match in its domain.
+func FuzzParseEnvoyConfig(f *testing.F) {
+	f.Add([]byte(envoyMongo))
+	f.Add([]byte(envoyMessaging))
+	f.Add([]byte("domain: d\ndescriptors:\n  - key: A B\n    value: \"{}\"\n    rate_limit: {unit: Year, requests_per_unit: 4294967295, replaces: [{name: x}]}\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ps, err := ParseEnvoyConfig(data)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidPolicy) {
+				t.Fatalf("error %v does not wrap ErrInvalidPolicy", err)
+			}
+			return
+		}
+		for _, p := range ps {
+			if err := p.Validate(); err != nil || p.Envoy == nil || p.Envoy.Domain == "" {
+				t.Fatalf("parsed policy %+v: %v", p, err)
 			}
 		}
 	})

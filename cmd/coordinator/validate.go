@@ -53,15 +53,56 @@ func quotaValidate(_ context.Context, args []string, stdout, stderr io.Writer) e
 }
 
 func printPolicies(w io.Writer, ps []*regional.Policy) error {
+	// Policies from an envoyproxy/ratelimit configuration also show the
+	// descriptor they match, so both forms can be read side by side.
+	envoy := false
+	for _, p := range ps {
+		envoy = envoy || p.Envoy != nil
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tVERSION\tIDENTITY\tALGORITHM\tLIMIT\tPERIOD\tBURST\tSCOPE\tFAILURE")
+	header := "NAME\tVERSION\tIDENTITY\tALGORITHM\tLIMIT\tPERIOD\tBURST\tSCOPE\tFAILURE"
+	if envoy {
+		header += "\tENVOY DESCRIPTOR"
+	}
+	fmt.Fprintln(tw, header)
 	for _, p := range ps {
 		burst := "-"
 		if p.Algorithm == regional.TokenBucket {
 			burst = fmt.Sprint(p.Burst)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%v\t%s\t%s\t%s\t%s\n", p.Name, p.Version, strings.Join(p.Identity, ","),
-			p.Algorithm, p.Limit, p.Period, burst, p.Scope, p.Failure.Mode)
+		failure := string(p.Failure.Mode)
+		if p.ShadowMode {
+			failure += " (shadow)"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%v\t%s\t%s\t%s\t%s", p.Name, p.Version, strings.Join(p.Identity, ","),
+			p.Algorithm, p.Limit, p.Period, burst, p.Scope, failure)
+		if envoy {
+			fmt.Fprintf(tw, "\t%s", envoyDescriptor(p.Envoy))
+		}
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
+}
+
+// envoyDescriptor shows a policy's Envoy match as domain: key=value,key.
+func envoyDescriptor(m *regional.EnvoyMatch) string {
+	if m == nil {
+		return "-"
+	}
+	var parts []string
+	for _, e := range m.Entries {
+		if e.Value != "" {
+			parts = append(parts, e.Key+"="+e.Value)
+		} else {
+			parts = append(parts, e.Key)
+		}
+	}
+	s := m.Domain + ": " + strings.Join(parts, ",")
+	if m.Unlimited {
+		s += " (unlimited)"
+	}
+	if len(m.Replaces) > 0 {
+		s += " replaces " + strings.Join(m.Replaces, ",")
+	}
+	return s
 }

@@ -70,6 +70,23 @@ descriptors:
 			{descriptors: d(entries("to_number", "2062222222")), codes: c(ok), limits: l(3)},
 			{descriptors: d(entries("to_number", "911")), codes: c(ok), limits: l(0), times: 5},
 		}},
+		{"to_number and from_number", `domain: sms
+scope: region
+descriptors:
+  - key: to_number
+    value: "2061111111"
+    descriptors:
+      - key: from_number
+        rate_limit: {unit: hour, requests_per_unit: 2}
+`, "sms", []envoyStep{
+			// Each sender to that number has its own limit.
+			{descriptors: d(entries("to_number", "2061111111", "from_number", "a")), codes: c(ok), limits: l(2), times: 2},
+			{descriptors: d(entries("to_number", "2061111111", "from_number", "a")), codes: c(over), limits: l(2)},
+			{descriptors: d(entries("to_number", "2061111111", "from_number", "b")), codes: c(ok), limits: l(2)},
+			// Another number, or the number alone, matches no limit.
+			{descriptors: d(entries("to_number", "2062222222", "from_number", "a")), codes: c(ok), limits: l(0)},
+			{descriptors: d(entries("to_number", "2061111111")), codes: c(ok), limits: l(0), times: 3},
+		}},
 		{"exact value before key-only, greedily", `domain: walk
 scope: region
 descriptors:
