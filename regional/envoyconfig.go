@@ -43,16 +43,7 @@ func EnvoyAttribute(key string) string {
 	if key == "remote_address" {
 		return "ip"
 	}
-	var b strings.Builder
-	for _, c := range strings.ToLower(key) {
-		switch {
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '_', c == '.', c == '-':
-			b.WriteRune(c)
-		default:
-			b.WriteByte('_')
-		}
-	}
-	s := b.String()
+	s := nameChars(key)
 	if s == "" || s[0] < 'a' || s[0] > 'z' {
 		s = "k" + s
 	}
@@ -215,22 +206,28 @@ func envoyPolicyName(domain string, path []EnvoyEntry) string {
 		}
 	}
 	raw := strings.Join(parts, ".")
-	var b strings.Builder
-	for _, c := range strings.ToLower(raw) {
-		switch {
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
-			b.WriteRune(c)
-		default:
-			b.WriteByte('_')
-		}
-	}
-	name := strings.TrimLeft(b.String(), "._-")
+	name := strings.TrimLeft(nameChars(raw), "._-")
 	if name != raw || len(name) > 63 || name == "" {
 		sum := sha256.Sum256([]byte(raw))
 		name = strings.Trim(name[:min(len(name), 50)], "._-") + "-" + hex.EncodeToString(sum[:])[:8]
 		name = strings.TrimLeft(name, "._-")
 	}
 	return name
+}
+
+// nameChars lower-cases s and makes every character but a-z, 0-9, '_',
+// '.' and '-' an '_': what attribute and policy names may hold.
+func nameChars(s string) string {
+	var b strings.Builder
+	for _, c := range strings.ToLower(s) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '_', c == '.', c == '-':
+			b.WriteRune(c)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	return b.String()
 }
 
 func pathString(path []EnvoyEntry) string {

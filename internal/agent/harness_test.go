@@ -208,6 +208,13 @@ func mustPolicy(t testing.TB, yaml string) *regional.Policy {
 // counterValue sums every series of the counter named name on a's registry.
 func counterValue(t testing.TB, a *Agent, name string) float64 {
 	t.Helper()
+	return counterValueLabeled(t, a, name, "", "")
+}
+
+// counterValueLabeled sums a counter's series whose label has value (all
+// of them for an empty label).
+func counterValueLabeled(t testing.TB, a *Agent, name, label, value string) float64 {
+	t.Helper()
 	mfs, err := a.m.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -218,7 +225,13 @@ func counterValue(t testing.TB, a *Agent, name string) float64 {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			sum += m.GetCounter().GetValue()
+			match := label == ""
+			for _, l := range m.GetLabel() {
+				match = match || l.GetName() == label && l.GetValue() == value
+			}
+			if match {
+				sum += m.GetCounter().GetValue()
+			}
 		}
 	}
 	return sum

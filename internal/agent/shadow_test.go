@@ -56,26 +56,3 @@ func TestShadowModeSwitch(t *testing.T) {
 		}
 	}
 }
-
-// counterValueLabeled sums a counter's series whose label has value.
-func counterValueLabeled(t testing.TB, a *Agent, name, label, value string) float64 {
-	t.Helper()
-	mfs, err := a.m.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == label && l.GetValue() == value {
-					sum += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return sum
-}
