@@ -208,6 +208,19 @@ func (e *Engine) InitStore(ctx context.Context) (bool, error) {
 	return cmd.Val(), nil
 }
 
+// LoadScripts loads every decision script into Redis (SCRIPT LOAD) and so
+// also opens a connection: an agent calls it at start, so that its first
+// checks run EVALSHA on a warm connection instead of paying a dial and a
+// NOSCRIPT round trip within their check timeout.
+func (e *Engine) LoadScripts(ctx context.Context) error {
+	for alg, s := range scripts {
+		if err := s.Load(ctx, e.rdb).Err(); err != nil {
+			return fmt.Errorf("load %s script: %w", alg, err)
+		}
+	}
+	return nil
+}
+
 // StoreBorn returns the store's birth marker: 0 for a store marked new, else
 // the enforcement time (ms) at which a script found the store had lost its
 // memory. ok is false when the marker is missing (not initialised, or lost

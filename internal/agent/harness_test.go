@@ -131,7 +131,11 @@ func startAgent(t testing.TB, region, redisAddr string, coordAddrs []string, mod
 		ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond, PoolSize: 32})
 	cfg := Config{Region: region, Instance: region + "-1", Redis: rdb, Coordinator: cl, Policies: PoliciesFromCoordinator(cl),
 		PolicyRefresh: 200 * time.Millisecond, Timing: testTiming, RenewTick: 20 * time.Millisecond,
-		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Error})}
+		// Generous, so that a loaded test machine does not send checks to
+		// the local fallback; tests of the fallback set their own (0 is
+		// the 20 ms default).
+		CheckTimeout: 250 * time.Millisecond,
+		Logger:       hclog.New(&hclog.LoggerOptions{Level: hclog.Error})}
 	if mod != nil {
 		mod(&cfg)
 	}

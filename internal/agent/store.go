@@ -30,6 +30,9 @@ func (a *Agent) watchStore(ctx context.Context, w *storeWatch) {
 		if isNew {
 			a.cfg.Logger.Info("Redis holds no quota-lease state: marked as a new store")
 		}
+		if err := a.engine.LoadScripts(ctx); err != nil {
+			a.cfg.Logger.Debug("scripts not loaded yet", "error", err)
+		}
 	}
 	born, ok, err := a.engine.StoreBorn(ctx)
 	if err != nil || !ok {
