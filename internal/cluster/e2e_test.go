@@ -56,8 +56,13 @@ const window, slack = 5 * time.Second, 200 * time.Millisecond
 
 func start(t *testing.T, policies string) *Cluster {
 	t.Helper()
+	return startWith(t, policies, Options{})
+}
+
+func startWith(t *testing.T, policies string, o Options) *Cluster {
+	t.Helper()
 	dir := t.TempDir()
-	c, err := Start(t.Context(), bins, dir, Options{})
+	c, err := Start(t.Context(), bins, dir, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,6 +36,22 @@ type Client struct {
 	// noHints: use only the configured addresses, never a follower's
 	// leader hint (see SetFollowHints).
 	noHints bool
+	// suspect holds replicas that timed out or failed at the transport,
+	// until when: they are tried last, and hints to them are not followed
+	// while another replica is left, so a hung leader costs one attempt.
+	suspect map[string]time.Time
+}
+
+// SuspectFor is how long a replica that timed out or failed at the
+// transport is tried last.
+const SuspectFor = 5 * time.Second
+
+// perTry bounds one attempt of a call at one replica (a CallOption the
+// client's interceptor applies), so that a hung replica cannot use up the
+// whole call's deadline.
+type perTry struct {
+	grpc.EmptyCallOption
+	d time.Duration
 }
 
 // SetFollowHints turns following followers' leader hints on (the default)
@@ -60,7 +76,7 @@ func NewClient(addrs []string) (*Client, error) {
 	if len(clean) == 0 {
 		return nil, fmt.Errorf("no coordinator address given")
 	}
-	return &Client{addrs: clean, conns: map[string]*grpc.ClientConn{}, creds: insecure.NewCredentials()}, nil
+	return &Client{addrs: clean, conns: map[string]*grpc.ClientConn{}, creds: insecure.NewCredentials(), suspect: map[string]time.Time{}}, nil
 }
 
 // SetClusterID pins the cluster this client talks to: every call carries
@@ -86,6 +102,13 @@ var ErrWrongCluster = errors.New("answer from another cluster")
 // stampCluster is a client interceptor: it sends the pinned cluster ID
 // with the call and checks (or pins) the one in the answer.
 func (c *Client) stampCluster(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	for _, o := range opts {
+		if pt, ok := o.(perTry); ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, pt.d)
+			defer cancel()
+		}
+	}
 	if want := c.ClusterID(); want != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, ClusterHeader, want)
 	}
@@ -138,20 +161,56 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	return cc, nil
 }
 
-// order is the addresses to try: the known leader first.
+// order is the addresses to try: the known leader first, suspects last.
 func (c *Client) order() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make([]string, 0, len(c.addrs)+1)
+	now := time.Now()
+	var good, bad []string
+	add := func(a string) {
+		if c.suspect[a].After(now) {
+			bad = append(bad, a)
+		} else {
+			good = append(good, a)
+		}
+	}
 	if c.leader != "" {
-		out = append(out, c.leader)
+		add(c.leader)
 	}
 	for _, a := range c.addrs {
 		if a != c.leader {
-			out = append(out, a)
+			add(a)
 		}
 	}
-	return out
+	return append(good, bad...)
+}
+
+// markSuspect records that addr timed out or failed at the transport.
+func (c *Client) markSuspect(addr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.suspect[addr] = time.Now().Add(SuspectFor)
+	if c.leader == addr {
+		c.leader = ""
+	}
+}
+
+func (c *Client) isSuspect(addr string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.suspect[addr].After(time.Now())
+}
+
+// tryTimeout is one attempt's share of what is left of ctx's deadline:
+// split among the replicas still to try (at least two shares, so a hung
+// first replica leaves time for another), never under 50 ms; 2 s without
+// a deadline.
+func tryTimeout(ctx context.Context, left int) time.Duration {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return 2 * time.Second
+	}
+	return max(time.Until(dl)/time.Duration(max(2, left)), 50*time.Millisecond)
 }
 
 // Call runs fn against the leader. fn must pass opts to its RPC, so the
@@ -193,21 +252,31 @@ func (c *Client) callOnce(ctx context.Context, fn func(cc *grpc.ClientConn, opts
 			continue
 		}
 		var md metadata.MD
-		err = fn(cc, grpc.Trailer(&md))
+		err = fn(cc, grpc.Trailer(&md), perTry{d: tryTimeout(ctx, len(queue)+1)})
 		if err == nil {
 			c.mu.Lock()
 			c.leader = addr
+			delete(c.suspect, addr)
 			c.mu.Unlock()
 			return false, nil
 		}
 		last = fmt.Errorf("coordinator %s: %w", addr, err)
-		if status.Code(err) != codes.Unavailable {
+		hint := md.Get(LeaderTrailer)
+		switch code := status.Code(err); {
+		case code == codes.DeadlineExceeded && ctx.Err() == nil,
+			code == codes.Unavailable && len(md.Get(ClusterHeader)) == 0:
+			// This replica timed out or failed at the transport (every
+			// answer of a replica, refusals too, carries the cluster ID):
+			// try the others at once.
+			c.markSuspect(addr)
+			continue
+		case code != codes.Unavailable:
 			return false, err // an answer, not a routing problem
 		}
 		c.mu.Lock()
 		follow := !c.noHints
 		c.mu.Unlock()
-		if hint := md.Get(LeaderTrailer); follow && len(hint) > 0 && !tried[hint[0]] {
+		if follow && len(hint) > 0 && !tried[hint[0]] && (!c.isSuspect(hint[0]) || len(queue) == 0) {
 			c.mu.Lock()
 			c.leader = hint[0]
 			c.mu.Unlock()

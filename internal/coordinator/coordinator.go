@@ -160,6 +160,16 @@ func (c *Coordinator) campaign(ctx context.Context) error {
 	if ctx.Err() == nil && sctx.Err() != nil {
 		c.log.Warn("lost etcd session: stepped down")
 	}
+	// Hand over at once: resign and revoke the session with a context of
+	// their own. ctx is done on shutdown, and a session closed with it
+	// would leave the election key to expire only after the session TTL,
+	// every region waiting that long for a successor.
+	rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
+	if rerr := el.Resign(rctx); rerr == nil {
+		_, _ = c.cli.Revoke(rctx, sess.Lease())
+		c.log.Info("resigned leadership")
+	}
+	rcancel()
 	return err
 }
 

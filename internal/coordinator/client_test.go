@@ -1,0 +1,82 @@
+package coordinator
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
+)
+
+// A replica that accepts connections and never answers (a hung leader)
+// costs one attempt's share of a call's deadline: the client marks it
+// suspect, reaches the healthy replica within the same call, and tries the
+// hung one last from then on. Before, a deadline exceeded was taken as the
+// hung replica's answer, and every call failed while it hung.
+func TestHungReplicaIsSkipped(t *testing.T) {
+	hung, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hung.Close()
+	go func() {
+		for {
+			c, err := hung.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // hold it open, say nothing
+		}
+	}()
+	r := startReplica(t, newPrefix(t), "healthy", nil)
+	waitLeader(t, r)
+	cl, err := NewClient([]string{hung.Addr().String(), r.addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	list := func() error {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		return cl.Call(ctx, func(cc *grpc.ClientConn, opts ...grpc.CallOption) error {
+			_, err := pb.NewAdminServiceClient(cc).ListPolicies(ctx, &pb.ListPoliciesRequest{}, opts...)
+			return err
+		})
+	}
+	if err := list(); err != nil {
+		t.Fatalf("call with a hung first replica: %v", err)
+	}
+	if !cl.isSuspect(hung.Addr().String()) || cl.order()[0] != r.addr {
+		t.Fatalf("order after the hang: %v, want the healthy replica first", cl.order())
+	}
+	for i := 0; i < 5; i++ {
+		if err := list(); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+}
+
+// A leader shut down gracefully (SIGTERM) resigns, so its successor leads
+// at once, not after the session TTL: with a 10 s TTL the follower must
+// lead well before the old session could have expired.
+func TestGracefulStopHandsOver(t *testing.T) {
+	prefix := newPrefix(t)
+	ttl := func(c *Config) { c.SessionTTL = 10 * time.Second }
+	a := startReplica(t, prefix, "a", ttl)
+	waitLeader(t, a)
+	b := startReplica(t, prefix, "b", ttl)
+	time.Sleep(200 * time.Millisecond) // b campaigns behind a
+	stopped := time.Now()
+	a.stop()
+	deadline := stopped.Add(5 * time.Second) // half the TTL: no waiting for expiry
+	for !b.c.IsLeader() {
+		if time.Now().After(deadline) {
+			t.Fatal("the follower did not lead within half the session TTL: the old leader did not resign")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("successor leads %v after the stop", time.Since(stopped).Round(time.Millisecond))
+}
