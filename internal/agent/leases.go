@@ -120,12 +120,7 @@ func (l *leaser) liveInstances() int {
 func (l *leaser) renew(ctx context.Context) bool {
 	now := l.now()
 	l.mu.Lock()
-	type sent struct {
-		name string
-		q    *quotaLease
-		req  lease.Request
-	}
-	var out []sent
+	var out []sentQuota
 	pr := &pb.LeaseRequest{Region: l.region, Instance: l.instance, Nonce: l.nonce}
 	names := make([]string, 0, len(l.quotas))
 	for n := range l.quotas {
@@ -140,13 +135,34 @@ func (l *leaser) renew(ctx context.Context) bool {
 		r := q.a.Sending(now)
 		demand := max(q.region, lease.DemandAmount(q.policy.Limits(), q.meter.rate(now)))
 		pr.Quotas = append(pr.Quotas, &pb.QuotaRequest{Quota: n, GrantId: r.GrantID, Seq: r.Seq, Demand: demand})
-		out = append(out, sent{n, q, r})
+		out = append(out, sentQuota{n, q, r})
 	}
 	l.mu.Unlock()
 	if len(out) == 0 {
 		return true
 	}
-	resp, err := l.coord.Lease(ctx, pr)
+	// At most the coordinator's limit of quotas per request: more policies
+	// than that are renewed in several requests, never refused as one.
+	ok := true
+	for start := 0; start < len(out); start += coordinator.MaxQuotasPerRequest {
+		end := min(start+coordinator.MaxQuotasPerRequest, len(out))
+		part := &pb.LeaseRequest{Region: pr.Region, Instance: pr.Instance, Nonce: pr.Nonce, Quotas: pr.Quotas[start:end]}
+		resp, err := l.coord.Lease(ctx, part)
+		ok = l.answered(out[start:end], resp, err) && ok
+	}
+	return ok
+}
+
+// sentQuota is one quota of a renewal request.
+type sentQuota struct {
+	name string
+	q    *quotaLease
+	req  lease.Request
+}
+
+// answered applies the coordinator's answer (or its failure) to the quotas
+// of one renewal request, in order.
+func (l *leaser) answered(out []sentQuota, resp *pb.LeaseResponse, err error) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err != nil {

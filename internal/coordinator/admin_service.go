@@ -27,7 +27,12 @@ func record(p *regional.Policy) *pb.PolicyRecord {
 	return &pb.PolicyRecord{Name: p.Name, Version: p.Version, Json: mustJSON(p)}
 }
 
-// SetPolicy stores one or more policies: all or none.
+// MaxPoliciesPerSet bounds the policies one SetPolicy stores: they are
+// written in one etcd transaction, all or none, and etcd's default
+// --max-txn-ops is 128.
+const MaxPoliciesPerSet = 100
+
+// SetPolicy stores one or more policies: all or none, in one transaction.
 func (c *Coordinator) SetPolicy(ctx context.Context, req *pb.SetPolicyRequest) (*pb.SetPolicyResponse, error) {
 	t, err := c.leading(ctx)
 	if err != nil {
@@ -36,6 +41,9 @@ func (c *Coordinator) SetPolicy(ctx context.Context, req *pb.SetPolicyRequest) (
 	ps, err := regional.ParsePolicyFile([]byte(req.Yaml))
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if len(ps) > MaxPoliciesPerSet {
+		return nil, status.Errorf(codes.InvalidArgument, "the file holds %d policies; one quota set stores at most %d, all or none in one etcd transaction: split the file and set each part", len(ps), MaxPoliciesPerSet)
 	}
 	regions := t.regionNames()
 	t.mu.Lock()

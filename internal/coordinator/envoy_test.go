@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -28,5 +29,24 @@ func TestEnvoyConfigStored(t *testing.T) {
 	small := "domain: sms\ndescriptors:\n  - key: to\n    rate_limit: {unit: day, requests_per_unit: 2}\n"
 	if _, err := adm.SetPolicy(t.Context(), &pb.SetPolicyRequest{Yaml: small}); err == nil || !strings.Contains(err.Error(), "raise") {
 		t.Fatalf("2 per day shared by 3 regions: %v, want a refusal saying what to raise", err)
+	}
+}
+
+// One quota set stores at most MaxPoliciesPerSet policies, all or none:
+// a larger file is refused whole, with what to do, and stores nothing.
+func TestQuotaSetAllOrNone(t *testing.T) {
+	r := startReplica(t, newPrefix(t), "a", nil)
+	waitLeader(t, r)
+	adm, _ := admin(t, r.addr)
+	var b strings.Builder
+	for i := 0; i <= MaxPoliciesPerSet; i++ {
+		b.WriteString("---\nname: p" + strconv.Itoa(i) + "\nidentity: [tenant]\nlimit: 100\nperiod: 1s\n")
+	}
+	if _, err := adm.SetPolicy(t.Context(), &pb.SetPolicyRequest{Yaml: b.String()}); err == nil || !strings.Contains(err.Error(), "split the file") {
+		t.Fatalf("%d policies in one set: %v, want a refusal", MaxPoliciesPerSet+1, err)
+	}
+	list, err := adm.ListPolicies(t.Context(), &pb.ListPoliciesRequest{})
+	if err != nil || len(list.Policies) != 0 {
+		t.Fatalf("a refused set stored %d policies (%v)", len(list.Policies), err)
 	}
 }

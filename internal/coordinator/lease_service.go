@@ -23,7 +23,9 @@ const LeaderTrailer = "quotalease-leader"
 
 // Limits on a lease request.
 const (
-	maxQuotasPerRequest = 1000
+	// MaxQuotasPerRequest bounds the quotas one Lease request names;
+	// agents split larger renewals.
+	MaxQuotasPerRequest = 1000
 	maxNameBytes        = 128
 )
 
@@ -190,8 +192,8 @@ func (c *Coordinator) validateLease(t *term, req *pb.LeaseRequest) error {
 		return bad("instance must be 1-%d bytes", maxNameBytes)
 	case req.Nonce == "" || len(req.Nonce) > maxNameBytes:
 		return bad("nonce must be 1-%d bytes", maxNameBytes)
-	case len(req.Quotas) == 0 || len(req.Quotas) > maxQuotasPerRequest:
-		return bad("a request names 1-%d quotas, got %d", maxQuotasPerRequest, len(req.Quotas))
+	case len(req.Quotas) == 0 || len(req.Quotas) > MaxQuotasPerRequest:
+		return bad("a request names 1-%d quotas, got %d", MaxQuotasPerRequest, len(req.Quotas))
 	}
 	seen := make(map[string]bool, len(req.Quotas))
 	for _, q := range req.Quotas {

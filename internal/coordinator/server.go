@@ -3,7 +3,7 @@ package coordinator
 import "google.golang.org/grpc"
 
 // Limits of the coordinator's gRPC server: a request holds at most a
-// policy file's worth of YAML or a renewal of maxQuotasPerRequest quotas.
+// policy file's worth of YAML or a renewal of MaxQuotasPerRequest quotas.
 const (
 	MaxRecvBytes         = 4 << 20
 	MaxConcurrentStreams = 256

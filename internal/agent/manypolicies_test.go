@@ -1,0 +1,35 @@
+package agent
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quota-lease/quota-lease/lease"
+)
+
+// 1,500 global policies, more than one lease request may name, are all
+// leased: the agent splits its renewals. Before, the coordinator refused
+// the one request and every policy degraded at once.
+func TestManyPoliciesAllLeased(t *testing.T) {
+	prefix := newPrefix(t)
+	k := startCoordinator(t, prefix, "")
+	const n = 1500
+	for part := 0; part < n/100; part++ { // at most 100 per quota set
+		var b strings.Builder
+		for i := part * 100; i < (part+1)*100; i++ {
+			fmt.Fprintf(&b, "---\nname: p%04d\nidentity: [tenant]\nlimit: 100\nperiod: 1s\n", i)
+		}
+		setPolicy(t, k.addr, b.String())
+	}
+	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, nil)
+	waitFor(t, 30*time.Second, "every policy leased", func() bool {
+		for i := 0; i < n; i++ {
+			if _, m := ra.a.leaser.enforce(fmt.Sprintf("p%04d", i), time.Now()); m != lease.ModeLeased {
+				return false
+			}
+		}
+		return true
+	})
+}
