@@ -68,6 +68,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	metricIDs := fs.String("metric-identities", agent.IdentitiesHashed, "how the hot-identity metric names identities (tenants, IPs): hashed (sha256:<12 hex>), plain (opt in to the names) or off")
 	tlsFiles := mtls.ServerFlags(fs)
 	coordCA := fs.String("coordinator-tls-ca", os.Getenv("QUOTALEASE_TLS_CA"), "PEM CA that signs the coordinators' certificates; turns TLS on toward them, presenting --tls-cert (the region's identity) as the client certificate (env QUOTALEASE_TLS_CA)")
+	drainDelay := fs.Duration("drain-delay", 0, "on SIGTERM, answer /readyz 503 (and gRPC health NOT_SERVING) for this long while still serving checks, before waiting for in-flight ones and closing: set it to your load balancer's probe period")
 	httpConns := fs.Int("http-max-conns", agent.DefaultMaxHTTPConns, "most open HTTP connections; more wait to be accepted, so slow clients cannot exhaust file descriptors")
 	insecureListen := fs.Bool("insecure", false, "allow listening on a non-loopback address without mutual TLS (anyone who reaches it can check and read metrics)")
 	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
@@ -168,11 +169,11 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 	}
-	log.Info("shutting down: draining in-flight checks")
+	log.Info("shutting down: not ready, draining", "drain_delay", *drainDelay)
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
-	dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	dctx, cancel := context.WithTimeout(context.Background(), *drainDelay+10*time.Second)
 	defer cancel()
-	a.Drain(dctx)
+	a.Drain(dctx, *drainDelay)
 	hsrv.Shutdown(dctx)
 	done := make(chan struct{})
 	go func() { gs.GracefulStop(); close(done) }()

@@ -133,7 +133,7 @@ type Agent struct {
 	hot   map[string]*topK
 
 	ready    atomic.Bool
-	inflight sync.WaitGroup
+	inflight atomic.Int64 // checks being decided (a counter: checks may start while Drain waits)
 	closing  atomic.Bool
 	refresh  chan struct{} // a check named an unknown policy: reload soon
 	envoy    atomic.Pointer[envoyIndex]
@@ -212,14 +212,24 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
-// Drain marks the agent not ready and waits for in-flight checks, or ctx.
-func (a *Agent) Drain(ctx context.Context) {
+// Drain marks the agent not ready, keeps serving for delay (so that load
+// balancers watching /readyz stop sending first), then waits until no check
+// is in flight, or ctx ends. Checks that still arrive are decided as usual.
+func (a *Agent) Drain(ctx context.Context, delay time.Duration) {
 	a.closing.Store(true)
-	done := make(chan struct{})
-	go func() { a.inflight.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-time.After(delay):
 	case <-ctx.Done():
+		return
+	}
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for a.inflight.Load() > 0 {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 
@@ -387,7 +397,7 @@ func (a *Agent) prepare(in Input) (plan, error) {
 // Check decides one request.
 func (a *Agent) Check(ctx context.Context, in Input) (Outcome, error) {
 	a.inflight.Add(1)
-	defer a.inflight.Done()
+	defer a.inflight.Add(-1)
 	pl, err := a.prepare(in)
 	if err != nil {
 		return Outcome{}, err
@@ -434,7 +444,7 @@ func (a *Agent) replayed(pl plan) (Outcome, bool) {
 // in order; a refused one has Err set.
 func (a *Agent) CheckBatch(ctx context.Context, ins []Input) []BatchResult {
 	a.inflight.Add(1)
-	defer a.inflight.Done()
+	defer a.inflight.Add(-1)
 	out := make([]BatchResult, len(ins))
 	plans := make([]plan, len(ins))
 	var reqs []regional.Request
