@@ -21,8 +21,13 @@ deps: ## install what the tests and demo need (redis-server from Debian) if miss
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
 	@command -v redis-server >/dev/null 2>&1 || { echo "redis-server still missing: install it and retry" >&2; exit 1; }
 
-build: ## build all binaries into bin/
-	$(GO) build -o bin/ ./cmd/...
+# The VCS revision --version and quotalease_build_info report, also where
+# the toolchain does not record it (GOFLAGS=-buildvcs=false).
+REVISION ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)
+LDFLAGS  := -X github.com/quota-lease/quota-lease/internal/version.revision=$(REVISION)
+
+build: ## build all binaries into bin/ (--version names the revision)
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
 
 fmt-check: ## fail if any file is not gofmt-clean
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

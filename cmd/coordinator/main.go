@@ -4,6 +4,8 @@
 package main
 
 import (
+	"github.com/quota-lease/quota-lease/internal/version"
+
 	"context"
 	"errors"
 	"flag"
@@ -69,6 +71,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if len(args) == 0 {
 			return 2
 		}
+		return 0
+	}
+	if args[0] == "--version" || args[0] == "version" {
+		fmt.Fprintln(stdout, version.Get())
 		return 0
 	}
 	name, rest := args[0], args[1:]

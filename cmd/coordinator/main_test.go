@@ -53,6 +53,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"regions", "set-weight", "us"}, 2, "Usage"},
 		{[]string{"serve", "--etcd", "cloud"}, 1, "embedded or external"},
 		{[]string{"serve", "--listen", "0.0.0.0:0"}, 1, "pass --insecure"},
+		{[]string{"serve", "--log-level", "bogus"}, 1, "use trace, debug"},
 		{[]string{"serve", "--etcd-listen", "0.0.0.0:0"}, 1, "--etcd-listen"},
 		{[]string{"leases", "--coordinator", "127.0.0.1:1", "--timeout", "300ms"}, 1, "coordinator 127.0.0.1:1"},
 	}

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -19,7 +18,9 @@ import (
 	"github.com/quota-lease/quota-lease/allocation"
 	"github.com/quota-lease/quota-lease/internal/coordinator"
 	"github.com/quota-lease/quota-lease/internal/etcdembed"
+	"github.com/quota-lease/quota-lease/internal/logs"
 	"github.com/quota-lease/quota-lease/internal/mtls"
+	"github.com/quota-lease/quota-lease/internal/version"
 	"github.com/quota-lease/quota-lease/lease"
 )
 
@@ -64,6 +65,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	trustDomain := fs.String("trust-domain", "quota-lease", "SPIFFE trust domain of the identities in client certificates (spiffe://<domain>/region/<r>, /role/admin, /role/viewer)")
 	insecureListen := fs.Bool("insecure", false, "allow listening on a non-loopback address without mutual TLS (anyone who reaches it can lease and administer)")
 	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
+	logJSON := fs.Bool("log-json", false, "log as JSON lines instead of text")
 	if err := parse(fs, args, 0, 0); err != nil {
 		return err
 	}
@@ -75,7 +77,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		_, port, _ := net.SplitHostPort(*listen)
 		*name = host + ":" + port
 	}
-	log := hclog.New(&hclog.LoggerOptions{Name: "coordinator", Level: hclog.LevelFromString(*logLevel), Output: stderr})
+	log, err := logs.New("coordinator", *logLevel, *logJSON, stderr)
+	if err != nil {
+		return err
+	}
+	log.Info("starting", "build", version.Get().String())
 	if *etcdMode == "embedded" && *endpoints == "" && !mtls.IsLoopback(*etcdListen) {
 		return fmt.Errorf("--etcd-listen %s: the embedded etcd has no TLS or auth and listens on loopback only; for a cluster reachable from the network run an external etcd (--etcd-endpoints)", *etcdListen)
 	}

@@ -10,6 +10,8 @@
 package main
 
 import (
+	"github.com/quota-lease/quota-lease/internal/version"
+
 	"context"
 	"errors"
 	"flag"
@@ -56,6 +58,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	var err error
 	switch args[0] {
+	case "--version", "version":
+		fmt.Fprintln(stdout, version.Get())
+		return 0
 	case "serve":
 		err = runServe(ctx, args[1:], stderr)
 	case "demo":

@@ -41,6 +41,7 @@ func TestLoadBadInput(t *testing.T) {
 		{[]string{"serve"}, 2, "--region is required"},
 		{[]string{"serve", "--region", "us", "--grpc-listen", "0.0.0.0:0"}, 1, "pass --insecure"},
 		{[]string{"serve", "--region", "us", "--tls-cert", "c.pem"}, 1, "--tls-key"},
+		{[]string{"serve", "--region", "us", "--log-level", "bogus"}, 1, "use trace, debug"},
 		{[]string{"frobnicate"}, 2, "unknown command"},
 	}
 	for _, c := range cases {

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -21,7 +20,9 @@ import (
 
 	"github.com/quota-lease/quota-lease/internal/agent"
 	"github.com/quota-lease/quota-lease/internal/coordinator"
+	"github.com/quota-lease/quota-lease/internal/logs"
 	"github.com/quota-lease/quota-lease/internal/mtls"
+	"github.com/quota-lease/quota-lease/internal/version"
 	"github.com/quota-lease/quota-lease/lease"
 )
 
@@ -72,6 +73,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	httpConns := fs.Int("http-max-conns", agent.DefaultMaxHTTPConns, "most open HTTP connections; more wait to be accepted, so slow clients cannot exhaust file descriptors")
 	insecureListen := fs.Bool("insecure", false, "allow listening on a non-loopback address without mutual TLS (anyone who reaches it can check and read metrics)")
 	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
+	logJSON := fs.Bool("log-json", false, "log as JSON lines instead of text")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -82,7 +84,12 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "serve: --region is required")
 		return errUsage
 	}
-	log := hclog.New(&hclog.LoggerOptions{Name: "regional-agent", Level: hclog.LevelFromString(*logLevel), Output: stderr})
+	log, err := logs.New("regional-agent", *logLevel, *logJSON, stderr)
+	if err != nil {
+		return err
+	}
+	logs.RouteRedis(log)
+	log.Info("starting", "build", version.Get().String())
 	tl, err := mtls.SetUp(*tlsFiles, map[string]string{"--grpc-listen": *grpcListen, "--http-listen": *httpListen}, *insecureListen, func(w string) { log.Warn(w) })
 	if err != nil {
 		return err

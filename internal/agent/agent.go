@@ -260,7 +260,11 @@ func (a *Agent) loadPolicies(ctx context.Context) error {
 
 func (a *Agent) leaseLoop(ctx context.Context) {
 	for {
-		rctx, cancel := context.WithTimeout(ctx, a.cfg.RenewTick*5)
+		// A round may take until the next renewal would be due (a third
+		// of a lease): time for the client to give up on a hung replica
+		// and reach another, and for large renewals split in several
+		// requests. Not a fixed few hundred ms.
+		rctx, cancel := context.WithTimeout(ctx, max(a.cfg.RenewTick*5, a.cfg.Timing.RenewAfter()))
 		a.leaser.renew(rctx)
 		cancel()
 		a.ready.Store(true)

@@ -240,7 +240,8 @@ func TestHTTP429Contract(t *testing.T) {
 	m, _ := io.ReadAll(r2.Body)
 	for _, want := range []string{`quotalease_agent_decisions_total{mode="region",policy="search",result="rejected"}`, "quotalease_agent_redis_seconds_bucket",
 		// hashed by default: echo -n user=u1 | sha256sum
-		`quotalease_agent_hot_identity_cost{identity="sha256:706a975c125e",policy="search"}`} {
+		`quotalease_agent_hot_identity_cost{identity="sha256:706a975c125e",policy="search"}`,
+		`quotalease_build_info{component="regional-agent"`} {
 		if !strings.Contains(string(m), want) {
 			t.Errorf("metrics lack %s", want)
 		}

@@ -45,7 +45,8 @@ type leaser struct {
 
 	mu        sync.Mutex
 	quotas    map[string]*quotaLease
-	instances int // live instances in the region, at least 1
+	instances int    // live instances in the region, at least 1
+	down      outage // renewals failing at the transport: logged paced
 }
 
 type quotaLease struct {
@@ -57,7 +58,7 @@ type quotaLease struct {
 }
 
 func newLeaser(region, instance string, coord LeaseClient, t lease.Timing, now func() time.Time, log hclog.Logger, m *metrics, stale func()) *leaser {
-	return &leaser{region: region, instance: instance, nonce: fmt.Sprintf("%s-%d-%x", instance, now().UnixNano(), rand.Uint64()),
+	return &leaser{down: outage{what: "lease renewals", interval: 30 * time.Second}, region: region, instance: instance, nonce: fmt.Sprintf("%s-%d-%x", instance, now().UnixNano(), rand.Uint64()),
 		coord: coord, timing: t, now: now, log: log, m: m, stale: stale, quotas: map[string]*quotaLease{}, instances: 1}
 }
 
@@ -170,9 +171,10 @@ func (l *leaser) answered(out []sentQuota, resp *pb.LeaseResponse, err error) bo
 			s.q.a.Failed(s.req, err)
 		}
 		l.m.renewFails.WithLabelValues("unavailable").Inc()
-		l.log.Warn("lease renewal failed", "quotas", len(out), "error", err)
+		l.down.failed(l.log, l.now(), "quotas", len(out), "error", err)
 		return false
 	}
+	l.down.ok(l.log, l.now())
 	ok, stale := true, false
 	defer func() {
 		if stale && l.stale != nil {

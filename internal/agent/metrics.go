@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/quota-lease/quota-lease/internal/version"
 )
 
 // metrics are an agent's Prometheus metrics, on its own registry (no
@@ -59,7 +61,7 @@ func newMetrics() *metrics {
 		storeBorn: prometheus.NewGauge(prometheus.GaugeOpts{Name: "quotalease_agent_store_born_timestamp_seconds",
 			Help: "When the region's Redis last lost its state, as Unix time; 0 for a store never seen to lose it."}),
 	}
-	m.reg.MustRegister(m.storeLosses, m.storeBorn, m.decisions, m.redisLatency, m.leaseShare, m.leaseState, m.renewFails, m.budgetAdmits,
+	m.reg.MustRegister(version.Collector("regional-agent"), m.storeLosses, m.storeBorn, m.decisions, m.redisLatency, m.leaseShare, m.leaseState, m.renewFails, m.budgetAdmits,
 		m.breakerOpen, m.instances, m.fallbackAfterTimeout, m.replays, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

@@ -1,0 +1,59 @@
+package agent
+
+import (
+	"bytes"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/quota-lease/quota-lease/internal/faultproxy"
+)
+
+// syncBuffer is a buffer safe for the logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// A coordinator cut off for 5 s (renewals failing every round) gives one
+// warning, and one "recovered" line once it answers again: a few lines
+// per outage, not one per attempt.
+func TestCoordinatorOutageLogsPaced(t *testing.T) {
+	prefix := newPrefix(t)
+	k := startCoordinator(t, prefix, "")
+	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\n")
+	px, err := faultproxy.Start(k.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer px.Close()
+	var logs syncBuffer
+	ra := startAgent(t, "us", startRedis(t).Addr, []string{px.Addr}, func(c *Config) {
+		c.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: &logs})
+	})
+	waitFor(t, 5*time.Second, "a lease", func() bool { amt, _ := ra.a.leaser.enforce("api", time.Now()); return amt > 0 })
+	px.Cut()
+	time.Sleep(5 * time.Second)
+	failuresBefore := counterValue(t, ra.a, "quotalease_agent_lease_renew_failures_total")
+	px.Restore()
+	waitFor(t, 10*time.Second, "recovered", func() bool { return strings.Contains(logs.String(), "lease renewals recovered") })
+	out := logs.String()
+	warnings := strings.Count(out, "lease renewals failing") + strings.Count(out, "lease renewals still failing")
+	t.Logf("%v failed renewals, %d warnings:\n%s", failuresBefore, warnings, out)
+	if failuresBefore < 3 {
+		t.Fatalf("only %v renewals failed: the outage was not exercised", failuresBefore)
+	}
+	if warnings != 1 || strings.Count(out, "lease renewals recovered") != 1 {
+		t.Fatalf("%d warnings and %d recoveries for one 5 s outage, want 1 and 1", warnings, strings.Count(out, "recovered"))
+	}
+}
