@@ -1,0 +1,112 @@
+// Package deploy holds the deployment artifacts (Dockerfile, systemd
+// units, Kubernetes manifests); its test checks that every flag they pass
+// exists in the binaries.
+package deploy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/quota-lease/quota-lease/internal/cluster"
+)
+
+// flagRE finds --flag tokens.
+var flagRE = regexp.MustCompile(`(?:^|\s|")--([a-z][a-z0-9-]*)`)
+
+// helpFlags returns the flags `bin serve -h` lists.
+func helpFlags(t *testing.T, bin string) map[string]bool {
+	out, _ := exec.Command(bin, "serve", "-h").CombinedOutput()
+	flags := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^\s+-([a-z][a-z0-9-]*)`).FindAllStringSubmatch(string(out), -1) {
+		flags[m[1]] = true
+	}
+	if len(flags) < 10 {
+		t.Fatalf("%s serve -h listed %d flags:\n%s", bin, len(flags), out)
+	}
+	return flags
+}
+
+// The systemd units and Kubernetes manifests pass only flags the binaries
+// have: a renamed flag fails here, not at someone's 3 a.m. deploy.
+func TestArtifactFlagsExist(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	bins, err := cluster.Build(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := map[string]map[string]bool{"coordinator": helpFlags(t, bins.Coordinator), "regional-agent": helpFlags(t, bins.Agent)}
+	check := func(where, binary, text string) {
+		flags := flagRE.FindAllStringSubmatch(text, -1)
+		if len(flags) == 0 {
+			t.Errorf("%s: no flags found for %s", where, binary)
+		}
+		for _, m := range flags {
+			if !known[binary][m[1]] {
+				t.Errorf("%s passes --%s, which %s serve does not have", where, m[1], binary)
+			}
+		}
+	}
+	for unit, binary := range map[string]string{"quota-lease-coordinator.service": "coordinator", "quota-lease-agent.service": "regional-agent"} {
+		b, err := os.ReadFile(filepath.Join("systemd", unit))
+		if err != nil {
+			t.Fatal(err)
+		}
+		exec := regexp.MustCompile(`(?s)ExecStart=(.*?[^\\])\n`).FindStringSubmatch(string(b))
+		if exec == nil {
+			t.Fatalf("%s has no ExecStart", unit)
+		}
+		check(unit, binary, strings.ReplaceAll(exec[1], "\\\n", " "))
+	}
+	manifests, _ := filepath.Glob(filepath.Join("kubernetes", "base", "*.yaml"))
+	containers := 0
+	for _, path := range manifests {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		for {
+			var doc struct {
+				Spec struct {
+					Template struct {
+						Spec struct {
+							Containers []struct {
+								Name  string   `yaml:"name"`
+								Image string   `yaml:"image"`
+								Args  []string `yaml:"args"`
+							} `yaml:"containers"`
+						} `yaml:"spec"`
+					} `yaml:"template"`
+				} `yaml:"spec"`
+			}
+			if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+			for _, c := range doc.Spec.Template.Spec.Containers {
+				containers++
+				binary := "coordinator"
+				if strings.Contains(c.Image, "regional-agent") {
+					binary = "regional-agent"
+				}
+				check(path+" container "+c.Name, binary, " "+strings.Join(c.Args, " "))
+			}
+		}
+	}
+	if containers != 2 {
+		t.Fatalf("found %d containers in the manifests, want the coordinator and the agent", containers)
+	}
+}
