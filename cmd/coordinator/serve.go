@@ -17,6 +17,7 @@ import (
 
 	"github.com/quota-lease/quota-lease/allocation"
 	"github.com/quota-lease/quota-lease/internal/coordinator"
+	"github.com/quota-lease/quota-lease/internal/envflag"
 	"github.com/quota-lease/quota-lease/internal/etcdembed"
 	"github.com/quota-lease/quota-lease/internal/logs"
 	"github.com/quota-lease/quota-lease/internal/mtls"
@@ -34,7 +35,10 @@ client address is --etcd-listen; other replicas join by pointing
 with --etcd-endpoints (implies --etcd external).
 
 On SIGINT or SIGTERM the replica stops granting, resigns leadership (a
-follower takes over at once), finishes in-flight calls and exits.`
+follower takes over at once), finishes in-flight calls and exits.
+
+Every flag can also be set from the environment: --tls-cert from
+QUOTALEASE_TLS_CERT, and so on; the command line wins.`
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("serve", "[flags]", serveDescription, stderr)
@@ -66,6 +70,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	insecureListen := fs.Bool("insecure", false, "allow listening on a non-loopback address without mutual TLS (anyone who reaches it can lease and administer)")
 	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
 	logJSON := fs.Bool("log-json", false, "log as JSON lines instead of text")
+	if err := envflag.Apply(fs); err != nil {
+		return err
+	}
 	if err := parse(fs, args, 0, 0); err != nil {
 		return err
 	}

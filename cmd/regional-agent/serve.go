@@ -20,6 +20,7 @@ import (
 
 	"github.com/quota-lease/quota-lease/internal/agent"
 	"github.com/quota-lease/quota-lease/internal/coordinator"
+	"github.com/quota-lease/quota-lease/internal/envflag"
 	"github.com/quota-lease/quota-lease/internal/logs"
 	"github.com/quota-lease/quota-lease/internal/mtls"
 	"github.com/quota-lease/quota-lease/internal/version"
@@ -39,6 +40,9 @@ When its lease may have expired and cannot be renewed it enforces the
 policy's degraded budget; when Redis is slower than --check-timeout or down
 it decides from a bounded in-process fallback. On SIGINT or SIGTERM it
 stops being ready, finishes in-flight checks and exits.
+
+Every flag can also be set from the environment: --tls-cert from
+QUOTALEASE_TLS_CERT, and so on; the command line wins.
 
 Flags:
 `
@@ -74,6 +78,9 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	insecureListen := fs.Bool("insecure", false, "allow listening on a non-loopback address without mutual TLS (anyone who reaches it can check and read metrics)")
 	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
 	logJSON := fs.Bool("log-json", false, "log as JSON lines instead of text")
+	if err := envflag.Apply(fs); err != nil {
+		return err
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
