@@ -110,3 +110,54 @@ func TestArtifactFlagsExist(t *testing.T) {
 		t.Fatalf("found %d containers in the manifests, want the coordinator and the agent", containers)
 	}
 }
+
+// The alert rules parse, and every metric they use is one the binaries
+// export (a metric renamed in code fails here).
+func TestAlertRulesUseExportedMetrics(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("prometheus", "alerts.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules struct {
+		Groups []struct {
+			Name  string `yaml:"name"`
+			Rules []struct {
+				Alert string `yaml:"alert"`
+				Expr  string `yaml:"expr"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal(b, &rules); err != nil {
+		t.Fatal(err)
+	}
+	exported := map[string]bool{}
+	metricRE := regexp.MustCompile(`quotalease_[a-z_]+`)
+	for _, dir := range []string{"../internal", "../cmd"} {
+		filepath.Walk(dir, func(path string, info os.FileInfo, err error) error {
+			if err == nil && strings.HasSuffix(path, ".go") && !strings.HasSuffix(path, "_test.go") {
+				src, _ := os.ReadFile(path)
+				for _, m := range regexp.MustCompile(`"(quotalease_[a-z_]+)"`).FindAllStringSubmatch(string(src), -1) {
+					exported[m[1]] = true
+				}
+			}
+			return nil
+		})
+	}
+	n := 0
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			n++
+			if r.Alert == "" || r.Expr == "" {
+				t.Errorf("rule %+v lacks an alert name or expression", r)
+			}
+			for _, m := range metricRE.FindAllString(r.Expr, -1) {
+				if !exported[m] {
+					t.Errorf("alert %s uses %s, which no binary exports", r.Alert, m)
+				}
+			}
+		}
+	}
+	if n == 0 || len(exported) < 10 {
+		t.Fatalf("%d rules, %d exported metrics found", n, len(exported))
+	}
+}
