@@ -1,16 +1,18 @@
 // Package logs builds the binaries' hclog loggers from their flags and
-// routes the libraries that log on their own (go-redis) through them, so an
-// operator reads one format.
+// routes the libraries that log on their own (go-redis, gRPC) through
+// them, so an operator reads one format.
 package logs
 
 import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/grpclog"
 )
 
 // New returns a logger named name at level (trace, debug, info, warn or
@@ -37,3 +39,35 @@ type redisLogger struct{ l hclog.Logger }
 func (r redisLogger) Printf(_ context.Context, format string, v ...any) {
 	r.l.Warn(strings.TrimSpace(fmt.Sprintf(format, v...)))
 }
+
+// RouteGRPC sends gRPC's own log lines through log: its info at debug
+// level (it is chatty about connection states), warnings and errors as
+// such. Like go-redis, gRPC has one process-wide logger; call it once,
+// before any gRPC connection or server is made.
+func RouteGRPC(log hclog.Logger) {
+	grpclog.SetLoggerV2(grpcLogger{log.Named("grpc")})
+}
+
+type grpcLogger struct{ l hclog.Logger }
+
+func (g grpcLogger) Info(args ...any)                    { g.l.Debug(fmt.Sprint(args...)) }
+func (g grpcLogger) Infoln(args ...any)                  { g.l.Debug(strings.TrimSpace(fmt.Sprintln(args...))) }
+func (g grpcLogger) Infof(format string, args ...any)    { g.l.Debug(fmt.Sprintf(format, args...)) }
+func (g grpcLogger) Warning(args ...any)                 { g.l.Warn(fmt.Sprint(args...)) }
+func (g grpcLogger) Warningln(args ...any)               { g.l.Warn(strings.TrimSpace(fmt.Sprintln(args...))) }
+func (g grpcLogger) Warningf(format string, args ...any) { g.l.Warn(fmt.Sprintf(format, args...)) }
+func (g grpcLogger) Error(args ...any)                   { g.l.Error(fmt.Sprint(args...)) }
+func (g grpcLogger) Errorln(args ...any)                 { g.l.Error(strings.TrimSpace(fmt.Sprintln(args...))) }
+func (g grpcLogger) Errorf(format string, args ...any)   { g.l.Error(fmt.Sprintf(format, args...)) }
+func (g grpcLogger) Fatal(args ...any)                   { g.l.Error(fmt.Sprint(args...)); os.Exit(1) }
+func (g grpcLogger) Fatalln(args ...any) {
+	g.l.Error(strings.TrimSpace(fmt.Sprintln(args...)))
+	os.Exit(1)
+}
+func (g grpcLogger) Fatalf(format string, args ...any) {
+	g.l.Error(fmt.Sprintf(format, args...))
+	os.Exit(1)
+}
+
+// V reports whether verbosity level l is logged: only with debug on.
+func (g grpcLogger) V(l int) bool { return l <= 0 || g.l.IsDebug() }
