@@ -4,8 +4,6 @@
 package main
 
 import (
-	"github.com/quota-lease/quota-lease/internal/version"
-
 	"context"
 	"errors"
 	"flag"
@@ -13,9 +11,15 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/quota-lease/quota-lease/internal/logs"
+	"github.com/quota-lease/quota-lease/internal/version"
 )
 
 // command is one subcommand.
@@ -60,6 +64,11 @@ func usage() string {
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// gRPC's logger must be set before any gRPC activity, so here and not
+	// in serve (which tests run in-process): warnings and errors, as JSON
+	// when --log-json is given.
+	logs.RouteGRPC(hclog.New(&hclog.LoggerOptions{Name: "coordinator", Level: hclog.Warn, Output: os.Stderr,
+		JSONFormat: slices.Contains(os.Args, "--log-json")}))
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 

@@ -88,7 +88,6 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	logs.RouteGRPC(log)
 	log.Info("starting", "build", version.Get().String())
 	if *etcdMode == "embedded" && *endpoints == "" && !mtls.IsLoopback(*etcdListen) {
 		return fmt.Errorf("--etcd-listen %s: the embedded etcd has no TLS or auth and listens on loopback only; for a cluster reachable from the network run an external etcd (--etcd-endpoints)", *etcdListen)

@@ -10,8 +10,6 @@
 package main
 
 import (
-	"github.com/quota-lease/quota-lease/internal/version"
-
 	"context"
 	"errors"
 	"flag"
@@ -19,7 +17,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/quota-lease/quota-lease/internal/logs"
+	"github.com/quota-lease/quota-lease/internal/version"
 )
 
 const usage = `regional-agent: the per-region rate-limit daemon of quota-lease.
@@ -43,6 +47,11 @@ Run 'regional-agent <command> -h' for a command's flags.
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// gRPC's logger must be set before any gRPC activity, so here and not
+	// in serve (which tests run in-process): warnings and errors, as JSON
+	// when --log-json is given.
+	logs.RouteGRPC(hclog.New(&hclog.LoggerOptions{Name: "regional-agent", Level: hclog.Warn, Output: os.Stderr,
+		JSONFormat: slices.Contains(os.Args, "--log-json")}))
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 

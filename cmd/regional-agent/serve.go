@@ -96,7 +96,6 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	logs.RouteRedis(log)
-	logs.RouteGRPC(log)
 	log.Info("starting", "build", version.Get().String())
 	tl, err := mtls.SetUp(*tlsFiles, map[string]string{"--grpc-listen": *grpcListen, "--http-listen": *httpListen}, *insecureListen, func(w string) { log.Warn(w) })
 	if err != nil {

@@ -263,11 +263,16 @@ func (c *Client) callOnce(ctx context.Context, fn func(cc *grpc.ClientConn, opts
 		last = fmt.Errorf("coordinator %s: %w", addr, err)
 		hint := md.Get(LeaderTrailer)
 		switch code := status.Code(err); {
-		case code == codes.DeadlineExceeded && ctx.Err() == nil,
-			code == codes.Unavailable && len(md.Get(ClusterHeader)) == 0:
-			// This replica timed out or failed at the transport (every
-			// answer of a replica, refusals too, carries the cluster ID):
-			// try the others at once.
+		case code == codes.DeadlineExceeded && ctx.Err() == nil:
+			// This replica timed out. The request may still have been
+			// applied there (a renewal booked), so it is not sent again
+			// within this call; the replica is suspect, and the next call
+			// tries the others first.
+			c.markSuspect(addr)
+			return false, err
+		case code == codes.Unavailable && len(md.Get(ClusterHeader)) == 0:
+			// Failed at the transport (every answer of a replica, refusals
+			// too, carries the cluster ID): try the others at once.
 			c.markSuspect(addr)
 			continue
 		case code != codes.Unavailable:

@@ -42,8 +42,8 @@ func (r redisLogger) Printf(_ context.Context, format string, v ...any) {
 
 // RouteGRPC sends gRPC's own log lines through log: its info at debug
 // level (it is chatty about connection states), warnings and errors as
-// such. Like go-redis, gRPC has one process-wide logger; call it once,
-// before any gRPC connection or server is made.
+// such. gRPC has one process-wide logger that it reads without a lock:
+// call this once, in main, before any gRPC connection or server exists.
 func RouteGRPC(log hclog.Logger) {
 	grpclog.SetLoggerV2(grpcLogger{log.Named("grpc")})
 }
