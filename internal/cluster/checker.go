@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/quota-lease/quota-lease/bound"
@@ -65,42 +64,24 @@ func (w WindowCount) String() string {
 
 // Check judges every window of adm.
 func (k Checker) Check(adm []Admission) (Verdict, error) {
-	byID := map[string][]time.Time{}
-	for _, a := range adm {
-		if a.Policy == k.Policy {
-			byID[a.Identity] = append(byID[a.Identity], a.At)
-		}
-	}
-	ids := make([]string, 0, len(byID))
-	for id := range byID {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
 	cache := map[[2]int]bound.Result{}
 	var v Verdict
-	for _, id := range ids {
-		ts := byID[id]
-		sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
-		lo := 0
-		for hi, end := range ts {
-			for end.Sub(ts[lo]) >= k.Window {
-				lo++
-			}
-			b, n, err := k.boundAt(end, cache)
-			if err != nil {
-				return v, err
-			}
-			w := WindowCount{Identity: id, End: end, Count: hi - lo + 1, Bound: b.WorstCase, Policies: n, Terms: b.Terms}
-			v.Windows++
-			if float64(w.Count) > w.Bound {
-				v.Violations++
-			}
-			if w.Ratio() > v.Worst.Ratio() {
-				v.Worst = w
-			}
+	err := forEachWindow(adm, k.Policy, k.Window, func(id string, end time.Time, count int) error {
+		b, n, err := k.boundAt(end, cache)
+		if err != nil {
+			return err
 		}
-	}
-	return v, nil
+		w := WindowCount{Identity: id, End: end, Count: count, Bound: b.WorstCase, Policies: n, Terms: b.Terms}
+		v.Windows++
+		if float64(w.Count) > w.Bound {
+			v.Violations++
+		}
+		if w.Ratio() > v.Worst.Ratio() {
+			v.Worst = w
+		}
+		return nil
+	})
+	return v, err
 }
 
 // boundAt is the bound of the window ending at end: the steady bound of

@@ -194,14 +194,25 @@ func (d *Driver) Stats(policy string) map[string]Stats {
 // MaxWindow returns, for policy, the most admitted for one identity across
 // all regions in any window of length w, with the identity and when.
 func (d *Driver) MaxWindow(policy string, w time.Duration) (max int, identity string, at time.Time) {
-	d.mu.Lock()
+	forEachWindow(d.Admissions(), policy, w, func(id string, end time.Time, n int) error {
+		if n > max {
+			max, identity, at = n, id, end
+		}
+		return nil
+	})
+	return max, identity, at
+}
+
+// forEachWindow calls fn for every window of length w that ends at an
+// admission of policy: per identity (in name order), the admissions in
+// (end-w, end] by the client's send times. It stops at fn's first error.
+func forEachWindow(adm []Admission, policy string, w time.Duration, fn func(identity string, end time.Time, count int) error) error {
 	byID := map[string][]time.Time{}
-	for _, a := range d.admissions {
+	for _, a := range adm {
 		if a.Policy == policy {
 			byID[a.Identity] = append(byID[a.Identity], a.At)
 		}
 	}
-	d.mu.Unlock()
 	ids := make([]string, 0, len(byID))
 	for id := range byID {
 		ids = append(ids, id)
@@ -211,16 +222,16 @@ func (d *Driver) MaxWindow(policy string, w time.Duration) (max int, identity st
 		ts := byID[id]
 		sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
 		lo := 0
-		for hi := range ts {
-			for ts[hi].Sub(ts[lo]) >= w {
+		for hi, end := range ts {
+			for end.Sub(ts[lo]) >= w {
 				lo++
 			}
-			if n := hi - lo + 1; n > max {
-				max, identity, at = n, id, ts[hi]
+			if err := fn(id, end, hi-lo+1); err != nil {
+				return err
 			}
 		}
 	}
-	return max, identity, at
+	return nil
 }
 
 // Describe formats a region's stats.
