@@ -22,10 +22,7 @@ var tenantA = map[string]string{"tenant": "a"}
 // The agent enforces its leased share, not the global limit: with eu
 // holding a floor of 60 of a 100-per-10s quota, the us agent admits 40.
 func TestEnforcesLeasedShare(t *testing.T) {
-	prefix := newPrefix(t)
-	k := startCoordinator(t, prefix, "")
-	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nalgorithm: sliding_log\nlimit: 100\nperiod: 10s\nfloors: {eu: 60}\n")
-	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, nil)
+	ra := regionAgent(t, "name: api\nidentity: [tenant]\nalgorithm: sliding_log\nlimit: 100\nperiod: 10s\nfloors: {eu: 60}\n", nil)
 	ctx := t.Context()
 	// Demand makes the share grow to what eu's floor leaves: 40.
 	waitFor(t, 10*time.Second, "us share to reach 40", func() bool {
@@ -110,10 +107,7 @@ func TestDegradedAtExpiryThenRecovers(t *testing.T) {
 
 // Envoy's rate-limit API, through go-control-plane's own client.
 func TestEnvoyRateLimitService(t *testing.T) {
-	prefix := newPrefix(t)
-	k := startCoordinator(t, prefix, "")
-	setPolicy(t, k.addr, "name: login\nidentity: [ip]\nalgorithm: sliding_log\nlimit: 5\nperiod: 1m\nscope: region\n")
-	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, nil)
+	ra := regionAgent(t, "name: login\nidentity: [ip]\nalgorithm: sliding_log\nlimit: 5\nperiod: 1m\nscope: region\n", nil)
 	client := rlsv3.NewRateLimitServiceClient(grpcConn(t, ra.grpcAddr))
 	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonrl.RateLimitDescriptor{{
 		Entries: []*commonrl.RateLimitDescriptor_Entry{{Key: "generic_key", Value: "login"}, {Key: "remote_address", Value: "10.1.2.3"}}}}}
@@ -150,10 +144,7 @@ func TestEnvoyRateLimitService(t *testing.T) {
 
 // The HTTP 429, header by header and body field by field.
 func TestHTTP429Contract(t *testing.T) {
-	prefix := newPrefix(t)
-	k := startCoordinator(t, prefix, "")
-	setPolicy(t, k.addr, "name: search\nidentity: [user]\nalgorithm: fixed_window\nlimit: 2\nperiod: 1m\nscope: region\n")
-	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, nil)
+	ra := regionAgent(t, "name: search\nidentity: [user]\nalgorithm: fixed_window\nlimit: 2\nperiod: 1m\nscope: region\n", nil)
 	post := func(body string) *http.Response {
 		resp, err := http.Post(ra.httpURL+"/v1/check", "application/json", strings.NewReader(body))
 		if err != nil {
@@ -354,10 +345,7 @@ func TestAgentRestartForgetsNoLease(t *testing.T) {
 
 // The gRPC check API, single and batch, with bad input in the batch.
 func TestGRPCCheckAPI(t *testing.T) {
-	prefix := newPrefix(t)
-	k := startCoordinator(t, prefix, "")
-	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 3\nperiod: 1m\nscope: region\n")
-	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, nil)
+	ra := regionAgent(t, "name: api\nidentity: [tenant]\nlimit: 3\nperiod: 1m\nscope: region\n", nil)
 	c := pb.NewCheckServiceClient(grpcConn(t, ra.grpcAddr))
 	r, err := c.Check(t.Context(), &pb.CheckRequest{Policy: "api", Attributes: tenantA})
 	if err != nil || !r.Allowed || r.Remaining != 2 || r.Mode != ModeRegion || r.Policy != "api" || r.Limit != 3 || r.PeriodMs != 60_000 {

@@ -14,10 +14,7 @@ import (
 // Checks start concurrently with the wait throughout (a WaitGroup would
 // have Add racing Wait).
 func TestDrainUnderLoad(t *testing.T) {
-	prefix := newPrefix(t)
-	k := startCoordinator(t, prefix, "")
-	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 100000\nperiod: 1s\nscope: region\n")
-	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, nil)
+	ra := regionAgent(t, "name: api\nidentity: [tenant]\nlimit: 100000\nperiod: 1s\nscope: region\n", nil)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var answered, failed atomic.Int64

@@ -27,10 +27,7 @@ func entries(kv ...string) *commonrl.RateLimitDescriptor {
 // way around the limit. Before, any of these failed the whole call, which
 // Envoy's default failure_mode_deny: false turns into "allow everything".
 func TestEnvoyOddDescriptorDoesNotDisableLimiting(t *testing.T) {
-	prefix := newPrefix(t)
-	k := startCoordinator(t, prefix, "")
-	setPolicy(t, k.addr, "name: api\nidentity: [user]\nalgorithm: fixed_window\nlimit: 3\nperiod: 1m\nscope: region\n")
-	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, nil)
+	ra := regionAgent(t, "name: api\nidentity: [user]\nalgorithm: fixed_window\nlimit: 3\nperiod: 1m\nscope: region\n", nil)
 	client := rlsv3.NewRateLimitServiceClient(grpcConn(t, ra.grpcAddr))
 	long := strings.Repeat("v", 4000)
 	odd := []*commonrl.RateLimitDescriptor{
@@ -83,10 +80,7 @@ func TestEnvoyOddDescriptorDoesNotDisableLimiting(t *testing.T) {
 // A descriptor's own hits_addend overrides the request's, and more hits
 // than the limit holds are over the limit (never admitted), not an error.
 func TestEnvoyHitsAddendPerDescriptor(t *testing.T) {
-	prefix := newPrefix(t)
-	k := startCoordinator(t, prefix, "")
-	setPolicy(t, k.addr, "name: api\nidentity: [user]\nalgorithm: fixed_window\nlimit: 10\nperiod: 1m\nscope: region\n")
-	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, nil)
+	ra := regionAgent(t, "name: api\nidentity: [user]\nalgorithm: fixed_window\nlimit: 10\nperiod: 1m\nscope: region\n", nil)
 	client := rlsv3.NewRateLimitServiceClient(grpcConn(t, ra.grpcAddr))
 	d := entries("generic_key", "api", "user", "bob")
 	d.HitsAddend = wrapperspb.UInt64(4)
@@ -135,10 +129,7 @@ func TestEnvoyLimitUnits(t *testing.T) {
 // With the limit headers on, an answer carries RateLimit-Limit, -Remaining
 // and -Reset of the descriptor closest to its limit.
 func TestEnvoyLimitHeaders(t *testing.T) {
-	prefix := newPrefix(t)
-	k := startCoordinator(t, prefix, "")
-	setPolicy(t, k.addr, "name: api\nidentity: [user]\nalgorithm: fixed_window\nlimit: 10\nperiod: 1m\nscope: region\n")
-	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, func(c *Config) { c.EnvoyLimitHeaders = true })
+	ra := regionAgent(t, "name: api\nidentity: [user]\nalgorithm: fixed_window\nlimit: 10\nperiod: 1m\nscope: region\n", func(c *Config) { c.EnvoyLimitHeaders = true })
 	client := rlsv3.NewRateLimitServiceClient(grpcConn(t, ra.grpcAddr))
 	heavy := entries("generic_key", "api", "user", "heavy")
 	heavy.HitsAddend = wrapperspb.UInt64(7)

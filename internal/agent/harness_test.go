@@ -273,3 +273,12 @@ func callEvery(t testing.TB, a *Agent, in Input, every time.Duration, n int, sto
 		time.Sleep(every)
 	}
 }
+
+// regionAgent is the usual test set-up: a coordinator holding policy
+// (YAML), a fresh Redis, and region us's agent on both, changed by mod.
+func regionAgent(t testing.TB, policy string, mod func(*Config)) *runningAgent {
+	t.Helper()
+	k := startCoordinator(t, newPrefix(t), "")
+	setPolicy(t, k.addr, policy)
+	return startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, mod)
+}

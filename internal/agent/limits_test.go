@@ -24,10 +24,7 @@ import (
 // through and taken the agent past a gigabyte), and a normal check is
 // answered meanwhile.
 func TestOversizedChecksRefused(t *testing.T) {
-	prefix := newPrefix(t)
-	k := startCoordinator(t, prefix, "")
-	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\nscope: region\n")
-	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, nil)
+	ra := regionAgent(t, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\nscope: region\n", nil)
 	cc, err := grpc.NewClient(ra.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -69,10 +66,7 @@ func TestOversizedChecksRefused(t *testing.T) {
 // timeout; gRPC checks are answered throughout, and an HTTP check is
 // answered once the stalled connections are gone.
 func TestSlowBodiesDoNotStarveOthers(t *testing.T) {
-	prefix := newPrefix(t)
-	k := startCoordinator(t, prefix, "")
-	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\nscope: region\n")
-	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, nil)
+	ra := regionAgent(t, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\nscope: region\n", nil)
 	host := strings.TrimPrefix(ra.httpURL, "http://")
 	var slow []net.Conn
 	defer func() {

@@ -14,10 +14,7 @@ import (
 // allowed, marked shadow in every API's answer, counted as
 // result="shadow", and charges nothing more.
 func TestShadowModeNeverRejects(t *testing.T) {
-	prefix := newPrefix(t)
-	k := startCoordinator(t, prefix, "")
-	setPolicy(t, k.addr, "name: trial\nidentity: [user]\nalgorithm: fixed_window\nlimit: 2\nperiod: 1m\nscope: region\nshadow_mode: true\n")
-	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, nil)
+	ra := regionAgent(t, "name: trial\nidentity: [user]\nalgorithm: fixed_window\nlimit: 2\nperiod: 1m\nscope: region\nshadow_mode: true\n", nil)
 	for i := 0; i < 5; i++ {
 		o, err := ra.a.Check(t.Context(), Input{Policy: "trial", Attributes: map[string]string{"user": "u"}})
 		if err != nil || !o.Allowed || o.Shadow != (i >= 2) {
@@ -46,10 +43,7 @@ func TestShadowModeNeverRejects(t *testing.T) {
 
 // The agent-wide switch puts every policy in shadow mode.
 func TestShadowModeSwitch(t *testing.T) {
-	prefix := newPrefix(t)
-	k := startCoordinator(t, prefix, "")
-	setPolicy(t, k.addr, "name: strict\nidentity: [user]\nalgorithm: fixed_window\nlimit: 1\nperiod: 1m\nscope: region\n")
-	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, func(c *Config) { c.Shadow = true })
+	ra := regionAgent(t, "name: strict\nidentity: [user]\nalgorithm: fixed_window\nlimit: 1\nperiod: 1m\nscope: region\n", func(c *Config) { c.Shadow = true })
 	for i := 0; i < 3; i++ {
 		if o, err := ra.a.Check(t.Context(), Input{Policy: "strict", Attributes: map[string]string{"user": "u"}}); err != nil || !o.Allowed {
 			t.Fatalf("check %d with the shadow switch on: %+v %v", i, o, err)
