@@ -67,7 +67,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	margin := fs.Duration("lease-margin", lease.DefaultTiming.Margin, "stop trusting a grant this much early, on top of drift")
 	fallbackKeys := fs.Int("fallback-keys", 100_000, "most identities the local fallback tracks")
 	policyRefresh := fs.Duration("policy-refresh", 10*time.Second, "reload the policies at least this often; a grant computed from a changed policy, or a check naming an unknown one, reloads them at once")
-	clusterID := fs.String("cluster-id", os.Getenv("QUOTALEASE_CLUSTER_ID"), "the cluster ID the coordinators must have (they log it at start); without it the agent pins the cluster of the first answer. Either way a coordinator of another deployment is refused")
+	clusterID := fs.String("cluster-id", "", "the cluster ID the coordinators must have (they log it at start); without it the agent pins the cluster of the first answer. Either way a coordinator of another deployment is refused")
 	envoyHeaders := fs.Bool("envoy-limit-headers", false, "add RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset to Envoy answers for the descriptor closest to its limit (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED)")
 	shadow := fs.Bool("shadow-mode", false, "shadow mode for every policy: decide and count as usual, admit everything (rejections are counted as result=\"shadow\"); for watching limits before enforcing them")
 	metricIDs := fs.String("metric-identities", agent.IdentitiesHashed, "how the hot-identity metric names identities (tenants, IPs): hashed (sha256:<12 hex>), plain (opt in to the names) or off")

@@ -72,7 +72,7 @@ func (s *envoyServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitR
 	if p := s.a.envoy.Load(); p != nil {
 		ix = *p
 	}
-	replaced := map[string]bool{}
+	var replaced map[string]bool // made only when a matched limit replaces another
 	for i, d := range req.Descriptors {
 		in := Input{Attributes: map[string]string{}, Cost: int64(min(req.HitsAddend, math.MaxInt32))}
 		if h := d.GetHitsAddend(); h != nil {
@@ -91,6 +91,9 @@ func (s *envoyServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitR
 			if p != nil && !p.Envoy.Unlimited {
 				in.Policy = p.Name
 				for _, r := range p.Envoy.Replaces {
+					if replaced == nil {
+						replaced = map[string]bool{}
+					}
 					replaced[r] = true
 				}
 			}
