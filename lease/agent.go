@@ -48,7 +48,9 @@ type Agent struct {
 	validUntil time.Time // agent clock: sentAt + AgentValidFor
 	present    string    // grant id to present on the next request
 	seq        uint64
-	pending    int // requests in flight
+	pending    int  // requests in flight
+	tried      bool // a request was answered or failed
+	restored   bool // grant is an earlier process's (Restore), not yet replaced
 }
 
 // Request is one lease request an Agent is about to send.
@@ -94,13 +96,41 @@ func (a *Agent) Granted(req Request, g Grant) {
 	a.validUntil = req.SentAt.Add(a.timing.AgentValidFor())
 	a.present = g.ID
 	a.state = Active
+	a.tried, a.restored = true, false
 }
+
+// Restore installs g, a grant an earlier agent process of the same region
+// held (the agent keeps its grants in the region's store), valid on this
+// clock until validUntil. A process that starts while the coordinator is
+// unreachable so enforces what its region is counted for: the grant while
+// it lasts, then the degraded budget falling back from it, for as long as
+// the coordinator keeps that reserved. The grant is not presented on
+// renewal (the coordinator knows it by the earlier process), renewal is due
+// at once, and any grant of this process's own replaces it. A lease that
+// already has a grant of its own ignores Restore.
+func (a *Agent) Restore(g Grant, validUntil time.Time) {
+	if a.grant.ID != "" && !a.restored {
+		return
+	}
+	a.grant, a.grantSeq, a.validUntil = g, 0, validUntil
+	a.sentAt = validUntil.Add(-a.timing.AgentValidFor())
+	a.state, a.restored = Active, true
+}
+
+// Restored reports whether the grant enforced is an earlier process's
+// (Restore) that no grant of this process has replaced yet.
+func (a *Agent) Restored() bool { return a.restored }
+
+// Own reports whether this process holds a grant of its own (installed by
+// Granted), expired or not.
+func (a *Agent) Own() bool { return a.grant.ID != "" && !a.restored }
 
 // Failed records that req got no grant. The installed grant, if any, stays
 // valid until it expires. A refusal of the presented grant as stale or
 // unknown makes the next request ask anew.
 func (a *Agent) Failed(req Request, err error) {
 	a.done()
+	a.tried = true
 	if errors.Is(err, ErrStaleGrant) || errors.Is(err, ErrUnknownGrant) {
 		if a.present == req.GrantID {
 			a.present = ""
@@ -132,6 +162,10 @@ func (a *Agent) LimitDegraded(d time.Duration) {
 	}
 }
 
+// DegradedTimeout is how long after the grant's end its degraded budget is
+// reserved (the coordinator's, once LimitDegraded has passed it on).
+func (a *Agent) DegradedTimeout() time.Duration { return a.timing.DegradedTimeout }
+
 // Grant returns the installed grant (zero if none) and until when, on the
 // agent's clock, it is valid.
 func (a *Agent) Grant() (Grant, time.Time) { return a.grant, a.validUntil }
@@ -139,13 +173,16 @@ func (a *Agent) Grant() (Grant, time.Time) { return a.grant, a.validUntil }
 // State returns the lease state at now.
 func (a *Agent) State(now time.Time) State {
 	a.advance(now)
+	if a.state == Requested && a.tried {
+		return Degraded // following the failure mode with no last share
+	}
 	return a.state
 }
 
 // NeedsRenewal reports whether a renewal is due at now: no grant yet, or a
 // third of its validity gone.
 func (a *Agent) NeedsRenewal(now time.Time) bool {
-	if a.grant.ID == "" {
+	if a.grant.ID == "" || a.restored {
 		return true
 	}
 	return !now.Before(a.sentAt.Add(a.timing.RenewAfter()))
@@ -153,10 +190,19 @@ func (a *Agent) NeedsRenewal(now time.Time) bool {
 
 // Enforce returns the amount the region may enforce at now and the mode:
 // the grant while it is valid; once it may have expired, the policy's
-// degraded budget for at most AgentDegradedFor; then nothing.
+// degraded budget for at most AgentDegradedFor; then nothing. A lease that
+// never had a grant and whose first request failed follows its failure
+// mode with no last share: fail-open enforces its open fraction (never
+// reserved, counted by the bound); the others nothing, since a static
+// share is reserved only for a region that held a lease.
 func (a *Agent) Enforce(now time.Time) (int64, Mode) {
 	a.advance(now)
 	switch a.state {
+	case Requested:
+		if a.tried {
+			return DegradedBudget(a.failure, a.total, 0, 0), ModeDegraded
+		}
+		return 0, ModeNone
 	case Active, Renewing:
 		return a.grant.Amount, ModeLeased
 	case Degraded:
@@ -165,10 +211,8 @@ func (a *Agent) Enforce(now time.Time) (int64, Mode) {
 		// budget never exceeds what the coordinator still reserves.
 		since += a.timing.driftOf(since)
 		return DegradedBudget(a.failure, a.total, a.grant.Amount, since), ModeDegraded
-	case Expired:
+	default: // Expired
 		return 0, ModeDegraded
-	default:
-		return 0, ModeNone
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -60,6 +61,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	coordAddrs := fs.String("coordinator", "127.0.0.1:7400", "coordinator replicas, host:port[,host:port...]")
 	hints := fs.Bool("coordinator-hints", true, "follow the leader address that followers name; turn off when the coordinators are reached through proxies or NAT their advertised addresses bypass")
 	policies := fs.String("policies", "", "load policies from this YAML file instead of the coordinator")
+	skew := fs.Duration("saved-clock-skew", time.Second, "the most the wall clocks of this region's agent hosts may disagree: a grant restored from the region's Redis at start (during a coordinator outage) is trusted this much less long")
 	grpcListen := fs.String("grpc-listen", "127.0.0.1:7500", "gRPC address (check API and Envoy rate-limit API)")
 	httpListen := fs.String("http-listen", "127.0.0.1:7501", "HTTP address (/v1/check, /metrics, /healthz, /readyz)")
 	checkTimeout := fs.Duration("check-timeout", 20*time.Millisecond, "longest a check waits for Redis before the local fallback decides")
@@ -123,13 +125,13 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if coordTLS != nil {
 		cl.UseTLS(coordTLS)
 	}
-	src := agent.PoliciesFromCoordinator(cl)
+	src, keep := agent.PoliciesFromCoordinator(cl), true
 	if *policies != "" {
-		src = agent.PoliciesFromFile(*policies)
+		src, keep = agent.PoliciesFromFile(*policies), false
 	}
 	t := lease.DefaultTiming
 	t.Drift, t.Margin = *drift, *margin
-	a, err := agent.New(agent.Config{Region: *region, Instance: *instance, Redis: rdb, Coordinator: cl, Policies: src,
+	a, err := agent.New(agent.Config{Region: *region, Instance: *instance, Redis: rdb, Coordinator: cl, Policies: src, KeepPolicies: keep, SavedClockSkew: *skew,
 		CheckTimeout: *checkTimeout, Timing: t, FallbackKeys: *fallbackKeys, PolicyRefresh: *policyRefresh, MetricIdentities: *metricIDs, Shadow: *shadow, EnvoyLimitHeaders: *envoyHeaders, Logger: log})
 	if err != nil {
 		return err
@@ -168,13 +170,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		go hsrv.Serve(hl)
 	}
 	log.Info("serving", "region", *region, "instance", *instance, "grpc", gl.Addr().String(), "http", hl.Addr().String(), "redis", redisShown)
-	go func() {
-		for runCtx.Err() == nil && !a.Ready() {
-			time.Sleep(20 * time.Millisecond)
-		}
-		hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-		log.Info("ready")
-	}()
+	go followReadiness(runCtx, a, hs, log)
 
 	select {
 	case <-ctx.Done():
@@ -184,7 +180,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	}
 	log.Info("shutting down: not ready, draining", "drain_delay", *drainDelay)
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	hs.Shutdown() // NOT_SERVING from now on, whatever readiness says
 	dctx, cancel := context.WithTimeout(context.Background(), *drainDelay+10*time.Second)
 	defer cancel()
 	a.Drain(dctx, *drainDelay)
@@ -199,4 +195,32 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	stop()
 	log.Info("stopped")
 	return nil
+}
+
+// followReadiness keeps the gRPC health status equal to the agent's
+// readiness (what /readyz answers), checked every 200ms, and logs each
+// change with its reason.
+func followReadiness(ctx context.Context, a *agent.Agent, hs *health.Server, log hclog.Logger) {
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	was, wasWhy := false, ""
+	for {
+		ok, why := a.Readiness()
+		switch {
+		case ok && !was:
+			hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+			log.Info("ready")
+		case !ok && was:
+			hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+			log.Warn("not ready", "reason", why)
+		case !ok && why != wasWhy:
+			log.Debug("not ready", "reason", why)
+		}
+		was, wasWhy = ok, why
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +43,16 @@ type Config struct {
 	// PolicyRefresh.
 	Policies      func(ctx context.Context) ([]*regional.Policy, error)
 	PolicyRefresh time.Duration
+	// KeepPolicies saves every policy set Policies returns in the region's
+	// Redis, and starts from the saved set when Policies fails at start.
+	// Set it when Policies reads the coordinator (the usual source), so
+	// that an agent can start, and a region scale out, while the
+	// coordinator is unreachable. Grants are saved and restored either way.
+	KeepPolicies bool
+	// SavedClockSkew is the most the wall clocks of a region's agent hosts
+	// may disagree: a grant restored from the region's Redis is trusted
+	// that much less long. Default 1s.
+	SavedClockSkew time.Duration
 	// CheckTimeout bounds one decision against Redis; past it the check is
 	// decided by the local fallback. Default 20ms.
 	CheckTimeout time.Duration
@@ -85,6 +96,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Timing == (lease.Timing{}) {
 		c.Timing = lease.DefaultTiming
+	}
+	if c.SavedClockSkew == 0 {
+		c.SavedClockSkew = time.Second
 	}
 	if c.RenewTick == 0 {
 		c.RenewTick = 100 * time.Millisecond
@@ -132,7 +146,10 @@ type Agent struct {
 	hotMu sync.Mutex
 	hot   map[string]*topK
 
-	ready    atomic.Bool
+	loaded   atomic.Bool  // a policy set is installed
+	redisOK  atomic.Bool  // the presence loop's last round trip to Redis worked
+	savedFP  uint64       // the policy set last saved to Redis (Run's goroutines, one at a time)
+	prune    atomic.Bool  // the policy set changed: drop saved grants of deleted policies
 	inflight atomic.Int64 // checks being decided (a counter: checks may start while Drain waits)
 	closing  atomic.Bool
 	refresh  chan struct{} // a check named an unknown policy: reload soon
@@ -153,6 +170,8 @@ func New(cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("agent: check timeout %s is negative", cfg.CheckTimeout)
 	case cfg.MetricIdentities != IdentitiesHashed && cfg.MetricIdentities != IdentitiesPlain && cfg.MetricIdentities != IdentitiesOff:
 		return nil, fmt.Errorf("agent: metric identities %q: use hashed, plain or off", cfg.MetricIdentities)
+	case cfg.SavedClockSkew < 0:
+		return nil, fmt.Errorf("agent: saved clock skew %s is negative", cfg.SavedClockSkew)
 	case cfg.PolicyRefresh < 0:
 		return nil, fmt.Errorf("agent: policy refresh interval %s is negative", cfg.PolicyRefresh)
 	}
@@ -169,47 +188,95 @@ func New(cfg Config) (*Agent, error) {
 	return a, nil
 }
 
-// Ready reports whether the agent has its policies and has completed one
-// lease round, so it can admit traffic.
-func (a *Agent) Ready() bool { return a.ready.Load() && !a.closing.Load() }
+// Ready reports whether the agent can decide well (Readiness).
+func (a *Agent) Ready() bool {
+	ok, _ := a.Readiness()
+	return ok
+}
 
-// Run loads policies, leases, and keeps doing both until ctx ends. It
-// returns an error only when the first policy load fails.
+// Readiness reports whether the agent can decide well, and if not, why:
+// it has a policy set, its Redis answered the last presence round (once a
+// second) and the breaker in front of it is closed, every global policy is
+// leased or in a defined degraded budget (a first lease round answered or
+// failed, or a grant restored), and it is not shutting down. Liveness is
+// separate: a live agent that is not ready still decides every check.
+func (a *Agent) Readiness() (bool, string) {
+	switch {
+	case a.closing.Load():
+		return false, "shutting down"
+	case !a.loaded.Load():
+		return false, "no policies yet: the coordinator has not answered and the region's Redis holds no saved set"
+	case !a.redisOK.Load() || a.br.isOpen():
+		return false, "Redis unreachable: checks are decided by the local fallback"
+	}
+	if u := a.leaser.unleased(a.cfg.Clock()); len(u) > 0 {
+		return false, fmt.Sprintf("%d global policies not leased yet (first lease round not finished): %s", len(u), strings.Join(u[:min(len(u), 5)], ", "))
+	}
+	return true, "ready"
+}
+
+// Run loads policies, leases, and keeps doing both until ctx ends. At start
+// it restores the region's saved state (policies and grants) when the
+// coordinator cannot give them, so an agent serves its region's grants and
+// degraded budgets within a second of starting during an outage. It
+// returns an error only when a policy file cannot be loaded at start.
 func (a *Agent) Run(ctx context.Context) error {
 	var store storeWatch
 	sctx, cancel := context.WithTimeout(ctx, time.Second)
 	a.watchStore(sctx, &store) // before the first check where Redis is up; else the presence loop retries
+	a.redisOK.Store(store.initDone)
+	fromSaved := a.restorePolicies(sctx)
 	cancel()
-	if err := a.loadPolicies(ctx); err != nil {
-		return err
+	if !fromSaved {
+		if err := a.loadPolicies(ctx); err != nil {
+			if !a.cfg.KeepPolicies {
+				return err
+			}
+			a.cfg.Logger.Warn("no policies yet: the coordinator is unreachable and the region's Redis holds no saved set; retrying every second (not ready meanwhile)", "error", err)
+		}
 	}
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	a.restoreGrants(rctx, true)
+	cancel()
 	var wg sync.WaitGroup
 	wg.Add(3)
 	go func() { defer wg.Done(); a.leaseLoop(ctx) }()
 	go func() { defer wg.Done(); a.presenceLoop(ctx, &store) }()
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(a.cfg.PolicyRefresh)
-		defer t.Stop()
-		for {
+	go func() { defer wg.Done(); a.refreshLoop(ctx, fromSaved) }()
+	wg.Wait()
+	return nil
+}
+
+// refreshLoop reloads the policies every PolicyRefresh, when a check names
+// an unknown policy or a grant comes from a changed one, and every second
+// while the agent runs on a saved set or none.
+func (a *Agent) refreshLoop(ctx context.Context, fromSaved bool) {
+	t := time.NewTicker(a.cfg.PolicyRefresh)
+	defer t.Stop()
+	pending := fromSaved || !a.loaded.Load() // the coordinator's set is still to come
+	for {
+		if !pending {
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
 			case <-a.refresh: // an unknown policy was named, or a grant came from a changed one
 			}
-			if err := a.loadPolicies(ctx); err != nil && ctx.Err() == nil {
-				a.cfg.Logger.Warn("policy refresh failed; keeping the current set", "error", err)
-			}
-			select { // at most one refresh per second, however many checks ask
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Second):
-			}
 		}
-	}()
-	wg.Wait()
-	return nil
+		err := a.loadPolicies(ctx)
+		switch {
+		case err == nil && pending:
+			a.cfg.Logger.Info("policies loaded from the coordinator", "policies", len(a.leaser.names()))
+			pending = false
+		case err != nil && ctx.Err() == nil && !pending:
+			a.cfg.Logger.Warn("policy refresh failed; keeping the current set", "error", err)
+		}
+		select { // at most one refresh per second, however many checks ask
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // Drain marks the agent not ready, keeps serving for delay (so that load
@@ -249,12 +316,24 @@ func (a *Agent) loadPolicies(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("load policies: %w", err)
 	}
-	if err := a.engine.SetPolicies(ps); err != nil {
+	if err := a.installPolicies(ps); err != nil {
 		return fmt.Errorf("load policies: %w", err)
+	}
+	if a.cfg.KeepPolicies {
+		a.savePolicies(lctx, ps)
+	}
+	return nil
+}
+
+// installPolicies validates ps and puts it in force.
+func (a *Agent) installPolicies(ps []*regional.Policy) error {
+	if err := a.engine.SetPolicies(ps); err != nil {
+		return err
 	}
 	ix := buildEnvoyIndex(ps)
 	a.envoy.Store(&ix)
 	a.leaser.setPolicies(ps)
+	a.loaded.Store(true)
 	return nil
 }
 
@@ -267,7 +346,6 @@ func (a *Agent) leaseLoop(ctx context.Context) {
 		rctx, cancel := context.WithTimeout(ctx, max(a.cfg.RenewTick*5, a.cfg.Timing.RenewAfter()))
 		a.leaser.renew(rctx)
 		cancel()
-		a.ready.Store(true)
 		a.leaser.updateMetrics(a.cfg.Clock())
 		jitter := time.Duration(float64(a.cfg.RenewTick) * (0.5 + rand.Float64()))
 		select {
@@ -284,8 +362,13 @@ func (a *Agent) presenceLoop(ctx context.Context, store *storeWatch) {
 	decay := 0
 	for {
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		if err := a.leaser.publish(pctx, a.cfg.Redis, 3*time.Second); err != nil && ctx.Err() == nil {
+		err := a.leaser.publish(pctx, a.cfg.Redis, 3*time.Second)
+		if err != nil && ctx.Err() == nil {
 			a.cfg.Logger.Debug("presence not published", "error", err)
+		}
+		a.redisOK.Store(err == nil)
+		if err == nil {
+			a.saveState(pctx)
 		}
 		a.watchStore(pctx, store)
 		cancel()

@@ -129,7 +129,7 @@ func startAgent(t testing.TB, region, redisAddr string, coordAddrs []string, mod
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, MaxRetries: -1, ContextTimeoutEnabled: true, DialTimeout: 200 * time.Millisecond,
 		ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond, PoolSize: 32})
-	cfg := Config{Region: region, Instance: region + "-1", Redis: rdb, Coordinator: cl, Policies: PoliciesFromCoordinator(cl),
+	cfg := Config{Region: region, Instance: region + "-1", Redis: rdb, Coordinator: cl, Policies: PoliciesFromCoordinator(cl), KeepPolicies: true,
 		PolicyRefresh: 200 * time.Millisecond, Timing: testTiming, RenewTick: 20 * time.Millisecond,
 		// Generous, so that a loaded test machine does not send checks to
 		// the local fallback; tests of the fallback set their own (0 is

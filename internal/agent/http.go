@@ -67,8 +67,8 @@ func (a *Agent) HTTPHandler() http.Handler {
 	mux.Handle("/metrics", promhttp.HandlerFor(a.m.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !a.Ready() {
-			http.Error(w, "not ready: no lease round completed yet, or shutting down", http.StatusServiceUnavailable)
+		if ok, why := a.Readiness(); !ok {
+			http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ready")

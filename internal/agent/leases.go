@@ -55,6 +55,8 @@ type quotaLease struct {
 	fp     uint64 // policy.Fingerprint()
 	meter  *meter
 	region int64 // region-wide demand (amount units), from Redis
+	// savedID is the grant last saved to Redis (saveGrants).
+	savedID string
 }
 
 func newLeaser(region, instance string, coord LeaseClient, t lease.Timing, now func() time.Time, log hclog.Logger, m *metrics, stale func()) *leaser {
@@ -86,6 +88,33 @@ func (l *leaser) setPolicies(ps []*regional.Policy) {
 			delete(l.quotas, name)
 		}
 	}
+}
+
+// names returns the global policies being leased.
+func (l *leaser) names() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]string, 0, len(l.quotas))
+	for n := range l.quotas {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// unleased returns the global policies that cannot be decided yet: no
+// grant, no restored one, and no lease request answered or failed.
+func (l *leaser) unleased(now time.Time) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for n, q := range l.quotas {
+		if _, m := q.a.Enforce(now); m == lease.ModeNone {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // enforce returns the amount policy name may enforce now and the mode.
