@@ -164,7 +164,7 @@ func TestStartWithNoStateFollowsFailureModes(t *testing.T) {
 	a := startBare(t, redisAddr, func(c *Config) {
 		c.Coordinator = hung
 		c.Policies = func(context.Context) ([]*regional.Policy, error) { return ps, nil } // --policies FILE
-		c.RenewTick = 5 * time.Millisecond                                               // a short first round: it times out at 5 ticks
+		c.RenewTick = 5 * time.Millisecond                                                // a short first round: it times out at 5 ticks
 	})
 	waitFor(t, 10*time.Second, "ready", a.Ready)
 	want := map[string]struct {
