@@ -53,6 +53,7 @@ var (
 // concurrent use; its policies can be replaced while it serves.
 type Engine struct {
 	rdb      Client
+	cluster  *redis.ClusterClient // rdb, when it is a Redis Cluster: one birth marker per slot
 	cfg      Config
 	policies atomic.Pointer[map[string]*Policy]
 }
@@ -66,6 +67,7 @@ func NewEngine(rdb Client, policies []*Policy, cfg Config) (*Engine, error) {
 		cfg.TTLMargin = DefaultTTLMargin
 	}
 	e := &Engine{rdb: rdb, cfg: cfg}
+	e.cluster, _ = rdb.(*redis.ClusterClient)
 	if err := e.SetPolicies(policies); err != nil {
 		return nil, err
 	}
@@ -159,7 +161,7 @@ func (e *Engine) prepare(r Request) (call, error) {
 	if err != nil {
 		return call{}, err
 	}
-	keys := []string{key, BornKey}
+	keys := []string{key, e.bornKey(key)}
 	if l.Algorithm == SlidingLog {
 		keys = append(keys, key+":m")
 	}
@@ -201,11 +203,31 @@ func (e *Engine) prepare(r Request) (call, error) {
 // downtime, which is harmless once that exceeds the policies' IdleMs.
 func (e *Engine) InitStore(ctx context.Context) (bool, error) {
 	pipe := e.rdb.Pipeline()
-	cmd := pipe.SetNX(ctx, BornKey, 0, 0)
+	var cmds []*redis.BoolCmd
+	if e.cluster == nil {
+		cmds = append(cmds, pipe.SetNX(ctx, BornKey, 0, 0))
+	} else {
+		for slot := 0; slot < ClusterSlots; slot++ {
+			cmds = append(cmds, pipe.SetNX(ctx, SlotBornKey(slot), 0, 0))
+		}
+	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return false, fmt.Errorf("mark store as new: %w", err)
 	}
-	return cmd.Val(), nil
+	isNew := false
+	for _, c := range cmds {
+		isNew = isNew || c.Val()
+	}
+	return isNew, nil
+}
+
+// bornKey is the birth marker a decision on key reads: the store's, or on
+// a cluster its slot's.
+func (e *Engine) bornKey(key string) string {
+	if e.cluster == nil {
+		return BornKey
+	}
+	return SlotBornKey(KeySlot(key))
 }
 
 // LoadScripts loads every decision script into Redis (SCRIPT LOAD) and so
@@ -222,21 +244,42 @@ func (e *Engine) LoadScripts(ctx context.Context) error {
 }
 
 // StoreBorn returns the store's birth marker: 0 for a store marked new, else
-// the enforcement time (ms) at which a script found the store had lost its
-// memory. ok is false when the marker is missing (not initialised, or lost
-// and no check has run since).
-func (e *Engine) StoreBorn(ctx context.Context) (ms int64, ok bool, err error) {
+// the enforcement time (ms) at which the store was found to have lost its
+// memory. A missing marker is recorded as lost now, as the first decision
+// script to find it would: that is how a loss is noticed before any check
+// touches the store. On a cluster it reads one slot per node (a node that
+// restarts empty loses all its slots at once) and returns the latest.
+func (e *Engine) StoreBorn(ctx context.Context) (int64, error) {
+	keys := []string{BornKey}
+	if e.cluster != nil {
+		ranges, err := e.cluster.ClusterSlots(ctx).Result()
+		if err != nil {
+			return 0, fmt.Errorf("read cluster slots: %w", err)
+		}
+		keys = keys[:0]
+		for _, r := range ranges {
+			keys = append(keys, SlotBornKey(int(r.Start)))
+		}
+	}
+	now := ""
+	if e.cfg.Clock != nil {
+		now = strconv.FormatInt(e.cfg.Clock(), 10)
+	}
 	pipe := e.rdb.Pipeline()
-	cmd := pipe.Get(ctx, BornKey)
-	_, _ = pipe.Exec(ctx) // the error is the command's
-	v, err := cmd.Int64()
-	if errors.Is(err, redis.Nil) {
-		return 0, false, nil
+	cmds := make([]*redis.Cmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = bornScript.Eval(ctx, pipe, []string{k}, now)
 	}
-	if err != nil {
-		return 0, false, fmt.Errorf("read store birth marker: %w", err)
+	_, _ = pipe.Exec(ctx) // the errors are the commands'
+	var ms int64
+	for _, cmd := range cmds {
+		v, err := cmd.Int64()
+		if err != nil {
+			return 0, fmt.Errorf("read store birth marker: %w", err)
+		}
+		ms = max(ms, v)
 	}
-	return v, true, nil
+	return ms, nil
 }
 
 // Check decides one request in one atomic script run.

@@ -16,7 +16,7 @@ import (
 //	rl:{<policy>:<identity>}:v<version>:i:<key>  a remembered idempotent decision
 //
 // and one key per store, its birth marker (BornKey, see Fresh and
-// Engine.InitStore).
+// Engine.InitStore); on Redis Cluster one per hash slot (SlotBornKey).
 //
 // The identity is the policy's attributes in order, as name=value joined
 // with ',', values percent-escaped so that '{', '}', ':', ',' and '=' never
@@ -26,8 +26,8 @@ const keyPrefix = "rl:"
 
 // BornKey is the store's birth marker: when the store's memory began, in
 // enforcement ms, or 0 for a store its agent found new. It has no TTL; a
-// store that loses it has lost everything else too. (On Redis Cluster each
-// slot needs one of its own; the key layout leaves room for that.)
+// store that loses it has lost everything else too. On Redis Cluster each
+// slot has one of its own (SlotBornKey).
 const BornKey = keyPrefix + "born"
 
 // Limits on identities and keys.

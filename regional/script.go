@@ -19,6 +19,15 @@ var scripts = map[Algorithm]*redis.Script{
 	SlidingLog:    mustScript("sliding_log.lua"),
 }
 
+// bornScript reads a birth marker and records a lost one (Engine.StoreBorn).
+var bornScript = func() *redis.Script {
+	src, err := luaFiles.ReadFile("lua/born.lua")
+	if err != nil {
+		panic(err) // embedded at build time: cannot happen
+	}
+	return redis.NewScript(string(src))
+}()
+
 func mustScript(body string) *redis.Script {
 	prelude, err := luaFiles.ReadFile("lua/prelude.lua")
 	if err != nil {

@@ -34,9 +34,9 @@ func (a *Agent) watchStore(ctx context.Context, w *storeWatch) {
 			a.cfg.Logger.Debug("scripts not loaded yet", "error", err)
 		}
 	}
-	born, ok, err := a.engine.StoreBorn(ctx)
-	if err != nil || !ok {
-		return // unreachable, or lost and no check has recorded it yet
+	born, err := a.engine.StoreBorn(ctx)
+	if err != nil {
+		return // unreachable
 	}
 	if w.seen && born != w.born {
 		a.m.storeLosses.Inc()

@@ -25,6 +25,7 @@ type Server struct {
 	cmd   *exec.Cmd
 	bin   string
 	dir   string
+	conf  string   // a configuration file, first on the command line ("" for none)
 	extra []string // more redis-server arguments
 }
 
@@ -59,7 +60,11 @@ func Start(tb testing.TB, args ...string) *Server {
 // that are not tests (the demo); they must call Stop.
 func StartIn(dir string) (*Server, error) { return start(dir) }
 
-func start(dir string, args ...string) (*Server, error) {
+func start(dir string, args ...string) (*Server, error) { return startConf(dir, "", args...) }
+
+// startConf is start with a configuration file (Sentinel needs one of its
+// own, which it rewrites).
+func startConf(dir, conf string, args ...string) (*Server, error) {
 	bin, err := Binary()
 	if err != nil {
 		return nil, err
@@ -70,7 +75,7 @@ func start(dir string, args ...string) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), bin: bin, dir: dir, extra: args}
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), bin: bin, dir: dir, conf: conf, extra: args}
 		if lastErr = s.run(); lastErr == nil {
 			return s, nil
 		}
@@ -81,11 +86,15 @@ func start(dir string, args ...string) (*Server, error) {
 
 // run starts the process on s.Addr and waits until it answers.
 func (s *Server) run() error {
-	_, port, _ := net.SplitHostPort(s.Addr)
-	cmd := exec.Command(s.bin, append([]string{
-		"--port", port, "--bind", "127.0.0.1",
+	_, port := splitAddr(s.Addr)
+	var args []string
+	if s.conf != "" {
+		args = append(args, s.conf)
+	}
+	args = append(args, "--port", port, "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.dir,
-		"--logfile", filepath.Join(s.dir, "redis.log")}, s.extra...)...)
+		"--logfile", filepath.Join(s.dir, "redis.log"))
+	cmd := exec.Command(s.bin, append(args, s.extra...)...)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("exec %s: %w", s.bin, err)
 	}
@@ -158,6 +167,12 @@ func (s *Server) Stop() {
 	_ = s.cmd.Process.Kill()
 	_ = s.cmd.Wait()
 	s.cmd = nil
+}
+
+// splitAddr splits a host:port this package made.
+func splitAddr(addr string) (host, port string) {
+	host, port, _ = net.SplitHostPort(addr)
+	return host, port
 }
 
 func freePort() (int, error) {
