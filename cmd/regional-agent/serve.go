@@ -28,7 +28,7 @@ import (
 	"github.com/quota-lease/quota-lease/lease"
 )
 
-const serveUsage = `Usage: regional-agent serve --region R --redis ADDR --coordinator ADDR[,ADDR...] [flags]
+const serveUsage = `Usage: regional-agent serve --region R --redis ADDR|URL --coordinator ADDR[,ADDR...] [flags]
 
 Runs the agent of one region. It loads the policies from the coordinator
 (or --policies FILE), leases a share of every global policy, and answers
@@ -55,8 +55,9 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	host, _ := os.Hostname()
 	region := fs.String("region", "", "region this agent enforces for (required)")
 	instance := fs.String("instance", host, "this agent's name within the region (unique per process)")
-	redisAddr := fs.String("redis", "127.0.0.1:6379", "the region's Redis: host:port, or redis://[user[:password]@]host:port[/db], or rediss://... for TLS")
+	redisAddr := fs.String("redis", "127.0.0.1:6379", redisUsage)
 	redisPasswordFile := fs.String("redis-password-file", "", "file holding the Redis password (else env QUOTALEASE_REDIS_PASSWORD, else the URL's); never logged")
+	sentinelPasswordFile := fs.String("redis-sentinel-password-file", "", "file holding the Redis Sentinels' password (else env QUOTALEASE_REDIS_SENTINEL_PASSWORD); never logged")
 	redisCA := fs.String("redis-tls-ca", "", "PEM CA that signs Redis's certificate (turns TLS on; rediss:// without it uses the system roots)")
 	coordAddrs := fs.String("coordinator", "127.0.0.1:7400", "coordinator replicas, host:port[,host:port...]")
 	hints := fs.Bool("coordinator-hints", true, "follow the leader address that followers name; turn off when the coordinators are reached through proxies or NAT their advertised addresses bypass")
@@ -109,11 +110,11 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 	}
-	ropts, redisShown, err := redisTarget{addr: *redisAddr, passwordFile: *redisPasswordFile, caFile: *redisCA}.options()
+	ropts, redisShown, err := redisTarget{addr: *redisAddr, passwordFile: *redisPasswordFile, sentinelPasswordFile: *sentinelPasswordFile, caFile: *redisCA}.options()
 	if err != nil {
 		return err
 	}
-	rdb := redis.NewClient(ropts)
+	rdb := redis.NewUniversalClient(ropts)
 	defer rdb.Close()
 	cl, err := coordinator.NewClient(strings.Split(*coordAddrs, ","))
 	if err != nil {

@@ -70,13 +70,34 @@ type Options struct {
 	LeaseDuration time.Duration
 	SessionTTL    time.Duration
 	CheckTimeout  time.Duration
+	// Stores picks a region's Redis deployment by region name: StoreSingle
+	// (the default), StoreCluster or StoreSentinel.
+	Stores map[string]string
 }
+
+// The Redis deployments a region can have (Options.Stores).
+const (
+	// StoreSingle is one redis-server, reached through a fault proxy
+	// (Agent.ToRedis).
+	StoreSingle = "single"
+	// StoreCluster is a Redis Cluster of three masters, reached with a
+	// redis+cluster:// URL (no proxy: the cluster redirects to its nodes).
+	StoreCluster = "cluster"
+	// StoreSentinel is a master, a replica and a Sentinel, reached with a
+	// redis+sentinel:// URL (no proxy: the Sentinel names the master).
+	StoreSentinel = "sentinel"
+)
 
 // Cluster is a running deployment.
 type Cluster struct {
-	Dir    string
-	Opts   Options
-	Redis  []*redistest.Server
+	Dir  string
+	Opts Options
+	// Redis is each region's redis-server, by the index of Options.Regions
+	// (nil for a region with another store); RedisClusters and Sentinels
+	// hold the others by region name.
+	Redis         []*redistest.Server
+	RedisClusters map[string]*redistest.Cluster
+	Sentinels     map[string]*redistest.Sentinel
 	Etcd   *Process
 	Coords []*Process
 	Agents []*Agent
@@ -307,7 +328,7 @@ func Start(ctx context.Context, bins Binaries, dir string, o Options) (_ *Cluste
 	if o.CheckTimeout == 0 {
 		o.CheckTimeout = 20 * time.Millisecond
 	}
-	c := &Cluster{Dir: dir, Opts: o, used: map[string]bool{}}
+	c := &Cluster{Dir: dir, Opts: o, used: map[string]bool{}, RedisClusters: map[string]*redistest.Cluster{}, Sentinels: map[string]*redistest.Sentinel{}}
 	defer func() {
 		if err != nil {
 			c.Stop()
@@ -322,12 +343,31 @@ func Start(ctx context.Context, bins Binaries, dir string, o Options) (_ *Cluste
 	if c.web, err = httpClient(c.pki.service); err != nil {
 		return nil, err
 	}
+	redisArg := map[string]string{} // --redis of a region without a proxy
 	for _, r := range o.Regions {
 		rd := filepath.Join(dir, "redis-"+r)
 		if err := os.MkdirAll(rd, 0o755); err != nil {
 			return nil, err
 		}
-		s, err := redistest.StartIn(rd)
+		var s *redistest.Server
+		switch o.Stores[r] {
+		case "", StoreSingle:
+			s, err = redistest.StartIn(rd)
+		case StoreCluster:
+			var cl *redistest.Cluster
+			if cl, err = redistest.StartClusterIn(rd, 3); err == nil {
+				c.RedisClusters[r] = cl
+				redisArg[r] = "redis+cluster://" + strings.Join(cl.Addrs(), ",")
+			}
+		case StoreSentinel:
+			var se *redistest.Sentinel
+			if se, err = redistest.StartSentinelIn(rd); err == nil {
+				c.Sentinels[r] = se
+				redisArg[r] = "redis+sentinel://" + se.Sentinel.Addr + "/" + redistest.MasterName
+			}
+		default:
+			err = fmt.Errorf("unknown store %q", o.Stores[r])
+		}
 		if err != nil {
 			return nil, fmt.Errorf("redis for %s: %w", r, err)
 		}
@@ -381,15 +421,19 @@ func Start(ctx context.Context, bins Binaries, dir string, o Options) (_ *Cluste
 			a.ToCoord = append(a.ToCoord, px)
 			via = append(via, px.Addr)
 		}
-		if a.ToRedis, err = faultproxy.Start(c.Redis[i].Addr); err != nil {
-			return nil, err
+		toRedis, ok := redisArg[region]
+		if !ok {
+			if a.ToRedis, err = faultproxy.Start(c.Redis[i].Addr); err != nil {
+				return nil, err
+			}
+			toRedis = a.ToRedis.Addr
 		}
 		var grpcAddr, httpAddr string
 		p, err := c.startServing(ctx, "agent-"+region, bins.Agent, func() ([]string, error) {
 			grpcAddr, _ = c.freeAddr()
 			httpAddr, _ = c.freeAddr()
 			return []string{"serve", "--region", region, "--instance", region + "-1",
-				"--redis", a.ToRedis.Addr, "--coordinator", strings.Join(via, ","), "--grpc-listen", grpcAddr,
+				"--redis", toRedis, "--coordinator", strings.Join(via, ","), "--grpc-listen", grpcAddr,
 				"--http-listen", httpAddr, "--check-timeout", o.CheckTimeout.String(), "--lease-margin", "50ms", "--log-level", "info",
 				"--coordinator-hints=false", // reach the coordinators only through the fault proxies
 				"--coordinator-tls-ca", c.pki.ca.CertFile,
@@ -558,6 +602,14 @@ func (c *Cluster) Stop() {
 		c.admin.Close()
 	}
 	for _, r := range c.Redis {
-		r.Stop()
+		if r != nil {
+			r.Stop()
+		}
+	}
+	for _, cl := range c.RedisClusters {
+		cl.Stop()
+	}
+	for _, se := range c.Sentinels {
+		se.Stop()
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,12 +48,12 @@ func StartSentinelIn(dir string) (*Sentinel, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.Master, err = start(d); err != nil {
+	if s.Master, err = start(d, "--repl-diskless-sync-delay", "0"); err != nil { // sync a replica at once
 		return nil, fmt.Errorf("sentinel's master: %w", err)
 	}
 	host, port := splitAddr(s.Master.Addr)
 	if d, err = sub("replica"); err == nil {
-		s.Replica, err = start(d, "--replicaof", host, port)
+		s.Replica, err = start(d, "--replicaof", host, port, "--repl-diskless-sync-delay", "0")
 	}
 	if err != nil {
 		s.Stop()
@@ -64,8 +65,11 @@ func StartSentinelIn(dir string) (*Sentinel, error) {
 	}
 	// Sentinel rewrites its configuration file, so it must be its own.
 	conf := filepath.Join(d, "sentinel.conf")
-	body := fmt.Sprintf("sentinel monitor %[1]s %[2]s %[3]s 1\nsentinel down-after-milliseconds %[1]s 1000\nsentinel failover-timeout %[1]s 5000\nsentinel parallel-syncs %[1]s 1\n",
-		MasterName, host, port)
+	// known-replica spares the Sentinel its first INFO round (10 s) to
+	// discover the replica.
+	rhost, rport := splitAddr(s.Replica.Addr)
+	body := fmt.Sprintf("sentinel monitor %[1]s %[2]s %[3]s 1\nsentinel down-after-milliseconds %[1]s 1000\nsentinel failover-timeout %[1]s 5000\nsentinel parallel-syncs %[1]s 1\nsentinel known-replica %[1]s %[4]s %[5]s\n",
+		MasterName, host, port, rhost, rport)
 	if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
 		s.Stop()
 		return nil, err
@@ -103,24 +107,25 @@ func (s *Sentinel) CurrentMaster(ctx context.Context) (string, error) {
 	return hp[0] + ":" + hp[1], nil
 }
 
-// waitReplicating waits until the replica is in sync and the Sentinel
-// knows it, so that a failover has somewhere to go.
+// waitReplicating waits until the replica is in sync with the master and
+// the Sentinel lists it, so that a failover has somewhere to go.
 func (s *Sentinel) waitReplicating(ctx context.Context) error {
-	c := redis.NewSentinelClient(&redis.Options{Addr: s.Sentinel.Addr, MaxRetries: -1})
-	defer c.Close()
+	sc := redis.NewSentinelClient(&redis.Options{Addr: s.Sentinel.Addr, MaxRetries: -1})
+	defer sc.Close()
+	rc := redis.NewClient(&redis.Options{Addr: s.Replica.Addr, MaxRetries: -1})
+	defer rc.Close()
 	for {
-		rs, err := c.Replicas(ctx, MasterName).Result()
-		if err == nil {
-			for _, r := range rs {
-				if r["master-link-status"] == "ok" {
-					return nil
-				}
+		info, err := rc.Info(ctx, "replication").Result()
+		if err == nil && strings.Contains(info, "master_link_status:up") {
+			rs, err := sc.Replicas(ctx, MasterName).Result()
+			if err == nil && len(rs) > 0 {
+				return nil
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("sentinel never saw a replica in sync: %v", err)
-		case <-time.After(100 * time.Millisecond):
+			return fmt.Errorf("the replica never came in sync under the sentinel: %v", err)
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }
