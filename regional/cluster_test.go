@@ -64,7 +64,7 @@ func TestKeySlotMatchesRedisCluster(t *testing.T) {
 func TestClusterExactAndLosesNoBurst(t *testing.T) {
 	c, rdb, eng := clusterEngine(t)
 	ctx := t.Context()
-	const tenants, burst = 60, 20 // policy tb: 5/s, burst 20
+	const tenants, burst = 60, 20                                                   // policy tb: 5/s, burst 20
 	l := Limits{Algorithm: TokenBucket, Capacity: burst * Micro, Rate: Micro / 100} // no refill to speak of
 	var admitted [tenants]atomic.Int64
 	var wg sync.WaitGroup

@@ -98,13 +98,13 @@ type Cluster struct {
 	Redis         []*redistest.Server
 	RedisClusters map[string]*redistest.Cluster
 	Sentinels     map[string]*redistest.Sentinel
-	Etcd   *Process
-	Coords []*Process
-	Agents []*Agent
-	etcd   string
-	admin  *coordinator.Client
-	used   map[string]bool
-	pki    *pki
+	Etcd          *Process
+	Coords        []*Process
+	Agents        []*Agent
+	etcd          string
+	admin         *coordinator.Client
+	used          map[string]bool
+	pki           *pki
 	// adminCreds and web reach the coordinators as an admin and the
 	// agents' HTTPS listeners as a service.
 	adminCreds credentials.TransportCredentials
