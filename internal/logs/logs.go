@@ -41,8 +41,10 @@ func (r redisLogger) Printf(_ context.Context, format string, v ...any) {
 }
 
 // RouteGRPC sends gRPC's own log lines through log: its info at debug
-// level (it is chatty about connection states), warnings and errors as
-// such. gRPC has one process-wide logger that it reads without a lock:
+// level (it is chatty about connection states), and so its channel-level
+// ("[core]") warnings, which repeat at every reconnection attempt while a
+// peer is down (a coordinator outage is logged by the agent itself, once,
+// paced, and "recovered"); other warnings and errors as such. gRPC has one process-wide logger that it reads without a lock:
 // call this once, in main, before any gRPC connection or server exists.
 func RouteGRPC(log hclog.Logger) {
 	grpclog.SetLoggerV2(grpcLogger{log.Named("grpc")})
@@ -53,9 +55,17 @@ type grpcLogger struct{ l hclog.Logger }
 func (g grpcLogger) Info(args ...any)                    { g.l.Debug(fmt.Sprint(args...)) }
 func (g grpcLogger) Infoln(args ...any)                  { g.l.Debug(strings.TrimSpace(fmt.Sprintln(args...))) }
 func (g grpcLogger) Infof(format string, args ...any)    { g.l.Debug(fmt.Sprintf(format, args...)) }
-func (g grpcLogger) Warning(args ...any)                 { g.l.Warn(fmt.Sprint(args...)) }
-func (g grpcLogger) Warningln(args ...any)               { g.l.Warn(strings.TrimSpace(fmt.Sprintln(args...))) }
-func (g grpcLogger) Warningf(format string, args ...any) { g.l.Warn(fmt.Sprintf(format, args...)) }
+func (g grpcLogger) Warning(args ...any)                 { g.warn(fmt.Sprint(args...)) }
+func (g grpcLogger) Warningln(args ...any)               { g.warn(strings.TrimSpace(fmt.Sprintln(args...))) }
+func (g grpcLogger) Warningf(format string, args ...any) { g.warn(fmt.Sprintf(format, args...)) }
+
+func (g grpcLogger) warn(msg string) {
+	if strings.HasPrefix(msg, "[core]") {
+		g.l.Debug(msg)
+		return
+	}
+	g.l.Warn(msg)
+}
 func (g grpcLogger) Error(args ...any)                   { g.l.Error(fmt.Sprint(args...)) }
 func (g grpcLogger) Errorln(args ...any)                 { g.l.Error(strings.TrimSpace(fmt.Sprintln(args...))) }
 func (g grpcLogger) Errorf(format string, args ...any)   { g.l.Error(fmt.Sprintf(format, args...)) }
