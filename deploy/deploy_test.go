@@ -37,8 +37,9 @@ func helpFlags(t *testing.T, bin string) map[string]bool {
 	return flags
 }
 
-// The systemd units and Kubernetes manifests pass only flags the binaries
-// have: a renamed flag fails here, not at someone's 3 a.m. deploy.
+// The systemd units, example configuration files and Kubernetes manifests
+// pass only flags the binaries have: a renamed flag fails here, not at
+// someone's 3 a.m. deploy.
 func TestArtifactFlagsExist(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -68,6 +69,21 @@ func TestArtifactFlagsExist(t *testing.T) {
 			t.Fatalf("%s has no ExecStart", unit)
 		}
 		check(unit, binary, strings.ReplaceAll(exec[1], "\\\n", " "))
+	}
+	for file, binary := range map[string]string{"coordinator.yaml": "coordinator", "agent.yaml": "regional-agent"} {
+		b, err := os.ReadFile(filepath.Join("config", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var settings map[string]any
+		if err := yaml.Unmarshal(b, &settings); err != nil || len(settings) == 0 {
+			t.Fatalf("config/%s: %v (%d settings)", file, err, len(settings))
+		}
+		for k := range settings {
+			if !known[binary][k] {
+				t.Errorf("config/%s sets %q, which %s serve does not have", file, k, binary)
+			}
+		}
 	}
 	manifests, _ := filepath.Glob(filepath.Join("kubernetes", "base", "*.yaml"))
 	containers := 0

@@ -37,8 +37,11 @@ with --etcd-endpoints (implies --etcd external).
 On SIGINT or SIGTERM the replica stops granting, resigns leadership (a
 follower takes over at once), finishes in-flight calls and exits.
 
-Every flag can also be set from the environment: --tls-cert from
-QUOTALEASE_TLS_CERT, and so on; the command line wins.`
+Every flag can also be set from the environment (--tls-cert from
+QUOTALEASE_TLS_CERT, and so on) and from a YAML file (--config FILE, keys
+the flag names: "etcd-endpoints: [https://etcd-1:2379]", see
+deploy/config/coordinator.yaml); the command line wins over the environment,
+which wins over the file.`
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("serve", "[flags]", serveDescription, stderr)
@@ -70,7 +73,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	insecureListen := fs.Bool("insecure", false, "allow listening on a non-loopback address without mutual TLS (anyone who reaches it can lease and administer)")
 	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
 	logJSON := fs.Bool("log-json", false, "log as JSON lines instead of text")
-	if err := envflag.Apply(fs); err != nil {
+	envflag.AddConfigFlag(fs)
+	if err := envflag.Preset(fs, args); err != nil {
 		return err
 	}
 	if err := parse(fs, args, 0, 0); err != nil {

@@ -42,6 +42,10 @@ func TestLoadBadInput(t *testing.T) {
 		{[]string{"serve", "--region", "us", "--grpc-listen", "0.0.0.0:0"}, 1, "pass --insecure"},
 		{[]string{"serve", "--region", "us", "--tls-cert", "c.pem"}, 1, "--tls-key"},
 		{[]string{"serve", "--region", "us", "--log-level", "bogus"}, 1, "use trace, debug"},
+		{[]string{"serve", "--config", "/nonexistent.yaml"}, 1, "--config"},
+		{[]string{"serve", "--config", "../../deploy/config/agent.yaml"}, 1, "/etc/quota-lease/agent.pem"}, // the file's settings apply
+		{[]string{"serve", "--region", "us", "--redis", "mongodb://x"}, 1, "unknown scheme"},
+		{[]string{"serve", "--region", "us", "--redis", "redis+sentinel://s1:26379"}, 1, "name the master"},
 		{[]string{"frobnicate"}, 2, "unknown command"},
 	}
 	for _, c := range cases {

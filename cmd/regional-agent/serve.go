@@ -42,8 +42,10 @@ policy's degraded budget; when Redis is slower than --check-timeout or down
 it decides from a bounded in-process fallback. On SIGINT or SIGTERM it
 stops being ready, finishes in-flight checks and exits.
 
-Every flag can also be set from the environment: --tls-cert from
-QUOTALEASE_TLS_CERT, and so on; the command line wins.
+Every flag can also be set from the environment (--tls-cert from
+QUOTALEASE_TLS_CERT, and so on) and from a YAML file (--config FILE, keys
+the flag names: "tls-cert: /etc/...", see deploy/config/agent.yaml); the command
+line wins over the environment, which wins over the file.
 
 Flags:
 `
@@ -81,7 +83,8 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	insecureListen := fs.Bool("insecure", false, "allow listening on a non-loopback address without mutual TLS (anyone who reaches it can check and read metrics)")
 	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
 	logJSON := fs.Bool("log-json", false, "log as JSON lines instead of text")
-	if err := envflag.Apply(fs); err != nil {
+	envflag.AddConfigFlag(fs)
+	if err := envflag.Preset(fs, args); err != nil {
 		return err
 	}
 	if err := fs.Parse(args); err != nil {

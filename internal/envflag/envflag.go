@@ -1,6 +1,8 @@
 // Package envflag lets every flag of a command be set from the
-// environment: --tls-cert from QUOTALEASE_TLS_CERT, and so on, as
-// container platforms prefer. The command line still wins.
+// environment (--tls-cert from QUOTALEASE_TLS_CERT, and so on, as container
+// platforms prefer) and from a YAML configuration file (--config), as
+// systemd units and config management prefer. The command line wins over
+// the environment, which wins over the file (Settings).
 package envflag
 
 import (
