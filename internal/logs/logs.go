@@ -66,10 +66,10 @@ func (g grpcLogger) warn(msg string) {
 	}
 	g.l.Warn(msg)
 }
-func (g grpcLogger) Error(args ...any)                   { g.l.Error(fmt.Sprint(args...)) }
-func (g grpcLogger) Errorln(args ...any)                 { g.l.Error(strings.TrimSpace(fmt.Sprintln(args...))) }
-func (g grpcLogger) Errorf(format string, args ...any)   { g.l.Error(fmt.Sprintf(format, args...)) }
-func (g grpcLogger) Fatal(args ...any)                   { g.l.Error(fmt.Sprint(args...)); os.Exit(1) }
+func (g grpcLogger) Error(args ...any)                 { g.l.Error(fmt.Sprint(args...)) }
+func (g grpcLogger) Errorln(args ...any)               { g.l.Error(strings.TrimSpace(fmt.Sprintln(args...))) }
+func (g grpcLogger) Errorf(format string, args ...any) { g.l.Error(fmt.Sprintf(format, args...)) }
+func (g grpcLogger) Fatal(args ...any)                 { g.l.Error(fmt.Sprint(args...)); os.Exit(1) }
 func (g grpcLogger) Fatalln(args ...any) {
 	g.l.Error(strings.TrimSpace(fmt.Sprintln(args...)))
 	os.Exit(1)
