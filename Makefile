@@ -58,8 +58,9 @@ bench-peers: deps ## quota-lease against envoyproxy/ratelimit (built here, pinne
 	QUOTALEASE_PEER_RATELIMIT=$(PEERBIN)/service_cmd $(GO) test -run '^$$' -bench EnvoyAPIPeers -benchtime 1x -v ./internal/cluster/
 
 fuzz: ## run every fuzz target for FUZZTIME each (default 10s)
-	@set -e; for t in FuzzTokenBucket FuzzWindows FuzzParsePolicies FuzzParseEnvoyConfig FuzzStateKey; do \
-	  echo "== regional $$t"; $(GO) test ./regional/ -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME); done
+	@set -e; for t in FuzzTokenBucket FuzzWindows FuzzParsePolicies FuzzParseEnvoyConfig; do \
+	  echo "== policy $$t"; $(GO) test ./policy/ -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME); done
+	@echo "== regional FuzzStateKey"; $(GO) test ./regional/ -run '^$$' -fuzz '^FuzzStateKey$$' -fuzztime $(FUZZTIME)
 	@echo "== sim FuzzParseScenario"; $(GO) test ./sim/ -run '^$$' -fuzz '^FuzzParseScenario$$' -fuzztime $(FUZZTIME)
 
 redis: deps ## start a throwaway redis-server on a free loopback port; prints its address

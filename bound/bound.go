@@ -6,7 +6,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/quota-lease/quota-lease/regional"
+	"github.com/quota-lease/quota-lease/policy"
 )
 
 // Mode is the way regions share a limit.
@@ -70,7 +70,7 @@ type Deployment struct {
 	// Redis may lose when it fails over to a replica (the replication lag
 	// it tolerates). Zero where a store either keeps its writes or loses
 	// them all: a store restarted empty is caught by its birth marker
-	// (regional.Fresh) and needs no term.
+	// (policy.Fresh) and needs no term.
 	StoreLag time.Duration
 	// Shares are the static split's fractions by region (Static mode, and
 	// for stranded capacity); empty means equal shares.
@@ -102,13 +102,13 @@ var ErrInvalid = errors.New("invalid bound parameters")
 
 // Reference is the most one global limiter under p admits in any window
 // of length w.
-func Reference(p *regional.Policy, w time.Duration) float64 {
+func Reference(p *policy.Policy, w time.Duration) float64 {
 	period := time.Duration(p.Period).Seconds()
 	n := math.Ceil(w.Seconds() / period)
 	switch p.Algorithm {
-	case regional.TokenBucket:
+	case policy.TokenBucket:
 		return p.Burst + p.Limit/period*w.Seconds()
-	case regional.SlidingLog:
+	case policy.SlidingLog:
 		return p.Limit * n
 	default: // fixed and sliding windows: a boundary inside w lets one more window through
 		return p.Limit * (n + 1)
@@ -117,7 +117,7 @@ func Reference(p *regional.Policy, w time.Duration) float64 {
 
 // Compute returns the bound of policy p in deployment d under mode m, over
 // windows of length w (0 means the policy's period).
-func Compute(p *regional.Policy, d Deployment, m Mode, w time.Duration) (Result, error) {
+func Compute(p *policy.Policy, d Deployment, m Mode, w time.Duration) (Result, error) {
 	if err := d.validate(); err != nil {
 		return Result{}, err
 	}
@@ -132,7 +132,7 @@ func Compute(p *regional.Policy, d Deployment, m Mode, w time.Duration) (Result,
 	period := time.Duration(p.Period).Seconds()
 	rateW := p.Limit / period * w.Seconds() // what refill (or windows) adds over w
 	burst := ref - rateW                    // the part of the reference that is stored capacity
-	if p.Algorithm != regional.TokenBucket {
+	if p.Algorithm != policy.TokenBucket {
 		burst = p.Limit
 	}
 	n := float64(d.Regions)
@@ -146,11 +146,11 @@ func Compute(p *regional.Policy, d Deployment, m Mode, w time.Duration) (Result,
 		r.Terms[TermDrift] = d.Drift * rateW
 		r.Stranded = maxOf(shares) * p.Limit
 	case Leased:
-		if p.Scope == regional.ScopeRegion {
+		if p.Scope == policy.ScopeRegion {
 			r.Terms[TermIndependent] = (n - 1) * ref // region-local by design
 		} else {
 			r.Terms[TermDrift] = d.Drift * rateW
-			if p.Failure.Mode == regional.FailOpen && d.Regions > 1 {
+			if p.Failure.Mode == policy.FailOpen && d.Regions > 1 {
 				// Up to n-1 regions lapse, each admitting its open fraction
 				// of the full limit, while the connected one is granted the
 				// whole quota (their shares were freed at expiry).
@@ -168,7 +168,7 @@ func Compute(p *regional.Policy, d Deployment, m Mode, w time.Duration) (Result,
 			}
 			// Each instance's fallback is a limiter of its own at phi of
 			// what its region's Redis bucket enforces at every instant,
-			// never reset (regional.LocalBudget): over any window the k
+			// never reset (policy.LocalBudget): over any window the k
 			// instances of all regions admit at most k*phi times what the
 			// Redis path can, however often Redis fails and recovers.
 			redisPath := 0.0
@@ -193,7 +193,7 @@ func Compute(p *regional.Policy, d Deployment, m Mode, w time.Duration) (Result,
 		// A quiet region keeps its floor: the static share it falls back to
 		// and any explicit floor.
 		floor := 0.0
-		if p.Failure.Mode == regional.StaticShare || p.Failure.Mode == regional.LastLease {
+		if p.Failure.Mode == policy.StaticShare || p.Failure.Mode == policy.LastLease {
 			floor = p.Failure.StaticFraction * p.Limit
 		}
 		for _, f := range p.Floors {
@@ -208,7 +208,7 @@ func Compute(p *regional.Policy, d Deployment, m Mode, w time.Duration) (Result,
 		// enforces the limit on its own (each region's, when independent or
 		// region-scoped; a static split's shares add up to one burst).
 		counters := 1.0
-		if m == Independent || m == Leased && p.Scope == regional.ScopeRegion {
+		if m == Independent || m == Leased && p.Scope == policy.ScopeRegion {
 			counters = n
 		}
 		r.Terms[TermBurst] = float64(d.ConfigChanges) * counters * burst
@@ -236,7 +236,7 @@ func TransitionSpan(d Deployment, w time.Duration) time.Duration {
 // bound with the lowered limit's lease-transition term and, if bumped,
 // one fresh burst; plus a "previous-limit" term, what prev's bound exceeds
 // next's by, since such a window reaches back before the change.
-func Transition(prev, next *regional.Policy, bumped bool, d Deployment, m Mode, w time.Duration) (Result, error) {
+func Transition(prev, next *policy.Policy, bumped bool, d Deployment, m Mode, w time.Duration) (Result, error) {
 	dn := d
 	dn.QuotaDecrease = math.Max(0, prev.Limit-next.Limit)
 	if bumped {

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/quota-lease/quota-lease/regional"
+	"github.com/quota-lease/quota-lease/policy"
 )
 
 // State is where a lease is in its life.
@@ -38,7 +38,7 @@ const (
 // not safe for concurrent use; the agent guards it.
 type Agent struct {
 	timing  Timing
-	failure regional.Failure
+	failure policy.Failure
 	total   int64
 
 	state      State
@@ -66,7 +66,7 @@ type Request struct {
 
 // NewAgent returns a lease in state requested for a quota of total amount
 // with failure policy f.
-func NewAgent(t Timing, f regional.Failure, total int64) *Agent {
+func NewAgent(t Timing, f policy.Failure, total int64) *Agent {
 	return &Agent{timing: t, failure: f, total: total, state: Requested}
 }
 
@@ -150,7 +150,7 @@ func (a *Agent) done() {
 // SetPolicy applies a changed policy's failure mode and total amount to
 // the lease: the degraded budget from now on follows them. The installed
 // grant stays (the coordinator counts it until it ends).
-func (a *Agent) SetPolicy(f regional.Failure, total int64) {
+func (a *Agent) SetPolicy(f policy.Failure, total int64) {
 	a.failure, a.total = f, total
 }
 

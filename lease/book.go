@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/quota-lease/quota-lease/regional"
+	"github.com/quota-lease/quota-lease/policy"
 )
 
 // Errors a renewal can be refused with.
@@ -94,7 +94,7 @@ func (r *Record) clone() *Record {
 // use; the coordinator guards each Book with a mutex.
 type Book struct {
 	total   int64
-	failure regional.Failure
+	failure policy.Failure
 	timing  Timing
 	epoch   int64
 	seq     int64
@@ -103,7 +103,7 @@ type Book struct {
 
 // NewBook returns an empty book for a quota of total amount under failure
 // policy f, issuing grants of epoch.
-func NewBook(total int64, f regional.Failure, t Timing, epoch int64) *Book {
+func NewBook(total int64, f policy.Failure, t Timing, epoch int64) *Book {
 	return &Book{total: total, failure: f, timing: t, epoch: epoch, regions: map[string]*Record{}}
 }
 
@@ -112,7 +112,7 @@ func (b *Book) Total() int64 { return b.total }
 
 // SetQuota changes the total and failure policy (a policy update). Grants
 // already out keep counting at their amounts until they end.
-func (b *Book) SetQuota(total int64, f regional.Failure) { b.total, b.failure = total, f }
+func (b *Book) SetQuota(total int64, f policy.Failure) { b.total, b.failure = total, f }
 
 // Enforcing returns what region may be enforcing at now: over its agent
 // processes, the largest valid outstanding grant, or for a process whose

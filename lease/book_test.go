@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quota-lease/quota-lease/regional"
+	"github.com/quota-lease/quota-lease/policy"
 )
 
 // clock maps true (virtual) time to a node's clock: its own origin and a
@@ -37,11 +37,11 @@ type message struct {
 // enforces more than the coordinator books for it: an agent never believes
 // a lease valid after the coordinator considers it expired.
 func TestLeaseSafetyRandomSchedules(t *testing.T) {
-	modes := []regional.Failure{
-		{Mode: regional.FailClosed},
-		{Mode: regional.StaticShare, StaticFraction: 0.2},
-		{Mode: regional.LastLease, StaticFraction: 0.1, Decay: regional.Duration(2 * time.Second)},
-		{Mode: regional.FailOpen, OpenFraction: 0.3},
+	modes := []policy.Failure{
+		{Mode: policy.FailClosed},
+		{Mode: policy.StaticShare, StaticFraction: 0.2},
+		{Mode: policy.LastLease, StaticFraction: 0.1, Decay: policy.Duration(2 * time.Second)},
+		{Mode: policy.FailOpen, OpenFraction: 0.3},
 	}
 	for seed := uint64(1); seed <= 24; seed++ {
 		f := modes[seed%uint64(len(modes))]
@@ -51,9 +51,9 @@ func TestLeaseSafetyRandomSchedules(t *testing.T) {
 	}
 }
 
-func runSchedule(t *testing.T, seed uint64, f regional.Failure) {
+func runSchedule(t *testing.T, seed uint64, f policy.Failure) {
 	const regions = 3
-	const total = 100 * regional.Micro
+	const total = 100 * policy.Micro
 	const drift = 1e-4
 	r := rand.New(rand.NewPCG(seed, 99))
 	timing := Timing{ValidFor: time.Second, Drift: drift, Margin: 5 * time.Millisecond, DegradedTimeout: 3 * time.Second}
@@ -150,7 +150,7 @@ func runSchedule(t *testing.T, seed uint64, f regional.Failure) {
 
 func TestBookShrinkIsTwoPhase(t *testing.T) {
 	timing := Timing{ValidFor: time.Second, DegradedTimeout: time.Minute}
-	b := NewBook(100, regional.Failure{Mode: regional.FailClosed}, timing, 1)
+	b := NewBook(100, policy.Failure{Mode: policy.FailClosed}, timing, 1)
 	t0 := time.Unix(0, 0)
 	seq := uint64(0)
 	grant := func(at time.Duration, region, id string, target int64) Grant {
@@ -184,7 +184,7 @@ func TestBookShrinkIsTwoPhase(t *testing.T) {
 
 func TestBookShrinkFreesAtExpiryWithoutAck(t *testing.T) {
 	timing := Timing{ValidFor: time.Second}
-	b := NewBook(100, regional.Failure{Mode: regional.FailClosed}, timing, 1)
+	b := NewBook(100, policy.Failure{Mode: policy.FailClosed}, timing, 1)
 	t0 := time.Unix(0, 0)
 	p, _ := b.Prepare(t0, Renewal{Region: "us"}, 100)
 	b.Commit(p)
@@ -200,7 +200,7 @@ func TestBookShrinkFreesAtExpiryWithoutAck(t *testing.T) {
 
 func TestBookDegradedReservation(t *testing.T) {
 	timing := Timing{ValidFor: time.Second, DegradedTimeout: 10 * time.Second}
-	f := regional.Failure{Mode: regional.StaticShare, StaticFraction: 0.25}
+	f := policy.Failure{Mode: policy.StaticShare, StaticFraction: 0.25}
 	b := NewBook(100, f, timing, 1)
 	t0 := time.Unix(0, 0)
 	p, _ := b.Prepare(t0, Renewal{Region: "ap"}, 60)
@@ -227,7 +227,7 @@ func TestBookDegradedReservation(t *testing.T) {
 }
 
 func TestBookRefusals(t *testing.T) {
-	b := NewBook(100, regional.Failure{Mode: regional.FailClosed}, Timing{ValidFor: time.Second}, 3)
+	b := NewBook(100, policy.Failure{Mode: policy.FailClosed}, Timing{ValidFor: time.Second}, 3)
 	t0 := time.Unix(0, 0)
 	p, _ := b.Prepare(t0, Renewal{Region: "us", Instance: "a", Nonce: "n1", Seq: 1}, 10)
 	b.Commit(p)
@@ -266,7 +266,7 @@ func TestBookRefusals(t *testing.T) {
 }
 
 func TestBookRestoreHonoursFullLease(t *testing.T) {
-	b := NewBook(100, regional.Failure{Mode: regional.FailClosed}, Timing{ValidFor: time.Second}, 9)
+	b := NewBook(100, policy.Failure{Mode: policy.FailClosed}, Timing{ValidFor: time.Second}, 9)
 	t0 := time.Unix(50, 0)
 	b.Restore("us", "a", "n", "8.4", 70, t0)
 	if a := b.Available("eu", t0.Add(999*time.Millisecond)); a != 30 {
@@ -280,7 +280,7 @@ func TestBookRestoreHonoursFullLease(t *testing.T) {
 
 func TestAgentTimeline(t *testing.T) {
 	timing := Timing{ValidFor: 10 * time.Second, Drift: 1e-4, Margin: 100 * time.Millisecond, DegradedTimeout: time.Minute}
-	f := regional.Failure{Mode: regional.LastLease, StaticFraction: 0.1, Decay: regional.Duration(10 * time.Second)}
+	f := policy.Failure{Mode: policy.LastLease, StaticFraction: 0.1, Decay: policy.Duration(10 * time.Second)}
 	a := NewAgent(timing, f, 1000)
 	t0 := time.Unix(0, 0)
 	if amt, m := a.Enforce(t0); m != ModeNone || amt != 0 {
@@ -337,7 +337,7 @@ func TestTimingValidate(t *testing.T) {
 // An agent configured for 10 s leases that is granted 2 s ones renews on
 // the grant's schedule, well before it lapses.
 func TestAgentRenewsOnTheGrantsDuration(t *testing.T) {
-	a := NewAgent(DefaultTiming, regional.Failure{Mode: regional.FailClosed}, 100)
+	a := NewAgent(DefaultTiming, policy.Failure{Mode: policy.FailClosed}, 100)
 	t0 := time.Unix(0, 0)
 	a.Granted(a.Sending(t0), Grant{ID: "1.1", Amount: 50, ValidFor: 2 * time.Second})
 	_, until := a.Grant()

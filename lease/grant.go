@@ -4,7 +4,7 @@ import (
 	"math/bits"
 	"time"
 
-	"github.com/quota-lease/quota-lease/regional"
+	"github.com/quota-lease/quota-lease/policy"
 )
 
 // Grant is a region's share of one quota for a bounded time.
@@ -21,31 +21,6 @@ type Grant struct {
 	ValidFor time.Duration
 }
 
-// Amount is the primary quantity of full limits: the rate of a token
-// bucket, the per-window limit of the window algorithms. Shares of a quota
-// are amounts out of this total.
-func Amount(full regional.Limits) int64 {
-	if full.Algorithm == regional.TokenBucket {
-		return full.Rate
-	}
-	return full.Capacity
-}
-
-// ShareLimits returns the limits a region enforces for a share of amount
-// out of full: rate and capacity scaled together, rounded down. ok is false
-// when the share is too small to admit anything.
-func ShareLimits(full regional.Limits, amount int64) (l regional.Limits, ok bool) {
-	total := Amount(full)
-	if amount >= total {
-		return full, true
-	}
-	if amount <= 0 {
-		return regional.Limits{}, false
-	}
-	l = full.Scale(amount, total)
-	return l, l.Validate() == nil
-}
-
 // DegradedBudget is the degraded budget, as an amount, of a region whose
 // lease lapsed since ago, under failure policy f, for a quota of total
 // amount, given the last share the region held. It is what the agent
@@ -56,18 +31,18 @@ func ShareLimits(full regional.Limits, amount int64) (l regional.Limits, ok bool
 // least its static share (it is a floor), but one that was granted less,
 // because others still held the capacity, must not jump above what was
 // counted for it when its lease lapses.
-func DegradedBudget(f regional.Failure, total, last int64, ago time.Duration) int64 {
+func DegradedBudget(f policy.Failure, total, last int64, ago time.Duration) int64 {
 	static := min(int64(f.StaticFraction*float64(total)), last)
 	switch f.Mode {
-	case regional.StaticShare:
+	case policy.StaticShare:
 		return static
-	case regional.LastLease:
+	case policy.LastLease:
 		if last <= static || ago >= time.Duration(f.Decay) {
 			return static
 		}
 		left := 1 - float64(ago)/float64(time.Duration(f.Decay))
 		return static + int64(float64(last-static)*left)
-	case regional.FailOpen:
+	case policy.FailOpen:
 		return int64(f.OpenFraction * float64(total))
 	default:
 		return 0
@@ -77,13 +52,13 @@ func DegradedBudget(f regional.Failure, total, last int64, ago time.Duration) in
 // Reserved reports whether the coordinator keeps a failure mode's degraded
 // budget out of other regions' reach. Fail-open is not reserved: its budget
 // is overshoot, and bound counts it.
-func Reserved(f regional.Failure) bool { return f.Mode != regional.FailOpen }
+func Reserved(f policy.Failure) bool { return f.Mode != policy.FailOpen }
 
 // Floor is the least amount a region's share must have for the failure
 // mode to be safe: a region must already hold the static share it would
 // fall back to, or another region could be holding it when it lapses.
-func Floor(f regional.Failure, total int64) int64 {
-	if f.Mode == regional.StaticShare || f.Mode == regional.LastLease {
+func Floor(f policy.Failure, total int64) int64 {
+	if f.Mode == policy.StaticShare || f.Mode == policy.LastLease {
 		return int64(f.StaticFraction * float64(total))
 	}
 	return 0
@@ -96,9 +71,9 @@ func Floor(f regional.Failure, total int64) int64 {
 // of the policy's cost (a share's capacity is the burst scaled by the
 // share, and a bucket smaller than one request admits nothing). A region
 // with no lease needs neither: it has nothing to fall back from or admit.
-func RegionFloor(p *regional.Policy, region string, active bool) int64 {
+func RegionFloor(p *policy.Policy, region string, active bool) int64 {
 	full := p.Limits()
-	total := Amount(full)
+	total := full.Amount()
 	var f int64
 	if active {
 		f = max(Floor(p.Failure, total), UsefulShare(p))
@@ -111,9 +86,9 @@ func RegionFloor(p *regional.Policy, region string, active bool) int64 {
 
 // UsefulShare is the least amount whose share of p's capacity holds one
 // request of p's default cost.
-func UsefulShare(p *regional.Policy) int64 {
+func UsefulShare(p *policy.Policy) int64 {
 	full := p.Limits()
-	return min(Amount(full), mulDivUp(p.Cost*regional.Micro, Amount(full), full.Capacity))
+	return min(full.Amount(), mulDivUp(p.Cost*policy.Micro, full.Amount(), full.Capacity))
 }
 
 func mulDivUp(a, b, c int64) int64 {

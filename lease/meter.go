@@ -2,8 +2,6 @@ package lease
 
 import (
 	"time"
-
-	"github.com/quota-lease/quota-lease/regional"
 )
 
 // MeterSpan is the length of one demand bucket.
@@ -63,14 +61,4 @@ func (m *Meter[K]) Rate(nowMs int64) int64 {
 	frac := float64(nowMs%span) / float64(span)
 	sum := m.buckets[0] + m.buckets[1] + m.buckets[2] + m.buckets[3]
 	return int64(float64(sum) / ((3 + frac) * MeterSpan.Seconds()))
-}
-
-// DemandAmount converts a demand rate (micro-units per second) to the
-// amount unit of full limits: per second for a token bucket, per window
-// for the window algorithms.
-func DemandAmount(full regional.Limits, rate int64) int64 {
-	if full.Algorithm == regional.TokenBucket {
-		return rate
-	}
-	return rate * full.WindowMs / 1000
 }

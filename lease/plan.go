@@ -4,7 +4,7 @@ import (
 	"sort"
 
 	"github.com/quota-lease/quota-lease/allocation"
-	"github.com/quota-lease/quota-lease/regional"
+	"github.com/quota-lease/quota-lease/policy"
 )
 
 // Plan is one quota's rebalancing round, as the coordinator runs it every
@@ -13,7 +13,7 @@ import (
 // explicit floor in p), with their floors and demand, split by strategy s
 // and damped from prev. weights gives every declared region's weight;
 // maxStep and hysteresis are fractions of the quota.
-func Plan(p *regional.Policy, b *Book, weights map[string]float64, s allocation.Strategy, maxStep, hysteresis float64, prev map[string]int64) (map[string]int64, error) {
+func Plan(p *policy.Policy, b *Book, weights map[string]float64, s allocation.Strategy, maxStep, hysteresis float64, prev map[string]int64) (map[string]int64, error) {
 	demand := b.Demands()
 	total := b.Total()
 	var in []allocation.Region
@@ -31,7 +31,7 @@ func Plan(p *regional.Policy, b *Book, weights map[string]float64, s allocation.
 // Target is region's target share under the current plan. A region not yet
 // in a planning round asks for its demand (at least its floor); the book
 // caps that at what is free, and the next round takes it into account.
-func Target(p *regional.Policy, targets map[string]int64, region string, demand int64) int64 {
+func Target(p *policy.Policy, targets map[string]int64, region string, demand int64) int64 {
 	if t, ok := targets[region]; ok {
 		return t
 	}

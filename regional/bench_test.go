@@ -5,13 +5,14 @@ import (
 	"testing"
 
 	"github.com/quota-lease/quota-lease/internal/redistest"
+	"github.com/quota-lease/quota-lease/policy"
 )
 
 // benchEngine is an engine on a fresh real Redis, using the Redis clock as
 // in production, with a policy generous enough that most checks admit.
 func benchEngine(b *testing.B) *Engine {
 	srv := redistest.Start(b)
-	ps, err := ParsePolicies([]byte("name: api\nidentity: [tenant]\nlimit: 1000000\nperiod: 1s\n"))
+	ps, err := policy.ParsePolicies([]byte("name: api\nidentity: [tenant]\nlimit: 1000000\nperiod: 1s\n"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -83,9 +84,9 @@ func BenchmarkCheckBatch(b *testing.B) {
 
 // BenchmarkApply is the pure transition, the simulator's inner loop.
 func BenchmarkApply(b *testing.B) {
-	l := Limits{Algorithm: TokenBucket, Capacity: 20 * Micro, Rate: 5 * Micro}
-	var s State
+	l := policy.Limits{Algorithm: policy.TokenBucket, Capacity: 20 * policy.Micro, Rate: 5 * policy.Micro}
+	var s policy.State
 	for i := int64(0); b.Loop(); i++ {
-		s, _, _ = Apply(s, l, i, Micro)
+		s, _, _ = policy.Apply(s, l, i, policy.Micro)
 	}
 }

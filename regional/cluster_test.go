@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-lease/quota-lease/internal/redistest"
+	"github.com/quota-lease/quota-lease/policy"
 )
 
 // Every slot's birth marker hashes to that slot (pure).
@@ -43,7 +44,7 @@ func TestKeySlotMatchesRedisCluster(t *testing.T) {
 	p, _ := eng.Policy("tb")
 	for i := 0; i < 200; i++ {
 		id, _ := p.IdentityOf(map[string]string{"tenant": fmt.Sprintf("t-%d{x}:%d", i, i*7)})
-		k, _ := p.StateKey(id)
+		k, _ := StateKey(p, id)
 		ik, _ := idempotencyKey(k, "retry-1")
 		for _, key := range []string{k, ik, SlotBornKey(i * 81)} {
 			want, err := rdb.ClusterKeySlot(t.Context(), key).Result()
@@ -64,8 +65,8 @@ func TestKeySlotMatchesRedisCluster(t *testing.T) {
 func TestClusterExactAndLosesNoBurst(t *testing.T) {
 	c, rdb, eng := clusterEngine(t)
 	ctx := t.Context()
-	const tenants, burst = 60, 20                                                   // policy tb: 5/s, burst 20
-	l := Limits{Algorithm: TokenBucket, Capacity: burst * Micro, Rate: Micro / 100} // no refill to speak of
+	const tenants, burst = 60, 20                                                                               // policy tb: 5/s, burst 20
+	l := policy.Limits{Algorithm: policy.TokenBucket, Capacity: burst * policy.Micro, Rate: policy.Micro / 100} // no refill to speak of
 	var admitted [tenants]atomic.Int64
 	var wg sync.WaitGroup
 	for i := 0; i < tenants; i++ {
@@ -107,7 +108,7 @@ func TestClusterExactAndLosesNoBurst(t *testing.T) {
 			t.Fatalf("tenant %d: %d admitted of 40 asked, want exactly its burst %d", i, got, burst)
 		}
 		id, _ := p.IdentityOf(map[string]string{"tenant": fmt.Sprint("t", i)})
-		k, _ := p.StateKey(id)
+		k, _ := StateKey(p, id)
 		n, err := rdb.MasterForKey(ctx, k)
 		if err != nil {
 			t.Fatal(err)
@@ -124,7 +125,7 @@ func TestClusterExactAndLosesNoBurst(t *testing.T) {
 	// Restart the master holding tenant t0 empty: its keys and its slots'
 	// markers are gone. Each lost tenant starts as if it had used its burst.
 	id0, _ := p.IdentityOf(map[string]string{"tenant": "t0"})
-	k0, _ := p.StateKey(id0)
+	k0, _ := StateKey(p, id0)
 	victim, _ := rdb.MasterForKey(ctx, k0)
 	for _, n := range c.Nodes {
 		if n.Addr == victim.Options().Addr {
@@ -138,7 +139,7 @@ func TestClusterExactAndLosesNoBurst(t *testing.T) {
 	for i := 0; i < tenants; i++ {
 		attrs := map[string]string{"tenant": fmt.Sprint("t", i)}
 		id, _ := p.IdentityOf(attrs)
-		k, _ := p.StateKey(id)
+		k, _ := StateKey(p, id)
 		if n, _ := rdb.MasterForKey(ctx, k); n.Options().Addr != victim.Options().Addr {
 			continue
 		}

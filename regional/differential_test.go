@@ -4,32 +4,34 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/quota-lease/quota-lease/policy"
 )
 
 // step is one request in a differential case.
 type step struct {
 	now  int64
 	cost int64 // whole units
-	lim  *Limits
+	lim  *policy.Limits
 }
 
 // diffCase is a named sequence of requests run through both the pure
 // transition and the Lua script on real Redis.
 type diffCase struct {
 	name  string
-	lim   Limits
+	lim   policy.Limits
 	steps []step
 }
 
 func handCases() []diffCase {
-	tb := Limits{Algorithm: TokenBucket, Capacity: 20 * Micro, Rate: 5 * Micro}
-	odd := Limits{Algorithm: TokenBucket, Capacity: 7_333_333, Rate: 1_666_666} // 100/min, a third of 22
-	fw := Limits{Algorithm: FixedWindow, Capacity: 10 * Micro, WindowMs: 1000}
-	sw := Limits{Algorithm: SlidingWindow, Capacity: 10 * Micro, WindowMs: 1000}
-	sl := Limits{Algorithm: SlidingLog, Capacity: 10 * Micro, WindowMs: 1000}
-	lowered := func(l Limits) *Limits { l.Capacity /= 2; return &l }
+	tb := policy.Limits{Algorithm: policy.TokenBucket, Capacity: 20 * policy.Micro, Rate: 5 * policy.Micro}
+	odd := policy.Limits{Algorithm: policy.TokenBucket, Capacity: 7_333_333, Rate: 1_666_666} // 100/min, a third of 22
+	fw := policy.Limits{Algorithm: policy.FixedWindow, Capacity: 10 * policy.Micro, WindowMs: 1000}
+	sw := policy.Limits{Algorithm: policy.SlidingWindow, Capacity: 10 * policy.Micro, WindowMs: 1000}
+	sl := policy.Limits{Algorithm: policy.SlidingLog, Capacity: 10 * policy.Micro, WindowMs: 1000}
+	lowered := func(l policy.Limits) *policy.Limits { l.Capacity /= 2; return &l }
 	var cases []diffCase
-	for _, l := range []Limits{tb, odd, fw, sw, sl} {
+	for _, l := range []policy.Limits{tb, odd, fw, sw, sl} {
 		cases = append(cases,
 			diffCase{string(l.Algorithm) + "/drain-and-refill", l, []step{
 				{now: 100_000, cost: 5}, {now: 100_000, cost: 5}, {now: 100_000, cost: 5}, {now: 100_001, cost: 5},
@@ -40,7 +42,7 @@ func handCases() []diffCase {
 				{now: 50_700, cost: 1}, {now: 10, cost: 1}, {now: 51_999, cost: 6},
 			}},
 			diffCase{string(l.Algorithm) + "/far-forward", l, []step{
-				{now: 1_000, cost: 7}, {now: MaxTimeMs, cost: 1}, {now: MaxTimeMs, cost: 7},
+				{now: 1_000, cost: 7}, {now: policy.MaxTimeMs, cost: 1}, {now: policy.MaxTimeMs, cost: 7},
 			}},
 			diffCase{string(l.Algorithm) + "/limits-lowered", l, []step{
 				{now: 5_000, cost: 2}, {now: 5_100, cost: 1, lim: lowered(l)}, {now: 5_200, cost: 3, lim: lowered(l)},
@@ -57,16 +59,16 @@ func randomCases(n int) []diffCase {
 	r := rand.New(rand.NewPCG(1, 2))
 	var cases []diffCase
 	for i := 0; i < n; i++ {
-		var l Limits
+		var l policy.Limits
 		switch i % 4 {
 		case 0:
-			l = Limits{Algorithm: TokenBucket, Capacity: r.Int64N(50*Micro) + Micro, Rate: r.Int64N(20*Micro) + 1000}
+			l = policy.Limits{Algorithm: policy.TokenBucket, Capacity: r.Int64N(50*policy.Micro) + policy.Micro, Rate: r.Int64N(20*policy.Micro) + 1000}
 		case 1:
-			l = Limits{Algorithm: FixedWindow, Capacity: r.Int64N(50*Micro) + Micro, WindowMs: r.Int64N(5000) + 1}
+			l = policy.Limits{Algorithm: policy.FixedWindow, Capacity: r.Int64N(50*policy.Micro) + policy.Micro, WindowMs: r.Int64N(5000) + 1}
 		case 2:
-			l = Limits{Algorithm: SlidingWindow, Capacity: r.Int64N(50*Micro) + Micro, WindowMs: r.Int64N(5000) + 1}
+			l = policy.Limits{Algorithm: policy.SlidingWindow, Capacity: r.Int64N(50*policy.Micro) + policy.Micro, WindowMs: r.Int64N(5000) + 1}
 		case 3:
-			l = Limits{Algorithm: SlidingLog, Capacity: r.Int64N(30*Micro) + Micro, WindowMs: r.Int64N(5000) + 1}
+			l = policy.Limits{Algorithm: policy.SlidingLog, Capacity: r.Int64N(30*policy.Micro) + policy.Micro, WindowMs: r.Int64N(5000) + 1}
 		}
 		now := r.Int64N(1 << 40)
 		c := diffCase{name: fmt.Sprintf("random-%d/%s", i, l.Algorithm), lim: l}
@@ -82,7 +84,7 @@ func randomCases(n int) []diffCase {
 			if now < 0 {
 				now = 0
 			}
-			c.steps = append(c.steps, step{now: now, cost: r.Int64N(max(1, l.Capacity/Micro)) + 1})
+			c.steps = append(c.steps, step{now: now, cost: r.Int64N(max(1, l.Capacity/policy.Micro)) + 1})
 		}
 		cases = append(cases, c)
 	}
@@ -97,16 +99,16 @@ func TestDifferential(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			h.t = t
 			tenant := fmt.Sprintf("case-%d", i)
-			var s State
+			var s policy.State
 			for j, st := range c.steps {
 				l := c.lim
 				if st.lim != nil {
 					l = *st.lim
 				}
-				if st.cost*Micro > l.Capacity {
+				if st.cost*policy.Micro > l.Capacity {
 					continue // refused by validation, covered elsewhere
 				}
-				ns, want, err := Apply(s, l, st.now, st.cost*Micro)
+				ns, want, err := policy.Apply(s, l, st.now, st.cost*policy.Micro)
 				if err != nil {
 					t.Fatalf("step %d: pure: %v", j, err)
 				}
@@ -143,20 +145,20 @@ func TestDifferentialLostStore(t *testing.T) {
 				} else {
 					h.rdb.Set(ctx, BornKey, born, 0)
 				}
-				var s State
+				var s policy.State
 				started := false
 				for j, st := range c.steps {
 					l := c.lim
 					if st.lim != nil {
 						l = *st.lim
 					}
-					if st.cost*Micro > l.Capacity {
+					if st.cost*policy.Micro > l.Capacity {
 						continue
 					}
 					if !started {
-						s, started = Fresh(l, st.now, born), true
+						s, started = policy.Fresh(l, st.now, born), true
 					}
-					ns, want, err := Apply(s, l, st.now, st.cost*Micro)
+					ns, want, err := policy.Apply(s, l, st.now, st.cost*policy.Micro)
 					if err != nil {
 						t.Fatalf("step %d: pure: %v", j, err)
 					}
@@ -181,21 +183,21 @@ func TestDifferentialLostStore(t *testing.T) {
 // a key that had used everything at the birth, and in an old one it starts
 // full.
 func TestFreshMintsNoBurst(t *testing.T) {
-	for _, l := range []Limits{
-		{Algorithm: TokenBucket, Capacity: 10 * Micro, Rate: Micro},
-		{Algorithm: FixedWindow, Capacity: 10 * Micro, WindowMs: 1000},
-		{Algorithm: SlidingWindow, Capacity: 10 * Micro, WindowMs: 1000},
-		{Algorithm: SlidingLog, Capacity: 10 * Micro, WindowMs: 1000},
+	for _, l := range []policy.Limits{
+		{Algorithm: policy.TokenBucket, Capacity: 10 * policy.Micro, Rate: policy.Micro},
+		{Algorithm: policy.FixedWindow, Capacity: 10 * policy.Micro, WindowMs: 1000},
+		{Algorithm: policy.SlidingWindow, Capacity: 10 * policy.Micro, WindowMs: 1000},
+		{Algorithm: policy.SlidingLog, Capacity: 10 * policy.Micro, WindowMs: 1000},
 	} {
 		born := int64(50_000)
-		if s := Fresh(l, born+l.IdleMs(), born); s.Exists {
+		if s := policy.Fresh(l, born+l.IdleMs(), born); s.Exists {
 			t.Errorf("%s: a store born IdleMs ago starts keys at %+v, want the zero State", l.Algorithm, s)
 		}
-		if s := Fresh(l, born, 0); s.Exists {
+		if s := policy.Fresh(l, born, 0); s.Exists {
 			t.Errorf("%s: a new store starts keys at %+v, want the zero State", l.Algorithm, s)
 		}
-		s := Fresh(l, born+1, born)
-		if _, d, _ := Apply(s, l, born+1, Micro); d.Allowed {
+		s := policy.Fresh(l, born+1, born)
+		if _, d, _ := policy.Apply(s, l, born+1, policy.Micro); d.Allowed {
 			t.Errorf("%s: a key lost 1 ms ago admitted at once", l.Algorithm)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/quota-lease/quota-lease/policy"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -55,11 +56,11 @@ type Engine struct {
 	rdb      Client
 	cluster  *redis.ClusterClient // rdb, when it is a Redis Cluster: one birth marker per slot
 	cfg      Config
-	policies atomic.Pointer[map[string]*Policy]
+	policies atomic.Pointer[map[string]*policy.Policy]
 }
 
 // NewEngine returns an engine deciding with rdb under the given policies.
-func NewEngine(rdb Client, policies []*Policy, cfg Config) (*Engine, error) {
+func NewEngine(rdb Client, policies []*policy.Policy, cfg Config) (*Engine, error) {
 	if cfg.IdempotencyWindow <= 0 {
 		cfg.IdempotencyWindow = DefaultIdempotencyWindow
 	}
@@ -76,14 +77,14 @@ func NewEngine(rdb Client, policies []*Policy, cfg Config) (*Engine, error) {
 
 // SetPolicies validates policies and replaces the loaded set atomically.
 // On error the previous set stays in force.
-func (e *Engine) SetPolicies(policies []*Policy) error {
-	m := make(map[string]*Policy, len(policies))
+func (e *Engine) SetPolicies(policies []*policy.Policy) error {
+	m := make(map[string]*policy.Policy, len(policies))
 	for _, p := range policies {
 		if err := p.Validate(); err != nil {
 			return err
 		}
 		if _, dup := m[p.Name]; dup {
-			return fmt.Errorf("%w: policy %q is defined twice", ErrInvalidPolicy, p.Name)
+			return fmt.Errorf("%w: policy %q is defined twice", policy.ErrInvalidPolicy, p.Name)
 		}
 		m[p.Name] = p
 	}
@@ -92,7 +93,7 @@ func (e *Engine) SetPolicies(policies []*Policy) error {
 }
 
 // Policy returns the loaded policy called name.
-func (e *Engine) Policy(name string) (*Policy, bool) {
+func (e *Engine) Policy(name string) (*policy.Policy, bool) {
 	p, ok := (*e.policies.Load())[name]
 	return p, ok
 }
@@ -113,12 +114,12 @@ type Request struct {
 	// Limits, when set, are enforced instead of the policy's full limit:
 	// the regional agent passes the share its lease grants. The algorithm
 	// must be the policy's.
-	Limits *Limits
+	Limits *policy.Limits
 }
 
 // Result pairs a decision of a batch with its error.
 type Result struct {
-	Decision Decision
+	Decision policy.Decision
 	Err      error
 }
 
@@ -148,21 +149,21 @@ func (e *Engine) prepare(r Request) (call, error) {
 		}
 	}
 	if r.Cost < 1 {
-		return call{}, fmt.Errorf("policy %q: %w, got %d", p.Name, ErrInvalidCost, r.Cost)
+		return call{}, fmt.Errorf("policy %q: %w, got %d", p.Name, policy.ErrInvalidCost, r.Cost)
 	}
-	if r.Cost > l.Capacity/Micro {
-		return call{}, fmt.Errorf("policy %q: %w (cost %d, capacity %s)", p.Name, ErrCostExceedsCapacity, r.Cost, formatUnits(l.Capacity))
+	if r.Cost > l.Capacity/policy.Micro {
+		return call{}, fmt.Errorf("policy %q: %w (cost %d, capacity %s)", p.Name, policy.ErrCostExceedsCapacity, r.Cost, formatUnits(l.Capacity))
 	}
 	id, err := p.IdentityOf(r.Attributes)
 	if err != nil {
 		return call{}, fmt.Errorf("policy %q: %w", p.Name, err)
 	}
-	key, err := p.StateKey(id)
+	key, err := StateKey(p, id)
 	if err != nil {
 		return call{}, err
 	}
 	keys := []string{key, e.bornKey(key)}
-	if l.Algorithm == SlidingLog {
+	if l.Algorithm == policy.SlidingLog {
 		keys = append(keys, key+":m")
 	}
 	idemMs := int64(0)
@@ -179,14 +180,14 @@ func (e *Engine) prepare(r Request) (call, error) {
 		now = strconv.FormatInt(e.cfg.Clock(), 10)
 	}
 	param := l.Rate
-	if l.Algorithm != TokenBucket {
+	if l.Algorithm != policy.TokenBucket {
 		param = l.WindowMs
 	}
 	return call{
 		policy: p.Name,
 		script: scripts[l.Algorithm],
 		keys:   keys,
-		args:   []any{now, idemMs, l.Capacity, param, r.Cost * Micro, e.cfg.TTLMargin.Milliseconds()},
+		args:   []any{now, idemMs, l.Capacity, param, r.Cost * policy.Micro, e.cfg.TTLMargin.Milliseconds()},
 	}, nil
 }
 
@@ -195,7 +196,7 @@ func (e *Engine) prepare(r Request) (call, error) {
 // agent starts, before its first check. Keys of a store marked new start at
 // the zero State (full); a store that later loses its memory loses the
 // marker with it, and the first script to find it missing records that
-// moment, so keys lost with it start conservatively (Fresh) instead of
+// moment, so keys lost with it start conservatively (policy.Fresh) instead of
 // with a fresh burst.
 //
 // A store that lost its memory while no agent of the region was running is
@@ -283,14 +284,14 @@ func (e *Engine) StoreBorn(ctx context.Context) (int64, error) {
 }
 
 // Check decides one request in one atomic script run.
-func (e *Engine) Check(ctx context.Context, r Request) (Decision, error) {
+func (e *Engine) Check(ctx context.Context, r Request) (policy.Decision, error) {
 	c, err := e.prepare(r)
 	if err != nil {
-		return Decision{}, err
+		return policy.Decision{}, err
 	}
 	d, err := parseReply(c.script.Run(ctx, e.rdb, c.keys, c.args...))
 	if err != nil {
-		return Decision{}, fmt.Errorf("check policy %q: %w", c.policy, err)
+		return policy.Decision{}, fmt.Errorf("check policy %q: %w", c.policy, err)
 	}
 	return d, nil
 }
@@ -344,15 +345,15 @@ func (e *Engine) CheckBatch(ctx context.Context, rs []Request) []Result {
 	return out
 }
 
-func parseReply(cmd *redis.Cmd) (Decision, error) {
+func parseReply(cmd *redis.Cmd) (policy.Decision, error) {
 	v, err := cmd.Int64Slice()
 	if err != nil {
-		return Decision{}, err
+		return policy.Decision{}, err
 	}
 	if len(v) != 5 {
-		return Decision{}, fmt.Errorf("script returned %d values, want 5", len(v))
+		return policy.Decision{}, fmt.Errorf("script returned %d values, want 5", len(v))
 	}
-	return Decision{
+	return policy.Decision{
 		Allowed:      v[0] == 1,
 		Remaining:    v[1],
 		RetryAfterMs: v[2],
@@ -363,7 +364,7 @@ func parseReply(cmd *redis.Cmd) (Decision, error) {
 
 // formatUnits prints micro-units as units, without trailing zeros.
 func formatUnits(micro int64) string {
-	s := strconv.FormatFloat(float64(micro)/float64(Micro), 'f', 6, 64)
+	s := strconv.FormatFloat(float64(micro)/float64(policy.Micro), 'f', 6, 64)
 	s = strings.TrimRight(s, "0")
 	return strings.TrimSuffix(s, ".")
 }

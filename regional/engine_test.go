@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/quota-lease/quota-lease/internal/redistest"
+	"github.com/quota-lease/quota-lease/policy"
 )
 
 // 200 goroutines race for a bucket with n units left: exactly n win, for
@@ -19,11 +20,11 @@ func TestConcurrentRaceForLastTokens(t *testing.T) {
 	const racers, left = 200, 37
 	h := newHarness(t)
 	h.now.Store(1_000_000) // frozen clock: no refill during the race
-	for _, l := range []Limits{
-		{Algorithm: TokenBucket, Capacity: 100 * Micro, Rate: Micro},
-		{Algorithm: FixedWindow, Capacity: 100 * Micro, WindowMs: 60_000},
-		{Algorithm: SlidingWindow, Capacity: 100 * Micro, WindowMs: 60_000},
-		{Algorithm: SlidingLog, Capacity: 100 * Micro, WindowMs: 60_000},
+	for _, l := range []policy.Limits{
+		{Algorithm: policy.TokenBucket, Capacity: 100 * policy.Micro, Rate: policy.Micro},
+		{Algorithm: policy.FixedWindow, Capacity: 100 * policy.Micro, WindowMs: 60_000},
+		{Algorithm: policy.SlidingWindow, Capacity: 100 * policy.Micro, WindowMs: 60_000},
+		{Algorithm: policy.SlidingLog, Capacity: 100 * policy.Micro, WindowMs: 60_000},
 	} {
 		t.Run(string(l.Algorithm), func(t *testing.T) {
 			h.t = t
@@ -63,7 +64,7 @@ func TestConcurrentRaceRedisTime(t *testing.T) {
 	const racers, left = 200, 11
 	srv := redistest.Start(t)
 	eng := newEngine(t, srv.Client(t), testPolicies(t), Config{})
-	l := Limits{Algorithm: TokenBucket, Capacity: 50 * Micro, Rate: Micro / 3600}
+	l := policy.Limits{Algorithm: policy.TokenBucket, Capacity: 50 * policy.Micro, Rate: policy.Micro / 3600}
 	req := Request{Policy: "tb", Attributes: map[string]string{"tenant": "t"}, Cost: 50 - left, Limits: &l}
 	if d, err := eng.Check(t.Context(), req); err != nil || !d.Allowed {
 		t.Fatalf("drain: %+v %v", d, err)
@@ -92,7 +93,7 @@ func TestIdempotentRetryIsNotChargedTwice(t *testing.T) {
 	eng := newEngine(t, rdb, testPolicies(t), Config{IdempotencyWindow: 300 * time.Millisecond})
 	req := Request{Policy: "tb", Attributes: map[string]string{"tenant": "a"}, Cost: 5, IdempotencyKey: "req-1"}
 	first, err := eng.Check(t.Context(), req)
-	if err != nil || !first.Allowed || first.Remaining != 15*Micro {
+	if err != nil || !first.Allowed || first.Remaining != 15*policy.Micro {
 		t.Fatalf("first: %+v %v", first, err)
 	}
 	again, err := eng.Check(t.Context(), req)
@@ -101,7 +102,7 @@ func TestIdempotentRetryIsNotChargedTwice(t *testing.T) {
 	}
 	// A different key is a different request and is charged.
 	req.IdempotencyKey = "req-2"
-	if d, _ := eng.Check(t.Context(), req); d.Replayed || d.Remaining > 10*Micro+Micro {
+	if d, _ := eng.Check(t.Context(), req); d.Replayed || d.Remaining > 10*policy.Micro+policy.Micro {
 		t.Fatalf("req-2: %+v, want charged (about 10 left)", d)
 	}
 	// After the window, req-1 is a new request again.
@@ -130,10 +131,10 @@ func TestBatch(t *testing.T) {
 		{Policy: "sl", Attributes: attrs("b"), Cost: 3},
 	}
 	res := h.eng.CheckBatch(t.Context(), reqs)
-	if !res[0].Decision.Allowed || res[1].Decision.Allowed || res[1].Decision.Remaining != 5*Micro {
+	if !res[0].Decision.Allowed || res[1].Decision.Allowed || res[1].Decision.Remaining != 5*policy.Micro {
 		t.Fatalf("same key in one batch: %+v %+v", res[0], res[1])
 	}
-	if !errors.Is(res[2].Err, ErrUnknownPolicy) || !errors.Is(res[4].Err, ErrInvalidCost) {
+	if !errors.Is(res[2].Err, ErrUnknownPolicy) || !errors.Is(res[4].Err, policy.ErrInvalidCost) {
 		t.Fatalf("invalid requests: %v / %v", res[2].Err, res[4].Err)
 	}
 	if !res[3].Decision.Allowed || !res[5].Decision.Allowed || res[5].Err != nil {
@@ -146,10 +147,10 @@ func TestBatch(t *testing.T) {
 func TestNoScriptIsReloaded(t *testing.T) {
 	h := newHarness(t)
 	h.now.Store(1000)
-	l := Limits{Algorithm: TokenBucket, Capacity: 10 * Micro, Rate: Micro}
+	l := policy.Limits{Algorithm: policy.TokenBucket, Capacity: 10 * policy.Micro, Rate: policy.Micro}
 	h.check(1000, l, "a", 1)
 	h.rdb.ScriptFlush(t.Context())
-	if d := h.check(1000, l, "a", 1); d.Remaining != 8*Micro {
+	if d := h.check(1000, l, "a", 1); d.Remaining != 8*policy.Micro {
 		t.Fatalf("single after flush: %+v", d)
 	}
 	h.rdb.ScriptFlush(t.Context())
@@ -157,7 +158,7 @@ func TestNoScriptIsReloaded(t *testing.T) {
 		{Policy: "tb", Attributes: map[string]string{"tenant": "a"}, Cost: 1, Limits: &l},
 		{Policy: "fw", Attributes: map[string]string{"tenant": "a"}, Cost: 1},
 	})
-	if res[0].Err != nil || res[0].Decision.Remaining != 7*Micro || res[1].Err != nil || !res[1].Decision.Allowed {
+	if res[0].Err != nil || res[0].Decision.Remaining != 7*policy.Micro || res[1].Err != nil || !res[1].Decision.Allowed {
 		t.Fatalf("batch after flush: %+v", res)
 	}
 }
@@ -167,24 +168,24 @@ func TestBadInputWritesNothing(t *testing.T) {
 	h := newHarness(t)
 	h.now.Store(1000)
 	a := map[string]string{"tenant": "acme"}
-	tiny := Limits{Algorithm: TokenBucket, Capacity: 0, Rate: Micro}
-	wrongAlg := Limits{Algorithm: FixedWindow, Capacity: Micro, WindowMs: 10}
+	tiny := policy.Limits{Algorithm: policy.TokenBucket, Capacity: 0, Rate: policy.Micro}
+	wrongAlg := policy.Limits{Algorithm: policy.FixedWindow, Capacity: policy.Micro, WindowMs: 10}
 	cases := []struct {
 		req  Request
 		want error
 		text string
 	}{
-		{Request{Policy: "tb", Attributes: a, Cost: 0}, ErrInvalidCost, "positive"},
-		{Request{Policy: "tb", Attributes: a, Cost: -3}, ErrInvalidCost, "-3"},
-		{Request{Policy: "tb", Attributes: a, Cost: 21}, ErrCostExceedsCapacity, "never be admitted"},
-		{Request{Policy: "tb", Attributes: a, Cost: 1 << 62}, ErrCostExceedsCapacity, "capacity 20"},
+		{Request{Policy: "tb", Attributes: a, Cost: 0}, policy.ErrInvalidCost, "positive"},
+		{Request{Policy: "tb", Attributes: a, Cost: -3}, policy.ErrInvalidCost, "-3"},
+		{Request{Policy: "tb", Attributes: a, Cost: 21}, policy.ErrCostExceedsCapacity, "never be admitted"},
+		{Request{Policy: "tb", Attributes: a, Cost: 1 << 62}, policy.ErrCostExceedsCapacity, "capacity 20"},
 		{Request{Policy: "missing", Attributes: a, Cost: 1}, ErrUnknownPolicy, `"missing"`},
-		{Request{Policy: "tb", Attributes: map[string]string{"user": "x"}, Cost: 1}, ErrInvalidIdentity, `needs attribute "tenant"`},
-		{Request{Policy: "tb", Attributes: map[string]string{"tenant": ""}, Cost: 1}, ErrInvalidIdentity, "empty"},
-		{Request{Policy: "tb", Attributes: map[string]string{"tenant": strings.Repeat("x", 300)}, Cost: 1}, ErrInvalidIdentity, "more than 256"},
+		{Request{Policy: "tb", Attributes: map[string]string{"user": "x"}, Cost: 1}, policy.ErrInvalidIdentity, `needs attribute "tenant"`},
+		{Request{Policy: "tb", Attributes: map[string]string{"tenant": ""}, Cost: 1}, policy.ErrInvalidIdentity, "empty"},
+		{Request{Policy: "tb", Attributes: map[string]string{"tenant": strings.Repeat("x", 300)}, Cost: 1}, policy.ErrInvalidIdentity, "more than 256"},
 		{Request{Policy: "tb", Attributes: a, Cost: 1, IdempotencyKey: strings.Repeat("k", 129)}, ErrInvalidRequest, "idempotency"},
 		{Request{Policy: "tb", Attributes: a, Cost: 1, IdempotencyKey: "has space"}, ErrInvalidRequest, "printable"},
-		{Request{Policy: "tb", Attributes: a, Cost: 1, Limits: &tiny}, ErrInvalidLimits, "capacity"},
+		{Request{Policy: "tb", Attributes: a, Cost: 1, Limits: &tiny}, policy.ErrInvalidLimits, "capacity"},
 		{Request{Policy: "tb", Attributes: a, Cost: 1, Limits: &wrongAlg}, ErrInvalidRequest, "fixed_window"},
 	}
 	for i, c := range cases {
@@ -207,13 +208,13 @@ func TestBadInputWritesNothing(t *testing.T) {
 func TestKeyTTL(t *testing.T) {
 	h := newHarness(t)
 	cases := []struct {
-		l    Limits
+		l    policy.Limits
 		want time.Duration
 	}{
-		{Limits{Algorithm: TokenBucket, Capacity: 20 * Micro, Rate: 5 * Micro}, 4*time.Second + time.Second},
-		{Limits{Algorithm: FixedWindow, Capacity: 20 * Micro, WindowMs: 3000}, 3*time.Second + time.Second},
-		{Limits{Algorithm: SlidingWindow, Capacity: 20 * Micro, WindowMs: 3000}, 6*time.Second + time.Second},
-		{Limits{Algorithm: SlidingLog, Capacity: 20 * Micro, WindowMs: 3000}, 3*time.Second + time.Second},
+		{policy.Limits{Algorithm: policy.TokenBucket, Capacity: 20 * policy.Micro, Rate: 5 * policy.Micro}, 4*time.Second + time.Second},
+		{policy.Limits{Algorithm: policy.FixedWindow, Capacity: 20 * policy.Micro, WindowMs: 3000}, 3*time.Second + time.Second},
+		{policy.Limits{Algorithm: policy.SlidingWindow, Capacity: 20 * policy.Micro, WindowMs: 3000}, 6*time.Second + time.Second},
+		{policy.Limits{Algorithm: policy.SlidingLog, Capacity: 20 * policy.Micro, WindowMs: 3000}, 3*time.Second + time.Second},
 	}
 	for _, c := range cases {
 		h.check(5000, c.l, "ttl", 1)
@@ -237,7 +238,7 @@ func TestRedisTimeIsUsedByDefault(t *testing.T) {
 	}
 	p, _ := eng.Policy("tb")
 	id, _ := p.IdentityOf(map[string]string{"tenant": "a"})
-	key, _ := p.StateKey(id)
+	key, _ := StateKey(p, id)
 	last, _ := rdb.HGet(t.Context(), key, "l").Int64()
 	if d := tm.UnixMilli() - last; d < 0 || d > 5000 {
 		t.Fatalf("stored time %d is %d ms from the Redis clock %d", last, d, tm.UnixMilli())
@@ -262,8 +263,8 @@ func TestRedisDownIsAnError(t *testing.T) {
 
 func TestSetPoliciesKeepsOldSetOnError(t *testing.T) {
 	h := newHarness(t)
-	bad := &Policy{Name: "x"}
-	if err := h.eng.SetPolicies([]*Policy{bad}); err == nil {
+	bad := &policy.Policy{Name: "x"}
+	if err := h.eng.SetPolicies([]*policy.Policy{bad}); err == nil {
 		t.Fatal("invalid policy accepted")
 	}
 	if _, ok := h.eng.Policy("tb"); !ok {
@@ -273,6 +274,6 @@ func TestSetPoliciesKeepsOldSetOnError(t *testing.T) {
 
 func ExampleEngine_Check() {
 	// A real program passes a *redis.Client; see cmd/regional-agent.
-	fmt.Println(Decision{Allowed: true, Remaining: 19 * Micro}.RemainingUnits())
+	fmt.Println(policy.Decision{Allowed: true, Remaining: 19 * policy.Micro}.RemainingUnits())
 	// Output: 19
 }

@@ -1,189 +1,11 @@
 package regional
 
 import (
-	"errors"
-	"math"
 	"strings"
 	"testing"
+
+	"github.com/quota-lease/quota-lease/policy"
 )
-
-// times turns fuzz bytes into a schedule of (time, cost) steps that moves
-// mostly forward, sometimes far forward and sometimes backward.
-func schedule(script []byte, maxCost int64) (nows, costs []int64) {
-	now := int64(1 << 30)
-	for i := 0; i+2 < len(script) && len(nows) < 200; i += 3 {
-		amount := int64(script[i+1])<<8 | int64(script[i+2])
-		switch script[i] % 8 {
-		case 0:
-			now -= amount // clock steps back
-		case 1:
-			now += amount * 1000
-		default:
-			now += amount % 500
-		}
-		now = min(max(now, 0), MaxTimeMs)
-		nows = append(nows, now)
-		costs = append(costs, int64(script[i])%maxCost+1)
-	}
-	return nows, costs
-}
-
-// FuzzTokenBucket checks the token bucket's invariants on any schedule:
-// tokens stay in [0, capacity], and the admitted total over any interval of
-// enforcement time is at most burst + rate*interval.
-func FuzzTokenBucket(f *testing.F) {
-	f.Add(int64(20*Micro), int64(5*Micro), []byte{2, 0, 100, 3, 1, 44, 0, 0, 200, 1, 0, 3})
-	f.Add(int64(7_333_333), int64(1_666_666), []byte{5, 0, 1, 5, 0, 1, 5, 0, 1, 0, 1, 0, 5, 0, 1})
-	f.Fuzz(func(t *testing.T, capacity, rate int64, script []byte) {
-		l := Limits{Algorithm: TokenBucket, Capacity: capacity, Rate: rate}
-		if l.Validate() != nil {
-			if _, _, err := Apply(State{}, l, 0, 1); err == nil {
-				t.Fatalf("invalid limits %+v accepted", l)
-			}
-			return
-		}
-		nows, costs := schedule(script, max(1, capacity/Micro))
-		var s State
-		var at, admitted []int64 // effective time and cost of each admission
-		for i, now := range nows {
-			ns, d, err := Apply(s, l, now, costs[i]*Micro)
-			if err != nil {
-				if costs[i]*Micro > capacity {
-					continue
-				}
-				t.Fatalf("step %d: %v", i, err)
-			}
-			if ns.Tokens < 0 || ns.Tokens > capacity || d.Remaining != ns.Tokens {
-				t.Fatalf("step %d: tokens %d outside [0, %d]", i, ns.Tokens, capacity)
-			}
-			if ns.LastMs < s.LastMs {
-				t.Fatalf("step %d: time went back from %d to %d", i, s.LastMs, ns.LastMs)
-			}
-			if d.Allowed == (d.RetryAfterMs > 0) {
-				t.Fatalf("step %d: allowed=%v with retry %d", i, d.Allowed, d.RetryAfterMs)
-			}
-			if d.Allowed {
-				at = append(at, ns.LastMs)
-				admitted = append(admitted, costs[i]*Micro)
-			}
-			s = ns
-		}
-		for i := range at {
-			var sum int64
-			for j := i; j < len(at); j++ {
-				sum += admitted[j]
-				dt := at[j] - at[i]
-				if dt >= math.MaxInt64/rate {
-					break // the allowance is beyond anything admitted
-				}
-				if allow := capacity + dt*rate/1000; sum > allow {
-					t.Fatalf("admitted %d micro-units in %d ms, more than burst+rate*t = %d", sum, dt, allow)
-				}
-			}
-		}
-	})
-}
-
-// FuzzWindows checks the window algorithms: remaining never negative, a
-// fixed window never over its limit, and a sliding log never over its limit
-// in any window-length interval.
-func FuzzWindows(f *testing.F) {
-	f.Add(uint8(0), int64(10*Micro), int64(1000), []byte{2, 0, 100, 3, 1, 44, 0, 0, 200, 1, 0, 3})
-	f.Add(uint8(1), int64(10*Micro), int64(700), []byte{2, 0, 100, 3, 1, 44, 0, 0, 200, 1, 0, 3})
-	f.Add(uint8(2), int64(5*Micro), int64(300), []byte{7, 0, 9, 7, 0, 9, 7, 0, 9, 7, 0, 9})
-	algs := []Algorithm{FixedWindow, SlidingWindow, SlidingLog}
-	f.Fuzz(func(t *testing.T, which uint8, capacity, window int64, script []byte) {
-		l := Limits{Algorithm: algs[int(which)%len(algs)], Capacity: capacity, WindowMs: window}
-		if l.Validate() != nil {
-			if _, _, err := Apply(State{}, l, 0, 1); err == nil {
-				t.Fatalf("invalid limits %+v accepted", l)
-			}
-			return
-		}
-		nows, costs := schedule(script, max(1, capacity/Micro))
-		var s State
-		var at, admitted []int64
-		for i, now := range nows {
-			ns, d, err := Apply(s, l, now, costs[i]*Micro)
-			if err != nil {
-				continue // cost above capacity
-			}
-			if d.Remaining < 0 || d.RetryAfterMs < 0 || (d.Allowed == (d.RetryAfterMs > 0)) {
-				t.Fatalf("step %d: bad decision %+v", i, d)
-			}
-			if ns.Count > capacity || ns.Sum > capacity {
-				t.Fatalf("step %d: usage over limit: %+v", i, ns)
-			}
-			if d.Allowed {
-				at = append(at, ns.LastMs)
-				admitted = append(admitted, costs[i]*Micro)
-			}
-			s = ns
-		}
-		for i := range at {
-			var sum int64
-			for j := i; j < len(at); j++ {
-				inWindow := at[j]-at[i] < window
-				if l.Algorithm == FixedWindow {
-					inWindow = at[j]/window == at[i]/window
-				}
-				if l.Algorithm == SlidingWindow {
-					inWindow = false // its estimate is approximate by design
-				}
-				if !inWindow {
-					break
-				}
-				if sum += admitted[j]; sum > capacity {
-					t.Fatalf("%s admitted %d micro-units within one window, limit %d", l.Algorithm, sum, capacity)
-				}
-			}
-		}
-	})
-}
-
-// FuzzParsePolicies: any input yields policies that validate, or an error;
-// never a panic.
-func FuzzParsePolicies(f *testing.F) {
-	f.Add([]byte("name: api\nidentity: [tenant]\nlimit: 10\nperiod: 1s\n"))
-	f.Add([]byte("name: w\nidentity: [ip]\nalgorithm: sliding_log\nlimit: 5\nperiod: 1m\nfailure: {mode: fail-open, open_fraction: 0.5}\n"))
-	f.Add([]byte("name: x\nidentity: [a, b]\nlimit: .nan\nperiod: 60\n---\nname: x\n"))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		ps, err := ParsePolicies(data)
-		if err != nil {
-			return
-		}
-		for _, p := range ps {
-			if err := p.Validate(); err != nil {
-				t.Fatalf("parsed policy does not validate: %v", err)
-			}
-			if err := p.Limits().Validate(); err != nil {
-				t.Fatalf("parsed policy has invalid limits: %v", err)
-			}
-		}
-	})
-}
-
-// FuzzParseEnvoyConfig: any input is refused with ErrInvalidPolicy or
-// gives policies that validate, each with an Envoy match in its domain.
-func FuzzParseEnvoyConfig(f *testing.F) {
-	f.Add([]byte(envoyMongo))
-	f.Add([]byte(envoyMessaging))
-	f.Add([]byte("domain: d\ndescriptors:\n  - key: A B\n    value: \"{}\"\n    rate_limit: {unit: Year, requests_per_unit: 4294967295, replaces: [{name: x}]}\n"))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		ps, err := ParseEnvoyConfig(data)
-		if err != nil {
-			if !errors.Is(err, ErrInvalidPolicy) {
-				t.Fatalf("error %v does not wrap ErrInvalidPolicy", err)
-			}
-			return
-		}
-		for _, p := range ps {
-			if err := p.Validate(); err != nil || p.Envoy == nil || p.Envoy.Domain == "" {
-				t.Fatalf("parsed policy %+v: %v", p, err)
-			}
-		}
-	})
-}
 
 // FuzzStateKey: any attribute values give a key with exactly one hash tag
 // holding the whole identity, or an error.
@@ -191,12 +13,12 @@ func FuzzStateKey(f *testing.F) {
 	f.Add("acme", "/v1/{x}:y")
 	f.Add("", "}")
 	f.Fuzz(func(t *testing.T, tenant, route string) {
-		p := &Policy{Name: "api", Identity: []string{"tenant", "route"}}
+		p := &policy.Policy{Name: "api", Identity: []string{"tenant", "route"}}
 		id, err := p.IdentityOf(map[string]string{"tenant": tenant, "route": route})
 		if err != nil {
 			return
 		}
-		key, err := p.StateKey(id)
+		key, err := StateKey(p, id)
 		if err != nil {
 			return
 		}

@@ -9,14 +9,15 @@ import (
 	"testing"
 
 	"github.com/quota-lease/quota-lease/internal/redistest"
+	"github.com/quota-lease/quota-lease/policy"
 	"github.com/redis/go-redis/v9"
 )
 
 // testPolicies are one policy per algorithm; tests override their limits
 // per request where they need other numbers.
-func testPolicies(t testing.TB) []*Policy {
+func testPolicies(t testing.TB) []*policy.Policy {
 	t.Helper()
-	ps, err := ParsePolicies([]byte(`
+	ps, err := policy.ParsePolicies([]byte(`
 name: tb
 identity: [tenant]
 limit: 5
@@ -47,7 +48,7 @@ period: 1s
 	return ps
 }
 
-var algPolicy = map[Algorithm]string{TokenBucket: "tb", FixedWindow: "fw", SlidingWindow: "sw", SlidingLog: "sl"}
+var algPolicy = map[policy.Algorithm]string{policy.TokenBucket: "tb", policy.FixedWindow: "fw", policy.SlidingWindow: "sw", policy.SlidingLog: "sl"}
 
 // harness is an engine on a real Redis with a clock the test moves.
 type harness struct {
@@ -66,7 +67,7 @@ func newHarness(t testing.TB) *harness {
 }
 
 // check runs one request at time nowMs with the given limits.
-func (h *harness) check(nowMs int64, l Limits, tenant string, cost int64) Decision {
+func (h *harness) check(nowMs int64, l policy.Limits, tenant string, cost int64) policy.Decision {
 	h.t.Helper()
 	h.now.Store(nowMs)
 	d, err := h.eng.Check(context.Background(), Request{
@@ -79,16 +80,16 @@ func (h *harness) check(nowMs int64, l Limits, tenant string, cost int64) Decisi
 	return d
 }
 
-func (h *harness) key(alg Algorithm, tenant string) string {
+func (h *harness) key(alg policy.Algorithm, tenant string) string {
 	p, _ := h.eng.Policy(algPolicy[alg])
 	id, _ := p.IdentityOf(map[string]string{"tenant": tenant})
-	k, _ := p.StateKey(id)
+	k, _ := StateKey(p, id)
 	return k
 }
 
 // state reads a key's state from Redis into a State, for comparison with
 // the pure transition.
-func (h *harness) state(alg Algorithm, tenant string) State {
+func (h *harness) state(alg policy.Algorithm, tenant string) policy.State {
 	h.t.Helper()
 	ctx := context.Background()
 	key := h.key(alg, tenant)
@@ -99,32 +100,32 @@ func (h *harness) state(alg Algorithm, tenant string) State {
 		}
 		return v
 	}
-	if alg == SlidingLog {
+	if alg == policy.SlidingLog {
 		m := h.rdb.HGetAll(ctx, key+":m").Val()
 		if len(m) == 0 {
-			return State{}
+			return policy.State{}
 		}
-		s := State{Exists: true, LastMs: num(m, "l"), Sum: num(m, "s")}
+		s := policy.State{Exists: true, LastMs: num(m, "l"), Sum: num(m, "s")}
 		zs := h.rdb.ZRangeWithScores(ctx, key, 0, -1).Val()
 		sort.SliceStable(zs, func(i, j int) bool { return zs[i].Score < zs[j].Score })
 		for _, z := range zs {
 			parts := strings.Split(z.Member.(string), ":")
 			c, _ := strconv.ParseInt(parts[2], 10, 64)
-			s.Log = append(s.Log, LogEntry{AtMs: int64(z.Score), Cost: c})
+			s.Log = append(s.Log, policy.LogEntry{AtMs: int64(z.Score), Cost: c})
 		}
 		return s
 	}
 	m := h.rdb.HGetAll(ctx, key).Val()
 	if len(m) == 0 {
-		return State{}
+		return policy.State{}
 	}
-	s := State{Exists: true, LastMs: num(m, "l")}
+	s := policy.State{Exists: true, LastMs: num(m, "l")}
 	switch alg {
-	case TokenBucket:
+	case policy.TokenBucket:
 		s.Tokens = num(m, "t")
-	case FixedWindow:
+	case policy.FixedWindow:
 		s.Window, s.Count = num(m, "w"), num(m, "c")
-	case SlidingWindow:
+	case policy.SlidingWindow:
 		s.Window, s.Prev, s.Count = num(m, "w"), num(m, "p"), num(m, "c")
 	}
 	return s
@@ -140,12 +141,12 @@ func (h *harness) dbsize() int64 {
 }
 
 // equalState compares states ignoring the order of same-time log entries.
-func equalState(a, b State) bool {
+func equalState(a, b policy.State) bool {
 	if a.Exists != b.Exists || a.LastMs != b.LastMs || a.Tokens != b.Tokens || a.Window != b.Window ||
 		a.Count != b.Count || a.Prev != b.Prev || a.Sum != b.Sum || len(a.Log) != len(b.Log) {
 		return false
 	}
-	key := func(l []LogEntry) []string {
+	key := func(l []policy.LogEntry) []string {
 		out := make([]string, len(l))
 		for i, e := range l {
 			out[i] = strconv.FormatInt(e.AtMs, 10) + "/" + strconv.FormatInt(e.Cost, 10)
@@ -164,7 +165,7 @@ func equalState(a, b State) bool {
 
 // newEngine returns an engine on rdb whose store is marked new, as the
 // agent does at start (InitStore), so fresh keys start full.
-func newEngine(tb testing.TB, rdb Client, ps []*Policy, cfg Config) *Engine {
+func newEngine(tb testing.TB, rdb Client, ps []*policy.Policy, cfg Config) *Engine {
 	tb.Helper()
 	eng, err := NewEngine(rdb, ps, cfg)
 	if err != nil {

@@ -1,10 +1,11 @@
 package regional
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/quota-lease/quota-lease/policy"
 )
 
 // Key layout. Every key of one (policy, identity) pair shares the hash tag
@@ -15,12 +16,11 @@ import (
 //	rl:{<policy>:<identity>}:v<version>:m        sliding_log metadata
 //	rl:{<policy>:<identity>}:v<version>:i:<key>  a remembered idempotent decision
 //
-// and one key per store, its birth marker (BornKey, see Fresh and
+// and one key per store, its birth marker (BornKey, see policy.Fresh and
 // Engine.InitStore); on Redis Cluster one per hash slot (SlotBornKey).
 //
-// The identity is the policy's attributes in order, as name=value joined
-// with ',', values percent-escaped so that '{', '}', ':', ',' and '=' never
-// appear unescaped. A new config version starts fresh keys; the old ones
+// The identity is policy.Policy.IdentityOf's, escaped so that it cannot
+// break the hash tag. A new config version starts fresh keys; the old ones
 // expire after their TTL.
 const keyPrefix = "rl:"
 
@@ -30,49 +30,19 @@ const keyPrefix = "rl:"
 // slot has one of its own (SlotBornKey).
 const BornKey = keyPrefix + "born"
 
-// Limits on identities and keys.
+// Limits on keys.
 const (
-	// MaxAttributeValueBytes bounds one attribute value before escaping.
-	MaxAttributeValueBytes = 256
 	// MaxKeyBytes bounds a whole state key.
 	MaxKeyBytes = 1024
 	// MaxIdempotencyKeyBytes bounds an idempotency key.
 	MaxIdempotencyKeyBytes = 128
 )
 
-// ErrInvalidIdentity reports a request whose attributes cannot form the
-// policy's identity: missing, empty, or oversized.
-var ErrInvalidIdentity = errors.New("invalid identity")
-
-// IdentityOf returns the escaped identity of a request under p, or an error
-// naming the attribute that is missing, empty or too long.
-func (p *Policy) IdentityOf(attrs map[string]string) (string, error) {
-	var b strings.Builder
-	for i, name := range p.Identity {
-		v, ok := attrs[name]
-		switch {
-		case !ok:
-			return "", fmt.Errorf("%w: policy %q needs attribute %q", ErrInvalidIdentity, p.Name, name)
-		case v == "":
-			return "", fmt.Errorf("%w: attribute %q is empty", ErrInvalidIdentity, name)
-		case len(v) > MaxAttributeValueBytes:
-			return "", fmt.Errorf("%w: attribute %q is %d bytes, more than %d", ErrInvalidIdentity, name, len(v), MaxAttributeValueBytes)
-		}
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(name)
-		b.WriteByte('=')
-		escape(&b, v)
-	}
-	return b.String(), nil
-}
-
-// StateKey returns the Redis key of identity under p.
-func (p *Policy) StateKey(identity string) (string, error) {
+// StateKey returns the Redis key of identity (IdentityOf's) under p.
+func StateKey(p *policy.Policy, identity string) (string, error) {
 	k := keyPrefix + "{" + p.Name + ":" + identity + "}:v" + strconv.FormatInt(p.Version, 10)
 	if len(k) > MaxKeyBytes {
-		return "", fmt.Errorf("%w: key for policy %q would be %d bytes, more than %d", ErrInvalidIdentity, p.Name, len(k), MaxKeyBytes)
+		return "", fmt.Errorf("%w: key for policy %q would be %d bytes, more than %d", policy.ErrInvalidIdentity, p.Name, len(k), MaxKeyBytes)
 	}
 	return k, nil
 }
@@ -100,22 +70,6 @@ func idempotencyKey(stateKey, idem string) (string, error) {
 	var b strings.Builder
 	b.WriteString(stateKey)
 	b.WriteString(":i:")
-	escape(&b, idem)
+	policy.Escape(&b, idem)
 	return b.String(), nil
-}
-
-// escape writes v percent-encoded: bytes other than ASCII letters, digits
-// and "-._~/@" become %XX.
-func escape(b *strings.Builder, v string) {
-	const hex = "0123456789ABCDEF"
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z') || ('0' <= c && c <= '9') || strings.IndexByte("-._~/@", c) >= 0 {
-			b.WriteByte(c)
-			continue
-		}
-		b.WriteByte('%')
-		b.WriteByte(hex[c>>4])
-		b.WriteByte(hex[c&15])
-	}
 }

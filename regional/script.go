@@ -3,6 +3,7 @@ package regional
 import (
 	"embed"
 
+	"github.com/quota-lease/quota-lease/policy"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -12,11 +13,11 @@ var luaFiles embed.FS
 // scripts holds one decision script per algorithm: the shared prelude
 // followed by the algorithm's body. They are immutable and loaded into Redis
 // on first use (EVALSHA, falling back to EVAL on NOSCRIPT).
-var scripts = map[Algorithm]*redis.Script{
-	TokenBucket:   mustScript("token_bucket.lua"),
-	FixedWindow:   mustScript("fixed_window.lua"),
-	SlidingWindow: mustScript("sliding_window.lua"),
-	SlidingLog:    mustScript("sliding_log.lua"),
+var scripts = map[policy.Algorithm]*redis.Script{
+	policy.TokenBucket:   mustScript("token_bucket.lua"),
+	policy.FixedWindow:   mustScript("fixed_window.lua"),
+	policy.SlidingWindow: mustScript("sliding_window.lua"),
+	policy.SlidingLog:    mustScript("sliding_log.lua"),
 }
 
 // bornScript reads a birth marker and records a lost one (Engine.StoreBorn).

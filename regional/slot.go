@@ -11,7 +11,7 @@ import (
 // birth marker, so on a cluster every slot has a marker of its own,
 // SlotBornKey(slot), whose hash tag puts it in that slot: a node that
 // restarts empty loses exactly the markers of the slots it served, and the
-// scripts of those slots notice (Fresh).
+// scripts of those slots notice (policy.Fresh).
 
 // ClusterSlots is the number of hash slots of a Redis Cluster.
 const ClusterSlots = 16384

@@ -13,7 +13,7 @@ import (
 
 	"github.com/quota-lease/quota-lease/bound"
 	"github.com/quota-lease/quota-lease/lease"
-	"github.com/quota-lease/quota-lease/regional"
+	"github.com/quota-lease/quota-lease/policy"
 )
 
 // The modes every arrival is decided by.
@@ -21,7 +21,7 @@ var modeNames = []string{"leased", "independent", "static", "central"}
 
 // identities interns identity strings.
 type identities struct {
-	p     *regional.Policy
+	p     *policy.Policy
 	names []string
 	index map[string]int
 }
@@ -84,14 +84,14 @@ type region struct {
 	redisDown   bool
 	partitioned bool
 
-	store, indep, static map[int]regional.State
+	store, indep, static map[int]policy.State
 	// bornMs is the region store's birth marker (regional.BornKey), in
 	// region time: 0 for the new store the run starts with, -1 once a
 	// restart lost it and before a check has recorded the loss.
 	bornMs int64
 	// fb is the region's local fallback, as the agent keeps it: never
 	// reset, neither when Redis returns nor on a version bump.
-	fb *regional.LocalBudget[int]
+	fb *policy.LocalBudget[int]
 }
 
 func (r *region) clock(t int64) int64 {
@@ -114,9 +114,9 @@ type engine struct {
 	q         queue
 	seq       uint64
 	now       int64
-	policy    *regional.Policy // in force now
-	maxPolicy *regional.Policy // the largest limits in force at any time
-	full      regional.Limits
+	policy    *policy.Policy // in force now
+	maxPolicy *policy.Policy // the largest limits in force at any time
+	full      policy.Limits
 	timing    lease.Timing
 	regions   []*region
 	ids       *identities
@@ -130,7 +130,7 @@ type engine struct {
 	epochs    []*epoch      // one per policy in force, oldest first
 	ledger    []ledgerEntry // what etcd held when the coordinator crashed
 
-	central, oracle map[int]regional.State
+	central, oracle map[int]policy.State
 	centralDelay    int64
 
 	res    *Result
@@ -153,18 +153,18 @@ func (e *engine) run(decisions io.Writer) (*Result, error) {
 		return nil, fmt.Errorf("%w: lease: %v", ErrInvalidScenario, err)
 	}
 	e.epoch, e.coordUp = 1, true
-	e.book = lease.NewBook(lease.Amount(e.full), e.policy.Failure, e.timing, e.epoch)
+	e.book = lease.NewBook(e.full.Amount(), e.policy.Failure, e.timing, e.epoch)
 	e.targets = map[string]int64{}
-	e.central, e.oracle = map[int]regional.State{}, map[int]regional.State{}
+	e.central, e.oracle = map[int]policy.State{}, map[int]policy.State{}
 	e.centralDelay = time.Duration(s.Network.Delay).Milliseconds()
 	e.ids = &identities{p: e.policy, index: map[string]int{}}
 	index := map[string]int{}
 	for i, name := range s.Regions {
 		index[name] = i
 		e.regions = append(e.regions, &region{name: name, anchorRegion: 1_000_000_000_000 + int64(i)*7_777,
-			agent: lease.NewAgent(e.timing, e.policy.Failure, lease.Amount(e.full)), nonce: "sim-" + name, lastSend: -1 << 40,
+			agent: lease.NewAgent(e.timing, e.policy.Failure, e.full.Amount()), nonce: "sim-" + name, lastSend: -1 << 40,
 			pending: map[uint64]bool{}, meter: lease.NewMeter[int](),
-			store: map[int]regional.State{}, fb: regional.NewLocalBudget[int](), indep: map[int]regional.State{}, static: map[int]regional.State{}})
+			store: map[int]policy.State{}, fb: policy.NewLocalBudget[int](), indep: map[int]policy.State{}, static: map[int]policy.State{}})
 	}
 	durMs := time.Duration(s.Duration).Milliseconds()
 	wMs := time.Duration(s.Window).Milliseconds()
@@ -256,7 +256,7 @@ func (e *engine) schedule(durMs int64) {
 		case "redis-restart": // down for 'for', then back empty
 			e.outages = true
 			e.at(at, func() { r.redisDown = true })
-			e.at(end, func() { r.redisDown, r.store, r.bornMs = false, map[int]regional.State{}, -1 })
+			e.at(end, func() { r.redisDown, r.store, r.bornMs = false, map[int]policy.State{}, -1 })
 		case "redis-flap": // down for 'down' at the start of every 'period'
 			e.outages = true
 			period, down := time.Duration(ev.Period).Milliseconds(), time.Duration(ev.Down).Milliseconds()
@@ -335,7 +335,7 @@ func (e *engine) tick() {
 		req := r.agent.Sending(rt)
 		r.pending[req.Seq] = true
 		e.leaseMsgs++
-		demand := lease.DemandAmount(e.full, r.meter.Rate(e.now))
+		demand := e.full.RateAmount(r.meter.Rate(e.now))
 		renewal := lease.Renewal{Region: r.name, Instance: r.name, Nonce: r.nonce, Seq: req.Seq, GrantID: req.GrantID, Demand: demand}
 		sentAt := e.now
 		e.at(sentAt+1000, func() { e.timeout(r, req) })
@@ -430,7 +430,7 @@ func (e *engine) crash() {
 
 func (e *engine) recover() {
 	e.epoch++
-	e.book = lease.NewBook(lease.Amount(e.policy.Limits()), e.policy.Failure, e.timing, e.epoch)
+	e.book = lease.NewBook(e.policy.Limits().Amount(), e.policy.Failure, e.timing, e.epoch)
 	for _, l := range e.ledger {
 		e.book.Restore(l.region, l.instance, l.nonce, l.grant, l.amount, e.coordTime())
 	}
@@ -463,22 +463,22 @@ func (e *engine) reconfigure(ev Event) {
 	e.policy = &p
 	e.beginEpoch(&p, bumped)
 	e.full = p.Limits()
-	e.book.SetQuota(lease.Amount(e.full), p.Failure)
+	e.book.SetQuota(e.full.Amount(), p.Failure)
 	for _, r := range e.regions { // as agents do when they load the changed policy
-		r.agent.SetPolicy(p.Failure, lease.Amount(e.full))
+		r.agent.SetPolicy(p.Failure, e.full.Amount())
 	}
 	if bumped {
 		for _, r := range e.regions {
-			r.store, r.indep, r.static = map[int]regional.State{}, map[int]regional.State{}, map[int]regional.State{}
+			r.store, r.indep, r.static = map[int]policy.State{}, map[int]policy.State{}, map[int]policy.State{}
 		}
-		e.central = map[int]regional.State{}
+		e.central = map[int]policy.State{}
 	}
 }
 
 // arrive decides one request in every mode.
 func (e *engine) arrive(a arrival) {
 	r := e.regions[a.region]
-	cost := a.cost * regional.Micro
+	cost := a.cost * policy.Micro
 	rms := r.clock(e.now)
 	full := e.full
 
@@ -489,9 +489,9 @@ func (e *engine) arrive(a arrival) {
 	// quota-lease.
 	amount, lmode := r.agent.Enforce(r.leaseTime(e.now))
 	mode := string(lmode)
-	var d regional.Decision
-	if l, ok := lease.ShareLimits(full, amount); !ok || cost > l.Capacity {
-		d = regional.Decision{RetryAfterMs: 1000}
+	var d policy.Decision
+	if l, ok := full.Share(amount); !ok || cost > l.Capacity {
+		d = policy.Decision{RetryAfterMs: 1000}
 	} else if r.redisDown {
 		d, mode = e.fallback(r, a.identity, l, rms, cost), "local-fallback"
 	} else {
@@ -517,27 +517,27 @@ func (e *engine) arrive(a arrival) {
 	e.record(3, a, ok, ideal.Allowed, e.now+e.centralDelay)
 }
 
-func (e *engine) decide(m map[int]regional.State, id int, l regional.Limits, nowMs, cost int64) regional.Decision {
+func (e *engine) decide(m map[int]policy.State, id int, l policy.Limits, nowMs, cost int64) policy.Decision {
 	if l.Validate() != nil || cost > l.Capacity {
-		return regional.Decision{RetryAfterMs: 1000}
+		return policy.Decision{RetryAfterMs: 1000}
 	}
-	s, d, err := regional.Apply(m[id], l, nowMs, cost)
+	s, d, err := policy.Apply(m[id], l, nowMs, cost)
 	if err != nil {
-		return regional.Decision{RetryAfterMs: 1000}
+		return policy.Decision{RetryAfterMs: 1000}
 	}
 	m[id] = s
 	return d
 }
 
 // decideStore decides on region r's Redis, as its scripts do: a key the
-// store does not hold starts where regional.Fresh says for the store's
+// store does not hold starts where policy.Fresh says for the store's
 // birth marker, which the first check after a loss records.
-func (e *engine) decideStore(r *region, id int, l regional.Limits, nowMs, cost int64) regional.Decision {
+func (e *engine) decideStore(r *region, id int, l policy.Limits, nowMs, cost int64) policy.Decision {
 	if r.bornMs < 0 {
 		r.bornMs = max(1, nowMs)
 	}
 	if _, ok := r.store[id]; !ok && l.Validate() == nil {
-		if s := regional.Fresh(l, nowMs, r.bornMs); s.Exists {
+		if s := policy.Fresh(l, nowMs, r.bornMs); s.Exists {
 			r.store[id] = s
 		}
 	}
@@ -546,10 +546,10 @@ func (e *engine) decideStore(r *region, id int, l regional.Limits, nowMs, cost i
 
 // fallback decides on region r's local fallback, as the agent does.
 // Limits that admit nothing (Decide refuses them) reject.
-func (e *engine) fallback(r *region, id int, l regional.Limits, nowMs, cost int64) regional.Decision {
+func (e *engine) fallback(r *region, id int, l policy.Limits, nowMs, cost int64) policy.Decision {
 	d, err := r.fb.Decide(id, l, e.policy.Failure.FallbackStart, nowMs, cost)
 	if err != nil {
-		return regional.Decision{RetryAfterMs: 1000}
+		return policy.Decision{RetryAfterMs: 1000}
 	}
 	return d
 }
@@ -560,7 +560,7 @@ func (e *engine) record(mode int, a arrival, allowed, idealAllowed bool, atMs in
 	if allowed {
 		mr.Admitted++
 		name := mr.Mode
-		e.observeWindow(mode, atMs, e.track[name].add(a.identity, atMs, a.cost*regional.Micro))
+		e.observeWindow(mode, atMs, e.track[name].add(a.identity, atMs, a.cost*policy.Micro))
 		e.series.add(mode, a.region, a.identity, atMs, a.cost)
 	} else {
 		mr.Rejected++
@@ -570,7 +570,7 @@ func (e *engine) record(mode int, a arrival, allowed, idealAllowed bool, atMs in
 	}
 }
 
-func (e *engine) writeDecision(a arrival, d regional.Decision, mode string) {
+func (e *engine) writeDecision(a arrival, d policy.Decision, mode string) {
 	b := e.line[:0]
 	b = append(b, `{"t_ms":`...)
 	b = strconv.AppendInt(b, e.now, 10)
@@ -615,7 +615,7 @@ func (e *engine) finish() (*Result, error) {
 		m.Bound = worst
 		m.BoundTerms = epochs[len(epochs)-1].BoundTerms // of the policy in force at the end
 		m.Epochs = epochs
-		m.MaxWindow = float64(t.max) / float64(regional.Micro)
+		m.MaxWindow = float64(t.max) / float64(policy.Micro)
 		m.MaxWindowAtMs = t.maxAtT
 		if t.max > 0 {
 			m.MaxWindowIdentity = e.ids.names[t.maxID]

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/quota-lease/quota-lease/bound"
-	"github.com/quota-lease/quota-lease/regional"
+	"github.com/quota-lease/quota-lease/policy"
 )
 
 // epoch is one stretch of a run under one policy: from the start, or from
@@ -17,7 +17,7 @@ import (
 type epoch struct {
 	startMs      int64
 	transitionMs int64 // end of the transition part (= startMs for the first epoch)
-	policy, prev *regional.Policy
+	policy, prev *policy.Policy
 	bumped       bool
 	// max[mode] is the most admitted for one identity in a window ending
 	// in the steady part [0] or the transition [1], micro-units.
@@ -51,7 +51,7 @@ type EpochResult struct {
 }
 
 // beginEpoch starts a new epoch at the engine's now under p.
-func (e *engine) beginEpoch(p *regional.Policy, bumped bool) {
+func (e *engine) beginEpoch(p *policy.Policy, bumped bool) {
 	ep := &epoch{startMs: e.now, transitionMs: e.now, policy: p, bumped: bumped, max: make([][2]int64, len(modeNames)+1)}
 	if n := len(e.epochs); n > 0 {
 		ep.prev = e.epochs[n-1].policy
@@ -110,4 +110,4 @@ func (e *engine) epochResults(mode int, kind bound.Mode) (out []EpochResult, ove
 	return out, overshoot, worst, within, nil
 }
 
-func micro(v int64) float64 { return float64(v) / float64(regional.Micro) }
+func micro(v int64) float64 { return float64(v) / float64(policy.Micro) }

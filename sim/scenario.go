@@ -12,7 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/quota-lease/quota-lease/allocation"
-	"github.com/quota-lease/quota-lease/regional"
+	"github.com/quota-lease/quota-lease/policy"
 )
 
 // Scenario is one simulation, as a YAML file describes it.
@@ -21,26 +21,26 @@ type Scenario struct {
 	Description string `yaml:"description"`
 	Seed        uint64 `yaml:"seed"`
 	// Duration of virtual time to simulate.
-	Duration regional.Duration `yaml:"duration"`
-	Regions  []string          `yaml:"regions"`
+	Duration policy.Duration `yaml:"duration"`
+	Regions  []string        `yaml:"regions"`
 	// Policy is one policy, as in a policy file.
 	Policy yaml.Node `yaml:"policy"`
 	Lease  struct {
-		Duration        regional.Duration `yaml:"duration"`
-		Drift           float64           `yaml:"drift"`
-		Margin          regional.Duration `yaml:"margin"`
-		DegradedTimeout regional.Duration `yaml:"degraded_timeout"`
+		Duration        policy.Duration `yaml:"duration"`
+		Drift           float64         `yaml:"drift"`
+		Margin          policy.Duration `yaml:"margin"`
+		DegradedTimeout policy.Duration `yaml:"degraded_timeout"`
 	} `yaml:"lease"`
 	Rebalance struct {
-		Interval   regional.Duration   `yaml:"interval"`
+		Interval   policy.Duration     `yaml:"interval"`
 		Strategy   allocation.Strategy `yaml:"strategy"`
 		MaxStep    float64             `yaml:"max_step"`
 		Hysteresis float64             `yaml:"hysteresis"`
 	} `yaml:"rebalance"`
 	Network struct {
-		Delay  regional.Duration `yaml:"delay"`
-		Jitter regional.Duration `yaml:"jitter"`
-		Loss   float64           `yaml:"loss"`
+		Delay  policy.Duration `yaml:"delay"`
+		Jitter policy.Duration `yaml:"jitter"`
+		Loss   float64         `yaml:"loss"`
 	} `yaml:"network"`
 	// Tenants send the generated traffic; tenant-0 sends HotTenant of it.
 	Tenants   int       `yaml:"tenants"`
@@ -52,9 +52,9 @@ type Scenario struct {
 	Trace string `yaml:"trace"`
 	// Window is the length of the windows admissions are measured over;
 	// default the policy's period.
-	Window regional.Duration `yaml:"window"`
+	Window policy.Duration `yaml:"window"`
 
-	policy *regional.Policy
+	policy *policy.Policy
 	dir    string
 }
 
@@ -70,9 +70,9 @@ type Traffic struct {
 	To   float64 `yaml:"to"`
 	Base float64 `yaml:"base"`
 	// At and Until bound a ramp; PeakAt is the time of day of the peak.
-	At     regional.Duration `yaml:"at"`
-	Until  regional.Duration `yaml:"until"`
-	PeakAt regional.Duration `yaml:"peak_at"`
+	At     policy.Duration `yaml:"at"`
+	Until  policy.Duration `yaml:"until"`
+	PeakAt policy.Duration `yaml:"peak_at"`
 }
 
 // Event is something that happens to the deployment.
@@ -82,15 +82,15 @@ type Event struct {
 	// which the region's Redis is back empty), redis-flap (Redis slow past
 	// the check timeout for Down at the start of every Period), clock-drift,
 	// config-change, failover (region's traffic moves to To).
-	Kind   string            `yaml:"kind"`
-	Region string            `yaml:"region"`
-	At     regional.Duration `yaml:"at"`
-	For    regional.Duration `yaml:"for"`
+	Kind   string          `yaml:"kind"`
+	Region string          `yaml:"region"`
+	At     policy.Duration `yaml:"at"`
+	For    policy.Duration `yaml:"for"`
 	// Rate is a clock-drift's rate error (e.g. 1e-4, negative for slow).
 	Rate float64 `yaml:"rate"`
 	// Period and Down shape a redis-flap.
-	Period regional.Duration `yaml:"period"`
-	Down   regional.Duration `yaml:"down"`
+	Period policy.Duration `yaml:"period"`
+	Down   policy.Duration `yaml:"down"`
 	// To is a failover's destination region.
 	To string `yaml:"to"`
 	// Limit, Burst and Version are a config change's new values (0: keep).
@@ -131,7 +131,7 @@ func Parse(data []byte) (*Scenario, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: policy: %v", ErrInvalidScenario, err)
 	}
-	ps, err := regional.ParsePolicies(pol)
+	ps, err := policy.ParsePolicies(pol)
 	if err != nil {
 		return nil, fmt.Errorf("%w: policy: %v", ErrInvalidScenario, err)
 	}
@@ -144,9 +144,9 @@ func Parse(data []byte) (*Scenario, error) {
 }
 
 func (s *Scenario) defaults() {
-	def := func(d *regional.Duration, v time.Duration) {
+	def := func(d *policy.Duration, v time.Duration) {
 		if *d == 0 {
-			*d = regional.Duration(v)
+			*d = policy.Duration(v)
 		}
 	}
 	def(&s.Lease.Duration, 10*time.Second)
@@ -192,12 +192,12 @@ func (s *Scenario) validate() error {
 	}
 	known := map[string]bool{}
 	for _, r := range s.Regions {
-		if !regional.RegionNameRE.MatchString(r) || known[r] {
+		if !policy.RegionNameRE.MatchString(r) || known[r] {
 			return bad("region %q is not a region name, or is listed twice", r)
 		}
 		known[r] = true
 	}
-	if s.policy.Scope != regional.ScopeGlobal {
+	if s.policy.Scope != policy.ScopeGlobal {
 		return bad("the policy must be global: a region-scoped one has nothing to simulate")
 	}
 	if s.Tenants < 1 || s.Tenants > 1_000_000 || math.IsNaN(s.HotTenant) || s.HotTenant < 0 || s.HotTenant >= 1 {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/quota-lease/quota-lease/regional"
+	"github.com/quota-lease/quota-lease/policy"
 )
 
 func shipped(t testing.TB) []string {
@@ -48,7 +48,7 @@ func TestShippedScenariosWithinBound(t *testing.T) {
 			for _, e := range s.Events {
 				disturbed = disturbed || e.Kind == "redis-outage" || e.Kind == "config-change"
 			}
-			if s.policy.Failure.Mode == regional.StaticShare && !disturbed && leased.MaxOvershoot != 0 {
+			if s.policy.Failure.Mode == policy.StaticShare && !disturbed && leased.MaxOvershoot != 0 {
 				t.Errorf("static-share, reserved: leased overshoot %v, want 0", leased.MaxOvershoot)
 			}
 			if strings.HasPrefix(s.Name, "partition") && leased.DecisionModes["degraded"] == 0 {
@@ -259,7 +259,7 @@ func runFile(t testing.TB, path string) *Result {
 
 // Redis restarted empty eight times in one window, then flapping around
 // the check timeout: every epoch within its bound. Keys lost with the store
-// start as regional.Fresh says; were they to start full, the leased mode's
+// start as policy.Fresh says; were they to start full, the leased mode's
 // worst window would be about 1,600 against a bound of 1,220.
 func TestRedisFaultsWithinBound(t *testing.T) {
 	res := runFile(t, "scenarios/redis-faults.yaml")

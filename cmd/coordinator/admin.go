@@ -20,8 +20,8 @@ import (
 
 	"github.com/quota-lease/quota-lease/internal/coordinator"
 	"github.com/quota-lease/quota-lease/internal/mtls"
+	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
-	"github.com/quota-lease/quota-lease/regional"
 )
 
 // DefaultCoordinator is the admin address when neither --coordinator nor
@@ -105,10 +105,10 @@ func printJSON(w io.Writer, m proto.Message) error {
 	return err
 }
 
-func policiesOf(recs []*pb.PolicyRecord) ([]*regional.Policy, error) {
-	out := make([]*regional.Policy, 0, len(recs))
+func policiesOf(recs []*pb.PolicyRecord) ([]*policy.Policy, error) {
+	out := make([]*policy.Policy, 0, len(recs))
 	for _, r := range recs {
-		var p regional.Policy
+		var p policy.Policy
 		if err := json.Unmarshal([]byte(r.Json), &p); err != nil {
 			return nil, fmt.Errorf("policy %s: %w", r.Name, err)
 		}
@@ -205,7 +205,7 @@ func quotaDelete(ctx context.Context, args []string, stdout, stderr io.Writer) e
 
 // units formats micro-units as units with up to three decimals.
 func units(micro int64) string {
-	return strconv.FormatFloat(float64(micro)/float64(regional.Micro), 'f', -1, 64)
+	return strconv.FormatFloat(float64(micro)/float64(policy.Micro), 'f', -1, 64)
 }
 
 func percent(part, whole int64) string {

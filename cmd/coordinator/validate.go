@@ -9,13 +9,13 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/quota-lease/quota-lease/regional"
+	"github.com/quota-lease/quota-lease/policy"
 )
 
 // readPolicyFile reads a policy file, or standard input for "-".
 func readPolicyFile(path string) ([]byte, error) {
 	if path == "-" {
-		return io.ReadAll(io.LimitReader(os.Stdin, regional.MaxPolicyFileBytes+1))
+		return io.ReadAll(io.LimitReader(os.Stdin, policy.MaxPolicyFileBytes+1))
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -40,7 +40,7 @@ func quotaValidate(_ context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	ps, err := regional.ParsePolicyFile(data)
+	ps, err := policy.ParsePolicyFile(data)
 	if err != nil {
 		return fmt.Errorf("%s: %w", *file, err)
 	}
@@ -52,7 +52,7 @@ func quotaValidate(_ context.Context, args []string, stdout, stderr io.Writer) e
 	return printPolicies(stdout, ps)
 }
 
-func printPolicies(w io.Writer, ps []*regional.Policy) error {
+func printPolicies(w io.Writer, ps []*policy.Policy) error {
 	// Policies from an envoyproxy/ratelimit configuration also show the
 	// descriptor they match, so both forms can be read side by side.
 	envoy := false
@@ -67,7 +67,7 @@ func printPolicies(w io.Writer, ps []*regional.Policy) error {
 	fmt.Fprintln(tw, header)
 	for _, p := range ps {
 		burst := "-"
-		if p.Algorithm == regional.TokenBucket {
+		if p.Algorithm == policy.TokenBucket {
 			burst = fmt.Sprint(p.Burst)
 		}
 		failure := string(p.Failure.Mode)
@@ -85,7 +85,7 @@ func printPolicies(w io.Writer, ps []*regional.Policy) error {
 }
 
 // envoyDescriptor shows a policy's Envoy match as domain: key=value,key.
-func envoyDescriptor(m *regional.EnvoyMatch) string {
+func envoyDescriptor(m *policy.EnvoyMatch) string {
 	if m == nil {
 		return "-"
 	}

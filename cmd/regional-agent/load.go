@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quota-lease/quota-lease/policy"
 	"github.com/quota-lease/quota-lease/regional"
 )
 
@@ -64,7 +65,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return fmt.Errorf("read policies: %w", err)
 	}
-	policies, err := regional.ParsePolicyFile(data)
+	policies, err := policy.ParsePolicyFile(data)
 	if err != nil {
 		return fmt.Errorf("%s: %w", c.policies, err)
 	}
@@ -94,7 +95,7 @@ type policyStats struct {
 	elapsed                          time.Duration
 }
 
-func drive(ctx context.Context, eng *regional.Engine, policies []*regional.Policy, c loadConfig, log hclog.Logger) []*policyStats {
+func drive(ctx context.Context, eng *regional.Engine, policies []*policy.Policy, c loadConfig, log hclog.Logger) []*policyStats {
 	stats := make([]*policyStats, len(policies))
 	for i := range stats {
 		stats[i] = &policyStats{perIdentity: map[int]int64{}}
@@ -155,7 +156,7 @@ func drive(ctx context.Context, eng *regional.Engine, policies []*regional.Polic
 
 // attributes gives identity number id a value for every attribute the
 // policy counts by.
-func attributes(p *regional.Policy, id int) map[string]string {
+func attributes(p *policy.Policy, id int) map[string]string {
 	m := make(map[string]string, len(p.Identity))
 	for _, a := range p.Identity {
 		m[a] = a + "-" + strconv.Itoa(id)
@@ -164,22 +165,22 @@ func attributes(p *regional.Policy, id int) map[string]string {
 }
 
 // allowance is the most one identity may be admitted in elapsed time.
-func allowance(p *regional.Policy, elapsed time.Duration) float64 {
+func allowance(p *policy.Policy, elapsed time.Duration) float64 {
 	l := p.Limits()
 	switch l.Algorithm {
-	case regional.TokenBucket:
-		return (float64(l.Capacity) + float64(l.Rate)*elapsed.Seconds()) / float64(regional.Micro)
-	case regional.FixedWindow, regional.SlidingWindow:
+	case policy.TokenBucket:
+		return (float64(l.Capacity) + float64(l.Rate)*elapsed.Seconds()) / float64(policy.Micro)
+	case policy.FixedWindow, policy.SlidingWindow:
 		// a window boundary inside the run lets two windows' worth through
 		windows := float64(elapsed.Milliseconds()/l.WindowMs + 2)
-		return windows * float64(l.Capacity) / float64(regional.Micro)
+		return windows * float64(l.Capacity) / float64(policy.Micro)
 	default:
 		windows := float64(elapsed.Milliseconds()/l.WindowMs + 1)
-		return windows * float64(l.Capacity) / float64(regional.Micro)
+		return windows * float64(l.Capacity) / float64(policy.Micro)
 	}
 }
 
-func report(w io.Writer, policies []*regional.Policy, stats []*policyStats) {
+func report(w io.Writer, policies []*policy.Policy, stats []*policyStats) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "policy\talgorithm\tsent\tadmitted\trejected\terrors\thot identity admitted\tat most\t")
 	for i, p := range policies {

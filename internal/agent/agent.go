@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-lease/quota-lease/lease"
+	"github.com/quota-lease/quota-lease/policy"
 	"github.com/quota-lease/quota-lease/regional"
 )
 
@@ -41,7 +42,7 @@ type Config struct {
 	Coordinator LeaseClient
 	// Policies loads the policy set; it is called at start and every
 	// PolicyRefresh.
-	Policies      func(ctx context.Context) ([]*regional.Policy, error)
+	Policies      func(ctx context.Context) ([]*policy.Policy, error)
 	PolicyRefresh time.Duration
 	// KeepPolicies saves every policy set Policies returns in the region's
 	// Redis, and starts from the saved set when Policies fails at start.
@@ -78,7 +79,7 @@ type Config struct {
 	// Envoy answers, for the descriptor closest to its limit, like
 	// envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED.
 	EnvoyLimitHeaders bool
-	// Shadow puts every policy in shadow mode (regional.Policy.ShadowMode):
+	// Shadow puts every policy in shadow mode (policy.Policy.ShadowMode):
 	// decide and count as usual, admit everything.
 	Shadow bool
 	// MetricIdentities is how the hot-identity metric names identities
@@ -160,7 +161,7 @@ type Agent struct {
 func New(cfg Config) (*Agent, error) {
 	cfg.setDefaults()
 	switch {
-	case !regional.RegionNameRE.MatchString(cfg.Region):
+	case !policy.RegionNameRE.MatchString(cfg.Region):
 		return nil, fmt.Errorf("agent: region %q must be 1-63 characters of a-z, 0-9 and '-'", cfg.Region)
 	case cfg.Instance == "":
 		return nil, errors.New("agent: instance name is empty")
@@ -326,7 +327,7 @@ func (a *Agent) loadPolicies(ctx context.Context) error {
 }
 
 // installPolicies validates ps and puts it in force.
-func (a *Agent) installPolicies(ps []*regional.Policy) error {
+func (a *Agent) installPolicies(ps []*policy.Policy) error {
 	if err := a.engine.SetPolicies(ps); err != nil {
 		return err
 	}
@@ -401,14 +402,14 @@ type Input struct {
 
 // Outcome is a decided check.
 type Outcome struct {
-	regional.Decision
+	policy.Decision
 	// Mode it was decided in: leased, degraded, unleased, local-fallback
 	// or region.
 	Mode string
 	// Policy decided under.
-	Policy *regional.Policy
+	Policy *policy.Policy
 	// Limits enforced (the share for global policies).
-	Limits regional.Limits
+	Limits policy.Limits
 	// Shadow: rejected by the limit, allowed by shadow mode.
 	Shadow bool
 }
@@ -416,13 +417,13 @@ type Outcome struct {
 // plan is a validated check with the limits it is enforced under.
 type plan struct {
 	in     Input
-	p      *regional.Policy
+	p      *policy.Policy
 	id     string // the request's identity under p
 	cost   int64
-	limits regional.Limits
+	limits policy.Limits
 	mode   string
 	// refuse, when set, is the decision without asking Redis: no share.
-	refuse *regional.Decision
+	refuse *policy.Decision
 	// replayKey names the request in the replay cache ("" without an
 	// idempotency key).
 	replayKey string
@@ -451,10 +452,10 @@ func (a *Agent) prepare(in Input) (plan, error) {
 	}
 	full := p.Limits()
 	if cost < 1 {
-		return plan{}, fmt.Errorf("policy %q: %w, got %d", p.Name, regional.ErrInvalidCost, cost)
+		return plan{}, fmt.Errorf("policy %q: %w, got %d", p.Name, policy.ErrInvalidCost, cost)
 	}
-	if cost > full.Capacity/regional.Micro {
-		return plan{}, fmt.Errorf("policy %q: %w (cost %d)", p.Name, regional.ErrCostExceedsCapacity, cost)
+	if cost > full.Capacity/policy.Micro {
+		return plan{}, fmt.Errorf("policy %q: %w (cost %d)", p.Name, policy.ErrCostExceedsCapacity, cost)
 	}
 	id, err := p.IdentityOf(in.Attributes)
 	if err != nil {
@@ -467,14 +468,14 @@ func (a *Agent) prepare(in Input) (plan, error) {
 		}
 		pl.replayKey = p.Name + "\x00" + id + "\x00" + in.IdempotencyKey
 	}
-	if p.Scope == regional.ScopeRegion {
+	if p.Scope == policy.ScopeRegion {
 		return pl, nil
 	}
 	amount, mode := a.leaser.enforce(p.Name, a.cfg.Clock())
 	pl.mode = string(mode)
-	l, ok := lease.ShareLimits(full, amount)
-	if !ok || cost*regional.Micro > l.Capacity {
-		pl.refuse = &regional.Decision{RetryAfterMs: noShareRetryMs}
+	l, ok := full.Share(amount)
+	if !ok || cost*policy.Micro > l.Capacity {
+		pl.refuse = &policy.Decision{RetryAfterMs: noShareRetryMs}
 		return pl, nil
 	}
 	pl.limits = l
@@ -606,11 +607,11 @@ func (a *Agent) fallback(pl plan, redisErr error) (Outcome, error) {
 	}
 	n := int64(a.leaser.liveInstances())
 	l := pl.limits.Scale(1, n)
-	if l.Validate() != nil || pl.cost*regional.Micro > l.Capacity {
-		return a.finish(pl, regional.Decision{RetryAfterMs: noShareRetryMs}, ModeLocalFallback), nil
+	if l.Validate() != nil || pl.cost*policy.Micro > l.Capacity {
+		return a.finish(pl, policy.Decision{RetryAfterMs: noShareRetryMs}, ModeLocalFallback), nil
 	}
 	nowMs := a.cfg.Clock().Sub(a.start).Milliseconds() + 1_000_000 // monotonic, never negative
-	d, full, err := a.fb.decide(pl.p.Name+"\x00"+pl.id, l, pl.p.Failure.FallbackStart, nowMs, pl.cost*regional.Micro)
+	d, full, err := a.fb.decide(pl.p.Name+"\x00"+pl.id, l, pl.p.Failure.FallbackStart, nowMs, pl.cost*policy.Micro)
 	if err != nil {
 		return Outcome{Policy: pl.p}, fmt.Errorf("local fallback: %w", err)
 	}
@@ -621,9 +622,9 @@ func (a *Agent) fallback(pl plan, redisErr error) (Outcome, error) {
 }
 
 // finish records metrics and demand and returns the outcome.
-func (a *Agent) finish(pl plan, d regional.Decision, mode string) Outcome {
+func (a *Agent) finish(pl plan, d policy.Decision, mode string) Outcome {
 	now := a.cfg.Clock()
-	a.leaser.observe(pl.p.Name, pl.id, pl.cost*regional.Micro, now)
+	a.leaser.observe(pl.p.Name, pl.id, pl.cost*policy.Micro, now)
 	result := "rejected"
 	shadow := !d.Allowed && (pl.p.ShadowMode || a.cfg.Shadow)
 	if shadow {
@@ -669,8 +670,8 @@ func (a *Agent) decayHot() {
 }
 
 func isInputError(err error) bool {
-	for _, e := range []error{regional.ErrUnknownPolicy, regional.ErrInvalidCost, regional.ErrCostExceedsCapacity,
-		regional.ErrInvalidIdentity, regional.ErrInvalidRequest, regional.ErrInvalidLimits} {
+	for _, e := range []error{regional.ErrUnknownPolicy, policy.ErrInvalidCost, policy.ErrCostExceedsCapacity,
+		policy.ErrInvalidIdentity, regional.ErrInvalidRequest, policy.ErrInvalidLimits} {
 		if errors.Is(err, e) {
 			return true
 		}

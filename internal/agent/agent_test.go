@@ -13,8 +13,8 @@ import (
 
 	"github.com/quota-lease/quota-lease/internal/faultproxy"
 	"github.com/quota-lease/quota-lease/lease"
+	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
-	"github.com/quota-lease/quota-lease/regional"
 )
 
 var tenantA = map[string]string{"tenant": "a"}
@@ -28,7 +28,7 @@ func TestEnforcesLeasedShare(t *testing.T) {
 	waitFor(t, 10*time.Second, "us share to reach 40", func() bool {
 		ra.a.Check(ctx, Input{Policy: "api", Attributes: map[string]string{"tenant": "warmup"}, Cost: 1})
 		amt, m := ra.a.leaser.enforce("api", time.Now())
-		return m == lease.ModeLeased && amt == 40*regional.Micro
+		return m == lease.ModeLeased && amt == 40*policy.Micro
 	})
 	admitted := 0
 	for i := 0; i < 150; i++ {
@@ -60,7 +60,7 @@ func TestDegradedAtExpiryThenRecovers(t *testing.T) {
 	waitFor(t, 10*time.Second, "a leased share above the static one", func() bool {
 		ra.a.Check(ctx, Input{Policy: "api", Attributes: tenantA, Cost: 1})
 		amt, m := ra.a.leaser.enforce("api", time.Now())
-		return m == lease.ModeLeased && amt > 20*regional.Micro
+		return m == lease.ModeLeased && amt > 20*policy.Micro
 	})
 	k.stop()
 	time.Sleep(50 * time.Millisecond) // any renewal in flight has failed by now
@@ -78,7 +78,7 @@ func TestDegradedAtExpiryThenRecovers(t *testing.T) {
 			t.Fatal(err)
 		}
 		if o.Mode == string(lease.ModeDegraded) {
-			if o.Limits.Rate != 20*regional.Micro {
+			if o.Limits.Rate != 20*policy.Micro {
 				t.Fatalf("degraded budget %d, want the static 20/s", o.Limits.Rate)
 			}
 			break
@@ -323,7 +323,7 @@ func TestAgentRestartForgetsNoLease(t *testing.T) {
 	waitFor(t, 10*time.Second, "a share", func() bool {
 		first.a.Check(ctx, Input{Policy: "api", Attributes: tenantA, Cost: 1})
 		amt, _ := first.a.leaser.enforce("api", time.Now())
-		return amt > 50*regional.Micro
+		return amt > 50*policy.Micro
 	})
 	held, _ := first.a.leaser.enforce("api", time.Now())
 	first.stop()
@@ -338,7 +338,7 @@ func TestAgentRestartForgetsNoLease(t *testing.T) {
 	if ls.Leases[0].Enforcing < held {
 		t.Fatalf("after the restart the coordinator books %d for us, but the old process held %d", ls.Leases[0].Enforcing, held)
 	}
-	if ls.Leases[0].Enforcing > 100*regional.Micro {
+	if ls.Leases[0].Enforcing > 100*policy.Micro {
 		t.Fatalf("us may enforce %d, above the limit", ls.Leases[0].Enforcing)
 	}
 }
@@ -415,7 +415,7 @@ func TestTwoReplicasInOneRegion(t *testing.T) {
 	if err != nil || len(ls.Leases) != 1 {
 		t.Fatalf("leases: %v %v", ls, err)
 	}
-	if e := ls.Leases[0].Enforcing; e < max(x, y) || e > 100*regional.Micro {
+	if e := ls.Leases[0].Enforcing; e < max(x, y) || e > 100*policy.Micro {
 		t.Fatalf("region booked at %d with replicas holding %d and %d: want the larger, within the limit", e, x, y)
 	}
 }

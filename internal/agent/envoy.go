@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/quota-lease/quota-lease/policy"
 	"github.com/quota-lease/quota-lease/regional"
 )
 
@@ -25,13 +26,13 @@ import (
 // uses the agent unchanged.
 //
 // Each descriptor is one check. In a domain loaded from an
-// envoyproxy/ratelimit configuration (regional.ParseEnvoyConfig) the
+// envoyproxy/ratelimit configuration (policy.ParseEnvoyConfig) the
 // descriptor's entries pick the policy as that service does (envoyIndex),
 // and a matched policy replaced by another matched one in the same request
 // (replaces) is not applied. Otherwise its entry keyed "policy" (or
 // Envoy's generic_key, as set by a generic_key action) names the policy.
 // Every other entry is a request attribute named by
-// regional.EnvoyAttribute (remote_address is ip). A descriptor's
+// policy.EnvoyAttribute (remote_address is ip). A descriptor's
 // hits_addend, else the request's, is the cost (0 means the policy's
 // default).
 //
@@ -55,7 +56,7 @@ func registerEnvoy(s *grpc.Server, a *Agent) {
 // envoyValue is an attribute value as the agent counts it: long values by
 // their hash (distinct values stay distinct buckets).
 func envoyValue(v string) string {
-	if len(v) <= regional.MaxAttributeValueBytes {
+	if len(v) <= policy.MaxAttributeValueBytes {
 		return v
 	}
 	sum := sha256.Sum256([]byte(v))
@@ -84,7 +85,7 @@ func (s *envoyServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitR
 				in.Policy = e.Value
 				continue
 			}
-			in.Attributes[regional.EnvoyAttribute(e.Key)] = envoyValue(e.Value)
+			in.Attributes[policy.EnvoyAttribute(e.Key)] = envoyValue(e.Value)
 		}
 		if configured {
 			in.Policy = "" // unmatched unless the configuration has it
@@ -137,16 +138,16 @@ func (s *envoyServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitR
 func envoyStatus(r BatchResult) (st *rlsv3.RateLimitResponse_DescriptorStatus, over bool, retryMs int64) {
 	ok := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 	switch {
-	case errors.Is(r.Err, regional.ErrUnknownPolicy), errors.Is(r.Err, regional.ErrInvalidIdentity),
-		errors.Is(r.Err, regional.ErrInvalidRequest), errors.Is(r.Err, regional.ErrInvalidCost):
+	case errors.Is(r.Err, regional.ErrUnknownPolicy), errors.Is(r.Err, policy.ErrInvalidIdentity),
+		errors.Is(r.Err, regional.ErrInvalidRequest), errors.Is(r.Err, policy.ErrInvalidCost):
 		return ok, false, 0 // unmatched: no limit applies, nothing was charged
-	case errors.Is(r.Err, regional.ErrCostExceedsCapacity):
+	case errors.Is(r.Err, policy.ErrCostExceedsCapacity):
 		// More hits than the limit holds can never be admitted.
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT}, true, 0
 	case r.Err != nil:
 		// Neither Redis nor the local fallback could decide: the policy's
 		// failure mode says which way to fail.
-		if r.Outcome.Policy != nil && r.Outcome.Policy.Failure.Mode == regional.FailOpen {
+		if r.Outcome.Policy != nil && r.Outcome.Policy.Failure.Mode == policy.FailOpen {
 			return ok, false, 0
 		}
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT}, true, noShareRetryMs

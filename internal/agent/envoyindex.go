@@ -2,12 +2,11 @@ package agent
 
 import (
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-
-	"github.com/quota-lease/quota-lease/regional"
+	"github.com/quota-lease/quota-lease/policy"
 )
 
 // envoyIndex finds the policy an Envoy descriptor matches in a domain
-// loaded from an envoyproxy/ratelimit configuration (regional.EnvoyMatch),
+// loaded from an envoyproxy/ratelimit configuration (policy.EnvoyMatch),
 // by that service's rule: walk the descriptor's entries from the first,
 // at each taking the child for the entry's key and value if the config
 // has one, else the child for the key alone; the policy is the last
@@ -16,12 +15,12 @@ type envoyIndex map[string]*envoyNode // by domain
 
 type envoyNode struct {
 	children map[string]*envoyNode
-	policy   *regional.Policy
+	policy   *policy.Policy
 }
 
 func envoyChildKey(key, value string) string { return key + "\x00" + value }
 
-func buildEnvoyIndex(ps []*regional.Policy) envoyIndex {
+func buildEnvoyIndex(ps []*policy.Policy) envoyIndex {
 	ix := envoyIndex{}
 	for _, p := range ps {
 		if p.Envoy == nil {
@@ -51,7 +50,7 @@ func buildEnvoyIndex(ps []*regional.Policy) envoyIndex {
 
 // match returns the policy of entries in domain (nil: no limit applies),
 // and whether the domain is one loaded from a configuration at all.
-func (ix envoyIndex) match(domain string, entries []*commonrl.RateLimitDescriptor_Entry) (*regional.Policy, bool) {
+func (ix envoyIndex) match(domain string, entries []*commonrl.RateLimitDescriptor_Entry) (*policy.Policy, bool) {
 	n, ok := ix[domain]
 	if !ok {
 		return nil, false

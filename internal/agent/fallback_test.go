@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/quota-lease/quota-lease/bound"
-	"github.com/quota-lease/quota-lease/regional"
+	"github.com/quota-lease/quota-lease/policy"
 )
 
 // maxInWindow is the most admissions, by the client's own clock, in any
@@ -197,10 +197,10 @@ func TestKeyedRetryChargedOnceAcrossOutage(t *testing.T) {
 	// The fallback charged one token of its 10: an unkeyed check sees 8 left.
 	// (Refill adds 10/h: a few micro-units.)
 	near := func(got, want int64) bool {
-		return got >= want*regional.Micro && got < want*regional.Micro+regional.Micro/10
+		return got >= want*policy.Micro && got < want*policy.Micro+policy.Micro/10
 	}
 	if o, err := ra.a.Check(ctx, Input{Policy: "keyed", Attributes: tenantA}); err != nil || o.Mode != ModeLocalFallback || !near(o.Remaining, 8) {
-		t.Fatalf("after three keyed attempts the fallback has %v left (%+v %v), want 8", float64(o.Remaining)/float64(regional.Micro), o, err)
+		t.Fatalf("after three keyed attempts the fallback has %v left (%+v %v), want 8", float64(o.Remaining)/float64(policy.Micro), o, err)
 	}
 
 	proxy.Restore()
@@ -213,7 +213,7 @@ func TestKeyedRetryChargedOnceAcrossOutage(t *testing.T) {
 	}
 	// Redis never charged tenant a for the keyed request: 10 - 1 left after this check.
 	if o, err := ra.a.Check(ctx, Input{Policy: "keyed", Attributes: tenantA}); err != nil || o.Mode != ModeRegion || !near(o.Remaining, 9) {
-		t.Fatalf("Redis has %v left for tenant a (%+v %v), want 9", float64(o.Remaining)/float64(regional.Micro), o, err)
+		t.Fatalf("Redis has %v left for tenant a (%+v %v), want 9", float64(o.Remaining)/float64(policy.Micro), o, err)
 	}
 	if got := counterValue(t, ra.a, "quotalease_agent_idempotent_replays_total"); got != 3 {
 		t.Fatalf("replays counted %v, want 3", got)

@@ -9,7 +9,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
-	"github.com/quota-lease/quota-lease/regional"
 )
 
 // MaxBatch bounds a batch of checks.
@@ -62,11 +61,7 @@ func input(r *pb.CheckRequest) Input {
 // enforcedLimit is the limit an outcome enforced, in whole units per the
 // policy's period: the policy's limit scaled by the share.
 func enforcedLimit(o Outcome) float64 {
-	full := o.Policy.Limits()
-	if full.Algorithm == regional.TokenBucket {
-		return o.Policy.Limit * float64(o.Limits.Rate) / float64(full.Rate)
-	}
-	return o.Policy.Limit * float64(o.Limits.Capacity) / float64(full.Capacity)
+	return o.Policy.Limit * float64(o.Limits.Amount()) / float64(o.Policy.Limits().Amount())
 }
 
 func response(o Outcome) *pb.CheckResponse {

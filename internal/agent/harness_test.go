@@ -22,8 +22,8 @@ import (
 	"github.com/quota-lease/quota-lease/internal/faultproxy"
 	"github.com/quota-lease/quota-lease/internal/redistest"
 	"github.com/quota-lease/quota-lease/lease"
+	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
-	"github.com/quota-lease/quota-lease/regional"
 )
 
 var etcdEndpoint string
@@ -200,9 +200,9 @@ func waitFor(t testing.TB, limit time.Duration, what string, ok func() bool) {
 }
 
 // mustPolicy parses one policy.
-func mustPolicy(t testing.TB, yaml string) *regional.Policy {
+func mustPolicy(t testing.TB, yaml string) *policy.Policy {
 	t.Helper()
-	ps, err := regional.ParsePolicies([]byte(yaml))
+	ps, err := policy.ParsePolicies([]byte(yaml))
 	if err != nil || len(ps) != 1 {
 		t.Fatalf("parse policy: %v (%d policies)", err, len(ps))
 	}

@@ -15,8 +15,8 @@ import (
 
 	"github.com/quota-lease/quota-lease/internal/coordinator"
 	"github.com/quota-lease/quota-lease/lease"
+	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
-	"github.com/quota-lease/quota-lease/regional"
 )
 
 // LeaseClient is what the agent needs of the coordinator.
@@ -51,7 +51,7 @@ type leaser struct {
 
 type quotaLease struct {
 	a      *lease.Agent
-	policy *regional.Policy
+	policy *policy.Policy
 	fp     uint64 // policy.Fingerprint()
 	meter  *meter
 	region int64 // region-wide demand (amount units), from Redis
@@ -66,21 +66,21 @@ func newLeaser(region, instance string, coord LeaseClient, t lease.Timing, now f
 
 // setPolicies starts leasing new global policies and forgets deleted ones.
 // A policy whose algorithm changed starts a new lease.
-func (l *leaser) setPolicies(ps []*regional.Policy) {
+func (l *leaser) setPolicies(ps []*policy.Policy) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	keep := map[string]bool{}
 	for _, p := range ps {
-		if p.Scope != regional.ScopeGlobal {
+		if p.Scope != policy.ScopeGlobal {
 			continue
 		}
 		keep[p.Name] = true
 		q := l.quotas[p.Name]
 		if q == nil || q.policy.Algorithm != p.Algorithm {
-			q = &quotaLease{a: lease.NewAgent(l.timing, p.Failure, lease.Amount(p.Limits())), meter: newMeter()}
+			q = &quotaLease{a: lease.NewAgent(l.timing, p.Failure, p.Limits().Amount()), meter: newMeter()}
 			l.quotas[p.Name] = q
 		}
-		q.a.SetPolicy(p.Failure, lease.Amount(p.Limits())) // a changed failure mode applies at once
+		q.a.SetPolicy(p.Failure, p.Limits().Amount()) // a changed failure mode applies at once
 		q.policy, q.fp = p, p.Fingerprint()
 	}
 	for name := range l.quotas {
@@ -163,7 +163,7 @@ func (l *leaser) renew(ctx context.Context) bool {
 			continue
 		}
 		r := q.a.Sending(now)
-		demand := max(q.region, lease.DemandAmount(q.policy.Limits(), q.meter.rate(now)))
+		demand := max(q.region, q.policy.Limits().RateAmount(q.meter.rate(now)))
 		pr.Quotas = append(pr.Quotas, &pb.QuotaRequest{Quota: n, GrantId: r.GrantID, Seq: r.Seq, Demand: demand})
 		out = append(out, sentQuota{n, q, r})
 	}
@@ -226,10 +226,7 @@ func (l *leaser) answered(out []sentQuota, resp *pb.LeaseResponse, err error) bo
 			stale = true
 		}
 		s.q.a.LimitDegraded(time.Duration(g.DegradedTimeoutMs) * time.Millisecond)
-		amount := g.Rate
-		if s.q.policy.Algorithm != regional.TokenBucket {
-			amount = g.Burst
-		}
+		amount := policy.Limits{Algorithm: s.q.policy.Algorithm, Rate: g.Rate, Capacity: g.Burst}.Amount()
 		s.q.a.Granted(s.req, lease.Grant{ID: g.GrantId, Amount: amount, Epoch: resp.Epoch,
 			ValidFor: time.Duration(g.ValidForMs) * time.Millisecond})
 	}
@@ -246,7 +243,7 @@ func (l *leaser) publish(ctx context.Context, rdb redis.UniversalClient, staleAf
 	fields := make([]any, 0, 2*len(l.quotas)+2)
 	fields = append(fields, "@"+l.nonce, strconv.FormatInt(now.UnixMilli(), 10))
 	for n, q := range l.quotas {
-		fields = append(fields, n+"|"+l.nonce, strconv.FormatInt(lease.DemandAmount(q.policy.Limits(), q.meter.rate(now)), 10)+":"+strconv.FormatInt(now.UnixMilli(), 10))
+		fields = append(fields, n+"|"+l.nonce, strconv.FormatInt(q.policy.Limits().RateAmount(q.meter.rate(now)), 10)+":"+strconv.FormatInt(now.UnixMilli(), 10))
 	}
 	l.mu.Unlock()
 	pipe := rdb.Pipeline()
@@ -297,7 +294,7 @@ func (l *leaser) updateMetrics(now time.Time) {
 	defer l.mu.Unlock()
 	for n, q := range l.quotas {
 		amt, _ := q.a.Enforce(now)
-		total := lease.Amount(q.policy.Limits())
+		total := q.policy.Limits().Amount()
 		l.m.leaseShare.WithLabelValues(n).Set(q.policy.Limit * float64(amt) / float64(total))
 		st := q.a.State(now)
 		for _, s := range []lease.State{lease.Requested, lease.Active, lease.Renewing, lease.Expired, lease.Degraded} {

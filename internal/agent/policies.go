@@ -9,14 +9,14 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/quota-lease/quota-lease/internal/coordinator"
+	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
-	"github.com/quota-lease/quota-lease/regional"
 )
 
 // PoliciesFromCoordinator loads the policy set from the coordinator's admin
 // API (any replica answers), the normal source.
-func PoliciesFromCoordinator(cl *coordinator.Client) func(ctx context.Context) ([]*regional.Policy, error) {
-	return func(ctx context.Context) ([]*regional.Policy, error) {
+func PoliciesFromCoordinator(cl *coordinator.Client) func(ctx context.Context) ([]*policy.Policy, error) {
+	return func(ctx context.Context) ([]*policy.Policy, error) {
 		var resp *pb.ListPoliciesResponse
 		err := cl.Call(ctx, func(cc *grpc.ClientConn, opts ...grpc.CallOption) (err error) {
 			resp, err = pb.NewAdminServiceClient(cc).ListPolicies(ctx, &pb.ListPoliciesRequest{}, opts...)
@@ -25,9 +25,9 @@ func PoliciesFromCoordinator(cl *coordinator.Client) func(ctx context.Context) (
 		if err != nil {
 			return nil, err
 		}
-		out := make([]*regional.Policy, 0, len(resp.Policies))
+		out := make([]*policy.Policy, 0, len(resp.Policies))
 		for _, r := range resp.Policies {
-			var p regional.Policy
+			var p policy.Policy
 			if err := json.Unmarshal([]byte(r.Json), &p); err != nil {
 				return nil, fmt.Errorf("policy %s from the coordinator: %w", r.Name, err)
 			}
@@ -39,12 +39,12 @@ func PoliciesFromCoordinator(cl *coordinator.Client) func(ctx context.Context) (
 
 // PoliciesFromFile loads the policy set from a YAML file, for an agent
 // whose policies are all region-scoped or that runs without a coordinator.
-func PoliciesFromFile(path string) func(ctx context.Context) ([]*regional.Policy, error) {
-	return func(context.Context) ([]*regional.Policy, error) {
+func PoliciesFromFile(path string) func(ctx context.Context) ([]*policy.Policy, error) {
+	return func(context.Context) ([]*policy.Policy, error) {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			return nil, err
 		}
-		return regional.ParsePolicyFile(data)
+		return policy.ParsePolicyFile(data)
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/quota-lease/quota-lease/lease"
-	"github.com/quota-lease/quota-lease/regional"
+	"github.com/quota-lease/quota-lease/policy"
 )
 
 // A lowered limit is enforced from the first renewal after the change,
@@ -25,7 +25,7 @@ func TestChangedPolicyEnforcedWithinOneRenewal(t *testing.T) {
 	renewal := testTiming.RenewAfter()
 	waitFor(t, 3*renewal+5*time.Second, "the lowered limit enforced", func() bool {
 		o, err := ra.a.Check(t.Context(), Input{Policy: "api", Attributes: tenantA})
-		return err == nil && o.Policy.Limit == 10 && o.Limits.Capacity <= 10*regional.Micro
+		return err == nil && o.Policy.Limit == 10 && o.Limits.Capacity <= 10*policy.Micro
 	})
 	t.Logf("lowered limit enforced %v after the change (renewal interval %v, reload at most once a second)", time.Since(changed).Round(time.Millisecond), renewal)
 }
@@ -43,7 +43,7 @@ func TestChangedFailureModeApplied(t *testing.T) {
 	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\nfailure: {mode: fail-closed}\n")
 	waitFor(t, 10*time.Second, "the new failure mode loaded", func() bool {
 		p, ok := ra.a.engine.Policy("api")
-		return ok && p.Failure.Mode == regional.FailClosed
+		return ok && p.Failure.Mode == policy.FailClosed
 	})
 	k.stop()
 	waitFor(t, 3*testTiming.ValidFor, "the lease to lapse", func() bool {

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quota-lease/quota-lease/regional"
+	"github.com/quota-lease/quota-lease/policy"
 )
 
 // The replay cache answers a key with its first outcome for the window,
@@ -14,7 +14,7 @@ import (
 func TestReplayCache(t *testing.T) {
 	now := time.Now()
 	r := newReplay(10*time.Second, 3)
-	first := Outcome{Decision: regional.Decision{Allowed: true}}
+	first := Outcome{Decision: policy.Decision{Allowed: true}}
 	r.put("a", first, now)
 	r.put("a", Outcome{}, now.Add(time.Second)) // a retry's outcome is not recorded
 	if o, ok := r.get("a", now.Add(9*time.Second)); !ok || !o.Allowed {

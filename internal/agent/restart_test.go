@@ -15,8 +15,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-lease/quota-lease/lease"
+	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
-	"github.com/quota-lease/quota-lease/regional"
 )
 
 // hungCoordinator answers nothing: every call waits until its context
@@ -30,7 +30,7 @@ func (h *hungCoordinator) Lease(ctx context.Context, _ *pb.LeaseRequest) (*pb.Le
 	return nil, ctx.Err()
 }
 
-func (h *hungCoordinator) policies(ctx context.Context) ([]*regional.Policy, error) {
+func (h *hungCoordinator) policies(ctx context.Context) ([]*policy.Policy, error) {
 	<-ctx.Done()
 	h.returned.Add(1)
 	return nil, ctx.Err()
@@ -101,7 +101,7 @@ func TestStartDuringCoordinatorOutage(t *testing.T) {
 	// What it enforces is what the coordinator counts for the region: the
 	// saved grant, or the static share capped by it.
 	p, _ := a.engine.Policy("api")
-	total := lease.Amount(p.Limits())
+	total := p.Limits().Amount()
 	amt, mode := a.leaser.enforce("api", time.Now())
 	want := saved.Amount
 	if mode == lease.ModeDegraded {
@@ -148,7 +148,7 @@ func savedGrantOf(t *testing.T, rdb *redis.Client, quota string) savedGrant {
 // every policy in a defined way.
 func TestStartWithNoStateFollowsFailureModes(t *testing.T) {
 	redisAddr := startRedis(t).Addr
-	ps, err := regional.ParsePolicies([]byte(`
+	ps, err := policy.ParsePolicies([]byte(`
 {name: local, identity: [tenant], limit: 10, period: 1s, scope: region}
 ---
 {name: open, identity: [tenant], limit: 100, period: 1s, failure: {mode: fail-open, open_fraction: 0.2}}
@@ -163,8 +163,8 @@ func TestStartWithNoStateFollowsFailureModes(t *testing.T) {
 	hung := &hungCoordinator{}
 	a := startBare(t, redisAddr, func(c *Config) {
 		c.Coordinator = hung
-		c.Policies = func(context.Context) ([]*regional.Policy, error) { return ps, nil } // --policies FILE
-		c.RenewTick = 5 * time.Millisecond                                                // a short first round: it times out at 5 ticks
+		c.Policies = func(context.Context) ([]*policy.Policy, error) { return ps, nil } // --policies FILE
+		c.RenewTick = 5 * time.Millisecond                                              // a short first round: it times out at 5 ticks
 	})
 	waitFor(t, 10*time.Second, "ready", a.Ready)
 	want := map[string]struct {
@@ -185,8 +185,8 @@ func TestStartWithNoStateFollowsFailureModes(t *testing.T) {
 			t.Errorf("%s: allowed %v in mode %s, want %v in %s", name, o.Allowed, o.Mode, w.allowed, w.mode)
 		}
 	}
-	if amt, _ := a.leaser.enforce("open", time.Now()); amt != 20*regional.Micro {
-		t.Errorf("fail-open enforces %d, want its open fraction %d", amt, 20*regional.Micro)
+	if amt, _ := a.leaser.enforce("open", time.Now()); amt != 20*policy.Micro {
+		t.Errorf("fail-open enforces %d, want its open fraction %d", amt, 20*policy.Micro)
 	}
 }
 
@@ -196,7 +196,7 @@ func TestNoPoliciesNotReadyButRunning(t *testing.T) {
 	hung := &hungCoordinator{}
 	a := startBare(t, startRedis(t).Addr, func(c *Config) {
 		c.Coordinator, c.KeepPolicies = hung, true
-		c.Policies = func(context.Context) ([]*regional.Policy, error) { return nil, io.ErrUnexpectedEOF }
+		c.Policies = func(context.Context) ([]*policy.Policy, error) { return nil, io.ErrUnexpectedEOF }
 	})
 	waitFor(t, 10*time.Second, "a refresh attempt", func() bool { _, why := a.Readiness(); return strings.Contains(why, "no policies") })
 	if a.Ready() {

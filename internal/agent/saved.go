@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-lease/quota-lease/lease"
-	"github.com/quota-lease/quota-lease/regional"
+	"github.com/quota-lease/quota-lease/policy"
 )
 
 // What a region's agents keep in its Redis so that an agent can start, or
@@ -52,7 +52,7 @@ type savedGrant struct {
 }
 
 // savePolicies writes ps as the region's saved policy set.
-func savePolicies(ctx context.Context, rdb redis.UniversalClient, region string, ps []*regional.Policy) error {
+func savePolicies(ctx context.Context, rdb redis.UniversalClient, region string, ps []*policy.Policy) error {
 	b, err := json.Marshal(ps)
 	if err != nil {
 		return fmt.Errorf("save policies: %w", err)
@@ -65,7 +65,7 @@ func savePolicies(ctx context.Context, rdb redis.UniversalClient, region string,
 
 // loadSavedPolicies reads the region's saved policy set; ok is false when
 // there is none.
-func loadSavedPolicies(ctx context.Context, rdb redis.UniversalClient, region string) (ps []*regional.Policy, ok bool, err error) {
+func loadSavedPolicies(ctx context.Context, rdb redis.UniversalClient, region string) (ps []*policy.Policy, ok bool, err error) {
 	b, err := rdb.Get(ctx, savedPoliciesKey(region)).Bytes()
 	if errors.Is(err, redis.Nil) {
 		return nil, false, nil
@@ -236,7 +236,7 @@ func (a *Agent) restoreGrants(ctx context.Context, atStart bool) {
 
 // savePolicies saves ps as the region's policy set when it differs from
 // the set last saved.
-func (a *Agent) savePolicies(ctx context.Context, ps []*regional.Policy) {
+func (a *Agent) savePolicies(ctx context.Context, ps []*policy.Policy) {
 	fp := policySetFingerprint(ps)
 	if fp == a.savedFP {
 		return
@@ -261,7 +261,7 @@ func (a *Agent) saveState(ctx context.Context) {
 
 // policySetFingerprint identifies a policy set by its policies'
 // fingerprints, in order.
-func policySetFingerprint(ps []*regional.Policy) uint64 {
+func policySetFingerprint(ps []*policy.Policy) uint64 {
 	h := fnv.New64a()
 	var b [8]byte
 	for _, p := range ps {

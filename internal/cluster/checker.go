@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/quota-lease/quota-lease/bound"
-	"github.com/quota-lease/quota-lease/regional"
+	"github.com/quota-lease/quota-lease/policy"
 )
 
 // Checker recounts, from the client's own records, what each identity was
@@ -131,4 +131,4 @@ func (k Checker) boundAt(end time.Time, cache map[[2]int]bound.Result) (bound.Re
 	return best, len(live), nil
 }
 
-func bumped(a, b *regional.Policy) bool { return a.Version != b.Version }
+func bumped(a, b *policy.Policy) bool { return a.Version != b.Version }

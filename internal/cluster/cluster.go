@@ -28,8 +28,8 @@ import (
 	"github.com/quota-lease/quota-lease/internal/coordinator"
 	"github.com/quota-lease/quota-lease/internal/faultproxy"
 	"github.com/quota-lease/quota-lease/internal/redistest"
+	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
-	"github.com/quota-lease/quota-lease/regional"
 )
 
 // Binaries are the built commands.
@@ -474,7 +474,7 @@ func (c *Cluster) SetPolicies(ctx context.Context, yaml string) error {
 	}); err != nil {
 		return fmt.Errorf("set policies: %w", err)
 	}
-	ps, err := regional.ParsePolicies([]byte(yaml))
+	ps, err := policy.ParsePolicies([]byte(yaml))
 	if err != nil {
 		return err
 	}
@@ -492,7 +492,7 @@ func (c *Cluster) SetPolicies(ctx context.Context, yaml string) error {
 // knows reports whether the agent is ready and knows every policy: a probe
 // check without attributes is refused for the missing identity (the policy
 // is known) rather than for an unknown policy, and charges nothing.
-func (a *Agent) knows(ctx context.Context, ps []*regional.Policy) bool {
+func (a *Agent) knows(ctx context.Context, ps []*policy.Policy) bool {
 	resp, err := a.web.Get(a.HTTP + "/readyz")
 	if err != nil {
 		return false

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/quota-lease/quota-lease/bound"
-	"github.com/quota-lease/quota-lease/regional"
+	"github.com/quota-lease/quota-lease/policy"
 )
 
 // DemoPolicies are the two policies the demo loads.
@@ -134,7 +134,7 @@ func progress(ctx context.Context, out io.Writer, c *Cluster, d *Driver, el time
 }
 
 func report(out io.Writer, c *Cluster, d *Driver, shares map[string][]float64) error {
-	ps, err := regional.ParsePolicies([]byte(DemoPolicies))
+	ps, err := policy.ParsePolicies([]byte(DemoPolicies))
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/quota-lease/quota-lease/bound"
-	"github.com/quota-lease/quota-lease/regional"
+	"github.com/quota-lease/quota-lease/policy"
 )
 
 var bins Binaries
@@ -82,8 +82,8 @@ func startWith(t *testing.T, policies string, o Options) *Cluster {
 	return c
 }
 
-func policyOf(t *testing.T, yaml string) *regional.Policy {
-	ps, err := regional.ParsePolicies([]byte(yaml))
+func policyOf(t *testing.T, yaml string) *policy.Policy {
+	ps, err := policy.ParsePolicies([]byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func policyOf(t *testing.T, yaml string) *regional.Policy {
 
 // checkBound asserts that no identity was admitted more in any window than
 // bound.Compute allows for this deployment.
-func checkBound(t *testing.T, d *Driver, p *regional.Policy, dep bound.Deployment) {
+func checkBound(t *testing.T, d *Driver, p *policy.Policy, dep bound.Deployment) {
 	t.Helper()
 	dep.Regions, dep.Instances, dep.LeaseDuration, dep.Drift = 3, 1, 2*time.Second, 1e-4
 	b, err := bound.Compute(p, dep, bound.Leased, window+slack)

@@ -10,8 +10,8 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
-	"github.com/quota-lease/quota-lease/regional"
 )
 
 // FaultKind names a fault the robustness suite injects into a running
@@ -115,7 +115,7 @@ func Schedule(seed uint64, dur time.Duration, regions []string) []Fault {
 // by the coordinator at Acked (zero if never).
 type PolicyChange struct {
 	Sent, Acked time.Time
-	Policy      *regional.Policy
+	Policy      *policy.Policy
 }
 
 // Injector runs a fault schedule against a cluster. Faults on one target
@@ -305,7 +305,7 @@ func (in *Injector) changePolicy(ctx context.Context, f Fault) bool {
 	}
 	yaml := in.Policy(in.limit, in.failure)
 	in.mu.Unlock()
-	ps, err := regional.ParsePolicies([]byte(yaml))
+	ps, err := policy.ParsePolicies([]byte(yaml))
 	if err != nil || len(ps) != 1 {
 		return false
 	}

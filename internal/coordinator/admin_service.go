@@ -15,15 +15,15 @@ import (
 
 	"github.com/quota-lease/quota-lease/bound"
 	"github.com/quota-lease/quota-lease/lease"
+	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
-	"github.com/quota-lease/quota-lease/regional"
 )
 
 // Admin writes go through the leader, so the in-memory books and etcd
 // change together; reads of policies and regions come from etcd and work
 // on any replica.
 
-func record(p *regional.Policy) *pb.PolicyRecord {
+func record(p *policy.Policy) *pb.PolicyRecord {
 	return &pb.PolicyRecord{Name: p.Name, Version: p.Version, Json: mustJSON(p)}
 }
 
@@ -38,7 +38,7 @@ func (c *Coordinator) SetPolicy(ctx context.Context, req *pb.SetPolicyRequest) (
 	if err != nil {
 		return nil, err
 	}
-	ps, err := regional.ParsePolicyFile([]byte(req.Yaml))
+	ps, err := policy.ParsePolicyFile([]byte(req.Yaml))
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -96,7 +96,7 @@ func (c *Coordinator) GetPolicy(ctx context.Context, req *pb.GetPolicyRequest) (
 	if len(resp.Kvs) == 0 {
 		return nil, status.Errorf(codes.NotFound, "no policy %q; 'coordinator quota list' shows the stored ones", req.Name)
 	}
-	var p regional.Policy
+	var p policy.Policy
 	if err := json.Unmarshal(resp.Kvs[0].Value, &p); err != nil {
 		return nil, status.Errorf(codes.Internal, "policy %q in etcd: %v", req.Name, err)
 	}
@@ -227,7 +227,7 @@ func (c *Coordinator) SetRegion(ctx context.Context, req *pb.SetRegionRequest) (
 	if err != nil {
 		return nil, err
 	}
-	if !regional.RegionNameRE.MatchString(req.Name) {
+	if !policy.RegionNameRE.MatchString(req.Name) {
 		return nil, status.Errorf(codes.InvalidArgument, "region name %q must be 1-63 characters of a-z, 0-9 and '-'", req.Name)
 	}
 	if !(req.Weight > 0) || math.IsInf(req.Weight, 0) {

@@ -11,7 +11,7 @@ import (
 	"github.com/quota-lease/quota-lease/allocation"
 	"github.com/quota-lease/quota-lease/clock"
 	"github.com/quota-lease/quota-lease/lease"
-	"github.com/quota-lease/quota-lease/regional"
+	"github.com/quota-lease/quota-lease/policy"
 )
 
 // Config configures a coordinator replica.
@@ -135,7 +135,7 @@ func (c *Config) validate() error {
 		errs = append(errs, err)
 	}
 	for _, r := range c.Regions {
-		if !regional.RegionNameRE.MatchString(r) {
+		if !policy.RegionNameRE.MatchString(r) {
 			errs = append(errs, fmt.Errorf("region name %q must be 1-63 characters of a-z, 0-9 and '-'", r))
 		}
 	}

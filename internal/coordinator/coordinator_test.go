@@ -13,13 +13,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/quota-lease/quota-lease/lease"
+	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
-	"github.com/quota-lease/quota-lease/regional"
 )
 
-var failClosed = regional.Failure{Mode: regional.FailClosed}
+var failClosed = policy.Failure{Mode: policy.FailClosed}
 
-const M = regional.Micro
+const M = policy.Micro
 
 // watcher samples, every few ms, the sum of what the agents enforce (the
 // ground truth) and the leader's booked sum, and records violations.

@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/quota-lease/quota-lease/lease"
+	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
-	"github.com/quota-lease/quota-lease/regional"
 )
 
 // LeaderTrailer is the gRPC trailer in which a follower names the leader.
@@ -101,8 +101,8 @@ func (c *Coordinator) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.Leas
 			it.grant.Error = fmt.Sprintf("unknown quota %q", it.req.Quota)
 			it.grant.Code = pb.GrantError_GRANT_ERROR_UNKNOWN_QUOTA
 			continue
-		case it.q.policy.Scope == regional.ScopeRegion:
-			fill(it.grant, it.q, lease.Grant{ID: "region", Amount: lease.Amount(it.q.full), Epoch: t.epoch, ValidFor: c.cfg.Timing.ValidFor}, c.cfg.Timing)
+		case it.q.policy.Scope == policy.ScopeRegion:
+			fill(it.grant, it.q, lease.Grant{ID: "region", Amount: it.q.full.Amount(), Epoch: t.epoch, ValidFor: c.cfg.Timing.ValidFor}, c.cfg.Timing)
 			continue
 		}
 		// No region can use more than the whole quota: a larger demand is
@@ -168,7 +168,7 @@ func (c *Coordinator) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.Leas
 // fill writes grant g of quota q into the wire form: the share as rate and
 // burst (capacity) in micro-units.
 func fill(out *pb.QuotaGrant, q *quota, g lease.Grant, t lease.Timing) {
-	l, _ := lease.ShareLimits(q.full, g.Amount)
+	l, _ := q.full.Share(g.Amount)
 	out.GrantId, out.Rate, out.Burst = g.ID, l.Rate, l.Capacity
 	out.ValidForMs = g.ValidFor.Milliseconds()
 	out.PolicyVersion = q.policy.Version

@@ -8,30 +8,30 @@ import (
 
 	"github.com/quota-lease/quota-lease/allocation"
 	"github.com/quota-lease/quota-lease/lease"
-	"github.com/quota-lease/quota-lease/regional"
+	"github.com/quota-lease/quota-lease/policy"
 )
 
 // quota is the leader's state for one policy: its book of grants and the
 // current target share of every region. mu guards everything.
 type quota struct {
 	mu      sync.Mutex
-	policy  *regional.Policy
+	policy  *policy.Policy
 	fp      uint64 // policy.Fingerprint(), sent with every grant
-	full    regional.Limits
+	full    policy.Limits
 	book    *lease.Book
 	targets map[string]int64
 }
 
-func newQuota(p *regional.Policy, t lease.Timing, epoch int64) *quota {
+func newQuota(p *policy.Policy, t lease.Timing, epoch int64) *quota {
 	full := p.Limits()
-	return &quota{policy: p, fp: p.Fingerprint(), full: full, book: lease.NewBook(lease.Amount(full), p.Failure, t, epoch), targets: map[string]int64{}}
+	return &quota{policy: p, fp: p.Fingerprint(), full: full, book: lease.NewBook(full.Amount(), p.Failure, t, epoch), targets: map[string]int64{}}
 }
 
 // setPolicy replaces the policy (a quota change); outstanding grants keep
 // counting until they end.
-func (q *quota) setPolicy(p *regional.Policy) {
+func (q *quota) setPolicy(p *policy.Policy) {
 	q.policy, q.fp, q.full = p, p.Fingerprint(), p.Limits()
-	q.book.SetQuota(lease.Amount(q.full), p.Failure)
+	q.book.SetQuota(q.full.Amount(), p.Failure)
 }
 
 // inherit reserves in q, a policy just created, what every region may
@@ -64,11 +64,11 @@ const retiredSuffix = ".retired"
 
 // checkFloors reports a policy whose floors cannot all be met with the
 // declared regions.
-func checkFloors(p *regional.Policy, regions []string) error {
-	if p.Scope == regional.ScopeRegion {
+func checkFloors(p *policy.Policy, regions []string) error {
+	if p.Scope == policy.ScopeRegion {
 		return nil
 	}
-	total := lease.Amount(p.Limits())
+	total := p.Limits().Amount()
 	var sum int64
 	for _, r := range regions {
 		sum += lease.RegionFloor(p, r, true)

@@ -6,9 +6,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/quota-lease/quota-lease/policy"
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/quota-lease/quota-lease/regional"
 )
 
 // etcd layout, under Config.Prefix:
@@ -51,7 +50,7 @@ type ledgerRecord struct {
 
 // state is everything a new leader loads from etcd.
 type state struct {
-	policies map[string]*regional.Policy
+	policies map[string]*policy.Policy
 	regions  map[string]regionRecord
 	ledger   map[string]map[string]ledgerRecord // quota -> region -> record
 	paused   bool
@@ -63,13 +62,13 @@ func loadState(ctx context.Context, cli *clientv3.Client, k keys) (*state, error
 	if err != nil {
 		return nil, fmt.Errorf("load state from etcd: %w", err)
 	}
-	s := &state{policies: map[string]*regional.Policy{}, regions: map[string]regionRecord{},
+	s := &state{policies: map[string]*policy.Policy{}, regions: map[string]regionRecord{},
 		ledger: map[string]map[string]ledgerRecord{}, rev: resp.Header.Revision}
 	for _, kv := range resp.Kvs {
 		key := string(kv.Key)
 		switch {
 		case strings.HasPrefix(key, k.policies()):
-			var p regional.Policy
+			var p policy.Policy
 			if err := json.Unmarshal(kv.Value, &p); err != nil {
 				return nil, fmt.Errorf("etcd key %s: %w", key, err)
 			}

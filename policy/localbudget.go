@@ -1,4 +1,4 @@
-package regional
+package policy
 
 // LocalBudget is a table of in-process limiters, one per key, for deciding
 // without the shared store: the regional agent's local fallback while its

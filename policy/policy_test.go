@@ -1,4 +1,4 @@
-package regional
+package policy
 
 import (
 	"errors"
@@ -75,28 +75,5 @@ func TestParsePoliciesErrors(t *testing.T) {
 		if !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q:\n error %q\n want it to mention %q", c.yaml, err, c.want)
 		}
-	}
-}
-
-func TestIdentityEscapingKeepsHashTag(t *testing.T) {
-	p := &Policy{Name: "api", Version: 3, Identity: []string{"tenant", "route"}}
-	id, err := p.IdentityOf(map[string]string{"tenant": "a}b{c", "route": "/v1/x:y,z=1 %"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, _ := p.StateKey(id)
-	want := "rl:{api:tenant=a%7Db%7Bc,route=/v1/x%3Ay%2Cz%3D1%20%25}:v3"
-	if key != want {
-		t.Fatalf("key %s, want %s", key, want)
-	}
-	// Exactly one '{' and one '}', so the Cluster hash tag is the whole identity.
-	if strings.Count(key, "{") != 1 || strings.Count(key, "}") != 1 {
-		t.Fatalf("key %s has stray braces", key)
-	}
-	// Distinct attribute values never collide.
-	a, _ := p.IdentityOf(map[string]string{"tenant": "x,route=y", "route": "z"})
-	b, _ := p.IdentityOf(map[string]string{"tenant": "x", "route": "y,route=z"})
-	if a == b {
-		t.Fatalf("identities collide: %s", a)
 	}
 }

@@ -1,4 +1,4 @@
-package regional
+package policy
 
 import (
 	"errors"
@@ -86,6 +86,42 @@ func (l Limits) Scale(num, den int64) Limits {
 	s.Capacity = mulDiv(l.Capacity, num, den, false)
 	s.Rate = mulDiv(l.Rate, num, den, false)
 	return s
+}
+
+// Amount is the primary quantity of l, the unit in which shares of a
+// global quota are counted: the rate of a token bucket (micro-units per
+// second), the per-window limit of the window algorithms (micro-units per
+// window). This is the one place that rule is written.
+func (l Limits) Amount() int64 {
+	if l.Algorithm == TokenBucket {
+		return l.Rate
+	}
+	return l.Capacity
+}
+
+// Share returns the limits a region enforces for a share of amount out of
+// l, the full limits: rate and capacity scaled together (Scale), rounded
+// down. ok is false when the share is too small to admit anything.
+func (l Limits) Share(amount int64) (share Limits, ok bool) {
+	total := l.Amount()
+	if amount >= total {
+		return l, true
+	}
+	if amount <= 0 {
+		return Limits{}, false
+	}
+	share = l.Scale(amount, total)
+	return share, share.Validate() == nil
+}
+
+// RateAmount converts a rate in micro-units per second (a demand) to l's
+// amount unit: itself for a token bucket, per window for the window
+// algorithms.
+func (l Limits) RateAmount(rate int64) int64 {
+	if l.Algorithm == TokenBucket {
+		return rate
+	}
+	return rate * l.WindowMs / 1000
 }
 
 // ttlMs is how long a key must outlive its last write: long enough that a

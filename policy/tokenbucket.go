@@ -1,4 +1,4 @@
-package regional
+package policy
 
 // tokenBucket is the token bucket transition (lua/token_bucket.lua).
 //

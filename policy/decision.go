@@ -1,4 +1,4 @@
-package regional
+package policy
 
 // Decision is the answer to one check.
 type Decision struct {

@@ -1,4 +1,4 @@
-package regional
+package policy
 
 // slidingLog is the sliding log transition (lua/sliding_log.lua).
 //

@@ -1,4 +1,4 @@
-package regional
+package policy
 
 // fixedWindow is the fixed window transition (lua/fixed_window.lua).
 //

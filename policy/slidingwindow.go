@@ -1,4 +1,4 @@
-package regional
+package policy
 
 // slidingWindow is the sliding window counter transition
 // (lua/sliding_window.lua).

@@ -1,0 +1,59 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// An identity names the counted subject of a request under a policy: the
+// policy's attributes in order, as name=value joined with ',', values
+// percent-escaped (Escape) so that '{', '}', ':', ',' and '=' never appear
+// unescaped. Stores may embed it in keys and hash tags as it is.
+
+// MaxAttributeValueBytes bounds one attribute value before escaping.
+const MaxAttributeValueBytes = 256
+
+// ErrInvalidIdentity reports a request whose attributes cannot form the
+// policy's identity: missing, empty, or oversized.
+var ErrInvalidIdentity = errors.New("invalid identity")
+
+// IdentityOf returns the escaped identity of a request under p, or an error
+// naming the attribute that is missing, empty or too long.
+func (p *Policy) IdentityOf(attrs map[string]string) (string, error) {
+	var b strings.Builder
+	for i, name := range p.Identity {
+		v, ok := attrs[name]
+		switch {
+		case !ok:
+			return "", fmt.Errorf("%w: policy %q needs attribute %q", ErrInvalidIdentity, p.Name, name)
+		case v == "":
+			return "", fmt.Errorf("%w: attribute %q is empty", ErrInvalidIdentity, name)
+		case len(v) > MaxAttributeValueBytes:
+			return "", fmt.Errorf("%w: attribute %q is %d bytes, more than %d", ErrInvalidIdentity, name, len(v), MaxAttributeValueBytes)
+		}
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(name)
+		b.WriteByte('=')
+		Escape(&b, v)
+	}
+	return b.String(), nil
+}
+
+// Escape writes v percent-encoded: bytes other than ASCII letters, digits
+// and "-._~/@" become %XX.
+func Escape(b *strings.Builder, v string) {
+	const hex = "0123456789ABCDEF"
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z') || ('0' <= c && c <= '9') || strings.IndexByte("-._~/@", c) >= 0 {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(hex[c>>4])
+		b.WriteByte(hex[c&15])
+	}
+}
