@@ -14,8 +14,8 @@ type Region struct {
 	Weight float64
 	// Floor is the least share the region must get.
 	Floor int64
-	// Demand is what the region asks for (its recent admitted + rejected
-	// rate, in amount units).
+	// Demand is what the region asks for, in amount units: the recent rate
+	// of its hottest identity, admitted or not (see the lease protocol).
 	Demand int64
 }
 

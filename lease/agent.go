@@ -179,13 +179,17 @@ func (a *Agent) State(now time.Time) State {
 	return a.state
 }
 
-// NeedsRenewal reports whether a renewal is due at now: no grant yet, or a
-// third of its validity gone.
+// NeedsRenewal reports whether a renewal is due at now: no grant yet, or
+// the grant's RenewAfter passed (by default a third of its validity).
 func (a *Agent) NeedsRenewal(now time.Time) bool {
 	if a.grant.ID == "" || a.restored {
 		return true
 	}
-	return !now.Before(a.sentAt.Add(a.timing.RenewAfter()))
+	after := a.timing.RenewAfter()
+	if r := a.grant.RenewAfter; r > 0 && r < a.timing.AgentValidFor() {
+		after = r
+	}
+	return !now.Before(a.sentAt.Add(after))
 }
 
 // Enforce returns the amount the region may enforce at now and the mode:

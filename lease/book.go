@@ -213,6 +213,7 @@ type Pending struct {
 	grant     Grant
 	isNew     bool
 	persistUp bool
+	ledger    LedgerDelta
 }
 
 // Grant is the grant the pending renewal hands out.
@@ -271,6 +272,10 @@ func (b *Book) Prepare(now time.Time, r Renewal, target int64) (*Pending, error)
 	if e := b.enforcing(rec, now); e > rec.Persisted {
 		pe.persistUp = true
 		rec.Persisted = e
+		pe.ledger = LedgerDelta{
+			Raise: []LedgerMark{{Region: r.Region, Instance: r.Instance, Nonce: r.Nonce, GrantID: g.ID, Amount: e}},
+			Lower: b.lowered(now, r.Region),
+		}
 	}
 	return pe, nil
 }

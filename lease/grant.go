@@ -19,6 +19,10 @@ type Grant struct {
 	Epoch int64
 	// ValidFor is how long it holds.
 	ValidFor time.Duration
+	// RenewAfter is when the coordinator asks the agent to renew, from the
+	// request's send time; 0, or not before the agent's validity ends,
+	// means the agent's own Timing.RenewAfter.
+	RenewAfter time.Duration
 }
 
 // DegradedBudget is the degraded budget, as an amount, of a region whose

@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"time"
 
@@ -104,7 +105,7 @@ func (r *region) leaseTime(t int64) time.Time { return time.UnixMilli(r.clock(t)
 // Run simulates s and returns its result; decisions, when not nil,
 // receives one JSON line per request decided by quota-lease.
 func Run(s *Scenario, decisions io.Writer) (*Result, error) {
-	e := &engine{s: s, rng: rand.New(rand.NewPCG(s.Seed, 0x5eed)), policy: s.policy, maxPolicy: s.policy}
+	e := &engine{s: s, rng: rand.New(rand.NewPCG(s.Seed, 0x5eed)), policy: s.policy, maxPolicy: s.policy, ledger: map[string]lease.LedgerMark{}}
 	return e.run(decisions)
 }
 
@@ -127,8 +128,8 @@ type engine struct {
 	epoch     int64
 	leaseMsgs int64
 	outages   bool
-	epochs    []*epoch      // one per policy in force, oldest first
-	ledger    []ledgerEntry // what etcd held when the coordinator crashed
+	epochs    []*epoch                    // one per policy in force, oldest first
+	ledger    map[string]lease.LedgerMark // the simulated etcd ledger, by region
 
 	central, oracle map[int]policy.State
 	centralDelay    int64
@@ -229,11 +230,7 @@ func (e *engine) schedule(durMs int64) {
 	rebalance = func() { e.rebalance(); e.at(e.now+time.Duration(s.Rebalance.Interval).Milliseconds(), rebalance) }
 	flush = func() {
 		if e.coordUp {
-			now := e.coordTime()
-			e.book.Prune(now)
-			for r, amount := range e.book.Shrunk(now) {
-				e.book.MarkPersisted(r, amount)
-			}
+			e.writeLedger(e.book.Flush(e.coordTime()))
 		}
 		e.at(e.now+1000, flush)
 	}
@@ -364,13 +361,7 @@ func (e *engine) serve(r *region, req lease.Request, renewal lease.Renewal, sent
 	p, err := e.book.Prepare(e.coordTime(), renewal, lease.Target(e.policy, e.targets, r.name, renewal.Demand))
 	var g lease.Grant
 	if err == nil {
-		if p.NeedsPersist() { // the same ledger write lowers the shrunk marks
-			for region, amount := range e.book.Shrunk(e.coordTime()) {
-				if region != r.name {
-					e.book.MarkPersisted(region, amount)
-				}
-			}
-		}
+		e.writeLedger(p.Ledger()) // as the coordinator writes etcd
 		e.book.Commit(p)
 		g = p.Grant()
 	}
@@ -412,27 +403,33 @@ func (e *engine) rebalance() {
 	}
 }
 
-// crash stops the coordinator; recover starts a new leader that restores
-// the ledger (each region's high-water mark) as the real one does.
-type ledgerEntry struct {
-	region, instance, nonce, grant string
-	amount                         int64
+// writeLedger applies d to the simulated etcd ledger and tells the book,
+// the step the coordinator runs against etcd (lease.LedgerDelta).
+func (e *engine) writeLedger(d lease.LedgerDelta) {
+	for _, region := range d.Delete {
+		delete(e.ledger, region)
+	}
+	for _, m := range append(d.Lower, d.Raise...) {
+		e.ledger[m.Region] = m
+	}
+	e.book.Written(d)
 }
 
-func (e *engine) crash() {
-	e.coordUp = false
-	e.ledger = e.ledger[:0]
-	for _, st := range e.book.Statuses(e.coordTime()) {
-		g, inst, nonce, _ := e.book.Current(st.Region)
-		e.ledger = append(e.ledger, ledgerEntry{st.Region, inst, nonce, g.ID, st.Persisted})
-	}
-}
+// crash stops the coordinator; recover starts a new leader that restores
+// the ledger (each region's high-water mark) as the real one does.
+func (e *engine) crash() { e.coordUp = false }
 
 func (e *engine) recover() {
 	e.epoch++
 	e.book = lease.NewBook(e.policy.Limits().Amount(), e.policy.Failure, e.timing, e.epoch)
-	for _, l := range e.ledger {
-		e.book.Restore(l.region, l.instance, l.nonce, l.grant, l.amount, e.coordTime())
+	regions := make([]string, 0, len(e.ledger))
+	for r := range e.ledger {
+		regions = append(regions, r)
+	}
+	sort.Strings(regions)
+	for _, r := range regions {
+		m := e.ledger[r]
+		e.book.Restore(m.Region, m.Instance, m.Nonce, m.GrantID, m.Amount, e.coordTime())
 	}
 	e.targets = map[string]int64{}
 	e.coordUp = true

@@ -18,7 +18,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/quota-lease/quota-lease/internal/coordinator"
+	"github.com/quota-lease/quota-lease/internal/leaseapi"
 	"github.com/quota-lease/quota-lease/internal/mtls"
 	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
@@ -56,7 +56,7 @@ func (a adminFlags) call(ctx context.Context, fn func(ctx context.Context, c pb.
 	if *a.output != "table" && *a.output != "json" {
 		return fmt.Errorf("-o must be table or json, got %q", *a.output)
 	}
-	cl, err := coordinator.NewClient(strings.Split(*a.addrs, ","))
+	cl, err := leaseapi.NewClient(strings.Split(*a.addrs, ","))
 	if err != nil {
 		return err
 	}

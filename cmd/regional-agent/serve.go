@@ -20,8 +20,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/quota-lease/quota-lease/internal/agent"
-	"github.com/quota-lease/quota-lease/internal/coordinator"
 	"github.com/quota-lease/quota-lease/internal/envflag"
+	"github.com/quota-lease/quota-lease/internal/leaseapi"
 	"github.com/quota-lease/quota-lease/internal/logs"
 	"github.com/quota-lease/quota-lease/internal/mtls"
 	"github.com/quota-lease/quota-lease/internal/version"
@@ -119,7 +119,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	rdb := redis.NewUniversalClient(ropts)
 	defer rdb.Close()
-	cl, err := coordinator.NewClient(strings.Split(*coordAddrs, ","))
+	cl, err := leaseapi.NewClient(strings.Split(*coordAddrs, ","))
 	if err != nil {
 		return err
 	}

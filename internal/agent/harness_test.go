@@ -20,6 +20,7 @@ import (
 	"github.com/quota-lease/quota-lease/internal/coordinator"
 	"github.com/quota-lease/quota-lease/internal/etcdembed"
 	"github.com/quota-lease/quota-lease/internal/faultproxy"
+	"github.com/quota-lease/quota-lease/internal/leaseapi"
 	"github.com/quota-lease/quota-lease/internal/redistest"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
@@ -96,7 +97,7 @@ func startCoordinator(t testing.TB, prefix string, addr string) *coord {
 
 func setPolicy(t testing.TB, addr, yaml string) {
 	t.Helper()
-	cl, err := coordinator.NewClient([]string{addr})
+	cl, err := leaseapi.NewClient([]string{addr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +124,7 @@ const httpConns = 64
 
 func startAgent(t testing.TB, region, redisAddr string, coordAddrs []string, mod func(*Config)) *runningAgent {
 	t.Helper()
-	cl, err := coordinator.NewClient(coordAddrs)
+	cl, err := leaseapi.NewClient(coordAddrs)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quota-lease/quota-lease/internal/coordinator"
+	"github.com/quota-lease/quota-lease/internal/leaseapi"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
@@ -174,8 +174,8 @@ func (l *leaser) renew(ctx context.Context) bool {
 	// At most the coordinator's limit of quotas per request: more policies
 	// than that are renewed in several requests, never refused as one.
 	ok := true
-	for start := 0; start < len(out); start += coordinator.MaxQuotasPerRequest {
-		end := min(start+coordinator.MaxQuotasPerRequest, len(out))
+	for start := 0; start < len(out); start += leaseapi.MaxQuotasPerRequest {
+		end := min(start+leaseapi.MaxQuotasPerRequest, len(out))
 		part := &pb.LeaseRequest{Region: pr.Region, Instance: pr.Instance, Nonce: pr.Nonce, Quotas: pr.Quotas[start:end]}
 		resp, err := l.coord.Lease(ctx, part)
 		ok = l.answered(out[start:end], resp, err) && ok
@@ -191,7 +191,8 @@ type sentQuota struct {
 }
 
 // answered applies the coordinator's answer (or its failure) to the quotas
-// of one renewal request, in order.
+// of one renewal request, each matched to its grant by name; a quota the
+// answer leaves out counts as refused.
 func (l *leaser) answered(out []sentQuota, resp *pb.LeaseResponse, err error) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -210,25 +211,27 @@ func (l *leaser) answered(out []sentQuota, resp *pb.LeaseResponse, err error) bo
 			l.stale()
 		}
 	}()
-	for i, g := range resp.Grants {
-		if i >= len(out) {
-			break
+	grants := leaseapi.Index(resp)
+	for _, s := range out {
+		g, err := grants.Lookup(s.name)
+		var grant lease.Grant
+		var terms leaseapi.Terms
+		if err == nil {
+			grant, terms, err = leaseapi.DecodeGrant(g, s.q.policy.Algorithm, resp.Epoch)
 		}
-		s := out[i]
-		if err := coordinator.GrantErr(g); err != nil {
+		if err != nil {
 			s.q.a.Failed(s.req, err)
 			l.m.renewFails.WithLabelValues("refused").Inc()
-			l.log.Warn("lease refused", "quota", s.name, "error", err)
+			l.log.Warn("lease refused", "error", err)
 			ok = false
 			continue
 		}
-		if g.PolicyFingerprint != 0 && g.PolicyFingerprint != s.q.fp {
+		if terms.Fingerprint != 0 && terms.Fingerprint != s.q.fp {
 			stale = true
 		}
-		s.q.a.LimitDegraded(time.Duration(g.DegradedTimeoutMs) * time.Millisecond)
-		amount := policy.Limits{Algorithm: s.q.policy.Algorithm, Rate: g.Rate, Capacity: g.Burst}.Amount()
-		s.q.a.Granted(s.req, lease.Grant{ID: g.GrantId, Amount: amount, Epoch: resp.Epoch,
-			ValidFor: time.Duration(g.ValidForMs) * time.Millisecond})
+		s.q.a.LimitDegraded(terms.DegradedTimeout)
+		grant.RenewAfter = terms.RenewAfter
+		s.q.a.Granted(s.req, grant)
 	}
 	return ok
 }

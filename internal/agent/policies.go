@@ -8,14 +8,14 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/quota-lease/quota-lease/internal/coordinator"
+	"github.com/quota-lease/quota-lease/internal/leaseapi"
 	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
 // PoliciesFromCoordinator loads the policy set from the coordinator's admin
 // API (any replica answers), the normal source.
-func PoliciesFromCoordinator(cl *coordinator.Client) func(ctx context.Context) ([]*policy.Policy, error) {
+func PoliciesFromCoordinator(cl *leaseapi.Client) func(ctx context.Context) ([]*policy.Policy, error) {
 	return func(ctx context.Context) ([]*policy.Policy, error) {
 		var resp *pb.ListPoliciesResponse
 		err := cl.Call(ctx, func(cc *grpc.ClientConn, opts ...grpc.CallOption) (err error) {

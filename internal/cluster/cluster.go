@@ -25,8 +25,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/quota-lease/quota-lease/internal/coordinator"
 	"github.com/quota-lease/quota-lease/internal/faultproxy"
+	"github.com/quota-lease/quota-lease/internal/leaseapi"
 	"github.com/quota-lease/quota-lease/internal/redistest"
 	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
@@ -102,7 +102,7 @@ type Cluster struct {
 	Coords        []*Process
 	Agents        []*Agent
 	etcd          string
-	admin         *coordinator.Client
+	admin         *leaseapi.Client
 	used          map[string]bool
 	pki           *pki
 	// adminCreds and web reach the coordinators as an admin and the
@@ -402,7 +402,7 @@ func Start(ctx context.Context, bins Binaries, dir string, o Options) (_ *Cluste
 	if err := c.waitLeader(ctx, 60*time.Second); err != nil {
 		return nil, err
 	}
-	if c.admin, err = coordinator.NewClient(addrs); err != nil {
+	if c.admin, err = leaseapi.NewClient(addrs); err != nil {
 		return nil, err
 	}
 	adminTLS, err := clientTLS(c.pki.admin)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quota-lease/quota-lease/internal/leaseapi"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
@@ -86,9 +87,9 @@ func BenchmarkRenewalsTLS(b *testing.B) {
 			} else {
 				r = startReplica(b, newPrefix(b), "bench", nil)
 				waitLeader(b, r)
-				var cl *Client
+				var cl *leaseapi.Client
 				adm, cl = admin(b, r.addr)
-				cc, err := cl.conn(r.addr)
+				cc, err := cl.Conn(r.addr)
 				if err != nil {
 					b.Fatal(err)
 				}

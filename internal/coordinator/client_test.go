@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/quota-lease/quota-lease/internal/leaseapi"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
@@ -35,7 +36,7 @@ func TestHungReplicaIsSkipped(t *testing.T) {
 	}()
 	r := startReplica(t, newPrefix(t), "healthy", nil)
 	waitLeader(t, r)
-	cl, err := NewClient([]string{hung.Addr().String(), r.addr})
+	cl, err := leaseapi.NewClient([]string{hung.Addr().String(), r.addr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,8 +52,8 @@ func TestHungReplicaIsSkipped(t *testing.T) {
 	if err := list(); status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("call with a hung first replica: %v, want its attempt to time out", err)
 	}
-	if !cl.isSuspect(hung.Addr().String()) || cl.order()[0] != r.addr {
-		t.Fatalf("order after the hang: %v, want the healthy replica first", cl.order())
+	if !cl.Suspect(hung.Addr().String()) || cl.Order()[0] != r.addr {
+		t.Fatalf("order after the hang: %v, want the healthy replica first", cl.Order())
 	}
 	for i := 0; i < 5; i++ {
 		if err := list(); err != nil {

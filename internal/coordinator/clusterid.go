@@ -6,18 +6,13 @@ import (
 	"encoding/hex"
 	"fmt"
 
+	"github.com/quota-lease/quota-lease/internal/leaseapi"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
-
-// ClusterHeader carries a deployment's cluster ID: every coordinator
-// answer has it in its trailer, and a client that knows which cluster it
-// talks to sends it with every call, so that a stale address or leader
-// hint pointing into another deployment can never lead a write there.
-const ClusterHeader = "quotalease-cluster"
 
 // ensureClusterID loads the deployment's cluster ID from etcd, making it
 // at the first start of the first replica (created only if absent, so
@@ -61,9 +56,9 @@ func (c *Coordinator) checkCluster(ctx context.Context, req any, info *grpc.Unar
 	if id == "" {
 		return handler(ctx, req)
 	}
-	_ = grpc.SetTrailer(ctx, metadata.Pairs(ClusterHeader, id))
+	_ = grpc.SetTrailer(ctx, metadata.Pairs(leaseapi.ClusterHeader, id))
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if want := md.Get(ClusterHeader); len(want) > 0 && want[0] != id {
+		if want := md.Get(leaseapi.ClusterHeader); len(want) > 0 && want[0] != id {
 			return nil, status.Errorf(codes.FailedPrecondition, "this coordinator serves cluster %s, not %s: the address belongs to another deployment (a stale --coordinator address or leader hint)", id, want[0])
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/quota-lease/quota-lease/internal/leaseapi"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
@@ -22,7 +23,7 @@ func TestWriteNeverLandsInAnotherCluster(t *testing.T) {
 	if a.c.ClusterID() == "" || a.c.ClusterID() == b.c.ClusterID() {
 		t.Fatalf("cluster ids %q and %q: want two distinct ones", a.c.ClusterID(), b.c.ClusterID())
 	}
-	cl, err := NewClient([]string{a.addr, b.addr})
+	cl, err := leaseapi.NewClient([]string{a.addr, b.addr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +50,7 @@ func TestWriteNeverLandsInAnotherCluster(t *testing.T) {
 		t.Fatalf("b stored the refused policy: %v", err)
 	}
 	// An explicitly pinned, wrong cluster is refused too.
-	cl2, _ := NewClient([]string{b.addr})
+	cl2, _ := leaseapi.NewClient([]string{b.addr})
 	defer cl2.Close()
 	cl2.SetClusterID("not-this-one")
 	err = cl2.Call(t.Context(), func(cc *grpc.ClientConn, opts ...grpc.CallOption) error {

@@ -357,31 +357,52 @@ func (c *Coordinator) forgetRetired(t *term, retired map[string]*quota) {
 func (c *Coordinator) flushQuota(ctx context.Context, t *term, name string, q *quota) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	now := c.cfg.Clock.Now()
-	var ops []clientv3.Op
-	for _, region := range q.book.Prune(now) { // before Shrunk: one op per key
-		ops = append(ops, clientv3.OpDelete(c.keys.ledgerEntry(name, region)))
-	}
-	lowered := q.book.Shrunk(now)
-	for region, amount := range lowered {
-		ops = append(ops, c.markOp(t, name, q.book, region, amount))
-	}
-	if len(ops) == 0 {
+	d := q.book.Flush(c.cfg.Clock.Now())
+	if d.Empty() {
 		return nil
 	}
-	if err := c.txn(ctx, t, ops...); err != nil {
+	return c.writeLedger(ctx, t, write{name, q.book, d})
+}
+
+// write is one quota's ledger change (lease.LedgerDelta), with the book to
+// tell once it is written.
+type write struct {
+	quota string
+	book  *lease.Book
+	delta lease.LedgerDelta
+}
+
+// writeLedger turns ws into etcd operations, writes them in one
+// transaction (lowerings and deletions before raisings, should it have to
+// be split), and tells each book what was written. The caller holds every
+// quota's lock.
+func (c *Coordinator) writeLedger(ctx context.Context, t *term, ws ...write) error {
+	var lower, raise []clientv3.Op
+	for _, w := range ws {
+		for _, region := range w.delta.Delete {
+			lower = append(lower, clientv3.OpDelete(c.keys.ledgerEntry(w.quota, region)))
+		}
+		for _, m := range w.delta.Lower {
+			lower = append(lower, c.markOp(t, w.quota, m))
+		}
+		for _, m := range w.delta.Raise {
+			raise = append(raise, c.markOp(t, w.quota, m))
+		}
+	}
+	if len(lower)+len(raise) == 0 {
+		return nil
+	}
+	if err := c.txn(ctx, t, append(lower, raise...)...); err != nil {
 		return err
 	}
-	for region, amount := range lowered {
-		q.book.MarkPersisted(region, amount)
+	for _, w := range ws {
+		w.book.Written(w.delta)
 	}
 	return nil
 }
 
-// markOp writes region's ledger mark for quota at amount, with the region's
-// current grant and process as the book knows them.
-func (c *Coordinator) markOp(t *term, quota string, b *lease.Book, region string, amount int64) clientv3.Op {
-	g, inst, nonce, _ := b.Current(region)
-	return clientv3.OpPut(c.keys.ledgerEntry(quota, region),
-		mustJSON(ledgerRecord{Instance: inst, Nonce: nonce, GrantID: g.ID, Amount: amount, Epoch: t.epoch}))
+// markOp writes mark m of quota: the one form of a ledger record.
+func (c *Coordinator) markOp(t *term, quota string, m lease.LedgerMark) clientv3.Op {
+	return clientv3.OpPut(c.keys.ledgerEntry(quota, m.Region),
+		mustJSON(ledgerRecord{Instance: m.Instance, Nonce: m.Nonce, GrantID: m.GrantID, Amount: m.Amount, Epoch: t.epoch}))
 }

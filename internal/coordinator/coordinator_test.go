@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/quota-lease/quota-lease/internal/leaseapi"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
@@ -241,8 +242,8 @@ func TestLeaderFailover(t *testing.T) {
 	w.check(t)
 }
 
-func mustConn(t *testing.T, cl *Client, addr string) grpcConn {
-	cc, err := cl.conn(addr)
+func mustConn(t *testing.T, cl *leaseapi.Client, addr string) grpcConn {
+	cc, err := cl.Conn(addr)
 	if err != nil {
 		t.Fatal(err)
 	}

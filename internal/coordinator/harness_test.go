@@ -16,7 +16,9 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/quota-lease/quota-lease/internal/etcdembed"
+	"github.com/quota-lease/quota-lease/internal/leaseapi"
 	"github.com/quota-lease/quota-lease/lease"
+	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
@@ -129,13 +131,13 @@ func waitLeader(t testing.TB, rs ...*replica) *replica {
 	return nil
 }
 
-func admin(t testing.TB, addrs ...string) (pb.AdminServiceClient, *Client) {
-	cl, err := NewClient(addrs)
+func admin(t testing.TB, addrs ...string) (pb.AdminServiceClient, *leaseapi.Client) {
+	cl, err := leaseapi.NewClient(addrs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cl.Close() })
-	cc, err := cl.conn(addrs[0])
+	cc, err := cl.Conn(addrs[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,11 +152,11 @@ type testAgent struct {
 	nonce    string
 	quota    string
 	a        *lease.Agent
-	cl       *Client
+	cl       *leaseapi.Client
 	demand   atomic.Int64
 }
 
-func newTestAgent(t testing.TB, cl *Client, region, quota string, total int64) *testAgent {
+func newTestAgent(t testing.TB, cl *leaseapi.Client, region, quota string, total int64) *testAgent {
 	return &testAgent{region: region, instance: region + "-1", nonce: fmt.Sprintf("%s-%d", region, time.Now().UnixNano()),
 		quota: quota, a: lease.NewAgent(testTiming, failClosed, total), cl: cl}
 }
@@ -171,12 +173,12 @@ func (ta *testAgent) renew(ctx context.Context) error {
 		ta.a.Failed(req, err)
 		return err
 	}
-	g := resp.Grants[0]
-	if err := GrantErr(g); err != nil {
+	g, _, err := leaseapi.DecodeGrant(resp.Grants[0], policy.TokenBucket, resp.Epoch)
+	if err != nil {
 		ta.a.Failed(req, err)
 		return err
 	}
-	ta.a.Granted(req, lease.Grant{ID: g.GrantId, Amount: g.Rate, Epoch: resp.Epoch, ValidFor: time.Duration(g.ValidForMs) * time.Millisecond})
+	ta.a.Granted(req, g)
 	return nil
 }
 

@@ -7,27 +7,19 @@ import (
 	"sort"
 	"strings"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/quota-lease/quota-lease/internal/leaseapi"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
-// LeaderTrailer is the gRPC trailer in which a follower names the leader.
-const LeaderTrailer = "quotalease-leader"
-
-// Limits on a lease request.
-const (
-	// MaxQuotasPerRequest bounds the quotas one Lease request names;
-	// agents split larger renewals.
-	MaxQuotasPerRequest = 1000
-	maxNameBytes        = 128
-)
+// maxNameBytes bounds a lease request's instance name and nonce.
+const maxNameBytes = 128
 
 // leading returns the current term for a handler that needs the leader,
 // or an UNAVAILABLE error naming the leader (also in LeaderTrailer).
@@ -43,7 +35,7 @@ func (c *Coordinator) leading(ctx context.Context) (*term, error) {
 	if leader == "" {
 		return nil, status.Error(codes.Unavailable, "no leader confirmed yet (election or failover in progress); retry shortly")
 	}
-	_ = grpc.SetTrailer(ctx, metadata.Pairs(LeaderTrailer, leader))
+	_ = grpc.SetTrailer(ctx, metadata.Pairs(leaseapi.LeaderTrailer, leader))
 	return nil, status.Errorf(codes.Unavailable, "not the leader; the leader is at %s", leader)
 }
 
@@ -88,21 +80,14 @@ func (c *Coordinator) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.Leas
 		}
 	}
 
-	var ops, lowerOps []clientv3.Op // lowerings go first (see below)
-	type mark struct {
-		q      *quota
-		region string
-		amount int64
-	}
-	var lowered []mark
+	var writes []write
 	for _, it := range items {
 		switch {
 		case it.q == nil:
-			it.grant.Error = fmt.Sprintf("unknown quota %q", it.req.Quota)
-			it.grant.Code = pb.GrantError_GRANT_ERROR_UNKNOWN_QUOTA
+			leaseapi.EncodeError(it.grant, fmt.Errorf("%w %q", leaseapi.ErrUnknownQuota, it.req.Quota))
 			continue
 		case it.q.policy.Scope == policy.ScopeRegion:
-			fill(it.grant, it.q, lease.Grant{ID: "region", Amount: it.q.full.Amount(), Epoch: t.epoch, ValidFor: c.cfg.Timing.ValidFor}, c.cfg.Timing)
+			leaseapi.EncodeGrant(it.grant, it.q.full, lease.Grant{ID: "region", Amount: it.q.full.Amount(), Epoch: t.epoch, ValidFor: c.cfg.Timing.ValidFor}, c.terms(it.q))
 			continue
 		}
 		// No region can use more than the whole quota: a larger demand is
@@ -111,41 +96,19 @@ func (c *Coordinator) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.Leas
 		r := lease.Renewal{Region: req.Region, Instance: req.Instance, Nonce: req.Nonce, Seq: it.req.Seq, GrantID: it.req.GrantId, Demand: demand}
 		p, err := it.q.book.Prepare(now, r, lease.Target(it.q.policy, it.q.targets, req.Region, demand))
 		if err != nil {
-			it.grant.Error, it.grant.Code = err.Error(), grantErrorCode(err)
+			leaseapi.EncodeError(it.grant, err)
 			continue
 		}
 		it.pending = p
-		if p.NeedsPersist() {
-			g := p.Grant()
-			ops = append(ops, clientv3.OpPut(c.keys.ledgerEntry(it.req.Quota, req.Region),
-				mustJSON(ledgerRecord{Instance: req.Instance, Nonce: req.Nonce, GrantID: g.ID, Amount: p.Persisted(), Epoch: t.epoch})))
-			// Raising one mark, lower the others that shrank, in the same
-			// transaction: then the marks sum to at most the quota at every
-			// committed state, so a successor that restores them all at
-			// once books no more than the total.
-			for region, amount := range it.q.book.Shrunk(now) {
-				if region == req.Region {
-					continue
-				}
-				lowerOps = append(lowerOps, c.markOp(t, it.req.Quota, it.q.book, region, amount))
-				lowered = append(lowered, mark{it.q, region, amount})
-			}
+		if d := p.Ledger(); !d.Empty() {
+			writes = append(writes, write{it.req.Quota, it.q.book, d})
 		}
 	}
-	if len(ops) > 0 {
-		// Lowerings before raisings: should the batch be split into several
-		// transactions and the leader die between them, etcd holds lowered
-		// marks (still at least what each region may enforce) and no raise
-		// of a grant that was never answered.
-		if err := c.txn(ctx, t, append(lowerOps, ops...)...); err != nil {
-			if errors.Is(err, errNotLeader) {
-				return nil, status.Error(codes.Unavailable, "leadership changed; retry")
-			}
-			return nil, status.Errorf(codes.Unavailable, "could not record the grants in etcd: %v; retry", err)
+	if err := c.writeLedger(ctx, t, writes...); err != nil {
+		if errors.Is(err, errNotLeader) {
+			return nil, status.Error(codes.Unavailable, "leadership changed; retry")
 		}
-		for _, m := range lowered {
-			m.q.book.MarkPersisted(m.region, m.amount)
-		}
+		return nil, status.Errorf(codes.Unavailable, "could not record the grants in etcd: %v; retry", err)
 	}
 	// No grant may leave after the leadership lease could have ended; the
 	// etcd write above may have taken a while. (Marks it wrote stay at least
@@ -157,7 +120,7 @@ func (c *Coordinator) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.Leas
 	for i, it := range items {
 		if it.pending != nil {
 			it.q.book.Commit(it.pending)
-			fill(it.grant, it.q, it.pending.Grant(), c.cfg.Timing)
+			leaseapi.EncodeGrant(it.grant, it.q.full, it.pending.Grant(), c.terms(it.q))
 		}
 		resp.Grants[i] = it.grant
 	}
@@ -165,16 +128,11 @@ func (c *Coordinator) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.Leas
 	return resp, nil
 }
 
-// fill writes grant g of quota q into the wire form: the share as rate and
-// burst (capacity) in micro-units.
-func fill(out *pb.QuotaGrant, q *quota, g lease.Grant, t lease.Timing) {
-	l, _ := q.full.Share(g.Amount)
-	out.GrantId, out.Rate, out.Burst = g.ID, l.Rate, l.Capacity
-	out.ValidForMs = g.ValidFor.Milliseconds()
-	out.PolicyVersion = q.policy.Version
-	out.PolicyFingerprint = q.fp
-	out.RenewAfterMs = t.RenewAfter().Milliseconds()
-	out.DegradedTimeoutMs = t.DegradedTimeout.Milliseconds()
+// terms are the terms of q's grants: renewal after a third of the agent's
+// validity (as this coordinator's timing assumes agents compute it), the
+// degraded budget's reservation, and the policy's fingerprint.
+func (c *Coordinator) terms(q *quota) leaseapi.Terms {
+	return leaseapi.Terms{RenewAfter: c.cfg.Timing.RenewAfter(), DegradedTimeout: c.cfg.Timing.DegradedTimeout, Fingerprint: q.fp}
 }
 
 func (c *Coordinator) validateLease(t *term, req *pb.LeaseRequest) error {
@@ -192,8 +150,8 @@ func (c *Coordinator) validateLease(t *term, req *pb.LeaseRequest) error {
 		return bad("instance must be 1-%d bytes", maxNameBytes)
 	case req.Nonce == "" || len(req.Nonce) > maxNameBytes:
 		return bad("nonce must be 1-%d bytes", maxNameBytes)
-	case len(req.Quotas) == 0 || len(req.Quotas) > MaxQuotasPerRequest:
-		return bad("a request names 1-%d quotas, got %d", MaxQuotasPerRequest, len(req.Quotas))
+	case len(req.Quotas) == 0 || len(req.Quotas) > leaseapi.MaxQuotasPerRequest:
+		return bad("a request names 1-%d quotas, got %d", leaseapi.MaxQuotasPerRequest, len(req.Quotas))
 	}
 	seen := make(map[string]bool, len(req.Quotas))
 	for _, q := range req.Quotas {
@@ -203,37 +161,4 @@ func (c *Coordinator) validateLease(t *term, req *pb.LeaseRequest) error {
 		seen[q.Quota] = true
 	}
 	return nil
-}
-
-func grantErrorCode(err error) pb.GrantError {
-	switch {
-	case errors.Is(err, lease.ErrStaleGrant):
-		return pb.GrantError_GRANT_ERROR_STALE_GRANT
-	case errors.Is(err, lease.ErrUnknownGrant):
-		return pb.GrantError_GRANT_ERROR_UNKNOWN_GRANT
-	case errors.Is(err, lease.ErrDuplicateInstance):
-		return pb.GrantError_GRANT_ERROR_DUPLICATE_INSTANCE
-	default:
-		return pb.GrantError_GRANT_ERROR_UNSPECIFIED
-	}
-}
-
-// GrantErr turns a refused QuotaGrant back into an error that wraps the
-// lease package's sentinel, for agents.
-func GrantErr(g *pb.QuotaGrant) error {
-	if g.Error == "" {
-		return nil
-	}
-	var base error
-	switch g.Code {
-	case pb.GrantError_GRANT_ERROR_STALE_GRANT:
-		base = lease.ErrStaleGrant
-	case pb.GrantError_GRANT_ERROR_UNKNOWN_GRANT:
-		base = lease.ErrUnknownGrant
-	case pb.GrantError_GRANT_ERROR_DUPLICATE_INSTANCE:
-		base = lease.ErrDuplicateInstance
-	default:
-		return fmt.Errorf("quota %s: %s", g.Quota, g.Error)
-	}
-	return fmt.Errorf("quota %s: %s: %w", g.Quota, g.Error, base)
 }

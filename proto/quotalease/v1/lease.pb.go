@@ -165,11 +165,12 @@ type QuotaRequest struct {
 	// Grant id the agent currently enforces, or empty to ask for a new one.
 	// Presenting it acknowledges that grant.
 	GrantId string `protobuf:"bytes,2,opt,name=grant_id,json=grantId,proto3" json:"grant_id,omitempty"`
-	// Demand the region saw, in micro-units per second (admitted plus
-	// rejected, smoothed by the agent).
+	// Demand is how much of the quota the region would use: the rate its
+	// hottest identity asked for (admitted or not) over the last few
+	// seconds, summed over the region's agent instances, in the quota's
+	// amount unit (micro-units per second for a token bucket, per window for
+	// the window algorithms). The coordinator caps it at the quota.
 	Demand int64 `protobuf:"varint,3,opt,name=demand,proto3" json:"demand,omitempty"`
-	// Used is what the region admitted since its last report, in micro-units.
-	Used int64 `protobuf:"varint,4,opt,name=used,proto3" json:"used,omitempty"`
 	// Seq numbers this agent process's requests for this quota, increasing.
 	// The agent installs an answer only if it answers a newer request than
 	// the grant it holds; presenting grant_id retires every grant that
@@ -226,13 +227,6 @@ func (x *QuotaRequest) GetGrantId() string {
 func (x *QuotaRequest) GetDemand() int64 {
 	if x != nil {
 		return x.Demand
-	}
-	return 0
-}
-
-func (x *QuotaRequest) GetUsed() int64 {
-	if x != nil {
-		return x.Used
 	}
 	return 0
 }
@@ -310,9 +304,8 @@ type QuotaGrant struct {
 	// ValidForMs is how long the grant holds, from the agent's send time,
 	// before the agent's drift margin.
 	ValidForMs int64 `protobuf:"varint,6,opt,name=valid_for_ms,json=validForMs,proto3" json:"valid_for_ms,omitempty"`
-	// PolicyVersion is the policy's config version the share belongs to.
-	PolicyVersion int64 `protobuf:"varint,7,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
-	// RenewAfterMs suggests when to renew (before jitter).
+	// RenewAfterMs is when the agent renews, from its send time (before
+	// jitter); the agent renews earlier if its own validity would end first.
 	RenewAfterMs int64 `protobuf:"varint,8,opt,name=renew_after_ms,json=renewAfterMs,proto3" json:"renew_after_ms,omitempty"`
 	// Code classifies error for programs.
 	Code GrantError `protobuf:"varint,9,opt,name=code,proto3,enum=quotalease.v1.GrantError" json:"code,omitempty"`
@@ -401,13 +394,6 @@ func (x *QuotaGrant) GetValidForMs() int64 {
 	return 0
 }
 
-func (x *QuotaGrant) GetPolicyVersion() int64 {
-	if x != nil {
-		return x.PolicyVersion
-	}
-	return 0
-}
-
 func (x *QuotaGrant) GetRenewAfterMs() int64 {
 	if x != nil {
 		return x.RenewAfterMs
@@ -445,16 +431,15 @@ const file_quotalease_v1_lease_proto_rawDesc = "" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x1a\n" +
 	"\binstance\x18\x02 \x01(\tR\binstance\x12\x14\n" +
 	"\x05nonce\x18\x03 \x01(\tR\x05nonce\x123\n" +
-	"\x06quotas\x18\x04 \x03(\v2\x1b.quotalease.v1.QuotaRequestR\x06quotas\"}\n" +
+	"\x06quotas\x18\x04 \x03(\v2\x1b.quotalease.v1.QuotaRequestR\x06quotas\"u\n" +
 	"\fQuotaRequest\x12\x14\n" +
 	"\x05quota\x18\x01 \x01(\tR\x05quota\x12\x19\n" +
 	"\bgrant_id\x18\x02 \x01(\tR\agrantId\x12\x16\n" +
-	"\x06demand\x18\x03 \x01(\x03R\x06demand\x12\x12\n" +
-	"\x04used\x18\x04 \x01(\x03R\x04used\x12\x10\n" +
-	"\x03seq\x18\x05 \x01(\x04R\x03seq\"X\n" +
+	"\x06demand\x18\x03 \x01(\x03R\x06demand\x12\x10\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seqJ\x04\b\x04\x10\x05R\x04used\"X\n" +
 	"\rLeaseResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x03R\x05epoch\x121\n" +
-	"\x06grants\x18\x02 \x03(\v2\x19.quotalease.v1.QuotaGrantR\x06grants\"\xfa\x02\n" +
+	"\x06grants\x18\x02 \x03(\v2\x19.quotalease.v1.QuotaGrantR\x06grants\"\xe9\x02\n" +
 	"\n" +
 	"QuotaGrant\x12\x14\n" +
 	"\x05quota\x18\x01 \x01(\tR\x05quota\x12\x14\n" +
@@ -463,13 +448,12 @@ const file_quotalease_v1_lease_proto_rawDesc = "" +
 	"\x04rate\x18\x04 \x01(\x03R\x04rate\x12\x14\n" +
 	"\x05burst\x18\x05 \x01(\x03R\x05burst\x12 \n" +
 	"\fvalid_for_ms\x18\x06 \x01(\x03R\n" +
-	"validForMs\x12%\n" +
-	"\x0epolicy_version\x18\a \x01(\x03R\rpolicyVersion\x12$\n" +
+	"validForMs\x12$\n" +
 	"\x0erenew_after_ms\x18\b \x01(\x03R\frenewAfterMs\x12-\n" +
 	"\x04code\x18\t \x01(\x0e2\x19.quotalease.v1.GrantErrorR\x04code\x12.\n" +
 	"\x13degraded_timeout_ms\x18\n" +
 	" \x01(\x03R\x11degradedTimeoutMs\x12-\n" +
-	"\x12policy_fingerprint\x18\v \x01(\x04R\x11policyFingerprint*\xa8\x01\n" +
+	"\x12policy_fingerprint\x18\v \x01(\x04R\x11policyFingerprintJ\x04\b\a\x10\bR\x0epolicy_version*\xa8\x01\n" +
 	"\n" +
 	"GrantError\x12\x1b\n" +
 	"\x17GRANT_ERROR_UNSPECIFIED\x10\x00\x12\x1d\n" +

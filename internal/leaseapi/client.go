@@ -1,4 +1,4 @@
-package coordinator
+package leaseapi
 
 import (
 	"context"
@@ -147,7 +147,9 @@ func (c *Client) Close() error {
 	return nil
 }
 
-func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
+// Conn returns the client's connection to replica addr (one per address,
+// made on first use), for callers that need a service client of their own.
+func (c *Client) Conn(addr string) (*grpc.ClientConn, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if cc := c.conns[addr]; cc != nil {
@@ -161,8 +163,9 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	return cc, nil
 }
 
-// order is the addresses to try: the known leader first, suspects last.
-func (c *Client) order() []string {
+// Order returns the replicas in the order the next call tries them: the
+// known leader first, suspects last.
+func (c *Client) Order() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := time.Now()
@@ -195,7 +198,9 @@ func (c *Client) markSuspect(addr string) {
 	}
 }
 
-func (c *Client) isSuspect(addr string) bool {
+// Suspect reports whether replica addr timed out or failed at the
+// transport within SuspectFor, and so is tried last.
+func (c *Client) Suspect(addr string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.suspect[addr].After(time.Now())
@@ -236,7 +241,7 @@ func (c *Client) Call(ctx context.Context, fn func(cc *grpc.ClientConn, opts ...
 // callOnce tries every replica once, following leader hints. retry is
 // true when all answered UNAVAILABLE.
 func (c *Client) callOnce(ctx context.Context, fn func(cc *grpc.ClientConn, opts ...grpc.CallOption) error) (retry bool, err error) {
-	queue := c.order()
+	queue := c.Order()
 	tried := map[string]bool{}
 	var last error
 	for len(queue) > 0 && ctx.Err() == nil {
@@ -246,7 +251,7 @@ func (c *Client) callOnce(ctx context.Context, fn func(cc *grpc.ClientConn, opts
 			continue
 		}
 		tried[addr] = true
-		cc, err := c.conn(addr)
+		cc, err := c.Conn(addr)
 		if err != nil {
 			last = err
 			continue
@@ -281,7 +286,7 @@ func (c *Client) callOnce(ctx context.Context, fn func(cc *grpc.ClientConn, opts
 		c.mu.Lock()
 		follow := !c.noHints
 		c.mu.Unlock()
-		if follow && len(hint) > 0 && !tried[hint[0]] && (!c.isSuspect(hint[0]) || len(queue) == 0) {
+		if follow && len(hint) > 0 && !tried[hint[0]] && (!c.Suspect(hint[0]) || len(queue) == 0) {
 			c.mu.Lock()
 			c.leader = hint[0]
 			c.mu.Unlock()

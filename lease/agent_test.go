@@ -1,0 +1,31 @@
+package lease
+
+import (
+	"testing"
+	"time"
+
+	"github.com/quota-lease/quota-lease/policy"
+)
+
+// An agent renews when its grant says (RenewAfter), not later than its own
+// validity allows, and at a third of its validity when the grant says
+// nothing.
+func TestGrantRenewAfterHonoured(t *testing.T) {
+	tm := Timing{ValidFor: 9 * time.Second, Drift: 0, Margin: 0, DegradedTimeout: time.Minute}
+	t0 := time.Unix(1000, 0)
+	for _, c := range []struct {
+		renewAfter, due time.Duration
+	}{
+		{0, 3 * time.Second},                // a third of the validity
+		{time.Second, time.Second},          // earlier, as asked
+		{5 * time.Second, 5 * time.Second},  // later, still before the end
+		{20 * time.Second, 3 * time.Second}, // past the end: ignored
+	} {
+		a := NewAgent(tm, policy.Failure{}, 100)
+		req := a.Sending(t0)
+		a.Granted(req, Grant{ID: "1", Amount: 10, ValidFor: tm.ValidFor, RenewAfter: c.renewAfter})
+		if a.NeedsRenewal(t0.Add(c.due-time.Millisecond)) || !a.NeedsRenewal(t0.Add(c.due)) {
+			t.Errorf("renew after %v: want renewal due at %v", c.renewAfter, c.due)
+		}
+	}
+}
