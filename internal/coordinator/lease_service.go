@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -39,7 +40,10 @@ func (c *Coordinator) leading(ctx context.Context) (*term, error) {
 	return nil, status.Errorf(codes.Unavailable, "not the leader; the leader is at %s", leader)
 }
 
-// Lease grants or renews a region's leases on a set of quotas.
+// Lease grants or renews a region's leases on a set of quotas: while
+// leading, it validates the request, locks the quotas, prepares a grant for
+// each, writes the ledger changes they need, checks that it still leads,
+// and commits.
 func (c *Coordinator) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.LeaseResponse, error) {
 	t, err := c.leading(ctx)
 	if err != nil {
@@ -53,54 +57,12 @@ func (c *Coordinator) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.Leas
 	if err := c.validateLease(t, req); err != nil {
 		return nil, err
 	}
+	items := t.lockQuotas(req)
+	defer unlockQuotas(items)
 	now := c.cfg.Clock.Now()
-
-	// Lock the named quotas in name order (no deadlock between requests).
-	type item struct {
-		req     *pb.QuotaRequest
-		q       *quota
-		pending *lease.Pending
-		grant   *pb.QuotaGrant
-	}
-	items := make([]*item, len(req.Quotas))
-	for i, qr := range req.Quotas {
-		items[i] = &item{req: qr, grant: &pb.QuotaGrant{Quota: qr.Quota}}
-	}
-	order := append([]*item(nil), items...)
-	sort.Slice(order, func(i, j int) bool { return order[i].req.Quota < order[j].req.Quota })
-	t.mu.RLock()
-	for _, it := range order {
-		it.q = t.quotas[it.req.Quota]
-	}
-	t.mu.RUnlock()
-	for _, it := range order {
-		if it.q != nil {
-			it.q.mu.Lock()
-			defer it.q.mu.Unlock()
-		}
-	}
-
 	var writes []write
 	for _, it := range items {
-		switch {
-		case it.q == nil:
-			leaseapi.EncodeError(it.grant, fmt.Errorf("%w %q", leaseapi.ErrUnknownQuota, it.req.Quota))
-			continue
-		case it.q.policy.Scope == policy.ScopeRegion:
-			leaseapi.EncodeGrant(it.grant, it.q.full, lease.Grant{ID: "region", Amount: it.q.full.Amount(), Epoch: t.epoch, ValidFor: c.cfg.Timing.ValidFor}, c.terms(it.q))
-			continue
-		}
-		// No region can use more than the whole quota: a larger demand is
-		// capped there, so an inflated report cannot weigh more than that.
-		demand := min(max(it.req.Demand, 0), it.q.book.Total())
-		r := lease.Renewal{Region: req.Region, Instance: req.Instance, Nonce: req.Nonce, Seq: it.req.Seq, GrantID: it.req.GrantId, Demand: demand}
-		p, err := it.q.book.Prepare(now, r, lease.Target(it.q.policy, it.q.targets, req.Region, demand))
-		if err != nil {
-			leaseapi.EncodeError(it.grant, err)
-			continue
-		}
-		it.pending = p
-		if d := p.Ledger(); !d.Empty() {
+		if d := c.prepare(t, now, req, it); !d.Empty() {
 			writes = append(writes, write{it.req.Quota, it.q.book, d})
 		}
 	}
@@ -126,6 +88,70 @@ func (c *Coordinator) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.Leas
 	}
 	c.grants.Add(1)
 	return resp, nil
+}
+
+// leaseItem is one quota of a Lease request on its way to an answer.
+type leaseItem struct {
+	req     *pb.QuotaRequest
+	q       *quota // nil for an unknown quota
+	pending *lease.Pending
+	grant   *pb.QuotaGrant
+}
+
+// lockQuotas resolves the quotas req names and locks them in name order,
+// so that two requests never wait on each other; the items are in req's
+// order.
+func (t *term) lockQuotas(req *pb.LeaseRequest) []*leaseItem {
+	items := make([]*leaseItem, len(req.Quotas))
+	for i, qr := range req.Quotas {
+		items[i] = &leaseItem{req: qr, grant: &pb.QuotaGrant{Quota: qr.Quota}}
+	}
+	order := append([]*leaseItem(nil), items...)
+	sort.Slice(order, func(i, j int) bool { return order[i].req.Quota < order[j].req.Quota })
+	t.mu.RLock()
+	for _, it := range order {
+		it.q = t.quotas[it.req.Quota]
+	}
+	t.mu.RUnlock()
+	for _, it := range order {
+		if it.q != nil {
+			it.q.mu.Lock()
+		}
+	}
+	return items
+}
+
+func unlockQuotas(items []*leaseItem) {
+	for _, it := range items {
+		if it.q != nil {
+			it.q.mu.Unlock()
+		}
+	}
+}
+
+// prepare computes it's answer at now without committing it: a refusal, a
+// region-scoped quota's whole limit, or a pending grant (it.pending) and
+// the ledger change it needs first.
+func (c *Coordinator) prepare(t *term, now time.Time, req *pb.LeaseRequest, it *leaseItem) lease.LedgerDelta {
+	switch {
+	case it.q == nil:
+		leaseapi.EncodeError(it.grant, fmt.Errorf("%w %q", leaseapi.ErrUnknownQuota, it.req.Quota))
+		return lease.LedgerDelta{}
+	case it.q.policy.Scope == policy.ScopeRegion:
+		leaseapi.EncodeGrant(it.grant, it.q.full, lease.Grant{ID: "region", Amount: it.q.full.Amount(), Epoch: t.epoch, ValidFor: c.cfg.Timing.ValidFor}, c.terms(it.q))
+		return lease.LedgerDelta{}
+	}
+	// No region can use more than the whole quota: a larger demand is
+	// capped there, so an inflated report cannot weigh more than that.
+	demand := min(max(it.req.Demand, 0), it.q.book.Total())
+	r := lease.Renewal{Region: req.Region, Instance: req.Instance, Nonce: req.Nonce, Seq: it.req.Seq, GrantID: it.req.GrantId, Demand: demand}
+	p, err := it.q.book.Prepare(now, r, lease.Target(it.q.policy, it.q.targets, req.Region, demand))
+	if err != nil {
+		leaseapi.EncodeError(it.grant, err)
+		return lease.LedgerDelta{}
+	}
+	it.pending = p
+	return p.Ledger()
 }
 
 // terms are the terms of q's grants: renewal after a third of the agent's
