@@ -23,15 +23,20 @@ const (
 	Degraded  State = "degraded"
 )
 
-// Mode is how an agent decides while in a state: on its leased share, on its
-// degraded budget, or with nothing at all.
+// Mode is how a decision was made: on the leased share, on the degraded
+// budget, with nothing at all (the lease's own modes, Agent.Enforce), on
+// the agent's in-process fallback when Redis is slow or down, or under a
+// region-scoped policy that no lease governs. Agents report it with every
+// decision and in their metrics; the simulator counts by it.
 type Mode string
 
-// The enforcement modes an agent reports with every decision.
+// The modes a decision is made in.
 const (
-	ModeLeased   Mode = "leased"
-	ModeDegraded Mode = "degraded"
-	ModeNone     Mode = "unleased"
+	ModeLeased        Mode = "leased"
+	ModeDegraded      Mode = "degraded"
+	ModeNone          Mode = "unleased"
+	ModeLocalFallback Mode = "local-fallback"
+	ModeRegion        Mode = "region"
 )
 
 // Agent is one quota's lease as a regional agent process holds it. It is
@@ -154,16 +159,39 @@ func (a *Agent) SetPolicy(f policy.Failure, total int64) {
 	a.failure, a.total = f, total
 }
 
-// LimitDegraded caps how long the degraded budget is enforced, to the
-// coordinator's reservation time handed out with grants.
-func (a *Agent) LimitDegraded(d time.Duration) {
-	if d > 0 && d < a.timing.DegradedTimeout {
+// SetDegradedTimeout sets how long after a grant's end its degraded budget
+// may be enforced: the coordinator's reservation, a term every grant
+// carries. Zero leaves it unchanged.
+func (a *Agent) SetDegradedTimeout(d time.Duration) {
+	if d > 0 {
 		a.timing.DegradedTimeout = d
 	}
 }
 
+// RaiseDrift makes the lease assume clocks drift by up to d when d is more
+// than it assumed: a coordinator that publishes its bound for a larger
+// drift must not have agents trust grants longer than that allows.
+func (a *Agent) RaiseDrift(d float64) {
+	if d > a.timing.Drift {
+		a.timing.Drift = d
+	}
+}
+
+// RenewInterval is how long after sending a request the installed grant
+// wants renewing (its RenewAfter, else a third of its validity); 0 before
+// any grant.
+func (a *Agent) RenewInterval() time.Duration {
+	if a.grant.ID == "" || a.restored {
+		return 0
+	}
+	if r := a.grant.RenewAfter; r > 0 && r < a.timing.AgentValidFor() {
+		return r
+	}
+	return a.timing.RenewAfter()
+}
+
 // DegradedTimeout is how long after the grant's end its degraded budget is
-// reserved (the coordinator's, once LimitDegraded has passed it on).
+// reserved (the coordinator's, once SetDegradedTimeout has passed it on).
 func (a *Agent) DegradedTimeout() time.Duration { return a.timing.DegradedTimeout }
 
 // Grant returns the installed grant (zero if none) and until when, on the
@@ -185,11 +213,7 @@ func (a *Agent) NeedsRenewal(now time.Time) bool {
 	if a.grant.ID == "" || a.restored {
 		return true
 	}
-	after := a.timing.RenewAfter()
-	if r := a.grant.RenewAfter; r > 0 && r < a.timing.AgentValidFor() {
-		after = r
-	}
-	return !now.Before(a.sentAt.Add(after))
+	return !now.Before(a.sentAt.Add(a.RenewInterval()))
 }
 
 // Enforce returns the amount the region may enforce at now and the mode:

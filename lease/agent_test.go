@@ -29,3 +29,25 @@ func TestGrantRenewAfterHonoured(t *testing.T) {
 		}
 	}
 }
+
+// A coordinator that assumes more drift than the agent was configured with
+// shortens the agent's trust in grants accordingly; less is ignored.
+func TestRaiseDrift(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	for _, c := range []struct {
+		own, coordinator float64
+		want             time.Duration
+	}{
+		{0, 0.005, 2*time.Second - 20*time.Millisecond - 10*time.Millisecond}, // 2*0.005*2s, then the margin
+		{0.005, 0, 2*time.Second - 20*time.Millisecond - 10*time.Millisecond},
+		{0, 0, 2*time.Second - 10*time.Millisecond},
+	} {
+		a := NewAgent(Timing{Drift: c.own, Margin: 10 * time.Millisecond}, policy.Failure{}, 100)
+		a.RaiseDrift(c.coordinator)
+		req := a.Sending(t0)
+		a.Granted(req, Grant{ID: "1", Amount: 10, ValidFor: 2 * time.Second})
+		if _, until := a.Grant(); until.Sub(t0) != c.want {
+			t.Errorf("own drift %v, coordinator's %v: trusted for %v, want %v", c.own, c.coordinator, until.Sub(t0), c.want)
+		}
+	}
+}

@@ -88,7 +88,7 @@ func (r *Record) clone() *Record {
 }
 
 // Book is the coordinator's view of one quota: for every region, what it
-// may currently be enforcing. Its one promise (DESIGN.md invariant 6): the
+// may currently be enforcing. Its one promise (lease safety, docs/design.md): the
 // sum over regions of that amount never exceeds the quota's total, except
 // by fail-open budgets, which bound counts. It is not safe for concurrent
 // use; the coordinator guards each Book with a mutex.

@@ -7,13 +7,20 @@ import (
 	"github.com/quota-lease/quota-lease/policy"
 )
 
+// PlanOptions are the settings of a planning round: the allocation
+// strategy, and the damping as fractions of the quota (a share moves at
+// most MaxStep per round; changes below Hysteresis are not made).
+type PlanOptions struct {
+	Strategy            allocation.Strategy
+	MaxStep, Hysteresis float64
+}
+
 // Plan is one quota's rebalancing round, as the coordinator runs it every
 // rebalance interval and the simulator drives it: the regions taking part
 // (those in the book, holding or asking for a lease, and those with an
-// explicit floor in p), with their floors and demand, split by strategy s
-// and damped from prev. weights gives every declared region's weight;
-// maxStep and hysteresis are fractions of the quota.
-func Plan(p *policy.Policy, b *Book, weights map[string]float64, s allocation.Strategy, maxStep, hysteresis float64, prev map[string]int64) (map[string]int64, error) {
+// explicit floor in p), with their floors and demand, split by o.Strategy
+// and damped from prev. weights gives every declared region's weight.
+func Plan(p *policy.Policy, b *Book, weights map[string]float64, prev map[string]int64, o PlanOptions) (map[string]int64, error) {
 	demand := b.Demands()
 	total := b.Total()
 	var in []allocation.Region
@@ -24,8 +31,8 @@ func Plan(p *policy.Policy, b *Book, weights map[string]float64, s allocation.St
 		}
 	}
 	sort.Slice(in, func(i, j int) bool { return in[i].Name < in[j].Name })
-	d := allocation.Damping{MaxStep: int64(maxStep * float64(total)), Hysteresis: int64(hysteresis * float64(total))}
-	return allocation.Plan(s, total, in, prev, d)
+	d := allocation.Damping{MaxStep: int64(o.MaxStep * float64(total)), Hysteresis: int64(o.Hysteresis * float64(total))}
+	return allocation.Plan(o.Strategy, total, in, prev, d)
 }
 
 // Target is region's target share under the current plan. A region not yet

@@ -6,8 +6,10 @@ import (
 	"time"
 )
 
-// Timing are the deployment's lease parameters, shared by coordinator and
-// agents.
+// Timing is a lease's timing: the grant terms (ValidFor, DegradedTimeout),
+// which the coordinator sets and hands out with every grant, and the clock
+// bound (Drift, Margin), which each process sets for itself (an agent takes
+// the coordinator's drift when it is larger: Agent.RaiseDrift).
 type Timing struct {
 	// ValidFor is how long a grant holds.
 	ValidFor time.Duration

@@ -68,7 +68,7 @@ const (
 // FailureMode names what a region enforces when its lease lapsed.
 type FailureMode string
 
-// The failure modes; see DESIGN.md invariant 9 and docs/failure-modes.md.
+// The failure modes; see docs/failure-modes.md.
 const (
 	// FailClosed admits nothing until the lease is renewed.
 	FailClosed FailureMode = "fail-closed"

@@ -17,8 +17,20 @@ import (
 	"github.com/quota-lease/quota-lease/policy"
 )
 
-// The modes every arrival is decided by.
-var modeNames = []string{"leased", "independent", "static", "central"}
+// systems are the ways every arrival is decided, in the order of
+// Result.Modes; the ideal limiter comes after them.
+var systems = []bound.Mode{bound.Leased, bound.Independent, bound.Static, bound.Central}
+
+// ideal names the ideal global limiter's results (bounded as Central).
+const ideal = "ideal"
+
+// boundMode is the mode whose bound judges the results named m.
+func boundMode(m string) bound.Mode {
+	if m == ideal {
+		return bound.Central
+	}
+	return bound.Mode(m)
+}
 
 // identities interns identity strings.
 type identities struct {
@@ -170,14 +182,15 @@ func (e *engine) run(decisions io.Writer) (*Result, error) {
 	durMs := time.Duration(s.Duration).Milliseconds()
 	wMs := time.Duration(s.Window).Milliseconds()
 	e.track = map[string]*windowMax{}
-	for _, m := range append(modeNames, "ideal") {
-		e.track[m] = newWindowMax(wMs)
+	for _, m := range systems {
+		e.track[string(m)] = newWindowMax(wMs)
 	}
+	e.track[ideal] = newWindowMax(wMs)
 	e.res = &Result{Scenario: s.Name, Description: s.Description, Seed: s.Seed, Duration: s.Duration.String(), Window: s.Window.String(), Regions: s.Regions}
-	for _, m := range modeNames {
-		e.res.Modes = append(e.res.Modes, &ModeResult{Mode: m})
+	for _, m := range systems {
+		e.res.Modes = append(e.res.Modes, &ModeResult{Mode: string(m)})
 	}
-	e.res.Modes = append(e.res.Modes, &ModeResult{Mode: "ideal"})
+	e.res.Modes = append(e.res.Modes, &ModeResult{Mode: ideal})
 	e.beginEpoch(e.policy, false)
 	if decisions != nil {
 		e.out = bufio.NewWriterSize(decisions, 1<<20)
@@ -398,7 +411,7 @@ func (e *engine) rebalance() {
 	for _, r := range e.regions {
 		weights[r.name] = 1
 	}
-	if t, err := lease.Plan(e.policy, e.book, weights, e.s.Rebalance.Strategy, e.s.Rebalance.MaxStep, e.s.Rebalance.Hysteresis, e.targets); err == nil {
+	if t, err := lease.Plan(e.policy, e.book, weights, e.targets, lease.PlanOptions{Strategy: e.s.Rebalance.Strategy, MaxStep: e.s.Rebalance.MaxStep, Hysteresis: e.s.Rebalance.Hysteresis}); err == nil {
 		e.targets = t
 	}
 }
@@ -480,8 +493,8 @@ func (e *engine) arrive(a arrival) {
 	full := e.full
 
 	// The ideal global limiter: instant, never failing.
-	ideal := e.decide(e.oracle, a.identity, full, e.now, cost)
-	e.record(len(modeNames), a, ideal.Allowed, ideal.Allowed, e.now)
+	best := e.decide(e.oracle, a.identity, full, e.now, cost)
+	e.record(len(systems), a, best.Allowed, best.Allowed, e.now)
 
 	// quota-lease.
 	amount, lmode := r.agent.Enforce(r.leaseTime(e.now))
@@ -490,28 +503,28 @@ func (e *engine) arrive(a arrival) {
 	if l, ok := full.Share(amount); !ok || cost > l.Capacity {
 		d = policy.Decision{RetryAfterMs: 1000}
 	} else if r.redisDown {
-		d, mode = e.fallback(r, a.identity, l, rms, cost), "local-fallback"
+		d, mode = e.fallback(r, a.identity, l, rms, cost), string(lease.ModeLocalFallback)
 	} else {
 		d = e.decideStore(r, a.identity, l, rms, cost)
 	}
 	r.meter.Add(a.identity, cost, e.now)
-	e.record(0, a, d.Allowed, ideal.Allowed, e.now)
+	e.record(0, a, d.Allowed, best.Allowed, e.now)
 	e.res.Modes[0].countMode(mode)
 	if e.out != nil {
 		e.writeDecision(a, d, mode)
 	}
 
 	// Independent: every region the full limit.
-	e.record(1, a, e.decide(r.indep, a.identity, full, rms, cost).Allowed, ideal.Allowed, e.now)
+	e.record(1, a, e.decide(r.indep, a.identity, full, rms, cost).Allowed, best.Allowed, e.now)
 	// Static: an equal split, forever.
-	e.record(2, a, e.decide(r.static, a.identity, full.Scale(1, int64(len(e.regions))), rms, cost).Allowed, ideal.Allowed, e.now)
+	e.record(2, a, e.decide(r.static, a.identity, full.Scale(1, int64(len(e.regions))), rms, cost).Allowed, best.Allowed, e.now)
 	// Central: one counter across regions, reached after a one-way delay;
 	// unreachable from a partitioned region or while it is down.
 	ok := false
 	if !r.partitioned && e.coordUp {
 		ok = e.decide(e.central, a.identity, full, e.now+e.centralDelay, cost).Allowed
 	}
-	e.record(3, a, ok, ideal.Allowed, e.now+e.centralDelay)
+	e.record(3, a, ok, best.Allowed, e.now+e.centralDelay)
 }
 
 func (e *engine) decide(m map[int]policy.State, id int, l policy.Limits, nowMs, cost int64) policy.Decision {
@@ -599,11 +612,10 @@ func (e *engine) finish() (*Result, error) {
 	s := e.s
 	w := time.Duration(s.Window)
 	ref := bound.Reference(e.maxPolicy, w)
-	kinds := map[string]bound.Mode{"leased": bound.Leased, "independent": bound.Independent, "static": bound.Static, "central": bound.Central, "ideal": bound.Central}
 	for i, m := range e.res.Modes {
 		// The headline figures are the worst epoch's: each epoch is judged
 		// against its own policy (and its transition against both).
-		epochs, overshoot, worst, within, err := e.epochResults(i, kinds[m.Mode])
+		epochs, overshoot, worst, within, err := e.epochResults(i, boundMode(m.Mode))
 		if err != nil {
 			return nil, err
 		}
@@ -619,9 +631,9 @@ func (e *engine) finish() (*Result, error) {
 		}
 		m.MaxOvershoot = overshoot
 		m.WithinBound = within
-		ideal := e.res.Modes[len(e.res.Modes)-1].Admitted
-		if ideal > 0 {
-			m.Utilization = float64(m.Admitted) / float64(ideal)
+		idealAdmitted := e.res.Modes[len(e.res.Modes)-1].Admitted
+		if idealAdmitted > 0 {
+			m.Utilization = float64(m.Admitted) / float64(idealAdmitted)
 		}
 	}
 	e.res.Modes[0].LeaseMessages = e.leaseMsgs

@@ -52,7 +52,7 @@ type EpochResult struct {
 
 // beginEpoch starts a new epoch at the engine's now under p.
 func (e *engine) beginEpoch(p *policy.Policy, bumped bool) {
-	ep := &epoch{startMs: e.now, transitionMs: e.now, policy: p, bumped: bumped, max: make([][2]int64, len(modeNames)+1)}
+	ep := &epoch{startMs: e.now, transitionMs: e.now, policy: p, bumped: bumped, max: make([][2]int64, len(systems)+1)}
 	if n := len(e.epochs); n > 0 {
 		ep.prev = e.epochs[n-1].policy
 		ep.transitionMs = e.now + bound.TransitionSpan(e.deployment(), time.Duration(e.s.Window)).Milliseconds()

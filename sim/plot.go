@@ -51,8 +51,8 @@ func (r *Result) WritePlots(perRegion, perMode io.Writer) error {
 		return err
 	}
 	lines = nil
-	for i, m := range modeNames {
-		lines = append(lines, line{name: m, color: palette[i%len(palette)], values: floats(s.PerMode[i])})
+	for i, m := range systems {
+		lines = append(lines, line{name: string(m), color: palette[i%len(palette)], values: floats(s.PerMode[i])})
 	}
 	lines = append(lines, line{name: "limit", color: "#000000", values: flat(s.Limit, n), dash: "8,4"})
 	return chart(perMode, fmt.Sprintf("%s: hot identity admitted per %s, by mode", r.Scenario, bin), bin, lines)

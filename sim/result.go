@@ -149,7 +149,7 @@ func newSeries(durMs, wMs int64, regions int) *series {
 	for i := 0; i < regions; i++ {
 		s.perRegion = append(s.perRegion, make([]int64, n))
 	}
-	for i := 0; i <= len(modeNames); i++ {
+	for i := 0; i <= len(systems); i++ {
 		s.perMode = append(s.perMode, make([]int64, n))
 	}
 	return s

@@ -144,12 +144,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *regions != "" {
 		regionList = strings.Split(*regions, ",")
 	}
-	c, err := coordinator.New(cli, coordinator.Config{
-		Name: *name, Advertise: *advertise, Prefix: *prefix, Regions: regionList,
-		Timing:     lease.Timing{ValidFor: *leaseDur, Drift: *drift, Margin: *margin, DegradedTimeout: *degraded},
-		SessionTTL: *ttl, RebalanceInterval: *rebal, FlushInterval: *flushEvery,
-		Strategy: allocation.Strategy(*strategy), MaxStep: *maxStep, Hysteresis: *hysteresis, StoreLag: *storeLag, TrustDomain: domain, LeaseCallRate: *leaseRate, Logger: log,
-	})
+	cfg := coordinator.DefaultConfig()
+	cfg.Name, cfg.Advertise, cfg.Prefix, cfg.Regions = *name, *advertise, *prefix, regionList
+	cfg.Timing = lease.Timing{ValidFor: *leaseDur, Drift: *drift, Margin: *margin, DegradedTimeout: *degraded}
+	cfg.SessionTTL, cfg.RebalanceInterval, cfg.FlushInterval = *ttl, *rebal, *flushEvery
+	cfg.Strategy, cfg.MaxStep, cfg.Hysteresis = allocation.Strategy(*strategy), *maxStep, *hysteresis
+	cfg.StoreLag, cfg.TrustDomain, cfg.LeaseCallRate, cfg.Logger = *storeLag, domain, *leaseRate, log
+	c, err := coordinator.New(cli, cfg)
 	if err != nil {
 		return err
 	}

@@ -68,7 +68,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	grpcListen := fs.String("grpc-listen", "127.0.0.1:7500", "gRPC address (check API and Envoy rate-limit API)")
 	httpListen := fs.String("http-listen", "127.0.0.1:7501", "HTTP address (/v1/check, /metrics, /healthz, /readyz)")
 	checkTimeout := fs.Duration("check-timeout", 20*time.Millisecond, "longest a check waits for Redis before the local fallback decides")
-	drift := fs.Float64("drift", lease.DefaultTiming.Drift, "bound on any clock's rate error; match the coordinator's")
+	drift := fs.Float64("drift", lease.DefaultTiming.Drift, "bound on this host's clock rate error; a coordinator assuming a larger one (its --drift) wins")
 	margin := fs.Duration("lease-margin", lease.DefaultTiming.Margin, "stop trusting a grant this much early, on top of drift")
 	fallbackKeys := fs.Int("fallback-keys", 100_000, "most identities the local fallback tracks")
 	policyRefresh := fs.Duration("policy-refresh", 10*time.Second, "reload the policies at least this often; a grant computed from a changed policy, or a check naming an unknown one, reloads them at once")
@@ -133,10 +133,13 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if *policies != "" {
 		src, keep = agent.PoliciesFromFile(*policies), false
 	}
-	t := lease.DefaultTiming
-	t.Drift, t.Margin = *drift, *margin
-	a, err := agent.New(agent.Config{Region: *region, Instance: *instance, Redis: rdb, Coordinator: cl, Policies: src, KeepPolicies: keep, SavedClockSkew: *skew,
-		CheckTimeout: *checkTimeout, Timing: t, FallbackKeys: *fallbackKeys, PolicyRefresh: *policyRefresh, MetricIdentities: *metricIDs, Shadow: *shadow, EnvoyLimitHeaders: *envoyHeaders, Logger: log})
+	cfg := agent.DefaultConfig()
+	cfg.Region, cfg.Instance, cfg.Redis, cfg.Coordinator = *region, *instance, rdb, cl
+	cfg.Policies, cfg.KeepPolicies, cfg.SavedClockSkew = src, keep, *skew
+	cfg.CheckTimeout, cfg.Drift, cfg.Margin = *checkTimeout, *drift, *margin
+	cfg.FallbackKeys, cfg.PolicyRefresh, cfg.MetricIdentities = *fallbackKeys, *policyRefresh, *metricIDs
+	cfg.Shadow, cfg.EnvoyLimitHeaders, cfg.Logger = *shadow, *envoyHeaders, log
+	a, err := agent.New(cfg)
 	if err != nil {
 		return err
 	}

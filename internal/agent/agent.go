@@ -24,12 +24,6 @@ import (
 	"github.com/quota-lease/quota-lease/regional"
 )
 
-// Modes a decision is made in, besides the lease modes.
-const (
-	ModeLocalFallback = "local-fallback"
-	ModeRegion        = "region"
-)
-
 // Config configures an Agent.
 type Config struct {
 	// Region this agent enforces for, and Instance, its name there.
@@ -57,9 +51,13 @@ type Config struct {
 	// CheckTimeout bounds one decision against Redis; past it the check is
 	// decided by the local fallback. Default 20ms.
 	CheckTimeout time.Duration
-	// Timing: the agent side's drift, margin and longest degraded period.
-	// Lease durations come with the grants.
-	Timing lease.Timing
+	// Drift bounds this host's clock rate error, and Margin is taken off
+	// every grant's validity on top of it: the local clock bound. How long
+	// a grant holds, when to renew it and how long its degraded budget is
+	// reserved come with each grant. A coordinator that assumes a larger
+	// drift (it says so in every answer) wins: the agent then uses that.
+	Drift  float64
+	Margin time.Duration
 	// RenewTick is how often leases are looked at for renewal (jittered by
 	// up to half). Default 100ms.
 	RenewTick time.Duration
@@ -91,46 +89,61 @@ type Config struct {
 	Logger hclog.Logger
 }
 
-func (c *Config) setDefaults() {
-	if c.CheckTimeout == 0 {
-		c.CheckTimeout = 20 * time.Millisecond
+// DefaultConfig returns a Config with every setting at its default: start
+// from it and set Region, Instance, Redis, Coordinator and Policies. As in
+// hashicorp/raft, a zero is a value, never a request for the default.
+func DefaultConfig() Config {
+	return Config{
+		CheckTimeout:      20 * time.Millisecond,
+		Drift:             lease.DefaultTiming.Drift,
+		Margin:            lease.DefaultTiming.Margin,
+		SavedClockSkew:    time.Second,
+		RenewTick:         100 * time.Millisecond,
+		PolicyRefresh:     10 * time.Second,
+		FallbackKeys:      100_000,
+		BreakerThreshold:  3,
+		BreakerCooldown:   time.Second,
+		IdempotencyWindow: regional.DefaultIdempotencyWindow,
+		MetricIdentities:  IdentitiesHashed,
+		HotKeys:           10,
+		Clock:             time.Now,
+		Logger:            hclog.New(&hclog.LoggerOptions{Name: "agent"}),
 	}
-	if c.Timing == (lease.Timing{}) {
-		c.Timing = lease.DefaultTiming
+}
+
+// ValidateConfig reports every setting of c that cannot work, joined.
+func ValidateConfig(c Config) error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if !policy.RegionNameRE.MatchString(c.Region) {
+		bad("region %q must be 1-63 characters of a-z, 0-9 and '-'", c.Region)
 	}
-	if c.SavedClockSkew == 0 {
-		c.SavedClockSkew = time.Second
+	if c.Instance == "" {
+		bad("instance name is empty")
 	}
-	if c.RenewTick == 0 {
-		c.RenewTick = 100 * time.Millisecond
+	if c.Redis == nil || c.Coordinator == nil || c.Policies == nil {
+		bad("Redis, Coordinator and Policies are required")
 	}
-	if c.PolicyRefresh == 0 {
-		c.PolicyRefresh = 10 * time.Second
+	if c.Clock == nil || c.Logger == nil {
+		bad("clock and logger must be set (start from DefaultConfig)")
 	}
-	if c.FallbackKeys == 0 {
-		c.FallbackKeys = 100_000
+	if err := (lease.Timing{ValidFor: time.Hour, Drift: c.Drift, Margin: c.Margin}).Validate(); err != nil {
+		errs = append(errs, err)
 	}
-	if c.BreakerThreshold == 0 {
-		c.BreakerThreshold = 3
+	if c.CheckTimeout <= 0 || c.RenewTick <= 0 || c.PolicyRefresh <= 0 || c.BreakerCooldown <= 0 || c.IdempotencyWindow <= 0 {
+		bad("check timeout %s, renew tick %s, policy refresh %s, breaker cooldown %s and idempotency window %s must be positive",
+			c.CheckTimeout, c.RenewTick, c.PolicyRefresh, c.BreakerCooldown, c.IdempotencyWindow)
 	}
-	if c.BreakerCooldown == 0 {
-		c.BreakerCooldown = time.Second
+	if c.SavedClockSkew < 0 {
+		bad("saved clock skew %s is negative", c.SavedClockSkew)
 	}
-	if c.IdempotencyWindow == 0 {
-		c.IdempotencyWindow = regional.DefaultIdempotencyWindow
+	if c.FallbackKeys < 1 || c.BreakerThreshold < 1 || c.HotKeys < 1 {
+		bad("fallback keys %d, breaker threshold %d and hot keys %d must be at least 1", c.FallbackKeys, c.BreakerThreshold, c.HotKeys)
 	}
-	if c.MetricIdentities == "" {
-		c.MetricIdentities = IdentitiesHashed
+	if c.MetricIdentities != IdentitiesHashed && c.MetricIdentities != IdentitiesPlain && c.MetricIdentities != IdentitiesOff {
+		bad("metric identities %q: use hashed, plain or off", c.MetricIdentities)
 	}
-	if c.HotKeys == 0 {
-		c.HotKeys = 10
-	}
-	if c.Clock == nil {
-		c.Clock = time.Now
-	}
-	if c.Logger == nil {
-		c.Logger = hclog.New(&hclog.LoggerOptions{Name: "agent"})
-	}
+	return errors.Join(errs...)
 }
 
 // Agent decides checks for one region. It is safe for concurrent use.
@@ -159,22 +172,8 @@ type Agent struct {
 
 // New returns an agent; Run starts its background work.
 func New(cfg Config) (*Agent, error) {
-	cfg.setDefaults()
-	switch {
-	case !policy.RegionNameRE.MatchString(cfg.Region):
-		return nil, fmt.Errorf("agent: region %q must be 1-63 characters of a-z, 0-9 and '-'", cfg.Region)
-	case cfg.Instance == "":
-		return nil, errors.New("agent: instance name is empty")
-	case cfg.Redis == nil || cfg.Coordinator == nil || cfg.Policies == nil:
-		return nil, errors.New("agent: Redis, Coordinator and Policies are required")
-	case cfg.CheckTimeout < 0:
-		return nil, fmt.Errorf("agent: check timeout %s is negative", cfg.CheckTimeout)
-	case cfg.MetricIdentities != IdentitiesHashed && cfg.MetricIdentities != IdentitiesPlain && cfg.MetricIdentities != IdentitiesOff:
-		return nil, fmt.Errorf("agent: metric identities %q: use hashed, plain or off", cfg.MetricIdentities)
-	case cfg.SavedClockSkew < 0:
-		return nil, fmt.Errorf("agent: saved clock skew %s is negative", cfg.SavedClockSkew)
-	case cfg.PolicyRefresh < 0:
-		return nil, fmt.Errorf("agent: policy refresh interval %s is negative", cfg.PolicyRefresh)
+	if err := ValidateConfig(cfg); err != nil {
+		return nil, fmt.Errorf("agent config: %w", err)
 	}
 	m := newMetrics()
 	eng, err := regional.NewEngine(cfg.Redis, nil, regional.Config{IdempotencyWindow: cfg.IdempotencyWindow})
@@ -184,7 +183,7 @@ func New(cfg Config) (*Agent, error) {
 	a := &Agent{cfg: cfg, engine: eng, m: m, start: cfg.Clock(), hot: map[string]*topK{}, refresh: make(chan struct{}, 1),
 		fb: newFallback(cfg.FallbackKeys), replay: newReplay(cfg.IdempotencyWindow, cfg.FallbackKeys),
 		br: newBreaker(cfg.BreakerThreshold, cfg.BreakerCooldown, cfg.Clock)}
-	a.leaser = newLeaser(cfg.Region, cfg.Instance, cfg.Coordinator, cfg.Timing, cfg.Clock, cfg.Logger, m, a.refreshSoon)
+	a.leaser = newLeaser(cfg.Region, cfg.Instance, cfg.Coordinator, lease.Timing{Drift: cfg.Drift, Margin: cfg.Margin}, cfg.Clock, cfg.Logger, m, a.refreshSoon)
 	m.reg.MustRegister(hotCollector{a})
 	return a, nil
 }
@@ -344,7 +343,7 @@ func (a *Agent) leaseLoop(ctx context.Context) {
 		// of a lease): time for the client to give up on a hung replica
 		// and reach another, and for large renewals split in several
 		// requests. Not a fixed few hundred ms.
-		rctx, cancel := context.WithTimeout(ctx, max(a.cfg.RenewTick*5, a.cfg.Timing.RenewAfter()))
+		rctx, cancel := context.WithTimeout(ctx, max(a.cfg.RenewTick*5, a.leaser.renewInterval()))
 		a.leaser.renew(rctx)
 		cancel()
 		a.leaser.updateMetrics(a.cfg.Clock())
@@ -405,7 +404,7 @@ type Outcome struct {
 	policy.Decision
 	// Mode it was decided in: leased, degraded, unleased, local-fallback
 	// or region.
-	Mode string
+	Mode lease.Mode
 	// Policy decided under.
 	Policy *policy.Policy
 	// Limits enforced (the share for global policies).
@@ -421,7 +420,7 @@ type plan struct {
 	id     string // the request's identity under p
 	cost   int64
 	limits policy.Limits
-	mode   string
+	mode   lease.Mode
 	// refuse, when set, is the decision without asking Redis: no share.
 	refuse *policy.Decision
 	// replayKey names the request in the replay cache ("" without an
@@ -461,7 +460,7 @@ func (a *Agent) prepare(in Input) (plan, error) {
 	if err != nil {
 		return plan{}, fmt.Errorf("policy %q: %w", p.Name, err)
 	}
-	pl := plan{in: in, p: p, id: id, cost: cost, limits: full, mode: ModeRegion}
+	pl := plan{in: in, p: p, id: id, cost: cost, limits: full, mode: lease.ModeRegion}
 	if in.IdempotencyKey != "" {
 		if err := regional.ValidIdempotencyKey(in.IdempotencyKey); err != nil {
 			return plan{}, fmt.Errorf("policy %q: %w", p.Name, err)
@@ -472,7 +471,7 @@ func (a *Agent) prepare(in Input) (plan, error) {
 		return pl, nil
 	}
 	amount, mode := a.leaser.enforce(p.Name, a.cfg.Clock())
-	pl.mode = string(mode)
+	pl.mode = mode
 	l, ok := full.Share(amount)
 	if !ok || cost*policy.Micro > l.Capacity {
 		pl.refuse = &policy.Decision{RetryAfterMs: noShareRetryMs}
@@ -608,7 +607,7 @@ func (a *Agent) fallback(pl plan, redisErr error) (Outcome, error) {
 	n := int64(a.leaser.liveInstances())
 	l := pl.limits.Scale(1, n)
 	if l.Validate() != nil || pl.cost*policy.Micro > l.Capacity {
-		return a.finish(pl, policy.Decision{RetryAfterMs: noShareRetryMs}, ModeLocalFallback), nil
+		return a.finish(pl, policy.Decision{RetryAfterMs: noShareRetryMs}, lease.ModeLocalFallback), nil
 	}
 	nowMs := a.cfg.Clock().Sub(a.start).Milliseconds() + 1_000_000 // monotonic, never negative
 	d, full, err := a.fb.decide(pl.p.Name+"\x00"+pl.id, l, pl.p.Failure.FallbackStart, nowMs, pl.cost*policy.Micro)
@@ -618,11 +617,11 @@ func (a *Agent) fallback(pl plan, redisErr error) (Outcome, error) {
 	if full {
 		a.cfg.Logger.Warn("local fallback table full; rejecting new identities", "keys", a.cfg.FallbackKeys)
 	}
-	return a.finish(pl, d, ModeLocalFallback), nil
+	return a.finish(pl, d, lease.ModeLocalFallback), nil
 }
 
 // finish records metrics and demand and returns the outcome.
-func (a *Agent) finish(pl plan, d policy.Decision, mode string) Outcome {
+func (a *Agent) finish(pl plan, d policy.Decision, mode lease.Mode) Outcome {
 	now := a.cfg.Clock()
 	a.leaser.observe(pl.p.Name, pl.id, pl.cost*policy.Micro, now)
 	result := "rejected"
@@ -634,13 +633,13 @@ func (a *Agent) finish(pl plan, d policy.Decision, mode string) Outcome {
 	if d.Allowed && !shadow {
 		result = "allowed"
 		switch mode {
-		case string(lease.ModeDegraded):
+		case lease.ModeDegraded:
 			a.m.budgetAdmits.WithLabelValues(pl.p.Name, "degraded").Inc()
-		case ModeLocalFallback:
-			a.m.budgetAdmits.WithLabelValues(pl.p.Name, ModeLocalFallback).Inc()
+		case lease.ModeLocalFallback:
+			a.m.budgetAdmits.WithLabelValues(pl.p.Name, string(lease.ModeLocalFallback)).Inc()
 		}
 	}
-	a.m.decisions.WithLabelValues(pl.p.Name, mode, result).Inc()
+	a.m.decisions.WithLabelValues(pl.p.Name, string(mode), result).Inc()
 	a.hotFor(pl.p.Name).add(pl.id, pl.cost)
 	o := Outcome{Decision: d, Mode: mode, Policy: pl.p, Limits: pl.limits, Shadow: shadow}
 	if pl.replayKey != "" {

@@ -39,7 +39,7 @@ func TestEnforcesLeasedShare(t *testing.T) {
 		if o.Allowed {
 			admitted++
 		}
-		if o.Mode != string(lease.ModeLeased) {
+		if o.Mode != lease.ModeLeased {
 			t.Fatalf("check %d decided in mode %s", i, o.Mode)
 		}
 	}
@@ -77,7 +77,7 @@ func TestDegradedAtExpiryThenRecovers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if o.Mode == string(lease.ModeDegraded) {
+		if o.Mode == lease.ModeDegraded {
 			if o.Limits.Rate != 20*policy.Micro {
 				t.Fatalf("degraded budget %d, want the static 20/s", o.Limits.Rate)
 			}
@@ -101,7 +101,7 @@ func TestDegradedAtExpiryThenRecovers(t *testing.T) {
 	startCoordinator(t, prefix, k.addr)
 	waitFor(t, 15*time.Second, "leased mode again", func() bool {
 		o, _ := ra.a.Check(ctx, Input{Policy: "api", Attributes: tenantA, Cost: 1})
-		return o.Mode == string(lease.ModeLeased)
+		return o.Mode == lease.ModeLeased
 	})
 }
 
@@ -264,7 +264,7 @@ func TestRedisSlowThenGone(t *testing.T) {
 	// first check may miss the 20 ms timeout on a loaded machine).
 	waitFor(t, 5*time.Second, "a healthy check decided by Redis", func() bool {
 		o, err := ra.a.Check(ctx, Input{Policy: "api", Attributes: map[string]string{"tenant": "warm"}, Cost: 1})
-		return err == nil && o.Mode == ModeRegion
+		return err == nil && o.Mode == lease.ModeRegion
 	})
 	run := func(phase string, d time.Duration) (admitted int, elapsed time.Duration) {
 		start := time.Now()
@@ -280,10 +280,10 @@ func TestRedisSlowThenGone(t *testing.T) {
 			if took > timeout+100*time.Millisecond {
 				t.Fatalf("%s: a check took %v, the timeout is %v", phase, took, timeout)
 			}
-			if o.Mode != ModeLocalFallback && o.Mode != ModeRegion {
+			if o.Mode != lease.ModeLocalFallback && o.Mode != lease.ModeRegion {
 				t.Fatalf("%s: mode %s", phase, o.Mode)
 			}
-			if o.Allowed && o.Mode == ModeLocalFallback {
+			if o.Allowed && o.Mode == lease.ModeLocalFallback {
 				admitted++
 			}
 			time.Sleep(2 * time.Millisecond)
@@ -306,7 +306,7 @@ func TestRedisSlowThenGone(t *testing.T) {
 	proxy.Restore()
 	waitFor(t, 5*time.Second, "Redis decisions again", func() bool {
 		o, _ := ra.a.Check(ctx, Input{Policy: "api", Attributes: tenantA, Cost: 1})
-		return o.Mode == ModeRegion
+		return o.Mode == lease.ModeRegion
 	})
 }
 
@@ -348,7 +348,7 @@ func TestGRPCCheckAPI(t *testing.T) {
 	ra := regionAgent(t, "name: api\nidentity: [tenant]\nlimit: 3\nperiod: 1m\nscope: region\n", nil)
 	c := pb.NewCheckServiceClient(grpcConn(t, ra.grpcAddr))
 	r, err := c.Check(t.Context(), &pb.CheckRequest{Policy: "api", Attributes: tenantA})
-	if err != nil || !r.Allowed || r.Remaining != 2 || r.Mode != ModeRegion || r.Policy != "api" || r.Limit != 3 || r.PeriodMs != 60_000 {
+	if err != nil || !r.Allowed || r.Remaining != 2 || r.Mode != string(lease.ModeRegion) || r.Policy != "api" || r.Limit != 3 || r.PeriodMs != 60_000 {
 		t.Fatalf("check: %v %v", r, err)
 	}
 	b, err := c.CheckBatch(t.Context(), &pb.CheckBatchRequest{Checks: []*pb.CheckRequest{

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/quota-lease/quota-lease/bound"
+	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
 )
 
@@ -38,7 +39,7 @@ func TestFlappingRedisStaysWithinBound(t *testing.T) {
 	const yaml = "name: api\nidentity: [tenant]\nlimit: 20\nperiod: 1s\nscope: region\n"
 	setPolicy(t, k.addr, yaml)
 	redisSrv := startRedis(t)
-	ra := startAgent(t, "us", redisSrv.Addr, []string{k.addr}, func(c *Config) { c.CheckTimeout = 0 }) // the default
+	ra := startAgent(t, "us", redisSrv.Addr, []string{k.addr}, func(c *Config) { c.CheckTimeout = DefaultConfig().CheckTimeout })
 
 	start := time.Now()
 	var mu sync.Mutex
@@ -52,7 +53,7 @@ func TestFlappingRedisStaysWithinBound(t *testing.T) {
 			defer wg.Done()
 			callEvery(t, ra.a, Input{Policy: "api", Attributes: tenantA}, 10*time.Millisecond, 20_000, stop, func(o Outcome) {
 				checks.Add(1)
-				if o.Mode == ModeLocalFallback {
+				if o.Mode == lease.ModeLocalFallback {
 					fallbackDecisions.Add(1)
 				}
 				if o.Allowed {
@@ -114,11 +115,11 @@ func TestLastTokenRaceWithSlowRedis(t *testing.T) {
 	k := startCoordinator(t, prefix, "")
 	setPolicy(t, k.addr, "name: last\nidentity: [tenant]\nlimit: 1\nperiod: 1h\nburst: 10\nscope: region\n")
 	proxy := startRedisBehindProxy(t)
-	ra := startAgent(t, "us", proxy.Addr, []string{k.addr}, func(c *Config) { c.CheckTimeout = 0 })
+	ra := startAgent(t, "us", proxy.Addr, []string{k.addr}, func(c *Config) { c.CheckTimeout = DefaultConfig().CheckTimeout })
 	ctx := t.Context()
 	waitFor(t, 5*time.Second, "a warm connection and script", func() bool {
 		o, _ := ra.a.Check(ctx, Input{Policy: "last", Attributes: map[string]string{"tenant": "warm"}})
-		return o.Mode == ModeRegion
+		return o.Mode == lease.ModeRegion
 	})
 	var warm sync.WaitGroup // fill the connection pool, so racers do not wait for dials
 	for range 32 {
@@ -131,10 +132,10 @@ func TestLastTokenRaceWithSlowRedis(t *testing.T) {
 	warm.Wait()
 	waitFor(t, 5*time.Second, "the breaker closed after warming", func() bool {
 		o, _ := ra.a.Check(ctx, Input{Policy: "last", Attributes: map[string]string{"tenant": "warm"}})
-		return o.Mode == ModeRegion
+		return o.Mode == lease.ModeRegion
 	})
 	for i := 0; i < 9; i++ {
-		if o, err := ra.a.Check(ctx, Input{Policy: "last", Attributes: tenantA}); err != nil || !o.Allowed || o.Mode != ModeRegion {
+		if o, err := ra.a.Check(ctx, Input{Policy: "last", Attributes: tenantA}); err != nil || !o.Allowed || o.Mode != lease.ModeRegion {
 			t.Fatalf("draining token %d: %+v %v", i, o, err)
 		}
 	}
@@ -157,7 +158,7 @@ func TestLastTokenRaceWithSlowRedis(t *testing.T) {
 			if o.Allowed {
 				admitted.Add(1)
 			}
-			if o.Mode == ModeLocalFallback {
+			if o.Mode == lease.ModeLocalFallback {
 				byFallback.Add(1)
 			}
 		}()
@@ -190,7 +191,7 @@ func TestKeyedRetryChargedOnceAcrossOutage(t *testing.T) {
 	proxy.Cut()
 	for i := 0; i < 3; i++ {
 		o, err := ra.a.Check(ctx, keyed)
-		if err != nil || !o.Allowed || o.Mode != ModeLocalFallback {
+		if err != nil || !o.Allowed || o.Mode != lease.ModeLocalFallback {
 			t.Fatalf("keyed attempt %d during the outage: %+v %v", i, o, err)
 		}
 	}
@@ -199,20 +200,20 @@ func TestKeyedRetryChargedOnceAcrossOutage(t *testing.T) {
 	near := func(got, want int64) bool {
 		return got >= want*policy.Micro && got < want*policy.Micro+policy.Micro/10
 	}
-	if o, err := ra.a.Check(ctx, Input{Policy: "keyed", Attributes: tenantA}); err != nil || o.Mode != ModeLocalFallback || !near(o.Remaining, 8) {
+	if o, err := ra.a.Check(ctx, Input{Policy: "keyed", Attributes: tenantA}); err != nil || o.Mode != lease.ModeLocalFallback || !near(o.Remaining, 8) {
 		t.Fatalf("after three keyed attempts the fallback has %v left (%+v %v), want 8", float64(o.Remaining)/float64(policy.Micro), o, err)
 	}
 
 	proxy.Restore()
 	waitFor(t, 5*time.Second, "Redis decisions again", func() bool {
 		o, _ := ra.a.Check(ctx, Input{Policy: "keyed", Attributes: map[string]string{"tenant": "probe"}})
-		return o.Mode == ModeRegion
+		return o.Mode == lease.ModeRegion
 	})
-	if o, err := ra.a.Check(ctx, keyed); err != nil || !o.Allowed || o.Mode != ModeLocalFallback {
+	if o, err := ra.a.Check(ctx, keyed); err != nil || !o.Allowed || o.Mode != lease.ModeLocalFallback {
 		t.Fatalf("keyed attempt after recovery: %+v %v, want the first answer replayed", o, err)
 	}
 	// Redis never charged tenant a for the keyed request: 10 - 1 left after this check.
-	if o, err := ra.a.Check(ctx, Input{Policy: "keyed", Attributes: tenantA}); err != nil || o.Mode != ModeRegion || !near(o.Remaining, 9) {
+	if o, err := ra.a.Check(ctx, Input{Policy: "keyed", Attributes: tenantA}); err != nil || o.Mode != lease.ModeRegion || !near(o.Remaining, 9) {
 		t.Fatalf("Redis has %v left for tenant a (%+v %v), want 9", float64(o.Remaining)/float64(policy.Micro), o, err)
 	}
 	if got := counterValue(t, ra.a, "quotalease_agent_idempotent_replays_total"); got != 3 {

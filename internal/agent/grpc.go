@@ -66,6 +66,6 @@ func enforcedLimit(o Outcome) float64 {
 
 func response(o Outcome) *pb.CheckResponse {
 	return &pb.CheckResponse{Allowed: o.Allowed, Remaining: o.RemainingUnits(), RetryAfterMs: o.RetryAfterMs,
-		ResetMs: o.ResetAfterMs, Policy: o.Policy.Name, Mode: o.Mode, Limit: enforcedLimit(o),
+		ResetMs: o.ResetAfterMs, Policy: o.Policy.Name, Mode: string(o.Mode), Limit: enforcedLimit(o),
 		PeriodMs: time.Duration(o.Policy.Period).Milliseconds(), Replayed: o.Replayed, Shadow: o.Shadow}
 }

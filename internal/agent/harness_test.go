@@ -71,9 +71,11 @@ func startCoordinator(t testing.TB, prefix string, addr string) *coord {
 		t.Fatal(err)
 	}
 	k := &coord{cli: cli, srv: grpc.NewServer(), addr: lis.Addr().String()}
-	k.c, err = coordinator.New(cli, coordinator.Config{Name: "c", Advertise: k.addr, Prefix: prefix, Regions: []string{"us", "eu", "ap"},
-		Timing: testTiming, SessionTTL: 2 * time.Second, RebalanceInterval: 50 * time.Millisecond, FlushInterval: 200 * time.Millisecond,
-		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Error})})
+	cfg := coordinator.DefaultConfig()
+	cfg.Name, cfg.Advertise, cfg.Prefix, cfg.Regions = "c", k.addr, prefix, []string{"us", "eu", "ap"}
+	cfg.Timing, cfg.SessionTTL, cfg.RebalanceInterval, cfg.FlushInterval = testTiming, 2*time.Second, 50*time.Millisecond, 200*time.Millisecond
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Error})
+	k.c, err = coordinator.New(cli, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,13 +132,14 @@ func startAgent(t testing.TB, region, redisAddr string, coordAddrs []string, mod
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, MaxRetries: -1, ContextTimeoutEnabled: true, DialTimeout: 200 * time.Millisecond,
 		ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond, PoolSize: 32})
-	cfg := Config{Region: region, Instance: region + "-1", Redis: rdb, Coordinator: cl, Policies: PoliciesFromCoordinator(cl), KeepPolicies: true,
-		PolicyRefresh: 200 * time.Millisecond, Timing: testTiming, RenewTick: 20 * time.Millisecond,
-		// Generous, so that a loaded test machine does not send checks to
-		// the local fallback; tests of the fallback set their own (0 is
-		// the 20 ms default).
-		CheckTimeout: 250 * time.Millisecond,
-		Logger:       hclog.New(&hclog.LoggerOptions{Level: hclog.Error})}
+	cfg := DefaultConfig()
+	cfg.Region, cfg.Instance, cfg.Redis, cfg.Coordinator = region, region+"-1", rdb, cl
+	cfg.Policies, cfg.KeepPolicies = PoliciesFromCoordinator(cl), true
+	cfg.PolicyRefresh, cfg.Drift, cfg.Margin, cfg.RenewTick = 200*time.Millisecond, testTiming.Drift, testTiming.Margin, 20*time.Millisecond
+	// Generous, so that a loaded test machine does not send checks to the
+	// local fallback; tests of the fallback set their own.
+	cfg.CheckTimeout = 250 * time.Millisecond
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Error})
 	if mod != nil {
 		mod(&cfg)
 	}

@@ -129,7 +129,7 @@ func (a *Agent) serveCheck(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
 	json.NewEncoder(w).Encode(checkAnswer{Allowed: true, Policy: o.Policy.Name, Remaining: o.RemainingUnits(), Limit: limit,
-		ResetMs: o.ResetAfterMs, Mode: o.Mode, Replayed: o.Replayed, Shadow: o.Shadow})
+		ResetMs: o.ResetAfterMs, Mode: string(o.Mode), Replayed: o.Replayed, Shadow: o.Shadow})
 }
 
 // ceilSeconds formats ms as whole seconds, rounded up.

@@ -90,6 +90,27 @@ func (l *leaser) setPolicies(ps []*policy.Policy) {
 	}
 }
 
+// firstRoundTimeout bounds a lease round before any grant says how often
+// to renew.
+const firstRoundTimeout = 3 * time.Second
+
+// renewInterval is the shortest renewal interval of the grants held
+// (firstRoundTimeout before any): how long a lease round may take.
+func (l *leaser) renewInterval() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	d := time.Duration(0)
+	for _, q := range l.quotas {
+		if r := q.a.RenewInterval(); r > 0 && (d == 0 || r < d) {
+			d = r
+		}
+	}
+	if d == 0 {
+		return firstRoundTimeout
+	}
+	return d
+}
+
 // names returns the global policies being leased.
 func (l *leaser) names() []string {
 	l.mu.Lock()
@@ -205,6 +226,13 @@ func (l *leaser) answered(out []sentQuota, resp *pb.LeaseResponse, err error) bo
 		return false
 	}
 	l.down.ok(l.log, l.now())
+	if resp.AssumedDrift > l.timing.Drift {
+		l.log.Warn("the coordinator assumes a larger clock drift than this agent's --drift; using the coordinator's", "agent", l.timing.Drift, "coordinator", resp.AssumedDrift)
+		l.timing.Drift = resp.AssumedDrift
+		for _, q := range l.quotas {
+			q.a.RaiseDrift(resp.AssumedDrift)
+		}
+	}
 	ok, stale := true, false
 	defer func() {
 		if stale && l.stale != nil {
@@ -229,7 +257,7 @@ func (l *leaser) answered(out []sentQuota, resp *pb.LeaseResponse, err error) bo
 		if terms.Fingerprint != 0 && terms.Fingerprint != s.q.fp {
 			stale = true
 		}
-		s.q.a.LimitDegraded(terms.DegradedTimeout)
+		s.q.a.SetDegradedTimeout(terms.DegradedTimeout)
 		grant.RenewAfter = terms.RenewAfter
 		s.q.a.Granted(s.req, grant)
 	}

@@ -42,8 +42,10 @@ func startBare(t *testing.T, redisAddr string, mod func(*Config)) *Agent {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, MaxRetries: -1, ContextTimeoutEnabled: true, DialTimeout: 200 * time.Millisecond})
 	t.Cleanup(func() { rdb.Close() })
-	cfg := Config{Region: "us", Instance: "us-2", Redis: rdb, Timing: testTiming, RenewTick: 20 * time.Millisecond,
-		CheckTimeout: 250 * time.Millisecond, SavedClockSkew: 50 * time.Millisecond, Logger: hclog.NewNullLogger()}
+	cfg := DefaultConfig()
+	cfg.Region, cfg.Instance, cfg.Redis = "us", "us-2", rdb
+	cfg.Drift, cfg.Margin, cfg.RenewTick = testTiming.Drift, testTiming.Margin, 20*time.Millisecond
+	cfg.CheckTimeout, cfg.SavedClockSkew, cfg.Logger = 250*time.Millisecond, 50*time.Millisecond, hclog.NewNullLogger()
 	mod(&cfg)
 	a, err := New(cfg)
 	if err != nil {
@@ -95,7 +97,7 @@ func TestStartDuringCoordinatorOutage(t *testing.T) {
 	if hung.returned.Load() != 0 {
 		t.Fatalf("the agent served only after a coordinator call gave up (%d returned): it waited on the outage", hung.returned.Load())
 	}
-	if !o.Allowed || o.Mode == string(lease.ModeNone) {
+	if !o.Allowed || o.Mode == lease.ModeNone {
 		t.Fatalf("a restart during an outage decided %+v: it must enforce the saved grant or its degraded budget", o)
 	}
 	// What it enforces is what the coordinator counts for the region: the
@@ -164,17 +166,17 @@ func TestStartWithNoStateFollowsFailureModes(t *testing.T) {
 	a := startBare(t, redisAddr, func(c *Config) {
 		c.Coordinator = hung
 		c.Policies = func(context.Context) ([]*policy.Policy, error) { return ps, nil } // --policies FILE
-		c.RenewTick = 5 * time.Millisecond                                              // a short first round: it times out at 5 ticks
+		c.RenewTick = 5 * time.Millisecond
 	})
 	waitFor(t, 10*time.Second, "ready", a.Ready)
 	want := map[string]struct {
 		allowed bool
-		mode    string
+		mode    lease.Mode
 	}{
-		"local":  {true, ModeRegion},
-		"open":   {true, string(lease.ModeDegraded)},
-		"static": {false, string(lease.ModeDegraded)},
-		"closed": {false, string(lease.ModeDegraded)},
+		"local":  {true, lease.ModeRegion},
+		"open":   {true, lease.ModeDegraded},
+		"static": {false, lease.ModeDegraded},
+		"closed": {false, lease.ModeDegraded},
 	}
 	for name, w := range want {
 		o, err := a.Check(t.Context(), Input{Policy: name, Attributes: tenantA, Cost: 1})

@@ -186,7 +186,7 @@ func (l *leaser) restoreGrants(ctx context.Context, rdb redis.UniversalClient, s
 			continue
 		}
 		left := time.Duration(g.ValidUntilMs-now.UnixMilli())*time.Millisecond - skew
-		q.a.LimitDegraded(time.Duration(g.DegradedTimeoutMs) * time.Millisecond)
+		q.a.SetDegradedTimeout(time.Duration(g.DegradedTimeoutMs) * time.Millisecond)
 		q.a.Restore(lease.Grant{ID: g.ID, Amount: g.Amount}, now.Add(left))
 		n++
 	}

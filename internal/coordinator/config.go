@@ -71,45 +71,44 @@ const (
 	DefaultLeaseCallRate     = 100
 )
 
-func (c *Config) setDefaults() {
-	if c.LeaseCallRate == 0 {
-		c.LeaseCallRate = DefaultLeaseCallRate
-	}
-	if c.Prefix == "" {
-		c.Prefix = DefaultPrefix
-	}
-	c.Prefix = strings.TrimRight(c.Prefix, "/")
-	if c.Timing == (lease.Timing{}) {
-		c.Timing = lease.DefaultTiming
-	}
-	if c.SessionTTL == 0 {
-		c.SessionTTL = DefaultSessionTTL
-	}
-	if c.RebalanceInterval == 0 {
-		c.RebalanceInterval = DefaultRebalanceInterval
-	}
-	if c.FlushInterval == 0 {
-		c.FlushInterval = DefaultFlushInterval
-	}
-	if c.Strategy == "" {
-		c.Strategy = allocation.StrategyMaxMinFair
-	}
-	if c.MaxStep == 0 {
-		c.MaxStep = DefaultMaxStep
-	}
-	if c.Hysteresis == 0 {
-		c.Hysteresis = DefaultHysteresis
-	}
-	if c.Clock == nil {
-		c.Clock = clock.System()
-	}
-	if c.Logger == nil {
-		c.Logger = hclog.New(&hclog.LoggerOptions{Name: "coordinator"})
+// DefaultConfig returns a Config with every field at its default: start
+// from it and set what differs (Name and Advertise have no default). As in
+// hashicorp/raft, a zero is a value, never a request for the default:
+// Hysteresis 0 means no hysteresis.
+func DefaultConfig() Config {
+	return Config{
+		Prefix:            DefaultPrefix,
+		Timing:            lease.DefaultTiming,
+		SessionTTL:        DefaultSessionTTL,
+		RebalanceInterval: DefaultRebalanceInterval,
+		FlushInterval:     DefaultFlushInterval,
+		Strategy:          allocation.StrategyMaxMinFair,
+		MaxStep:           DefaultMaxStep,
+		Hysteresis:        DefaultHysteresis,
+		LeaseCallRate:     DefaultLeaseCallRate,
+		Clock:             clock.System(),
+		Logger:            hclog.New(&hclog.LoggerOptions{Name: "coordinator"}),
 	}
 }
 
-func (c *Config) validate() error {
+// ValidateConfig reports every setting of c that cannot work, joined.
+func ValidateConfig(c Config) error {
 	var errs []error
+	if c.Name == "" {
+		errs = append(errs, errors.New("name is empty"))
+	}
+	if c.Advertise == "" {
+		errs = append(errs, errors.New("advertise address is empty"))
+	}
+	if strings.Trim(c.Prefix, "/") == "" {
+		errs = append(errs, fmt.Errorf("etcd prefix %q names no key space", c.Prefix))
+	}
+	if c.Clock == nil || c.Logger == nil {
+		errs = append(errs, errors.New("clock and logger must be set (start from DefaultConfig)"))
+	}
+	if c.LeaseCallRate == 0 {
+		errs = append(errs, errors.New("lease call rate 0 would refuse every lease; use a negative rate for no limit"))
+	}
 	if c.Name == "" {
 		errs = append(errs, errors.New("name is empty"))
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,10 +72,10 @@ type term struct {
 
 // New returns a coordinator replica using cli for etcd.
 func New(cli *clientv3.Client, cfg Config) (*Coordinator, error) {
-	cfg.setDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := ValidateConfig(cfg); err != nil {
 		return nil, fmt.Errorf("coordinator config: %w", err)
 	}
+	cfg.Prefix = strings.TrimRight(cfg.Prefix, "/")
 	c := &Coordinator{cfg: cfg, cli: cli, log: cfg.Logger, keys: keys{cfg.Prefix}, refused: &refusals{},
 		leaseCalls: &callRate{rate: cfg.LeaseCallRate, by: map[string]*rate.Limiter{}}}
 	c.leader.Store("")
@@ -283,7 +284,7 @@ func (c *Coordinator) rebalanceAll(t *term) {
 	t.mu.RUnlock()
 	for _, q := range quotas {
 		q.mu.Lock()
-		if err := q.rebalance(regions, c.cfg.Strategy, c.cfg.MaxStep, c.cfg.Hysteresis); err != nil {
+		if err := q.rebalance(regions, lease.PlanOptions{Strategy: c.cfg.Strategy, MaxStep: c.cfg.MaxStep, Hysteresis: c.cfg.Hysteresis}); err != nil {
 			c.log.Warn("rebalance skipped", "error", err)
 		}
 		q.mu.Unlock()

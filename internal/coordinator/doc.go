@@ -11,7 +11,7 @@
 // batched transaction per flush interval. So etcd's write load follows
 // share changes, not renewals. A new leader reads the marks and assumes each
 // was granted at the moment it took over, for a full lease, before it grants
-// anything (DESIGN.md invariant 8).
+// anything (safe failover, docs/design.md).
 //
 // A leader grants only while its own leadership lease, measured like an
 // agent's (from the send time of its last successful etcd keepalive, less

@@ -75,9 +75,10 @@ func startReplica(t testing.TB, prefix, name string, mod func(*Config), opts ...
 		t.Fatal(err)
 	}
 	r := &replica{cli: etcdClient(t), addr: lis.Addr().String(), done: make(chan struct{})}
-	cfg := Config{Name: name, Advertise: r.addr, Prefix: prefix, Regions: []string{"us", "eu", "ap"},
-		Timing: testTiming, SessionTTL: 2 * time.Second, RebalanceInterval: 50 * time.Millisecond, FlushInterval: 100 * time.Millisecond,
-		Logger: hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: os.Stderr})}
+	cfg := DefaultConfig()
+	cfg.Name, cfg.Advertise, cfg.Prefix, cfg.Regions = name, r.addr, prefix, []string{"us", "eu", "ap"}
+	cfg.Timing, cfg.SessionTTL, cfg.RebalanceInterval, cfg.FlushInterval = testTiming, 2*time.Second, 50*time.Millisecond, 100*time.Millisecond
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: os.Stderr})
 	if mod != nil {
 		mod(&cfg)
 	}

@@ -78,7 +78,7 @@ func (c *Coordinator) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.Leas
 	if !t.lease.valid(c.cfg.Clock.Mono()) {
 		return nil, status.Error(codes.Unavailable, "leadership not confirmed in time; retry")
 	}
-	resp := &pb.LeaseResponse{Epoch: t.epoch, Grants: make([]*pb.QuotaGrant, len(items))}
+	resp := &pb.LeaseResponse{Epoch: t.epoch, Grants: make([]*pb.QuotaGrant, len(items)), AssumedDrift: c.cfg.Timing.Drift}
 	for i, it := range items {
 		if it.pending != nil {
 			it.q.book.Commit(it.pending)
@@ -129,7 +129,7 @@ func unlockQuotas(items []*leaseItem) {
 	}
 }
 
-// prepare computes it's answer at now without committing it: a refusal, a
+// prepare computes its answer at now without committing it: a refusal, a
 // region-scoped quota's whole limit, or a pending grant (it.pending) and
 // the ledger change it needs first.
 func (c *Coordinator) prepare(t *term, now time.Time, req *pb.LeaseRequest, it *leaseItem) lease.LedgerDelta {

@@ -95,12 +95,12 @@ func contains(list []string, s string) bool {
 }
 
 // rebalance recomputes the targets (lease.Plan).
-func (q *quota) rebalance(regions map[string]regionRecord, strategy allocation.Strategy, maxStep, hysteresis float64) error {
+func (q *quota) rebalance(regions map[string]regionRecord, o lease.PlanOptions) error {
 	weights := make(map[string]float64, len(regions))
 	for name, r := range regions {
 		weights[name] = r.Weight
 	}
-	targets, err := lease.Plan(q.policy, q.book, weights, strategy, maxStep, hysteresis, q.targets)
+	targets, err := lease.Plan(q.policy, q.book, weights, q.targets, o)
 	if err != nil {
 		return fmt.Errorf("rebalance %s: %w", q.policy.Name, err)
 	}

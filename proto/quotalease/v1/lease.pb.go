@@ -241,8 +241,12 @@ func (x *QuotaRequest) GetSeq() uint64 {
 type LeaseResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Epoch is the leader's election revision; it grows with every new leader.
-	Epoch         int64         `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Grants        []*QuotaGrant `protobuf:"bytes,2,rep,name=grants,proto3" json:"grants,omitempty"`
+	Epoch  int64         `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Grants []*QuotaGrant `protobuf:"bytes,2,rep,name=grants,proto3" json:"grants,omitempty"`
+	// AssumedDrift is the bound on clock rate errors the coordinator
+	// assumes (its --drift) when it times grants and publishes the bound. An
+	// agent configured with a smaller drift uses this one.
+	AssumedDrift  float64 `protobuf:"fixed64,3,opt,name=assumed_drift,json=assumedDrift,proto3" json:"assumed_drift,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -289,6 +293,13 @@ func (x *LeaseResponse) GetGrants() []*QuotaGrant {
 		return x.Grants
 	}
 	return nil
+}
+
+func (x *LeaseResponse) GetAssumedDrift() float64 {
+	if x != nil {
+		return x.AssumedDrift
+	}
+	return 0
 }
 
 type QuotaGrant struct {
@@ -436,10 +447,11 @@ const file_quotalease_v1_lease_proto_rawDesc = "" +
 	"\x05quota\x18\x01 \x01(\tR\x05quota\x12\x19\n" +
 	"\bgrant_id\x18\x02 \x01(\tR\agrantId\x12\x16\n" +
 	"\x06demand\x18\x03 \x01(\x03R\x06demand\x12\x10\n" +
-	"\x03seq\x18\x05 \x01(\x04R\x03seqJ\x04\b\x04\x10\x05R\x04used\"X\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seqJ\x04\b\x04\x10\x05R\x04used\"}\n" +
 	"\rLeaseResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x03R\x05epoch\x121\n" +
-	"\x06grants\x18\x02 \x03(\v2\x19.quotalease.v1.QuotaGrantR\x06grants\"\xe9\x02\n" +
+	"\x06grants\x18\x02 \x03(\v2\x19.quotalease.v1.QuotaGrantR\x06grants\x12#\n" +
+	"\rassumed_drift\x18\x03 \x01(\x01R\fassumedDrift\"\xe9\x02\n" +
 	"\n" +
 	"QuotaGrant\x12\x14\n" +
 	"\x05quota\x18\x01 \x01(\tR\x05quota\x12\x14\n" +
