@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/quota-lease/quota-lease/clock"
 	"github.com/quota-lease/quota-lease/policy"
 	"github.com/redis/go-redis/v9"
 )
@@ -25,9 +26,9 @@ type Client interface {
 
 // Config tunes an Engine. The zero value is ready for production.
 type Config struct {
-	// Clock, when set, supplies enforcement time in milliseconds instead
-	// of the Redis server clock. Only tests and the simulator set it.
-	Clock func() int64
+	// Clock, when set, supplies enforcement time (its wall reading, in
+	// milliseconds) instead of the Redis server clock. Only tests set it.
+	Clock clock.Clock
 	// IdempotencyWindow is how long a decision made for an idempotency key
 	// is replayed. Default 10s.
 	IdempotencyWindow time.Duration
@@ -175,10 +176,7 @@ func (e *Engine) prepare(r Request) (call, error) {
 		keys = append(keys, ik)
 		idemMs = e.cfg.IdempotencyWindow.Milliseconds()
 	}
-	now := ""
-	if e.cfg.Clock != nil {
-		now = strconv.FormatInt(e.cfg.Clock(), 10)
-	}
+	now := e.nowArg()
 	param := l.Rate
 	if l.Algorithm != policy.TokenBucket {
 		param = l.WindowMs
@@ -222,6 +220,15 @@ func (e *Engine) InitStore(ctx context.Context) (bool, error) {
 	return isNew, nil
 }
 
+// nowArg is the scripts' ARGV[1]: the injected clock's milliseconds, or
+// "" to read Redis TIME.
+func (e *Engine) nowArg() string {
+	if e.cfg.Clock == nil {
+		return ""
+	}
+	return strconv.FormatInt(e.cfg.Clock.Now().UnixMilli(), 10)
+}
+
 // bornKey is the birth marker a decision on key reads: the store's, or on
 // a cluster its slot's.
 func (e *Engine) bornKey(key string) string {
@@ -262,10 +269,7 @@ func (e *Engine) StoreBorn(ctx context.Context) (int64, error) {
 			keys = append(keys, SlotBornKey(int(r.Start)))
 		}
 	}
-	now := ""
-	if e.cfg.Clock != nil {
-		now = strconv.FormatInt(e.cfg.Clock(), 10)
-	}
+	now := e.nowArg()
 	pipe := e.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(keys))
 	for i, k := range keys {

@@ -19,7 +19,7 @@ import (
 func TestConcurrentRaceForLastTokens(t *testing.T) {
 	const racers, left = 200, 37
 	h := newHarness(t)
-	h.now.Store(1_000_000) // frozen clock: no refill during the race
+	h.now.Set(1_000_000) // frozen clock: no refill during the race
 	for _, l := range []policy.Limits{
 		{Algorithm: policy.TokenBucket, Capacity: 100 * policy.Micro, Rate: policy.Micro},
 		{Algorithm: policy.FixedWindow, Capacity: 100 * policy.Micro, WindowMs: 60_000},
@@ -120,7 +120,7 @@ func TestIdempotentRetryIsNotChargedTwice(t *testing.T) {
 
 func TestBatch(t *testing.T) {
 	h := newHarness(t)
-	h.now.Store(1000)
+	h.now.Set(1000)
 	attrs := func(s string) map[string]string { return map[string]string{"tenant": s} }
 	reqs := []Request{
 		{Policy: "tb", Attributes: attrs("a"), Cost: 15},
@@ -146,7 +146,7 @@ func TestBatch(t *testing.T) {
 // handled on both paths: the decision is made once, not skipped or doubled.
 func TestNoScriptIsReloaded(t *testing.T) {
 	h := newHarness(t)
-	h.now.Store(1000)
+	h.now.Set(1000)
 	l := policy.Limits{Algorithm: policy.TokenBucket, Capacity: 10 * policy.Micro, Rate: policy.Micro}
 	h.check(1000, l, "a", 1)
 	h.rdb.ScriptFlush(t.Context())
@@ -166,7 +166,7 @@ func TestNoScriptIsReloaded(t *testing.T) {
 // Bad input gets a clear error and writes nothing.
 func TestBadInputWritesNothing(t *testing.T) {
 	h := newHarness(t)
-	h.now.Store(1000)
+	h.now.Set(1000)
 	a := map[string]string{"tenant": "acme"}
 	tiny := policy.Limits{Algorithm: policy.TokenBucket, Capacity: 0, Rate: policy.Micro}
 	wrongAlg := policy.Limits{Algorithm: policy.FixedWindow, Capacity: policy.Micro, WindowMs: 10}

@@ -5,9 +5,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 
+	"github.com/quota-lease/quota-lease/clock"
 	"github.com/quota-lease/quota-lease/internal/redistest"
 	"github.com/quota-lease/quota-lease/policy"
 	"github.com/redis/go-redis/v9"
@@ -55,21 +55,21 @@ type harness struct {
 	t   testing.TB
 	rdb *redis.Client
 	eng *Engine
-	now atomic.Int64
+	now clock.Manual
 }
 
 func newHarness(t testing.TB) *harness {
 	t.Helper()
 	srv := redistest.Start(t)
 	h := &harness{t: t, rdb: srv.Client(t)}
-	h.eng = newEngine(t, h.rdb, testPolicies(t), Config{Clock: h.now.Load})
+	h.eng = newEngine(t, h.rdb, testPolicies(t), Config{Clock: &h.now})
 	return h
 }
 
 // check runs one request at time nowMs with the given limits.
 func (h *harness) check(nowMs int64, l policy.Limits, tenant string, cost int64) policy.Decision {
 	h.t.Helper()
-	h.now.Store(nowMs)
+	h.now.Set(nowMs)
 	d, err := h.eng.Check(context.Background(), Request{
 		Policy: algPolicy[l.Algorithm], Attributes: map[string]string{"tenant": tenant},
 		Cost: cost, Limits: &l,

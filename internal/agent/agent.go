@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quota-lease/quota-lease/clock"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
 	"github.com/quota-lease/quota-lease/regional"
@@ -84,8 +85,11 @@ type Config struct {
 	// (tenant names, IPs): IdentitiesHashed by default, IdentitiesPlain to
 	// opt in to the names, IdentitiesOff to export none.
 	MetricIdentities string
-	// Clock; time.Now by default.
-	Clock  func() time.Time
+	// Clock is the time source, clock.System() by default. The agent
+	// measures every deadline as a difference of Clock.Now() readings, so
+	// they must carry Go's monotonic reading (time.Now's do); wall time is
+	// used only for what leaves the process (the saved grants, metrics).
+	Clock  clock.Clock
 	Logger hclog.Logger
 }
 
@@ -106,7 +110,7 @@ func DefaultConfig() Config {
 		IdempotencyWindow: regional.DefaultIdempotencyWindow,
 		MetricIdentities:  IdentitiesHashed,
 		HotKeys:           10,
-		Clock:             time.Now,
+		Clock:             clock.System(),
 		Logger:            hclog.New(&hclog.LoggerOptions{Name: "agent"}),
 	}
 }
@@ -180,10 +184,10 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, engine: eng, m: m, start: cfg.Clock(), hot: map[string]*topK{}, refresh: make(chan struct{}, 1),
+	a := &Agent{cfg: cfg, engine: eng, m: m, start: cfg.Clock.Now(), hot: map[string]*topK{}, refresh: make(chan struct{}, 1),
 		fb: newFallback(cfg.FallbackKeys), replay: newReplay(cfg.IdempotencyWindow, cfg.FallbackKeys),
-		br: newBreaker(cfg.BreakerThreshold, cfg.BreakerCooldown, cfg.Clock)}
-	a.leaser = newLeaser(cfg.Region, cfg.Instance, cfg.Coordinator, lease.Timing{Drift: cfg.Drift, Margin: cfg.Margin}, cfg.Clock, cfg.Logger, m, a.refreshSoon)
+		br: newBreaker(cfg.BreakerThreshold, cfg.BreakerCooldown, cfg.Clock.Now)}
+	a.leaser = newLeaser(cfg.Region, cfg.Instance, cfg.Coordinator, lease.Timing{Drift: cfg.Drift, Margin: cfg.Margin}, cfg.Clock.Now, cfg.Logger, m, a.refreshSoon)
 	m.reg.MustRegister(hotCollector{a})
 	return a, nil
 }
@@ -209,7 +213,7 @@ func (a *Agent) Readiness() (bool, string) {
 	case !a.redisOK.Load() || a.br.isOpen():
 		return false, "Redis unreachable: checks are decided by the local fallback"
 	}
-	if u := a.leaser.unleased(a.cfg.Clock()); len(u) > 0 {
+	if u := a.leaser.unleased(a.cfg.Clock.Now()); len(u) > 0 {
 		return false, fmt.Sprintf("%d global policies not leased yet (first lease round not finished): %s", len(u), strings.Join(u[:min(len(u), 5)], ", "))
 	}
 	return true, "ready"
@@ -346,7 +350,7 @@ func (a *Agent) leaseLoop(ctx context.Context) {
 		rctx, cancel := context.WithTimeout(ctx, max(a.cfg.RenewTick*5, a.leaser.renewInterval()))
 		a.leaser.renew(rctx)
 		cancel()
-		a.leaser.updateMetrics(a.cfg.Clock())
+		a.leaser.updateMetrics(a.cfg.Clock.Now())
 		jitter := time.Duration(float64(a.cfg.RenewTick) * (0.5 + rand.Float64()))
 		select {
 		case <-ctx.Done():
@@ -470,7 +474,7 @@ func (a *Agent) prepare(in Input) (plan, error) {
 	if p.Scope == policy.ScopeRegion {
 		return pl, nil
 	}
-	amount, mode := a.leaser.enforce(p.Name, a.cfg.Clock())
+	amount, mode := a.leaser.enforce(p.Name, a.cfg.Clock.Now())
 	pl.mode = mode
 	l, ok := full.Share(amount)
 	if !ok || cost*policy.Micro > l.Capacity {
@@ -520,7 +524,7 @@ func (a *Agent) replayed(pl plan) (Outcome, bool) {
 	if pl.replayKey == "" {
 		return Outcome{}, false
 	}
-	o, ok := a.replay.get(pl.replayKey, a.cfg.Clock())
+	o, ok := a.replay.get(pl.replayKey, a.cfg.Clock.Now())
 	if ok {
 		a.m.replays.WithLabelValues(pl.p.Name).Inc()
 	}
@@ -609,7 +613,7 @@ func (a *Agent) fallback(pl plan, redisErr error) (Outcome, error) {
 	if l.Validate() != nil || pl.cost*policy.Micro > l.Capacity {
 		return a.finish(pl, policy.Decision{RetryAfterMs: noShareRetryMs}, lease.ModeLocalFallback), nil
 	}
-	nowMs := a.cfg.Clock().Sub(a.start).Milliseconds() + 1_000_000 // monotonic, never negative
+	nowMs := a.cfg.Clock.Now().Sub(a.start).Milliseconds() + 1_000_000 // monotonic, never negative
 	d, full, err := a.fb.decide(pl.p.Name+"\x00"+pl.id, l, pl.p.Failure.FallbackStart, nowMs, pl.cost*policy.Micro)
 	if err != nil {
 		return Outcome{Policy: pl.p}, fmt.Errorf("local fallback: %w", err)
@@ -622,7 +626,7 @@ func (a *Agent) fallback(pl plan, redisErr error) (Outcome, error) {
 
 // finish records metrics and demand and returns the outcome.
 func (a *Agent) finish(pl plan, d policy.Decision, mode lease.Mode) Outcome {
-	now := a.cfg.Clock()
+	now := a.cfg.Clock.Now()
 	a.leaser.observe(pl.p.Name, pl.id, pl.cost*policy.Micro, now)
 	result := "rejected"
 	shadow := !d.Allowed && (pl.p.ShadowMode || a.cfg.Shadow)
