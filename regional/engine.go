@@ -9,9 +9,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/quota-lease/quota-lease/clock"
 	"github.com/quota-lease/quota-lease/policy"
-	"github.com/redis/go-redis/v9"
 )
 
 // Client is the part of a Redis client the engine needs. *redis.Client and

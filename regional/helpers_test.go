@@ -7,10 +7,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/quota-lease/quota-lease/clock"
 	"github.com/quota-lease/quota-lease/internal/redistest"
 	"github.com/quota-lease/quota-lease/policy"
-	"github.com/redis/go-redis/v9"
 )
 
 // testPolicies are one policy per algorithm; tests override their limits

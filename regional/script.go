@@ -3,15 +3,16 @@ package regional
 import (
 	"embed"
 
-	"github.com/quota-lease/quota-lease/policy"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quota-lease/quota-lease/policy"
 )
 
 //go:embed lua/*.lua
 var luaFiles embed.FS
 
-// scripts holds one decision script per algorithm: the shared prelude
-// followed by the algorithm's body. They are immutable and loaded into Redis
+// scripts holds one decision script per algorithm: the clock, the shared
+// prelude, then the algorithm's body. They are immutable and loaded into Redis
 // on first use (EVALSHA, falling back to EVAL on NOSCRIPT).
 var scripts = map[policy.Algorithm]*redis.Script{
 	policy.TokenBucket:   mustScript("token_bucket.lua"),
@@ -21,22 +22,21 @@ var scripts = map[policy.Algorithm]*redis.Script{
 }
 
 // bornScript reads a birth marker and records a lost one (Engine.StoreBorn).
-var bornScript = func() *redis.Script {
-	src, err := luaFiles.ReadFile("lua/born.lua")
-	if err != nil {
-		panic(err) // embedded at build time: cannot happen
+var bornScript = script("now.lua", "born.lua")
+
+// mustScript is a decision script: the clock, the shared prelude, then the
+// algorithm's body.
+func mustScript(body string) *redis.Script { return script("now.lua", "prelude.lua", body) }
+
+// script joins the embedded files into one script.
+func script(files ...string) *redis.Script {
+	var src []byte
+	for _, f := range files {
+		b, err := luaFiles.ReadFile("lua/" + f)
+		if err != nil {
+			panic(err) // embedded at build time: cannot happen
+		}
+		src = append(append(src, b...), '\n')
 	}
 	return redis.NewScript(string(src))
-}()
-
-func mustScript(body string) *redis.Script {
-	prelude, err := luaFiles.ReadFile("lua/prelude.lua")
-	if err != nil {
-		panic(err) // embedded at build time: cannot happen
-	}
-	src, err := luaFiles.ReadFile("lua/" + body)
-	if err != nil {
-		panic(err)
-	}
-	return redis.NewScript(string(prelude) + "\n" + string(src))
 }

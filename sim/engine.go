@@ -5,10 +5,11 @@ import (
 	"container/heap"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"time"
 
@@ -435,12 +436,7 @@ func (e *engine) crash() { e.coordUp = false }
 func (e *engine) recover() {
 	e.epoch++
 	e.book = lease.NewBook(e.policy.Limits().Amount(), e.policy.Failure, e.timing, e.epoch)
-	regions := make([]string, 0, len(e.ledger))
-	for r := range e.ledger {
-		regions = append(regions, r)
-	}
-	sort.Strings(regions)
-	for _, r := range regions {
+	for _, r := range slices.Sorted(maps.Keys(e.ledger)) {
 		m := e.ledger[r]
 		e.book.Restore(m.Region, m.Instance, m.Nonce, m.GrantID, m.Amount, e.coordTime())
 	}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+
 	"github.com/quota-lease/quota-lease/policy"
 )
 

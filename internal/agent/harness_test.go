@@ -143,13 +143,7 @@ func startAgent(t testing.TB, region, redisAddr string, coordAddrs []string, mod
 	if mod != nil {
 		mod(&cfg)
 	}
-	a, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { a.Run(ctx); close(done) }()
+	a, stopRun := runAgent(t, cfg)
 	gl, _ := net.Listen("tcp", "127.0.0.1:0")
 	hl, _ := net.Listen("tcp", "127.0.0.1:0")
 	gs := grpc.NewServer(GRPCServerOptions()...)
@@ -160,8 +154,7 @@ func startAgent(t testing.TB, region, redisAddr string, coordAddrs []string, mod
 	var once sync.Once
 	ra := &runningAgent{a: a, grpcAddr: gl.Addr().String(), httpURL: "http://" + hl.Addr().String(), stop: func() {
 		once.Do(func() {
-			cancel()
-			<-done
+			stopRun()
 			gs.Stop()
 			hs.Close()
 			rdb.Close()
@@ -177,6 +170,20 @@ func startAgent(t testing.TB, region, redisAddr string, coordAddrs []string, mod
 		time.Sleep(10 * time.Millisecond)
 	}
 	return ra
+}
+
+// runAgent makes an agent of cfg and runs it until stop, which waits for
+// Run to return.
+func runAgent(t testing.TB, cfg Config) (a *Agent, stop func()) {
+	t.Helper()
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { a.Run(ctx); close(done) }()
+	return a, func() { cancel(); <-done }
 }
 
 func grpcConn(t testing.TB, addr string) *grpc.ClientConn {

@@ -3,7 +3,9 @@ package agent
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -115,12 +117,7 @@ func (l *leaser) renewInterval() time.Duration {
 func (l *leaser) names() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make([]string, 0, len(l.quotas))
-	for n := range l.quotas {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(l.quotas))
 }
 
 // unleased returns the global policies that cannot be decided yet: no
@@ -173,12 +170,7 @@ func (l *leaser) renew(ctx context.Context) bool {
 	l.mu.Lock()
 	var out []sentQuota
 	pr := &pb.LeaseRequest{Region: l.region, Instance: l.instance, Nonce: l.nonce}
-	names := make([]string, 0, len(l.quotas))
-	for n := range l.quotas {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(l.quotas)) {
 		q := l.quotas[n]
 		if !q.a.NeedsRenewal(now) {
 			continue

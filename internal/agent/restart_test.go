@@ -47,14 +47,8 @@ func startBare(t *testing.T, redisAddr string, mod func(*Config)) *Agent {
 	cfg.Drift, cfg.Margin, cfg.RenewTick = testTiming.Drift, testTiming.Margin, 20*time.Millisecond
 	cfg.CheckTimeout, cfg.SavedClockSkew, cfg.Logger = 250*time.Millisecond, 50*time.Millisecond, hclog.NewNullLogger()
 	mod(&cfg)
-	a, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { a.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	a, stop := runAgent(t, cfg)
+	t.Cleanup(stop)
 	return a
 }
 

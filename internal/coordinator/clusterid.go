@@ -6,12 +6,13 @@ import (
 	"encoding/hex"
 	"fmt"
 
-	"github.com/quota-lease/quota-lease/internal/leaseapi"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/quota-lease/quota-lease/internal/leaseapi"
 )
 
 // ensureClusterID loads the deployment's cluster ID from etcd, making it

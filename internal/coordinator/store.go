@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/quota-lease/quota-lease/policy"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/quota-lease/quota-lease/policy"
 )
 
 // etcd layout, under Config.Prefix:

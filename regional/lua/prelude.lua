@@ -40,14 +40,6 @@ end
 
 local function int(x) return string.format('%.0f', x) end
 
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-else
-  now = tonumber(ARGV[1])
-end
-
 local idem_ttl = tonumber(ARGV[2])
 local idem_key = nil
 if idem_ttl > 0 then
