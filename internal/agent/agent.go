@@ -157,6 +157,7 @@ type Agent struct {
 	leaser *leaser
 	fb     *fallback
 	replay *replay
+	over   *overLimit
 	br     *breaker
 	m      *metrics
 	start  time.Time
@@ -185,7 +186,7 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, engine: eng, m: m, start: cfg.Clock.Now(), hot: map[string]*topK{}, refresh: make(chan struct{}, 1),
-		fb: newFallback(cfg.FallbackKeys), replay: newReplay(cfg.IdempotencyWindow, cfg.FallbackKeys),
+		fb: newFallback(cfg.FallbackKeys), replay: newReplay(cfg.IdempotencyWindow, cfg.FallbackKeys), over: newOverLimit(cfg.FallbackKeys),
 		br: newBreaker(cfg.BreakerThreshold, cfg.BreakerCooldown, cfg.Clock.Now)}
 	a.leaser = newLeaser(cfg.Region, cfg.Instance, cfg.Coordinator, lease.Timing{Drift: cfg.Drift, Margin: cfg.Margin}, cfg.Clock.Now, cfg.Logger, m, a.refreshSoon)
 	m.reg.MustRegister(hotCollector{a})
@@ -499,11 +500,15 @@ func (a *Agent) Check(ctx context.Context, in Input) (Outcome, error) {
 	if pl.refuse != nil {
 		return a.finish(pl, *pl.refuse, pl.mode), nil
 	}
+	if o, ok := a.overLimit(pl); ok {
+		return o, nil
+	}
 	if !a.br.allow() {
 		return a.fallback(pl, nil)
 	}
 	cctx, cancel := context.WithTimeout(ctx, a.cfg.CheckTimeout)
 	t0 := time.Now()
+	sent := a.cfg.Clock.Now()
 	d, err := a.engine.Check(cctx, a.request(pl))
 	cancel()
 	a.m.redisLatency.Observe(time.Since(t0).Seconds())
@@ -515,7 +520,31 @@ func (a *Agent) Check(ctx context.Context, in Input) (Outcome, error) {
 		return a.fallback(pl, err)
 	}
 	a.br.result(true)
+	a.rememberRejection(pl, d, sent)
 	return a.finish(pl, d, pl.mode), nil
+}
+
+// overLimit answers pl from the over-limit cache when Redis rejected its
+// identity under the same limits less than its retry delay ago. Keyed
+// requests always go to Redis, which records their decisions.
+func (a *Agent) overLimit(pl plan) (Outcome, bool) {
+	if pl.replayKey != "" {
+		return Outcome{}, false
+	}
+	d, ok := a.over.get(pl.p.Name+"\x00"+pl.id, pl.limits, pl.cost*policy.Micro, a.cfg.Clock.Now())
+	if !ok {
+		return Outcome{}, false
+	}
+	a.m.overLimitHits.WithLabelValues(pl.p.Name).Inc()
+	return a.finish(pl, d, pl.mode), true
+}
+
+// rememberRejection puts a rejection Redis gave pl, sent at sent, in the
+// over-limit cache.
+func (a *Agent) rememberRejection(pl plan, d policy.Decision, sent time.Time) {
+	if pl.replayKey == "" && !d.Allowed {
+		a.over.put(pl.p.Name+"\x00"+pl.id, pl.limits, pl.cost*policy.Micro, d, sent)
+	}
 }
 
 // replayed returns the outcome this agent already gave pl's idempotency
@@ -555,6 +584,10 @@ func (a *Agent) CheckBatch(ctx context.Context, ins []Input) []BatchResult {
 			out[i].Outcome = a.finish(pl, *pl.refuse, pl.mode)
 			continue
 		}
+		if o, ok := a.overLimit(pl); ok {
+			out[i].Outcome = o
+			continue
+		}
 		reqs = append(reqs, a.request(pl))
 		idx = append(idx, i)
 	}
@@ -569,6 +602,7 @@ func (a *Agent) CheckBatch(ctx context.Context, ins []Input) []BatchResult {
 	}
 	cctx, cancel := context.WithTimeout(ctx, a.cfg.CheckTimeout)
 	t0 := time.Now()
+	sent := a.cfg.Clock.Now()
 	res := a.engine.CheckBatch(cctx, reqs)
 	cancel()
 	a.m.redisLatency.Observe(time.Since(t0).Seconds())
@@ -577,6 +611,7 @@ func (a *Agent) CheckBatch(ctx context.Context, ins []Input) []BatchResult {
 		i := idx[j]
 		switch {
 		case r.Err == nil:
+			a.rememberRejection(plans[i], r.Decision, sent)
 			out[i].Outcome = a.finish(plans[i], r.Decision, plans[i].mode)
 		case isInputError(r.Err):
 			out[i].Err = r.Err

@@ -22,10 +22,13 @@ func benchAgent(b *testing.B) pb.CheckServiceClient {
 	return pb.NewCheckServiceClient(grpcConn(b, benchRunningAgent(b).grpcAddr))
 }
 
-func benchRunningAgent(b *testing.B) *runningAgent {
+func benchRunningAgent(b *testing.B, more ...string) *runningAgent {
 	prefix := newPrefix(b)
 	k := startCoordinator(b, prefix, "")
 	setPolicy(b, k.addr, "name: api\nidentity: [tenant]\nlimit: 1000000\nperiod: 1s\n")
+	for _, p := range more {
+		setPolicy(b, k.addr, p)
+	}
 	ra := startAgent(b, "us", startRedis(b).Addr, []string{k.addr}, nil)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -231,5 +234,53 @@ func BenchmarkGRPCCheckTLS(b *testing.B) {
 	clients := map[bool]pb.CheckServiceClient{false: pb.NewCheckServiceClient(grpcConn(b, ra.grpcAddr)), true: pb.NewCheckServiceClient(tc)}
 	for _, secure := range []bool{false, true} {
 		b.Run(fmt.Sprintf("mtls=%v", secure), func(b *testing.B) { closedLoop(b, clients[secure]) })
+	}
+}
+
+// BenchmarkHotRejectedKey: 4 concurrent callers over gRPC, each check for
+// one identity far over its limit (policy "tight", 1 per minute), against
+// the same callers over 1,000 admitted identities: a rejected hot key is
+// answered from the over-limit cache without a Redis call.
+func BenchmarkHotRejectedKey(b *testing.B) {
+	for _, hot := range []bool{false, true} {
+		name := map[bool]string{false: "random-admitted", true: "hot-rejected"}[hot]
+		b.Run(name, func(b *testing.B) {
+			ra := benchRunningAgent(b, "name: tight\nidentity: [tenant]\nlimit: 1\nperiod: 1m\nburst: 1\nscope: region\n")
+			c := pb.NewCheckServiceClient(grpcConn(b, ra.grpcAddr))
+			policy := "api"
+			if hot {
+				policy = "tight"
+				deadline := time.Now().Add(10 * time.Second)
+				for { // loaded, and the hot key spent
+					r, err := c.Check(b.Context(), &pb.CheckRequest{Policy: policy, Attributes: tenantA})
+					if err == nil && !r.Allowed || time.Now().After(deadline) {
+						break
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+			var lat latencies
+			b.SetParallelism(2)
+			b.ResetTimer()
+			b.RunParallel(func(pb_ *testing.PB) {
+				i := 0
+				for pb_.Next() {
+					i++
+					attrs := tenantA
+					if !hot {
+						attrs = map[string]string{"tenant": fmt.Sprint("t", i%1000)}
+					}
+					t0 := time.Now()
+					r, err := c.Check(b.Context(), &pb.CheckRequest{Policy: policy, Attributes: attrs})
+					lat.add(time.Since(t0))
+					if err != nil || hot && r.Allowed {
+						b.Errorf("%v %v", r, err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			lat.report(b, 1)
+		})
 	}
 }

@@ -24,6 +24,7 @@ type metrics struct {
 	// keyed retries answered from the replay cache.
 	fallbackAfterTimeout *prometheus.CounterVec
 	replays              *prometheus.CounterVec
+	overLimitHits        *prometheus.CounterVec
 	instances            prometheus.Gauge
 	storeLosses          prometheus.Counter
 	storeBorn            prometheus.Gauge
@@ -54,6 +55,8 @@ func newMetrics() *metrics {
 			[]string{"policy"}),
 		replays: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_idempotent_replays_total",
 			Help: "Retries with an idempotency key answered from this agent's replay cache, charged nothing."}, []string{"policy"}),
+		overLimitHits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_overlimit_cache_hits_total",
+			Help: "Checks rejected in-process because Redis rejected the same identity, under the same limits, less than its retry delay ago: no Redis call."}, []string{"policy"}),
 		instances: prometheus.NewGauge(prometheus.GaugeOpts{Name: "quotalease_agent_region_instances",
 			Help: "Live agent instances in this region, as seen through Redis (divides the fallback budget)."}),
 		storeLosses: prometheus.NewCounter(prometheus.CounterOpts{Name: "quotalease_agent_store_losses_total",
@@ -62,7 +65,7 @@ func newMetrics() *metrics {
 			Help: "When the region's Redis last lost its state, as Unix time; 0 for a store never seen to lose it."}),
 	}
 	m.reg.MustRegister(version.Collector("regional-agent"), m.storeLosses, m.storeBorn, m.decisions, m.redisLatency, m.leaseShare, m.leaseState, m.renewFails, m.budgetAdmits,
-		m.breakerOpen, m.instances, m.fallbackAfterTimeout, m.replays, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		m.breakerOpen, m.instances, m.fallbackAfterTimeout, m.replays, m.overLimitHits, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
 
