@@ -36,6 +36,11 @@ type Config struct {
 	// TTLMargin is added to every key's TTL beyond the time it needs to
 	// return to its idle state. Default 1s.
 	TTLMargin time.Duration
+	// Pipelines, when above 0, is how many pipelines of concurrent Check
+	// calls may be in flight at once: each takes every call queued while
+	// the previous ones were in flight (pipeliner). 0 sends every Check on
+	// its own. An engine with pipelines must be closed (Close).
+	Pipelines int
 }
 
 // Defaults for Config.
@@ -56,6 +61,7 @@ var (
 // concurrent use; its policies can be replaced while it serves.
 type Engine struct {
 	rdb      Client
+	pipe     *pipeliner           // nil without Config.Pipelines
 	cluster  *redis.ClusterClient // rdb, when it is a Redis Cluster: one birth marker per slot
 	cfg      Config
 	policies atomic.Pointer[map[string]*policy.Policy]
@@ -71,10 +77,24 @@ func NewEngine(rdb Client, policies []*policy.Policy, cfg Config) (*Engine, erro
 	}
 	e := &Engine{rdb: rdb, cfg: cfg}
 	e.cluster, _ = rdb.(*redis.ClusterClient)
+	if cfg.Pipelines < 0 {
+		return nil, fmt.Errorf("%w: pipelines %d is negative", ErrInvalidRequest, cfg.Pipelines)
+	}
 	if err := e.SetPolicies(policies); err != nil {
 		return nil, err
 	}
+	if cfg.Pipelines > 0 {
+		e.pipe = newPipeliner(rdb, cfg.Pipelines)
+	}
 	return e, nil
+}
+
+// Close stops the engine's pipeline senders once what is queued is sent.
+// Checks after Close are sent on their own. It is safe to call twice.
+func (e *Engine) Close() {
+	if e.pipe != nil {
+		e.pipe.close()
+	}
 }
 
 // SetPolicies validates policies and replaces the loaded set atomically.
@@ -294,7 +314,20 @@ func (e *Engine) Check(ctx context.Context, r Request) (policy.Decision, error) 
 	if err != nil {
 		return policy.Decision{}, err
 	}
-	d, err := parseReply(c.script.Run(ctx, e.rdb, c.keys, c.args...))
+	var cmd *redis.Cmd
+	if e.pipe != nil {
+		var sent bool
+		cmd, sent, err = e.pipe.do(ctx, c)
+		if err != nil {
+			return policy.Decision{}, fmt.Errorf("check policy %q: %w", c.policy, err)
+		}
+		if !sent {
+			cmd = c.script.Run(ctx, e.rdb, c.keys, c.args...)
+		}
+	} else {
+		cmd = c.script.Run(ctx, e.rdb, c.keys, c.args...)
+	}
+	d, err := parseReply(cmd)
 	if err != nil {
 		return policy.Decision{}, fmt.Errorf("check policy %q: %w", c.policy, err)
 	}
@@ -307,45 +340,26 @@ func (e *Engine) Check(ctx context.Context, r Request) (policy.Decision, error) 
 // validation get their error and are not sent.
 func (e *Engine) CheckBatch(ctx context.Context, rs []Request) []Result {
 	out := make([]Result, len(rs))
-	calls := make([]call, len(rs))
-	cmds := make([]*redis.Cmd, len(rs))
-	pipe := e.rdb.Pipeline()
+	var calls []call
+	var idx []int
 	for i, r := range rs {
 		c, err := e.prepare(r)
 		if err != nil {
 			out[i].Err = err
 			continue
 		}
-		calls[i] = c
-		cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+		calls = append(calls, c)
+		idx = append(idx, i)
 	}
-	if pipe.Len() > 0 {
-		_, _ = pipe.Exec(ctx) // errors are read per command below
+	if len(calls) == 0 {
+		return out
 	}
-	// A script the server does not know yet was not run: send those again
-	// with the source, which also loads it.
-	var retry []int
-	for i, cmd := range cmds {
-		if cmd != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-			retry = append(retry, i)
-		}
-	}
-	if len(retry) > 0 {
-		pipe := e.rdb.Pipeline()
-		for _, i := range retry {
-			cmds[i] = calls[i].script.Eval(ctx, pipe, calls[i].keys, calls[i].args...)
-		}
-		_, _ = pipe.Exec(ctx)
-	}
-	for i, cmd := range cmds {
-		if cmd == nil {
-			continue
-		}
+	for j, cmd := range runPipelined(ctx, e.rdb, calls) {
 		d, err := parseReply(cmd)
 		if err != nil {
-			err = fmt.Errorf("check policy %q: %w", calls[i].policy, err)
+			err = fmt.Errorf("check policy %q: %w", calls[j].policy, err)
 		}
-		out[i] = Result{Decision: d, Err: err}
+		out[idx[j]] = Result{Decision: d, Err: err}
 	}
 	return out
 }

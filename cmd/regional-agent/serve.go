@@ -68,6 +68,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	grpcListen := fs.String("grpc-listen", "127.0.0.1:7500", "gRPC address (check API and Envoy rate-limit API)")
 	httpListen := fs.String("http-listen", "127.0.0.1:7501", "HTTP address (/v1/check, /metrics, /healthz, /readyz)")
 	checkTimeout := fs.Duration("check-timeout", 20*time.Millisecond, "longest a check waits for Redis before the local fallback decides")
+	pipelines := fs.Int("redis-pipelines", agent.DefaultConfig().RedisPipelines, "pipelines of concurrent checks in flight to Redis at once; each carries every check that queued meanwhile (no timer: an idle agent adds no latency). 0 sends every check on its own")
 	drift := fs.Float64("drift", lease.DefaultTiming.Drift, "bound on this host's clock rate error; a coordinator assuming a larger one (its --drift) wins")
 	margin := fs.Duration("lease-margin", lease.DefaultTiming.Margin, "stop trusting a grant this much early, on top of drift")
 	fallbackKeys := fs.Int("fallback-keys", 100_000, "most identities the local fallback tracks")
@@ -136,7 +137,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	cfg := agent.DefaultConfig()
 	cfg.Region, cfg.Instance, cfg.Redis, cfg.Coordinator = *region, *instance, rdb, cl
 	cfg.Policies, cfg.KeepPolicies, cfg.SavedClockSkew = src, keep, *skew
-	cfg.CheckTimeout, cfg.Drift, cfg.Margin = *checkTimeout, *drift, *margin
+	cfg.CheckTimeout, cfg.RedisPipelines, cfg.Drift, cfg.Margin = *checkTimeout, *pipelines, *drift, *margin
 	cfg.FallbackKeys, cfg.PolicyRefresh, cfg.MetricIdentities = *fallbackKeys, *policyRefresh, *metricIDs
 	cfg.Shadow, cfg.EnvoyLimitHeaders, cfg.Logger = *shadow, *envoyHeaders, log
 	a, err := agent.New(cfg)

@@ -52,6 +52,11 @@ type Config struct {
 	// CheckTimeout bounds one decision against Redis; past it the check is
 	// decided by the local fallback. Default 20ms.
 	CheckTimeout time.Duration
+	// RedisPipelines is how many pipelines of concurrent checks may be in
+	// flight to Redis at once; each carries every check that queued while
+	// the others were in flight (regional.Config.Pipelines). 0 sends every
+	// check on its own. Default 2.
+	RedisPipelines int
 	// Drift bounds this host's clock rate error, and Margin is taken off
 	// every grant's validity on top of it: the local clock bound. How long
 	// a grant holds, when to renew it and how long its degraded budget is
@@ -99,6 +104,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		CheckTimeout:      20 * time.Millisecond,
+		RedisPipelines:    2,
 		Drift:             lease.DefaultTiming.Drift,
 		Margin:            lease.DefaultTiming.Margin,
 		SavedClockSkew:    time.Second,
@@ -137,6 +143,9 @@ func ValidateConfig(c Config) error {
 	if c.CheckTimeout <= 0 || c.RenewTick <= 0 || c.PolicyRefresh <= 0 || c.BreakerCooldown <= 0 || c.IdempotencyWindow <= 0 {
 		bad("check timeout %s, renew tick %s, policy refresh %s, breaker cooldown %s and idempotency window %s must be positive",
 			c.CheckTimeout, c.RenewTick, c.PolicyRefresh, c.BreakerCooldown, c.IdempotencyWindow)
+	}
+	if c.RedisPipelines < 0 {
+		bad("redis pipelines %d is negative", c.RedisPipelines)
 	}
 	if c.SavedClockSkew < 0 {
 		bad("saved clock skew %s is negative", c.SavedClockSkew)
@@ -181,7 +190,7 @@ func New(cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("agent config: %w", err)
 	}
 	m := newMetrics()
-	eng, err := regional.NewEngine(cfg.Redis, nil, regional.Config{IdempotencyWindow: cfg.IdempotencyWindow})
+	eng, err := regional.NewEngine(cfg.Redis, nil, regional.Config{IdempotencyWindow: cfg.IdempotencyWindow, Pipelines: cfg.RedisPipelines})
 	if err != nil {
 		return nil, err
 	}
@@ -220,12 +229,15 @@ func (a *Agent) Readiness() (bool, string) {
 	return true, "ready"
 }
 
-// Run loads policies, leases, and keeps doing both until ctx ends. At start
+// Run loads policies, leases, and keeps doing both until ctx ends; then it
+// stops the engine's pipeline senders (checks after that go to Redis one
+// by one). At start
 // it restores the region's saved state (policies and grants) when the
 // coordinator cannot give them, so an agent serves its region's grants and
 // degraded budgets within a second of starting during an outage. It
 // returns an error only when a policy file cannot be loaded at start.
 func (a *Agent) Run(ctx context.Context) error {
+	defer a.engine.Close()
 	var store storeWatch
 	sctx, cancel := context.WithTimeout(ctx, time.Second)
 	a.watchStore(sctx, &store) // before the first check where Redis is up; else the presence loop retries

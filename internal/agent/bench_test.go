@@ -13,6 +13,7 @@ import (
 
 	"github.com/quota-lease/quota-lease/internal/devca"
 	"github.com/quota-lease/quota-lease/internal/mtls"
+	"github.com/quota-lease/quota-lease/lease"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
@@ -275,6 +276,39 @@ func BenchmarkHotRejectedKey(b *testing.B) {
 					lat.add(time.Since(t0))
 					if err != nil || hot && r.Allowed {
 						b.Errorf("%v %v", r, err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			lat.report(b, 1)
+		})
+	}
+}
+
+// BenchmarkCheckConcurrent: 32 concurrent in-process callers (services
+// calling one agent at once), region policy, real Redis, with every check
+// its own round trip (pipelines=0) against pipelined (the default 2), side
+// by side in one run.
+func BenchmarkCheckConcurrent(b *testing.B) {
+	for _, pipelines := range []int{0, 2} {
+		b.Run(fmt.Sprintf("pipelines=%d", pipelines), func(b *testing.B) {
+			prefix := newPrefix(b)
+			k := startCoordinator(b, prefix, "")
+			setPolicy(b, k.addr, "name: api\nidentity: [tenant]\nlimit: 1000000\nperiod: 1s\nscope: region\n")
+			ra := startAgent(b, "us", startRedis(b).Addr, []string{k.addr}, func(c *Config) { c.RedisPipelines = pipelines })
+			var lat latencies
+			b.SetParallelism(16)
+			b.ResetTimer()
+			b.RunParallel(func(pb_ *testing.PB) {
+				i := 0
+				for pb_.Next() {
+					i++
+					t0 := time.Now()
+					o, err := ra.a.Check(b.Context(), Input{Policy: "api", Attributes: map[string]string{"tenant": fmt.Sprint("t", i%1000)}, Cost: 1})
+					lat.add(time.Since(t0))
+					if err != nil || o.Mode != lease.ModeRegion {
+						b.Errorf("%+v %v", o, err)
 						return
 					}
 				}

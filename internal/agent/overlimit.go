@@ -60,7 +60,7 @@ func (c *overLimit) get(key string, limits policy.Limits, cost int64, now time.T
 	}
 	d := e.d
 	d.RetryAfterMs = max(1, int64((e.until.Sub(now)+time.Millisecond-1)/time.Millisecond)) // rounded up
-	d.ResetAfterMs = max(0, d.ResetAfterMs-now.Sub(e.sent).Milliseconds())              // rounded down: never early
+	d.ResetAfterMs = max(0, d.ResetAfterMs-now.Sub(e.sent).Milliseconds())                 // rounded down: never early
 	return d, true
 }
 

@@ -1,0 +1,118 @@
+package regional
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quota-lease/quota-lease/clock"
+	"github.com/quota-lease/quota-lease/internal/redistest"
+	"github.com/quota-lease/quota-lease/policy"
+)
+
+// countingClient counts the pipelines sent through it: the round trips.
+type countingClient struct {
+	Client
+	pipelines atomic.Int64
+}
+
+func (c *countingClient) Pipeline() redis.Pipeliner {
+	c.pipelines.Add(1)
+	return c.Client.Pipeline()
+}
+
+// Concurrent checks through a pipelined engine share round trips and stay
+// exact: 200 racers for the last 37 units of every algorithm get exactly
+// 37, many calls go out per pipeline, and after Close checks go on alone.
+func TestPipelinedChecksShareRoundTripsAndStayExact(t *testing.T) {
+	const racers, left = 200, 37
+	srv := redistest.Start(t)
+	cc := &countingClient{Client: srv.Client(t)}
+	var now clock.Manual
+	now.Set(1_000_000) // frozen clock: no refill during the race
+	eng := newEngine(t, cc, testPolicies(t), Config{Clock: &now, Pipelines: 2})
+	defer eng.Close()
+	calls := 0
+	for _, l := range []policy.Limits{
+		{Algorithm: policy.TokenBucket, Capacity: 100 * policy.Micro, Rate: policy.Micro},
+		{Algorithm: policy.FixedWindow, Capacity: 100 * policy.Micro, WindowMs: 60_000},
+		{Algorithm: policy.SlidingWindow, Capacity: 100 * policy.Micro, WindowMs: 60_000},
+		{Algorithm: policy.SlidingLog, Capacity: 100 * policy.Micro, WindowMs: 60_000},
+	} {
+		req := func(cost int64) Request {
+			return Request{Policy: algPolicy[l.Algorithm], Attributes: map[string]string{"tenant": "race"}, Cost: cost, Limits: &l}
+		}
+		if _, err := eng.Check(context.Background(), req(100-left)); err != nil {
+			t.Fatal(err)
+		}
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := 0; i < racers; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				d, err := eng.Check(ctx, req(1))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}()
+		}
+		before := cc.pipelines.Load()
+		close(start)
+		wg.Wait()
+		calls += racers
+		if got := admitted.Load(); got != left {
+			t.Fatalf("%s: %d of %d racers admitted, want exactly %d", l.Algorithm, got, racers, left)
+		}
+		t.Logf("%s: %d checks in %d pipelines", l.Algorithm, racers, cc.pipelines.Load()-before)
+	}
+	if p := cc.pipelines.Load(); p > int64(calls)*3/4 {
+		t.Fatalf("%d concurrent checks took %d pipelines: they do not share round trips", calls, p)
+	}
+	eng.Close()
+	if d, err := eng.Check(context.Background(), Request{Policy: "tb", Attributes: map[string]string{"tenant": fmt.Sprint("after-close")}, Cost: 1}); err != nil || !d.Allowed {
+		t.Fatalf("check after Close: %+v %v", d, err)
+	}
+}
+
+// A check whose context ends while Redis is stopped returns with the
+// context's error at its deadline, pipelined as directly, and the engine
+// decides again once Redis is back.
+func TestPipelinedCheckTimesOut(t *testing.T) {
+	srv := redistest.Start(t)
+	eng := newEngine(t, srv.Client(t), testPolicies(t), Config{Pipelines: 1})
+	defer eng.Close()
+	if err := eng.LoadScripts(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	_, err := eng.Check(ctx, Request{Policy: "tb", Attributes: map[string]string{"tenant": "a"}, Cost: 1})
+	cancel()
+	if err == nil {
+		t.Fatal("a check against a stopped Redis returned no error")
+	}
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if d, err := eng.Check(ctx, Request{Policy: "tb", Attributes: map[string]string{"tenant": "b"}, Cost: 1}); err != nil || !d.Allowed {
+		t.Fatalf("after Redis resumed: %+v %v", d, err)
+	}
+}
