@@ -115,7 +115,12 @@ func TestLastTokenRaceWithSlowRedis(t *testing.T) {
 	k := startCoordinator(t, prefix, "")
 	setPolicy(t, k.addr, "name: last\nidentity: [tenant]\nlimit: 1\nperiod: 1h\nburst: 10\nscope: region\n")
 	proxy := startRedisBehindProxy(t)
-	ra := startAgent(t, "us", proxy.Addr, []string{k.addr}, func(c *Config) { c.CheckTimeout = DefaultConfig().CheckTimeout })
+	// Every check its own round trip (no pipelining), so that checks queued
+	// behind others in the connection pool miss the timeout and meet the
+	// fallback: the race between the two paths is what this test is about.
+	ra := startAgent(t, "us", proxy.Addr, []string{k.addr}, func(c *Config) {
+		c.CheckTimeout, c.RedisPipelines = DefaultConfig().CheckTimeout, 0
+	})
 	ctx := t.Context()
 	waitFor(t, 5*time.Second, "a warm connection and script", func() bool {
 		o, _ := ra.a.Check(ctx, Input{Policy: "last", Attributes: map[string]string{"tenant": "warm"}})
