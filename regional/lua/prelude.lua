@@ -65,7 +65,7 @@ end
 -- store the agent found new (Engine.InitStore). A missing marker means the
 -- store lost what it held (a restart without persistence), so the first
 -- script to notice records that moment. Read only for a missing state key,
--- which then starts as regional.Fresh says.
+-- which then starts as policy.Fresh says.
 local function born()
   local b = tonumber(redis.call('GET', KEYS[2]))
   if b == nil then
