@@ -76,7 +76,7 @@ local function born()
 end
 
 -- young: whether a key missing at now, with limits idle after idle ms, may
--- have been lost while holding less than its full limits (regional.Fresh).
+-- have been lost while holding less than its full limits (policy.Fresh).
 local function young(b, idle) return b > 0 and now - b < idle end
 
 local function finish(allowed, remaining, retry, reset)
