@@ -350,6 +350,9 @@ func (a *Agent) installPolicies(ps []*policy.Policy) error {
 	ix := buildEnvoyIndex(ps)
 	a.envoy.Store(&ix)
 	a.leaser.setPolicies(ps)
+	for _, p := range ps {
+		a.m.zeroPolicy(p.Name)
+	}
 	a.loaded.Store(true)
 	return nil
 }

@@ -97,12 +97,19 @@ func TestDegradedAtExpiryThenRecovers(t *testing.T) {
 	if late := before.Sub(validUntil); late > 50*time.Millisecond {
 		t.Fatalf("switched %v after the lease may have expired", late)
 	}
+	// The time degraded is counted while it lasts.
+	degradedAt := time.Now()
+	time.Sleep(500 * time.Millisecond)
 	// A coordinator comes back (a new leader on the same etcd state).
 	startCoordinator(t, prefix, k.addr)
 	waitFor(t, 15*time.Second, "leased mode again", func() bool {
 		o, _ := ra.a.Check(ctx, Input{Policy: "api", Attributes: tenantA, Cost: 1})
 		return o.Mode == lease.ModeLeased
 	})
+	counted := counterValue(t, ra.a, "quotalease_agent_degraded_seconds_total")
+	if spent := time.Since(degradedAt).Seconds(); counted < 0.4 || counted > spent+1 {
+		t.Fatalf("degraded seconds %.2f, want about the %.2f s spent degraded", counted, spent)
+	}
 }
 
 // Envoy's rate-limit API, through go-control-plane's own client.

@@ -46,6 +46,7 @@ type leaser struct {
 	stale func()
 
 	mu        sync.Mutex
+	metricsAt time.Time // the last updateMetrics
 	quotas    map[string]*quotaLease
 	instances int    // live instances in the region, at least 1
 	down      outage // renewals failing at the transport: logged paced
@@ -315,8 +316,17 @@ func (l *leaser) publish(ctx context.Context, rdb redis.UniversalClient, staleAf
 func (l *leaser) updateMetrics(now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	dt := time.Duration(0)
+	if !l.metricsAt.IsZero() {
+		dt = now.Sub(l.metricsAt)
+	}
+	l.metricsAt = now
 	for n, q := range l.quotas {
-		amt, _ := q.a.Enforce(now)
+		amt, mode := q.a.Enforce(now)
+		degraded := l.m.degradedSeconds.WithLabelValues(n) // created at zero
+		if mode == lease.ModeDegraded && dt > 0 {
+			degraded.Add(dt.Seconds())
+		}
 		total := q.policy.Limits().Amount()
 		l.m.leaseShare.WithLabelValues(n).Set(q.policy.Limit * float64(amt) / float64(total))
 		st := q.a.State(now)

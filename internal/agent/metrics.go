@@ -17,6 +17,8 @@ type metrics struct {
 	redisLatency prometheus.Histogram
 	leaseShare   *prometheus.GaugeVec
 	leaseState   *prometheus.GaugeVec
+	// degradedSeconds counts time spent on a degraded budget, per policy.
+	degradedSeconds *prometheus.CounterVec
 	renewFails   *prometheus.CounterVec
 	budgetAdmits *prometheus.CounterVec
 	breakerOpen  prometheus.Gauge
@@ -43,6 +45,9 @@ func newMetrics() *metrics {
 			Help: "Share of the policy's limit this agent enforces now, in units per period."}, []string{"policy"}),
 		leaseState: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "quotalease_agent_lease_state",
 			Help: "1 for the lease's current state, 0 for the others."}, []string{"policy", "state"}),
+		degradedSeconds: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_degraded_seconds_total",
+			Help: "Seconds this agent enforced the policy's degraded budget (its lease lapsed), measured each lease round; rate() of it is the fraction of time degraded."},
+			[]string{"policy"}),
 		renewFails: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_lease_renew_failures_total",
 			Help: "Lease renewals that failed, by reason (unavailable, refused)."}, []string{"reason"}),
 		budgetAdmits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_budget_admissions_total",
@@ -64,9 +69,24 @@ func newMetrics() *metrics {
 		storeBorn: prometheus.NewGauge(prometheus.GaugeOpts{Name: "quotalease_agent_store_born_timestamp_seconds",
 			Help: "When the region's Redis last lost its state, as Unix time; 0 for a store never seen to lose it."}),
 	}
-	m.reg.MustRegister(version.Collector("regional-agent"), m.storeLosses, m.storeBorn, m.decisions, m.redisLatency, m.leaseShare, m.leaseState, m.renewFails, m.budgetAdmits,
+	m.reg.MustRegister(version.Collector("regional-agent"), m.storeLosses, m.storeBorn, m.decisions, m.redisLatency, m.leaseShare, m.leaseState, m.degradedSeconds, m.renewFails, m.budgetAdmits,
 		m.breakerOpen, m.instances, m.fallbackAfterTimeout, m.replays, m.overLimitHits, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	for _, reason := range []string{"unavailable", "refused"} { // counters exist at zero
+		m.renewFails.WithLabelValues(reason)
+	}
 	return m
+}
+
+// zeroPolicy creates policy's counters at zero, so that rate() and
+// increase() see their first increment and dashboards show 0, not "no data".
+func (m *metrics) zeroPolicy(policy string) {
+	for _, b := range []string{"degraded", "local-fallback"} {
+		m.budgetAdmits.WithLabelValues(policy, b)
+	}
+	m.degradedSeconds.WithLabelValues(policy)
+	m.fallbackAfterTimeout.WithLabelValues(policy)
+	m.replays.WithLabelValues(policy)
+	m.overLimitHits.WithLabelValues(policy)
 }
 
 var hotDesc = prometheus.NewDesc("quotalease_agent_hot_identity_cost",

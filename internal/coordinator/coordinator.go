@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"golang.org/x/time/rate"
@@ -33,6 +34,8 @@ type Coordinator struct {
 	keys keys
 	// refused counts calls Authorize refused.
 	refused *refusals
+	// etcdWrite times ledger transactions (exported with /metrics).
+	etcdWrite prometheus.Histogram
 	// leaseCalls limits each region identity's Lease calls.
 	leaseCalls *callRate
 	// clusterID is the deployment's ID (*string), once loaded.
@@ -77,7 +80,10 @@ func New(cli *clientv3.Client, cfg Config) (*Coordinator, error) {
 	}
 	cfg.Prefix = strings.TrimRight(cfg.Prefix, "/")
 	c := &Coordinator{cfg: cfg, cli: cli, log: cfg.Logger, keys: keys{cfg.Prefix}, refused: &refusals{},
-		leaseCalls: &callRate{rate: cfg.LeaseCallRate, by: map[string]*rate.Limiter{}}}
+		leaseCalls: &callRate{rate: cfg.LeaseCallRate, by: map[string]*rate.Limiter{}},
+		etcdWrite: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "quotalease_coordinator_etcd_write_seconds",
+			Help:    "Latency of the leader's ledger transactions in etcd (a renewal that raises a mark waits for one).",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}})}
 	c.leader.Store("")
 	return c, nil
 }
@@ -298,7 +304,9 @@ var errNotLeader = errors.New("this replica is no longer the leader")
 func (c *Coordinator) txn(ctx context.Context, t *term, ops ...clientv3.Op) error {
 	for len(ops) > 0 {
 		n := min(len(ops), 100) // etcd's default --max-txn-ops is 128
+		t0 := c.cfg.Clock.Mono()
 		resp, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(t.leaderKey), "=", t.leaderRev)).Then(ops[:n]...).Commit()
+		c.etcdWrite.Observe((c.cfg.Clock.Mono() - t0).Seconds())
 		if err != nil {
 			return fmt.Errorf("etcd txn: %w", err)
 		}

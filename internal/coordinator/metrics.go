@@ -73,7 +73,7 @@ func (k collector) Collect(ch chan<- prometheus.Metric) {
 // does not grant).
 func (c *Coordinator) HTTPHandler() http.Handler {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collector{c}, version.Collector("coordinator"), prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	reg.MustRegister(collector{c}, c.etcdWrite, version.Collector("coordinator"), prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
