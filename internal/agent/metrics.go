@@ -19,9 +19,9 @@ type metrics struct {
 	leaseState   *prometheus.GaugeVec
 	// degradedSeconds counts time spent on a degraded budget, per policy.
 	degradedSeconds *prometheus.CounterVec
-	renewFails   *prometheus.CounterVec
-	budgetAdmits *prometheus.CounterVec
-	breakerOpen  prometheus.Gauge
+	renewFails      *prometheus.CounterVec
+	budgetAdmits    *prometheus.CounterVec
+	breakerOpen     prometheus.Gauge
 	// fallbackAfterTimeout counts possible double charges; replays,
 	// keyed retries answered from the replay cache.
 	fallbackAfterTimeout *prometheus.CounterVec
