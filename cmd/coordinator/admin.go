@@ -344,8 +344,9 @@ func boundCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil || printed {
 		return err
 	}
+	fmt.Fprintln(stdout, "REFERENCE: the most one ideal global limiter admits in one window (burst + rate x window); WORST CASE: the most all regions together can; TERMS: what makes it up (docs/bound.md)")
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUOTA\tWINDOW\tLIMIT\tWORST CASE\tOVERSHOOT\tTERMS")
+	fmt.Fprintln(tw, "QUOTA\tWINDOW\tREFERENCE\tWORST CASE\tOVERSHOOT\tTERMS")
 	for _, b := range resp.Bounds {
 		names := make([]string, 0, len(b.Terms))
 		for n := range b.Terms {

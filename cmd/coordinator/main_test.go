@@ -112,6 +112,7 @@ func TestServeAndAdminCommands(t *testing.T) {
 		{[]string{"quota", "delete", "login-per-ip", c}, 0, "deleted"},
 		{[]string{"quota", "list", "-o", "json", c}, 0, "api-per-tenant"},
 		{[]string{"bound", c}, 0, "fallback="},
+		{[]string{"bound", c}, 0, "REFERENCE: the most one ideal global limiter admits"},
 		{[]string{"bound", "nope", c}, 1, "no policy"},
 	}
 	for _, s := range steps {

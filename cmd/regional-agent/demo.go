@@ -54,5 +54,11 @@ Flags:
 	if !*keep {
 		defer os.RemoveAll(dir)
 	}
-	return cluster.RunDemo(ctx, bins, dir, *dur, stdout)
+	err = cluster.RunDemo(ctx, bins, dir, *dur, stdout)
+	if *keep {
+		fmt.Fprintf(stdout, "kept %s: every process's data and log (*.log)\n", dir)
+	} else {
+		fmt.Fprintln(stdout, "removed the work directory (keep it with --keep, or make demo KEEP=1)")
+	}
+	return err
 }

@@ -34,7 +34,7 @@ failure: {mode: last-lease, static_fraction: 0.05, decay: 10s}
 // and partitions a region, prints progress and then a table per policy,
 // region and total against the limit and the bound, and stops everything.
 func RunDemo(ctx context.Context, bins Binaries, dir string, dur time.Duration, out io.Writer) error {
-	fmt.Fprintf(out, "starting: etcd, 2 coordinator replicas, 3 regions (us, eu, ap) each with a redis-server and an agent (files in %s)\n", dir)
+	fmt.Fprintf(out, "starting: etcd, 2 coordinator replicas, 3 regions (us, eu, ap) each with a redis-server and an agent (data and logs in %s)\n", dir)
 	c, err := Start(ctx, bins, dir, Options{})
 	if err != nil {
 		return err
@@ -44,6 +44,7 @@ func RunDemo(ctx context.Context, bins Binaries, dir string, dur time.Duration, 
 		return err
 	}
 	fmt.Fprintln(out, "policies: api-global (60/s shared by all), per-tenant (10/s per tenant, 40 tenants, one hot)")
+	fmt.Fprintln(out, "each progress line: per region, its lease on api-global (active, renewing, shrinking, degraded) and the share of the 60/s it holds; then what each region admitted so far")
 	phase := func(el time.Duration) int { return int(4 * el / dur) } // 0..3
 	heavy := []string{"us", "eu", "eu", "ap"}
 	global := Load{Policy: "api-global", Attribute: "api", Identities: 1, Rate: func(region string, el time.Duration) float64 {
@@ -146,6 +147,7 @@ func report(out io.Writer, c *Cluster, d *Driver, shares map[string][]float64) e
 			return err
 		}
 		fmt.Fprintf(out, "\npolicy %s\n", p.Name)
+		fmt.Fprintln(out, "sent, admitted, rejected: checks; leased, degraded, fallback, unleased: checks decided in that mode; share: of the limit, over the progress lines")
 		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "region\tsent\tadmitted\trejected\tleased\tdegraded\tfallback\tunleased\tshare min/avg/max\t")
 		var total Stats
@@ -162,10 +164,20 @@ func report(out io.Writer, c *Cluster, d *Driver, shares map[string][]float64) e
 		if float64(got) > b.WorstCase {
 			verdict = "OVER THE BOUND"
 		}
-		fmt.Fprintf(out, "most admitted for one identity (%s) in any %s window: %d; limit (one ideal global limiter) %.0f; bound %.0f: %s\n",
-			id, w, got, bound.Reference(p, w), b.WorstCase, verdict)
+		fmt.Fprintf(out, "most admitted for one identity (%s) in any %s window: %d; one ideal global limiter admits at most %.0f (%s); bound %.0f: %s\n",
+			id, w, got, bound.Reference(p, w), referenceOf(p, w), b.WorstCase, verdict)
 	}
 	return nil
+}
+
+// referenceOf says how bound.Reference adds up for p over w, so that a
+// 60/s policy's 360 in 5 s reads as what it is.
+func referenceOf(p *policy.Policy, w time.Duration) string {
+	perSecond := p.Limit / time.Duration(p.Period).Seconds()
+	if p.Algorithm == policy.TokenBucket {
+		return fmt.Sprintf("burst %g + %g/s x %s", p.Burst, perSecond, w)
+	}
+	return fmt.Sprintf("%g per %s window, a window boundary inside %s counting one more", p.Limit, time.Duration(p.Period), w)
 }
 
 func shareRange(v []float64) string {

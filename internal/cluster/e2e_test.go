@@ -270,7 +270,8 @@ func TestDemoShort(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	s := out.String()
-	for _, want := range []string{"killed coordinator-", "cutting ap off", "policy api-global", "policy per-tenant", "| api-global admitted so far"} {
+	for _, want := range []string{"killed coordinator-", "cutting ap off", "policy api-global", "policy per-tenant", "| api-global admitted so far",
+		"each progress line:", "checks decided in that mode", "(burst 60 + 60/s x 5s)"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, s)
 		}
