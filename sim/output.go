@@ -8,10 +8,11 @@ import (
 	"path/filepath"
 )
 
-// RunToDir simulates s and writes dir/summary.json, dir/decisions.jsonl,
-// dir/plot.svg and dir/modes.svg; it prints the table to table when not
-// nil.
-func RunToDir(s *Scenario, dir string, table io.Writer) (*Result, error) {
+// RunToDir simulates s and writes dir/summary.json, dir/plot.svg,
+// dir/modes.svg and, with decisions, dir/decisions.jsonl (one line per
+// request: a day of traffic is some 100 MB); it prints the table to table
+// when not nil.
+func RunToDir(s *Scenario, dir string, decisions bool, table io.Writer) (*Result, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("output dir: %w", err)
 	}
@@ -22,13 +23,22 @@ func RunToDir(s *Scenario, dir string, table io.Writer) (*Result, error) {
 		}
 		return f, nil
 	}
-	dec, err := create("decisions.jsonl")
-	if err != nil {
-		return nil, err
-	}
-	res, err := Run(s, dec)
-	if cerr := dec.Close(); err == nil {
-		err = cerr
+	var res *Result
+	var err error
+	if decisions {
+		dec, cerr := create("decisions.jsonl")
+		if cerr != nil {
+			return nil, cerr
+		}
+		res, err = Run(s, dec)
+		if cerr := dec.Close(); err == nil {
+			err = cerr
+		}
+	} else {
+		if err := os.Remove(filepath.Join(dir, "decisions.jsonl")); err != nil && !os.IsNotExist(err) {
+			return nil, fmt.Errorf("remove the previous decisions.jsonl: %w", err)
+		}
+		res, err = Run(s, nil)
 	}
 	if err != nil {
 		return nil, err

@@ -96,11 +96,11 @@ func TestDeterministic(t *testing.T) {
 			t.Fatal(err)
 		}
 		a, b := t.TempDir(), t.TempDir()
-		if _, err := RunToDir(s, a, nil); err != nil {
+		if _, err := RunToDir(s, a, true, nil); err != nil {
 			t.Fatal(err)
 		}
 		s2, _ := Load("scenarios/" + name + ".yaml")
-		if _, err := RunToDir(s2, b, nil); err != nil {
+		if _, err := RunToDir(s2, b, true, nil); err != nil {
 			t.Fatal(err)
 		}
 		for _, f := range []string{"summary.json", "decisions.jsonl", "plot.svg", "modes.svg"} {
@@ -120,7 +120,7 @@ func TestOutputs(t *testing.T) {
 	}
 	dir := t.TempDir()
 	var table bytes.Buffer
-	res, err := RunToDir(s, dir, &table)
+	res, err := RunToDir(s, dir, true, &table)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,6 +138,19 @@ func TestOutputs(t *testing.T) {
 	}
 	if !strings.Contains(table.String(), "trace-replay") {
 		t.Fatalf("table: %s", table.String())
+	}
+	// Without decisions the same run writes the same summary and no
+	// decisions.jsonl (nor leaves an older one behind).
+	before, _ := os.ReadFile(filepath.Join(dir, "summary.json"))
+	if _, err := RunToDir(s, dir, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := os.ReadFile(filepath.Join(dir, "summary.json"))
+	if !bytes.Equal(before, after) {
+		t.Fatal("the summary changed without decisions.jsonl")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "decisions.jsonl")); !os.IsNotExist(err) {
+		t.Fatalf("decisions.jsonl after a run without decisions: %v", err)
 	}
 }
 
