@@ -15,7 +15,6 @@ import (
 
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/quota-lease/quota-lease/internal/leaseapi"
@@ -44,7 +43,7 @@ func addAdminFlags(fs *flag.FlagSet) adminFlags {
 	}
 	return adminFlags{
 		addrs:   fs.String("coordinator", def, "coordinator replicas, host:port[,host:port...]; the leader is found automatically"),
-		output:  fs.String("o", "table", "output format: table or json"),
+		output:  fs.String("o", "table", "output format: table (YAML for quota get) or json (one style for every command: docs/cli.md)"),
 		timeout: fs.Duration("timeout", 5*time.Second, "how long to wait for an answer"),
 		tls:     mtls.ClientFlags(fs, ""),
 		cluster: fs.String("cluster-id", os.Getenv("QUOTALEASE_CLUSTER_ID"), "the cluster ID the coordinators must have (logged at their start); a coordinator of another deployment then refuses the call (env QUOTALEASE_CLUSTER_ID)"),
@@ -94,15 +93,6 @@ func adminCall[R proto.Message](ctx context.Context, af adminFlags, stdout io.Wr
 		return resp, false, err
 	}
 	return resp, true, printJSON(stdout, resp)
-}
-
-func printJSON(w io.Writer, m proto.Message) error {
-	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  ", EmitUnpopulated: true}.Marshal(m)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintln(w, string(b))
-	return err
 }
 
 func policiesOf(recs []*pb.PolicyRecord) ([]*policy.Policy, error) {
@@ -157,13 +147,12 @@ func quotaGet(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}); err != nil {
 		return err
 	}
-	if af.json() {
-		_, err := fmt.Fprintln(stdout, rec.Json)
-		return err
-	}
 	ps, err := policiesOf([]*pb.PolicyRecord{rec})
 	if err != nil {
 		return err
+	}
+	if af.json() {
+		return writeJSON(stdout, ps[0])
 	}
 	return yaml.NewEncoder(stdout).Encode(ps[0])
 }

@@ -3,14 +3,21 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quota-lease/quota-lease/internal/leaseapi"
+	"github.com/quota-lease/quota-lease/policy"
+	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
 func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -121,6 +128,7 @@ func TestServeAndAdminCommands(t *testing.T) {
 			t.Errorf("%v: exit %d\nstdout: %s\nstderr: %s\nwant exit %d and %q", s.args, code, out, errs, s.code, s.want)
 		}
 	}
+	checkJSONStyle(t, c)
 	resp, err := http.Get("http://" + httpAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -141,4 +149,78 @@ func TestServeAndAdminCommands(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("serve did not shut down within 20s")
 	}
+}
+
+// checkJSONStyle runs every command with -o json and checks the one style
+// (docs/cli.md): it parses, every key is snake_case (map keys, which are
+// data such as term or region names, aside), no number is a string, and
+// policies are objects.
+func checkJSONStyle(t *testing.T, c string) {
+	t.Helper()
+	// A lease to list, in units: region us renews api-per-tenant (50/s).
+	cl, err := leaseapi.NewClient([]string{strings.TrimPrefix(c, "--coordinator=")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := cl.Lease(t.Context(), &pb.LeaseRequest{Region: "us", Instance: "us-1", Nonce: "n1",
+		Quotas: []*pb.QuotaRequest{{Quota: "api-per-tenant", Seq: 1, Demand: 10 * policy.Micro}}}); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, _ := runCmd(t, "leases", "-o", "json", c); code != 0 || !strings.Contains(out, `"limit": 50,`) {
+		t.Errorf("leases -o json: the limit is not 50 units:\n%s", out)
+	}
+	for _, args := range [][]string{
+		{"quota", "list"}, {"quota", "get", "api-per-tenant"}, {"quota", "validate", "-f", "../../examples/policies.yaml"},
+		{"quota", "set", "-f", "../../examples/policies.yaml"}, {"leases"}, {"regions", "list"},
+		{"regions", "set-weight", "sa", "1"}, {"rebalance", "--now"}, {"release", "eu"}, {"bound"},
+	} {
+		full := append(append([]string{}, args...), "-o", "json")
+		if len(args) < 2 || args[1] != "validate" {
+			full = append(full, c)
+		}
+		code, out, errs := runCmd(t, full...)
+		if code != 0 {
+			t.Errorf("%v: exit %d: %s", full, code, errs)
+			continue
+		}
+		var v any
+		if err := json.Unmarshal([]byte(out), &v); err != nil {
+			t.Errorf("%v: not JSON: %v\n%s", full, err, out)
+			continue
+		}
+		for _, bad := range jsonStyleErrors(v, "", false) {
+			t.Errorf("%v: %s\n%s", full, bad, out)
+		}
+		if len(args) > 1 && args[0] == "quota" && args[1] == "list" && !strings.Contains(out, `"policy": {`) {
+			t.Errorf("quota list -o json: policies are not objects:\n%s", out)
+		}
+	}
+}
+
+var snakeKey = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+var numberLike = regexp.MustCompile(`^-?[0-9]+$`) // an int64 as protojson writes it
+
+// jsonStyleErrors lists what in v breaks the style; dataKeys marks a map
+// whose keys are data (a policy's floors, a bound's terms).
+func jsonStyleErrors(v any, path string, dataKeys bool) []string {
+	var out []string
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			if !dataKeys && !snakeKey.MatchString(k) {
+				out = append(out, fmt.Sprintf("key %s%s is not snake_case", path, k))
+			}
+			out = append(out, jsonStyleErrors(e, path+k+".", k == "terms" || k == "floors")...)
+		}
+	case []any:
+		for _, e := range x {
+			out = append(out, jsonStyleErrors(e, path+"[].", false)...)
+		}
+	case string:
+		if numberLike.MatchString(x) {
+			out = append(out, fmt.Sprintf("%s is the number %q as a string", strings.TrimSuffix(path, "."), x))
+		}
+	}
+	return out
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -45,9 +44,7 @@ func quotaValidate(_ context.Context, args []string, stdout, stderr io.Writer) e
 		return fmt.Errorf("%s: %w", *file, err)
 	}
 	if *output == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(ps)
+		return writeJSON(stdout, ps)
 	}
 	return printPolicies(stdout, ps)
 }
