@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -13,7 +14,8 @@ type line struct {
 	name   string
 	color  string
 	values []float64
-	dash   string // SVG stroke-dasharray, "" for solid
+	dash   string  // SVG stroke-dasharray, "" for solid
+	width  float64 // stroke width; 0 is 1.3
 }
 
 var palette = []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f"}
@@ -38,28 +40,61 @@ func (r *Result) WritePlots(perRegion, perMode io.Writer) error {
 		}
 		return out
 	}
-	n := len(s.PerMode[0])
+	// The last bin only covers the end of the run (or nothing): plotted, it
+	// would read as traffic stopping. It is left out.
+	n := max(1, len(s.PerMode[0])-1)
+	trim := func(v []float64) []float64 { return v[:min(len(v), n)] }
 	var lines []line
 	for i, name := range s.Regions {
-		lines = append(lines, line{name: "leased, " + name, color: palette[(i+3)%len(palette)], values: floats(s.PerRegion[i])})
+		lines = append(lines, line{name: "leased, " + name, color: palette[(i+3)%len(palette)], values: trim(floats(s.PerRegion[i]))})
 	}
-	lines = append(lines, line{name: "leased, total", color: palette[0], values: floats(s.PerMode[0])},
-		line{name: "limit", color: "#000000", values: flat(s.Limit, n), dash: "8,4"},
-		line{name: "bound", color: "#d62728", values: flat(s.Bound, n), dash: "2,3"})
-	title := fmt.Sprintf("%s: hot identity admitted per %s, by region (leased)", r.Scenario, bin)
-	if err := chart(perRegion, title, bin, lines); err != nil {
+	limit := line{name: fmt.Sprintf("limit: %.4g (one ideal limiter)", s.Limit), color: "#000000", values: flat(s.Limit, n), dash: "8,4"}
+	boundName := fmt.Sprintf("bound: %.4g (worst case)", s.Bound)
+	if s.Bound <= s.Limit*1.001 {
+		boundName = fmt.Sprintf("bound: %.4g (= limit)", s.Bound)
+	}
+	lines = append(lines, line{name: "leased, total", color: palette[0], values: trim(floats(s.PerMode[0]))}, limit,
+		line{name: boundName, color: "#d62728", values: flat(s.Bound, n), dash: "2,5", width: 2.5})
+	yLabel := fmt.Sprintf("admitted per %s (units)", formatSpan(bin))
+	title := fmt.Sprintf("%s: the hottest identity, by region (quota-lease)", r.Scenario)
+	if err := chart(perRegion, title, yLabel, bin, lines); err != nil {
 		return err
 	}
 	lines = nil
 	for i, m := range systems {
-		lines = append(lines, line{name: string(m), color: palette[i%len(palette)], values: floats(s.PerMode[i])})
+		lines = append(lines, line{name: string(m), color: palette[i%len(palette)], values: trim(floats(s.PerMode[i]))})
 	}
-	lines = append(lines, line{name: "limit", color: "#000000", values: flat(s.Limit, n), dash: "8,4"})
-	return chart(perMode, fmt.Sprintf("%s: hot identity admitted per %s, by mode", r.Scenario, bin), bin, lines)
+	lines = append(lines, limit)
+	return chart(perMode, fmt.Sprintf("%s: the hottest identity, by way of limiting", r.Scenario), yLabel, bin, lines)
 }
 
-func chart(w io.Writer, title string, bin time.Duration, lines []line) error {
-	const W, H, left, right, top, bottom = 1000.0, 460.0, 70.0, 190.0, 40.0, 50.0
+// formatSpan writes d the way a person reads a time: 90s, 5m, 1.5h.
+func formatSpan(d time.Duration) string {
+	switch {
+	case d >= 2*time.Hour:
+		return strconv.FormatFloat(d.Hours(), 'f', -1, 64) + "h"
+	case d >= 2*time.Minute:
+		return strconv.FormatFloat(d.Minutes(), 'f', -1, 64) + "m"
+	default:
+		return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "s"
+	}
+}
+
+// niceStep is a round tick step (1, 2 or 5 times a power of ten) giving
+// about want ticks up to max.
+func niceStep(max float64, want int) float64 {
+	raw := max / float64(want)
+	p := math.Pow(10, math.Floor(math.Log10(raw)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if m*p >= raw {
+			return m * p
+		}
+	}
+	return 10 * p
+}
+
+func chart(w io.Writer, title, yLabel string, bin time.Duration, lines []line) error {
+	const W, H, left, right, top, bottom = 1000.0, 460.0, 80.0, 230.0, 40.0, 50.0
 	maxY := 1.0
 	n := 0
 	for _, l := range lines {
@@ -68,7 +103,8 @@ func chart(w io.Writer, title string, bin time.Duration, lines []line) error {
 			maxY = math.Max(maxY, v)
 		}
 	}
-	maxY *= 1.1
+	step := niceStep(maxY*1.05, 5)
+	maxY = step * math.Ceil(maxY*1.05/step)
 	x := func(i int) float64 { return left + (W-left-right)*float64(i)/float64(max(1, n-1)) }
 	y := func(v float64) float64 { return top + (H-top-bottom)*(1-v/maxY) }
 	var b strings.Builder
@@ -76,17 +112,19 @@ func chart(w io.Writer, title string, bin time.Duration, lines []line) error {
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/><text x="%.0f" y="22" font-size="15">%s</text>`+"\n", left, escapeXML(title))
 	fmt.Fprintf(&b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="#444"/><line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="#444"/>`+"\n",
 		left, H-bottom, W-right, H-bottom, left, top, left, H-bottom)
-	for k := 0; k <= 5; k++ {
-		v := maxY * float64(k) / 5
-		fmt.Fprintf(&b, `<line x1="%.0f" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#eee"/><text x="%.0f" y="%.1f" text-anchor="end">%.4g</text>`+"\n",
-			left, y(v), W-right, y(v), left-6, y(v)+4, v)
+	for v := 0.0; v <= maxY+step/2; v += step {
+		fmt.Fprintf(&b, `<line x1="%.0f" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#eee"/><text x="%.0f" y="%.1f" text-anchor="end">%s</text>`+"\n",
+			left, y(v), W-right, y(v), left-6, y(v)+4, strconv.FormatFloat(v, 'f', -1, 64))
 	}
-	for k := 0; k <= 6; k++ {
-		i := (n - 1) * k / 6
-		t := time.Duration(i) * bin
-		fmt.Fprintf(&b, `<text x="%.1f" y="%.0f" text-anchor="middle">%s</text>`+"\n", x(i), H-bottom+18, t.Round(time.Second))
+	fmt.Fprintf(&b, `<text transform="translate(18 %.0f) rotate(-90)" text-anchor="middle">%s</text>`+"\n", top+(H-top-bottom)/2, escapeXML(yLabel))
+	span := time.Duration(max(1, n-1)) * bin
+	tick, unit := timeTicks(span)
+	for t := time.Duration(0); t <= span; t += tick {
+		i := float64(t) / float64(bin)
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.0f" text-anchor="middle">%s</text>`+"\n",
+			left+(W-left-right)*i/float64(max(1, n-1)), H-bottom+18, formatIn(t, unit))
 	}
-	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="middle">virtual time</text>`+"\n", left+(W-left-right)/2, H-12)
+	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="middle">virtual time since the start</text>`+"\n", left+(W-left-right)/2, H-12)
 	for li, l := range lines {
 		var pts strings.Builder
 		for i, v := range l.values {
@@ -96,14 +134,41 @@ func chart(w io.Writer, title string, bin time.Duration, lines []line) error {
 		if l.dash != "" {
 			dash = ` stroke-dasharray="` + l.dash + `"`
 		}
-		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.3"%s points="%s"/>`+"\n", l.color, dash, strings.TrimSpace(pts.String()))
-		ly := top + 16*float64(li)
-		fmt.Fprintf(&b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="%s" stroke-width="2"%s/><text x="%.0f" y="%.0f">%s</text>`+"\n",
-			W-right+12, ly, W-right+32, ly, l.color, dash, W-right+38, ly+4, escapeXML(l.name))
+		width := l.width
+		if width == 0 {
+			width = 1.3
+		}
+		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="%.1f"%s points="%s"/>`+"\n", l.color, width, dash, strings.TrimSpace(pts.String()))
+		ly := top + 18*float64(li)
+		fmt.Fprintf(&b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="%s" stroke-width="2.5"%s/><text x="%.0f" y="%.0f">%s</text>`+"\n",
+			W-right+12, ly, W-right+36, ly, l.color, dash, W-right+42, ly+4, escapeXML(l.name))
 	}
 	b.WriteString("</svg>\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// timeTicks picks a round step for a time axis of span (at most about six
+// ticks) and the unit its labels are written in.
+func timeTicks(span time.Duration) (step, unit time.Duration) {
+	unit = time.Second
+	if span >= 2*time.Hour {
+		unit = time.Hour
+	} else if span >= 2*time.Minute {
+		unit = time.Minute
+	}
+	for _, m := range []time.Duration{1, 2, 3, 5, 6, 10, 12, 15, 20, 30, 60, 120, 240, 480} {
+		if step = m * unit; step*6 >= span {
+			break
+		}
+	}
+	return step, unit
+}
+
+// formatIn writes t as a number of unit: 0h, 6h, 12h.
+func formatIn(t, unit time.Duration) string {
+	suffix := map[time.Duration]string{time.Second: "s", time.Minute: "m", time.Hour: "h"}[unit]
+	return strconv.FormatFloat(float64(t)/float64(unit), 'f', -1, 64) + suffix
 }
 
 func escapeXML(s string) string {

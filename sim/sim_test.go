@@ -139,6 +139,15 @@ func TestOutputs(t *testing.T) {
 	if !strings.Contains(table.String(), "trace-replay") {
 		t.Fatalf("table: %s", table.String())
 	}
+	report, _ := os.ReadFile(filepath.Join(dir, "report.html"))
+	for _, want := range []string{"<!doctype html>", "<h1>trace-replay</h1>", `<img src="plot.svg"`, "reference", "leased"} {
+		if !strings.Contains(string(report), want) {
+			t.Fatalf("report.html lacks %q:\n%s", want, report)
+		}
+	}
+	if !strings.Contains(string(svg), "admitted per 1s (units)") || !strings.Contains(string(svg), ">100s<") {
+		t.Fatalf("plot.svg lacks its y-axis label or round time ticks")
+	}
 	// Without decisions the same run writes the same summary and no
 	// decisions.jsonl (nor leaves an older one behind).
 	before, _ := os.ReadFile(filepath.Join(dir, "summary.json"))

@@ -13,7 +13,8 @@ func simRun(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("sim run", "SCENARIO.yaml [SCENARIO.yaml...] [--out DIR]", `Runs region-shift scenarios on virtual time against the real lease,
 allocation and bucket code, with quota-lease and three baselines
 (independent regional limits, a static split, a central counter) deciding
-every request. For each scenario it writes DIR/<name>/summary.json,
+every request. For each scenario it writes DIR/<name>/report.html (the
+table, the bound's terms and the plots, for a browser), summary.json,
 plot.svg, modes.svg and decisions.jsonl (one line per request; a day of
 traffic is some 100 MB: --decisions=false skips it), and prints a table.
 The same scenario and seed give the same files, byte for byte.
@@ -40,7 +41,7 @@ Scenarios ship in sim/scenarios/.`, stderr)
 				fmt.Fprintf(stderr, "%s: mode %s exceeded its bound (%.4g > %.4g)\n", s.Name, m.Mode, m.MaxWindow, m.Bound)
 			}
 		}
-		files := "summary.json,plot.svg,modes.svg"
+		files := "report.html,summary.json,plot.svg,modes.svg"
 		if *decisions {
 			files += ",decisions.jsonl"
 		}
