@@ -75,18 +75,31 @@ func benchGRPCCheck(b *testing.B, callers int) {
 		closedLoop(b, c)
 		return
 	}
+	parallelLoop(b, callers/2, func(i int) error {
+		r, err := c.Check(b.Context(), &pb.CheckRequest{Policy: "api", Attributes: map[string]string{"tenant": fmt.Sprint("t", i%1000)}})
+		if err != nil || r.Mode != "leased" {
+			return fmt.Errorf("%v %v", r, err)
+		}
+		return nil
+	})
+}
+
+// parallelLoop runs check from parallelism x GOMAXPROCS goroutines, each
+// with its own call counter, and reports latency and throughput; a failed
+// check fails the benchmark.
+func parallelLoop(b *testing.B, parallelism int, check func(i int) error) {
 	var lat latencies
-	b.SetParallelism(callers / 2)
+	b.SetParallelism(parallelism)
 	b.ResetTimer()
 	b.RunParallel(func(pb_ *testing.PB) {
 		i := 0
 		for pb_.Next() {
 			i++
 			t0 := time.Now()
-			r, err := c.Check(b.Context(), &pb.CheckRequest{Policy: "api", Attributes: map[string]string{"tenant": fmt.Sprint("t", i%1000)}})
+			err := check(i)
 			lat.add(time.Since(t0))
-			if err != nil || r.Mode != "leased" {
-				b.Errorf("%v %v", r, err)
+			if err != nil {
+				b.Error(err)
 				return
 			}
 		}
@@ -260,28 +273,17 @@ func BenchmarkHotRejectedKey(b *testing.B) {
 					time.Sleep(10 * time.Millisecond)
 				}
 			}
-			var lat latencies
-			b.SetParallelism(2)
-			b.ResetTimer()
-			b.RunParallel(func(pb_ *testing.PB) {
-				i := 0
-				for pb_.Next() {
-					i++
-					attrs := tenantA
-					if !hot {
-						attrs = map[string]string{"tenant": fmt.Sprint("t", i%1000)}
-					}
-					t0 := time.Now()
-					r, err := c.Check(b.Context(), &pb.CheckRequest{Policy: policy, Attributes: attrs})
-					lat.add(time.Since(t0))
-					if err != nil || hot && r.Allowed {
-						b.Errorf("%v %v", r, err)
-						return
-					}
+			parallelLoop(b, 2, func(i int) error {
+				attrs := tenantA
+				if !hot {
+					attrs = map[string]string{"tenant": fmt.Sprint("t", i%1000)}
 				}
+				r, err := c.Check(b.Context(), &pb.CheckRequest{Policy: policy, Attributes: attrs})
+				if err != nil || hot && r.Allowed {
+					return fmt.Errorf("%v %v", r, err)
+				}
+				return nil
 			})
-			b.StopTimer()
-			lat.report(b, 1)
 		})
 	}
 }
@@ -297,24 +299,13 @@ func BenchmarkCheckConcurrent(b *testing.B) {
 			k := startCoordinator(b, prefix, "")
 			setPolicy(b, k.addr, "name: api\nidentity: [tenant]\nlimit: 1000000\nperiod: 1s\nscope: region\n")
 			ra := startAgent(b, "us", startRedis(b).Addr, []string{k.addr}, func(c *Config) { c.RedisPipelines = pipelines })
-			var lat latencies
-			b.SetParallelism(16)
-			b.ResetTimer()
-			b.RunParallel(func(pb_ *testing.PB) {
-				i := 0
-				for pb_.Next() {
-					i++
-					t0 := time.Now()
-					o, err := ra.a.Check(b.Context(), Input{Policy: "api", Attributes: map[string]string{"tenant": fmt.Sprint("t", i%1000)}, Cost: 1})
-					lat.add(time.Since(t0))
-					if err != nil || o.Mode != lease.ModeRegion {
-						b.Errorf("%+v %v", o, err)
-						return
-					}
+			parallelLoop(b, 16, func(i int) error {
+				o, err := ra.a.Check(b.Context(), Input{Policy: "api", Attributes: map[string]string{"tenant": fmt.Sprint("t", i%1000)}, Cost: 1})
+				if err != nil || o.Mode != lease.ModeRegion {
+					return fmt.Errorf("%+v %v", o, err)
 				}
+				return nil
 			})
-			b.StopTimer()
-			lat.report(b, 1)
 		})
 	}
 }
