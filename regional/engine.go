@@ -133,6 +133,10 @@ type Request struct {
 	// IdempotencyKey, when set, makes a retried request get the decision
 	// already made for it within the idempotency window, uncharged.
 	IdempotencyKey string
+	// Identity, when set, is the request's identity under the policy as
+	// policy.Policy.IdentityOf returned it for Attributes: a caller that
+	// already computed it spares the engine doing it again.
+	Identity string
 	// Limits, when set, are enforced instead of the policy's full limit:
 	// the regional agent passes the share its lease grants. The algorithm
 	// must be the policy's.
@@ -176,9 +180,12 @@ func (e *Engine) prepare(r Request) (call, error) {
 	if r.Cost > l.Capacity/policy.Micro {
 		return call{}, fmt.Errorf("policy %q: %w (cost %d, capacity %s)", p.Name, policy.ErrCostExceedsCapacity, r.Cost, formatUnits(l.Capacity))
 	}
-	id, err := p.IdentityOf(r.Attributes)
-	if err != nil {
-		return call{}, fmt.Errorf("policy %q: %w", p.Name, err)
+	id := r.Identity
+	if id == "" {
+		var err error
+		if id, err = p.IdentityOf(r.Attributes); err != nil {
+			return call{}, fmt.Errorf("policy %q: %w", p.Name, err)
+		}
 	}
 	key, err := StateKey(p, id)
 	if err != nil {

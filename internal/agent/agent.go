@@ -438,6 +438,7 @@ type plan struct {
 	in     Input
 	p      *policy.Policy
 	id     string // the request's identity under p
+	key    string // p's name and id: the identity's key in the agent's own tables
 	cost   int64
 	limits policy.Limits
 	mode   lease.Mode
@@ -480,12 +481,12 @@ func (a *Agent) prepare(in Input) (plan, error) {
 	if err != nil {
 		return plan{}, fmt.Errorf("policy %q: %w", p.Name, err)
 	}
-	pl := plan{in: in, p: p, id: id, cost: cost, limits: full, mode: lease.ModeRegion}
+	pl := plan{in: in, p: p, id: id, key: p.Name + "\x00" + id, cost: cost, limits: full, mode: lease.ModeRegion}
 	if in.IdempotencyKey != "" {
 		if err := regional.ValidIdempotencyKey(in.IdempotencyKey); err != nil {
 			return plan{}, fmt.Errorf("policy %q: %w", p.Name, err)
 		}
-		pl.replayKey = p.Name + "\x00" + id + "\x00" + in.IdempotencyKey
+		pl.replayKey = pl.key + "\x00" + in.IdempotencyKey
 	}
 	if p.Scope == policy.ScopeRegion {
 		return pl, nil
@@ -546,7 +547,7 @@ func (a *Agent) overLimit(pl plan) (Outcome, bool) {
 	if pl.replayKey != "" {
 		return Outcome{}, false
 	}
-	d, ok := a.over.get(pl.p.Name+"\x00"+pl.id, pl.limits, pl.cost*policy.Micro, a.cfg.Clock.Now())
+	d, ok := a.over.get(pl.key, pl.limits, pl.cost*policy.Micro, a.cfg.Clock.Now())
 	if !ok {
 		return Outcome{}, false
 	}
@@ -558,7 +559,7 @@ func (a *Agent) overLimit(pl plan) (Outcome, bool) {
 // over-limit cache.
 func (a *Agent) rememberRejection(pl plan, d policy.Decision, sent time.Time) {
 	if pl.replayKey == "" && !d.Allowed {
-		a.over.put(pl.p.Name+"\x00"+pl.id, pl.limits, pl.cost*policy.Micro, d, sent)
+		a.over.put(pl.key, pl.limits, pl.cost*policy.Micro, d, sent)
 	}
 }
 
@@ -647,7 +648,7 @@ type BatchResult struct {
 
 func (a *Agent) request(pl plan) regional.Request {
 	l := pl.limits
-	return regional.Request{Policy: pl.p.Name, Attributes: pl.in.Attributes, Cost: pl.cost, IdempotencyKey: pl.in.IdempotencyKey, Limits: &l}
+	return regional.Request{Policy: pl.p.Name, Attributes: pl.in.Attributes, Identity: pl.id, Cost: pl.cost, IdempotencyKey: pl.in.IdempotencyKey, Limits: &l}
 }
 
 // fallback decides pl in-process on the region's share divided among its
@@ -664,7 +665,7 @@ func (a *Agent) fallback(pl plan, redisErr error) (Outcome, error) {
 		return a.finish(pl, policy.Decision{RetryAfterMs: noShareRetryMs}, lease.ModeLocalFallback), nil
 	}
 	nowMs := a.cfg.Clock.Now().Sub(a.start).Milliseconds() + 1_000_000 // monotonic, never negative
-	d, full, err := a.fb.decide(pl.p.Name+"\x00"+pl.id, l, pl.p.Failure.FallbackStart, nowMs, pl.cost*policy.Micro)
+	d, full, err := a.fb.decide(pl.key, l, pl.p.Failure.FallbackStart, nowMs, pl.cost*policy.Micro)
 	if err != nil {
 		return Outcome{Policy: pl.p}, fmt.Errorf("local fallback: %w", err)
 	}

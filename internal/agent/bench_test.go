@@ -3,7 +3,10 @@ package agent
 import (
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -306,6 +309,35 @@ func BenchmarkCheckConcurrent(b *testing.B) {
 				}
 				return nil
 			})
+		})
+	}
+}
+
+// BenchmarkHTTPCheck: the HTTP handler in-process (no network), for a key
+// over its limit (answered by the over-limit cache: the agent's own cost,
+// no Redis) and for admitted keys (one Redis call each); -benchmem shows
+// the allocations per check.
+func BenchmarkHTTPCheck(b *testing.B) {
+	ra := benchRunningAgent(b, "name: tight\nidentity: [tenant]\nlimit: 1\nperiod: 1m\nburst: 1\nscope: region\n")
+	h := ra.a.HTTPHandler()
+	for _, hot := range []bool{true, false} {
+		name := map[bool]string{true: "hot-rejected", false: "admitted"}[hot]
+		b.Run(name, func(b *testing.B) {
+			bodies := make([]string, 1000)
+			for i := range bodies {
+				bodies[i] = fmt.Sprintf(`{"policy":"api","attributes":{"tenant":"t%d"}}`, i)
+				if hot {
+					bodies[i] = `{"policy":"tight","attributes":{"tenant":"a"}}`
+				}
+			}
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/check", strings.NewReader(bodies[i%len(bodies)])))
+				if hot != (w.Code == http.StatusTooManyRequests) && i > 0 {
+					b.Fatalf("check %d: %d %s", i, w.Code, w.Body)
+				}
+			}
 		})
 	}
 }

@@ -113,12 +113,15 @@ func (a *Agent) serveCheck(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	// Canonical keys assigned directly: Header.Set would canonicalize (and
+	// allocate) on every answer.
 	h := w.Header()
 	limit := enforcedLimit(o)
-	h.Set("RateLimit-Limit", strconv.FormatInt(int64(math.Floor(limit)), 10))
-	h.Set("RateLimit-Remaining", strconv.FormatInt(o.RemainingUnits(), 10))
-	h.Set("RateLimit-Reset", ceilSeconds(o.ResetAfterMs))
-	h.Set("RateLimit-Policy", fmt.Sprintf("%d;w=%s", int64(math.Floor(limit)), ceilSeconds(time.Duration(o.Policy.Period).Milliseconds())))
+	whole := strconv.FormatInt(int64(math.Floor(limit)), 10)
+	h["Ratelimit-Limit"] = []string{whole}
+	h["Ratelimit-Remaining"] = []string{strconv.FormatInt(o.RemainingUnits(), 10)}
+	h["Ratelimit-Reset"] = []string{ceilSeconds(o.ResetAfterMs)}
+	h["Ratelimit-Policy"] = []string{whole + ";w=" + ceilSeconds(time.Duration(o.Policy.Period).Milliseconds())}
 	if !o.Allowed {
 		h.Set("Retry-After", retryAfterSeconds(o.RetryAfterMs))
 		writeProblem(w, problem{Type: ProblemRateLimited, Title: "Too Many Requests", Status: http.StatusTooManyRequests,
@@ -126,10 +129,51 @@ func (a *Agent) serveCheck(w http.ResponseWriter, r *http.Request) {
 			Policy: o.Policy.Name, RetryAfterMs: o.RetryAfterMs})
 		return
 	}
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	json.NewEncoder(w).Encode(checkAnswer{Allowed: true, Policy: o.Policy.Name, Remaining: o.RemainingUnits(), Limit: limit,
-		ResetMs: o.ResetAfterMs, Mode: string(o.Mode), Replayed: o.Replayed, Shadow: o.Shadow})
+	h["Content-Type"] = jsonContentType
+	h["Cache-Control"] = noStore
+	w.Write(appendAnswer(make([]byte, 0, 160), checkAnswer{Allowed: true, Policy: o.Policy.Name, Remaining: o.RemainingUnits(), Limit: limit,
+		ResetMs: o.ResetAfterMs, Mode: string(o.Mode), Replayed: o.Replayed, Shadow: o.Shadow}))
+}
+
+// Header values shared by every answer (net/http only reads them).
+var (
+	jsonContentType = []string{"application/json"}
+	noStore         = []string{"no-store"}
+)
+
+// appendAnswer appends a's JSON, as encoding/json would write it, to b:
+// the admitted answer without an encoder per check. Policy names and
+// modes need no escaping (policy.Policy.Validate allows [a-z0-9._-]).
+func appendAnswer(b []byte, a checkAnswer) []byte {
+	b = append(b, `{"allowed":`...)
+	b = strconv.AppendBool(b, a.Allowed)
+	b = append(b, `,"policy":"`...)
+	b = append(b, a.Policy...)
+	b = append(b, `","remaining":`...)
+	b = strconv.AppendInt(b, a.Remaining, 10)
+	b = append(b, `,"limit":`...)
+	if abs := math.Abs(a.Limit); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		j, _ := json.Marshal(a.Limit) // exponent form, as encoding/json writes it
+		b = append(b, j...)
+	} else {
+		b = strconv.AppendFloat(b, a.Limit, 'f', -1, 64)
+	}
+	b = append(b, `,"reset_ms":`...)
+	b = strconv.AppendInt(b, a.ResetMs, 10)
+	b = append(b, `,"mode":"`...)
+	b = append(b, a.Mode...)
+	b = append(b, '"')
+	if a.Replayed {
+		b = append(b, `,"replayed":true`...)
+	}
+	if a.Shadow {
+		b = append(b, `,"shadow":true`...)
+	}
+	if a.RetryAfterMs != 0 {
+		b = append(b, `,"retry_after_ms":`...)
+		b = strconv.AppendInt(b, a.RetryAfterMs, 10)
+	}
+	return append(b, "}\n"...)
 }
 
 // ceilSeconds formats ms as whole seconds, rounded up.
