@@ -298,14 +298,12 @@ func (e *Engine) StoreBorn(ctx context.Context) (int64, error) {
 		}
 	}
 	now := e.nowArg()
-	pipe := e.rdb.Pipeline()
-	cmds := make([]*redis.Cmd, len(keys))
+	calls := make([]call, len(keys))
 	for i, k := range keys {
-		cmds[i] = bornScript.Eval(ctx, pipe, []string{k}, now)
+		calls[i] = call{script: bornScript, keys: []string{k}, args: []any{now}}
 	}
-	_, _ = pipe.Exec(ctx) // the errors are the commands'
 	var ms int64
-	for _, cmd := range cmds {
+	for _, cmd := range runPipelined(ctx, e.rdb, calls) {
 		v, err := cmd.Int64()
 		if err != nil {
 			return 0, fmt.Errorf("read store birth marker: %w", err)
