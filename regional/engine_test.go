@@ -20,42 +20,52 @@ func TestConcurrentRaceForLastTokens(t *testing.T) {
 	const racers, left = 200, 37
 	h := newHarness(t)
 	h.now.Set(1_000_000) // frozen clock: no refill during the race
-	for _, l := range []policy.Limits{
-		{Algorithm: policy.TokenBucket, Capacity: 100 * policy.Micro, Rate: policy.Micro},
-		{Algorithm: policy.FixedWindow, Capacity: 100 * policy.Micro, WindowMs: 60_000},
-		{Algorithm: policy.SlidingWindow, Capacity: 100 * policy.Micro, WindowMs: 60_000},
-		{Algorithm: policy.SlidingLog, Capacity: 100 * policy.Micro, WindowMs: 60_000},
-	} {
+	for _, l := range raceLimits {
 		t.Run(string(l.Algorithm), func(t *testing.T) {
 			h.t = t
 			h.check(1_000_000, l, "race", 100-left) // leave exactly `left`
-			var admitted atomic.Int64
-			var wg sync.WaitGroup
-			start := make(chan struct{})
-			for i := 0; i < racers; i++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					d, err := h.eng.Check(context.Background(), Request{
-						Policy: algPolicy[l.Algorithm], Attributes: map[string]string{"tenant": "race"}, Cost: 1, Limits: &l,
-					})
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if d.Allowed {
-						admitted.Add(1)
-					}
-				}()
-			}
-			close(start)
-			wg.Wait()
-			if got := admitted.Load(); got != left {
+			if got := race(t, h.eng, l, racers); got != left {
 				t.Fatalf("%d of %d racers admitted, want exactly %d", got, racers, left)
 			}
 		})
 	}
+}
+
+// raceLimits are 100 units of every algorithm, none refilling during a race.
+var raceLimits = []policy.Limits{
+	{Algorithm: policy.TokenBucket, Capacity: 100 * policy.Micro, Rate: policy.Micro},
+	{Algorithm: policy.FixedWindow, Capacity: 100 * policy.Micro, WindowMs: 60_000},
+	{Algorithm: policy.SlidingWindow, Capacity: 100 * policy.Micro, WindowMs: 60_000},
+	{Algorithm: policy.SlidingLog, Capacity: 100 * policy.Micro, WindowMs: 60_000},
+}
+
+// race starts racers concurrent checks of cost 1 for tenant "race" under l
+// at once and returns how many were admitted.
+func race(t *testing.T, eng *Engine, l policy.Limits, racers int) int64 {
+	t.Helper()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := 0; i < racers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			d, err := eng.Check(ctx, Request{Policy: algPolicy[l.Algorithm], Attributes: map[string]string{"tenant": "race"}, Cost: 1, Limits: &l})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if d.Allowed {
+				admitted.Add(1)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return admitted.Load()
 }
 
 // The same race with the Redis server clock (no injected time): a bucket
@@ -65,24 +75,11 @@ func TestConcurrentRaceRedisTime(t *testing.T) {
 	srv := redistest.Start(t)
 	eng := newEngine(t, srv.Client(t), testPolicies(t), Config{})
 	l := policy.Limits{Algorithm: policy.TokenBucket, Capacity: 50 * policy.Micro, Rate: policy.Micro / 3600}
-	req := Request{Policy: "tb", Attributes: map[string]string{"tenant": "t"}, Cost: 50 - left, Limits: &l}
+	req := Request{Policy: "tb", Attributes: map[string]string{"tenant": "race"}, Cost: 50 - left, Limits: &l}
 	if d, err := eng.Check(t.Context(), req); err != nil || !d.Allowed {
 		t.Fatalf("drain: %+v %v", d, err)
 	}
-	req.Cost = 1
-	var admitted atomic.Int64
-	var wg sync.WaitGroup
-	for i := 0; i < racers; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if d, err := eng.Check(context.Background(), req); err == nil && d.Allowed {
-				admitted.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	if got := admitted.Load(); got != left {
+	if got := race(t, eng, l, racers); got != left {
 		t.Fatalf("%d admitted, want %d", got, left)
 	}
 }

@@ -3,7 +3,6 @@ package regional
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/quota-lease/quota-lease/clock"
 	"github.com/quota-lease/quota-lease/internal/redistest"
-	"github.com/quota-lease/quota-lease/policy"
 )
 
 // countingClient counts the pipelines sent through it: the round trips.
@@ -38,43 +36,15 @@ func TestPipelinedChecksShareRoundTripsAndStayExact(t *testing.T) {
 	eng := newEngine(t, cc, testPolicies(t), Config{Clock: &now, Pipelines: 2})
 	defer eng.Close()
 	calls := 0
-	for _, l := range []policy.Limits{
-		{Algorithm: policy.TokenBucket, Capacity: 100 * policy.Micro, Rate: policy.Micro},
-		{Algorithm: policy.FixedWindow, Capacity: 100 * policy.Micro, WindowMs: 60_000},
-		{Algorithm: policy.SlidingWindow, Capacity: 100 * policy.Micro, WindowMs: 60_000},
-		{Algorithm: policy.SlidingLog, Capacity: 100 * policy.Micro, WindowMs: 60_000},
-	} {
-		req := func(cost int64) Request {
-			return Request{Policy: algPolicy[l.Algorithm], Attributes: map[string]string{"tenant": "race"}, Cost: cost, Limits: &l}
-		}
-		if _, err := eng.Check(context.Background(), req(100-left)); err != nil {
+	for _, l := range raceLimits {
+		req := Request{Policy: algPolicy[l.Algorithm], Attributes: map[string]string{"tenant": "race"}, Cost: 100 - left, Limits: &l}
+		if _, err := eng.Check(context.Background(), req); err != nil { // leave exactly `left`
 			t.Fatal(err)
 		}
-		var admitted atomic.Int64
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for i := 0; i < racers; i++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				d, err := eng.Check(ctx, req(1))
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if d.Allowed {
-					admitted.Add(1)
-				}
-			}()
-		}
 		before := cc.pipelines.Load()
-		close(start)
-		wg.Wait()
+		got := race(t, eng, l, racers)
 		calls += racers
-		if got := admitted.Load(); got != left {
+		if got != left {
 			t.Fatalf("%s: %d of %d racers admitted, want exactly %d", l.Algorithm, got, racers, left)
 		}
 		t.Logf("%s: %d checks in %d pipelines", l.Algorithm, racers, cc.pipelines.Load()-before)
