@@ -51,8 +51,8 @@ type savedGrant struct {
 	Fingerprint uint64 `json:"fingerprint"`
 }
 
-// savePolicies writes ps as the region's saved policy set.
-func savePolicies(ctx context.Context, rdb redis.UniversalClient, region string, ps []*policy.Policy) error {
+// writeSavedPolicies writes ps as the region's saved policy set.
+func writeSavedPolicies(ctx context.Context, rdb redis.UniversalClient, region string, ps []*policy.Policy) error {
 	b, err := json.Marshal(ps)
 	if err != nil {
 		return fmt.Errorf("save policies: %w", err)
@@ -241,7 +241,7 @@ func (a *Agent) savePolicies(ctx context.Context, ps []*policy.Policy) {
 	if fp == a.savedFP {
 		return
 	}
-	if err := savePolicies(ctx, a.cfg.Redis, a.cfg.Region, ps); err != nil {
+	if err := writeSavedPolicies(ctx, a.cfg.Redis, a.cfg.Region, ps); err != nil {
 		a.cfg.Logger.Debug("policies not saved", "error", err)
 		return
 	}
