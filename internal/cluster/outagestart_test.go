@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 
+	"github.com/quota-lease/quota-lease/bound"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
@@ -20,7 +21,8 @@ import (
 // started again, as a crashed pod rescheduled during the outage: from its
 // region's Redis it takes the policies and the grant its previous process
 // held, serves at once within that share (then its degraded budget), and
-// its /readyz is 200. Nothing in this test waits on a coordinator.
+// its /readyz is 200; every region's admissions through the outage stay
+// within the bound. Nothing in this test waits on a coordinator.
 func TestE2EAgentStartsDuringOutage(t *testing.T) {
 	c := start(t, globalPolicy)
 	ctx := t.Context()
@@ -84,10 +86,18 @@ func TestE2EAgentStartsDuringOutage(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("readyz %d %q during the outage: a region serving its saved state is ready", resp.StatusCode, body)
 	}
-	// Some seconds into the outage the restarted agent has said what it
-	// started from and warned once that renewals fail: a few lines, not
-	// one per attempt.
-	time.Sleep(5 * time.Second)
+	// Through 5 s more of the outage every region keeps deciding, the
+	// restarted one on its restored state: what the client's own records
+	// show admitted stays within the published bound.
+	// Offered well above the limit, so that a region enforcing more than
+	// its region was counted for would show.
+	d.Run(ctx, 5*time.Second, steady("api-global", "api", 1, 0, map[string]float64{"us": 80, "eu": 40, "ap": 40}))
+	checkBound(t, d, policyOf(t, globalPolicy), bound.Deployment{})
+	if st := d.Stats("api-global")["us"]; st.Admitted == 0 {
+		t.Fatalf("us admitted nothing: %s", st.Describe())
+	}
+	// By then the restarted agent has said what it started from and
+	// warned once that renewals fail: a few lines, not one per attempt.
 	b, _ := os.ReadFile(filepath.Join(c.Dir, "agent-us.log"))
 	log := string(b)
 	log = log[strings.LastIndex(log, "starting: build"):]
