@@ -10,16 +10,17 @@ PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: help deps build test vet fmt-check bench bench-peers fuzz redis redis-stop proto demo load clean robustness certs
+.PHONY: help deps build test vet fmt-check bench bench-peers fuzz redis redis-stop proto demo load clean robustness certs console-screenshot
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-deps: ## install what the tests and demo need (redis-server from Debian) if missing
-	@command -v redis-server >/dev/null 2>&1 || { \
-	  echo "installing redis-server (Debian)"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
+deps: ## install what the tests and demo need (redis-server, and chromium for the console's browser test, from Debian) if missing
+	@command -v redis-server >/dev/null 2>&1 && command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing redis-server and chromium (Debian)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server chromium >/dev/null; }
 	@command -v redis-server >/dev/null 2>&1 || { echo "redis-server still missing: install it and retry" >&2; exit 1; }
+	@command -v chromium >/dev/null 2>&1 || { echo "chromium still missing: install Debian's chromium and retry" >&2; exit 1; }
 
 # The VCS revision --version and quotalease_build_info report, also where
 # the toolchain does not record it (GOFLAGS=-buildvcs=false).
@@ -87,6 +88,10 @@ load: deps ## traffic straight through the regional engine against one throwaway
 	  $(GO) run ./cmd/regional-agent load --redis $$addr --policies examples/policies.yaml
 
 REGIONS ?= us,eu,ap
+console-screenshot: deps ## run the console's browser test and keep its screenshot as docs/img/console.png (shown in docs/runbook.md)
+	mkdir -p docs/img
+	QUOTALEASE_CONSOLE_SCREENSHOT=$(CURDIR)/docs/img/console.png $(GO) test -count=1 -run TestConsoleInBrowser ./internal/console
+
 certs: ## a development CA and every certificate of a deployment in certs/ (REGIONS=us,eu,ap); see docs/security.md
 	$(GO) run ./cmd/coordinator certs --dir certs --regions $(REGIONS)
 

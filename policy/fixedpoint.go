@@ -7,6 +7,10 @@ import "math/bits"
 // that fractional shares of a limit (a third of 100 req/min) need no floats.
 const Micro int64 = 1_000_000
 
+// Units converts micro-units to units, for showing a quantity to a person
+// or a script (the CLI's -o json, the console).
+func Units(micro int64) float64 { return float64(micro) / float64(Micro) }
+
 // Bounds that keep every intermediate value of the Lua arithmetic below
 // 2^53, where Redis's Lua (doubles) is still exact. Limits.Validate enforces
 // them, so the Go and Lua transitions always agree.

@@ -110,4 +110,4 @@ func (e *engine) epochResults(mode int, kind bound.Mode) (out []EpochResult, ove
 	return out, overshoot, worst, within, nil
 }
 
-func micro(v int64) float64 { return float64(v) / float64(policy.Micro) }
+func micro(v int64) float64 { return policy.Units(v) }

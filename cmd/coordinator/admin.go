@@ -194,7 +194,7 @@ func quotaDelete(ctx context.Context, args []string, stdout, stderr io.Writer) e
 
 // units formats micro-units as units with up to three decimals.
 func units(micro int64) string {
-	return strconv.FormatFloat(float64(micro)/float64(policy.Micro), 'f', -1, 64)
+	return strconv.FormatFloat(policy.Units(micro), 'f', -1, 64)
 }
 
 func percent(part, whole int64) string {

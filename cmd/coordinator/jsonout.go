@@ -115,7 +115,7 @@ func scalar(fd protoreflect.FieldDescriptor, v protoreflect.Value, micro bool) (
 		return strings.ToLower(string(ev.Name())), nil
 	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind, protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
 		if micro {
-			return float64(v.Int()) / float64(policy.Micro), nil
+			return policy.Units(v.Int()), nil
 		}
 		return v.Int(), nil
 	case protoreflect.Uint64Kind, protoreflect.Fixed64Kind, protoreflect.Uint32Kind, protoreflect.Fixed32Kind:

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/quota-lease/quota-lease/allocation"
+	"github.com/quota-lease/quota-lease/internal/console"
 	"github.com/quota-lease/quota-lease/internal/coordinator"
 	"github.com/quota-lease/quota-lease/internal/envflag"
 	"github.com/quota-lease/quota-lease/internal/etcdembed"
@@ -46,7 +47,12 @@ which wins over the file.`
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("serve", "[flags]", serveDescription, stderr)
 	listen := fs.String("listen", "127.0.0.1:7400", "gRPC address to serve the lease and admin APIs on")
-	httpListen := fs.String("http-listen", "", "HTTP address for /metrics, /healthz and /readyz (empty: none), e.g. 127.0.0.1:7401")
+	httpListen := fs.String("http-listen", "", "HTTP address for the web console, /metrics, /healthz and /readyz (empty: none), e.g. 127.0.0.1:7401")
+	cons := console.DefaultConfig()
+	withConsole := fs.Bool("console", true, "serve the read-only web console at / on --http-listen (with mutual TLS: to role viewer or admin only)")
+	fs.DurationVar(&cons.SampleEvery, "console-sample", cons.SampleEvery, "how often the console records every quota's shares and modes for its charts")
+	fs.DurationVar(&cons.Keep, "console-history", cons.Keep, "how much chart history the console keeps in memory (about 40 bytes per region, quota and sample)")
+	fs.DurationVar(&cons.Refresh, "console-refresh", cons.Refresh, "how often an open console page updates itself")
 	advertise := fs.String("advertise", "", "address agents and other replicas reach this replica at (default: --listen)")
 	name := fs.String("name", "", "replica name in logs (default: host name and port)")
 	etcdMode := fs.String("etcd", "embedded", "embedded: run etcd in this process; external: use --etcd-endpoints")
@@ -79,6 +85,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if err := parse(fs, args, 0, 0); err != nil {
 		return err
+	}
+	if *withConsole {
+		if err := cons.Validate(); err != nil {
+			return fmt.Errorf("%w (see --console-sample, --console-history, --console-refresh)", err)
+		}
 	}
 	if *advertise == "" {
 		*advertise = *listen
@@ -171,7 +182,17 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return fmt.Errorf("listen on %s: %w (choose another with --http-listen)", *httpListen, err)
 		}
-		hsrv = &http.Server{Handler: c.HTTPHandler(), TLSConfig: tl.HTTP, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 5 * time.Second,
+		var ch http.Handler
+		if *withConsole {
+			cons.Logger = log.Named("console")
+			con, err := console.New(c, cons)
+			if err != nil {
+				return err
+			}
+			go con.Run(ctx)
+			ch = con
+		}
+		hsrv = &http.Server{Handler: c.HTTPHandler(ch), TLSConfig: tl.HTTP, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 5 * time.Second,
 			WriteTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 		if tl.HTTP != nil {
 			go hsrv.ServeTLS(hl, "", "")

@@ -70,6 +70,8 @@ type Options struct {
 	LeaseDuration time.Duration
 	SessionTTL    time.Duration
 	CheckTimeout  time.Duration
+	// CoordinatorArgs are added to every coordinator's command line.
+	CoordinatorArgs []string
 	// Stores picks a region's Redis deployment by region name: StoreSingle
 	// (the default), StoreCluster or StoreSentinel.
 	Stores map[string]string
@@ -116,6 +118,8 @@ type Cluster struct {
 type Process struct {
 	Name string
 	Addr string // gRPC
+	// HTTP is a coordinator's console and metrics URL (https://host:port).
+	HTTP string
 	bin  string
 	args []string
 	dir  string
@@ -386,16 +390,20 @@ func Start(ctx context.Context, bins Binaries, dir string, o Options) (_ *Cluste
 	}
 	var addrs []string
 	for i := 0; i < o.Coordinators; i++ {
-		name, addr := "coordinator-"+strconv.Itoa(i+1), ""
+		name, addr, httpAddr := "coordinator-"+strconv.Itoa(i+1), "", ""
 		p, err := c.startServing(ctx, name, bins.Coordinator, func() (_ []string, err error) {
-			addr, err = c.freeAddr()
-			args := append([]string{"serve", "--listen", addr, "--name", name, "--etcd-endpoints", c.etcd}, common...)
+			if addr, err = c.freeAddr(); err != nil {
+				return nil, err
+			}
+			httpAddr, err = c.freeAddr()
+			args := append([]string{"serve", "--listen", addr, "--http-listen", httpAddr, "--name", name, "--etcd-endpoints", c.etcd}, common...)
+			args = append(args, o.CoordinatorArgs...)
 			return append(args, serverArgs(c.pki.coordinator)...), err
 		})
 		if err != nil {
 			return nil, err
 		}
-		p.Addr = addr
+		p.Addr, p.HTTP = addr, "https://"+httpAddr
 		c.Coords = append(c.Coords, p)
 		addrs = append(addrs, addr)
 	}

@@ -35,7 +35,7 @@ failure: {mode: last-lease, static_fraction: 0.05, decay: 10s}
 // region and total against the limit and the bound, and stops everything.
 func RunDemo(ctx context.Context, bins Binaries, dir string, dur time.Duration, out io.Writer) error {
 	fmt.Fprintf(out, "starting: etcd, 2 coordinator replicas, 3 regions (us, eu, ap) each with a redis-server and an agent (data and logs in %s)\n", dir)
-	c, err := Start(ctx, bins, dir, Options{})
+	c, err := Start(ctx, bins, dir, Options{CoordinatorArgs: []string{"--console-sample", "1s", "--console-refresh", "2s"}})
 	if err != nil {
 		return err
 	}
@@ -44,6 +44,12 @@ func RunDemo(ctx context.Context, bins Binaries, dir string, dur time.Duration, 
 		return err
 	}
 	fmt.Fprintln(out, "policies: api-global (60/s shared by all), per-tenant (10/s per tenant, 40 tenants, one hot)")
+	if console, stop, err := c.ConsoleProxy(); err != nil {
+		fmt.Fprintf(out, "no web console: %v\n", err)
+	} else {
+		defer stop()
+		fmt.Fprintf(out, "web console (the leader's, opened as a viewer; open it in a browser on this machine): %s/\n", console)
+	}
 	fmt.Fprintln(out, "each progress line: per region, its lease on api-global (active, renewing, shrinking, degraded) and the share of the 60/s it holds; then what each region admitted so far")
 	phase := func(el time.Duration) int { return int(4 * el / dur) } // 0..3
 	heavy := []string{"us", "eu", "eu", "ap"}

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"crypto/tls"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -22,9 +23,11 @@ const TrustDomain = "quota-lease"
 type pki struct {
 	ca          *devca.CA
 	leaves      map[string]*identity.ID // every certificate issued, by name
+	files       map[string]mtls.Files   // and its files
 	coordinator mtls.Files              // the coordinators' server certificate
 	regions     map[string]mtls.Files   // each region's agent: server and client
 	admin       mtls.Files              // the harness's admin client
+	viewer      mtls.Files              // an SRE's read-only client (role viewer)
 	service     mtls.Files              // the traffic driver, as a service calling agents
 }
 
@@ -37,12 +40,15 @@ func newPKI(dir string, regions []string) (*pki, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &pki{ca: ca, regions: map[string]mtls.Files{}, leaves: map[string]*identity.ID{}}
+	p := &pki{ca: ca, regions: map[string]mtls.Files{}, leaves: map[string]*identity.ID{}, files: map[string]mtls.Files{}}
 	issue := p.issue
 	if p.coordinator, err = issue("coordinator", nil); err != nil {
 		return nil, err
 	}
 	if p.admin, err = issue("admin", &identity.ID{Kind: identity.Role, Name: identity.Admin}); err != nil {
+		return nil, err
+	}
+	if p.viewer, err = issue("viewer", &identity.ID{Kind: identity.Role, Name: identity.Viewer}); err != nil {
 		return nil, err
 	}
 	if p.service, err = issue("service", nil); err != nil {
@@ -65,7 +71,9 @@ func (p *pki) issue(name string, id *identity.ID) (mtls.Files, error) {
 	}
 	p.leaves[name] = id
 	cert, key, err := p.ca.Issue(l)
-	return mtls.Files{Cert: cert, Key: key, CA: p.ca.CertFile}, err
+	f := mtls.Files{Cert: cert, Key: key, CA: p.ca.CertFile}
+	p.files[name] = f
+	return f, err
 }
 
 // Rotate issues every certificate again, replacing its files in place, as
@@ -77,6 +85,17 @@ func (c *Cluster) Rotate() error {
 		}
 	}
 	return nil
+}
+
+// ClientTLS is the client TLS configuration of one of the cluster's
+// certificates, by name: "admin", "viewer" (role viewer), "service" (no
+// identity) or "agent-<region>".
+func (c *Cluster) ClientTLS(name string) (*tls.Config, error) {
+	f, ok := c.pki.files[name]
+	if !ok {
+		return nil, fmt.Errorf("no certificate %q in this cluster", name)
+	}
+	return clientTLS(f)
 }
 
 // serverArgs are a listener's TLS flags for f.

@@ -105,6 +105,16 @@ func (c *Coordinator) Epoch() int64 {
 	return 0
 }
 
+// Leader returns the advertised address of the replica this one last saw
+// leading (its own while it leads; empty before any election is seen).
+func (c *Coordinator) Leader() string {
+	l, _ := c.leader.Load().(string)
+	return l
+}
+
+// Name returns this replica's name (Config.Name).
+func (c *Coordinator) Name() string { return c.cfg.Name }
+
 // Stats returns how many lease answers this replica gave and how many
 // ledger writes it made.
 func (c *Coordinator) Stats() (grants, persists int64) { return c.grants.Load(), c.persists.Load() }

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/quota-lease/quota-lease/internal/version"
+	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
 var (
@@ -70,8 +71,10 @@ func (k collector) Collect(ch chan<- prometheus.Metric) {
 
 // HTTPHandler serves /metrics (Prometheus), /healthz (the process runs)
 // and /readyz (200 on the leader; 503 on a follower, which is healthy but
-// does not grant).
-func (c *Coordinator) HTTPHandler() http.Handler {
+// does not grant), open to scrapers and probes. console, if not nil, is
+// served at every other path under the admin read API's authorization
+// (AuthorizeHTTP with ListLeases): the web console.
+func (c *Coordinator) HTTPHandler(console http.Handler) http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collector{c}, c.etcdWrite, version.Collector("coordinator"), prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
@@ -84,5 +87,8 @@ func (c *Coordinator) HTTPHandler() http.Handler {
 		}
 		w.Write([]byte("leading\n"))
 	})
+	if console != nil {
+		mux.Handle("/", c.AuthorizeHTTP(pb.AdminService_ListLeases_FullMethodName, console))
+	}
 	return mux
 }

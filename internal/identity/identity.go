@@ -6,6 +6,7 @@ package identity
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -106,7 +107,16 @@ func FromContext(ctx context.Context, trustDomain string) (ID, error) {
 	if !ok {
 		return ID{}, fmt.Errorf("%w: the connection is not TLS", ErrNoIdentity)
 	}
-	chains := ti.State.VerifiedChains
+	return FromTLS(&ti.State, trustDomain)
+}
+
+// FromTLS returns the identity of a TLS connection's verified client
+// certificate (an HTTP request's r.TLS; nil for plaintext).
+func FromTLS(cs *tls.ConnectionState, trustDomain string) (ID, error) {
+	if cs == nil {
+		return ID{}, fmt.Errorf("%w: the connection is not TLS", ErrNoIdentity)
+	}
+	chains := cs.VerifiedChains
 	if len(chains) == 0 || len(chains[0]) == 0 {
 		return ID{}, fmt.Errorf("%w: no verified client certificate", ErrNoIdentity)
 	}

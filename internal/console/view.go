@@ -1,0 +1,252 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/quota-lease/quota-lease/lease"
+	"github.com/quota-lease/quota-lease/policy"
+	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
+)
+
+// pageView is what every page shows in its header.
+type pageView struct {
+	Replica   string
+	Leader    bool
+	Epoch     int64
+	LeaderAt  string
+	Updated   time.Time
+	RefreshMs int64
+	// Notice says why part of the page is missing (following, etcd
+	// unreachable); Failed marks it an error rather than information.
+	Notice string
+	Failed bool
+}
+
+// overviewView is the overview page.
+type overviewView struct {
+	pageView
+	Quotas []quotaView
+}
+
+// quotaView is one quota on the overview.
+type quotaView struct {
+	Name      string
+	Algorithm policy.Algorithm
+	Scope     policy.Scope
+	// Limit is the policy's limit and burst in words; Unit is what the
+	// region numbers count (per second, or per window).
+	Limit, Unit string
+	Bound       *pb.BoundRecord
+	// Booked is what all regions may be enforcing now, in percent of the
+	// quota; Leased whether the leases were read.
+	Booked  float64
+	Leased  bool
+	Regions []regionView
+	Chart   Chart
+	Samples int
+}
+
+// regionView is one region's lease on a quota, in the units of
+// `coordinator leases` (policy.Units of the admin API's micro-units).
+type regionView struct {
+	Region, Instance string
+	State            lease.State
+	Share, SharePct  float64
+	Enforcing        float64
+	Reserved         float64
+	Demand           float64
+	ExpiresIn        time.Duration
+	// Since is when the lease entered State, if the history saw it.
+	Since time.Time
+}
+
+// policyView is one policy's page.
+type policyView struct {
+	pageView
+	Name    string
+	Version int64
+	YAML    string
+	Bound   *pb.BoundRecord
+	Terms   []term
+}
+
+type term struct {
+	Name  string
+	Value float64
+}
+
+// requestTimeout bounds the admin calls one page makes.
+const requestTimeout = 5 * time.Second
+
+func (c *Console) header() pageView {
+	return pageView{Replica: c.src.Name(), Leader: c.src.IsLeader(), Epoch: c.src.Epoch(), LeaderAt: c.src.Leader(),
+		Updated: c.cfg.Clock.Now(), RefreshMs: c.cfg.Refresh.Milliseconds()}
+}
+
+func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	defer cancel()
+	v := overviewView{pageView: c.header()}
+	code := http.StatusOK
+	policies, bounds, err := c.policies(ctx)
+	if err != nil {
+		v.Notice, v.Failed, code = err.Error(), true, http.StatusServiceUnavailable
+		c.render(w, code, "overview", v)
+		return
+	}
+	var leases []*pb.LeaseRecord
+	leased := false
+	switch {
+	case !v.Leader && v.LeaderAt != "":
+		v.Notice = fmt.Sprintf("This replica follows; the leader is at %s. Shares, modes and their history are on the leader's console.", v.LeaderAt)
+	case !v.Leader:
+		v.Notice = "No leader is known yet (election or failover in progress): shares and modes appear once one leads."
+	default:
+		resp, err := c.src.ListLeases(ctx, &pb.ListLeasesRequest{})
+		if err != nil {
+			v.Notice, v.Failed = "Leases could not be read: "+err.Error(), true
+			break
+		}
+		leases, leased = resp.Leases, true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range policies {
+		q := quotaView{Name: p.Name, Algorithm: p.Algorithm, Scope: p.Scope, Limit: limitText(p), Unit: unitOf(p),
+			Bound: bounds[p.Name], Leased: leased, Chart: c.hist.Chart(p.Name, c.cfg.ChartPoints), Samples: c.hist.Len()}
+		var enforcing, total int64
+		for _, l := range leases {
+			if l.Quota != p.Name {
+				continue
+			}
+			since, _ := c.hist.Since(l.Quota, l.Region)
+			q.Regions = append(q.Regions, regionView{Region: l.Region, Instance: l.Instance, State: lease.State(l.State),
+				Share: policy.Units(l.Rate), SharePct: 100 * fraction(l.Rate, l.Limit), Enforcing: policy.Units(l.Enforcing),
+				Reserved: policy.Units(l.Reserved), Demand: policy.Units(l.Demand),
+				ExpiresIn: time.Duration(l.ExpiresInMs) * time.Millisecond, Since: since})
+			enforcing += l.Enforcing
+			total = l.Limit
+		}
+		q.Booked = 100 * fraction(enforcing, total)
+		v.Quotas = append(v.Quotas, q)
+	}
+	c.render(w, code, "overview", v)
+}
+
+func (c *Console) policy(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	defer cancel()
+	name := r.PathValue("name")
+	policies, bounds, err := c.policies(ctx)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	i := slices.IndexFunc(policies, func(p *policy.Policy) bool { return p.Name == name })
+	if i < 0 {
+		http.Error(w, fmt.Sprintf("no policy %q", name), http.StatusNotFound)
+		return
+	}
+	p := policies[i]
+	y, err := yaml.Marshal(p)
+	if err != nil {
+		http.Error(w, fmt.Sprintf("policy %q: %v", name, err), http.StatusInternalServerError)
+		return
+	}
+	v := policyView{pageView: c.header(), Name: p.Name, Version: p.Version, YAML: string(y), Bound: bounds[p.Name]}
+	if v.Bound != nil {
+		for n, val := range v.Bound.Terms {
+			v.Terms = append(v.Terms, term{n, val})
+		}
+		slices.SortFunc(v.Terms, func(a, b term) int { return strings.Compare(a.Name, b.Name) })
+	}
+	c.render(w, http.StatusOK, "policy", v)
+}
+
+// policies reads every policy and its bound, by name.
+func (c *Console) policies(ctx context.Context) ([]*policy.Policy, map[string]*pb.BoundRecord, error) {
+	resp, err := c.src.ListPolicies(ctx, &pb.ListPoliciesRequest{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("policies could not be read (is etcd reachable?): %w", err)
+	}
+	var ps []*policy.Policy
+	for _, rec := range resp.Policies {
+		var p policy.Policy
+		if err := json.Unmarshal([]byte(rec.Json), &p); err != nil {
+			return nil, nil, fmt.Errorf("stored policy %q: %w", rec.Name, err)
+		}
+		ps = append(ps, &p)
+	}
+	br, err := c.src.GetBound(ctx, &pb.GetBoundRequest{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("bounds could not be computed: %w", err)
+	}
+	bounds := map[string]*pb.BoundRecord{}
+	for _, b := range br.Bounds {
+		bounds[b.Quota] = b
+	}
+	return ps, bounds, nil
+}
+
+func (c *Console) render(w http.ResponseWriter, code int, page string, v any) {
+	var b strings.Builder
+	if err := c.tmpl.ExecuteTemplate(&b, page, v); err != nil {
+		c.cfg.Logger.Error("console page failed", "page", page, "error", err)
+		http.Error(w, "the page could not be rendered: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	w.Write([]byte(b.String()))
+}
+
+// limitText is a policy's limit in words: "60 per 1s, burst 60".
+func limitText(p *policy.Policy) string {
+	s := num(p.Limit) + " per " + p.Period.String()
+	if p.Algorithm == policy.TokenBucket && p.Burst > 0 {
+		s += ", burst " + num(p.Burst)
+	}
+	return s
+}
+
+// unitOf names what a quota's shares count (policy.Limits.Amount): a
+// token bucket's rate per second, a window's limit per window.
+func unitOf(p *policy.Policy) string {
+	if p.Algorithm == policy.TokenBucket {
+		return "per second"
+	}
+	return "per " + p.Period.String() + " window"
+}
+
+func num(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+
+var funcs = template.FuncMap{
+	"num": num,
+	// amount shows a quantity to a reader: three decimals at most (the
+	// page's data-v attributes keep the exact value).
+	"amount":  func(v float64) string { return num(math.Round(v*1000) / 1000) },
+	"g4":      func(v float64) string { return strconv.FormatFloat(v, 'g', 4, 64) },
+	"pct":     func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) + "%" },
+	"seconds": func(s float64) string { return time.Duration(s * float64(time.Second)).String() },
+	"dur":     func(d time.Duration) string { return d.Round(100 * time.Millisecond).String() },
+	"clock": func(t time.Time) string {
+		return t.UTC().Format("15:04:05 UTC")
+	},
+	"ago": func(now, t time.Time) string {
+		return now.Sub(t).Round(time.Second).String()
+	},
+	"ms":     func(t time.Time) int64 { return t.UnixMilli() },
+	"mul100": func(v float64) float64 { return 100 * v },
+}
