@@ -92,13 +92,15 @@ func TestConsoleInBrowser(t *testing.T) {
 		Rate: func(region string, _ time.Duration) float64 { return map[string]float64{"us": 40, "eu": 20}[region] }})
 
 	bctx := openBrowser(t, browser)
-	if err := chromedp.Do(bctx, chromedp.Navigate(front+"/"), chromedp.WaitVisible(`tr[data-region="eu"]`)); err != nil {
+	nctx, cancel := context.WithTimeout(bctx, time.Minute)
+	defer cancel()
+	if err := chromedp.Do(nctx, chromedp.Navigate(front+"/"), chromedp.WaitVisible(`tr[data-region="eu"]`)); err != nil {
 		t.Fatalf("console did not show region eu: %v", err)
 	}
 	// Numbers: the page against the admin API, until both show active
 	// leases of both regions on both quotas.
 	var mismatch string
-	for range 40 {
+	for range 120 {
 		if mismatch = compare(t, bctx, c); mismatch == "" {
 			break
 		}
