@@ -1,17 +1,20 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
+	"text/tabwriter"
 	"time"
 
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -23,28 +26,70 @@ import (
 )
 
 // peerConfig is one envoyproxy/ratelimit configuration both systems load:
-// a limit per tenant, high enough that the load measures deciding, not
-// rejecting.
+// a limit per tenant, high enough that those loads measure deciding, not
+// rejecting, and one low limit for the hot rejected key.
 const peerConfig = `domain: bench
 descriptors:
   - key: tenant
     rate_limit: {unit: second, requests_per_unit: 100000}
+  - key: hot
+    rate_limit: {unit: second, requests_per_unit: 10}
 `
 
-// peerRun is one system's measured round.
+// peerLoad is one load both systems get in turn.
+type peerLoad struct {
+	name string
+	// descriptors per call, each a different tenant of 10,000; hot: one
+	// descriptor, always the same over-limit key.
+	descriptors int
+	hot         bool
+}
+
+var peerLoads = []peerLoad{
+	{name: "1 descriptor", descriptors: 1},
+	{name: "16 descriptors", descriptors: 16},
+	{name: "hot rejected key", descriptors: 1, hot: true},
+}
+
+// request is the i-th call of l.
+func (l peerLoad) request(i int) *rlsv3.RateLimitRequest {
+	entry := func(k, v string) *commonrl.RateLimitDescriptor {
+		return &commonrl.RateLimitDescriptor{Entries: []*commonrl.RateLimitDescriptor_Entry{{Key: k, Value: v}}}
+	}
+	if l.hot {
+		return &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*commonrl.RateLimitDescriptor{entry("hot", "abuser")}}
+	}
+	r := &rlsv3.RateLimitRequest{Domain: "bench"}
+	for k := range l.descriptors {
+		r.Descriptors = append(r.Descriptors, entry("tenant", fmt.Sprint("t", (i*l.descriptors+k)%10000)))
+	}
+	return r
+}
+
+// peerRun is one system's measured round of one load.
 type peerRun struct {
-	checks int
-	p99    time.Duration
-	dur    time.Duration
+	lat []time.Duration // every call's latency
+	dur time.Duration
+	cpu time.Duration // the server's and its Redis's CPU time in the round
+}
+
+// peerSystem is one system under test: its gRPC client, and the server's
+// and its Redis's process IDs for CPU accounting.
+type peerSystem struct {
+	name   string
+	client rlsv3.RateLimitServiceClient
+	pids   []int
 }
 
 // BenchmarkEnvoyAPIPeers measures Envoy's ShouldRateLimit against the
 // agent and against envoyproxy/ratelimit side by side in one run, each
-// with its own redis-server, the same configuration and the same load:
-// 16 closed-loop callers, one descriptor per call, tenants drawn from
-// 10,000. The two alternate in rounds, so the machine's drift hits both;
-// read the ratio. `make bench-peers` builds envoyproxy/ratelimit and runs
-// this; without it (QUOTALEASE_PEER_RATELIMIT unset) it is skipped.
+// with its own redis-server, the same configuration and the same loads
+// (peerLoads) from 16 closed-loop callers. The systems alternate in rounds
+// (A B A B), so the machine's drift hits both; read the ratios. It prints
+// one table: calls and decisions per second, p50, p99 and p99.9, and the
+// CPU time per decision of the server and its Redis together (from
+// /proc). `make bench-peers` builds envoyproxy/ratelimit and runs this;
+// without it (QUOTALEASE_PEER_RATELIMIT unset) it is skipped.
 func BenchmarkEnvoyAPIPeers(b *testing.B) {
 	peerBin := os.Getenv("QUOTALEASE_PEER_RATELIMIT")
 	if peerBin == "" {
@@ -71,7 +116,7 @@ func BenchmarkEnvoyAPIPeers(b *testing.B) {
 		return l.Addr().String()
 	}
 	port := func(addr string) string { _, p, _ := net.SplitHostPort(addr); return p }
-	start := func(name string, env []string, bin string, args ...string) {
+	start := func(name string, env []string, bin string, args ...string) int {
 		log, err := os.Create(filepath.Join(dir, name+".log"))
 		if err != nil {
 			b.Fatal(err)
@@ -83,30 +128,31 @@ func BenchmarkEnvoyAPIPeers(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait(); log.Close() })
+		return cmd.Process.Pid
 	}
 	redisOurs, redisPeer := redistest.Start(b), redistest.Start(b)
 	agentAddr := free()
-	start("agent", nil, bins.Agent, "serve", "--region", "bench", "--policies", ours, "--redis", redisOurs.Addr,
+	agentPid := start("agent", nil, bins.Agent, "serve", "--region", "bench", "--policies", ours, "--redis", redisOurs.Addr,
 		"--grpc-listen", agentAddr, "--http-listen", free(), "--coordinator", "127.0.0.1:1", "--log-level", "warn")
 	peerAddr, peerHTTP, peerDebug := free(), free(), free()
-	start("ratelimit", []string{"USE_STATSD=false", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redisPeer.Addr,
+	peerPid := start("ratelimit", []string{"USE_STATSD=false", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redisPeer.Addr,
 		"RUNTIME_ROOT=" + filepath.Join(dir, "runtime"), "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_APPDIRECTORY=config",
 		"RUNTIME_WATCH_ROOT=false", "LOG_LEVEL=warn",
 		"HOST=127.0.0.1", "PORT=" + port(peerHTTP), "GRPC_HOST=127.0.0.1", "GRPC_PORT=" + port(peerAddr),
 		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + port(peerDebug)}, peerBin)
 
-	systems := []struct{ name, addr string }{{"quota-lease", agentAddr}, {"envoyproxy/ratelimit", peerAddr}}
-	clients := make([]rlsv3.RateLimitServiceClient, len(systems))
+	systems := []*peerSystem{{name: "quota-lease", pids: []int{agentPid, redisOurs.Pid()}}, {name: "envoyproxy/ratelimit", pids: []int{peerPid, redisPeer.Pid()}}}
 	for i, s := range systems {
-		cc, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		addr := []string{agentAddr, peerAddr}[i]
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { cc.Close() })
-		clients[i] = rlsv3.NewRateLimitServiceClient(cc)
+		s.client = rlsv3.NewRateLimitServiceClient(cc)
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			resp, err := clients[i].ShouldRateLimit(b.Context(), peerRequest(0))
+			resp, err := s.client.ShouldRateLimit(b.Context(), peerLoads[0].request(0))
 			if err == nil && resp.Statuses[0].CurrentLimit != nil {
 				break
 			}
@@ -115,45 +161,69 @@ func BenchmarkEnvoyAPIPeers(b *testing.B) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-	}
-	const rounds, callers, roundDur = 3, 16, 3 * time.Second
-	runs := make([][]peerRun, len(systems))
-	for b.Loop() {
-		for r := 0; r < rounds; r++ {
-			for i := range systems {
-				runs[i] = append(runs[i], peerRound(b, clients[i], callers, roundDur))
+		// Both must reject the hot key once it is over its limit, or that
+		// load would compare admitting with rejecting.
+		hot := peerLoad{hot: true}.request(0)
+		for n := 0; ; n++ {
+			resp, err := s.client.ShouldRateLimit(b.Context(), hot)
+			if err == nil && resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+				break
+			}
+			if n > 100 {
+				b.Fatalf("%s does not reject the hot key after 100 calls: %v %v", s.name, resp, err)
 			}
 		}
 	}
-	var rate [2]float64
-	for i, s := range systems {
-		var n int
-		var d time.Duration
-		var p99s []string
-		for _, r := range runs[i] {
-			n += r.checks
-			d += r.dur
-			p99s = append(p99s, r.p99.Round(10*time.Microsecond).String())
+	const rounds, callers, roundDur = 3, 16, 3 * time.Second
+	runs := map[[2]int][]peerRun{} // load, system
+	for b.Loop() {
+		for li, l := range peerLoads {
+			for range rounds {
+				for si, s := range systems {
+					runs[[2]int{li, si}] = append(runs[[2]int{li, si}], peerRound(b, s, l, callers, roundDur))
+				}
+			}
 		}
-		rate[i] = float64(n) / d.Seconds()
-		b.Logf("%-22s %8.0f checks/s  p99 per round %s", s.name, rate[i], strings.Join(p99s, " "))
-		b.ReportMetric(rate[i], strings.ReplaceAll(s.name, "/", "-")+"-checks/s")
 	}
-	b.ReportMetric(rate[0]/rate[1], "ratio")
+	var out strings.Builder
+	tw := tabwriter.NewWriter(&out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "load\tsystem\tcalls/s\tdecisions/s\tp50\tp99\tp99.9\tCPU µs/decision\t")
+	for li, l := range peerLoads {
+		var rate, cpu [2]float64
+		for si, s := range systems {
+			var lat []time.Duration
+			var d, c time.Duration
+			for _, r := range runs[[2]int{li, si}] {
+				lat, d, c = append(lat, r.lat...), d+r.dur, c+r.cpu
+			}
+			slices.Sort(lat)
+			q := func(p float64) string {
+				if len(lat) == 0 {
+					return "-"
+				}
+				return lat[min(len(lat)-1, int(p*float64(len(lat))))].Round(time.Microsecond).String()
+			}
+			decisions := float64(len(lat) * l.descriptors)
+			rate[si], cpu[si] = decisions/d.Seconds(), float64(c.Microseconds())/max(1, decisions)
+			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%s\t%s\t%s\t%.1f\t\n", l.name, s.name, float64(len(lat))/d.Seconds(), rate[si],
+				q(.5), q(.99), q(.999), cpu[si])
+			b.ReportMetric(rate[si], strings.ReplaceAll(s.name+"/"+l.name, " ", "-")+"-decisions/s")
+		}
+		fmt.Fprintf(tw, "%s\tratio\t\t%.2f×\t\t\t\t%.2f×\t\n", l.name, rate[0]/rate[1], cpu[0]/cpu[1])
+	}
+	tw.Flush()
+	b.Logf("%d rounds of %v per load and system, interleaved, %d callers:\n%s", rounds, roundDur, callers, out.String())
 }
 
-func peerRequest(i int) *rlsv3.RateLimitRequest {
-	return &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*commonrl.RateLimitDescriptor{{
-		Entries: []*commonrl.RateLimitDescriptor_Entry{{Key: "tenant", Value: fmt.Sprint("t", i%10000)}}}}}
-}
-
-// peerRound runs callers closed loops against c for d and measures them.
-func peerRound(b *testing.B, c rlsv3.RateLimitServiceClient, callers int, d time.Duration) peerRun {
+// peerRound runs callers closed loops of load l against s for d and
+// measures them, with the CPU time s's processes spent meanwhile.
+func peerRound(b *testing.B, s *peerSystem, l peerLoad, callers int, d time.Duration) peerRun {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	var mu sync.Mutex
 	var lat []time.Duration
 	var wg sync.WaitGroup
+	cpu0 := processCPU(b, s.pids)
 	t0 := time.Now()
 	for g := 0; g < callers; g++ {
 		wg.Add(1)
@@ -161,14 +231,14 @@ func peerRound(b *testing.B, c rlsv3.RateLimitServiceClient, callers int, d time
 			defer wg.Done()
 			var mine []time.Duration
 			for i := g; ctx.Err() == nil && len(mine) < 2_000_000; i += callers {
-				s := time.Now()
-				if _, err := c.ShouldRateLimit(ctx, peerRequest(i)); err != nil {
+				st := time.Now()
+				if _, err := s.client.ShouldRateLimit(ctx, l.request(i)); err != nil {
 					if !ending(ctx) {
 						b.Error(err)
 					}
 					break
 				}
-				mine = append(mine, time.Since(s))
+				mine = append(mine, time.Since(st))
 			}
 			mu.Lock()
 			lat = append(lat, mine...)
@@ -176,11 +246,28 @@ func peerRound(b *testing.B, c rlsv3.RateLimitServiceClient, callers int, d time
 		}()
 	}
 	wg.Wait()
-	el := time.Since(t0)
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	r := peerRun{checks: len(lat), dur: el}
-	if len(lat) > 0 {
-		r.p99 = lat[len(lat)*99/100]
+	return peerRun{lat: lat, dur: time.Since(t0), cpu: processCPU(b, s.pids) - cpu0}
+}
+
+// processCPU is the user and system CPU time the processes used so far
+// (/proc/PID/stat, in clock ticks of 1/100 s, Linux's USER_HZ).
+func processCPU(b *testing.B, pids []int) time.Duration {
+	var total time.Duration
+	for _, pid := range pids {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			b.Fatal(err)
+		}
+		// The command name (field 2) is in parentheses and may hold spaces:
+		// count fields after its closing one. utime and stime are fields 14, 15.
+		f := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+1:]))
+		for _, v := range f[11:13] {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				b.Fatalf("/proc/%d/stat: %v", pid, err)
+			}
+			total += time.Duration(n) * 10 * time.Millisecond
+		}
 	}
-	return r
+	return total
 }

@@ -102,6 +102,9 @@ func (s *Server) run() error {
 	return s.waitReady(5 * time.Second)
 }
 
+// Pid is the running redis-server's process ID (for CPU accounting).
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
 // Restart kills the server (SIGKILL, as a crash) and starts a new one on
 // the same address: with no persistence it comes back empty, as a Redis
 // restarted without its data or replaced by an empty replica.
