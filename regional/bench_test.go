@@ -2,6 +2,7 @@ package regional
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/quota-lease/quota-lease/internal/redistest"
@@ -89,4 +90,62 @@ func BenchmarkApply(b *testing.B) {
 	for i := int64(0); b.Loop(); i++ {
 		s, _, _ = policy.Apply(s, l, i, policy.Micro)
 	}
+}
+
+// BenchmarkScriptServerTime is the time Redis spends in each algorithm's
+// decision script (INFO commandstats: usec per EVALSHA), the part of a
+// decision no client-side work can remove. Reported as server-µs/decision.
+func BenchmarkScriptServerTime(b *testing.B) {
+	for _, alg := range []string{"token_bucket", "fixed_window", "sliding_window", "sliding_log"} {
+		b.Run(alg, func(b *testing.B) {
+			srv := redistest.Start(b)
+			ps, err := policy.ParsePolicies([]byte("name: api\nidentity: [tenant]\nalgorithm: " + alg + "\nlimit: 5000\nperiod: 1s\n"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			rdb := srv.Client(b)
+			eng := newEngine(b, rdb, ps, Config{})
+			ts := tenants(1000)
+			for i := range ts { // every key exists: the steady state
+				if _, err := eng.Check(b.Context(), Request{Policy: "api", Attributes: ts[i], Cost: 1}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := rdb.ConfigResetStat(b.Context()).Err(); err != nil {
+				b.Fatal(err)
+			}
+			for i := 0; b.Loop(); i++ {
+				if _, err := eng.Check(b.Context(), Request{Policy: "api", Attributes: ts[i%len(ts)], Cost: 1}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			info := rdb.Info(b.Context(), "commandstats").Val()
+			calls, usec := commandStat(info, "evalsha")
+			if calls == 0 {
+				b.Fatalf("no EVALSHA in INFO commandstats:\n%s", info)
+			}
+			b.ReportMetric(usec/calls, "server-µs/decision")
+		})
+	}
+}
+
+// commandStat reads calls and usec of cmd from INFO commandstats.
+func commandStat(info, cmd string) (calls, usec float64) {
+	for _, line := range strings.Split(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":")
+		if !ok {
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			f, _ := strconv.ParseFloat(v, 64)
+			switch k {
+			case "calls":
+				calls = f
+			case "usec":
+				usec = f
+			}
+		}
+	}
+	return calls, usec
 }
