@@ -37,11 +37,12 @@
   // percent and one state letter per sample) as stacked areas of the
   // regions' shares, a dashed line at the quota, light red bands where a
   // region was degraded, and one strip per region showing its mode.
-  function chart(data) {
+  // W is the width in CSS pixels, so text keeps its size on a phone.
+  function chart(data, W) {
     var t = data.t, regions = data.regions, n = t.length;
-    var W = 800, left = 54, right = 14, top = 14, plotH = 170, strip = 12;
-    var stripsTop = top + plotH + 24, H = stripsTop + regions.length * (strip + 3) + 26;
-    var svg = el('svg', { viewBox: '0 0 ' + W + ' ' + H, role: 'img' });
+    var left = 54, right = 14, top = 14, plotH = 170, strip = 12;
+    var stripsTop = top + plotH + 24;
+    var svg = el('svg', { role: 'img' }); // its viewBox is set once the legend is laid out
     var t0 = t[0], t1 = Math.max(t[n - 1], t0 + 1000), plotW = W - left - right;
     var x = function (ms) { return left + (ms - t0) / (t1 - t0) * plotW; };
     var edge = function (i) {
@@ -97,7 +98,8 @@
     el('line', { class: 'axis', x1: left, x2: W - right, y1: top + plotH, y2: top + plotH }, svg);
     // Time ticks.
     var span = t1 - t0, step = TIME_STEPS[TIME_STEPS.length - 1];
-    for (i = 0; i < TIME_STEPS.length; i++) if (span / TIME_STEPS[i] <= 6) { step = TIME_STEPS[i]; break; }
+    var ticks = Math.max(2, Math.floor(plotW / 110));
+    for (i = 0; i < TIME_STEPS.length; i++) if (span / TIME_STEPS[i] <= ticks) { step = TIME_STEPS[i]; break; }
     var tz = -new Date(t0).getTimezoneOffset() * 60000;
     for (var ms = Math.ceil((t0 + tz) / step) * step - tz; ms <= t1; ms += step) {
       el('line', { class: 'axis', x1: x(ms), x2: x(ms), y1: top + plotH, y2: top + plotH + 4 }, svg);
@@ -111,19 +113,18 @@
         if (STATE[s]) el('rect', { x: from, y: sy, width: to - from, height: strip, fill: STATE[s] }, svg);
       });
     });
-    // Legend: regions' colours, then the modes'.
-    var lx = left, ly = H - 8;
-    regions.forEach(function (r, k) {
-      el('rect', { x: lx, y: ly - 9, width: 10, height: 10, fill: COLORS[k % COLORS.length] }, svg);
-      el('text', { x: lx + 14, y: ly }, svg, r.name);
-      lx += 24 + r.name.length * 7;
+    // Legend: regions' colours, then the modes', wrapped to the width.
+    var items = regions.map(function (r, k) { return [r.name, COLORS[k % COLORS.length]]; });
+    ['a', 's', 'd', 'e'].forEach(function (s) { items.push([STATE_NAME[s], STATE[s]]); });
+    var lx = left, ly = stripsTop + regions.length * (strip + 3) + 18;
+    items.forEach(function (it) {
+      var w = 24 + it[0].length * 7;
+      if (lx > left && lx + w > W - right) { lx = left; ly += 16; }
+      el('rect', { x: lx, y: ly - 9, width: 10, height: 10, fill: it[1] }, svg);
+      el('text', { x: lx + 14, y: ly }, svg, it[0]);
+      lx += w;
     });
-    lx += 16;
-    ['a', 's', 'd', 'e'].forEach(function (s) {
-      el('rect', { x: lx, y: ly - 9, width: 10, height: 10, fill: STATE[s] }, svg);
-      el('text', { x: lx + 14, y: ly }, svg, STATE_NAME[s]);
-      lx += 24 + STATE_NAME[s].length * 7;
-    });
+    svg.setAttribute('viewBox', '0 0 ' + W + ' ' + (ly + 8));
     return svg;
   }
 
@@ -134,7 +135,7 @@
       var old = fig.querySelector('svg');
       if (old) old.remove();
       try {
-        fig.insertBefore(chart(JSON.parse(src.textContent)), fig.firstChild);
+        fig.insertBefore(chart(JSON.parse(src.textContent), Math.max(320, Math.round(fig.clientWidth))), fig.firstChild);
       } catch (e) {
         fig.insertBefore(document.createTextNode('chart failed: ' + e), fig.firstChild);
       }
@@ -166,6 +167,8 @@
 
   document.addEventListener('DOMContentLoaded', function () {
     drawAll();
+    var resized;
+    window.addEventListener('resize', function () { clearTimeout(resized); resized = setTimeout(drawAll, 200); });
     setTimeout(refresh, refreshMs());
   });
 })();
