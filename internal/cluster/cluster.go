@@ -49,6 +49,23 @@ func Build(ctx context.Context, dir string) (Binaries, error) {
 	return Binaries{Coordinator: filepath.Join(dir, "coordinator"), Agent: filepath.Join(dir, "regional-agent")}, nil
 }
 
+// BuildTemp builds the commands into a new temporary directory, for a
+// test binary's TestMain; remove deletes it.
+func BuildTemp() (_ Binaries, remove func(), err error) {
+	dir, err := os.MkdirTemp("", "quota-lease-bin-")
+	if err != nil {
+		return Binaries{}, nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	bins, err := Build(ctx, dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		return Binaries{}, nil, err
+	}
+	return bins, func() { os.RemoveAll(dir) }, nil
+}
+
 func moduleRoot(ctx context.Context) (string, error) {
 	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
 	if err != nil {

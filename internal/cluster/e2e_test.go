@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -15,19 +14,14 @@ import (
 var bins Binaries
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "quota-lease-bin-")
-	if err != nil {
-		panic(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	bins, err = Build(ctx, dir)
-	cancel()
-	if err != nil {
+	var remove func()
+	var err error
+	if bins, remove, err = BuildTemp(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	remove()
 	os.Exit(code)
 }
 

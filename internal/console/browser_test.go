@@ -23,14 +23,9 @@ import (
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
-const consolePolicies = `
-name: api-global
-identity: [api]
-limit: 60
-period: 1s
-burst: 60
-failure: {mode: static-share, static_fraction: 0.1}
----
+// consolePolicies are the demo's two and a window policy, whose shares
+// count per window.
+const consolePolicies = cluster.DemoPolicies + `---
 name: reports
 identity: [tenant]
 algorithm: fixed_window
@@ -216,7 +211,7 @@ func checkAuthorization(t *testing.T, c *cluster.Cluster, base string) {
 }
 
 // compare reads the page and the admin API and says how they differ ("":
-// not at all, with both regions active on both quotas).
+// not at all, with both regions active on every quota).
 func compare(t *testing.T, bctx context.Context, c *cluster.Cluster) string {
 	page, err := chromedp.Run(bctx, chromedp.Evaluate[[]pageQuota](readPage))
 	if err != nil {
@@ -243,8 +238,9 @@ func compare(t *testing.T, bctx context.Context, c *cluster.Cluster) string {
 	for _, q := range page {
 		byQuota[q.Quota] = q
 	}
-	if len(page) != 2 || len(bounds) != 2 || len(leases) != 4 {
-		return fmt.Sprintf("page has %d quotas, API %d bounds and %d leases", len(page), len(bounds), len(leases))
+	const quotas, regions = 3, 2
+	if len(page) != quotas || len(bounds) != quotas || len(leases) != quotas*regions {
+		return fmt.Sprintf("page has %d quotas, API %d bounds and %d leases; want %d quotas of %d regions", len(page), len(bounds), len(leases), quotas, regions)
 	}
 	var diffs []string
 	same := func(what, shown string, want float64) {

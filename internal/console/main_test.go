@@ -1,11 +1,9 @@
 package console_test
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/quota-lease/quota-lease/internal/cluster"
 )
@@ -14,18 +12,13 @@ import (
 var bins cluster.Binaries
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "quota-lease-bin-")
-	if err != nil {
-		panic(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	bins, err = cluster.Build(ctx, dir)
-	cancel()
-	if err != nil {
+	var remove func()
+	var err error
+	if bins, remove, err = cluster.BuildTemp(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	remove()
 	os.Exit(code)
 }
