@@ -29,7 +29,7 @@ func (c *Coordinator) leading(ctx context.Context) (*term, error) {
 	if t != nil && t.lease.valid(c.cfg.Clock.Mono()) {
 		return t, nil
 	}
-	leader, _ := c.leader.Load().(string)
+	leader := c.Leader()
 	if t != nil || leader == c.cfg.Advertise {
 		leader = ""
 	}
