@@ -50,11 +50,14 @@ type quotaView struct {
 	Bound       *pb.BoundRecord
 	// Booked is what all regions may be enforcing now, in percent of the
 	// quota; Leased whether the leases were read.
-	Booked  float64
-	Leased  bool
-	Regions []regionView
-	Chart   Chart
-	Samples int
+	Booked float64
+	Leased bool
+	// PerRegion: scope region, every region enforces the whole limit and
+	// holds no share.
+	PerRegion bool
+	Regions   []regionView
+	Chart     Chart
+	Samples   int
 }
 
 // regionView is one region's lease on a quota, in the units of
@@ -124,7 +127,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	defer c.mu.Unlock()
 	for _, p := range policies {
 		q := quotaView{Name: p.Name, Algorithm: p.Algorithm, Scope: p.Scope, Limit: limitText(p), Unit: unitOf(p),
-			Bound: bounds[p.Name], Leased: leased, Chart: c.hist.Chart(p.Name, c.cfg.ChartPoints), Samples: c.hist.Len()}
+			Bound: bounds[p.Name], Leased: leased, PerRegion: p.Scope == policy.ScopeRegion, Chart: c.hist.Chart(p.Name, c.cfg.ChartPoints), Samples: c.hist.Len()}
 		var enforcing, total int64
 		for _, l := range leases {
 			if l.Quota != p.Name {
