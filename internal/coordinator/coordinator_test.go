@@ -188,9 +188,19 @@ func TestLeaderFailover(t *testing.T) {
 	current := leader
 	w := watcher{ledger: ledgerSum(t, prefix)}
 	go w.run(ctx, 100*M, agents, func() *replica { mu.Lock(); defer mu.Unlock(); return current })
-	for _, a := range agents {
-		go a.loop(ctx, 50*time.Millisecond)
+	// The agents renew until the crash and again after the check of what
+	// the new leader restored: a renewal meanwhile could acknowledge a
+	// smaller grant from the new leader, which then rightly books less
+	// than the snapshot taken before the crash.
+	var loops sync.WaitGroup
+	renewing := func(ctx context.Context) {
+		for _, a := range agents {
+			loops.Add(1)
+			go func() { defer loops.Done(); a.loop(ctx, 50*time.Millisecond) }()
+		}
 	}
+	before, stopRenewing := context.WithCancel(ctx)
+	renewing(before)
 	waitFor(t, 5*time.Second, "all agents leased with a share", func() bool {
 		for _, a := range agents {
 			if amt, m := a.enforcing(); m != lease.ModeLeased || amt == 0 {
@@ -203,6 +213,8 @@ func TestLeaderFailover(t *testing.T) {
 	agents[0].demand.Store(90 * M)
 	agents[2].demand.Store(5 * M)
 	time.Sleep(120 * time.Millisecond)
+	stopRenewing()
+	loops.Wait()
 	oldEpoch := leader.c.Epoch()
 	held := map[string]int64{}
 	for _, a := range agents {
@@ -232,6 +244,7 @@ func TestLeaderFailover(t *testing.T) {
 		}
 	}
 	// Agents keep working against the new leader.
+	renewing(ctx)
 	time.Sleep(2 * testTiming.ValidFor)
 	for _, a := range agents {
 		if _, m := a.enforcing(); m != lease.ModeLeased {
