@@ -73,10 +73,12 @@ func (p *pipeliner) close() {
 // do queues c and waits for its reply, or for ctx. ok is false when the
 // pipeliner is closed: the caller runs c itself.
 func (p *pipeliner) do(ctx context.Context, c call) (cmd *redis.Cmd, ok bool, err error) {
-	q := &queuedCall{ctx: ctx, c: c, done: make(chan callResult, 1)}
+	q := queuedCalls.Get().(*queuedCall)
+	q.ctx, q.c = ctx, c
 	p.mu.RLock()
 	if p.isClosed {
 		p.mu.RUnlock()
+		q.recycle()
 		return nil, false, nil
 	}
 	select {
@@ -84,14 +86,26 @@ func (p *pipeliner) do(ctx context.Context, c call) (cmd *redis.Cmd, ok bool, er
 		p.mu.RUnlock()
 	case <-ctx.Done():
 		p.mu.RUnlock()
+		q.recycle()
 		return nil, true, ctx.Err()
 	}
 	select {
 	case r := <-q.done:
+		q.recycle()
 		return r.cmd, true, nil
 	case <-ctx.Done():
+		// The sender may still answer on q.done: q is not reused.
 		return nil, true, ctx.Err()
 	}
+}
+
+// queuedCalls are reused once their reply is read (queuedCall.recycle).
+var queuedCalls = sync.Pool{New: func() any { return &queuedCall{done: make(chan callResult, 1)} }}
+
+// recycle returns q, whose done channel is empty, for reuse.
+func (q *queuedCall) recycle() {
+	q.ctx, q.c = nil, call{}
+	queuedCalls.Put(q)
 }
 
 func (p *pipeliner) run() {
@@ -153,8 +167,15 @@ func (p *pipeliner) send(batch []*queuedCall) {
 	if len(live) == 0 {
 		return
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	defer cancel()
+	var ctx context.Context
+	if _, ok := live[0].ctx.Deadline(); ok && len(live) == 1 {
+		// One caller: its own context is the pipeline's.
+		ctx = live[0].ctx
+	} else {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(context.Background(), deadline)
+		defer cancel()
+	}
 	calls := make([]call, len(live))
 	for i, q := range live {
 		calls[i] = q.c
@@ -164,10 +185,18 @@ func (p *pipeliner) send(batch []*queuedCall) {
 	}
 }
 
-// runPipelined runs calls as one pipeline with EVALSHA; the scripts Redis
-// did not know yet are sent again with their source, which also loads them.
+// runPipelined runs calls as one pipeline with EVALSHA (a single call as a
+// plain EVALSHA); the scripts Redis did not know yet are sent again with
+// their source, which also loads them.
 func runPipelined(ctx context.Context, rdb Client, calls []call) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
+	if len(calls) == 1 { // no pipeline to build for one call
+		c := calls[0]
+		if cmds[0] = c.script.EvalSha(ctx, rdb, c.keys, c.args...); redis.HasErrorPrefix(cmds[0].Err(), "NOSCRIPT") {
+			cmds[0] = c.script.Eval(ctx, rdb, c.keys, c.args...)
+		}
+		return cmds
+	}
 	pipe := rdb.Pipeline()
 	for i, c := range calls {
 		cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)

@@ -1,13 +1,13 @@
 package agent
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -77,10 +77,20 @@ func (a *Agent) HTTPHandler() http.Handler {
 }
 
 func writeProblem(w http.ResponseWriter, p problem) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(p.Status)
-	json.NewEncoder(w).Encode(p)
+	writeJSON(w, p.Status, problemContentType, func(b []byte) []byte { return appendProblem(b, p) })
+}
+
+// writeJSON answers with status and the JSON fill appends, in a pooled
+// buffer, so an answer allocates nothing of its own.
+func writeJSON(w http.ResponseWriter, status int, contentType []string, fill func([]byte) []byte) {
+	h := w.Header()
+	h["Content-Type"] = contentType
+	h["Cache-Control"] = noStore
+	w.WriteHeader(status)
+	buf := bufs.Get().(*[]byte)
+	*buf = fill((*buf)[:0])
+	w.Write(*buf)
+	bufs.Put(buf)
 }
 
 func badRequest(w http.ResponseWriter, status int, detail string) {
@@ -93,10 +103,14 @@ func (a *Agent) serveCheck(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, http.StatusMethodNotAllowed, "use POST with a JSON body")
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxCheckBody))
+	buf := bufs.Get().(*[]byte)
+	defer bufs.Put(buf)
+	body, err := readBody(r.Body, (*buf)[:0], MaxCheckBody)
+	*buf = body[:0]
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
+		if errors.Is(err, errBodyTooLarge) {
+			// The rest of the body is not read: the connection cannot be reused.
+			w.Header()["Connection"] = closeConnection
 			badRequest(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", MaxCheckBody))
 			return
 		}
@@ -104,7 +118,7 @@ func (a *Agent) serveCheck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var in checkBody
-	if err := json.Unmarshal(body, &in); err != nil {
+	if err := decodeCheckBody(body, &in); err != nil {
 		badRequest(w, http.StatusBadRequest, "the body must be JSON: {\"policy\": ..., \"attributes\": {...}, \"cost\": 1}: "+err.Error())
 		return
 	}
@@ -113,67 +127,63 @@ func (a *Agent) serveCheck(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	// Canonical keys assigned directly: Header.Set would canonicalize (and
-	// allocate) on every answer.
+	// Canonical keys assigned directly (Header.Set would canonicalize and
+	// allocate on every answer), their values in one array.
 	h := w.Header()
 	limit := enforcedLimit(o)
 	whole := strconv.FormatInt(int64(math.Floor(limit)), 10)
-	h["Ratelimit-Limit"] = []string{whole}
-	h["Ratelimit-Remaining"] = []string{strconv.FormatInt(o.RemainingUnits(), 10)}
-	h["Ratelimit-Reset"] = []string{ceilSeconds(o.ResetAfterMs)}
-	h["Ratelimit-Policy"] = []string{whole + ";w=" + ceilSeconds(time.Duration(o.Policy.Period).Milliseconds())}
+	v := make([]string, 5)
+	v[0], v[1], v[2] = whole, strconv.FormatInt(o.RemainingUnits(), 10), ceilSeconds(o.ResetAfterMs)
+	v[3] = whole + ";w=" + ceilSeconds(time.Duration(o.Policy.Period).Milliseconds())
+	h["Ratelimit-Limit"], h["Ratelimit-Remaining"], h["Ratelimit-Reset"], h["Ratelimit-Policy"] = v[0:1:1], v[1:2:2], v[2:3:3], v[3:4:4]
 	if !o.Allowed {
-		h.Set("Retry-After", retryAfterSeconds(o.RetryAfterMs))
-		writeProblem(w, problem{Type: ProblemRateLimited, Title: "Too Many Requests", Status: http.StatusTooManyRequests,
-			Detail: fmt.Sprintf("policy %s admits no more now; retry after %s", o.Policy.Name, time.Duration(o.RetryAfterMs)*time.Millisecond),
-			Policy: o.Policy.Name, RetryAfterMs: o.RetryAfterMs})
+		v[4] = retryAfterSeconds(o.RetryAfterMs)
+		h["Retry-After"] = v[4:5:5]
+		writeJSON(w, http.StatusTooManyRequests, problemContentType, func(b []byte) []byte {
+			return appendRateLimited(b, o.Policy.Name, o.RetryAfterMs)
+		})
 		return
 	}
-	h["Content-Type"] = jsonContentType
-	h["Cache-Control"] = noStore
-	w.Write(appendAnswer(make([]byte, 0, 160), checkAnswer{Allowed: true, Policy: o.Policy.Name, Remaining: o.RemainingUnits(), Limit: limit,
-		ResetMs: o.ResetAfterMs, Mode: string(o.Mode), Replayed: o.Replayed, Shadow: o.Shadow}))
+	writeJSON(w, http.StatusOK, jsonContentType, func(b []byte) []byte {
+		return appendAnswer(b, checkAnswer{Allowed: true, Policy: o.Policy.Name, Remaining: o.RemainingUnits(), Limit: limit,
+			ResetMs: o.ResetAfterMs, Mode: string(o.Mode), Replayed: o.Replayed, Shadow: o.Shadow})
+	})
 }
 
 // Header values shared by every answer (net/http only reads them).
 var (
-	jsonContentType = []string{"application/json"}
-	noStore         = []string{"no-store"}
+	jsonContentType    = []string{"application/json"}
+	problemContentType = []string{"application/problem+json"}
+	noStore            = []string{"no-store"}
+	closeConnection    = []string{"close"}
 )
 
-// appendAnswer appends a's JSON, as encoding/json would write it, to b:
-// the admitted answer without an encoder per check. Policy names and
-// modes need no escaping (policy.Policy.Validate allows [a-z0-9._-]).
-func appendAnswer(b []byte, a checkAnswer) []byte {
-	b = append(b, `{"allowed":`...)
-	b = strconv.AppendBool(b, a.Allowed)
-	b = append(b, `,"policy":"`...)
-	b = append(b, a.Policy...)
-	b = append(b, `","remaining":`...)
-	b = strconv.AppendInt(b, a.Remaining, 10)
-	b = append(b, `,"limit":`...)
-	if abs := math.Abs(a.Limit); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
-		j, _ := json.Marshal(a.Limit) // exponent form, as encoding/json writes it
-		b = append(b, j...)
-	} else {
-		b = strconv.AppendFloat(b, a.Limit, 'f', -1, 64)
+// bufs holds the buffers request bodies are read into and answers are
+// written from.
+var bufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+// errBodyTooLarge: a body over the limit readBody was given.
+var errBodyTooLarge = errors.New("body too large")
+
+// readBody appends r's content to b, up to max bytes; more is
+// errBodyTooLarge.
+func readBody(r io.Reader, b []byte, max int) ([]byte, error) {
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):min(cap(b), max+1)])
+		b = b[:len(b)+n]
+		if len(b) > max {
+			return b, errBodyTooLarge
+		}
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
 	}
-	b = append(b, `,"reset_ms":`...)
-	b = strconv.AppendInt(b, a.ResetMs, 10)
-	b = append(b, `,"mode":"`...)
-	b = append(b, a.Mode...)
-	b = append(b, '"')
-	if a.Replayed {
-		b = append(b, `,"replayed":true`...)
-	}
-	if a.Shadow {
-		b = append(b, `,"shadow":true`...)
-	}
-	if a.RetryAfterMs != 0 {
-		b = append(b, `,"retry_after_ms":`...)
-		b = strconv.AppendInt(b, a.RetryAfterMs, 10)
-	}
-	return append(b, "}\n"...)
 }
 
 // ceilSeconds formats ms as whole seconds, rounded up.

@@ -1,0 +1,116 @@
+package agent
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// appendJSONString writes what encoding/json writes, for any string.
+func FuzzAppendJSONString(f *testing.F) {
+	for _, s := range []string{"", "plain", `quote " and \ back`, "<script>&</script>", "\x00\x01\x1f\x7f", "tab\tnew\nline\r",
+		"\u2028\u2029", "é ü 日本", "\xff\xfe bad utf-8 \xc3", "\b\f"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		want, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendJSONString(nil, s); !bytes.Equal(got, want) {
+			t.Fatalf("appendJSONString(%q) = %s, encoding/json writes %s", s, got, want)
+		}
+	})
+}
+
+// encoded is v as json.Encoder writes it (with its newline).
+func encoded(t *testing.T, v any) string {
+	var b strings.Builder
+	if err := json.NewEncoder(&b).Encode(v); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+func TestAppendProblemAsEncodingJSON(t *testing.T) {
+	for _, p := range []problem{
+		{Type: ProblemInvalidRequest, Title: http.StatusText(400), Status: 400, Detail: `the body must be JSON: invalid character 'x' looking for "value"`},
+		{Type: ProblemInvalidRequest, Title: "Request Entity Too Large", Status: 413},
+		{Type: ProblemRateLimited, Title: "Too Many Requests", Status: 429, Detail: "<&>", Policy: "api.v2", RetryAfterMs: 1500},
+	} {
+		if got, want := string(appendProblem(nil, p)), encoded(t, p); got != want {
+			t.Errorf("appendProblem = %s, encoding/json writes %s", got, want)
+		}
+	}
+	for _, ms := range []int64{1, 999, 1000, 1500, 59_998, 3_600_000} {
+		want := encoded(t, problem{Type: ProblemRateLimited, Title: "Too Many Requests", Status: http.StatusTooManyRequests,
+			Detail: fmt.Sprintf("policy api-2.x admits no more now; retry after %gs", (time.Duration(ms) * time.Millisecond).Seconds()),
+			Policy: "api-2.x", RetryAfterMs: ms})
+		if got := string(appendRateLimited(nil, "api-2.x", ms)); got != want {
+			t.Errorf("appendRateLimited(%d) = %s, want %s", ms, got, want)
+		}
+	}
+}
+
+// readBody stops at the limit and says so.
+func TestReadBody(t *testing.T) {
+	for _, n := range []int{0, 1, 511, 512, 513, 4096} {
+		in := strings.Repeat("x", n)
+		got, err := readBody(strings.NewReader(in), nil, 4096)
+		if err != nil || string(got) != in {
+			t.Fatalf("%d bytes under a 4096 limit: %d bytes, %v", n, len(got), err)
+		}
+		if _, err := readBody(strings.NewReader(in+"y"), make([]byte, 0, 8), n); err != errBodyTooLarge {
+			t.Fatalf("%d+1 bytes over a %d limit: %v", n, n, err)
+		}
+	}
+}
+
+// Whatever the body, decodeCheckBody decodes it as json.Unmarshal does:
+// the plain form by itself, the rest through encoding/json.
+func FuzzDecodeCheckBody(f *testing.F) {
+	for _, s := range []string{
+		`{"policy":"api","attributes":{"tenant":"t1"}}`,
+		`{"policy":"api","attributes":{"tenant":"acme","route":"/v1/x"},"cost":3,"idempotency_key":"k-1"}`,
+		` { "policy" : "api" , "attributes" : { } , "cost" : -0 } `, `{}`, `null`, `[]`, `"x"`, `{"policy":"api"} x`,
+		`{"Policy":"api"}`, `{"policy":"a\"b"}`, `{"policy":null}`, `{"cost":1.0}`, `{"cost":1e2}`, `{"cost":012}`,
+		`{"cost":9223372036854775807}`, `{"cost":99999999999999999999}`, `{"attributes":{"a":"1","a":"2"}}`,
+		`{"policy":"x","policy":"y"}`, `{"other":[1,{"x":2}],"policy":"api"}`, "{\"policy\":\"\xff\"}", "{\"policy\":\"é\"}",
+		"{\"policy\":\"a\tb\"}", `{"attributes":{"a":null}}`, `{"attributes":null}`, `{"cost":"1"}`, `{"policy":"api",}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var want, got, plain checkBody
+		errWant := json.Unmarshal(data, &want)
+		errGot := decodeCheckBody(data, &got)
+		if (errWant == nil) != (errGot == nil) {
+			t.Fatalf("%q: encoding/json says %v, decodeCheckBody %v", data, errWant, errGot)
+		}
+		if errWant == nil && !reflect.DeepEqual(want, got) {
+			t.Fatalf("%q: encoding/json decodes %+v, decodeCheckBody %+v", data, want, got)
+		}
+		if decodePlain(data, &plain) && (errWant != nil || !reflect.DeepEqual(want, plain)) {
+			t.Fatalf("%q: decodePlain took it as %+v; encoding/json: %+v, %v", data, plain, want, errWant)
+		}
+	})
+}
+
+// The plain bodies clients send take the fast path.
+func TestPlainBodiesTakeTheFastPath(t *testing.T) {
+	for _, s := range []string{
+		`{"policy":"api","attributes":{"tenant":"t1"}}`,
+		`{"policy": "api", "attributes": {"tenant": "acme", "route": "/v1/x"}, "cost": 3, "idempotency_key": "k-1"}`,
+		"{\n  \"policy\": \"api\",\n  \"attributes\": {\"user\": \"zoë\"}\n}\n",
+	} {
+		var in checkBody
+		if !decodePlain([]byte(s), &in) {
+			t.Errorf("%s: not decoded by the fast path", s)
+		}
+	}
+}
