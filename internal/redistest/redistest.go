@@ -95,6 +95,8 @@ func (s *Server) run() error {
 		"--save", "", "--appendonly", "no", "--dir", s.dir,
 		"--logfile", filepath.Join(s.dir, "redis.log"))
 	cmd := exec.Command(s.bin, append(args, s.extra...)...)
+	// Killed with this process, however it ends: no server outlives its test.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("exec %s: %w", s.bin, err)
 	}
