@@ -20,6 +20,7 @@ type Source interface {
 	ListPolicies(context.Context, *pb.ListPoliciesRequest) (*pb.ListPoliciesResponse, error)
 	ListLeases(context.Context, *pb.ListLeasesRequest) (*pb.ListLeasesResponse, error)
 	GetBound(context.Context, *pb.GetBoundRequest) (*pb.GetBoundResponse, error)
+	ListRegions(context.Context, *pb.ListRegionsRequest) (*pb.ListRegionsResponse, error)
 	// IsLeader, Epoch and Leader say whether this replica leads, its
 	// epoch, and the address of the replica it last saw leading.
 	IsLeader() bool

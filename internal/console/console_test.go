@@ -54,6 +54,10 @@ func (f *fakeSource) GetBound(context.Context, *pb.GetBoundRequest) (*pb.GetBoun
 		OvershootRatio: 1.004, Terms: map[string]float64{"lease_skew": 0.5, "degraded": 120}}}}, nil
 }
 
+func (f *fakeSource) ListRegions(context.Context, *pb.ListRegionsRequest) (*pb.ListRegionsResponse, error) {
+	return &pb.ListRegionsResponse{Regions: []*pb.RegionRecord{{Name: "ap", Weight: 1}, {Name: "eu", Weight: 1}, {Name: "us", Weight: 1}}}, nil
+}
+
 func (f *fakeSource) IsLeader() bool { return f.leader }
 func (f *fakeSource) Epoch() int64 {
 	if f.leader {
@@ -117,6 +121,8 @@ func TestOverviewOnTheLeader(t *testing.T) {
 		`data-k="booked" data-v="60">60.0%<`,           // (6 + 30) of 60
 		`data-k="since">12:00:00 UTC <small>(15s ago)`, // since the first sample
 		`href="/policy/api"`,
+		`<tr data-region="ap">`, // declared, never leased
+		`class="badge state-none" data-k="state"`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("overview lacks %s", want)

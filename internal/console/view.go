@@ -72,6 +72,9 @@ type regionView struct {
 	ExpiresIn        time.Duration
 	// Since is when the lease entered State, if the history saw it.
 	Since time.Time
+	// NoLease: a declared region that holds no lease on the quota (its
+	// agents never asked, or the lease was released and forgotten).
+	NoLease bool
 }
 
 // policyView is one policy's page.
@@ -109,6 +112,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var leases []*pb.LeaseRecord
+	var regions []string // declared, sorted by name
 	leased := false
 	switch {
 	case !v.Leader && v.LeaderAt != "":
@@ -122,6 +126,11 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 		leases, leased = resp.Leases, true
+		if rr, err := c.src.ListRegions(ctx, &pb.ListRegionsRequest{}); err == nil {
+			for _, r := range rr.Regions {
+				regions = append(regions, r.Name)
+			}
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -140,6 +149,14 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 				ExpiresIn: time.Duration(l.ExpiresInMs) * time.Millisecond, Since: since})
 			enforcing += l.Enforcing
 			total = l.Limit
+		}
+		if p.Scope != policy.ScopeRegion {
+			for _, r := range regions {
+				if !slices.ContainsFunc(q.Regions, func(v regionView) bool { return v.Region == r }) {
+					q.Regions = append(q.Regions, regionView{Region: r, NoLease: true})
+				}
+			}
+			slices.SortFunc(q.Regions, func(a, b regionView) int { return strings.Compare(a.Region, b.Region) })
 		}
 		q.Booked = 100 * fraction(enforcing, total)
 		v.Quotas = append(v.Quotas, q)
