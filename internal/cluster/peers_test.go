@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +25,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/quota-lease/quota-lease/internal/redistest"
+	"github.com/quota-lease/quota-lease/policy"
 )
 
 // peerConfig is one envoyproxy/ratelimit configuration both systems load:
@@ -40,12 +43,14 @@ descriptors:
 type peerLoad struct {
 	name string
 	// descriptors per call, each a different tenant of 10,000; hot: one
-	// descriptor, always the same over-limit key.
+	// descriptor, always the same over-limit key; http: over each
+	// system's HTTP API (/v1/check, /json) instead of gRPC.
 	descriptors int
-	hot         bool
+	hot, http   bool
 }
 
 var peerLoads = []peerLoad{
+	{name: "HTTP, 1 descriptor", descriptors: 1, http: true},
 	{name: "1 descriptor", descriptors: 1},
 	{name: "16 descriptors", descriptors: 16},
 	{name: "hot rejected key", descriptors: 1, hot: true},
@@ -73,12 +78,41 @@ type peerRun struct {
 	cpu time.Duration // the server's and its Redis's CPU time in the round
 }
 
-// peerSystem is one system under test: its gRPC client, and the server's
-// and its Redis's process IDs for CPU accounting.
+// peerSystem is one system under test: its gRPC client, its HTTP check
+// (URL and the body of the i-th call), and the server's and its Redis's
+// process IDs for CPU accounting.
 type peerSystem struct {
-	name   string
-	client rlsv3.RateLimitServiceClient
-	pids   []int
+	name     string
+	client   rlsv3.RateLimitServiceClient
+	web      *http.Client
+	httpURL  string
+	httpBody func(i int) string
+	pids     []int
+}
+
+// call makes the i-th call of l to s.
+func (s *peerSystem) call(ctx context.Context, l peerLoad, i int) error {
+	if !l.http {
+		_, err := s.client.ShouldRateLimit(ctx, l.request(i))
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.httpURL, strings.NewReader(s.httpBody(i)))
+	if err != nil {
+		return err
+	}
+	resp, err := s.web.Do(req)
+	if err != nil {
+		return err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	// A rejection is a decision too, as an OVER_LIMIT answer over gRPC is
+	// (under this load, a check past the agent's timeout is decided by its
+	// local fallback, which may reject).
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusTooManyRequests {
+		return fmt.Errorf("%s: HTTP %d", s.httpURL, resp.StatusCode)
+	}
+	return nil
 }
 
 // BenchmarkEnvoyAPIPeers measures Envoy's ShouldRateLimit against the
@@ -131,9 +165,16 @@ func BenchmarkEnvoyAPIPeers(b *testing.B) {
 		return cmd.Process.Pid
 	}
 	redisOurs, redisPeer := redistest.Start(b), redistest.Start(b)
-	agentAddr := free()
+	agentAddr, agentHTTP := free(), free()
 	agentPid := start("agent", nil, bins.Agent, "serve", "--region", "bench", "--policies", ours, "--redis", redisOurs.Addr,
-		"--grpc-listen", agentAddr, "--http-listen", free(), "--coordinator", "127.0.0.1:1", "--log-level", "warn")
+		"--grpc-listen", agentAddr, "--http-listen", agentHTTP, "--coordinator", "127.0.0.1:1", "--log-level", "warn")
+	// The HTTP API names the policy and its attribute as the agent derives
+	// them from the Envoy configuration.
+	ps, err := policy.ParsePolicyFile([]byte(peerConfig))
+	if err != nil || len(ps) == 0 {
+		b.Fatalf("peer configuration: %v", err)
+	}
+	tenant := ps[0]
 	peerAddr, peerHTTP, peerDebug := free(), free(), free()
 	peerPid := start("ratelimit", []string{"USE_STATSD=false", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redisPeer.Addr,
 		"RUNTIME_ROOT=" + filepath.Join(dir, "runtime"), "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_APPDIRECTORY=config",
@@ -141,7 +182,18 @@ func BenchmarkEnvoyAPIPeers(b *testing.B) {
 		"HOST=127.0.0.1", "PORT=" + port(peerHTTP), "GRPC_HOST=127.0.0.1", "GRPC_PORT=" + port(peerAddr),
 		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + port(peerDebug)}, peerBin)
 
-	systems := []*peerSystem{{name: "quota-lease", pids: []int{agentPid, redisOurs.Pid()}}, {name: "envoyproxy/ratelimit", pids: []int{peerPid, redisPeer.Pid()}}}
+	web := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 10 * time.Second}
+	b.Cleanup(web.CloseIdleConnections)
+	systems := []*peerSystem{
+		{name: "quota-lease", pids: []int{agentPid, redisOurs.Pid()}, web: web, httpURL: "http://" + agentHTTP + "/v1/check",
+			httpBody: func(i int) string {
+				return fmt.Sprintf(`{"policy":%q,"attributes":{%q:"t%d"}}`, tenant.Name, tenant.Identity[0], i%10000)
+			}},
+		{name: "envoyproxy/ratelimit", pids: []int{peerPid, redisPeer.Pid()}, web: web, httpURL: "http://" + peerHTTP + "/json",
+			httpBody: func(i int) string {
+				return fmt.Sprintf(`{"domain":"bench","descriptors":[{"entries":[{"key":"tenant","value":"t%d"}]}]}`, i%10000)
+			}},
+	}
 	for i, s := range systems {
 		addr := []string{agentAddr, peerAddr}[i]
 		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -152,7 +204,14 @@ func BenchmarkEnvoyAPIPeers(b *testing.B) {
 		s.client = rlsv3.NewRateLimitServiceClient(cc)
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			resp, err := s.client.ShouldRateLimit(b.Context(), peerLoads[0].request(0))
+			if err := s.call(b.Context(), peerLoad{descriptors: 1, http: true}, 0); err != nil {
+				if time.Now().After(deadline) {
+					b.Fatalf("%s's HTTP API not answering: %v (logs in %s)", s.name, err, dir)
+				}
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			resp, err := s.client.ShouldRateLimit(b.Context(), peerLoad{descriptors: 1}.request(0))
 			if err == nil && resp.Statuses[0].CurrentLimit != nil {
 				break
 			}
@@ -232,7 +291,7 @@ func peerRound(b *testing.B, s *peerSystem, l peerLoad, callers int, d time.Dura
 			var mine []time.Duration
 			for i := g; ctx.Err() == nil && len(mine) < 2_000_000; i += callers {
 				st := time.Now()
-				if _, err := s.client.ShouldRateLimit(ctx, l.request(i)); err != nil {
+				if err := s.call(ctx, l, i); err != nil {
 					if !ending(ctx) {
 						b.Error(err)
 					}
