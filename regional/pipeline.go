@@ -191,10 +191,7 @@ func (p *pipeliner) send(batch []*queuedCall) {
 func runPipelined(ctx context.Context, rdb Client, calls []call) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
 	if len(calls) == 1 { // no pipeline to build for one call
-		c := calls[0]
-		if cmds[0] = c.script.EvalSha(ctx, rdb, c.keys, c.args...); redis.HasErrorPrefix(cmds[0].Err(), "NOSCRIPT") {
-			cmds[0] = c.script.Eval(ctx, rdb, c.keys, c.args...)
-		}
+		cmds[0] = calls[0].script.Run(ctx, rdb, calls[0].keys, calls[0].args...)
 		return cmds
 	}
 	pipe := rdb.Pipeline()
