@@ -150,7 +150,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 			enforcing += l.Enforcing
 			total = l.Limit
 		}
-		if p.Scope != policy.ScopeRegion {
+		if !q.PerRegion {
 			for _, r := range regions {
 				if !slices.ContainsFunc(q.Regions, func(v regionView) bool { return v.Region == r }) {
 					q.Regions = append(q.Regions, regionView{Region: r, NoLease: true})
