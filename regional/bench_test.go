@@ -92,40 +92,51 @@ func BenchmarkApply(b *testing.B) {
 	}
 }
 
-// BenchmarkScriptServerTime is the time Redis spends in each algorithm's
-// decision script (INFO commandstats: usec per EVALSHA), the part of a
-// decision no client-side work can remove. Reported as server-µs/decision.
+// BenchmarkScriptServerTime is the time Redis spends in the decision
+// script (INFO commandstats: usec per EVALSHA), the part of a decision no
+// client-side work can remove, for each algorithm with one decision per
+// script call (a lone check) and 16 (a batch, or concurrent checks sharing
+// a call). Reported as server-µs/decision.
 func BenchmarkScriptServerTime(b *testing.B) {
 	for _, alg := range []string{"token_bucket", "fixed_window", "sliding_window", "sliding_log"} {
-		b.Run(alg, func(b *testing.B) {
-			srv := redistest.Start(b)
-			ps, err := policy.ParsePolicies([]byte("name: api\nidentity: [tenant]\nalgorithm: " + alg + "\nlimit: 5000\nperiod: 1s\n"))
-			if err != nil {
-				b.Fatal(err)
-			}
-			rdb := srv.Client(b)
-			eng := newEngine(b, rdb, ps, Config{})
-			ts := tenants(1000)
-			for i := range ts { // every key exists: the steady state
-				if _, err := eng.Check(b.Context(), Request{Policy: "api", Attributes: ts[i], Cost: 1}); err != nil {
+		for _, per := range []int{1, 16} {
+			b.Run(alg+"/"+strconv.Itoa(per)+"-per-call", func(b *testing.B) {
+				srv := redistest.Start(b)
+				ps, err := policy.ParsePolicies([]byte("name: api\nidentity: [tenant]\nalgorithm: " + alg + "\nlimit: 5000\nperiod: 1s\n"))
+				if err != nil {
 					b.Fatal(err)
 				}
-			}
-			if err := rdb.ConfigResetStat(b.Context()).Err(); err != nil {
-				b.Fatal(err)
-			}
-			for i := 0; b.Loop(); i++ {
-				if _, err := eng.Check(b.Context(), Request{Policy: "api", Attributes: ts[i%len(ts)], Cost: 1}); err != nil {
+				rdb := srv.Client(b)
+				eng := newEngine(b, rdb, ps, Config{})
+				ts := tenants(1000)
+				reqs := make([]Request, per)
+				check := func(i int) {
+					for j := range reqs {
+						reqs[j] = Request{Policy: "api", Attributes: ts[(i*per+j)%len(ts)], Cost: 1}
+					}
+					for _, r := range eng.CheckBatch(b.Context(), reqs) {
+						if r.Err != nil {
+							b.Fatal(r.Err)
+						}
+					}
+				}
+				for i := 0; i*per < len(ts); i++ { // every key exists: the steady state
+					check(i)
+				}
+				if err := rdb.ConfigResetStat(b.Context()).Err(); err != nil {
 					b.Fatal(err)
 				}
-			}
-			info := rdb.Info(b.Context(), "commandstats").Val()
-			calls, usec := commandStat(info, "evalsha")
-			if calls == 0 {
-				b.Fatalf("no EVALSHA in INFO commandstats:\n%s", info)
-			}
-			b.ReportMetric(usec/calls, "server-µs/decision")
-		})
+				for i := 0; b.Loop(); i++ {
+					check(i)
+				}
+				info := rdb.Info(b.Context(), "commandstats").Val()
+				calls, usec := commandStat(info, "evalsha")
+				if calls == 0 {
+					b.Fatalf("no EVALSHA in INFO commandstats:\n%s", info)
+				}
+				b.ReportMetric(usec/calls/float64(per), "server-µs/decision")
+			})
+		}
 	}
 }
 

@@ -30,7 +30,8 @@ func clusterEngine(t *testing.T) (*redistest.Cluster, *redis.ClusterClient, *Eng
 	c := redistest.StartCluster(t, 3)
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { rdb.Close() })
-	eng := newEngine(t, rdb, testPolicies(t), Config{})
+	eng := newEngine(t, rdb, testPolicies(t), Config{Pipelines: 2}) // concurrent checks share script calls per slot
+	t.Cleanup(eng.Close)
 	if err := eng.LoadScripts(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -117,6 +118,17 @@ func TestClusterExactAndLosesNoBurst(t *testing.T) {
 	}
 	if len(nodes) != 3 {
 		t.Fatalf("the tenants' keys live on %d masters, want all 3: the test does not spread", len(nodes))
+	}
+	// One batch over every tenant spans slots and masters (and more than
+	// one script call's worth): each is decided, and rejected.
+	all := make([]Request, tenants)
+	for i := range all {
+		all[i] = Request{Policy: "tb", Attributes: map[string]string{"tenant": fmt.Sprint("t", i)}, Cost: 1, Limits: &l}
+	}
+	for i, res := range eng.CheckBatch(ctx, all) {
+		if res.Err != nil || res.Decision.Allowed {
+			t.Fatalf("tenant %d in a batch over all tenants: %+v %v, want a rejection", i, res.Decision, res.Err)
+		}
 	}
 	if born, err := eng.StoreBorn(ctx); err != nil || born != 0 {
 		t.Fatalf("store born %d %v, want a new store (0)", born, err)

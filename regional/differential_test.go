@@ -1,6 +1,7 @@
 package regional
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -200,5 +201,58 @@ func TestFreshMintsNoBurst(t *testing.T) {
 		if _, d, _ := policy.Apply(s, l, born+1, policy.Micro); d.Allowed {
 			t.Errorf("%s: a key lost 1 ms ago admitted at once", l.Algorithm)
 		}
+	}
+}
+
+// TestDifferentialBatched runs the cases again with every step sent as one
+// batch of four decisions in one script call: the step twice on the case's
+// key (the second must see the first's charge), and once on a second key
+// under an idempotency key, retried in the same batch (the retry must be
+// the same decision, replayed). All of them must agree with the pure
+// transition applied one decision after the other.
+func TestDifferentialBatched(t *testing.T) {
+	h := newHarness(t)
+	for i, c := range append(handCases(), randomCases(40)...) {
+		t.Run(c.name, func(t *testing.T) {
+			h.t = t
+			a, b := fmt.Sprintf("batch-%d-a", i), fmt.Sprintf("batch-%d-b", i)
+			var sa, sb policy.State
+			for j, st := range c.steps {
+				l := c.lim
+				if st.lim != nil {
+					l = *st.lim
+				}
+				if st.cost*policy.Micro > l.Capacity {
+					continue
+				}
+				cost := st.cost * policy.Micro
+				sa1, want1, err1 := policy.Apply(sa, l, st.now, cost)
+				sa2, want2, err2 := policy.Apply(sa1, l, st.now, cost)
+				sb1, wantB, err3 := policy.Apply(sb, l, st.now, cost)
+				if err := errors.Join(err1, err2, err3); err != nil {
+					t.Fatalf("step %d: pure: %v", j, err)
+				}
+				req := func(tenant, idem string) Request {
+					return Request{Policy: algPolicy[l.Algorithm], Attributes: map[string]string{"tenant": tenant}, Cost: st.cost, Limits: &l, IdempotencyKey: idem}
+				}
+				idem := fmt.Sprint("step-", j)
+				h.now.Set(st.now)
+				res := h.eng.CheckBatch(t.Context(), []Request{req(a, ""), req(b, idem), req(a, ""), req(b, idem)})
+				replayed := wantB
+				replayed.Replayed = true
+				for k, want := range []policy.Decision{want1, wantB, want2, replayed} {
+					if res[k].Err != nil || res[k].Decision != want {
+						t.Fatalf("step %d (t=%d cost=%d) decision %d: redis %+v %v, pure %+v", j, st.now, st.cost, k, res[k].Decision, res[k].Err, want)
+					}
+				}
+				if rs := h.state(l.Algorithm, a); !equalState(rs, sa2) {
+					t.Fatalf("step %d: redis state %+v, pure state %+v", j, rs, sa2)
+				}
+				if rs := h.state(l.Algorithm, b); !equalState(rs, sb1) {
+					t.Fatalf("step %d: second key: redis state %+v, pure state %+v", j, rs, sb1)
+				}
+				sa, sb = sa2, sb1
+			}
+		})
 	}
 }

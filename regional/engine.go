@@ -84,7 +84,7 @@ func NewEngine(rdb Client, policies []*policy.Policy, cfg Config) (*Engine, erro
 		return nil, err
 	}
 	if cfg.Pipelines > 0 {
-		e.pipe = newPipeliner(rdb, cfg.Pipelines)
+		e.pipe = newPipeliner(e.decide, cfg.Pipelines)
 	}
 	return e, nil
 }
@@ -149,47 +149,39 @@ type Result struct {
 	Err      error
 }
 
-// call is a request resolved to one script invocation.
-type call struct {
-	policy string
-	script *redis.Script
-	keys   []string
-	args   []any
-}
-
-// prepare validates r and resolves it to a script invocation. It touches
-// nothing, so a refused request changes no state.
-func (e *Engine) prepare(r Request) (call, error) {
+// prepare validates r and resolves it to its part of a decision script
+// call. It touches nothing, so a refused request changes no state.
+func (e *Engine) prepare(r Request) (decision, error) {
 	p, ok := e.Policy(r.Policy)
 	if !ok {
-		return call{}, fmt.Errorf("%w %q", ErrUnknownPolicy, r.Policy)
+		return decision{}, fmt.Errorf("%w %q", ErrUnknownPolicy, r.Policy)
 	}
 	l := p.Limits()
 	if r.Limits != nil {
 		l = *r.Limits
 		if l.Algorithm != p.Algorithm {
-			return call{}, fmt.Errorf("%w: policy %q: limits for %s, policy uses %s", ErrInvalidRequest, p.Name, l.Algorithm, p.Algorithm)
+			return decision{}, fmt.Errorf("%w: policy %q: limits for %s, policy uses %s", ErrInvalidRequest, p.Name, l.Algorithm, p.Algorithm)
 		}
 		if err := l.Validate(); err != nil {
-			return call{}, fmt.Errorf("policy %q: %w", p.Name, err)
+			return decision{}, fmt.Errorf("policy %q: %w", p.Name, err)
 		}
 	}
 	if r.Cost < 1 {
-		return call{}, fmt.Errorf("policy %q: %w, got %d", p.Name, policy.ErrInvalidCost, r.Cost)
+		return decision{}, fmt.Errorf("policy %q: %w, got %d", p.Name, policy.ErrInvalidCost, r.Cost)
 	}
 	if r.Cost > l.Capacity/policy.Micro {
-		return call{}, fmt.Errorf("policy %q: %w (cost %d, capacity %s)", p.Name, policy.ErrCostExceedsCapacity, r.Cost, formatUnits(l.Capacity))
+		return decision{}, fmt.Errorf("policy %q: %w (cost %d, capacity %s)", p.Name, policy.ErrCostExceedsCapacity, r.Cost, formatUnits(l.Capacity))
 	}
 	id := r.Identity
 	if id == "" {
 		var err error
 		if id, err = p.IdentityOf(r.Attributes); err != nil {
-			return call{}, fmt.Errorf("policy %q: %w", p.Name, err)
+			return decision{}, fmt.Errorf("policy %q: %w", p.Name, err)
 		}
 	}
 	key, err := StateKey(p, id)
 	if err != nil {
-		return call{}, err
+		return decision{}, err
 	}
 	keys := []string{key, e.bornKey(key)}
 	if l.Algorithm == policy.SlidingLog {
@@ -199,21 +191,19 @@ func (e *Engine) prepare(r Request) (call, error) {
 	if r.IdempotencyKey != "" {
 		ik, err := idempotencyKey(key, r.IdempotencyKey)
 		if err != nil {
-			return call{}, fmt.Errorf("policy %q: %w", p.Name, err)
+			return decision{}, fmt.Errorf("policy %q: %w", p.Name, err)
 		}
 		keys = append(keys, ik)
 		idemMs = e.cfg.IdempotencyWindow.Milliseconds()
 	}
-	now := e.nowArg()
 	param := l.Rate
 	if l.Algorithm != policy.TokenBucket {
 		param = l.WindowMs
 	}
-	return call{
+	return decision{
 		policy: p.Name,
-		script: scripts[l.Algorithm],
 		keys:   keys,
-		args:   []any{now, idemMs, l.Capacity, param, r.Cost * policy.Micro, e.cfg.TTLMargin.Milliseconds()},
+		args:   [6]any{algorithmCodes[l.Algorithm], idemMs, l.Capacity, param, r.Cost * policy.Micro, e.cfg.TTLMargin.Milliseconds()},
 	}, nil
 }
 
@@ -266,15 +256,13 @@ func (e *Engine) bornKey(key string) string {
 	return SlotBornKey(KeySlot(key))
 }
 
-// LoadScripts loads every decision script into Redis (SCRIPT LOAD) and so
+// LoadScripts loads the decision script into Redis (SCRIPT LOAD) and so
 // also opens a connection: an agent calls it at start, so that its first
 // checks run EVALSHA on a warm connection instead of paying a dial and a
 // NOSCRIPT round trip within their check timeout.
 func (e *Engine) LoadScripts(ctx context.Context) error {
-	for alg, s := range scripts {
-		if err := s.Load(ctx, e.rdb).Err(); err != nil {
-			return fmt.Errorf("load %s script: %w", alg, err)
-		}
+	if err := decideScript.Load(ctx, e.rdb).Err(); err != nil {
+		return fmt.Errorf("load the decision script: %w", err)
 	}
 	return nil
 }
@@ -298,12 +286,12 @@ func (e *Engine) StoreBorn(ctx context.Context) (int64, error) {
 		}
 	}
 	now := e.nowArg()
-	calls := make([]call, len(keys))
+	calls := make([]scriptCall, len(keys))
 	for i, k := range keys {
-		calls[i] = call{script: bornScript, keys: []string{k}, args: []any{now}}
+		calls[i] = scriptCall{keys: []string{k}, args: []any{now}}
 	}
 	var ms int64
-	for _, cmd := range runPipelined(ctx, e.rdb, calls) {
+	for _, cmd := range runPipelined(ctx, e.rdb, bornScript, calls) {
 		v, err := cmd.Int64()
 		if err != nil {
 			return 0, fmt.Errorf("read store birth marker: %w", err)
@@ -313,77 +301,57 @@ func (e *Engine) StoreBorn(ctx context.Context) (int64, error) {
 	return ms, nil
 }
 
-// Check decides one request in one atomic script run.
+// Check decides one request in one atomic script run: with
+// Config.Pipelines, together with the other checks queued meanwhile.
 func (e *Engine) Check(ctx context.Context, r Request) (policy.Decision, error) {
-	c, err := e.prepare(r)
+	d, err := e.prepare(r)
 	if err != nil {
 		return policy.Decision{}, err
 	}
-	var cmd *redis.Cmd
+	var res decided
+	sent := false
 	if e.pipe != nil {
-		var sent bool
-		cmd, sent, err = e.pipe.do(ctx, c)
-		if err != nil {
-			return policy.Decision{}, fmt.Errorf("check policy %q: %w", c.policy, err)
+		if res, sent, err = e.pipe.do(ctx, d); err != nil {
+			return policy.Decision{}, fmt.Errorf("check policy %q: %w", d.policy, err)
 		}
-		if !sent {
-			cmd = c.script.Run(ctx, e.rdb, c.keys, c.args...)
-		}
-	} else {
-		cmd = c.script.Run(ctx, e.rdb, c.keys, c.args...)
 	}
-	d, err := parseReply(cmd)
-	if err != nil {
-		return policy.Decision{}, fmt.Errorf("check policy %q: %w", c.policy, err)
+	if !sent {
+		res = e.decide(ctx, []decision{d})[0]
 	}
-	return d, nil
+	if res.err != nil {
+		return policy.Decision{}, fmt.Errorf("check policy %q: %w", d.policy, res.err)
+	}
+	return res.d, nil
 }
 
-// CheckBatch decides many requests in one round trip (a pipeline). Each
-// decision is still its own atomic script run, so two requests of one batch
-// for the same key are decided one after the other. Requests that fail
-// validation get their error and are not sent.
+// CheckBatch decides many requests in one round trip, in one atomic script
+// run (one per hash slot on a cluster, and per maxScriptDecisions). The
+// requests are decided in order, each as if alone, so two requests of one
+// batch for the same key are decided one after the other. Requests that
+// fail validation get their error and are not sent.
 func (e *Engine) CheckBatch(ctx context.Context, rs []Request) []Result {
 	out := make([]Result, len(rs))
-	var calls []call
+	var ds []decision
 	var idx []int
 	for i, r := range rs {
-		c, err := e.prepare(r)
+		d, err := e.prepare(r)
 		if err != nil {
 			out[i].Err = err
 			continue
 		}
-		calls = append(calls, c)
+		ds = append(ds, d)
 		idx = append(idx, i)
 	}
-	if len(calls) == 0 {
+	if len(ds) == 0 {
 		return out
 	}
-	for j, cmd := range runPipelined(ctx, e.rdb, calls) {
-		d, err := parseReply(cmd)
-		if err != nil {
-			err = fmt.Errorf("check policy %q: %w", calls[j].policy, err)
+	for j, res := range e.decide(ctx, ds) {
+		if res.err != nil {
+			res.err = fmt.Errorf("check policy %q: %w", ds[j].policy, res.err)
 		}
-		out[idx[j]] = Result{Decision: d, Err: err}
+		out[idx[j]] = Result{Decision: res.d, Err: res.err}
 	}
 	return out
-}
-
-func parseReply(cmd *redis.Cmd) (policy.Decision, error) {
-	v, err := cmd.Int64Slice()
-	if err != nil {
-		return policy.Decision{}, err
-	}
-	if len(v) != 5 {
-		return policy.Decision{}, fmt.Errorf("script returned %d values, want 5", len(v))
-	}
-	return policy.Decision{
-		Allowed:      v[0] == 1,
-		Remaining:    v[1],
-		RetryAfterMs: v[2],
-		ResetAfterMs: v[3],
-		Replayed:     v[4] == 1,
-	}, nil
 }
 
 // formatUnits prints micro-units as units, without trailing zeros.

@@ -200,6 +200,63 @@ func TestBadInputWritesNothing(t *testing.T) {
 	}
 }
 
+// A decision that fails inside a batch's script call (here a key of the
+// wrong type, left by something else) fails alone: the decisions before
+// and after it in the same call are made and answered, including a second
+// one on a key the first charged.
+func TestBatchDecisionFailsAlone(t *testing.T) {
+	h := newHarness(t)
+	h.now.Set(1000)
+	attrs := func(s string) map[string]string { return map[string]string{"tenant": s} }
+	if err := h.rdb.Set(t.Context(), h.key(policy.TokenBucket, "squatted"), "not a hash", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res := h.eng.CheckBatch(t.Context(), []Request{
+		{Policy: "tb", Attributes: attrs("a"), Cost: 15},
+		{Policy: "tb", Attributes: attrs("squatted"), Cost: 1},
+		{Policy: "tb", Attributes: attrs("a"), Cost: 15},
+		{Policy: "sl", Attributes: attrs("a"), Cost: 4},
+	})
+	if res[1].Err == nil || !strings.Contains(res[1].Err.Error(), "WRONGTYPE") || !strings.Contains(res[1].Err.Error(), `policy "tb"`) {
+		t.Fatalf("decision on a key of the wrong type: %+v, want its WRONGTYPE error", res[1])
+	}
+	if res[0].Err != nil || !res[0].Decision.Allowed || res[2].Err != nil || res[2].Decision.Allowed || res[2].Decision.Remaining != 5*policy.Micro {
+		t.Fatalf("decisions around the failed one: %+v %+v", res[0], res[2])
+	}
+	if res[3].Err != nil || !res[3].Decision.Allowed || res[3].Decision.Remaining != 6*policy.Micro {
+		t.Fatalf("decision after the failed one: %+v", res[3])
+	}
+}
+
+// A decision script call whose keys or arguments do not add up is refused
+// whole before it decides anything.
+func TestMalformedScriptCallChangesNothing(t *testing.T) {
+	h := newHarness(t)
+	h.now.Set(1000)
+	d, err := h.eng.prepare(Request{Policy: "tb", Attributes: map[string]string{"tenant": "a"}, Cost: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := append([]any{"1000"}, d.args[:]...)
+	unknown := append([]any{"1000"}, d.args[:]...)
+	unknown[1] = "bucket"
+	for name, c := range map[string]scriptCall{
+		"a key missing":       {keys: d.keys[:1], args: good},
+		"a key too many":      {keys: append(d.keys, d.keys...), args: good},
+		"an argument missing": {keys: d.keys, args: good[:len(good)-1]},
+		"no decision":         {keys: nil, args: good[:1]},
+		"unknown algorithm":   {keys: d.keys, args: unknown},
+	} {
+		err := decideScript.Run(t.Context(), h.rdb, c.keys, c.args...).Err()
+		if err == nil || !strings.Contains(err.Error(), "ERR") {
+			t.Errorf("%s: error %v, want the call refused", name, err)
+		}
+	}
+	if n := h.dbsize(); n != 0 {
+		t.Fatalf("refused calls wrote %d keys", n)
+	}
+}
+
 // Keys expire once they would be idle anyway: TTL = time to refill an
 // empty bucket (or the window span) plus the margin.
 func TestKeyTTL(t *testing.T) {

@@ -4,23 +4,23 @@ import (
 	"context"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
-// pipeliner sends the decisions of concurrent Check calls to Redis in
-// shared pipelines: a sender takes the first call queued, adds every other
-// call already queued (it never waits for more, so an idle engine adds no
-// latency), and sends them as one pipeline; calls that queue meanwhile go
-// out with the next. Each decision is still its own atomic script run, in
-// queue order, so nothing about a decision changes but the round trips.
+// pipeliner sends the decisions of concurrent Check calls to Redis
+// together: a sender takes the first call queued, adds every other call
+// already queued (it never waits for more, so an idle engine adds no
+// latency), and decides them in one round trip (Engine.decide: one script
+// run per maxScriptDecisions, per hash slot on a cluster); calls that queue
+// meanwhile go out with the next. The decisions run in queue order, each as
+// if alone, so nothing about a decision changes but the round trips and
+// what Redis spends on them.
 //
 // A call whose context ends before its pipeline is sent is not sent (it is
 // charged nothing); one whose context ends while its pipeline is in flight
 // returns at once with the context's error, and its script may still run,
 // as with a direct call that times out.
 type pipeliner struct {
-	rdb    Client
+	decide func(context.Context, []decision) []decided
 	queue  chan *queuedCall
 	closed chan struct{}
 	wg     sync.WaitGroup
@@ -34,12 +34,8 @@ type pipeliner struct {
 // queuedCall is one Check waiting for its pipeline.
 type queuedCall struct {
 	ctx  context.Context
-	c    call
-	done chan callResult // buffered: the sender never blocks on it
-}
-
-type callResult struct {
-	cmd *redis.Cmd
+	d    decision
+	done chan decided // buffered: the sender never blocks on it
 }
 
 // Limits of a pipeline.
@@ -50,8 +46,9 @@ const (
 	pipelineTimeout = time.Second
 )
 
-func newPipeliner(rdb Client, senders int) *pipeliner {
-	p := &pipeliner{rdb: rdb, queue: make(chan *queuedCall, pipelineQueue), closed: make(chan struct{})}
+// newPipeliner starts senders senders deciding with decide.
+func newPipeliner(decide func(context.Context, []decision) []decided, senders int) *pipeliner {
+	p := &pipeliner{decide: decide, queue: make(chan *queuedCall, pipelineQueue), closed: make(chan struct{})}
 	p.wg.Add(senders)
 	for i := 0; i < senders; i++ {
 		go p.run()
@@ -70,16 +67,16 @@ func (p *pipeliner) close() {
 	p.wg.Wait()
 }
 
-// do queues c and waits for its reply, or for ctx. ok is false when the
-// pipeliner is closed: the caller runs c itself.
-func (p *pipeliner) do(ctx context.Context, c call) (cmd *redis.Cmd, ok bool, err error) {
+// do queues d and waits for its outcome, or for ctx. ok is false when the
+// pipeliner is closed: the caller decides d itself.
+func (p *pipeliner) do(ctx context.Context, d decision) (res decided, ok bool, err error) {
 	q := queuedCalls.Get().(*queuedCall)
-	q.ctx, q.c = ctx, c
+	q.ctx, q.d = ctx, d
 	p.mu.RLock()
 	if p.isClosed {
 		p.mu.RUnlock()
 		q.recycle()
-		return nil, false, nil
+		return decided{}, false, nil
 	}
 	select {
 	case p.queue <- q:
@@ -87,24 +84,24 @@ func (p *pipeliner) do(ctx context.Context, c call) (cmd *redis.Cmd, ok bool, er
 	case <-ctx.Done():
 		p.mu.RUnlock()
 		q.recycle()
-		return nil, true, ctx.Err()
+		return decided{}, true, ctx.Err()
 	}
 	select {
 	case r := <-q.done:
 		q.recycle()
-		return r.cmd, true, nil
+		return r, true, nil
 	case <-ctx.Done():
 		// The sender may still answer on q.done: q is not reused.
-		return nil, true, ctx.Err()
+		return decided{}, true, ctx.Err()
 	}
 }
 
 // queuedCalls are reused once their reply is read (queuedCall.recycle).
-var queuedCalls = sync.Pool{New: func() any { return &queuedCall{done: make(chan callResult, 1)} }}
+var queuedCalls = sync.Pool{New: func() any { return &queuedCall{done: make(chan decided, 1)} }}
 
 // recycle returns q, whose done channel is empty, for reuse.
 func (q *queuedCall) recycle() {
-	q.ctx, q.c = nil, call{}
+	q.ctx, q.d = nil, decision{}
 	queuedCalls.Put(q)
 }
 
@@ -146,8 +143,8 @@ func (p *pipeliner) drain() {
 	}
 }
 
-// send runs batch as one pipeline (and, for scripts Redis did not know,
-// one more with their source) and hands every call its reply.
+// send decides batch in one round trip (and, if Redis did not know the
+// script, one more with its source) and hands every call its outcome.
 func (p *pipeliner) send(batch []*queuedCall) {
 	live := batch[:0]
 	deadline := time.Time{}
@@ -176,41 +173,11 @@ func (p *pipeliner) send(batch []*queuedCall) {
 		ctx, cancel = context.WithDeadline(context.Background(), deadline)
 		defer cancel()
 	}
-	calls := make([]call, len(live))
+	ds := make([]decision, len(live))
 	for i, q := range live {
-		calls[i] = q.c
+		ds[i] = q.d
 	}
-	for i, cmd := range runPipelined(ctx, p.rdb, calls) {
-		live[i].done <- callResult{cmd: cmd}
+	for i, res := range p.decide(ctx, ds) {
+		live[i].done <- res
 	}
-}
-
-// runPipelined runs calls as one pipeline with EVALSHA (a single call as a
-// plain EVALSHA); the scripts Redis did not know yet are sent again with
-// their source, which also loads them.
-func runPipelined(ctx context.Context, rdb Client, calls []call) []*redis.Cmd {
-	cmds := make([]*redis.Cmd, len(calls))
-	if len(calls) == 1 { // no pipeline to build for one call
-		cmds[0] = calls[0].script.Run(ctx, rdb, calls[0].keys, calls[0].args...)
-		return cmds
-	}
-	pipe := rdb.Pipeline()
-	for i, c := range calls {
-		cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
-	}
-	_, _ = pipe.Exec(ctx) // errors are read per command
-	var retry []int
-	for i, cmd := range cmds {
-		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-			retry = append(retry, i)
-		}
-	}
-	if len(retry) > 0 {
-		pipe := rdb.Pipeline()
-		for _, i := range retry {
-			cmds[i] = calls[i].script.Eval(ctx, pipe, calls[i].keys, calls[i].args...)
-		}
-		_, _ = pipe.Exec(ctx)
-	}
-	return cmds
 }

@@ -11,22 +11,24 @@ import (
 //go:embed lua/*.lua
 var luaFiles embed.FS
 
-// scripts holds one decision script per algorithm: the clock, the shared
-// prelude, then the algorithm's body. They are immutable and loaded into Redis
-// on first use (EVALSHA, falling back to EVAL on NOSCRIPT).
-var scripts = map[policy.Algorithm]*redis.Script{
-	policy.TokenBucket:   mustScript("token_bucket.lua"),
-	policy.FixedWindow:   mustScript("fixed_window.lua"),
-	policy.SlidingWindow: mustScript("sliding_window.lua"),
-	policy.SlidingLog:    mustScript("sliding_log.lua"),
+// decideScript decides one or more requests of any algorithms in one atomic
+// run (decide.lua says how a call is laid out): the clock, the shared
+// helpers, one function per algorithm, then the loop over the call's
+// decisions. It is immutable and loaded into Redis on first use (EVALSHA,
+// falling back to EVAL on NOSCRIPT).
+var decideScript = script("now.lua", "prelude.lua",
+	"token_bucket.lua", "fixed_window.lua", "sliding_window.lua", "sliding_log.lua", "decide.lua")
+
+// algorithmCodes name each algorithm in decideScript's arguments.
+var algorithmCodes = map[policy.Algorithm]string{
+	policy.TokenBucket:   "tb",
+	policy.FixedWindow:   "fw",
+	policy.SlidingWindow: "sw",
+	policy.SlidingLog:    "sl",
 }
 
 // bornScript reads a birth marker and records a lost one (Engine.StoreBorn).
 var bornScript = script("now.lua", "born.lua")
-
-// mustScript is a decision script: the clock, the shared prelude, then the
-// algorithm's body.
-func mustScript(body string) *redis.Script { return script("now.lua", "prelude.lua", body) }
 
 // script joins the embedded files into one script.
 func script(files ...string) *redis.Script {

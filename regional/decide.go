@@ -1,0 +1,157 @@
+package regional
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quota-lease/quota-lease/policy"
+)
+
+// decision is one request resolved to its part of a decideScript call: its
+// keys and its six arguments, laid out as decide.lua reads them.
+type decision struct {
+	policy string
+	keys   []string
+	args   [6]any
+}
+
+// decided is the outcome of one decision.
+type decided struct {
+	d   policy.Decision
+	err error
+}
+
+// maxScriptDecisions bounds the decisions of one script call: a script
+// holds Redis for its whole run (about 15 µs a decision), so a long batch
+// is split rather than stall every other client for milliseconds.
+const maxScriptDecisions = 32
+
+// decide runs ds in as few script calls as it can, sent as one round trip:
+// one call per group of up to maxScriptDecisions, and on a cluster per hash
+// slot, since a script may only touch the keys of one slot. Decisions keep
+// their order within a slot, which is all that matters: decisions in
+// different slots share no key. Every decision gets its own outcome.
+func (e *Engine) decide(ctx context.Context, ds []decision) []decided {
+	groups := e.group(ds)
+	now := e.nowArg()
+	calls := make([]scriptCall, len(groups))
+	for i, g := range groups {
+		c := scriptCall{args: make([]any, 0, 1+len(g)*6)}
+		c.args = append(c.args, now)
+		for _, j := range g {
+			c.keys = append(c.keys, ds[j].keys...)
+			c.args = append(c.args, ds[j].args[:]...)
+		}
+		calls[i] = c
+	}
+	out := make([]decided, len(ds))
+	for i, cmd := range runPipelined(ctx, e.rdb, decideScript, calls) {
+		replies, err := cmd.Slice()
+		if err == nil && len(replies) != len(groups[i]) {
+			err = fmt.Errorf("decision script returned %d replies for %d decisions", len(replies), len(groups[i]))
+		}
+		for k, j := range groups[i] {
+			if err != nil {
+				out[j].err = err
+				continue
+			}
+			out[j].d, out[j].err = parseDecision(replies[k])
+		}
+	}
+	return out
+}
+
+// group splits the indexes of ds into the script calls that decide them.
+func (e *Engine) group(ds []decision) [][]int {
+	var groups [][]int
+	if e.cluster == nil {
+		for i := 0; i < len(ds); i += maxScriptDecisions {
+			g := make([]int, 0, min(maxScriptDecisions, len(ds)-i))
+			for j := i; j < len(ds) && j < i+maxScriptDecisions; j++ {
+				g = append(g, j)
+			}
+			groups = append(groups, g)
+		}
+		return groups
+	}
+	open := map[int]int{} // slot -> index of its group still taking decisions
+	for i, d := range ds {
+		slot := KeySlot(d.keys[0])
+		g, ok := open[slot]
+		if !ok || len(groups[g]) == maxScriptDecisions {
+			g = len(groups)
+			groups = append(groups, nil)
+			open[slot] = g
+		}
+		groups[g] = append(groups[g], i)
+	}
+	return groups
+}
+
+// parseDecision reads one decision's reply (decide.lua): five integers, or
+// the reason it failed.
+func parseDecision(v any) (policy.Decision, error) {
+	switch v := v.(type) {
+	case string:
+		return policy.Decision{}, errors.New(v)
+	case []any:
+		if len(v) != 5 {
+			return policy.Decision{}, fmt.Errorf("decision script returned %d values, want 5", len(v))
+		}
+		var n [5]int64
+		for i, x := range v {
+			var ok bool
+			if n[i], ok = x.(int64); !ok {
+				return policy.Decision{}, fmt.Errorf("decision script returned %T, want an integer", x)
+			}
+		}
+		return policy.Decision{
+			Allowed:      n[0] == 1,
+			Remaining:    n[1],
+			RetryAfterMs: n[2],
+			ResetAfterMs: n[3],
+			Replayed:     n[4] == 1,
+		}, nil
+	default:
+		return policy.Decision{}, fmt.Errorf("decision script returned %T, want a reply or a reason", v)
+	}
+}
+
+// scriptCall is one run of a script: its keys and arguments.
+type scriptCall struct {
+	keys []string
+	args []any
+}
+
+// runPipelined runs calls of s as one pipeline with EVALSHA (a single call
+// as a plain EVALSHA); if Redis did not know s yet, the calls are sent
+// again with its source, which also loads it.
+func runPipelined(ctx context.Context, rdb Client, s *redis.Script, calls []scriptCall) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, len(calls))
+	if len(calls) == 1 { // no pipeline to build for one call
+		cmds[0] = s.Run(ctx, rdb, calls[0].keys, calls[0].args...)
+		return cmds
+	}
+	pipe := rdb.Pipeline()
+	for i, c := range calls {
+		cmds[i] = s.EvalSha(ctx, pipe, c.keys, c.args...)
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command
+	var retry []int
+	for i, cmd := range cmds {
+		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			retry = append(retry, i)
+		}
+	}
+	if len(retry) > 0 {
+		pipe := rdb.Pipeline()
+		for _, i := range retry {
+			cmds[i] = s.Eval(ctx, pipe, calls[i].keys, calls[i].args...)
+		}
+		_, _ = pipe.Exec(ctx)
+	}
+	return cmds
+}

@@ -1,0 +1,86 @@
+-- decide.lua: the tail of the decision script (see regional/script.go). One
+-- call decides one or more requests in order, each exactly as if it ran
+-- alone: a later decision on the same key sees what an earlier one charged.
+--
+-- ARGV[1]  now in ms, or '' to read the Redis server clock (now.lua)
+-- then six per decision:
+--   algorithm   tb | fw | sw | sl
+--   idempotency window in ms; when > 0 the decision's last key is its
+--               idempotency key, and a decision already made for it is replayed
+--   capacity in micro-units
+--   refill rate in micro-units/s (tb) or window in ms
+--   cost in micro-units
+--   margin added to every key's TTL, in ms
+-- KEYS, per decision in order: its state key; the store's birth marker; the
+--   sliding log's meta key (sl only); its idempotency key (window > 0 only).
+--
+-- Returns one reply per decision: {allowed (0|1), remaining, retry_after_ms,
+-- reset_after_ms, replayed (0|1)}, or a string saying why that decision
+-- failed. (Not an error reply: a client stops reading a reply at a nested
+-- error it does not expect, and the decisions after it would be lost.)
+local algorithms = {tb = token_bucket, fw = fixed_window, sw = sliding_window, sl = sliding_log}
+local stride = 6
+
+local function decide(alg, ks, nk, idem_ttl, cap, param, cost, margin)
+  local idem_key = nil
+  if idem_ttl > 0 then
+    idem_key = KEYS[ks + nk - 1]
+    local prev = redis.call('GET', idem_key)
+    if prev then
+      local a, r, ra, rs = string.match(prev, '^(%d+):(%d+):(%d+):(%d+)$')
+      if a then
+        return {tonumber(a), tonumber(r), tonumber(ra), tonumber(rs), 1}
+      end
+    end
+  end
+  if cost < 1 or cost > cap then
+    return 'ERR cost outside [1, capacity]'
+  end
+  local mk = nil
+  if alg == 'sl' then mk = KEYS[ks + 2] end
+  local allowed, remaining, retry, reset =
+    algorithms[alg](KEYS[ks], KEYS[ks + 1], now, cap, param, cost, margin, mk)
+  if idem_key then
+    redis.call('SET', idem_key,
+      int(allowed) .. ':' .. int(remaining) .. ':' .. int(retry) .. ':' .. int(reset),
+      'PX', int(idem_ttl))
+  end
+  return {allowed, remaining, retry, reset, 0}
+end
+
+-- Check the call's shape before deciding anything, so that a malformed
+-- call changes nothing.
+local n = (#ARGV - 1) / stride
+if n < 1 or n ~= math.floor(n) then
+  return redis.error_reply('ERR want 1 + 6 arguments per decision, got ' .. #ARGV)
+end
+local nks, total = {}, 0
+for i = 1, n do
+  local b = 2 + (i - 1) * stride
+  local alg, idem = ARGV[b], tonumber(ARGV[b + 1])
+  if algorithms[alg] == nil or idem == nil then
+    return redis.error_reply('ERR decision ' .. i .. ': bad algorithm or idempotency window')
+  end
+  local nk = 2
+  if alg == 'sl' then nk = 3 end
+  if idem > 0 then nk = nk + 1 end
+  nks[i] = nk
+  total = total + nk
+end
+if total ~= #KEYS then
+  return redis.error_reply('ERR the decisions need ' .. total .. ' keys, got ' .. #KEYS)
+end
+
+local out, ks = {}, 1
+for i = 1, n do
+  local b = 2 + (i - 1) * stride
+  local ok, res = pcall(decide, ARGV[b], ks, nks[i], tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]),
+    tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5]))
+  if not ok then
+    if type(res) == 'table' then res = res.err end
+    res = tostring(res)
+  end
+  out[i] = res
+  ks = ks + nks[i]
+end
+return out
