@@ -35,6 +35,7 @@ const (
 	TermIndependent     = "independent"
 	TermPreviousLimit   = "previous-limit"
 	TermStoreLag        = "store-lag"
+	TermShards          = "shards"
 )
 
 // Deployment are the parameters of a deployment that enter the bound.
@@ -176,6 +177,15 @@ func Compute(p *policy.Policy, d Deployment, m Mode, w time.Duration) (Result, e
 				redisPath += v
 			}
 			r.Terms[TermFallback] = k * phi * redisPath
+		}
+		if p.ShardCount() > 1 {
+			// Shards split what a region enforces for an identity into
+			// parts rounded down (policy.ShardLimits): each part admits at
+			// most its capacity plus its refill in any window, and the
+			// parts add up to no more than the whole, so splitting admits
+			// nothing beyond what one key would. The term is named, and 0,
+			// so that the bound says it was counted.
+			r.Terms[TermShards] = 0
 		}
 		if d.StoreLag > 0 {
 			// A failover to a replica StoreLag behind forgets what the

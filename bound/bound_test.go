@@ -174,3 +174,25 @@ func TestTransitionTerms(t *testing.T) {
 		t.Errorf("raising the limit: %v", up.Terms)
 	}
 }
+
+// Shards add a named term of 0: the bound of a sharded policy lists it and
+// is the bound of the same policy on one key.
+func TestShardsTermIsZero(t *testing.T) {
+	one := mustPolicy(t, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1m\nfailure: {mode: fail-open, open_fraction: 0.1}\n")
+	four := mustPolicy(t, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1m\nshards: 4\nfailure: {mode: fail-open, open_fraction: 0.1}\n")
+	d := Deployment{Regions: 3, Instances: 2, LeaseDuration: 10 * time.Second, Drift: 1e-4, RedisOutages: true, ConfigChanges: 1}
+	r1, err1 := Compute(one, d, Leased, 0)
+	r4, err4 := Compute(four, d, Leased, 0)
+	if err := errors.Join(err1, err4); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := r4.Terms[TermShards]; !ok || v != 0 {
+		t.Fatalf("sharded terms %v, want a shards term of 0", r4.Terms)
+	}
+	if _, ok := r1.Terms[TermShards]; ok {
+		t.Fatalf("one key's terms %v list shards", r1.Terms)
+	}
+	if !near(r4.WorstCase, r1.WorstCase) {
+		t.Fatalf("sharded worst case %v, one key's %v: want the same", r4.WorstCase, r1.WorstCase)
+	}
+}

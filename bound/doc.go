@@ -14,6 +14,7 @@
 //	fallback         in-process fallback buckets during Redis outages start full, and Redis refills meanwhile
 //	burst            a config change under a new version starts every key full
 //	lease-transition grants at an old, larger total still count after the quota is lowered
+//	shards           splitting an identity's limits over shards: always 0, the parts never add up to more
 //
 // docs/bound.md derives each term. The simulator compares every observed
 // window against this number.

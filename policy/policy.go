@@ -52,6 +52,14 @@ type Policy struct {
 	// whatever the demand elsewhere, by region name. They must sum to at
 	// most Limit. Global policies only.
 	Floors map[string]float64 `yaml:"floors,omitempty" json:"floors,omitempty"`
+	// Shards, above 1, splits every identity's limits in a region into
+	// that many equal parts, each on a Redis key of its own in its own
+	// hash slot, and spreads the identity's checks over them in turn: one
+	// hot identity then loads that many Redis Cluster shards instead of
+	// one. The parts add up to no more than the whole (ShardLimits), so
+	// splitting never admits more; it may reject a request one part
+	// cannot hold while another still could. 0 and 1 mean one key.
+	Shards int `yaml:"shards,omitempty" json:"shards,omitempty"`
 }
 
 // Scope says whether a policy's limit is shared across regions.
@@ -116,6 +124,9 @@ var (
 
 // MaxIdentityAttributes is how many attributes a composite identity may use.
 const MaxIdentityAttributes = 8
+
+// MaxShards is the most parts a policy may split an identity's limits into.
+const MaxShards = 64
 
 // DefaultDecay is the last-lease decay when a policy names none.
 const DefaultDecay = time.Minute
@@ -235,7 +246,39 @@ func (p *Policy) Validate() error {
 	if p.Cost > l.Capacity/Micro { // not p.Cost*Micro, which overflows
 		return bad("cost", "default cost %d exceeds the capacity %v: no request could be admitted", p.Cost, float64(l.Capacity)/float64(Micro))
 	}
+	if p.Shards < 0 || p.Shards > MaxShards {
+		return bad("shards", "must be 0 to %d, got %d", MaxShards, p.Shards)
+	}
+	if sl := p.ShardLimits(l); sl.Validate() != nil || p.Cost > sl.Capacity/Micro {
+		return bad("shards", "%d shards leave each a capacity of %v, which cannot hold the default cost %d; use fewer shards", p.Shards, float64(sl.Capacity)/float64(Micro), p.Cost)
+	}
 	return nil
+}
+
+// StartsFresh reports whether changing a policy from prev to next starts
+// keys from fresh state, which grants a burst the bound must count: a new
+// version renames every key, and a new shard count adds keys of shards
+// that did not exist.
+func StartsFresh(prev, next *Policy) bool {
+	return prev.Version != next.Version || prev.ShardCount() != next.ShardCount()
+}
+
+// ShardCount is how many parts the policy splits an identity's limits
+// into: Shards, or 1.
+func (p *Policy) ShardCount() int64 {
+	return max(1, int64(p.Shards))
+}
+
+// ShardLimits returns the limits one shard of an identity enforces when
+// the identity's limits are l (the full limits, or a region's share):
+// l split into ShardCount equal parts, rounded down (Limits.Scale), so the
+// parts never add up to more than l. This is the one place that rule is
+// written.
+func (p *Policy) ShardLimits(l Limits) Limits {
+	if n := p.ShardCount(); n > 1 {
+		return l.Scale(1, n)
+	}
+	return l
 }
 
 type fieldError struct{ field, msg string }

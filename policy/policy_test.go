@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParsePoliciesDefaults(t *testing.T) {
@@ -65,6 +66,10 @@ func TestParsePoliciesErrors(t *testing.T) {
 		{base + "floors: {US: 1}\n", `region name "US"`},
 		{base + "floors: {us: .nan}\n", `field "floors"`},
 		{base + "scope: region\nfloors: {us: 1}\n", "only to global"},
+		{base + "shards: -1\n", `field "shards": must be 0 to 64`},
+		{base + "shards: 65\n", `field "shards": must be 0 to 64`},
+		{base + "shards: 11\n", `field "shards": 11 shards leave each a capacity of 0.90909, which cannot hold the default cost 1; use fewer shards`},
+		{base + "shards: 5\ncost: 3\n", "cannot hold the default cost 3"},
 	}
 	for _, c := range cases {
 		_, err := ParsePolicies([]byte(c.yaml))
@@ -74,6 +79,41 @@ func TestParsePoliciesErrors(t *testing.T) {
 		}
 		if !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q:\n error %q\n want it to mention %q", c.yaml, err, c.want)
+		}
+	}
+}
+
+// A policy's limits split into shards are rounded down, never add up to
+// more than the whole, and a change of the shard count starts fresh keys
+// as a new version does.
+func TestShardLimits(t *testing.T) {
+	p := &Policy{Name: "api", Identity: []string{"tenant"}, Limit: 10, Period: Duration(time.Second), Burst: 22, Shards: 4}
+	p.Normalize()
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	full := p.Limits()
+	sl := p.ShardLimits(full)
+	if sl.Capacity != 5_500_000 || sl.Rate != 2_500_000 {
+		t.Fatalf("a quarter of %+v: %+v, want capacity 5.5 and rate 2.5", full, sl)
+	}
+	share, _ := full.Share(full.Amount() / 3)
+	if part := p.ShardLimits(share); 4*part.Capacity > share.Capacity || 4*part.Rate > share.Rate {
+		t.Fatalf("4 parts of %+v add up to more: %+v", share, part)
+	}
+	one := *p
+	one.Shards = 0
+	if one.ShardCount() != 1 || one.ShardLimits(full) != full {
+		t.Fatalf("0 shards: count %d, limits %+v, want one key with the whole", one.ShardCount(), one.ShardLimits(full))
+	}
+	bumped := one
+	bumped.Version++
+	for _, c := range []struct {
+		prev, next *Policy
+		want       bool
+	}{{&one, &one, false}, {&one, p, true}, {&one, &bumped, true}} {
+		if got := StartsFresh(c.prev, c.next); got != c.want {
+			t.Errorf("StartsFresh(%d shards v%d, %d shards v%d) = %v, want %v", c.prev.Shards, c.prev.Version, c.next.Shards, c.next.Version, got, c.want)
 		}
 	}
 }

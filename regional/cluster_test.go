@@ -193,3 +193,52 @@ func waitClusterKey(t *testing.T, rdb *redis.ClusterClient, key string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// BenchmarkHotKeyShards checks one hot identity from 16 callers on a
+// 3-master cluster, on one key and split into 3 shards: it reports
+// decisions/s and how much of the Redis time the busiest master spent
+// (INFO commandstats), which is all of it on one key.
+func BenchmarkHotKeyShards(b *testing.B) {
+	for _, shards := range []int{1, 3} {
+		b.Run(fmt.Sprint(shards, "-shards"), func(b *testing.B) {
+			c := redistest.StartCluster(b, 3)
+			rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), MaxRetries: -1})
+			b.Cleanup(func() { rdb.Close() })
+			ps, err := policy.ParsePolicies([]byte(fmt.Sprintf("name: hot\nidentity: [tenant]\nlimit: 1000000\nperiod: 1s\nshards: %d\n", shards)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			eng := newEngine(b, rdb, ps, Config{Pipelines: 2})
+			defer eng.Close()
+			req := Request{Policy: "hot", Attributes: map[string]string{"tenant": "everyone"}, Cost: 1}
+			if _, err := eng.Check(b.Context(), req); err != nil { // loads the script
+				b.Fatal(err)
+			}
+			nodes := make([]*redis.Client, len(c.Nodes))
+			for i, n := range c.Nodes {
+				nodes[i] = redis.NewClient(&redis.Options{Addr: n.Addr})
+				defer nodes[i].Close()
+				nodes[i].ConfigResetStat(b.Context())
+			}
+			b.SetParallelism(8) // 16 callers on 2 cores
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := eng.Check(b.Context(), req); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			var total, busiest float64
+			for _, n := range nodes {
+				_, usec := commandStat(n.Info(b.Context(), "commandstats").Val(), "evalsha")
+				total += usec
+				busiest = max(busiest, usec)
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+			b.ReportMetric(busiest/max(1, total), "busiest-master-share")
+		})
+	}
+}

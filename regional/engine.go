@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -65,6 +66,7 @@ type Engine struct {
 	cluster  *redis.ClusterClient // rdb, when it is a Redis Cluster: one birth marker per slot
 	cfg      Config
 	policies atomic.Pointer[map[string]*policy.Policy]
+	turn     atomic.Uint64 // the last shard turn (shard)
 }
 
 // NewEngine returns an engine deciding with rdb under the given policies.
@@ -166,11 +168,17 @@ func (e *Engine) prepare(r Request) (decision, error) {
 			return decision{}, fmt.Errorf("policy %q: %w", p.Name, err)
 		}
 	}
+	if n := p.ShardCount(); n > 1 {
+		l = p.ShardLimits(l)
+		if err := l.Validate(); err != nil {
+			return decision{}, fmt.Errorf("policy %q: split into %d shards: %w", p.Name, n, err)
+		}
+	}
 	if r.Cost < 1 {
 		return decision{}, fmt.Errorf("policy %q: %w, got %d", p.Name, policy.ErrInvalidCost, r.Cost)
 	}
 	if r.Cost > l.Capacity/policy.Micro {
-		return decision{}, fmt.Errorf("policy %q: %w (cost %d, capacity %s)", p.Name, policy.ErrCostExceedsCapacity, r.Cost, formatUnits(l.Capacity))
+		return decision{}, fmt.Errorf("policy %q: %w (cost %d, capacity %s%s)", p.Name, policy.ErrCostExceedsCapacity, r.Cost, formatUnits(l.Capacity), shardNote(p))
 	}
 	id := r.Identity
 	if id == "" {
@@ -179,7 +187,7 @@ func (e *Engine) prepare(r Request) (decision, error) {
 			return decision{}, fmt.Errorf("policy %q: %w", p.Name, err)
 		}
 	}
-	key, err := StateKey(p, id)
+	key, err := ShardKey(p, id, e.shard(p, r.IdempotencyKey))
 	if err != nil {
 		return decision{}, err
 	}
@@ -205,6 +213,31 @@ func (e *Engine) prepare(r Request) (decision, error) {
 		keys:   keys,
 		args:   [6]any{algorithmCodes[l.Algorithm], idemMs, l.Capacity, param, r.Cost * policy.Micro, e.cfg.TTLMargin.Milliseconds()},
 	}, nil
+}
+
+// shard picks the shard of p a request goes to: in turn, so that one
+// identity's checks spread evenly over its shards; or, for a request with
+// an idempotency key, the one the key hashes to, so that a retry finds the
+// decision made for it.
+func (e *Engine) shard(p *policy.Policy, idempotencyKey string) int64 {
+	n := uint64(p.ShardCount())
+	if n == 1 {
+		return 0
+	}
+	if idempotencyKey != "" {
+		h := fnv.New64a()
+		h.Write([]byte(idempotencyKey))
+		return int64(h.Sum64() % n)
+	}
+	return int64(e.turn.Add(1) % n)
+}
+
+// shardNote says, in an error, that a capacity is one shard's.
+func shardNote(p *policy.Policy) string {
+	if n := p.ShardCount(); n > 1 {
+		return fmt.Sprintf(", one of %d shards", n)
+	}
+	return ""
 }
 
 // InitStore marks the engine's store as new if it carries no birth marker

@@ -16,6 +16,11 @@ import (
 //	rl:{<policy>:<identity>}:v<version>:m        sliding_log metadata
 //	rl:{<policy>:<identity>}:v<version>:i:<key>  a remembered idempotent decision
 //
+// A policy with shards (policy.Policy.Shards) keeps shard 0 of an identity
+// under these keys and shard k > 0 under {<policy>:<identity>#<k>}: its own
+// hash tag, so its own slot. '#' never occurs in an identity (IdentityOf
+// escapes it), so no identity's keys collide with another's shard.
+//
 // and one key per store, its birth marker (BornKey, see policy.Fresh and
 // Engine.InitStore); on Redis Cluster one per hash slot (SlotBornKey).
 //
@@ -38,9 +43,19 @@ const (
 	MaxIdempotencyKeyBytes = 128
 )
 
-// StateKey returns the Redis key of identity (IdentityOf's) under p.
+// StateKey returns the Redis key of identity (IdentityOf's) under p; for a
+// policy with shards, of the identity's shard 0.
 func StateKey(p *policy.Policy, identity string) (string, error) {
-	k := keyPrefix + "{" + p.Name + ":" + identity + "}:v" + strconv.FormatInt(p.Version, 10)
+	return ShardKey(p, identity, 0)
+}
+
+// ShardKey returns the Redis key of shard shard of identity under p.
+func ShardKey(p *policy.Policy, identity string, shard int64) (string, error) {
+	tag := p.Name + ":" + identity
+	if shard > 0 {
+		tag += "#" + strconv.FormatInt(shard, 10)
+	}
+	k := keyPrefix + "{" + tag + "}:v" + strconv.FormatInt(p.Version, 10)
 	if len(k) > MaxKeyBytes {
 		return "", fmt.Errorf("%w: key for policy %q would be %d bytes, more than %d", policy.ErrInvalidIdentity, p.Name, len(k), MaxKeyBytes)
 	}

@@ -99,6 +99,11 @@ type region struct {
 	partitioned bool
 
 	store, indep, static map[int]policy.State
+	// turn is the last shard turn of the region's one agent: a policy with
+	// shards spreads an identity's checks over its shards in turn, as
+	// regional.Engine does; store holds shard k of identity id at
+	// id*MaxShards+k.
+	turn int64
 	// bornMs is the region store's birth marker (regional.BornKey), in
 	// region time: 0 for the new store the run starts with, -1 once a
 	// restart lost it and before a check has recorded the loss.
@@ -110,6 +115,13 @@ type region struct {
 
 func (r *region) clock(t int64) int64 {
 	return r.anchorRegion + int64(float64(t-r.anchorTrue)*(1+r.rate))
+}
+
+// shardOf is the store key of the shard the region's next check of
+// identity id goes to.
+func (r *region) shardOf(id int, p *policy.Policy) int {
+	r.turn++
+	return id*policy.MaxShards + int(r.turn%p.ShardCount())
 }
 
 // leaseTime is the region's clock as a time.Time for the lease code.
@@ -496,12 +508,13 @@ func (e *engine) arrive(a arrival) {
 	amount, lmode := r.agent.Enforce(r.leaseTime(e.now))
 	mode := string(lmode)
 	var d policy.Decision
-	if l, ok := full.Share(amount); !ok || cost > l.Capacity {
+	l, shared := full.Share(amount)
+	if sl := e.policy.ShardLimits(l); !shared || sl.Validate() != nil || cost > sl.Capacity {
 		d = policy.Decision{RetryAfterMs: 1000}
 	} else if r.redisDown {
 		d, mode = e.fallback(r, a.identity, l, rms, cost), string(lease.ModeLocalFallback)
 	} else {
-		d = e.decideStore(r, a.identity, l, rms, cost)
+		d = e.decideStore(r, r.shardOf(a.identity, e.policy), sl, rms, cost)
 	}
 	r.meter.Add(a.identity, cost, e.now)
 	e.record(0, a, d.Allowed, best.Allowed, e.now)

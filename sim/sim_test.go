@@ -311,3 +311,46 @@ func TestRedisFlapNeedsAPeriod(t *testing.T) {
 		}
 	}
 }
+
+// Shards (policy.Policy.Shards) split each region's share of an identity
+// into parts decided in turn: the hot-tenant scenario with 1, 2 and 4
+// shards stays within its bound, never admits more than with one key (unit
+// costs: whatever the parts admit, one key could too), and the rejections
+// one key would have admitted, its cost, stay small.
+func TestShardsFalseRejections(t *testing.T) {
+	var one *ModeResult
+	for _, n := range []int{1, 2, 4} {
+		s, err := Load("scenarios/hot-tenant.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.policy.Shards = n
+		if err := s.policy.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		res, err := Run(s, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := res.Mode("leased")
+		if !m.WithinBound {
+			t.Errorf("%d shards: max per window %v exceeds the bound %v (terms %v)", n, m.MaxWindow, m.Bound, m.BoundTerms)
+		}
+		if _, ok := m.BoundTerms["shards"]; ok != (n > 1) {
+			t.Errorf("%d shards: bound terms %v, want a shards term exactly when sharded", n, m.BoundTerms)
+		}
+		if n == 1 {
+			one = m
+			continue
+		}
+		extra := float64(m.RejectedWhileFree-one.RejectedWhileFree) / float64(one.Admitted)
+		t.Logf("%d shards: admitted %d (one key %d), utilization %.3f (one key %.3f), rejected while free %d (one key %d): %.2f%% more rejections",
+			n, m.Admitted, one.Admitted, m.Utilization, one.Utilization, m.RejectedWhileFree, one.RejectedWhileFree, 100*extra)
+		if m.Admitted > one.Admitted {
+			t.Errorf("%d shards admitted %d, more than one key's %d", n, m.Admitted, one.Admitted)
+		}
+		if extra > 0.10 {
+			t.Errorf("%d shards rejected %.1f%% more of what one key admitted, want under 10%%", n, 100*extra)
+		}
+	}
+}

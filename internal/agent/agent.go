@@ -474,7 +474,7 @@ func (a *Agent) prepare(in Input) (plan, error) {
 	if cost < 1 {
 		return plan{}, fmt.Errorf("policy %q: %w, got %d", p.Name, policy.ErrInvalidCost, cost)
 	}
-	if cost > full.Capacity/policy.Micro {
+	if cost > p.ShardLimits(full).Capacity/policy.Micro {
 		return plan{}, fmt.Errorf("policy %q: %w (cost %d)", p.Name, policy.ErrCostExceedsCapacity, cost)
 	}
 	id, err := p.IdentityOf(in.Attributes)
@@ -494,7 +494,7 @@ func (a *Agent) prepare(in Input) (plan, error) {
 	amount, mode := a.leaser.enforce(p.Name, a.cfg.Clock.Now())
 	pl.mode = mode
 	l, ok := full.Share(amount)
-	if !ok || cost*policy.Micro > l.Capacity {
+	if sl := p.ShardLimits(l); !ok || sl.Validate() != nil || cost*policy.Micro > sl.Capacity {
 		pl.refuse = &policy.Decision{RetryAfterMs: noShareRetryMs}
 		return pl, nil
 	}

@@ -116,7 +116,7 @@ func (k Checker) boundAt(end time.Time, cache map[[2]int]bound.Result) (bound.Re
 				if i == j {
 					r, err = bound.Compute(k.History[i].Policy, k.Deployment, bound.Leased, w)
 				} else {
-					r, err = bound.Transition(k.History[i].Policy, k.History[j].Policy, bumped(k.History[i].Policy, k.History[j].Policy), k.Deployment, bound.Leased, w)
+					r, err = bound.Transition(k.History[i].Policy, k.History[j].Policy, policy.StartsFresh(k.History[i].Policy, k.History[j].Policy), k.Deployment, bound.Leased, w)
 				}
 				if err != nil {
 					return bound.Result{}, 0, err
@@ -130,5 +130,3 @@ func (k Checker) boundAt(end time.Time, cache map[[2]int]bound.Result) (bound.Re
 	}
 	return best, len(live), nil
 }
-
-func bumped(a, b *policy.Policy) bool { return a.Version != b.Version }
