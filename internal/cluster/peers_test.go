@@ -73,14 +73,15 @@ func (l peerLoad) request(i int) *rlsv3.RateLimitRequest {
 
 // peerRun is one system's measured round of one load.
 type peerRun struct {
-	lat []time.Duration // every call's latency
-	dur time.Duration
-	cpu time.Duration // the server's and its Redis's CPU time in the round
+	lat      []time.Duration // every call's latency
+	dur      time.Duration
+	cpu      time.Duration // the server's and its Redis's CPU time in the round
+	redisCPU time.Duration // of which its Redis's
 }
 
 // peerSystem is one system under test: its gRPC client, its HTTP check
 // (URL and the body of the i-th call), and the server's and its Redis's
-// process IDs for CPU accounting.
+// process IDs for CPU accounting (the server's, then its Redis's).
 type peerSystem struct {
 	name     string
 	client   rlsv3.RateLimitServiceClient
@@ -121,8 +122,8 @@ func (s *peerSystem) call(ctx context.Context, l peerLoad, i int) error {
 // (peerLoads) from 16 closed-loop callers. The systems alternate in rounds
 // (A B A B), so the machine's drift hits both; read the ratios. It prints
 // one table: calls and decisions per second, p50, p99 and p99.9, and the
-// CPU time per decision of the server and its Redis together (from
-// /proc). `make bench-peers` builds envoyproxy/ratelimit and runs this;
+// CPU time per decision of the server and its Redis together, and of its
+// Redis alone (from /proc). `make bench-peers` builds envoyproxy/ratelimit and runs this;
 // without it (QUOTALEASE_PEER_RATELIMIT unset) it is skipped.
 func BenchmarkEnvoyAPIPeers(b *testing.B) {
 	peerBin := os.Getenv("QUOTALEASE_PEER_RATELIMIT")
@@ -246,14 +247,14 @@ func BenchmarkEnvoyAPIPeers(b *testing.B) {
 	}
 	var out strings.Builder
 	tw := tabwriter.NewWriter(&out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "load\tsystem\tcalls/s\tdecisions/s\tp50\tp99\tp99.9\tCPU µs/decision\t")
+	fmt.Fprintln(tw, "load\tsystem\tcalls/s\tdecisions/s\tp50\tp99\tp99.9\tCPU µs/decision\tof which Redis\t")
 	for li, l := range peerLoads {
 		var rate, cpu [2]float64
 		for si, s := range systems {
 			var lat []time.Duration
-			var d, c time.Duration
+			var d, c, rc time.Duration
 			for _, r := range runs[[2]int{li, si}] {
-				lat, d, c = append(lat, r.lat...), d+r.dur, c+r.cpu
+				lat, d, c, rc = append(lat, r.lat...), d+r.dur, c+r.cpu, rc+r.redisCPU
 			}
 			slices.Sort(lat)
 			q := func(p float64) string {
@@ -264,11 +265,11 @@ func BenchmarkEnvoyAPIPeers(b *testing.B) {
 			}
 			decisions := float64(len(lat) * l.descriptors)
 			rate[si], cpu[si] = decisions/d.Seconds(), float64(c.Microseconds())/max(1, decisions)
-			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%s\t%s\t%s\t%.1f\t\n", l.name, s.name, float64(len(lat))/d.Seconds(), rate[si],
-				q(.5), q(.99), q(.999), cpu[si])
+			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%s\t%s\t%s\t%.1f\t%.1f\t\n", l.name, s.name, float64(len(lat))/d.Seconds(), rate[si],
+				q(.5), q(.99), q(.999), cpu[si], float64(rc.Microseconds())/max(1, decisions))
 			b.ReportMetric(rate[si], strings.ReplaceAll(s.name+"/"+l.name, " ", "-")+"-decisions/s")
 		}
-		fmt.Fprintf(tw, "%s\tratio\t\t%.2f×\t\t\t\t%.2f×\t\n", l.name, rate[0]/rate[1], cpu[0]/cpu[1])
+		fmt.Fprintf(tw, "%s\tratio\t\t%.2f×\t\t\t\t%.2f×\t\t\n", l.name, rate[0]/rate[1], cpu[0]/cpu[1])
 	}
 	tw.Flush()
 	b.Logf("%d rounds of %v per load and system, interleaved, %d callers:\n%s", rounds, roundDur, callers, out.String())
@@ -282,7 +283,7 @@ func peerRound(b *testing.B, s *peerSystem, l peerLoad, callers int, d time.Dura
 	var mu sync.Mutex
 	var lat []time.Duration
 	var wg sync.WaitGroup
-	cpu0 := processCPU(b, s.pids)
+	cpu0, redis0 := processCPU(b, s.pids), processCPU(b, s.pids[1:])
 	t0 := time.Now()
 	for g := 0; g < callers; g++ {
 		wg.Add(1)
@@ -305,7 +306,7 @@ func peerRound(b *testing.B, s *peerSystem, l peerLoad, callers int, d time.Dura
 		}()
 	}
 	wg.Wait()
-	return peerRun{lat: lat, dur: time.Since(t0), cpu: processCPU(b, s.pids) - cpu0}
+	return peerRun{lat: lat, dur: time.Since(t0), cpu: processCPU(b, s.pids) - cpu0, redisCPU: processCPU(b, s.pids[1:]) - redis0}
 }
 
 // processCPU is the user and system CPU time the processes used so far
