@@ -24,6 +24,16 @@ type diffCase struct {
 	steps []step
 }
 
+// limitsAt returns the limits of step st, and false for a step whose cost
+// they cannot hold (refused by validation, tested elsewhere).
+func (c diffCase) limitsAt(st step) (policy.Limits, bool) {
+	l := c.lim
+	if st.lim != nil {
+		l = *st.lim
+	}
+	return l, st.cost*policy.Micro <= l.Capacity
+}
+
 func handCases() []diffCase {
 	tb := policy.Limits{Algorithm: policy.TokenBucket, Capacity: 20 * policy.Micro, Rate: 5 * policy.Micro}
 	odd := policy.Limits{Algorithm: policy.TokenBucket, Capacity: 7_333_333, Rate: 1_666_666} // 100/min, a third of 22
@@ -102,11 +112,8 @@ func TestDifferential(t *testing.T) {
 			tenant := fmt.Sprintf("case-%d", i)
 			var s policy.State
 			for j, st := range c.steps {
-				l := c.lim
-				if st.lim != nil {
-					l = *st.lim
-				}
-				if st.cost*policy.Micro > l.Capacity {
+				l, ok := c.limitsAt(st)
+				if !ok {
 					continue // refused by validation, covered elsewhere
 				}
 				ns, want, err := policy.Apply(s, l, st.now, st.cost*policy.Micro)
@@ -149,12 +156,9 @@ func TestDifferentialLostStore(t *testing.T) {
 				var s policy.State
 				started := false
 				for j, st := range c.steps {
-					l := c.lim
-					if st.lim != nil {
-						l = *st.lim
-					}
-					if st.cost*policy.Micro > l.Capacity {
-						continue
+					l, ok := c.limitsAt(st)
+					if !ok {
+						continue // refused by validation, covered elsewhere
 					}
 					if !started {
 						s, started = policy.Fresh(l, st.now, born), true
@@ -218,12 +222,9 @@ func TestDifferentialBatched(t *testing.T) {
 			a, b := fmt.Sprintf("batch-%d-a", i), fmt.Sprintf("batch-%d-b", i)
 			var sa, sb policy.State
 			for j, st := range c.steps {
-				l := c.lim
-				if st.lim != nil {
-					l = *st.lim
-				}
-				if st.cost*policy.Micro > l.Capacity {
-					continue
+				l, ok := c.limitsAt(st)
+				if !ok {
+					continue // refused by validation, covered elsewhere
 				}
 				cost := st.cost * policy.Micro
 				sa1, want1, err1 := policy.Apply(sa, l, st.now, cost)

@@ -66,7 +66,7 @@ type Engine struct {
 	cluster  *redis.ClusterClient // rdb, when it is a Redis Cluster: one birth marker per slot
 	cfg      Config
 	policies atomic.Pointer[map[string]*policy.Policy]
-	turn     atomic.Uint64 // the last shard turn (shard)
+	turn     atomic.Uint64 // counts checks of sharded policies, which shard spreads by it
 }
 
 // NewEngine returns an engine deciding with rdb under the given policies.

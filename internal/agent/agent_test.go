@@ -2,6 +2,7 @@ package agent
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -20,63 +21,46 @@ import (
 var tenantA = map[string]string{"tenant": "a"}
 
 // The agent enforces its leased share, not the global limit: with eu
-// holding a floor of 60 of a 100-per-10s quota, the us agent admits 40.
+// holding a floor of 60 of a 100-per-10s quota, the us agent admits 40 of
+// 150 checks of one tenant. With 4 shards the share is split as well, in
+// parts of 10, and still exactly 40 are admitted; a cost one part cannot
+// hold (11) is then refused as having no share, not as bad input: the
+// whole limit could hold it.
 func TestEnforcesLeasedShare(t *testing.T) {
-	ra := regionAgent(t, "name: api\nidentity: [tenant]\nalgorithm: sliding_log\nlimit: 100\nperiod: 10s\nfloors: {eu: 60}\n", nil)
-	ctx := t.Context()
-	// Demand makes the share grow to what eu's floor leaves: 40.
-	waitFor(t, 10*time.Second, "us share to reach 40", func() bool {
-		ra.a.Check(ctx, Input{Policy: "api", Attributes: map[string]string{"tenant": "warmup"}, Cost: 1})
-		amt, m := ra.a.leaser.enforce("api", time.Now())
-		return m == lease.ModeLeased && amt == 40*policy.Micro
-	})
-	admitted := 0
-	for i := 0; i < 150; i++ {
-		o, err := ra.a.Check(ctx, Input{Policy: "api", Attributes: tenantA, Cost: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if o.Allowed {
-			admitted++
-		}
-		if o.Mode != lease.ModeLeased {
-			t.Fatalf("check %d decided in mode %s", i, o.Mode)
-		}
-	}
-	if admitted != 40 {
-		t.Fatalf("admitted %d of 150 in one window, want exactly the leased 40 (not the global 100)", admitted)
-	}
-}
-
-// With shards the leased share is split as well: eu's floor leaves us 40 of
-// 100 per 10s, in 4 parts of 10, and the us agent still admits exactly 40
-// of 150 checks of one tenant. A cost one part of the share cannot hold
-// (11) is refused as having no share, not as bad input: the whole limit
-// could hold it.
-func TestEnforcesLeasedShareInShards(t *testing.T) {
-	ra := regionAgent(t, "name: api\nidentity: [tenant]\nalgorithm: sliding_log\nlimit: 100\nperiod: 10s\nfloors: {eu: 60}\nshards: 4\n", nil)
-	ctx := t.Context()
-	waitFor(t, 10*time.Second, "us share to reach 40", func() bool {
-		ra.a.Check(ctx, Input{Policy: "api", Attributes: map[string]string{"tenant": "warmup"}, Cost: 1})
-		amt, m := ra.a.leaser.enforce("api", time.Now())
-		return m == lease.ModeLeased && amt == 40*policy.Micro
-	})
-	admitted := 0
-	for i := 0; i < 150; i++ {
-		o, err := ra.a.Check(ctx, Input{Policy: "api", Attributes: tenantA, Cost: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if o.Allowed {
-			admitted++
-		}
-	}
-	if admitted != 40 {
-		t.Fatalf("admitted %d of 150 in one window, want exactly the leased 40 in 4 parts", admitted)
-	}
-	o, err := ra.a.Check(ctx, Input{Policy: "api", Attributes: map[string]string{"tenant": "big"}, Cost: 11})
-	if err != nil || o.Allowed || o.RetryAfterMs != noShareRetryMs {
-		t.Fatalf("cost 11 against parts of 10: %+v %v, want refused for want of a share", o.Decision, err)
+	for _, shards := range []int{0, 4} {
+		t.Run(fmt.Sprint(shards, "-shards"), func(t *testing.T) {
+			ra := regionAgent(t, fmt.Sprintf("name: api\nidentity: [tenant]\nalgorithm: sliding_log\nlimit: 100\nperiod: 10s\nfloors: {eu: 60}\nshards: %d\n", shards), nil)
+			ctx := t.Context()
+			// Demand makes the share grow to what eu's floor leaves: 40.
+			waitFor(t, 10*time.Second, "us share to reach 40", func() bool {
+				ra.a.Check(ctx, Input{Policy: "api", Attributes: map[string]string{"tenant": "warmup"}, Cost: 1})
+				amt, m := ra.a.leaser.enforce("api", time.Now())
+				return m == lease.ModeLeased && amt == 40*policy.Micro
+			})
+			admitted := 0
+			for i := 0; i < 150; i++ {
+				o, err := ra.a.Check(ctx, Input{Policy: "api", Attributes: tenantA, Cost: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if o.Allowed {
+					admitted++
+				}
+				if o.Mode != lease.ModeLeased {
+					t.Fatalf("check %d decided in mode %s", i, o.Mode)
+				}
+			}
+			if admitted != 40 {
+				t.Fatalf("admitted %d of 150 in one window, want exactly the leased 40 (not the global 100)", admitted)
+			}
+			if shards == 0 {
+				return
+			}
+			o, err := ra.a.Check(ctx, Input{Policy: "api", Attributes: map[string]string{"tenant": "big"}, Cost: 11})
+			if err != nil || o.Allowed || o.RetryAfterMs != noShareRetryMs {
+				t.Fatalf("cost 11 against parts of 10: %+v %v, want refused for want of a share", o.Decision, err)
+			}
+		})
 	}
 }
 
