@@ -58,6 +58,12 @@ func (c *Coordinator) SetPolicy(ctx context.Context, req *pb.SetPolicyRequest) (
 				return nil, status.Errorf(codes.FailedPrecondition,
 					"policy %q: changing algorithm or scope in place would mix units of outstanding grants; delete the policy first or use a new name", p.Name)
 			}
+			if old.policy.ShardCount() != p.ShardCount() && old.policy.Version == p.Version {
+				// The new parts would start full beside the kept part 0: a
+				// burst the bound counts only as a config change.
+				return nil, status.Errorf(codes.FailedPrecondition,
+					"policy %q: changing shards (%d to %d) starts the new parts full; change the version with it (now %d), which starts every key afresh as the bound's burst term counts", p.Name, old.policy.ShardCount(), p.ShardCount(), p.Version)
+			}
 		}
 		ops = append(ops, clientv3.OpPut(c.keys.policy(p.Name), mustJSON(p)))
 	}

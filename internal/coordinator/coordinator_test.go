@@ -377,6 +377,10 @@ func TestBadInputChangesNothing(t *testing.T) {
 			return err
 		}, codes.FailedPrecondition, "changing algorithm"},
 		{func() error {
+			_, err := adm.SetPolicy(t.Context(), &pb.SetPolicyRequest{Yaml: policy100 + "shards: 4\n"})
+			return err
+		}, codes.FailedPrecondition, "change the version with it"},
+		{func() error {
 			_, err := adm.SetRegion(t.Context(), &pb.SetRegionRequest{Name: "EU West", Weight: 1})
 			return err
 		}, codes.InvalidArgument, "region name"},
