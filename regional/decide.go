@@ -37,35 +37,72 @@ const maxScriptDecisions = 32
 func (e *Engine) decide(ctx context.Context, ds []decision) []decided {
 	groups := e.group(ds)
 	now := e.nowArg()
+	out := make([]decided, len(ds))
+	if len(groups) == 1 { // the usual case: one call, no pipeline to build
+		c := callOf(ds, groups[0], now)
+		e.read(decideScript.Run(ctx, e.rdb, c.keys, c.args...), ds, groups[0], out)
+		return out
+	}
 	calls := make([]scriptCall, len(groups))
 	for i, g := range groups {
-		c := scriptCall{args: make([]any, 0, 1+len(g)*6)}
-		c.args = append(c.args, now)
-		for _, j := range g {
-			c.keys = append(c.keys, ds[j].keys...)
-			c.args = append(c.args, ds[j].args[:]...)
-		}
-		calls[i] = c
+		calls[i] = callOf(ds, g, now)
 	}
-	out := make([]decided, len(ds))
 	for i, cmd := range runPipelined(ctx, e.rdb, decideScript, calls) {
-		replies, err := cmd.Slice()
-		if err == nil && len(replies) != len(groups[i]) {
-			err = fmt.Errorf("decision script returned %d replies for %d decisions", len(replies), len(groups[i]))
-		}
-		for k, j := range groups[i] {
-			if err != nil {
-				out[j].err = err
-				continue
-			}
-			out[j].d, out[j].err = parseDecision(replies[k])
-		}
+		e.read(cmd, ds, groups[i], out)
 	}
 	return out
 }
 
+// callOf lays out the decisions g of ds as one decideScript call.
+func callOf(ds []decision, g []int, now string) scriptCall {
+	c := scriptCall{keys: ds[g[0]].keys, args: make([]any, 0, 1+len(g)*len(ds[0].args))}
+	if len(g) > 1 {
+		c.keys = nil
+		for _, j := range g {
+			c.keys = append(c.keys, ds[j].keys...)
+		}
+	}
+	c.args = append(c.args, now)
+	for _, j := range g {
+		c.args = append(c.args, ds[j].args[:]...)
+	}
+	return c
+}
+
+// read hands the decisions g of ds their outcomes from cmd, the reply of
+// their script call, in out.
+func (e *Engine) read(cmd *redis.Cmd, ds []decision, g []int, out []decided) {
+	replies, err := cmd.Slice()
+	if err == nil && len(replies) != len(g) {
+		err = fmt.Errorf("decision script returned %d replies for %d decisions", len(replies), len(g))
+	}
+	for k, j := range g {
+		if err != nil {
+			out[j].err = err
+			continue
+		}
+		out[j].d, out[j].err = parseDecision(replies[k])
+	}
+}
+
+// inOrder[n] groups n decisions into one call, in order: shared by every
+// engine and never modified, so the usual grouping allocates nothing.
+var inOrder = func() (g [maxScriptDecisions + 1][][]int) {
+	var all [maxScriptDecisions]int
+	for i := range all {
+		all[i] = i
+	}
+	for n := range g {
+		g[n] = [][]int{all[:n:n]}
+	}
+	return g
+}()
+
 // group splits the indexes of ds into the script calls that decide them.
 func (e *Engine) group(ds []decision) [][]int {
+	if e.cluster == nil && len(ds) <= maxScriptDecisions {
+		return inOrder[len(ds)]
+	}
 	var groups [][]int
 	if e.cluster == nil {
 		for i := 0; i < len(ds); i += maxScriptDecisions {

@@ -67,6 +67,7 @@ type Engine struct {
 	cfg      Config
 	policies atomic.Pointer[map[string]*policy.Policy]
 	turn     atomic.Uint64 // counts checks of sharded policies, which shard spreads by it
+	marginMs any           // cfg.TTLMargin in ms, boxed once as a script argument
 }
 
 // NewEngine returns an engine deciding with rdb under the given policies.
@@ -77,7 +78,7 @@ func NewEngine(rdb Client, policies []*policy.Policy, cfg Config) (*Engine, erro
 	if cfg.TTLMargin <= 0 {
 		cfg.TTLMargin = DefaultTTLMargin
 	}
-	e := &Engine{rdb: rdb, cfg: cfg}
+	e := &Engine{rdb: rdb, cfg: cfg, marginMs: cfg.TTLMargin.Milliseconds()}
 	e.cluster, _ = rdb.(*redis.ClusterClient)
 	if cfg.Pipelines < 0 {
 		return nil, fmt.Errorf("%w: pipelines %d is negative", ErrInvalidRequest, cfg.Pipelines)
@@ -211,7 +212,7 @@ func (e *Engine) prepare(r Request) (decision, error) {
 	return decision{
 		policy: p.Name,
 		keys:   keys,
-		args:   [6]any{algorithmCodes[l.Algorithm], idemMs, l.Capacity, param, r.Cost * policy.Micro, e.cfg.TTLMargin.Milliseconds()},
+		args:   [6]any{algorithmCodes[l.Algorithm], idemMs, l.Capacity, param, r.Cost * policy.Micro, e.marginMs},
 	}, nil
 }
 

@@ -108,6 +108,7 @@ func (q *queuedCall) recycle() {
 func (p *pipeliner) run() {
 	defer p.wg.Done()
 	batch := make([]*queuedCall, 0, maxPipelineCalls)
+	ds := make([]decision, 0, maxPipelineCalls) // reused by every send
 	for {
 		var first *queuedCall
 		select {
@@ -126,7 +127,7 @@ func (p *pipeliner) run() {
 				break more
 			}
 		}
-		p.send(batch)
+		p.send(batch, ds)
 	}
 }
 
@@ -136,7 +137,7 @@ func (p *pipeliner) drain() {
 	for {
 		select {
 		case q := <-p.queue:
-			p.send([]*queuedCall{q})
+			p.send([]*queuedCall{q}, nil)
 		default:
 			return
 		}
@@ -144,8 +145,9 @@ func (p *pipeliner) drain() {
 }
 
 // send decides batch in one round trip (and, if Redis did not know the
-// script, one more with its source) and hands every call its outcome.
-func (p *pipeliner) send(batch []*queuedCall) {
+// script, one more with its source) and hands every call its outcome. ds
+// is room for the batch's decisions, reused.
+func (p *pipeliner) send(batch []*queuedCall, ds []decision) {
 	live := batch[:0]
 	deadline := time.Time{}
 	for _, q := range batch {
@@ -173,11 +175,12 @@ func (p *pipeliner) send(batch []*queuedCall) {
 		ctx, cancel = context.WithDeadline(context.Background(), deadline)
 		defer cancel()
 	}
-	ds := make([]decision, len(live))
-	for i, q := range live {
-		ds[i] = q.d
+	ds = ds[:0]
+	for _, q := range live {
+		ds = append(ds, q.d)
 	}
 	for i, res := range p.decide(ctx, ds) {
 		live[i].done <- res
 	}
+	clear(ds) // holds no caller's keys until the next send
 }

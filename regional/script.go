@@ -19,8 +19,9 @@ var luaFiles embed.FS
 var decideScript = script("now.lua", "prelude.lua",
 	"token_bucket.lua", "fixed_window.lua", "sliding_window.lua", "sliding_log.lua", "decide.lua")
 
-// algorithmCodes name each algorithm in decideScript's arguments.
-var algorithmCodes = map[policy.Algorithm]string{
+// algorithmCodes name each algorithm in decideScript's arguments, boxed
+// once rather than at every decision.
+var algorithmCodes = map[policy.Algorithm]any{
 	policy.TokenBucket:   "tb",
 	policy.FixedWindow:   "fw",
 	policy.SlidingWindow: "sw",

@@ -9,41 +9,49 @@ import (
 // algorithm: at most k counters, so memory stays bounded however many
 // identities there are. A counter's count overestimates the identity's
 // true count by at most its err.
+//
+// The counters live in one slice indexed by a map, so counting a new
+// identity in a full table scans k counters in a slice and reuses the
+// smallest one's slot: no allocation per check.
 type topK struct {
 	k  int
 	mu sync.Mutex
-	c  map[string]*counter
+	at map[string]int // identity -> its counter in c
+	c  []counter
 }
 
 type counter struct {
+	id         string
 	count, err int64
 }
 
-func newTopK(k int) *topK { return &topK{k: k, c: make(map[string]*counter, k)} }
+func newTopK(k int) *topK { return &topK{k: k, at: make(map[string]int, k), c: make([]counter, 0, k)} }
 
 // add counts n for id.
 func (t *topK) add(id string, n int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if c := t.c[id]; c != nil {
-		c.count += n
+	if i, ok := t.at[id]; ok {
+		t.c[i].count += n
 		return
 	}
 	if len(t.c) < t.k {
-		t.c[id] = &counter{count: n}
+		t.at[id] = len(t.c)
+		t.c = append(t.c, counter{id: id, count: n})
 		return
 	}
 	// Replace the smallest counter; the newcomer inherits its count as
 	// possible error.
-	var minID string
-	var min *counter
-	for k, c := range t.c {
-		if min == nil || c.count < min.count || (c.count == min.count && k < minID) {
-			minID, min = k, c
+	m := 0
+	for i, c := range t.c {
+		if c.count < t.c[m].count || (c.count == t.c[m].count && c.id < t.c[m].id) {
+			m = i
 		}
 	}
-	delete(t.c, minID)
-	t.c[id] = &counter{count: min.count + n, err: min.count}
+	min := t.c[m]
+	delete(t.at, min.id)
+	t.at[id] = m
+	t.c[m] = counter{id: id, count: min.count + n, err: min.count}
 }
 
 // entry is one identity's estimated count.
@@ -57,13 +65,19 @@ type entry struct {
 func (t *topK) decay() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for id, c := range t.c {
+	kept := t.c[:0]
+	for _, c := range t.c {
 		c.count /= 2
 		c.err /= 2
 		if c.count == 0 {
-			delete(t.c, id)
+			delete(t.at, c.id)
+			continue
 		}
+		t.at[c.id] = len(kept)
+		kept = append(kept, c)
 	}
+	clear(t.c[len(kept):]) // drop the identities' strings
+	t.c = kept
 }
 
 // top returns the tracked identities, heaviest first.
@@ -71,8 +85,8 @@ func (t *topK) top() []entry {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := make([]entry, 0, len(t.c))
-	for id, c := range t.c {
-		out = append(out, entry{id, c.count})
+	for _, c := range t.c {
+		out = append(out, entry{c.id, c.count})
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Count != out[j].Count {
