@@ -40,6 +40,15 @@ func TestQuotaValidate(t *testing.T) {
 	if code, out, _ := runCmd(t, "quota", "validate", "-f", "../../examples/policies.yaml", "-o", "json"); code != 0 || !strings.HasPrefix(out, "[") {
 		t.Fatalf("json: exit %d: %s", code, out)
 	}
+	sharded := filepath.Join(t.TempDir(), "sharded.yaml")
+	if err := os.WriteFile(sharded, []byte("name: hot\nidentity: [route]\nlimit: 20000\nperiod: 1s\nshards: 8\n---\nname: calm\nidentity: [tenant]\nlimit: 5\nperiod: 1s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs = runCmd(t, "quota", "validate", "-f", sharded)
+	if lines := strings.Split(out, "\n"); code != 0 || len(lines) < 3 || !strings.HasSuffix(strings.TrimSpace(lines[0]), "SHARDS") ||
+		!strings.HasSuffix(strings.TrimSpace(lines[1]), " 8") || !strings.HasSuffix(strings.TrimSpace(lines[2]), " 1") {
+		t.Fatalf("sharded policies: exit %d %s:\n%s", code, errs, out)
+	}
 }
 
 func TestUsageErrors(t *testing.T) {

@@ -52,12 +52,17 @@ func quotaValidate(_ context.Context, args []string, stdout, stderr io.Writer) e
 func printPolicies(w io.Writer, ps []*policy.Policy) error {
 	// Policies from an envoyproxy/ratelimit configuration also show the
 	// descriptor they match, so both forms can be read side by side.
-	envoy := false
+	// A SHARDS column appears when a policy splits its identities.
+	envoy, sharded := false, false
 	for _, p := range ps {
 		envoy = envoy || p.Envoy != nil
+		sharded = sharded || p.ShardCount() > 1
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	header := "NAME\tVERSION\tIDENTITY\tALGORITHM\tLIMIT\tPERIOD\tBURST\tSCOPE\tFAILURE"
+	if sharded {
+		header += "\tSHARDS"
+	}
 	if envoy {
 		header += "\tENVOY DESCRIPTOR"
 	}
@@ -73,6 +78,9 @@ func printPolicies(w io.Writer, ps []*policy.Policy) error {
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%v\t%s\t%s\t%s\t%s", p.Name, p.Version, strings.Join(p.Identity, ","),
 			p.Algorithm, p.Limit, p.Period, burst, p.Scope, failure)
+		if sharded {
+			fmt.Fprintf(tw, "\t%d", p.ShardCount())
+		}
 		if envoy {
 			fmt.Fprintf(tw, "\t%s", envoyDescriptor(p.Envoy))
 		}
