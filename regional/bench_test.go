@@ -160,3 +160,38 @@ func commandStat(info, cmd string) (calls, usec float64) {
 	}
 	return calls, usec
 }
+
+// BenchmarkSlidingLogRejection rejects a check against a full sliding log
+// of 10,000 entries (the most a policy may keep) and reports the server
+// time per rejection: its retry delay reads the log oldest first only as
+// far as it needs to.
+func BenchmarkSlidingLogRejection(b *testing.B) {
+	srv := redistest.Start(b)
+	rdb := srv.Client(b)
+	ps, err := policy.ParsePolicies([]byte("name: sl\nidentity: [tenant]\nalgorithm: sliding_log\nlimit: 10000\nperiod: 1h\n"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	eng := newEngine(b, rdb, ps, Config{})
+	reqs := make([]Request, maxScriptDecisions)
+	for i := range reqs {
+		reqs[i] = Request{Policy: "sl", Attributes: map[string]string{"tenant": "full"}, Cost: 1}
+	}
+	for filled := 0; filled < 10_000; filled += len(reqs) {
+		for _, r := range eng.CheckBatch(b.Context(), reqs[:min(len(reqs), 10_000-filled)]) {
+			if r.Err != nil || !r.Decision.Allowed {
+				b.Fatalf("filling the log: %+v", r)
+			}
+		}
+	}
+	if err := rdb.ConfigResetStat(b.Context()).Err(); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if d, err := eng.Check(b.Context(), reqs[0]); err != nil || d.Allowed || d.RetryAfterMs <= 0 {
+			b.Fatalf("check against a full log: %+v %v, want a rejection with a retry", d, err)
+		}
+	}
+	calls, usec := commandStat(rdb.Info(b.Context(), "commandstats").Val(), "evalsha")
+	b.ReportMetric(usec/calls, "server-µs/rejection")
+}

@@ -61,7 +61,15 @@ func handCases() []diffCase {
 			}},
 		)
 	}
-	return cases
+	// A sliding log of 100 entries: a rejection's retry reads the log
+	// oldest first in pages of 16, 32, 64, and the large costs need
+	// entries from the second and the last page.
+	long := diffCase{name: "sliding_log/retry-deep-in-the-log", lim: policy.Limits{Algorithm: policy.SlidingLog, Capacity: 100 * policy.Micro, WindowMs: 10_000}}
+	for i := range int64(100) {
+		long.steps = append(long.steps, step{now: 1_000 + 10*i, cost: 1})
+	}
+	long.steps = append(long.steps, step{now: 2_500, cost: 30}, step{now: 2_600, cost: 60}, step{now: 2_700, cost: 100})
+	return append(cases, long)
 }
 
 // randomCases are seeded random sequences, so a failure names a case that

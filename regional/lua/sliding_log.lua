@@ -33,14 +33,22 @@ local function sliding_log(k, bk, now, cap, w, cost, margin, mk)
     sum = sum + cost
     allowed = 1
   else
-    local free = sum
-    local kept = redis.call('ZRANGE', k, 0, -1, 'WITHSCORES')
-    for i = 1, #kept, 2 do
-      free = free - entry_cost(kept[i])
-      if free + cost <= cap then
-        retry = tonumber(kept[i + 1]) + w - now
-        break
+    -- The retry is when enough of the oldest entries have left the window.
+    -- Read them oldest first, in pages that double, so a rejection reads
+    -- the entries it needs rather than the whole log (10,000 at most).
+    local free, from, page, found = sum, 0, 16, false
+    while not found do
+      local kept = redis.call('ZRANGE', k, from, from + page - 1, 'WITHSCORES')
+      if #kept == 0 then break end
+      for i = 1, #kept, 2 do
+        free = free - entry_cost(kept[i])
+        if free + cost <= cap then
+          retry = tonumber(kept[i + 1]) + w - now
+          found = true
+          break
+        end
       end
+      from, page = from + page, page * 2
     end
   end
   local remaining = cap - sum
