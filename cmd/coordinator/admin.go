@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -95,18 +94,6 @@ func adminCall[R proto.Message](ctx context.Context, af adminFlags, stdout io.Wr
 	return resp, true, printJSON(stdout, resp)
 }
 
-func policiesOf(recs []*pb.PolicyRecord) ([]*policy.Policy, error) {
-	out := make([]*policy.Policy, 0, len(recs))
-	for _, r := range recs {
-		var p policy.Policy
-		if err := json.Unmarshal([]byte(r.Json), &p); err != nil {
-			return nil, fmt.Errorf("policy %s: %w", r.Name, err)
-		}
-		out = append(out, &p)
-	}
-	return out, nil
-}
-
 func quotaSet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("quota set", "-f FILE", "Stores every policy in FILE (YAML, one per document): all of them or none.\nA policy with the name of a stored one replaces it; grants already out keep\ncounting until they end, so a lowered limit takes effect within one lease.", stderr)
 	af := addAdminFlags(fs)
@@ -147,7 +134,7 @@ func quotaGet(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}); err != nil {
 		return err
 	}
-	ps, err := policiesOf([]*pb.PolicyRecord{rec})
+	ps, err := leaseapi.DecodePolicies([]*pb.PolicyRecord{rec})
 	if err != nil {
 		return err
 	}
@@ -169,7 +156,7 @@ func quotaList(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil || printed {
 		return err
 	}
-	ps, err := policiesOf(resp.Policies)
+	ps, err := leaseapi.DecodePolicies(resp.Policies)
 	if err != nil {
 		return err
 	}

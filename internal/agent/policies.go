@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 
@@ -25,15 +24,11 @@ func PoliciesFromCoordinator(cl *leaseapi.Client) func(ctx context.Context) ([]*
 		if err != nil {
 			return nil, err
 		}
-		out := make([]*policy.Policy, 0, len(resp.Policies))
-		for _, r := range resp.Policies {
-			var p policy.Policy
-			if err := json.Unmarshal([]byte(r.Json), &p); err != nil {
-				return nil, fmt.Errorf("policy %s from the coordinator: %w", r.Name, err)
-			}
-			out = append(out, &p)
+		ps, err := leaseapi.DecodePolicies(resp.Policies)
+		if err != nil {
+			return nil, fmt.Errorf("from the coordinator: %w", err)
 		}
-		return out, nil
+		return ps, nil
 	}
 }
 

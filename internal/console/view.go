@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"html/template"
 	"math"
@@ -14,6 +13,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/quota-lease/quota-lease/internal/leaseapi"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
@@ -200,13 +200,9 @@ func (c *Console) policies(ctx context.Context) ([]*policy.Policy, map[string]*p
 	if err != nil {
 		return nil, nil, fmt.Errorf("policies could not be read (is etcd reachable?): %w", err)
 	}
-	var ps []*policy.Policy
-	for _, rec := range resp.Policies {
-		var p policy.Policy
-		if err := json.Unmarshal([]byte(rec.Json), &p); err != nil {
-			return nil, nil, fmt.Errorf("stored policy %q: %w", rec.Name, err)
-		}
-		ps = append(ps, &p)
+	ps, err := leaseapi.DecodePolicies(resp.Policies)
+	if err != nil {
+		return nil, nil, fmt.Errorf("stored policies: %w", err)
 	}
 	br, err := c.src.GetBound(ctx, &pb.GetBoundRequest{})
 	if err != nil {
