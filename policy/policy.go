@@ -244,13 +244,13 @@ func (p *Policy) Validate() error {
 		return bad("limit", "%v", err)
 	}
 	if p.Cost > l.Capacity/Micro { // not p.Cost*Micro, which overflows
-		return bad("cost", "default cost %d exceeds the capacity %v: no request could be admitted", p.Cost, float64(l.Capacity)/float64(Micro))
+		return bad("cost", "default cost %d exceeds the capacity %v: no request could be admitted", p.Cost, Units(l.Capacity))
 	}
 	if p.Shards < 0 || p.Shards > MaxShards {
 		return bad("shards", "must be 0 to %d, got %d", MaxShards, p.Shards)
 	}
 	if sl := p.ShardLimits(l); sl.Validate() != nil || p.Cost > sl.Capacity/Micro {
-		return bad("shards", "%d shards leave each a capacity of %v, which cannot hold the default cost %d; use fewer shards", p.Shards, float64(sl.Capacity)/float64(Micro), p.Cost)
+		return bad("shards", "%d shards leave each a capacity of %v, which cannot hold the default cost %d; use fewer shards", p.Shards, Units(sl.Capacity), p.Cost)
 	}
 	return nil
 }

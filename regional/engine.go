@@ -390,7 +390,7 @@ func (e *Engine) CheckBatch(ctx context.Context, rs []Request) []Result {
 
 // formatUnits prints micro-units as units, without trailing zeros.
 func formatUnits(micro int64) string {
-	s := strconv.FormatFloat(float64(micro)/float64(policy.Micro), 'f', 6, 64)
+	s := strconv.FormatFloat(policy.Units(micro), 'f', 6, 64)
 	s = strings.TrimRight(s, "0")
 	return strings.TrimSuffix(s, ".")
 }

@@ -633,7 +633,7 @@ func (e *engine) finish() (*Result, error) {
 		m.Bound = worst
 		m.BoundTerms = epochs[len(epochs)-1].BoundTerms // of the policy in force at the end
 		m.Epochs = epochs
-		m.MaxWindow = float64(t.max) / float64(policy.Micro)
+		m.MaxWindow = policy.Units(t.max)
 		m.MaxWindowAtMs = t.maxAtT
 		if t.max > 0 {
 			m.MaxWindowIdentity = e.ids.names[t.maxID]

@@ -88,7 +88,7 @@ func (e *engine) epochResults(mode int, kind bound.Mode) (out []EpochResult, ove
 			return nil, 0, 0, false, err
 		}
 		r.Bound, r.BoundTerms = b.WorstCase, b.Terms
-		r.MaxWindow = micro(ep.max[mode][0])
+		r.MaxWindow = policy.Units(ep.max[mode][0])
 		r.Overshoot = math.Max(0, r.MaxWindow-r.Reference)
 		r.WithinBound = r.MaxWindow <= b.WorstCase*(1+1e-9)
 		overshoot, worst = math.Max(overshoot, r.Overshoot), math.Max(worst, b.WorstCase)
@@ -99,7 +99,7 @@ func (e *engine) epochResults(mode int, kind bound.Mode) (out []EpochResult, ove
 			}
 			r.TransitionEndMs = ep.transitionMs
 			r.TransitionReference, r.TransitionBound, r.TransitionBoundTerms = tb.Limit, tb.WorstCase, tb.Terms
-			r.TransitionMaxWindow = micro(ep.max[mode][1])
+			r.TransitionMaxWindow = policy.Units(ep.max[mode][1])
 			r.TransitionOvershoot = math.Max(0, r.TransitionMaxWindow-tb.Limit)
 			r.WithinBound = r.WithinBound && r.TransitionMaxWindow <= tb.WorstCase*(1+1e-9)
 			overshoot, worst = math.Max(overshoot, r.TransitionOvershoot), math.Max(worst, tb.WorstCase)
@@ -109,5 +109,3 @@ func (e *engine) epochResults(mode int, kind bound.Mode) (out []EpochResult, ove
 	}
 	return out, overshoot, worst, within, nil
 }
-
-func micro(v int64) float64 { return policy.Units(v) }
