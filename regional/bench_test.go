@@ -5,20 +5,25 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/quota-lease/quota-lease/internal/redistest"
 	"github.com/quota-lease/quota-lease/policy"
 )
 
+// generous is a policy under which most checks admit.
+const generous = "name: api\nidentity: [tenant]\nlimit: 1000000\nperiod: 1s\n"
+
 // benchEngine is an engine on a fresh real Redis, using the Redis clock as
-// in production, with a policy generous enough that most checks admit.
-func benchEngine(b *testing.B) *Engine {
+// in production, under the policies of policyYAML, and its client.
+func benchEngine(b *testing.B, policyYAML string) (*Engine, *redis.Client) {
 	srv := redistest.Start(b)
-	ps, err := policy.ParsePolicies([]byte("name: api\nidentity: [tenant]\nlimit: 1000000\nperiod: 1s\n"))
+	ps, err := policy.ParsePolicies([]byte(policyYAML))
 	if err != nil {
 		b.Fatal(err)
 	}
-	eng := newEngine(b, srv.Client(b), ps, Config{})
-	return eng
+	rdb := srv.Client(b)
+	return newEngine(b, rdb, ps, Config{}), rdb
 }
 
 func tenants(n int) []map[string]string {
@@ -31,7 +36,7 @@ func tenants(n int) []map[string]string {
 
 // BenchmarkCheck is one decision per round trip, one caller.
 func BenchmarkCheck(b *testing.B) {
-	eng := benchEngine(b)
+	eng, _ := benchEngine(b, generous)
 	ts := tenants(1000)
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
@@ -44,7 +49,7 @@ func BenchmarkCheck(b *testing.B) {
 // BenchmarkCheckParallel is one decision per round trip, GOMAXPROCS*4
 // concurrent callers sharing the connection pool.
 func BenchmarkCheckParallel(b *testing.B) {
-	eng := benchEngine(b)
+	eng, _ := benchEngine(b, generous)
 	ts := tenants(1000)
 	b.SetParallelism(4)
 	b.ResetTimer()
@@ -64,7 +69,7 @@ func BenchmarkCheckParallel(b *testing.B) {
 // decisions/s is reported separately.
 func BenchmarkCheckBatch(b *testing.B) {
 	const size = 16
-	eng := benchEngine(b)
+	eng, _ := benchEngine(b, generous)
 	ts := tenants(1000)
 	reqs := make([]Request, size)
 	b.ResetTimer()
@@ -101,13 +106,7 @@ func BenchmarkScriptServerTime(b *testing.B) {
 	for _, alg := range []string{"token_bucket", "fixed_window", "sliding_window", "sliding_log"} {
 		for _, per := range []int{1, 16} {
 			b.Run(alg+"/"+strconv.Itoa(per)+"-per-call", func(b *testing.B) {
-				srv := redistest.Start(b)
-				ps, err := policy.ParsePolicies([]byte("name: api\nidentity: [tenant]\nalgorithm: " + alg + "\nlimit: 5000\nperiod: 1s\n"))
-				if err != nil {
-					b.Fatal(err)
-				}
-				rdb := srv.Client(b)
-				eng := newEngine(b, rdb, ps, Config{})
+				eng, rdb := benchEngine(b, "name: api\nidentity: [tenant]\nalgorithm: "+alg+"\nlimit: 5000\nperiod: 1s\n")
 				ts := tenants(1000)
 				reqs := make([]Request, per)
 				check := func(i int) {
@@ -166,13 +165,7 @@ func commandStat(info, cmd string) (calls, usec float64) {
 // time per rejection: its retry delay reads the log oldest first only as
 // far as it needs to.
 func BenchmarkSlidingLogRejection(b *testing.B) {
-	srv := redistest.Start(b)
-	rdb := srv.Client(b)
-	ps, err := policy.ParsePolicies([]byte("name: sl\nidentity: [tenant]\nalgorithm: sliding_log\nlimit: 10000\nperiod: 1h\n"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	eng := newEngine(b, rdb, ps, Config{})
+	eng, rdb := benchEngine(b, "name: sl\nidentity: [tenant]\nalgorithm: sliding_log\nlimit: 10000\nperiod: 1h\n")
 	reqs := make([]Request, maxScriptDecisions)
 	for i := range reqs {
 		reqs[i] = Request{Policy: "sl", Attributes: map[string]string{"tenant": "full"}, Cost: 1}

@@ -23,17 +23,18 @@ func TestSlotBornKeysInTheirSlots(t *testing.T) {
 	}
 }
 
-// clusterEngine is an engine on a real Redis Cluster of three masters,
-// deciding on the Redis server clock as in production.
-func clusterEngine(t *testing.T) (*redistest.Cluster, *redis.ClusterClient, *Engine) {
-	t.Helper()
-	c := redistest.StartCluster(t, 3)
+// clusterEngine is an engine on a real Redis Cluster of three masters
+// under ps, pipelined, deciding on the Redis server clock as in
+// production.
+func clusterEngine(tb testing.TB, ps []*policy.Policy) (*redistest.Cluster, *redis.ClusterClient, *Engine) {
+	tb.Helper()
+	c := redistest.StartCluster(tb, 3)
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), MaxRetries: -1, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { rdb.Close() })
-	eng := newEngine(t, rdb, testPolicies(t), Config{Pipelines: 2}) // concurrent checks share script calls per slot
-	t.Cleanup(eng.Close)
-	if err := eng.LoadScripts(t.Context()); err != nil {
-		t.Fatal(err)
+	tb.Cleanup(func() { rdb.Close() })
+	eng := newEngine(tb, rdb, ps, Config{Pipelines: 2}) // concurrent checks share script calls per slot
+	tb.Cleanup(eng.Close)
+	if err := eng.LoadScripts(tb.Context()); err != nil {
+		tb.Fatal(err)
 	}
 	return c, rdb, eng
 }
@@ -41,7 +42,7 @@ func clusterEngine(t *testing.T) (*redistest.Cluster, *redis.ClusterClient, *Eng
 // KeySlot agrees with the cluster's own CLUSTER KEYSLOT on state keys,
 // idempotency keys and markers.
 func TestKeySlotMatchesRedisCluster(t *testing.T) {
-	_, rdb, eng := clusterEngine(t)
+	_, rdb, eng := clusterEngine(t, testPolicies(t))
 	p, _ := eng.Policy("tb")
 	for i := 0; i < 200; i++ {
 		id, _ := p.IdentityOf(map[string]string{"tenant": fmt.Sprintf("t-%d{x}:%d", i, i*7)})
@@ -64,7 +65,7 @@ func TestKeySlotMatchesRedisCluster(t *testing.T) {
 // single checks and batches, with and without idempotency keys; and a
 // master restarted empty mints no new burst for the identities it served.
 func TestClusterExactAndLosesNoBurst(t *testing.T) {
-	c, rdb, eng := clusterEngine(t)
+	c, rdb, eng := clusterEngine(t, testPolicies(t))
 	ctx := t.Context()
 	const tenants, burst = 60, 20                                                                               // policy tb: 5/s, burst 20
 	l := policy.Limits{Algorithm: policy.TokenBucket, Capacity: burst * policy.Micro, Rate: policy.Micro / 100} // no refill to speak of
@@ -201,19 +202,12 @@ func waitClusterKey(t *testing.T, rdb *redis.ClusterClient, key string) {
 func BenchmarkHotKeyShards(b *testing.B) {
 	for _, shards := range []int{1, 3} {
 		b.Run(fmt.Sprint(shards, "-shards"), func(b *testing.B) {
-			c := redistest.StartCluster(b, 3)
-			rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), MaxRetries: -1})
-			b.Cleanup(func() { rdb.Close() })
 			ps, err := policy.ParsePolicies([]byte(fmt.Sprintf("name: hot\nidentity: [tenant]\nlimit: 1000000\nperiod: 1s\nshards: %d\n", shards)))
 			if err != nil {
 				b.Fatal(err)
 			}
-			eng := newEngine(b, rdb, ps, Config{Pipelines: 2})
-			defer eng.Close()
+			c, _, eng := clusterEngine(b, ps)
 			req := Request{Policy: "hot", Attributes: map[string]string{"tenant": "everyone"}, Cost: 1}
-			if _, err := eng.Check(b.Context(), req); err != nil { // loads the script
-				b.Fatal(err)
-			}
 			nodes := make([]*redis.Client, len(c.Nodes))
 			for i, n := range c.Nodes {
 				nodes[i] = redis.NewClient(&redis.Options{Addr: n.Addr})
