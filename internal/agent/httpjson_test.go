@@ -114,3 +114,20 @@ func TestPlainBodiesTakeTheFastPath(t *testing.T) {
 		}
 	}
 }
+
+// The hand-written admitted answer is byte for byte what encoding/json
+// writes for it.
+func TestAppendAnswerMatchesEncodingJSON(t *testing.T) {
+	for _, a := range []checkAnswer{
+		{Allowed: true, Policy: "api", Remaining: 7, Limit: 33.333333333333336, ResetMs: 1500, Mode: "leased"},
+		{Allowed: true, Policy: "a.b-c_1", Remaining: 0, Limit: 1e-7, ResetMs: 0, Mode: "local-fallback", Replayed: true, Shadow: true, RetryAfterMs: 12},
+		{Allowed: false, Policy: "x", Remaining: -1, Limit: 2.5e21, Mode: "region"},
+		{Allowed: true, Policy: "x", Limit: 0, Mode: "degraded"},
+	} {
+		var want bytes.Buffer
+		json.NewEncoder(&want).Encode(a)
+		if got := appendAnswer(nil, a); string(got) != want.String() {
+			t.Errorf("got  %s\nwant %s", got, want.String())
+		}
+	}
+}

@@ -87,10 +87,10 @@ func TestE2EAgentStartsDuringOutage(t *testing.T) {
 		t.Fatalf("readyz %d %q during the outage: a region serving its saved state is ready", resp.StatusCode, body)
 	}
 	// Through 5 s more of the outage every region keeps deciding, the
-	// restarted one on its restored state: what the client's own records
-	// show admitted stays within the published bound.
-	// Offered well above the limit, so that a region enforcing more than
-	// its region was counted for would show.
+	// restarted one on its restored state, offered well above the limit so
+	// that a region enforcing more than the bound counts for it would
+	// show: what the client's own records show admitted stays within the
+	// published bound.
 	d.Run(ctx, 5*time.Second, steady("api-global", "api", 1, 0, map[string]float64{"us": 80, "eu": 40, "ap": 40}))
 	checkBound(t, d, policyOf(t, globalPolicy), bound.Deployment{})
 	if st := d.Stats("api-global")["us"]; st.Admitted == 0 {
