@@ -354,3 +354,36 @@ func TestShardsFalseRejections(t *testing.T) {
 		}
 	}
 }
+
+// Shards on the unhappy paths: with 4 shards, the scenario whose limit is
+// lowered and raised under partitions and the one whose Redis restarts
+// empty and flaps keep every epoch of the leased mode within its bound, as
+// the simulator counts what was admitted.
+func TestShardsWithinBoundUnderFaults(t *testing.T) {
+	for _, f := range []string{"scenarios/limit-changes.yaml", "scenarios/redis-faults.yaml"} {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			s, err := Load(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.policy.Shards = 4
+			if err := s.policy.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			res, err := Run(s, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := res.Mode("leased")
+			if m.Admitted == 0 || len(m.Epochs) == 0 {
+				t.Fatalf("4 shards admitted %d in %d epochs: the scenario did not run through them", m.Admitted, len(m.Epochs))
+			}
+			for i, ep := range m.Epochs {
+				if !ep.WithinBound {
+					t.Errorf("4 shards, epoch %d: %+v exceeds its bound", i, ep)
+				}
+			}
+			t.Logf("4 shards: admitted %d of %d, worst window %v, decision modes %v", m.Admitted, m.Requests, m.MaxWindow, m.DecisionModes)
+		})
+	}
+}
