@@ -47,7 +47,7 @@ func TestKeySlotMatchesRedisCluster(t *testing.T) {
 	for i := 0; i < 200; i++ {
 		id, _ := p.IdentityOf(map[string]string{"tenant": fmt.Sprintf("t-%d{x}:%d", i, i*7)})
 		k, _ := StateKey(p, id)
-		ik, _ := idempotencyKey(k, "retry-1")
+		ik := idempotencyKey(k, "retry-1")
 		for _, key := range []string{k, ik, SlotBornKey(i * 81)} {
 			want, err := rdb.ClusterKeySlot(t.Context(), key).Result()
 			if err != nil {

@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/clock"
 	"github.com/quota-lease/quota-lease/policy"
 )
@@ -26,7 +26,8 @@ type Client interface {
 	Pipeline() redis.Pipeliner
 }
 
-// Config tunes an Engine. The zero value is ready for production.
+// Config tunes an Engine. Start from DefaultConfig: as everywhere in
+// quota-lease, a zero is a value, never a request for the default.
 type Config struct {
 	// Clock, when set, supplies enforcement time (its wall reading, in
 	// milliseconds) instead of the Redis server clock. Only tests set it.
@@ -37,10 +38,11 @@ type Config struct {
 	// TTLMargin is added to every key's TTL beyond the time it needs to
 	// return to its idle state. Default 1s.
 	TTLMargin time.Duration
-	// Pipelines, when above 0, is how many pipelines of concurrent Check
-	// calls may be in flight at once: each takes every call queued while
-	// the previous ones were in flight (pipeliner). 0 sends every Check on
-	// its own. An engine with pipelines must be closed (Close).
+	// Pipelines, when above 0, is how many pipelines of concurrent
+	// one-ticket Decide calls may be in flight at once: each takes every
+	// call queued while the previous ones were in flight (pipeliner). 0
+	// sends every call on its own. An engine with pipelines must be closed
+	// (Close). Default 0.
 	Pipelines int
 }
 
@@ -50,39 +52,45 @@ const (
 	DefaultTTLMargin         = time.Second
 )
 
-// Errors returned for requests the engine refuses before touching Redis.
-var (
-	// ErrUnknownPolicy reports a request naming no loaded policy.
-	ErrUnknownPolicy = errors.New("unknown policy")
-	// ErrInvalidRequest reports a malformed request.
-	ErrInvalidRequest = errors.New("invalid request")
-)
+// DefaultConfig returns a Config with every setting at its default.
+func DefaultConfig() Config {
+	return Config{IdempotencyWindow: DefaultIdempotencyWindow, TTLMargin: DefaultTTLMargin}
+}
 
-// Engine decides checks for one region against its Redis. It is safe for
-// concurrent use; its policies can be replaced while it serves.
+// Validate reports every setting of c that cannot work, joined.
+func (c Config) Validate() error {
+	var errs []error
+	if c.IdempotencyWindow <= 0 || c.TTLMargin <= 0 {
+		errs = append(errs, fmt.Errorf("idempotency window %s and TTL margin %s must be positive", c.IdempotencyWindow, c.TTLMargin))
+	}
+	if c.Pipelines < 0 {
+		errs = append(errs, fmt.Errorf("pipelines %d is negative", c.Pipelines))
+	}
+	return errors.Join(errs...)
+}
+
+// Engine decides tickets for one region against its Redis: it is the
+// admission pipeline's store (admission.Store). It is safe for concurrent
+// use.
 type Engine struct {
 	rdb      Client
 	pipe     *pipeliner           // nil without Config.Pipelines
 	cluster  *redis.ClusterClient // rdb, when it is a Redis Cluster: one birth marker per slot
 	cfg      Config
-	policies atomic.Pointer[map[string]*policy.Policy]
-	turn     atomic.Uint64 // counts checks of sharded policies, which shard spreads by it
-	marginMs any           // cfg.TTLMargin in ms, boxed once as a script argument
+	policies admission.PolicySet // for Check and CheckBatch
+	turn     atomic.Uint64       // counts checks of sharded policies, which shard spreads by it
+	marginMs any                 // cfg.TTLMargin in ms, boxed once as a script argument
 }
 
-// NewEngine returns an engine deciding with rdb under the given policies.
+// NewEngine returns an engine deciding with rdb. policies are those Check
+// and CheckBatch look requests up in; an engine used only as an
+// admission.Store needs none.
 func NewEngine(rdb Client, policies []*policy.Policy, cfg Config) (*Engine, error) {
-	if cfg.IdempotencyWindow <= 0 {
-		cfg.IdempotencyWindow = DefaultIdempotencyWindow
-	}
-	if cfg.TTLMargin <= 0 {
-		cfg.TTLMargin = DefaultTTLMargin
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("regional engine config: %w", err)
 	}
 	e := &Engine{rdb: rdb, cfg: cfg, marginMs: cfg.TTLMargin.Milliseconds()}
 	e.cluster, _ = rdb.(*redis.ClusterClient)
-	if cfg.Pipelines < 0 {
-		return nil, fmt.Errorf("%w: pipelines %d is negative", ErrInvalidRequest, cfg.Pipelines)
-	}
 	if err := e.SetPolicies(policies); err != nil {
 		return nil, err
 	}
@@ -100,95 +108,137 @@ func (e *Engine) Close() {
 	}
 }
 
-// SetPolicies validates policies and replaces the loaded set atomically.
-// On error the previous set stays in force.
+// SetPolicies validates policies and replaces the set Check and
+// CheckBatch look requests up in. On error the previous set stays in force.
 func (e *Engine) SetPolicies(policies []*policy.Policy) error {
-	m := make(map[string]*policy.Policy, len(policies))
-	for _, p := range policies {
-		if err := p.Validate(); err != nil {
-			return err
-		}
-		if _, dup := m[p.Name]; dup {
-			return fmt.Errorf("%w: policy %q is defined twice", policy.ErrInvalidPolicy, p.Name)
-		}
-		m[p.Name] = p
-	}
-	e.policies.Store(&m)
-	return nil
+	return e.policies.Set(policies)
 }
 
-// Policy returns the loaded policy called name.
+// Policy returns the policy called name of the engine's set.
 func (e *Engine) Policy(name string) (*policy.Policy, bool) {
-	p, ok := (*e.policies.Load())[name]
-	return p, ok
+	return e.policies.Policy(name)
 }
 
-// Request is one check: may this much be admitted for this identity now?
+// Request is one check of Check and CheckBatch, for callers that use the
+// engine without the admission pipeline (the load generator, tests): the
+// fields of an admission.Request, and limits to enforce instead of the
+// policy's.
 type Request struct {
-	// Policy names the policy to enforce.
-	Policy string
-	// Attributes are the request's attributes; the policy's identity picks
-	// the ones it counts by.
-	Attributes map[string]string
-	// Cost in whole units, at least 1. Callers that let a client omit it
-	// use the policy's Cost.
-	Cost int64
-	// IdempotencyKey, when set, makes a retried request get the decision
-	// already made for it within the idempotency window, uncharged.
+	Policy         string
+	Attributes     map[string]string
+	Cost           int64 // whole units, at least 1
 	IdempotencyKey string
-	// Identity, when set, is the request's identity under the policy as
-	// policy.Policy.IdentityOf returned it for Attributes: a caller that
-	// already computed it spares the engine doing it again.
-	Identity string
-	// Limits, when set, are enforced instead of the policy's full limit:
-	// the regional agent passes the share its lease grants. The algorithm
-	// must be the policy's.
+	// Limits, when set, are enforced instead of the policy's full limit,
+	// as a lease's share is. The algorithm must be the policy's.
 	Limits *policy.Limits
 }
 
 // Result pairs a decision of a batch with its error.
-type Result struct {
-	Decision policy.Decision
-	Err      error
-}
+type Result = admission.Decided
 
-// prepare validates r and resolves it to its part of a decision script
-// call. It touches nothing, so a refused request changes no state.
-func (e *Engine) prepare(r Request) (decision, error) {
+// ticket resolves r against the engine's policies (admission.Resolve).
+func (e *Engine) ticket(r Request) (*admission.Ticket, error) {
 	p, ok := e.Policy(r.Policy)
 	if !ok {
-		return decision{}, fmt.Errorf("%w %q", ErrUnknownPolicy, r.Policy)
+		return nil, fmt.Errorf("%w %q", admission.ErrUnknownPolicy, r.Policy)
+	}
+	if r.Cost < 1 {
+		return nil, fmt.Errorf("policy %q: %w, got %d", p.Name, policy.ErrInvalidCost, r.Cost)
 	}
 	l := p.Limits()
 	if r.Limits != nil {
-		l = *r.Limits
-		if l.Algorithm != p.Algorithm {
-			return decision{}, fmt.Errorf("%w: policy %q: limits for %s, policy uses %s", ErrInvalidRequest, p.Name, l.Algorithm, p.Algorithm)
-		}
-		if err := l.Validate(); err != nil {
-			return decision{}, fmt.Errorf("policy %q: %w", p.Name, err)
+		if l = *r.Limits; l.Algorithm != p.Algorithm {
+			return nil, fmt.Errorf("%w: policy %q: limits for %s, policy uses %s", admission.ErrInvalidRequest, p.Name, l.Algorithm, p.Algorithm)
 		}
 	}
-	if n := p.ShardCount(); n > 1 {
-		l = p.ShardLimits(l)
-		if err := l.Validate(); err != nil {
-			return decision{}, fmt.Errorf("policy %q: split into %d shards: %w", p.Name, n, err)
+	t, err := admission.Resolve(p, admission.Request{Policy: r.Policy, Attributes: r.Attributes, Cost: r.Cost, IdempotencyKey: r.IdempotencyKey}, l)
+	return &t, err
+}
+
+// Check decides one request in one atomic script run: with
+// Config.Pipelines, together with the other checks queued meanwhile.
+func (e *Engine) Check(ctx context.Context, r Request) (policy.Decision, error) {
+	t, err := e.ticket(r)
+	if err != nil {
+		return policy.Decision{}, err
+	}
+	res := e.Decide(ctx, []*admission.Ticket{t})[0]
+	return res.Decision, res.Err
+}
+
+// CheckBatch decides many requests as Decide does. Requests that fail
+// validation get their error and are not sent.
+func (e *Engine) CheckBatch(ctx context.Context, rs []Request) []Result {
+	out := make([]Result, len(rs))
+	var ts []*admission.Ticket
+	var idx []int
+	for i, r := range rs {
+		t, err := e.ticket(r)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		ts = append(ts, t)
+		idx = append(idx, i)
+	}
+	for j, res := range e.Decide(ctx, ts) {
+		out[idx[j]] = res
+	}
+	return out
+}
+
+// Decide decides tickets in one round trip, in one atomic script run (one
+// per hash slot on a cluster, and per maxScriptDecisions); a lone ticket
+// goes through the pipeliner when the engine has one. The tickets are
+// decided in order, each as if alone, so two tickets of one call for the
+// same key are decided one after the other. A ticket whose key cannot be
+// built (an identity too long) gets its error and is not sent.
+func (e *Engine) Decide(ctx context.Context, ts []*admission.Ticket) []Result {
+	out := make([]Result, len(ts))
+	ds := make([]decision, 0, len(ts))
+	idx := make([]int, 0, len(ts))
+	for i, t := range ts {
+		d, err := e.prepare(t)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		ds = append(ds, d)
+		idx = append(idx, i)
+	}
+	if len(ds) == 0 {
+		return out
+	}
+	if len(ds) == 1 && e.pipe != nil {
+		res, sent, err := e.pipe.do(ctx, ds[0])
+		if err != nil {
+			res.err = err
+		}
+		if sent || err != nil {
+			out[idx[0]] = result(ds[0], res)
+			return out
 		}
 	}
-	if r.Cost < 1 {
-		return decision{}, fmt.Errorf("policy %q: %w, got %d", p.Name, policy.ErrInvalidCost, r.Cost)
+	for j, res := range e.decide(ctx, ds) {
+		out[idx[j]] = result(ds[j], res)
 	}
-	if r.Cost > l.Capacity/policy.Micro {
-		return decision{}, fmt.Errorf("policy %q: %w (cost %d, capacity %s%s)", p.Name, policy.ErrCostExceedsCapacity, r.Cost, formatUnits(l.Capacity), shardNote(p))
+	return out
+}
+
+// result is the Result of decision d.
+func result(d decision, res decided) Result {
+	if res.err != nil {
+		return Result{Err: fmt.Errorf("check policy %q: %w", d.policy, res.err)}
 	}
-	id := r.Identity
-	if id == "" {
-		var err error
-		if id, err = p.IdentityOf(r.Attributes); err != nil {
-			return decision{}, fmt.Errorf("policy %q: %w", p.Name, err)
-		}
-	}
-	key, err := ShardKey(p, id, e.shard(p, r.IdempotencyKey))
+	return Result{Decision: res.d}
+}
+
+// prepare lays t out as its part of a decision script call: the key of the
+// shard it goes to, and the script's arguments. It touches nothing.
+func (e *Engine) prepare(t *admission.Ticket) (decision, error) {
+	p := t.Policy
+	l := p.ShardLimits(t.Limits)
+	key, err := ShardKey(p, t.Identity, e.shard(p, t.IdempotencyKey))
 	if err != nil {
 		return decision{}, err
 	}
@@ -197,12 +247,8 @@ func (e *Engine) prepare(r Request) (decision, error) {
 		keys = append(keys, key+":m")
 	}
 	idemMs := int64(0)
-	if r.IdempotencyKey != "" {
-		ik, err := idempotencyKey(key, r.IdempotencyKey)
-		if err != nil {
-			return decision{}, fmt.Errorf("policy %q: %w", p.Name, err)
-		}
-		keys = append(keys, ik)
+	if t.IdempotencyKey != "" {
+		keys = append(keys, idempotencyKey(key, t.IdempotencyKey))
 		idemMs = e.cfg.IdempotencyWindow.Milliseconds()
 	}
 	param := l.Rate
@@ -212,7 +258,7 @@ func (e *Engine) prepare(r Request) (decision, error) {
 	return decision{
 		policy: p.Name,
 		keys:   keys,
-		args:   [6]any{algorithmCodes[l.Algorithm], idemMs, l.Capacity, param, r.Cost * policy.Micro, e.marginMs},
+		args:   [6]any{algorithmCodes[l.Algorithm], idemMs, l.Capacity, param, t.Cost * policy.Micro, e.marginMs},
 	}, nil
 }
 
@@ -231,14 +277,6 @@ func (e *Engine) shard(p *policy.Policy, idempotencyKey string) int64 {
 		return int64(h.Sum64() % n)
 	}
 	return int64(e.turn.Add(1) % n)
-}
-
-// shardNote says, in an error, that a capacity is one shard's.
-func shardNote(p *policy.Policy) string {
-	if n := p.ShardCount(); n > 1 {
-		return fmt.Sprintf(", one of %d shards", n)
-	}
-	return ""
 }
 
 // InitStore marks the engine's store as new if it carries no birth marker
@@ -333,64 +371,4 @@ func (e *Engine) StoreBorn(ctx context.Context) (int64, error) {
 		ms = max(ms, v)
 	}
 	return ms, nil
-}
-
-// Check decides one request in one atomic script run: with
-// Config.Pipelines, together with the other checks queued meanwhile.
-func (e *Engine) Check(ctx context.Context, r Request) (policy.Decision, error) {
-	d, err := e.prepare(r)
-	if err != nil {
-		return policy.Decision{}, err
-	}
-	var res decided
-	sent := false
-	if e.pipe != nil {
-		if res, sent, err = e.pipe.do(ctx, d); err != nil {
-			return policy.Decision{}, fmt.Errorf("check policy %q: %w", d.policy, err)
-		}
-	}
-	if !sent {
-		res = e.decide(ctx, []decision{d})[0]
-	}
-	if res.err != nil {
-		return policy.Decision{}, fmt.Errorf("check policy %q: %w", d.policy, res.err)
-	}
-	return res.d, nil
-}
-
-// CheckBatch decides many requests in one round trip, in one atomic script
-// run (one per hash slot on a cluster, and per maxScriptDecisions). The
-// requests are decided in order, each as if alone, so two requests of one
-// batch for the same key are decided one after the other. Requests that
-// fail validation get their error and are not sent.
-func (e *Engine) CheckBatch(ctx context.Context, rs []Request) []Result {
-	out := make([]Result, len(rs))
-	var ds []decision
-	var idx []int
-	for i, r := range rs {
-		d, err := e.prepare(r)
-		if err != nil {
-			out[i].Err = err
-			continue
-		}
-		ds = append(ds, d)
-		idx = append(idx, i)
-	}
-	if len(ds) == 0 {
-		return out
-	}
-	for j, res := range e.decide(ctx, ds) {
-		if res.err != nil {
-			res.err = fmt.Errorf("check policy %q: %w", ds[j].policy, res.err)
-		}
-		out[idx[j]] = Result{Decision: res.d, Err: res.err}
-	}
-	return out
-}
-
-// formatUnits prints micro-units as units, without trailing zeros.
-func formatUnits(micro int64) string {
-	s := strconv.FormatFloat(policy.Units(micro), 'f', 6, 64)
-	s = strings.TrimRight(s, "0")
-	return strings.TrimSuffix(s, ".")
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/internal/redistest"
 	"github.com/quota-lease/quota-lease/policy"
 )
@@ -131,7 +132,7 @@ func TestBatch(t *testing.T) {
 	if !res[0].Decision.Allowed || res[1].Decision.Allowed || res[1].Decision.Remaining != 5*policy.Micro {
 		t.Fatalf("same key in one batch: %+v %+v", res[0], res[1])
 	}
-	if !errors.Is(res[2].Err, ErrUnknownPolicy) || !errors.Is(res[4].Err, policy.ErrInvalidCost) {
+	if !errors.Is(res[2].Err, admission.ErrUnknownPolicy) || !errors.Is(res[4].Err, policy.ErrInvalidCost) {
 		t.Fatalf("invalid requests: %v / %v", res[2].Err, res[4].Err)
 	}
 	if !res[3].Decision.Allowed || !res[5].Decision.Allowed || res[5].Err != nil {
@@ -176,14 +177,14 @@ func TestBadInputWritesNothing(t *testing.T) {
 		{Request{Policy: "tb", Attributes: a, Cost: -3}, policy.ErrInvalidCost, "-3"},
 		{Request{Policy: "tb", Attributes: a, Cost: 21}, policy.ErrCostExceedsCapacity, "never be admitted"},
 		{Request{Policy: "tb", Attributes: a, Cost: 1 << 62}, policy.ErrCostExceedsCapacity, "capacity 20"},
-		{Request{Policy: "missing", Attributes: a, Cost: 1}, ErrUnknownPolicy, `"missing"`},
+		{Request{Policy: "missing", Attributes: a, Cost: 1}, admission.ErrUnknownPolicy, `"missing"`},
 		{Request{Policy: "tb", Attributes: map[string]string{"user": "x"}, Cost: 1}, policy.ErrInvalidIdentity, `needs attribute "tenant"`},
 		{Request{Policy: "tb", Attributes: map[string]string{"tenant": ""}, Cost: 1}, policy.ErrInvalidIdentity, "empty"},
 		{Request{Policy: "tb", Attributes: map[string]string{"tenant": strings.Repeat("x", 300)}, Cost: 1}, policy.ErrInvalidIdentity, "more than 256"},
-		{Request{Policy: "tb", Attributes: a, Cost: 1, IdempotencyKey: strings.Repeat("k", 129)}, ErrInvalidRequest, "idempotency"},
-		{Request{Policy: "tb", Attributes: a, Cost: 1, IdempotencyKey: "has space"}, ErrInvalidRequest, "printable"},
+		{Request{Policy: "tb", Attributes: a, Cost: 1, IdempotencyKey: strings.Repeat("k", 129)}, admission.ErrInvalidRequest, "idempotency"},
+		{Request{Policy: "tb", Attributes: a, Cost: 1, IdempotencyKey: "has space"}, admission.ErrInvalidRequest, "printable"},
 		{Request{Policy: "tb", Attributes: a, Cost: 1, Limits: &tiny}, policy.ErrInvalidLimits, "capacity"},
-		{Request{Policy: "tb", Attributes: a, Cost: 1, Limits: &wrongAlg}, ErrInvalidRequest, "fixed_window"},
+		{Request{Policy: "tb", Attributes: a, Cost: 1, Limits: &wrongAlg}, admission.ErrInvalidRequest, "fixed_window"},
 	}
 	for i, c := range cases {
 		_, err := h.eng.Check(t.Context(), c.req)
@@ -233,7 +234,11 @@ func TestBatchDecisionFailsAlone(t *testing.T) {
 func TestMalformedScriptCallChangesNothing(t *testing.T) {
 	h := newHarness(t)
 	h.now.Set(1000)
-	d, err := h.eng.prepare(Request{Policy: "tb", Attributes: map[string]string{"tenant": "a"}, Cost: 1})
+	tk, err := h.eng.ticket(Request{Policy: "tb", Attributes: map[string]string{"tenant": "a"}, Cost: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := h.eng.prepare(tk)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -164,11 +164,17 @@ func equalState(a, b policy.State) bool {
 	return true
 }
 
-// newEngine returns an engine on rdb whose store is marked new, as the
+// newEngine returns an engine on rdb with the settings of cfg that are
+// set, the others at their defaults, whose store is marked new, as the
 // agent does at start (InitStore), so fresh keys start full.
 func newEngine(tb testing.TB, rdb Client, ps []*policy.Policy, cfg Config) *Engine {
 	tb.Helper()
-	eng, err := NewEngine(rdb, ps, cfg)
+	c := DefaultConfig()
+	c.Clock, c.Pipelines = cfg.Clock, cfg.Pipelines
+	if cfg.IdempotencyWindow != 0 {
+		c.IdempotencyWindow = cfg.IdempotencyWindow
+	}
+	eng, err := NewEngine(rdb, ps, c)
 	if err != nil {
 		tb.Fatal(err)
 	}

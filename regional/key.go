@@ -35,13 +35,8 @@ const keyPrefix = "rl:"
 // slot has one of its own (SlotBornKey).
 const BornKey = keyPrefix + "born"
 
-// Limits on keys.
-const (
-	// MaxKeyBytes bounds a whole state key.
-	MaxKeyBytes = 1024
-	// MaxIdempotencyKeyBytes bounds an idempotency key.
-	MaxIdempotencyKeyBytes = 128
-)
+// MaxKeyBytes bounds a whole state key.
+const MaxKeyBytes = 1024
 
 // StateKey returns the Redis key of identity (IdentityOf's) under p; for a
 // policy with shards, of the identity's shard 0.
@@ -62,29 +57,12 @@ func ShardKey(p *policy.Policy, identity string, shard int64) (string, error) {
 	return k, nil
 }
 
-// ValidIdempotencyKey reports, wrapping ErrInvalidRequest, an idempotency
-// key that is not 1-128 printable ASCII characters without spaces.
-func ValidIdempotencyKey(idem string) error {
-	if len(idem) > MaxIdempotencyKeyBytes {
-		return fmt.Errorf("%w: idempotency key is %d bytes, more than %d", ErrInvalidRequest, len(idem), MaxIdempotencyKeyBytes)
-	}
-	for i := 0; i < len(idem); i++ {
-		if c := idem[i]; c <= ' ' || c > '~' {
-			return fmt.Errorf("%w: idempotency key must be printable ASCII without spaces", ErrInvalidRequest)
-		}
-	}
-	return nil
-}
-
-// idempotencyKey returns the key remembering a decision for idem, or an
-// error if idem is not valid.
-func idempotencyKey(stateKey, idem string) (string, error) {
-	if err := ValidIdempotencyKey(idem); err != nil {
-		return "", err
-	}
+// idempotencyKey returns the key remembering a decision for idem, a valid
+// idempotency key (admission.ValidIdempotencyKey).
+func idempotencyKey(stateKey, idem string) string {
 	var b strings.Builder
 	b.WriteString(stateKey)
 	b.WriteString(":i:")
 	policy.Escape(&b, idem)
-	return b.String(), nil
+	return b.String()
 }

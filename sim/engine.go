@@ -3,6 +3,7 @@ package sim
 import (
 	"bufio"
 	"container/heap"
+	"context"
 	"fmt"
 	"io"
 	"maps"
@@ -13,6 +14,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/bound"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
@@ -37,6 +39,7 @@ func boundMode(m string) bound.Mode {
 type identities struct {
 	p     *policy.Policy
 	names []string
+	attrs []map[string]string // a request's attributes for each identity
 	index map[string]int
 }
 
@@ -54,6 +57,7 @@ func (ids *identities) add(value string) (int, error) {
 	}
 	ids.index[name] = len(ids.names)
 	ids.names = append(ids.names, name)
+	ids.attrs = append(ids.attrs, attrs)
 	return len(ids.names) - 1, nil
 }
 
@@ -108,9 +112,10 @@ type region struct {
 	// region time: 0 for the new store the run starts with, -1 once a
 	// restart lost it and before a check has recorded the loss.
 	bornMs int64
-	// fb is the region's local fallback, as the agent keeps it: never
-	// reset, neither when Redis returns nor on a version bump.
-	fb *policy.LocalBudget[int]
+	// admit is the region's admission pipeline, the agent's. Its local
+	// fallback, as the agent's, is never reset, neither when Redis returns
+	// nor on a version bump.
+	admit *admission.Pipeline
 }
 
 func (r *region) clock(t int64) int64 {
@@ -190,7 +195,11 @@ func (e *engine) run(decisions io.Writer) (*Result, error) {
 		e.regions = append(e.regions, &region{name: name, anchorRegion: 1_000_000_000_000 + int64(i)*7_777,
 			agent: lease.NewAgent(e.timing, e.policy.Failure, e.full.Amount()), nonce: "sim-" + name, lastSend: -1 << 40,
 			pending: map[uint64]bool{}, meter: lease.NewMeter[int](),
-			store: map[int]policy.State{}, fb: policy.NewLocalBudget[int](), indep: map[int]policy.State{}, static: map[int]policy.State{}})
+			store: map[int]policy.State{}, indep: map[int]policy.State{}, static: map[int]policy.State{}})
+		var err error
+		if e.regions[i].admit, err = e.newAdmission(e.regions[i]); err != nil {
+			return nil, err
+		}
 	}
 	durMs := time.Duration(s.Duration).Milliseconds()
 	wMs := time.Duration(s.Window).Milliseconds()
@@ -504,17 +513,12 @@ func (e *engine) arrive(a arrival) {
 	best := e.decide(e.oracle, a.identity, full, e.now, cost)
 	e.record(len(systems), a, best.Allowed, best.Allowed, e.now)
 
-	// quota-lease.
-	amount, lmode := r.agent.Enforce(r.leaseTime(e.now))
-	mode := string(lmode)
-	var d policy.Decision
-	l, shared := full.Share(amount)
-	if sl := e.policy.ShardLimits(l); !shared || sl.Validate() != nil || cost > sl.Capacity {
-		d = policy.Decision{RetryAfterMs: 1000}
-	} else if r.redisDown {
-		d, mode = e.fallback(r, a.identity, l, rms, cost), string(lease.ModeLocalFallback)
-	} else {
-		d = e.decideStore(r, r.shardOf(a.identity, e.policy), sl, rms, cost)
+	// quota-lease: the agent's admission pipeline on the region's store.
+	o, err := r.admit.Check(context.Background(), admission.Request{Policy: e.policy.Name, Attributes: e.ids.attrs[a.identity], Cost: a.cost})
+	d, mode := o.Decision, string(o.Mode)
+	if err != nil { // a cost no limit in force can hold: refused as the agent refuses it
+		_, m := r.agent.Enforce(r.leaseTime(e.now))
+		d, mode = policy.Decision{RetryAfterMs: admission.NoShareRetryMs}, string(m)
 	}
 	r.meter.Add(a.identity, cost, e.now)
 	e.record(0, a, d.Allowed, best.Allowed, e.now)
@@ -561,16 +565,6 @@ func (e *engine) decideStore(r *region, id int, l policy.Limits, nowMs, cost int
 		}
 	}
 	return e.decide(r.store, id, l, nowMs, cost)
-}
-
-// fallback decides on region r's local fallback, as the agent does.
-// Limits that admit nothing (Decide refuses them) reject.
-func (e *engine) fallback(r *region, id int, l policy.Limits, nowMs, cost int64) policy.Decision {
-	d, err := r.fb.Decide(id, l, e.policy.Failure.FallbackStart, nowMs, cost)
-	if err != nil {
-		return policy.Decision{RetryAfterMs: 1000}
-	}
-	return d
 }
 
 func (e *engine) record(mode int, a arrival, allowed, idealAllowed bool, atMs int64) {

@@ -74,7 +74,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("redis %s: %w (start one with 'make redis')", c.redisAddr, err)
 	}
-	eng, err := regional.NewEngine(rdb, policies, regional.Config{})
+	eng, err := regional.NewEngine(rdb, policies, regional.DefaultConfig())
 	if err != nil {
 		return err
 	}

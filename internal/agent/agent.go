@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/clock"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
@@ -161,15 +162,12 @@ func ValidateConfig(c Config) error {
 
 // Agent decides checks for one region. It is safe for concurrent use.
 type Agent struct {
-	cfg    Config
-	engine *regional.Engine
-	leaser *leaser
-	fb     *fallback
-	replay *replay
-	over   *overLimit
-	br     *breaker
-	m      *metrics
-	start  time.Time
+	cfg      Config
+	engine   *regional.Engine // the admission pipeline's store
+	admit    *admission.Pipeline
+	policies admission.PolicySet
+	leaser   *leaser
+	m        *metrics
 
 	hotMu sync.Mutex
 	hot   map[string]*topK
@@ -190,14 +188,23 @@ func New(cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("agent config: %w", err)
 	}
 	m := newMetrics()
-	eng, err := regional.NewEngine(cfg.Redis, nil, regional.Config{IdempotencyWindow: cfg.IdempotencyWindow, Pipelines: cfg.RedisPipelines})
+	ecfg := regional.DefaultConfig()
+	ecfg.IdempotencyWindow, ecfg.Pipelines = cfg.IdempotencyWindow, cfg.RedisPipelines
+	eng, err := regional.NewEngine(cfg.Redis, nil, ecfg)
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, engine: eng, m: m, start: cfg.Clock.Now(), hot: map[string]*topK{}, refresh: make(chan struct{}, 1),
-		fb: newFallback(cfg.FallbackKeys), replay: newReplay(cfg.IdempotencyWindow, cfg.FallbackKeys), over: newOverLimit(cfg.FallbackKeys),
-		br: newBreaker(cfg.BreakerThreshold, cfg.BreakerCooldown, cfg.Clock.Now)}
+	a := &Agent{cfg: cfg, engine: eng, m: m, hot: map[string]*topK{}, refresh: make(chan struct{}, 1)}
 	a.leaser = newLeaser(cfg.Region, cfg.Instance, cfg.Coordinator, lease.Timing{Drift: cfg.Drift, Margin: cfg.Margin}, cfg.Clock.Now, cfg.Logger, m, a.refreshSoon)
+	a.admit, err = admission.New(admission.Config{
+		Policies: agentPolicies{a}, Store: timedStore{eng, m}, Shares: a.leaser, Observer: observer{a}, Clock: cfg.Clock,
+		StoreTimeout: cfg.CheckTimeout, FallbackKeys: cfg.FallbackKeys,
+		BreakerThreshold: cfg.BreakerThreshold, BreakerCooldown: cfg.BreakerCooldown,
+		OverLimitKeys: cfg.FallbackKeys, ReplayKeys: cfg.FallbackKeys, ReplayWindow: cfg.IdempotencyWindow, Shadow: cfg.Shadow,
+	})
+	if err != nil {
+		return nil, err
+	}
 	m.reg.MustRegister(hotCollector{a})
 	return a, nil
 }
@@ -220,7 +227,7 @@ func (a *Agent) Readiness() (bool, string) {
 		return false, "shutting down"
 	case !a.loaded.Load():
 		return false, "no policies yet: the coordinator has not answered and the region's Redis holds no saved set"
-	case !a.redisOK.Load() || a.br.isOpen():
+	case !a.redisOK.Load() || a.admit.BreakerOpen():
 		return false, "Redis unreachable: checks are decided by the local fallback"
 	}
 	if u := a.leaser.unleased(a.cfg.Clock.Now()); len(u) > 0 {
@@ -344,7 +351,7 @@ func (a *Agent) loadPolicies(ctx context.Context) error {
 
 // installPolicies validates ps and puts it in force.
 func (a *Agent) installPolicies(ps []*policy.Policy) error {
-	if err := a.engine.SetPolicies(ps); err != nil {
+	if err := a.policies.Set(ps); err != nil {
 		return err
 	}
 	ix := buildEnvoyIndex(ps)
@@ -392,7 +399,7 @@ func (a *Agent) presenceLoop(ctx context.Context, store *storeWatch) {
 		}
 		a.watchStore(pctx, store)
 		cancel()
-		a.m.breakerOpen.Set(boolGauge(a.br.isOpen()))
+		a.m.breakerOpen.Set(boolGauge(a.admit.BreakerOpen()))
 		if decay++; decay%30 == 0 {
 			a.decayHot()
 		}
@@ -411,296 +418,19 @@ func boolGauge(b bool) float64 {
 	return 0
 }
 
-// Input is one check as a caller asks it.
-type Input struct {
-	Policy         string
-	Attributes     map[string]string
-	Cost           int64 // whole units; 0 means the policy's default
-	IdempotencyKey string
-}
-
-// Outcome is a decided check.
-type Outcome struct {
-	policy.Decision
-	// Mode it was decided in: leased, degraded, unleased, local-fallback
-	// or region.
-	Mode lease.Mode
-	// Policy decided under.
-	Policy *policy.Policy
-	// Limits enforced (the share for global policies).
-	Limits policy.Limits
-	// Shadow: rejected by the limit, allowed by shadow mode.
-	Shadow bool
-}
-
-// plan is a validated check with the limits it is enforced under.
-type plan struct {
-	in     Input
-	p      *policy.Policy
-	id     string // the request's identity under p
-	key    string // p's name and id: the identity's key in the agent's own tables
-	cost   int64
-	limits policy.Limits
-	mode   lease.Mode
-	// refuse, when set, is the decision without asking Redis: no share.
-	refuse *policy.Decision
-	// replayKey names the request in the replay cache ("" without an
-	// idempotency key).
-	replayKey string
-}
-
-// noShareRetryMs is the retry delay when a region has no share to admit
-// with: roughly until the next lease round.
-const noShareRetryMs = 1000
-
-// prepare validates in and picks the limits to enforce. Bad input returns
-// an error wrapping a regional sentinel.
-func (a *Agent) prepare(in Input) (plan, error) {
-	p, ok := a.engine.Policy(in.Policy)
-	if !ok {
-		if in.Policy != "" {
-			a.refreshSoon() // perhaps it was just stored
-		}
-		return plan{}, fmt.Errorf("%w %q", regional.ErrUnknownPolicy, in.Policy)
-	}
-	if p.Envoy != nil && p.Envoy.Unlimited {
-		return plan{}, fmt.Errorf("%w: policy %q is an unlimited Envoy descriptor: it limits nothing", regional.ErrUnknownPolicy, p.Name)
-	}
-	cost := in.Cost
-	if cost == 0 {
-		cost = p.Cost
-	}
-	full := p.Limits()
-	if cost < 1 {
-		return plan{}, fmt.Errorf("policy %q: %w, got %d", p.Name, policy.ErrInvalidCost, cost)
-	}
-	if cost > p.ShardLimits(full).Capacity/policy.Micro {
-		return plan{}, fmt.Errorf("policy %q: %w (cost %d)", p.Name, policy.ErrCostExceedsCapacity, cost)
-	}
-	id, err := p.IdentityOf(in.Attributes)
-	if err != nil {
-		return plan{}, fmt.Errorf("policy %q: %w", p.Name, err)
-	}
-	pl := plan{in: in, p: p, id: id, key: p.Name + "\x00" + id, cost: cost, limits: full, mode: lease.ModeRegion}
-	if in.IdempotencyKey != "" {
-		if err := regional.ValidIdempotencyKey(in.IdempotencyKey); err != nil {
-			return plan{}, fmt.Errorf("policy %q: %w", p.Name, err)
-		}
-		pl.replayKey = pl.key + "\x00" + in.IdempotencyKey
-	}
-	if p.Scope == policy.ScopeRegion {
-		return pl, nil
-	}
-	amount, mode := a.leaser.enforce(p.Name, a.cfg.Clock.Now())
-	pl.mode = mode
-	l, ok := full.Share(amount)
-	if sl := p.ShardLimits(l); !ok || sl.Validate() != nil || cost*policy.Micro > sl.Capacity {
-		pl.refuse = &policy.Decision{RetryAfterMs: noShareRetryMs}
-		return pl, nil
-	}
-	pl.limits = l
-	return pl, nil
-}
-
-// Check decides one request.
-func (a *Agent) Check(ctx context.Context, in Input) (Outcome, error) {
+// Check decides one request through the admission pipeline.
+func (a *Agent) Check(ctx context.Context, r admission.Request) (admission.Outcome, error) {
 	a.inflight.Add(1)
 	defer a.inflight.Add(-1)
-	pl, err := a.prepare(in)
-	if err != nil {
-		return Outcome{}, err
-	}
-	if o, ok := a.replayed(pl); ok {
-		return o, nil
-	}
-	if pl.refuse != nil {
-		return a.finish(pl, *pl.refuse, pl.mode), nil
-	}
-	if o, ok := a.overLimit(pl); ok {
-		return o, nil
-	}
-	if !a.br.allow() {
-		return a.fallback(pl, nil)
-	}
-	cctx, cancel := context.WithTimeout(ctx, a.cfg.CheckTimeout)
-	t0 := time.Now()
-	sent := a.cfg.Clock.Now()
-	d, err := a.engine.Check(cctx, a.request(pl))
-	cancel()
-	a.m.redisLatency.Observe(time.Since(t0).Seconds())
-	if err != nil {
-		if isInputError(err) {
-			return Outcome{}, err
-		}
-		a.br.result(false)
-		return a.fallback(pl, err)
-	}
-	a.br.result(true)
-	a.rememberRejection(pl, d, sent)
-	return a.finish(pl, d, pl.mode), nil
+	return a.admit.Check(ctx, r)
 }
 
-// overLimit answers pl from the over-limit cache when Redis rejected its
-// identity under the same limits less than its retry delay ago. Keyed
-// requests always go to Redis, which records their decisions.
-func (a *Agent) overLimit(pl plan) (Outcome, bool) {
-	if pl.replayKey != "" {
-		return Outcome{}, false
-	}
-	d, ok := a.over.get(pl.key, pl.limits, pl.cost*policy.Micro, a.cfg.Clock.Now())
-	if !ok {
-		return Outcome{}, false
-	}
-	a.m.overLimitHits.WithLabelValues(pl.p.Name).Inc()
-	return a.finish(pl, d, pl.mode), true
-}
-
-// rememberRejection puts a rejection Redis gave pl, sent at sent, in the
-// over-limit cache.
-func (a *Agent) rememberRejection(pl plan, d policy.Decision, sent time.Time) {
-	if pl.replayKey == "" && !d.Allowed {
-		a.over.put(pl.key, pl.limits, pl.cost*policy.Micro, d, sent)
-	}
-}
-
-// replayed returns the outcome this agent already gave pl's idempotency
-// key, if any: a retry is answered the same and charged nothing.
-func (a *Agent) replayed(pl plan) (Outcome, bool) {
-	if pl.replayKey == "" {
-		return Outcome{}, false
-	}
-	o, ok := a.replay.get(pl.replayKey, a.cfg.Clock.Now())
-	if ok {
-		a.m.replays.WithLabelValues(pl.p.Name).Inc()
-	}
-	return o, ok
-}
-
-// CheckBatch decides many requests with one Redis round trip. Results are
-// in order; a refused one has Err set.
-func (a *Agent) CheckBatch(ctx context.Context, ins []Input) []BatchResult {
+// CheckBatch decides many requests, those Redis decides in one round trip.
+// Results are in order; a refused one has Err set.
+func (a *Agent) CheckBatch(ctx context.Context, rs []admission.Request) []admission.Result {
 	a.inflight.Add(1)
 	defer a.inflight.Add(-1)
-	out := make([]BatchResult, len(ins))
-	plans := make([]plan, len(ins))
-	var reqs []regional.Request
-	var idx []int
-	for i, in := range ins {
-		pl, err := a.prepare(in)
-		if err != nil {
-			out[i].Err = err
-			continue
-		}
-		plans[i] = pl
-		if o, ok := a.replayed(pl); ok {
-			out[i].Outcome = o
-			continue
-		}
-		if pl.refuse != nil {
-			out[i].Outcome = a.finish(pl, *pl.refuse, pl.mode)
-			continue
-		}
-		if o, ok := a.overLimit(pl); ok {
-			out[i].Outcome = o
-			continue
-		}
-		reqs = append(reqs, a.request(pl))
-		idx = append(idx, i)
-	}
-	if len(reqs) == 0 {
-		return out
-	}
-	if !a.br.allow() {
-		for _, i := range idx {
-			out[i].Outcome, out[i].Err = a.fallback(plans[i], nil)
-		}
-		return out
-	}
-	cctx, cancel := context.WithTimeout(ctx, a.cfg.CheckTimeout)
-	t0 := time.Now()
-	sent := a.cfg.Clock.Now()
-	res := a.engine.CheckBatch(cctx, reqs)
-	cancel()
-	a.m.redisLatency.Observe(time.Since(t0).Seconds())
-	failed := false
-	for j, r := range res {
-		i := idx[j]
-		switch {
-		case r.Err == nil:
-			a.rememberRejection(plans[i], r.Decision, sent)
-			out[i].Outcome = a.finish(plans[i], r.Decision, plans[i].mode)
-		case isInputError(r.Err):
-			out[i].Err = r.Err
-		default:
-			failed = true
-			out[i].Outcome, out[i].Err = a.fallback(plans[i], r.Err)
-		}
-	}
-	a.br.result(!failed)
-	return out
-}
-
-// BatchResult is one result of CheckBatch.
-type BatchResult struct {
-	Outcome
-	Err error
-}
-
-func (a *Agent) request(pl plan) regional.Request {
-	l := pl.limits
-	return regional.Request{Policy: pl.p.Name, Attributes: pl.in.Attributes, Identity: pl.id, Cost: pl.cost, IdempotencyKey: pl.in.IdempotencyKey, Limits: &l}
-}
-
-// fallback decides pl in-process on the region's share divided among its
-// live instances. redisErr is why Redis did not decide it (nil when the
-// breaker is open): after a timeout the script may still have run, so the
-// request may be charged twice (never admitted twice); that is counted.
-func (a *Agent) fallback(pl plan, redisErr error) (Outcome, error) {
-	if errors.Is(redisErr, context.DeadlineExceeded) {
-		a.m.fallbackAfterTimeout.WithLabelValues(pl.p.Name).Inc()
-	}
-	n := int64(a.leaser.liveInstances())
-	l := pl.limits.Scale(1, n)
-	if l.Validate() != nil || pl.cost*policy.Micro > l.Capacity {
-		return a.finish(pl, policy.Decision{RetryAfterMs: noShareRetryMs}, lease.ModeLocalFallback), nil
-	}
-	nowMs := a.cfg.Clock.Now().Sub(a.start).Milliseconds() + 1_000_000 // monotonic, never negative
-	d, full, err := a.fb.decide(pl.key, l, pl.p.Failure.FallbackStart, nowMs, pl.cost*policy.Micro)
-	if err != nil {
-		return Outcome{Policy: pl.p}, fmt.Errorf("local fallback: %w", err)
-	}
-	if full {
-		a.cfg.Logger.Warn("local fallback table full; rejecting new identities", "keys", a.cfg.FallbackKeys)
-	}
-	return a.finish(pl, d, lease.ModeLocalFallback), nil
-}
-
-// finish records metrics and demand and returns the outcome.
-func (a *Agent) finish(pl plan, d policy.Decision, mode lease.Mode) Outcome {
-	now := a.cfg.Clock.Now()
-	a.leaser.observe(pl.p.Name, pl.id, pl.cost*policy.Micro, now)
-	result := "rejected"
-	shadow := !d.Allowed && (pl.p.ShadowMode || a.cfg.Shadow)
-	if shadow {
-		// Would have been rejected: admitted, and counted as such.
-		result, d.Allowed, d.RetryAfterMs = "shadow", true, 0
-	}
-	if d.Allowed && !shadow {
-		result = "allowed"
-		switch mode {
-		case lease.ModeDegraded:
-			a.m.budgetAdmits.WithLabelValues(pl.p.Name, "degraded").Inc()
-		case lease.ModeLocalFallback:
-			a.m.budgetAdmits.WithLabelValues(pl.p.Name, string(lease.ModeLocalFallback)).Inc()
-		}
-	}
-	a.m.decisions.WithLabelValues(pl.p.Name, string(mode), result).Inc()
-	a.hotFor(pl.p.Name).add(pl.id, pl.cost)
-	o := Outcome{Decision: d, Mode: mode, Policy: pl.p, Limits: pl.limits, Shadow: shadow}
-	if pl.replayKey != "" {
-		a.replay.put(pl.replayKey, o, now)
-	}
-	return o
+	return a.admit.CheckBatch(ctx, rs)
 }
 
 func (a *Agent) hotFor(policy string) *topK {
@@ -721,14 +451,4 @@ func (a *Agent) decayHot() {
 	for _, t := range a.hot {
 		t.decay()
 	}
-}
-
-func isInputError(err error) bool {
-	for _, e := range []error{regional.ErrUnknownPolicy, policy.ErrInvalidCost, policy.ErrCostExceedsCapacity,
-		policy.ErrInvalidIdentity, regional.ErrInvalidRequest, policy.ErrInvalidLimits} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
 }

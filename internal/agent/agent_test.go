@@ -12,6 +12,7 @@ import (
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/internal/faultproxy"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
@@ -33,13 +34,13 @@ func TestEnforcesLeasedShare(t *testing.T) {
 			ctx := t.Context()
 			// Demand makes the share grow to what eu's floor leaves: 40.
 			waitFor(t, 10*time.Second, "us share to reach 40", func() bool {
-				ra.a.Check(ctx, Input{Policy: "api", Attributes: map[string]string{"tenant": "warmup"}, Cost: 1})
-				amt, m := ra.a.leaser.enforce("api", time.Now())
+				ra.a.Check(ctx, admission.Request{Policy: "api", Attributes: map[string]string{"tenant": "warmup"}, Cost: 1})
+				amt, m := ra.a.leaser.Enforce("api", time.Now())
 				return m == lease.ModeLeased && amt == 40*policy.Micro
 			})
 			admitted := 0
 			for i := 0; i < 150; i++ {
-				o, err := ra.a.Check(ctx, Input{Policy: "api", Attributes: tenantA, Cost: 1})
+				o, err := ra.a.Check(ctx, admission.Request{Policy: "api", Attributes: tenantA, Cost: 1})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -56,8 +57,8 @@ func TestEnforcesLeasedShare(t *testing.T) {
 			if shards == 0 {
 				return
 			}
-			o, err := ra.a.Check(ctx, Input{Policy: "api", Attributes: map[string]string{"tenant": "big"}, Cost: 11})
-			if err != nil || o.Allowed || o.RetryAfterMs != noShareRetryMs {
+			o, err := ra.a.Check(ctx, admission.Request{Policy: "api", Attributes: map[string]string{"tenant": "big"}, Cost: 11})
+			if err != nil || o.Allowed || o.RetryAfterMs != admission.NoShareRetryMs {
 				t.Fatalf("cost 11 against parts of 10: %+v %v, want refused for want of a share", o.Decision, err)
 			}
 		})
@@ -74,8 +75,8 @@ func TestDegradedAtExpiryThenRecovers(t *testing.T) {
 	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, nil)
 	ctx := t.Context()
 	waitFor(t, 10*time.Second, "a leased share above the static one", func() bool {
-		ra.a.Check(ctx, Input{Policy: "api", Attributes: tenantA, Cost: 1})
-		amt, m := ra.a.leaser.enforce("api", time.Now())
+		ra.a.Check(ctx, admission.Request{Policy: "api", Attributes: tenantA, Cost: 1})
+		amt, m := ra.a.leaser.Enforce("api", time.Now())
 		return m == lease.ModeLeased && amt > 20*policy.Micro
 	})
 	k.stop()
@@ -88,7 +89,7 @@ func TestDegradedAtExpiryThenRecovers(t *testing.T) {
 	var before, after time.Time
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 		before = time.Now()
-		o, err := ra.a.Check(ctx, Input{Policy: "api", Attributes: tenantA, Cost: 1})
+		o, err := ra.a.Check(ctx, admission.Request{Policy: "api", Attributes: tenantA, Cost: 1})
 		after = time.Now()
 		if err != nil {
 			t.Fatal(err)
@@ -119,7 +120,7 @@ func TestDegradedAtExpiryThenRecovers(t *testing.T) {
 	// A coordinator comes back (a new leader on the same etcd state).
 	startCoordinator(t, prefix, k.addr)
 	waitFor(t, 15*time.Second, "leased mode again", func() bool {
-		o, _ := ra.a.Check(ctx, Input{Policy: "api", Attributes: tenantA, Cost: 1})
+		o, _ := ra.a.Check(ctx, admission.Request{Policy: "api", Attributes: tenantA, Cost: 1})
 		return o.Mode == lease.ModeLeased
 	})
 	counted := counterValue(t, ra.a, "quotalease_agent_degraded_seconds_total")
@@ -286,14 +287,14 @@ func TestRedisSlowThenGone(t *testing.T) {
 	// Healthy once the connection is dialed and the script loaded (the
 	// first check may miss the 20 ms timeout on a loaded machine).
 	waitFor(t, 5*time.Second, "a healthy check decided by Redis", func() bool {
-		o, err := ra.a.Check(ctx, Input{Policy: "api", Attributes: map[string]string{"tenant": "warm"}, Cost: 1})
+		o, err := ra.a.Check(ctx, admission.Request{Policy: "api", Attributes: map[string]string{"tenant": "warm"}, Cost: 1})
 		return err == nil && o.Mode == lease.ModeRegion
 	})
 	run := func(phase string, d time.Duration) (admitted int, elapsed time.Duration) {
 		start := time.Now()
 		for time.Since(start) < d {
 			t0 := time.Now()
-			o, err := ra.a.Check(ctx, Input{Policy: "api", Attributes: tenantA, Cost: 1})
+			o, err := ra.a.Check(ctx, admission.Request{Policy: "api", Attributes: tenantA, Cost: 1})
 			took := time.Since(t0)
 			if err != nil {
 				t.Fatalf("%s: %v", phase, err)
@@ -323,12 +324,12 @@ func TestRedisSlowThenGone(t *testing.T) {
 	if total := float64(slow + gone); total > budget || total == 0 {
 		t.Fatalf("fallback admitted %v over %v, budget %.0f", total, slowFor+goneFor, budget)
 	}
-	if !ra.a.br.isOpen() {
+	if !ra.a.admit.BreakerOpen() {
 		t.Fatal("breaker not open while Redis is gone")
 	}
 	proxy.Restore()
 	waitFor(t, 5*time.Second, "Redis decisions again", func() bool {
-		o, _ := ra.a.Check(ctx, Input{Policy: "api", Attributes: tenantA, Cost: 1})
+		o, _ := ra.a.Check(ctx, admission.Request{Policy: "api", Attributes: tenantA, Cost: 1})
 		return o.Mode == lease.ModeRegion
 	})
 }
@@ -344,11 +345,11 @@ func TestAgentRestartForgetsNoLease(t *testing.T) {
 	first := startAgent(t, "us", redisAddr, []string{k.addr}, nil)
 	ctx := t.Context()
 	waitFor(t, 10*time.Second, "a share", func() bool {
-		first.a.Check(ctx, Input{Policy: "api", Attributes: tenantA, Cost: 1})
-		amt, _ := first.a.leaser.enforce("api", time.Now())
+		first.a.Check(ctx, admission.Request{Policy: "api", Attributes: tenantA, Cost: 1})
+		amt, _ := first.a.leaser.Enforce("api", time.Now())
 		return amt > 50*policy.Micro
 	})
-	held, _ := first.a.leaser.enforce("api", time.Now())
+	held, _ := first.a.leaser.Enforce("api", time.Now())
 	first.stop()
 	// The new process may already hold a grant of its own: it comes out of
 	// what the region may enforce, not on top of it.
@@ -404,11 +405,11 @@ func TestNewPolicyUsableSoon(t *testing.T) {
 	setPolicy(t, k.addr, "name: old\nidentity: [tenant]\nlimit: 5\nperiod: 1s\nscope: region\n")
 	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, func(c *Config) { c.PolicyRefresh = time.Hour })
 	setPolicy(t, k.addr, "name: fresh\nidentity: [tenant]\nlimit: 5\nperiod: 1s\nscope: region\n")
-	if _, err := ra.a.Check(t.Context(), Input{Policy: "fresh", Attributes: tenantA}); err == nil || !strings.Contains(err.Error(), "unknown policy") {
+	if _, err := ra.a.Check(t.Context(), admission.Request{Policy: "fresh", Attributes: tenantA}); err == nil || !strings.Contains(err.Error(), "unknown policy") {
 		t.Fatalf("first check: %v, want unknown policy", err)
 	}
 	waitFor(t, 3*time.Second, "the new policy to be known", func() bool {
-		_, err := ra.a.Check(t.Context(), Input{Policy: "fresh", Attributes: tenantA})
+		_, err := ra.a.Check(t.Context(), admission.Request{Policy: "fresh", Attributes: tenantA})
 		return err == nil
 	})
 }
@@ -425,15 +426,15 @@ func TestTwoReplicasInOneRegion(t *testing.T) {
 	b := startAgent(t, "us", redisAddr, []string{k.addr}, func(c *Config) { c.Instance = "us-2" })
 	ctx := t.Context()
 	waitFor(t, 10*time.Second, "both replicas leased and seeing each other", func() bool {
-		a.a.Check(ctx, Input{Policy: "api", Attributes: tenantA, Cost: 1})
-		b.a.Check(ctx, Input{Policy: "api", Attributes: tenantA, Cost: 1})
-		x, mx := a.a.leaser.enforce("api", time.Now())
-		y, my := b.a.leaser.enforce("api", time.Now())
+		a.a.Check(ctx, admission.Request{Policy: "api", Attributes: tenantA, Cost: 1})
+		b.a.Check(ctx, admission.Request{Policy: "api", Attributes: tenantA, Cost: 1})
+		x, mx := a.a.leaser.Enforce("api", time.Now())
+		y, my := b.a.leaser.Enforce("api", time.Now())
 		return mx == lease.ModeLeased && my == lease.ModeLeased && x > 0 && y > 0 &&
-			a.a.leaser.liveInstances() == 2 && b.a.leaser.liveInstances() == 2
+			a.a.leaser.Instances() == 2 && b.a.leaser.Instances() == 2
 	})
-	x, _ := a.a.leaser.enforce("api", time.Now())
-	y, _ := b.a.leaser.enforce("api", time.Now())
+	x, _ := a.a.leaser.Enforce("api", time.Now())
+	y, _ := b.a.leaser.Enforce("api", time.Now())
 	ls, err := pb.NewAdminServiceClient(grpcConn(t, k.addr)).ListLeases(ctx, &pb.ListLeasesRequest{Region: "us"})
 	if err != nil || len(ls.Leases) != 1 {
 		t.Fatalf("leases: %v %v", ls, err)

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/internal/devca"
 	"github.com/quota-lease/quota-lease/internal/mtls"
 	"github.com/quota-lease/quota-lease/lease"
@@ -36,8 +37,8 @@ func benchRunningAgent(b *testing.B, more ...string) *runningAgent {
 	ra := startAgent(b, "us", startRedis(b).Addr, []string{k.addr}, nil)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		ra.a.Check(b.Context(), Input{Policy: "api", Attributes: tenantA, Cost: 1})
-		if amt, _ := ra.a.leaser.enforce("api", time.Now()); amt > 0 || time.Now().After(deadline) {
+		ra.a.Check(b.Context(), admission.Request{Policy: "api", Attributes: tenantA, Cost: 1})
+		if amt, _ := ra.a.leaser.Enforce("api", time.Now()); amt > 0 || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -164,7 +165,7 @@ func BenchmarkCheckInProcess(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
 		t0 := time.Now()
-		if _, err := ra.a.Check(b.Context(), Input{Policy: "api", Attributes: map[string]string{"tenant": fmt.Sprint("t", i%1000)}, Cost: 1}); err != nil {
+		if _, err := ra.a.Check(b.Context(), admission.Request{Policy: "api", Attributes: map[string]string{"tenant": fmt.Sprint("t", i%1000)}, Cost: 1}); err != nil {
 			b.Fatal(err)
 		}
 		lat.add(time.Since(t0))
@@ -303,7 +304,7 @@ func BenchmarkCheckConcurrent(b *testing.B) {
 			setPolicy(b, k.addr, "name: api\nidentity: [tenant]\nlimit: 1000000\nperiod: 1s\nscope: region\n")
 			ra := startAgent(b, "us", startRedis(b).Addr, []string{k.addr}, func(c *Config) { c.RedisPipelines = pipelines })
 			parallelLoop(b, 16, func(i int) error {
-				o, err := ra.a.Check(b.Context(), Input{Policy: "api", Attributes: map[string]string{"tenant": fmt.Sprint("t", i%1000)}, Cost: 1})
+				o, err := ra.a.Check(b.Context(), admission.Request{Policy: "api", Attributes: map[string]string{"tenant": fmt.Sprint("t", i%1000)}, Cost: 1})
 				if err != nil || o.Mode != lease.ModeRegion {
 					return fmt.Errorf("%+v %v", o, err)
 				}

@@ -3,6 +3,7 @@ package agent
 import (
 	"testing"
 
+	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/internal/promnames"
 )
 
@@ -15,7 +16,7 @@ func TestDeployedQueriesUseExportedMetrics(t *testing.T) {
 	k := startCoordinator(t, prefix, "")
 	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\n")
 	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, nil)
-	if _, err := ra.a.Check(t.Context(), Input{Policy: "api", Attributes: tenantA}); err != nil {
+	if _, err := ra.a.Check(t.Context(), admission.Request{Policy: "api", Attributes: tenantA}); err != nil {
 		t.Fatal(err)
 	}
 	ra.a.leaser.updateMetrics(ra.a.cfg.Clock.Now())

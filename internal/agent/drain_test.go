@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/quota-lease/quota-lease/admission"
 )
 
 // Drain under load: /readyz turns 503 at once while checks keep being
@@ -28,7 +30,7 @@ func TestDrainUnderLoad(t *testing.T) {
 					return
 				default:
 				}
-				if _, err := ra.a.Check(t.Context(), Input{Policy: "api", Attributes: tenantA}); err != nil {
+				if _, err := ra.a.Check(t.Context(), admission.Request{Policy: "api", Attributes: tenantA}); err != nil {
 					failed.Add(1)
 				} else {
 					answered.Add(1)

@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/policy"
-	"github.com/quota-lease/quota-lease/regional"
 )
 
 // Envoy's global rate-limit service
@@ -68,14 +68,14 @@ func (s *envoyServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitR
 		// Malformed as a whole (Envoy never sends this); nothing is charged.
 		return nil, status.Errorf(codes.InvalidArgument, "a request holds 1-%d descriptors, got %d", MaxBatch, len(req.Descriptors))
 	}
-	ins := make([]Input, len(req.Descriptors))
+	ins := make([]admission.Request, len(req.Descriptors))
 	var ix envoyIndex // nil until the policies are loaded: nothing configured
 	if p := s.a.envoy.Load(); p != nil {
 		ix = *p
 	}
 	var replaced map[string]bool // made only when a matched limit replaces another
 	for i, d := range req.Descriptors {
-		in := Input{Attributes: map[string]string{}, Cost: int64(min(req.HitsAddend, math.MaxInt32))}
+		in := admission.Request{Attributes: map[string]string{}, Cost: int64(min(req.HitsAddend, math.MaxInt32))}
 		if h := d.GetHitsAddend(); h != nil {
 			in.Cost = int64(min(h.GetValue(), math.MaxInt32))
 		}
@@ -135,11 +135,11 @@ func (s *envoyServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitR
 
 // envoyStatus is one descriptor's answer, whether it is over the limit,
 // and its retry delay.
-func envoyStatus(r BatchResult) (st *rlsv3.RateLimitResponse_DescriptorStatus, over bool, retryMs int64) {
+func envoyStatus(r admission.Result) (st *rlsv3.RateLimitResponse_DescriptorStatus, over bool, retryMs int64) {
 	ok := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 	switch {
-	case errors.Is(r.Err, regional.ErrUnknownPolicy), errors.Is(r.Err, policy.ErrInvalidIdentity),
-		errors.Is(r.Err, regional.ErrInvalidRequest), errors.Is(r.Err, policy.ErrInvalidCost):
+	case errors.Is(r.Err, admission.ErrUnknownPolicy), errors.Is(r.Err, policy.ErrInvalidIdentity),
+		errors.Is(r.Err, admission.ErrInvalidRequest), errors.Is(r.Err, policy.ErrInvalidCost):
 		return ok, false, 0 // unmatched: no limit applies, nothing was charged
 	case errors.Is(r.Err, policy.ErrCostExceedsCapacity):
 		// More hits than the limit holds can never be admitted.
@@ -150,7 +150,7 @@ func envoyStatus(r BatchResult) (st *rlsv3.RateLimitResponse_DescriptorStatus, o
 		if r.Outcome.Policy != nil && r.Outcome.Policy.Failure.Mode == policy.FailOpen {
 			return ok, false, 0
 		}
-		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT}, true, noShareRetryMs
+		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT}, true, admission.NoShareRetryMs
 	}
 	st = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK,
 		CurrentLimit:       envoyLimit(r.Outcome),
@@ -177,7 +177,7 @@ var envoyUnits = []struct {
 // whole number of requests, else the shortest in which it is at least one
 // (rounded down), so that 5 per 10 s reads 30 per minute, never 0 per
 // second.
-func envoyLimit(o Outcome) *rlsv3.RateLimitResponse_RateLimit {
+func envoyLimit(o admission.Outcome) *rlsv3.RateLimitResponse_RateLimit {
 	limit := enforcedLimit(o)
 	period := time.Duration(o.Policy.Period)
 	perUnit := func(d time.Duration) float64 { return limit * d.Seconds() / period.Seconds() }

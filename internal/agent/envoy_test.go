@@ -9,6 +9,8 @@ import (
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/quota-lease/quota-lease/admission"
 )
 
 func entries(kv ...string) *commonrl.RateLimitDescriptor {
@@ -119,7 +121,7 @@ func TestEnvoyLimitUnits(t *testing.T) {
 		{10, 45 * time.Second, 800, rlsv3.RateLimitResponse_RateLimit_HOUR},
 	} {
 		p := mustPolicy(t, fmt.Sprintf("name: p\nidentity: [a]\nlimit: %v\nperiod: %s\n", c.limit, c.period))
-		got := envoyLimit(Outcome{Policy: p, Limits: p.Limits()})
+		got := envoyLimit(admission.Outcome{Policy: p, Limits: p.Limits()})
 		if got.RequestsPerUnit != c.want || got.Unit != c.unit {
 			t.Errorf("%v per %v: %d per %s, want %d per %s", c.limit, c.period, got.RequestsPerUnit, got.Unit, c.want, c.unit)
 		}

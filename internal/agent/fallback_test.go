@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/bound"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
-	"github.com/quota-lease/quota-lease/regional"
 )
 
 // maxInWindow is the most admissions, by the client's own clock, in any
@@ -52,7 +52,7 @@ func TestFlappingRedisStaysWithinBound(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			callEvery(t, ra.a, Input{Policy: "api", Attributes: tenantA}, 10*time.Millisecond, 20_000, stop, func(o Outcome) {
+			callEvery(t, ra.a, admission.Request{Policy: "api", Attributes: tenantA}, 10*time.Millisecond, 20_000, stop, func(o admission.Outcome) {
 				checks.Add(1)
 				if o.Mode == lease.ModeLocalFallback {
 					fallbackDecisions.Add(1)
@@ -124,7 +124,7 @@ func TestLastTokenRaceWithSlowRedis(t *testing.T) {
 	})
 	ctx := t.Context()
 	waitFor(t, 5*time.Second, "a warm connection and script", func() bool {
-		o, _ := ra.a.Check(ctx, Input{Policy: "last", Attributes: map[string]string{"tenant": "warm"}})
+		o, _ := ra.a.Check(ctx, admission.Request{Policy: "last", Attributes: map[string]string{"tenant": "warm"}})
 		return o.Mode == lease.ModeRegion
 	})
 	var warm sync.WaitGroup // fill the connection pool, so racers do not wait for dials
@@ -132,20 +132,25 @@ func TestLastTokenRaceWithSlowRedis(t *testing.T) {
 		warm.Add(1)
 		go func() {
 			defer warm.Done()
-			ra.a.Check(ctx, Input{Policy: "last", Attributes: map[string]string{"tenant": "warm"}})
+			ra.a.Check(ctx, admission.Request{Policy: "last", Attributes: map[string]string{"tenant": "warm"}})
 		}()
 	}
 	warm.Wait()
 	waitFor(t, 5*time.Second, "the breaker closed after warming", func() bool {
-		o, _ := ra.a.Check(ctx, Input{Policy: "last", Attributes: map[string]string{"tenant": "warm"}})
+		o, _ := ra.a.Check(ctx, admission.Request{Policy: "last", Attributes: map[string]string{"tenant": "warm"}})
 		return o.Mode == lease.ModeRegion
 	})
 	// Drain 9 of the 10 tokens in Redis through the engine itself, without
 	// the agent's 20 ms check timeout: one slow round trip on a loaded
 	// machine must not send the drain to the fallback.
+	p, _ := ra.a.policies.Policy("last")
+	tk, err := admission.Resolve(p, admission.Request{Policy: "last", Attributes: tenantA, Cost: 1}, p.Limits())
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := 0; i < 9; i++ {
-		if d, err := ra.a.engine.Check(ctx, regional.Request{Policy: "last", Attributes: tenantA, Cost: 1}); err != nil || !d.Allowed {
-			t.Fatalf("draining token %d: %+v %v", i, d, err)
+		if r := ra.a.engine.Decide(ctx, []*admission.Ticket{&tk})[0]; r.Err != nil || !r.Decision.Allowed {
+			t.Fatalf("draining token %d: %+v", i, r)
 		}
 	}
 	proxy.SetDelay(time.Millisecond) // each way: some checks make the 20 ms timeout, queued ones do not
@@ -159,7 +164,7 @@ func TestLastTokenRaceWithSlowRedis(t *testing.T) {
 			defer wg.Done()
 			ready.Done()
 			<-gate
-			o, err := ra.a.Check(ctx, Input{Policy: "last", Attributes: tenantA})
+			o, err := ra.a.Check(ctx, admission.Request{Policy: "last", Attributes: tenantA})
 			if err != nil {
 				t.Errorf("check: %v", err)
 				return
@@ -195,7 +200,7 @@ func TestKeyedRetryChargedOnceAcrossOutage(t *testing.T) {
 	proxy := startRedisBehindProxy(t)
 	ra := startAgent(t, "us", proxy.Addr, []string{k.addr}, nil)
 	ctx := t.Context()
-	keyed := Input{Policy: "keyed", Attributes: tenantA, IdempotencyKey: "order-42"}
+	keyed := admission.Request{Policy: "keyed", Attributes: tenantA, IdempotencyKey: "order-42"}
 
 	proxy.Cut()
 	for i := 0; i < 3; i++ {
@@ -209,20 +214,20 @@ func TestKeyedRetryChargedOnceAcrossOutage(t *testing.T) {
 	near := func(got, want int64) bool {
 		return got >= want*policy.Micro && got < want*policy.Micro+policy.Micro/10
 	}
-	if o, err := ra.a.Check(ctx, Input{Policy: "keyed", Attributes: tenantA}); err != nil || o.Mode != lease.ModeLocalFallback || !near(o.Remaining, 8) {
+	if o, err := ra.a.Check(ctx, admission.Request{Policy: "keyed", Attributes: tenantA}); err != nil || o.Mode != lease.ModeLocalFallback || !near(o.Remaining, 8) {
 		t.Fatalf("after three keyed attempts the fallback has %v left (%+v %v), want 8", float64(o.Remaining)/float64(policy.Micro), o, err)
 	}
 
 	proxy.Restore()
 	waitFor(t, 5*time.Second, "Redis decisions again", func() bool {
-		o, _ := ra.a.Check(ctx, Input{Policy: "keyed", Attributes: map[string]string{"tenant": "probe"}})
+		o, _ := ra.a.Check(ctx, admission.Request{Policy: "keyed", Attributes: map[string]string{"tenant": "probe"}})
 		return o.Mode == lease.ModeRegion
 	})
 	if o, err := ra.a.Check(ctx, keyed); err != nil || !o.Allowed || o.Mode != lease.ModeLocalFallback {
 		t.Fatalf("keyed attempt after recovery: %+v %v, want the first answer replayed", o, err)
 	}
 	// Redis never charged tenant a for the keyed request: 10 - 1 left after this check.
-	if o, err := ra.a.Check(ctx, Input{Policy: "keyed", Attributes: tenantA}); err != nil || o.Mode != lease.ModeRegion || !near(o.Remaining, 9) {
+	if o, err := ra.a.Check(ctx, admission.Request{Policy: "keyed", Attributes: tenantA}); err != nil || o.Mode != lease.ModeRegion || !near(o.Remaining, 9) {
 		t.Fatalf("Redis has %v left for tenant a (%+v %v), want 9", float64(o.Remaining)/float64(policy.Micro), o, err)
 	}
 	if got := counterValue(t, ra.a, "quotalease_agent_idempotent_replays_total"); got != 3 {

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/quota-lease/quota-lease/admission"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
@@ -38,7 +39,7 @@ func (s *checkServer) CheckBatch(ctx context.Context, req *pb.CheckBatchRequest)
 	if len(req.Checks) > MaxBatch {
 		return nil, status.Errorf(codes.InvalidArgument, "a batch holds at most %d checks, got %d", MaxBatch, len(req.Checks))
 	}
-	ins := make([]Input, len(req.Checks))
+	ins := make([]admission.Request, len(req.Checks))
 	for i, c := range req.Checks {
 		ins[i] = input(c)
 	}
@@ -54,17 +55,17 @@ func (s *checkServer) CheckBatch(ctx context.Context, req *pb.CheckBatchRequest)
 	return out, nil
 }
 
-func input(r *pb.CheckRequest) Input {
-	return Input{Policy: r.Policy, Attributes: r.Attributes, Cost: r.Cost, IdempotencyKey: r.IdempotencyKey}
+func input(r *pb.CheckRequest) admission.Request {
+	return admission.Request{Policy: r.Policy, Attributes: r.Attributes, Cost: r.Cost, IdempotencyKey: r.IdempotencyKey}
 }
 
 // enforcedLimit is the limit an outcome enforced, in whole units per the
 // policy's period: the policy's limit scaled by the share.
-func enforcedLimit(o Outcome) float64 {
+func enforcedLimit(o admission.Outcome) float64 {
 	return o.Policy.Limit * float64(o.Limits.Amount()) / float64(o.Policy.Limits().Amount())
 }
 
-func response(o Outcome) *pb.CheckResponse {
+func response(o admission.Outcome) *pb.CheckResponse {
 	return &pb.CheckResponse{Allowed: o.Allowed, Remaining: o.RemainingUnits(), RetryAfterMs: o.RetryAfterMs,
 		ResetMs: o.ResetAfterMs, Policy: o.Policy.Name, Mode: string(o.Mode), Limit: enforcedLimit(o),
 		PeriodMs: time.Duration(o.Policy.Period).Milliseconds(), Replayed: o.Replayed, Shadow: o.Shadow}

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/internal/coordinator"
 	"github.com/quota-lease/quota-lease/internal/etcdembed"
 	"github.com/quota-lease/quota-lease/internal/faultproxy"
@@ -268,7 +269,7 @@ func startRedisBehindProxy(t testing.TB) *faultproxy.Proxy {
 // callEvery checks in on a every interval, at most n times or until stop
 // is closed, and hands each outcome to seen. A failed check fails the test
 // and ends the loop.
-func callEvery(t testing.TB, a *Agent, in Input, every time.Duration, n int, stop <-chan struct{}, seen func(Outcome)) {
+func callEvery(t testing.TB, a *Agent, in admission.Request, every time.Duration, n int, stop <-chan struct{}, seen func(admission.Outcome)) {
 	for i := 0; i < n; i++ {
 		select {
 		case <-stop:

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/quota-lease/quota-lease/admission"
 )
 
 // The HTTP contract (docs/http.md): POST /v1/check decides one check; a
@@ -122,7 +124,7 @@ func (a *Agent) serveCheck(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, http.StatusBadRequest, "the body must be JSON: {\"policy\": ..., \"attributes\": {...}, \"cost\": 1}: "+err.Error())
 		return
 	}
-	o, err := a.Check(r.Context(), Input{Policy: in.Policy, Attributes: in.Attributes, Cost: in.Cost, IdempotencyKey: in.IdempotencyKey})
+	o, err := a.Check(r.Context(), admission.Request{Policy: in.Policy, Attributes: in.Attributes, Cost: in.Cost, IdempotencyKey: in.IdempotencyKey})
 	if err != nil {
 		badRequest(w, http.StatusBadRequest, err.Error())
 		return

@@ -136,8 +136,9 @@ func (l *leaser) unleased(now time.Time) []string {
 	return out
 }
 
-// enforce returns the amount policy name may enforce now and the mode.
-func (l *leaser) enforce(name string, now time.Time) (int64, lease.Mode) {
+// Enforce returns the amount policy name may enforce now and the mode
+// (admission.Shares).
+func (l *leaser) Enforce(name string, now time.Time) (int64, lease.Mode) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	q := l.quotas[name]
@@ -158,7 +159,9 @@ func (l *leaser) observe(name, identity string, cost int64, now time.Time) {
 	}
 }
 
-func (l *leaser) liveInstances() int {
+// Instances is how many live instances of the region enforce its share
+// (admission.Shares).
+func (l *leaser) Instances() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.instances

@@ -41,7 +41,7 @@ func TestCoordinatorOutageLogsPaced(t *testing.T) {
 	ra := startAgent(t, "us", startRedis(t).Addr, []string{px.Addr}, func(c *Config) {
 		c.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: &logs})
 	})
-	waitFor(t, 5*time.Second, "a lease", func() bool { amt, _ := ra.a.leaser.enforce("api", time.Now()); return amt > 0 })
+	waitFor(t, 5*time.Second, "a lease", func() bool { amt, _ := ra.a.leaser.Enforce("api", time.Now()); return amt > 0 })
 	px.Cut()
 	time.Sleep(5 * time.Second)
 	failuresBefore := counterValue(t, ra.a, "quotalease_agent_lease_renew_failures_total")

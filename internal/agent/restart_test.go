@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
@@ -82,7 +83,7 @@ func TestStartDuringCoordinatorOutage(t *testing.T) {
 		c.Coordinator, c.Policies, c.KeepPolicies = hung, hung.policies, true
 	})
 	waitFor(t, 10*time.Second, "ready from the saved state", a.Ready)
-	o, err := a.Check(t.Context(), Input{Policy: "api", Attributes: tenantA, Cost: 1})
+	o, err := a.Check(t.Context(), admission.Request{Policy: "api", Attributes: tenantA, Cost: 1})
 	served := time.Since(began)
 	if err != nil {
 		t.Fatal(err)
@@ -96,9 +97,9 @@ func TestStartDuringCoordinatorOutage(t *testing.T) {
 	}
 	// What it enforces is what the coordinator counts for the region: the
 	// saved grant, or the static share capped by it.
-	p, _ := a.engine.Policy("api")
+	p, _ := a.policies.Policy("api")
 	total := p.Limits().Amount()
-	amt, mode := a.leaser.enforce("api", time.Now())
+	amt, mode := a.leaser.Enforce("api", time.Now())
 	want := saved.Amount
 	if mode == lease.ModeDegraded {
 		want = min(saved.Amount, total*3/10)
@@ -108,14 +109,14 @@ func TestStartDuringCoordinatorOutage(t *testing.T) {
 	}
 	// The fail-closed policy falls back from its saved grant too: nothing
 	// once that has ended, never more than it.
-	if amt, _ := a.leaser.enforce("strict", time.Now()); amt > savedGrantOf(t, rdb, "strict").Amount {
+	if amt, _ := a.leaser.Enforce("strict", time.Now()); amt > savedGrantOf(t, rdb, "strict").Amount {
 		t.Fatalf("strict enforces %d, above its saved grant", amt)
 	}
 	waitFor(t, 10*time.Second, "the restored grant to end", func() bool {
-		_, m := a.leaser.enforce("api", time.Now())
+		_, m := a.leaser.Enforce("api", time.Now())
 		return m == lease.ModeDegraded
 	})
-	if amt, _ := a.leaser.enforce("api", time.Now()); amt != min(saved.Amount, total*3/10) {
+	if amt, _ := a.leaser.Enforce("api", time.Now()); amt != min(saved.Amount, total*3/10) {
 		t.Fatalf("degraded budget %d, want the static share %d capped by the saved grant %d", amt, total*3/10, saved.Amount)
 	}
 }
@@ -173,7 +174,7 @@ func TestStartWithNoStateFollowsFailureModes(t *testing.T) {
 		"closed": {false, lease.ModeDegraded},
 	}
 	for name, w := range want {
-		o, err := a.Check(t.Context(), Input{Policy: name, Attributes: tenantA, Cost: 1})
+		o, err := a.Check(t.Context(), admission.Request{Policy: name, Attributes: tenantA, Cost: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -181,7 +182,7 @@ func TestStartWithNoStateFollowsFailureModes(t *testing.T) {
 			t.Errorf("%s: allowed %v in mode %s, want %v in %s", name, o.Allowed, o.Mode, w.allowed, w.mode)
 		}
 	}
-	if amt, _ := a.leaser.enforce("open", time.Now()); amt != 20*policy.Micro {
+	if amt, _ := a.leaser.Enforce("open", time.Now()); amt != 20*policy.Micro {
 		t.Errorf("fail-open enforces %d, want its open fraction %d", amt, 20*policy.Micro)
 	}
 }

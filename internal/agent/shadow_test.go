@@ -8,6 +8,8 @@ import (
 
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/quota-lease/quota-lease/admission"
 )
 
 // A policy in shadow mode never rejects: over its limit a check is
@@ -16,7 +18,7 @@ import (
 func TestShadowModeNeverRejects(t *testing.T) {
 	ra := regionAgent(t, "name: trial\nidentity: [user]\nalgorithm: fixed_window\nlimit: 2\nperiod: 1m\nscope: region\nshadow_mode: true\n", nil)
 	for i := 0; i < 5; i++ {
-		o, err := ra.a.Check(t.Context(), Input{Policy: "trial", Attributes: map[string]string{"user": "u"}})
+		o, err := ra.a.Check(t.Context(), admission.Request{Policy: "trial", Attributes: map[string]string{"user": "u"}})
 		if err != nil || !o.Allowed || o.Shadow != (i >= 2) {
 			t.Fatalf("check %d: %+v %v, want allowed, shadow from the third", i, o, err)
 		}
@@ -45,7 +47,7 @@ func TestShadowModeNeverRejects(t *testing.T) {
 func TestShadowModeSwitch(t *testing.T) {
 	ra := regionAgent(t, "name: strict\nidentity: [user]\nalgorithm: fixed_window\nlimit: 1\nperiod: 1m\nscope: region\n", func(c *Config) { c.Shadow = true })
 	for i := 0; i < 3; i++ {
-		if o, err := ra.a.Check(t.Context(), Input{Policy: "strict", Attributes: map[string]string{"user": "u"}}); err != nil || !o.Allowed {
+		if o, err := ra.a.Check(t.Context(), admission.Request{Policy: "strict", Attributes: map[string]string{"user": "u"}}); err != nil || !o.Allowed {
 			t.Fatalf("check %d with the shadow switch on: %+v %v", i, o, err)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/bound"
 )
 
@@ -30,7 +31,7 @@ func TestRedisRestartedEmptyMintsNoBurst(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		callEvery(t, ra.a, Input{Policy: "api", Attributes: tenantA}, 10*time.Millisecond, 3000, stop, func(o Outcome) { // at most 30 s
+		callEvery(t, ra.a, admission.Request{Policy: "api", Attributes: tenantA}, 10*time.Millisecond, 3000, stop, func(o admission.Outcome) { // at most 30 s
 			if o.Allowed {
 				mu.Lock()
 				admitted = append(admitted, time.Since(start))

@@ -1,0 +1,172 @@
+package admission
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/quota-lease/quota-lease/lease"
+	"github.com/quota-lease/quota-lease/policy"
+)
+
+// Errors for requests refused before any state is touched. Every entry
+// point maps them to its wire's "bad request" (HTTP 400, gRPC
+// InvalidArgument); nothing is charged.
+var (
+	// ErrUnknownPolicy reports a request naming no loaded policy.
+	ErrUnknownPolicy = errors.New("unknown policy")
+	// ErrInvalidRequest reports a malformed request.
+	ErrInvalidRequest = errors.New("invalid request")
+)
+
+// MaxIdempotencyKeyBytes bounds an idempotency key.
+const MaxIdempotencyKeyBytes = 128
+
+// NoShareRetryMs is the retry delay of a request refused because the
+// limits it may be enforced under cannot hold it (no share, a share too
+// small for its cost): roughly until the next lease round.
+const NoShareRetryMs = 1000
+
+// Request is one check as a caller asks it. Every entry point (HTTP, gRPC,
+// Envoy, the simulator) turns its own form into a Request.
+type Request struct {
+	// Policy names the policy to enforce.
+	Policy string
+	// Attributes are the request's attributes; the policy's identity picks
+	// the ones it counts by.
+	Attributes map[string]string
+	// Cost in whole units; 0 means the policy's default.
+	Cost int64
+	// IdempotencyKey, when set, makes a retried request get the decision
+	// already made for it, uncharged.
+	IdempotencyKey string
+}
+
+// Ticket is a request resolved against its policy: validated once, with
+// the identity it counts against and the limits it is enforced under.
+// Stores decide tickets as they are; nothing downstream validates again.
+type Ticket struct {
+	Policy *policy.Policy
+	// Identity is whom the request counts against (policy.IdentityOf).
+	Identity string
+	// Cost in whole units, at least 1 and within the policy's capacity.
+	Cost int64
+	// IdempotencyKey as asked (valid), or "".
+	IdempotencyKey string
+	// Limits enforced: the region's share for a global policy (or its
+	// degraded budget), the full limits otherwise; before a sharded
+	// policy splits them (policy.Policy.ShardLimits).
+	Limits policy.Limits
+	// Mode the limits come from.
+	Mode lease.Mode
+
+	key       string // policy and identity: the identity's key in in-process tables
+	replayKey string // key and idempotency key, or ""
+	noShare   bool   // Limits cannot hold Cost: refused without asking the store
+}
+
+// Resolve validates r under p with limits l (p.Limits(), unless a caller
+// enforces others of p's algorithm) and returns its ticket, enforced under
+// l in region mode until Enforce narrows it. A refused request gets an
+// error wrapping ErrInvalidRequest, ErrUnknownPolicy or a policy
+// sentinel; it touches nothing.
+func Resolve(p *policy.Policy, r Request, l policy.Limits) (Ticket, error) {
+	if p.Envoy != nil && p.Envoy.Unlimited {
+		return Ticket{}, fmt.Errorf("%w: policy %q is an unlimited Envoy descriptor: it limits nothing", ErrUnknownPolicy, p.Name)
+	}
+	cost := r.Cost
+	if cost == 0 {
+		cost = p.Cost
+	}
+	if cost < 1 {
+		return Ticket{}, fmt.Errorf("policy %q: %w, got %d", p.Name, policy.ErrInvalidCost, cost)
+	}
+	if err := Admits(p, l, cost); err != nil {
+		return Ticket{}, fmt.Errorf("policy %q: %w", p.Name, err)
+	}
+	id, err := p.IdentityOf(r.Attributes)
+	if err != nil {
+		return Ticket{}, fmt.Errorf("policy %q: %w", p.Name, err)
+	}
+	t := Ticket{Policy: p, Identity: id, Cost: cost, Limits: l, Mode: lease.ModeRegion, key: p.Name + "\x00" + id}
+	if r.IdempotencyKey != "" {
+		if err := ValidIdempotencyKey(r.IdempotencyKey); err != nil {
+			return Ticket{}, fmt.Errorf("policy %q: %w", p.Name, err)
+		}
+		t.IdempotencyKey = r.IdempotencyKey
+		t.replayKey = t.key + "\x00" + r.IdempotencyKey
+	}
+	return t, nil
+}
+
+// Enforce puts t under l, which came from mode: when l cannot hold t's
+// cost (Admits), t is refused without asking the store, with
+// NoShareRetryMs. It reports whether l admits t.
+func (t *Ticket) Enforce(l policy.Limits, mode lease.Mode) bool {
+	t.Mode = mode
+	t.noShare = Admits(t.Policy, l, t.Cost) != nil
+	if !t.noShare {
+		t.Limits = l
+	}
+	return !t.noShare
+}
+
+// Admits reports why limits l of policy p can never admit a request of
+// cost whole units, or nil if they can: they are valid and each of p's
+// shards holds the cost. It is the one rule deciding whether a region's
+// share, its degraded budget or the full limit admits a cost.
+func Admits(p *policy.Policy, l policy.Limits, cost int64) error {
+	if err := holds(p.ShardLimits(l), cost); err != nil {
+		if n := p.ShardCount(); n > 1 {
+			return fmt.Errorf("%w, one of %d shards", err, n)
+		}
+		return err
+	}
+	return nil
+}
+
+// holds reports why limits l can never admit cost whole units, or nil.
+func holds(l policy.Limits, cost int64) error {
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	if cost > l.Capacity/policy.Micro {
+		return fmt.Errorf("%w (cost %d, capacity %s)", policy.ErrCostExceedsCapacity, cost, formatUnits(l.Capacity))
+	}
+	return nil
+}
+
+// ValidIdempotencyKey reports, wrapping ErrInvalidRequest, an idempotency
+// key that is not 1-128 printable ASCII characters without spaces.
+func ValidIdempotencyKey(idem string) error {
+	if len(idem) > MaxIdempotencyKeyBytes {
+		return fmt.Errorf("%w: idempotency key is %d bytes, more than %d", ErrInvalidRequest, len(idem), MaxIdempotencyKeyBytes)
+	}
+	for i := 0; i < len(idem); i++ {
+		if c := idem[i]; c <= ' ' || c > '~' {
+			return fmt.Errorf("%w: idempotency key must be printable ASCII without spaces", ErrInvalidRequest)
+		}
+	}
+	return nil
+}
+
+// IsInputError reports whether err refuses a request for what it asked
+// (an unknown policy, a bad cost, identity or key), as opposed to a store
+// that failed to decide it.
+func IsInputError(err error) bool {
+	for _, e := range []error{ErrUnknownPolicy, ErrInvalidRequest, policy.ErrInvalidCost, policy.ErrCostExceedsCapacity,
+		policy.ErrInvalidIdentity, policy.ErrInvalidLimits} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// formatUnits prints micro-units as units, without trailing zeros.
+func formatUnits(micro int64) string {
+	s := strconv.FormatFloat(policy.Units(micro), 'f', 6, 64)
+	s = strings.TrimRight(s, "0")
+	return strings.TrimSuffix(s, ".")
+}

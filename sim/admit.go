@@ -1,0 +1,76 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"math"
+	"time"
+
+	"github.com/quota-lease/quota-lease/admission"
+	"github.com/quota-lease/quota-lease/lease"
+	"github.com/quota-lease/quota-lease/policy"
+)
+
+// This file gives each simulated region the admission pipeline the agent
+// runs (admission.Pipeline), on the region's clock, its lease and a model
+// of its Redis: quota-lease's decisions in the simulator are the agent's
+// code, only the store is simulated.
+
+// errStoreDown is the simulated Redis's answer while it is down.
+var errStoreDown = errors.New("simulated Redis is down")
+
+// newAdmission returns region r's admission pipeline.
+func (e *engine) newAdmission(r *region) (*admission.Pipeline, error) {
+	return admission.New(admission.Config{
+		Policies: simPolicies{e}, Store: simStore{e, r}, Shares: simShares{r}, Clock: regionClock{e, r},
+		FallbackKeys: math.MaxInt, // the agent's table is large; the simulator never fills it
+	})
+}
+
+// simPolicies is the one policy in force.
+type simPolicies struct{ e *engine }
+
+func (p simPolicies) Policy(name string) (*policy.Policy, bool) {
+	return p.e.policy, name == p.e.policy.Name
+}
+
+// simShares is the region's lease (the region runs one agent instance).
+type simShares struct{ r *region }
+
+func (s simShares) Enforce(_ string, now time.Time) (int64, lease.Mode) {
+	return s.r.agent.Enforce(now)
+}
+func (s simShares) Instances() int { return 1 }
+
+// regionClock reads region r's clock at the simulation's current time.
+type regionClock struct {
+	e *engine
+	r *region
+}
+
+func (c regionClock) Now() time.Time { return c.r.leaseTime(c.e.now) }
+func (c regionClock) Mono() time.Duration {
+	return time.Duration(c.r.clock(c.e.now)) * time.Millisecond
+}
+
+// simStore is region r's Redis: down while an outage lasts, else deciding
+// each ticket on the shard of its identity the region's turn picks, as
+// regional.Engine does.
+type simStore struct {
+	e *engine
+	r *region
+}
+
+func (s simStore) Decide(_ context.Context, ts []*admission.Ticket) []admission.Decided {
+	out := make([]admission.Decided, len(ts))
+	for i, t := range ts {
+		if s.r.redisDown {
+			out[i].Err = errStoreDown
+			continue
+		}
+		id := s.e.ids.index[t.Identity]
+		l := t.Policy.ShardLimits(t.Limits)
+		out[i].Decision = s.e.decideStore(s.r, s.r.shardOf(id, t.Policy), l, s.r.clock(s.e.now), t.Cost*policy.Micro)
+	}
+	return out
+}
