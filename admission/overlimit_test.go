@@ -61,4 +61,3 @@ func TestOverLimitEntries(t *testing.T) {
 		t.Fatalf("after the sweep: %v", c.m)
 	}
 }
-
