@@ -19,12 +19,25 @@ import (
 // errStoreDown is the simulated Redis's answer while it is down.
 var errStoreDown = errors.New("simulated Redis is down")
 
-// newAdmission returns region r's admission pipeline.
-func (e *engine) newAdmission(r *region) (*admission.Pipeline, error) {
-	return admission.New(admission.Config{
+// admitter decides a region's requests: its admission pipeline.
+type admitter interface {
+	Check(ctx context.Context, r admission.Request) (admission.Outcome, error)
+}
+
+// admitIn gives region r its admission pipeline.
+func (e *engine) admitIn(r *region) error {
+	p, err := admission.New(admission.Config{
 		Policies: simPolicies{e}, Store: simStore{e, r}, Shares: simShares{r}, Clock: regionClock{e, r},
 		FallbackKeys: math.MaxInt, // the agent's table is large; the simulator never fills it
 	})
+	if err != nil {
+		return err
+	}
+	r.admit = p
+	if e.wrap != nil {
+		r.admit = e.wrap(r, p)
+	}
+	return nil
 }
 
 // simPolicies is the one policy in force.

@@ -115,7 +115,7 @@ type region struct {
 	// admit is the region's admission pipeline, the agent's. Its local
 	// fallback, as the agent's, is never reset, neither when Redis returns
 	// nor on a version bump.
-	admit *admission.Pipeline
+	admit admitter
 }
 
 func (r *region) clock(t int64) int64 {
@@ -135,8 +135,11 @@ func (r *region) leaseTime(t int64) time.Time { return time.UnixMilli(r.clock(t)
 // Run simulates s and returns its result; decisions, when not nil,
 // receives one JSON line per request decided by quota-lease.
 func Run(s *Scenario, decisions io.Writer) (*Result, error) {
-	e := &engine{s: s, rng: rand.New(rand.NewPCG(s.Seed, 0x5eed)), policy: s.policy, maxPolicy: s.policy, ledger: map[string]lease.LedgerMark{}}
-	return e.run(decisions)
+	return newEngine(s).run(decisions)
+}
+
+func newEngine(s *Scenario) *engine {
+	return &engine{s: s, rng: rand.New(rand.NewPCG(s.Seed, 0x5eed)), policy: s.policy, maxPolicy: s.policy, ledger: map[string]lease.LedgerMark{}}
 }
 
 type engine struct {
@@ -151,6 +154,9 @@ type engine struct {
 	timing    lease.Timing
 	regions   []*region
 	ids       *identities
+	// wrap, when set, wraps each region's admission pipeline (tests
+	// compare it with the agent's on Redis).
+	wrap func(r *region, sim admitter) admitter
 
 	book      *lease.Book
 	targets   map[string]int64
@@ -196,8 +202,7 @@ func (e *engine) run(decisions io.Writer) (*Result, error) {
 			agent: lease.NewAgent(e.timing, e.policy.Failure, e.full.Amount()), nonce: "sim-" + name, lastSend: -1 << 40,
 			pending: map[uint64]bool{}, meter: lease.NewMeter[int](),
 			store: map[int]policy.State{}, indep: map[int]policy.State{}, static: map[int]policy.State{}})
-		var err error
-		if e.regions[i].admit, err = e.newAdmission(e.regions[i]); err != nil {
+		if err := e.admitIn(e.regions[i]); err != nil {
 			return nil, err
 		}
 	}
