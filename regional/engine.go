@@ -57,8 +57,8 @@ func DefaultConfig() Config {
 	return Config{IdempotencyWindow: DefaultIdempotencyWindow, TTLMargin: DefaultTTLMargin}
 }
 
-// Validate reports every setting of c that cannot work, joined.
-func (c Config) Validate() error {
+// ValidateConfig reports every setting of c that cannot work, joined.
+func ValidateConfig(c Config) error {
 	var errs []error
 	if c.IdempotencyWindow <= 0 || c.TTLMargin <= 0 {
 		errs = append(errs, fmt.Errorf("idempotency window %s and TTL margin %s must be positive", c.IdempotencyWindow, c.TTLMargin))
@@ -86,7 +86,7 @@ type Engine struct {
 // and CheckBatch look requests up in; an engine used only as an
 // admission.Store needs none.
 func NewEngine(rdb Client, policies []*policy.Policy, cfg Config) (*Engine, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := ValidateConfig(cfg); err != nil {
 		return nil, fmt.Errorf("regional engine config: %w", err)
 	}
 	e := &Engine{rdb: rdb, cfg: cfg, marginMs: cfg.TTLMargin.Milliseconds()}
