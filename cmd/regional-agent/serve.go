@@ -165,7 +165,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		handler = mtls.RequireClientCert(handler, "/metrics", "/healthz", "/readyz")
 	}
 	hsrv := agent.NewHTTPServer(handler, tl.HTTP)
-	hl = agent.LimitListener(hl, *httpConns)
+	hl = agent.CapConns(hl, *httpConns)
 
 	runCtx, stop := context.WithCancel(context.Background())
 	defer stop()
