@@ -2,11 +2,12 @@
 // Everything here is a pure function over integers (the quota's fixed-point
 // amount), so it can be tested exhaustively and driven by the simulator.
 //
-// Three strategies compute an ideal split: Static (by weight),
-// DemandProportional and MaxMinFair (water-filling). All give every region
-// at least its floor, never hand out more than the total, and when total
-// demand fits, meet every region's demand and spread the surplus by weight
-// (capacity a region may grow into instead of stranded). Damp then moves
+// Three strategies compute an ideal split: StrategyStatic (by weight),
+// StrategyDemand (by demand) and StrategyMaxMinFair (water-filling). All
+// give every region at least its floor, never hand out more than the
+// total, and when total demand fits, meet every region's demand and spread
+// the surplus by weight (capacity a region may grow into instead of
+// stranded). Damp then moves
 // the current targets toward the ideal slowly: at most MaxStep per round,
 // ignoring changes under Hysteresis.
 //

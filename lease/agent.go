@@ -122,10 +122,6 @@ func (a *Agent) Restore(g Grant, validUntil time.Time) {
 	a.state, a.restored = Active, true
 }
 
-// Restored reports whether the grant enforced is an earlier process's
-// (Restore) that no grant of this process has replaced yet.
-func (a *Agent) Restored() bool { return a.restored }
-
 // Own reports whether this process holds a grant of its own (installed by
 // Granted), expired or not.
 func (a *Agent) Own() bool { return a.grant.ID != "" && !a.restored }

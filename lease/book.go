@@ -207,24 +207,16 @@ type Renewal struct {
 }
 
 // Pending is a grant prepared by Prepare and not yet committed. The
-// coordinator persists the record when NeedsPersist, then Commits.
+// coordinator writes its Ledger delta, when not empty, then Commits.
 type Pending struct {
-	rec       *Record
-	grant     Grant
-	isNew     bool
-	persistUp bool
-	ledger    LedgerDelta
+	rec    *Record
+	grant  Grant
+	isNew  bool
+	ledger LedgerDelta
 }
 
 // Grant is the grant the pending renewal hands out.
 func (p *Pending) Grant() Grant { return p.grant }
-
-// NeedsPersist reports whether the durable ledger must record a higher
-// amount (Persisted) for the region before the grant may be sent.
-func (p *Pending) NeedsPersist() bool { return p.persistUp }
-
-// Persisted is the amount the ledger must hold for the region.
-func (p *Pending) Persisted() int64 { return p.rec.Persisted }
 
 // Prepare computes the grant for r at now, aiming at target: the target,
 // capped at what the other regions leave free. It changes nothing; Commit
@@ -270,7 +262,6 @@ func (b *Book) Prepare(now time.Time, r Renewal, target int64) (*Pending, error)
 	}
 	pe := &Pending{rec: rec, grant: g, isNew: isNew}
 	if e := b.enforcing(rec, now); e > rec.Persisted {
-		pe.persistUp = true
 		rec.Persisted = e
 		pe.ledger = LedgerDelta{
 			Raise: []LedgerMark{{Region: r.Region, Instance: r.Instance, Nonce: r.Nonce, GrantID: g.ID, Amount: e}},

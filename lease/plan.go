@@ -15,12 +15,13 @@ type PlanOptions struct {
 	MaxStep, Hysteresis float64
 }
 
-// Plan is one quota's rebalancing round, as the coordinator runs it every
-// rebalance interval and the simulator drives it: the regions taking part
-// (those in the book, holding or asking for a lease, and those with an
-// explicit floor in p), with their floors and demand, split by o.Strategy
-// and damped from prev. weights gives every declared region's weight.
-func Plan(p *policy.Policy, b *Book, weights map[string]float64, prev map[string]int64, o PlanOptions) (map[string]int64, error) {
+// PlanTargets is one quota's rebalancing round, as the coordinator runs it
+// every rebalance interval and the simulator drives it: the targets of the
+// regions taking part (those in the book, holding or asking for a lease,
+// and those with an explicit floor in p), with their floors and demand,
+// split by o.Strategy (allocation.Plan) and damped from prev. weights gives
+// every declared region's weight.
+func PlanTargets(p *policy.Policy, b *Book, weights map[string]float64, prev map[string]int64, o PlanOptions) (map[string]int64, error) {
 	demand := b.Demands()
 	total := b.Total()
 	var in []allocation.Region

@@ -428,7 +428,7 @@ func (e *engine) timeout(r *region, req lease.Request) {
 	}
 }
 
-// rebalance is the coordinator's planning round (lease.Plan), every region
+// rebalance is the coordinator's planning round (lease.PlanTargets), every region
 // with weight 1.
 func (e *engine) rebalance() {
 	if !e.coordUp {
@@ -438,7 +438,7 @@ func (e *engine) rebalance() {
 	for _, r := range e.regions {
 		weights[r.name] = 1
 	}
-	if t, err := lease.Plan(e.policy, e.book, weights, e.targets, lease.PlanOptions{Strategy: e.s.Rebalance.Strategy, MaxStep: e.s.Rebalance.MaxStep, Hysteresis: e.s.Rebalance.Hysteresis}); err == nil {
+	if t, err := lease.PlanTargets(e.policy, e.book, weights, e.targets, lease.PlanOptions{Strategy: e.s.Rebalance.Strategy, MaxStep: e.s.Rebalance.MaxStep, Hysteresis: e.s.Rebalance.Hysteresis}); err == nil {
 		e.targets = t
 	}
 }

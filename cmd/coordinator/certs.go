@@ -7,8 +7,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/quota-lease/quota-lease/internal/caller"
 	"github.com/quota-lease/quota-lease/internal/devca"
-	"github.com/quota-lease/quota-lease/internal/identity"
 )
 
 func certsCmd(_ context.Context, args []string, stdout, stderr io.Writer) error {
@@ -42,10 +42,10 @@ overwrite an existing CA.`, stderr)
 	if *hosts != "" {
 		extra = strings.Split(*hosts, ",")
 	}
-	issue := func(name string, id *identity.ID) error {
+	issue := func(name string, id *caller.ID) error {
 		l := devca.Leaf{Name: name, Hosts: extra}
 		if id != nil {
-			l.URIs = append(l.URIs, identity.URI(*domain, *id))
+			l.URIs = append(l.URIs, caller.URI(*domain, *id))
 		}
 		cert, _, err := ca.Issue(l)
 		if err == nil {
@@ -62,12 +62,12 @@ overwrite an existing CA.`, stderr)
 		return err
 	}
 	for _, r := range strings.Split(*regions, ",") {
-		if err := issue("agent-"+r, &identity.ID{Kind: identity.Region, Name: r}); err != nil {
+		if err := issue("agent-"+r, &caller.ID{Kind: caller.Region, Name: r}); err != nil {
 			return err
 		}
 	}
-	for _, role := range []string{identity.Admin, identity.Viewer} {
-		if err := issue(role, &identity.ID{Kind: identity.Role, Name: role}); err != nil {
+	for _, role := range []string{caller.Admin, caller.Viewer} {
+		if err := issue(role, &caller.ID{Kind: caller.Role, Name: role}); err != nil {
 			return err
 		}
 	}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/quota-lease/quota-lease/internal/identity"
+	"github.com/quota-lease/quota-lease/internal/caller"
 	"github.com/quota-lease/quota-lease/internal/mtls"
 )
 
@@ -28,7 +28,7 @@ func TestCertsCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if id, err := identity.FromCert(cert, "quota-lease"); err != nil || id != (identity.ID{Kind: identity.Region, Name: "eu"}) {
+	if id, err := caller.FromCert(cert, "quota-lease"); err != nil || id != (caller.ID{Kind: caller.Region, Name: "eu"}) {
 		t.Fatalf("agent-eu.pem names %v (%v)", id, err)
 	}
 	if _, err := mtls.Client(mtls.Files{CA: filepath.Join(dir, "quota-lease-ca.pem"), Cert: filepath.Join(dir, "admin.pem"), Key: filepath.Join(dir, "admin-key.pem")}, ""); err != nil {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -50,135 +51,175 @@ line wins over the environment, which wins over the file.
 Flags:
 `
 
+// runServe runs the serve command: flags, then the configuration they
+// make, then the agent.
 func runServe(ctx context.Context, args []string, stderr io.Writer) error {
+	o, err := serveFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	cfg, err := o.config(stderr)
+	if err != nil {
+		return err
+	}
+	return serve(ctx, cfg)
+}
+
+// serveOptions are serve's flags as given (or preset from the environment
+// and --config).
+type serveOptions struct {
+	region, instance, coordinators, policies, clusterID  string
+	grpcListen, httpListen, metricIDs, coordCA, logLevel string
+	redis                                                redisTarget
+	tls                                                  *mtls.Files
+	hints, envoyHeaders, shadow, insecure, logJSON       bool
+	skew, checkTimeout, margin, policyRefresh, drain     time.Duration
+	pipelines, fallbackKeys, httpConns                   int
+	drift                                                float64
+}
+
+// serveFlags defines serve's flags and parses args over the environment
+// and --config; --region is required.
+func serveFlags(args []string, stderr io.Writer) (*serveOptions, error) {
+	o := &serveOptions{}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, serveUsage); fs.PrintDefaults() }
 	host, _ := os.Hostname()
-	region := fs.String("region", "", "region this agent enforces for (required)")
-	instance := fs.String("instance", host, "this agent's name within the region (unique per process)")
-	redisAddr := fs.String("redis", "127.0.0.1:6379", redisUsage)
-	redisPasswordFile := fs.String("redis-password-file", "", "file holding the Redis password (else env QUOTALEASE_REDIS_PASSWORD, else the URL's); never logged")
-	sentinelPasswordFile := fs.String("redis-sentinel-password-file", "", "file holding the Redis Sentinels' password (else env QUOTALEASE_REDIS_SENTINEL_PASSWORD); never logged")
-	redisCA := fs.String("redis-tls-ca", "", "PEM CA that signs Redis's certificate (turns TLS on; rediss:// without it uses the system roots)")
-	coordAddrs := fs.String("coordinator", "127.0.0.1:7400", "coordinator replicas, host:port[,host:port...]")
-	hints := fs.Bool("coordinator-hints", true, "follow the leader address that followers name; turn off when the coordinators are reached through proxies or NAT their advertised addresses bypass")
-	policies := fs.String("policies", "", "load policies from this YAML file instead of the coordinator")
-	skew := fs.Duration("saved-clock-skew", time.Second, "the most the wall clocks of this region's agent hosts may disagree: a grant restored from the region's Redis at start (during a coordinator outage) is trusted this much less long")
-	grpcListen := fs.String("grpc-listen", "127.0.0.1:7500", "gRPC address (check API and Envoy rate-limit API)")
-	httpListen := fs.String("http-listen", "127.0.0.1:7501", "HTTP address (/v1/check, /metrics, /healthz, /readyz)")
-	checkTimeout := fs.Duration("check-timeout", 20*time.Millisecond, "longest a check waits for Redis before the local fallback decides")
-	pipelines := fs.Int("redis-pipelines", agent.DefaultConfig().RedisPipelines, "pipelines of concurrent checks in flight to Redis at once; each carries every check that queued meanwhile (no timer: an idle agent adds no latency). 0 sends every check on its own")
-	drift := fs.Float64("drift", lease.DefaultTiming.Drift, "bound on this host's clock rate error; a coordinator assuming a larger one (its --drift) wins")
-	margin := fs.Duration("lease-margin", lease.DefaultTiming.Margin, "stop trusting a grant this much early, on top of drift")
-	fallbackKeys := fs.Int("fallback-keys", 100_000, "most identities the local fallback tracks")
-	policyRefresh := fs.Duration("policy-refresh", 10*time.Second, "reload the policies at least this often; a grant computed from a changed policy, or a check naming an unknown one, reloads them at once")
-	clusterID := fs.String("cluster-id", "", "the cluster ID the coordinators must have (they log it at start); without it the agent pins the cluster of the first answer. Either way a coordinator of another deployment is refused")
-	envoyHeaders := fs.Bool("envoy-limit-headers", false, "add RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset to Envoy answers for the descriptor closest to its limit (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED)")
-	shadow := fs.Bool("shadow-mode", false, "shadow mode for every policy: decide and count as usual, admit everything (rejections are counted as result=\"shadow\"); for watching limits before enforcing them")
-	metricIDs := fs.String("metric-identities", agent.IdentitiesHashed, "how the hot-identity metric names identities (tenants, IPs): hashed (sha256:<12 hex>), plain (opt in to the names) or off")
-	tlsFiles := mtls.ServerFlags(fs)
-	coordCA := fs.String("coordinator-tls-ca", os.Getenv("QUOTALEASE_TLS_CA"), "PEM CA that signs the coordinators' certificates; turns TLS on toward them, presenting --tls-cert (the region's identity) as the client certificate (env QUOTALEASE_TLS_CA)")
-	drainDelay := fs.Duration("drain-delay", 0, "on SIGTERM, answer /readyz 503 (and gRPC health NOT_SERVING) for this long while still serving checks, before waiting for in-flight ones and closing: set it to your load balancer's probe period")
-	httpConns := fs.Int("http-max-conns", agent.DefaultMaxHTTPConns, "most open HTTP connections; more wait to be accepted, so slow clients cannot exhaust file descriptors")
-	insecureListen := fs.Bool("insecure", false, "allow listening on a non-loopback address without mutual TLS (anyone who reaches it can check and read metrics)")
-	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
-	logJSON := fs.Bool("log-json", false, "log as JSON lines instead of text")
+	fs.StringVar(&o.region, "region", "", "region this agent enforces for (required)")
+	fs.StringVar(&o.instance, "instance", host, "this agent's name within the region (unique per process)")
+	fs.StringVar(&o.redis.addr, "redis", "127.0.0.1:6379", redisUsage)
+	fs.StringVar(&o.redis.passwordFile, "redis-password-file", "", "file holding the Redis password (else env QUOTALEASE_REDIS_PASSWORD, else the URL's); never logged")
+	fs.StringVar(&o.redis.sentinelPasswordFile, "redis-sentinel-password-file", "", "file holding the Redis Sentinels' password (else env QUOTALEASE_REDIS_SENTINEL_PASSWORD); never logged")
+	fs.StringVar(&o.redis.caFile, "redis-tls-ca", "", "PEM CA that signs Redis's certificate (turns TLS on; rediss:// without it uses the system roots)")
+	fs.StringVar(&o.coordinators, "coordinator", "127.0.0.1:7400", "coordinator replicas, host:port[,host:port...]")
+	fs.BoolVar(&o.hints, "coordinator-hints", true, "follow the leader address that followers name; turn off when the coordinators are reached through proxies or NAT their advertised addresses bypass")
+	fs.StringVar(&o.policies, "policies", "", "load policies from this YAML file instead of the coordinator")
+	fs.DurationVar(&o.skew, "saved-clock-skew", time.Second, "the most the wall clocks of this region's agent hosts may disagree: a grant restored from the region's Redis at start (during a coordinator outage) is trusted this much less long")
+	fs.StringVar(&o.grpcListen, "grpc-listen", "127.0.0.1:7500", "gRPC address (check API and Envoy rate-limit API)")
+	fs.StringVar(&o.httpListen, "http-listen", "127.0.0.1:7501", "HTTP address (/v1/check, /metrics, /healthz, /readyz)")
+	fs.DurationVar(&o.checkTimeout, "check-timeout", 20*time.Millisecond, "longest a check waits for Redis before the local fallback decides")
+	fs.IntVar(&o.pipelines, "redis-pipelines", agent.DefaultConfig().RedisPipelines, "pipelines of concurrent checks in flight to Redis at once; each carries every check that queued meanwhile (no timer: an idle agent adds no latency). 0 sends every check on its own")
+	fs.Float64Var(&o.drift, "drift", lease.DefaultTiming.Drift, "bound on this host's clock rate error; a coordinator assuming a larger one (its --drift) wins")
+	fs.DurationVar(&o.margin, "lease-margin", lease.DefaultTiming.Margin, "stop trusting a grant this much early, on top of drift")
+	fs.IntVar(&o.fallbackKeys, "fallback-keys", 100_000, "most identities the local fallback tracks")
+	fs.DurationVar(&o.policyRefresh, "policy-refresh", 10*time.Second, "reload the policies at least this often; a grant computed from a changed policy, or a check naming an unknown one, reloads them at once")
+	fs.StringVar(&o.clusterID, "cluster-id", "", "the cluster ID the coordinators must have (they log it at start); without it the agent pins the cluster of the first answer. Either way a coordinator of another deployment is refused")
+	fs.BoolVar(&o.envoyHeaders, "envoy-limit-headers", false, "add RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset to Envoy answers for the descriptor closest to its limit (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED)")
+	fs.BoolVar(&o.shadow, "shadow-mode", false, "shadow mode for every policy: decide and count as usual, admit everything (rejections are counted as result=\"shadow\"); for watching limits before enforcing them")
+	fs.StringVar(&o.metricIDs, "metric-identities", agent.IdentitiesHashed, "how the hot-identity metric names identities (tenants, IPs): hashed (sha256:<12 hex>), plain (opt in to the names) or off")
+	o.tls = mtls.ServerFlags(fs)
+	fs.StringVar(&o.coordCA, "coordinator-tls-ca", os.Getenv("QUOTALEASE_TLS_CA"), "PEM CA that signs the coordinators' certificates; turns TLS on toward them, presenting --tls-cert (the region's identity) as the client certificate (env QUOTALEASE_TLS_CA)")
+	fs.DurationVar(&o.drain, "drain-delay", 0, "on SIGTERM, answer /readyz 503 (and gRPC health NOT_SERVING) for this long while still serving checks, before waiting for in-flight ones and closing: set it to your load balancer's probe period")
+	fs.IntVar(&o.httpConns, "http-max-conns", agent.DefaultMaxHTTPConns, "most open HTTP connections; more wait to be accepted, so slow clients cannot exhaust file descriptors")
+	fs.BoolVar(&o.insecure, "insecure", false, "allow listening on a non-loopback address without mutual TLS (anyone who reaches it can check and read metrics)")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
+	fs.BoolVar(&o.logJSON, "log-json", false, "log as JSON lines instead of text")
 	envflag.AddConfigFlag(fs)
 	if err := envflag.Preset(fs, args); err != nil {
-		return err
+		return nil, err
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return err
+			return nil, err
 		}
-		return errUsage
+		return nil, errUsage
 	}
-	if *region == "" || fs.NArg() > 0 {
+	if o.region == "" || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "serve: --region is required")
-		return errUsage
+		return nil, errUsage
 	}
-	log, err := logs.New("regional-agent", *logLevel, *logJSON, stderr)
+	return o, nil
+}
+
+// serveConfig is an agent ready to run: its configuration (but for the
+// clients serve makes: Redis, Coordinator, Policies), how it reaches Redis
+// and the coordinators, and where it serves.
+type serveConfig struct {
+	agent                  agent.Config
+	redis                  *redis.UniversalOptions
+	redisShown             string // the Redis target without secrets
+	coordinators           []string
+	hints                  bool
+	clusterID              string
+	coordTLS               *tls.Config // nil: plaintext to the coordinators
+	policiesFile           string      // "": the coordinator's policies
+	grpcListen, httpListen string
+	httpConns              int
+	drainDelay             time.Duration
+	tls                    mtls.Listeners
+	log                    hclog.Logger
+}
+
+// config checks the options and makes the agent's configuration and
+// logger (on stderr); its errors name the flag at fault.
+func (o *serveOptions) config(stderr io.Writer) (serveConfig, error) {
+	var sc serveConfig
+	log, err := logs.New("regional-agent", o.logLevel, o.logJSON, stderr)
 	if err != nil {
-		return err
+		return sc, err
 	}
 	logs.RouteRedis(log)
 	log.Info("starting", "build", version.Get().String())
-	tl, err := mtls.SetUp(*tlsFiles, map[string]string{"--grpc-listen": *grpcListen, "--http-listen": *httpListen}, *insecureListen, func(w string) { log.Warn(w) })
+	sc.tls, err = mtls.SetUp(*o.tls, map[string]string{"--grpc-listen": o.grpcListen, "--http-listen": o.httpListen}, o.insecure, func(w string) { log.Warn(w) })
 	if err != nil {
-		return err
+		return sc, err
 	}
-	var coordTLS *tls.Config
-	if *coordCA != "" {
-		if coordTLS, err = mtls.Client(mtls.Files{CA: *coordCA, Cert: tlsFiles.Cert, Key: tlsFiles.Key}, ""); err != nil {
-			return err
+	if o.coordCA != "" {
+		if sc.coordTLS, err = mtls.Client(mtls.Files{CA: o.coordCA, Cert: o.tls.Cert, Key: o.tls.Key}, ""); err != nil {
+			return sc, err
 		}
 	}
-	ropts, redisShown, err := redisTarget{addr: *redisAddr, passwordFile: *redisPasswordFile, sentinelPasswordFile: *sentinelPasswordFile, caFile: *redisCA}.options()
-	if err != nil {
-		return err
+	if sc.redis, sc.redisShown, err = o.redis.options(); err != nil {
+		return sc, err
 	}
-	rdb := redis.NewUniversalClient(ropts)
+	sc.coordinators, sc.hints, sc.clusterID, sc.policiesFile = strings.Split(o.coordinators, ","), o.hints, o.clusterID, o.policies
+	sc.grpcListen, sc.httpListen, sc.httpConns, sc.drainDelay, sc.log = o.grpcListen, o.httpListen, o.httpConns, o.drain, log
+	cfg := agent.DefaultConfig()
+	cfg.Region, cfg.Instance, cfg.SavedClockSkew = o.region, o.instance, o.skew
+	cfg.CheckTimeout, cfg.RedisPipelines, cfg.Drift, cfg.Margin = o.checkTimeout, o.pipelines, o.drift, o.margin
+	cfg.FallbackKeys, cfg.PolicyRefresh, cfg.MetricIdentities = o.fallbackKeys, o.policyRefresh, o.metricIDs
+	cfg.Shadow, cfg.EnvoyLimitHeaders, cfg.Logger = o.shadow, o.envoyHeaders, log
+	sc.agent = cfg
+	return sc, nil
+}
+
+// serve runs the agent until ctx is done (or the agent fails), then stops
+// being ready, drains and returns.
+func serve(ctx context.Context, sc serveConfig) error {
+	rdb := redis.NewUniversalClient(sc.redis)
 	defer rdb.Close()
-	cl, err := leaseapi.NewClient(strings.Split(*coordAddrs, ","))
+	cl, err := leaseapi.NewClient(sc.coordinators)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	cl.SetFollowHints(*hints)
-	cl.SetClusterID(*clusterID)
-	if coordTLS != nil {
-		cl.UseTLS(coordTLS)
+	cl.SetFollowHints(sc.hints)
+	cl.SetClusterID(sc.clusterID)
+	if sc.coordTLS != nil {
+		cl.UseTLS(sc.coordTLS)
 	}
-	src, keep := agent.PoliciesFromCoordinator(cl), true
-	if *policies != "" {
-		src, keep = agent.PoliciesFromFile(*policies), false
+	cfg := sc.agent
+	cfg.Redis, cfg.Coordinator = rdb, cl
+	cfg.Policies, cfg.KeepPolicies = agent.PoliciesFromCoordinator(cl), true
+	if sc.policiesFile != "" {
+		cfg.Policies, cfg.KeepPolicies = agent.PoliciesFromFile(sc.policiesFile), false
 	}
-	cfg := agent.DefaultConfig()
-	cfg.Region, cfg.Instance, cfg.Redis, cfg.Coordinator = *region, *instance, rdb, cl
-	cfg.Policies, cfg.KeepPolicies, cfg.SavedClockSkew = src, keep, *skew
-	cfg.CheckTimeout, cfg.RedisPipelines, cfg.Drift, cfg.Margin = *checkTimeout, *pipelines, *drift, *margin
-	cfg.FallbackKeys, cfg.PolicyRefresh, cfg.MetricIdentities = *fallbackKeys, *policyRefresh, *metricIDs
-	cfg.Shadow, cfg.EnvoyLimitHeaders, cfg.Logger = *shadow, *envoyHeaders, log
 	a, err := agent.New(cfg)
 	if err != nil {
 		return err
 	}
-	gl, err := net.Listen("tcp", *grpcListen)
+	s, err := listen(a, sc)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w (choose another with --grpc-listen)", *grpcListen, err)
+		return err
 	}
-	hl, err := net.Listen("tcp", *httpListen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w (choose another with --http-listen)", *httpListen, err)
-	}
-	gopts := agent.GRPCServerOptions()
-	if tl.GRPC != nil {
-		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tl.GRPC)))
-	}
-	gs := grpc.NewServer(gopts...)
-	a.RegisterGRPC(gs)
-	hs := health.NewServer()
-	healthpb.RegisterHealthServer(gs, hs)
-	handler := a.HTTPHandler()
-	if tl.Mutual {
-		handler = mtls.RequireClientCert(handler, "/metrics", "/healthz", "/readyz")
-	}
-	hsrv := agent.NewHTTPServer(handler, tl.HTTP)
-	hl = agent.LimitListener(hl, *httpConns)
-
 	runCtx, stop := context.WithCancel(context.Background())
 	defer stop()
 	runErr := make(chan error, 1)
 	go func() { runErr <- a.Run(runCtx) }()
-	go gs.Serve(gl)
-	if tl.HTTP != nil {
-		go hsrv.ServeTLS(hl, "", "")
-	} else {
-		go hsrv.Serve(hl)
-	}
-	log.Info("serving", "region", *region, "instance", *instance, "grpc", gl.Addr().String(), "http", hl.Addr().String(), "redis", redisShown)
-	go followReadiness(runCtx, a, hs, log)
+	s.start()
+	sc.log.Info("serving", "region", cfg.Region, "instance", cfg.Instance, "grpc", s.gl.Addr().String(), "http", s.hl.Addr().String(), "redis", sc.redisShown)
+	go followReadiness(runCtx, a, s.health, sc.log)
 
 	select {
 	case <-ctx.Done():
@@ -187,22 +228,73 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 	}
-	log.Info("shutting down: not ready, draining", "drain_delay", *drainDelay)
-	hs.Shutdown() // NOT_SERVING from now on, whatever readiness says
-	dctx, cancel := context.WithTimeout(context.Background(), *drainDelay+10*time.Second)
+	s.drain(a, sc.drainDelay, sc.log)
+	stop()
+	sc.log.Info("stopped")
+	return nil
+}
+
+// servers are an agent's listeners and the servers on them.
+type servers struct {
+	gl, hl  net.Listener
+	gs      *grpc.Server
+	health  *health.Server
+	hsrv    *http.Server
+	httpTLS bool
+}
+
+// listen opens the gRPC and HTTP listeners and makes their servers.
+func listen(a *agent.Agent, sc serveConfig) (*servers, error) {
+	gl, err := net.Listen("tcp", sc.grpcListen)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w (choose another with --grpc-listen)", sc.grpcListen, err)
+	}
+	hl, err := net.Listen("tcp", sc.httpListen)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w (choose another with --http-listen)", sc.httpListen, err)
+	}
+	gopts := agent.GRPCServerOptions()
+	if sc.tls.GRPC != nil {
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(sc.tls.GRPC)))
+	}
+	s := &servers{gl: gl, gs: grpc.NewServer(gopts...), health: health.NewServer(), httpTLS: sc.tls.HTTP != nil}
+	a.RegisterGRPC(s.gs)
+	healthpb.RegisterHealthServer(s.gs, s.health)
+	handler := a.HTTPHandler()
+	if sc.tls.Mutual {
+		handler = mtls.RequireClientCert(handler, "/metrics", "/healthz", "/readyz")
+	}
+	s.hsrv = agent.NewHTTPServer(handler, sc.tls.HTTP)
+	s.hl = agent.CapConns(hl, sc.httpConns)
+	return s, nil
+}
+
+// start serves on the listeners.
+func (s *servers) start() {
+	go s.gs.Serve(s.gl)
+	if s.httpTLS {
+		go s.hsrv.ServeTLS(s.hl, "", "")
+	} else {
+		go s.hsrv.Serve(s.hl)
+	}
+}
+
+// drain stops being ready, keeps serving for delay, then waits for the
+// checks in flight (10s more at most) and closes the servers.
+func (s *servers) drain(a *agent.Agent, delay time.Duration, log hclog.Logger) {
+	log.Info("shutting down: not ready, draining", "drain_delay", delay)
+	s.health.Shutdown() // NOT_SERVING from now on, whatever readiness says
+	dctx, cancel := context.WithTimeout(context.Background(), delay+10*time.Second)
 	defer cancel()
-	a.Drain(dctx, *drainDelay)
-	hsrv.Shutdown(dctx)
+	a.Drain(dctx, delay)
+	s.hsrv.Shutdown(dctx)
 	done := make(chan struct{})
-	go func() { gs.GracefulStop(); close(done) }()
+	go func() { s.gs.GracefulStop(); close(done) }()
 	select {
 	case <-done:
 	case <-dctx.Done():
-		gs.Stop()
+		s.gs.Stop()
 	}
-	stop()
-	log.Info("stopped")
-	return nil
 }
 
 // followReadiness keeps the gRPC health status equal to the agent's

@@ -151,7 +151,7 @@ func startAgent(t testing.TB, region, redisAddr string, coordAddrs []string, mod
 	a.RegisterGRPC(gs)
 	go gs.Serve(gl)
 	hs := NewHTTPServer(a.HTTPHandler(), nil)
-	go hs.Serve(LimitListener(hl, httpConns))
+	go hs.Serve(CapConns(hl, httpConns))
 	var once sync.Once
 	ra := &runningAgent{a: a, grpcAddr: gl.Addr().String(), httpURL: "http://" + hl.Addr().String(), stop: func() {
 		once.Do(func() {

@@ -22,7 +22,7 @@ import (
 )
 
 // LeaseClient is what the agent needs of the coordinator.
-// *coordinator.Client satisfies it.
+// *leaseapi.Client satisfies it.
 type LeaseClient interface {
 	Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.LeaseResponse, error)
 }

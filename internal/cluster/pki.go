@@ -9,8 +9,8 @@ import (
 
 	"google.golang.org/grpc/credentials"
 
+	"github.com/quota-lease/quota-lease/internal/caller"
 	"github.com/quota-lease/quota-lease/internal/devca"
-	"github.com/quota-lease/quota-lease/internal/identity"
 	"github.com/quota-lease/quota-lease/internal/mtls"
 )
 
@@ -22,13 +22,13 @@ const TrustDomain = "quota-lease"
 // listener serves mutual TLS, so the secure path is the one tested.
 type pki struct {
 	ca          *devca.CA
-	leaves      map[string]*identity.ID // every certificate issued, by name
-	files       map[string]mtls.Files   // and its files
-	coordinator mtls.Files              // the coordinators' server certificate
-	regions     map[string]mtls.Files   // each region's agent: server and client
-	admin       mtls.Files              // the harness's admin client
-	viewer      mtls.Files              // an SRE's read-only client (role viewer)
-	service     mtls.Files              // the traffic driver, as a service calling agents
+	leaves      map[string]*caller.ID // every certificate issued, by name
+	files       map[string]mtls.Files // and its files
+	coordinator mtls.Files            // the coordinators' server certificate
+	regions     map[string]mtls.Files // each region's agent: server and client
+	admin       mtls.Files            // the harness's admin client
+	viewer      mtls.Files            // an SRE's read-only client (role viewer)
+	service     mtls.Files            // the traffic driver, as a service calling agents
 }
 
 func newPKI(dir string, regions []string) (*pki, error) {
@@ -40,22 +40,22 @@ func newPKI(dir string, regions []string) (*pki, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &pki{ca: ca, regions: map[string]mtls.Files{}, leaves: map[string]*identity.ID{}, files: map[string]mtls.Files{}}
+	p := &pki{ca: ca, regions: map[string]mtls.Files{}, leaves: map[string]*caller.ID{}, files: map[string]mtls.Files{}}
 	issue := p.issue
 	if p.coordinator, err = issue("coordinator", nil); err != nil {
 		return nil, err
 	}
-	if p.admin, err = issue("admin", &identity.ID{Kind: identity.Role, Name: identity.Admin}); err != nil {
+	if p.admin, err = issue("admin", &caller.ID{Kind: caller.Role, Name: caller.Admin}); err != nil {
 		return nil, err
 	}
-	if p.viewer, err = issue("viewer", &identity.ID{Kind: identity.Role, Name: identity.Viewer}); err != nil {
+	if p.viewer, err = issue("viewer", &caller.ID{Kind: caller.Role, Name: caller.Viewer}); err != nil {
 		return nil, err
 	}
 	if p.service, err = issue("service", nil); err != nil {
 		return nil, err
 	}
 	for _, r := range regions {
-		if p.regions[r], err = issue("agent-"+r, &identity.ID{Kind: identity.Region, Name: r}); err != nil {
+		if p.regions[r], err = issue("agent-"+r, &caller.ID{Kind: caller.Region, Name: r}); err != nil {
 			return nil, err
 		}
 	}
@@ -64,10 +64,10 @@ func newPKI(dir string, regions []string) (*pki, error) {
 
 // issue signs a certificate for name (with id's URI SAN, if any) and
 // writes it over the files of that name.
-func (p *pki) issue(name string, id *identity.ID) (mtls.Files, error) {
+func (p *pki) issue(name string, id *caller.ID) (mtls.Files, error) {
 	l := devca.Leaf{Name: name}
 	if id != nil {
-		l.URIs = append(l.URIs, identity.URI(TrustDomain, *id))
+		l.URIs = append(l.URIs, caller.URI(TrustDomain, *id))
 	}
 	p.leaves[name] = id
 	cert, key, err := p.ca.Issue(l)

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/quota-lease/quota-lease/internal/identity"
+	"github.com/quota-lease/quota-lease/internal/caller"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
@@ -113,7 +113,7 @@ func (c *Coordinator) Authorize(ctx context.Context, req any, info *grpc.UnarySe
 }
 
 func (c *Coordinator) authorize(ctx context.Context, method string, req any) error {
-	id, err := identity.FromContext(ctx, c.cfg.TrustDomain)
+	id, err := caller.FromContext(ctx, c.cfg.TrustDomain)
 	return c.allow(method, req, id, err)
 }
 
@@ -126,7 +126,7 @@ func (c *Coordinator) authorize(ctx context.Context, method string, req any) err
 func (c *Coordinator) AuthorizeHTTP(method string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if c.cfg.TrustDomain != "" {
-			id, err := identity.FromTLS(r.TLS, c.cfg.TrustDomain)
+			id, err := caller.FromTLS(r.TLS, c.cfg.TrustDomain)
 			if err := c.allow(method, nil, id, err); err != nil {
 				code := http.StatusForbidden
 				if status.Code(err) == codes.Unauthenticated {
@@ -142,7 +142,7 @@ func (c *Coordinator) AuthorizeHTTP(method string, h http.Handler) http.Handler 
 
 // allow applies methodAccess to the caller id (idErr: why it has none)
 // calling method with req.
-func (c *Coordinator) allow(method string, req any, id identity.ID, idErr error) error {
+func (c *Coordinator) allow(method string, req any, id caller.ID, idErr error) error {
 	refuse := func(code codes.Code, reason, msg string, args ...any) error {
 		text := fmt.Sprintf(msg, args...)
 		if c.refused.add(method, reason) {
@@ -156,7 +156,7 @@ func (c *Coordinator) allow(method string, req any, id identity.ID, idErr error)
 	switch methodAccess[method] {
 	case regionAccess:
 		lr, ok := req.(*pb.LeaseRequest)
-		if !ok || id.Kind != identity.Region {
+		if !ok || id.Kind != caller.Region {
 			return refuse(codes.PermissionDenied, "not-a-region", "%s may not lease: only a region's agents may", id)
 		}
 		if lr.GetRegion() != id.Name {
@@ -171,11 +171,11 @@ func (c *Coordinator) allow(method string, req any, id identity.ID, idErr error)
 	case policyAccess:
 		// Every identity of the trust domain: regions and both roles.
 	case readAccess:
-		if id.Kind != identity.Role {
+		if id.Kind != caller.Role {
 			return refuse(codes.PermissionDenied, "not-a-role", "%s may not use the admin API: it needs role viewer or admin", id)
 		}
 	case writeAccess:
-		if id != (identity.ID{Kind: identity.Role, Name: identity.Admin}) {
+		if id != (caller.ID{Kind: caller.Role, Name: caller.Admin}) {
 			return refuse(codes.PermissionDenied, "not-admin", "%s may not change state: it needs role admin", id)
 		}
 	default:

@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/quota-lease/quota-lease/internal/caller"
 	"github.com/quota-lease/quota-lease/internal/devca"
-	"github.com/quota-lease/quota-lease/internal/identity"
 	"github.com/quota-lease/quota-lease/internal/mtls"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
@@ -37,22 +37,22 @@ func newPKI(t testing.TB) *pki {
 		t.Fatal(err)
 	}
 	p := &pki{ca: ca, files: map[string]mtls.Files{}}
-	for name, id := range map[string]identity.ID{
-		"server": {Kind: identity.Role, Name: "server"}, // names no usable identity
-		"us":     {Kind: identity.Region, Name: "us"},
-		"eu":     {Kind: identity.Region, Name: "eu"},
-		"ap":     {Kind: identity.Region, Name: "ap"},
-		"admin":  {Kind: identity.Role, Name: identity.Admin},
-		"viewer": {Kind: identity.Role, Name: identity.Viewer},
+	for name, id := range map[string]caller.ID{
+		"server": {Kind: caller.Role, Name: "server"}, // names no usable identity
+		"us":     {Kind: caller.Region, Name: "us"},
+		"eu":     {Kind: caller.Region, Name: "eu"},
+		"ap":     {Kind: caller.Region, Name: "ap"},
+		"admin":  {Kind: caller.Role, Name: caller.Admin},
+		"viewer": {Kind: caller.Role, Name: caller.Viewer},
 	} {
 		p.issue(t, name, id, time.Time{})
 	}
 	return p
 }
 
-func (p *pki) issue(t testing.TB, name string, id identity.ID, notAfter time.Time) mtls.Files {
+func (p *pki) issue(t testing.TB, name string, id caller.ID, notAfter time.Time) mtls.Files {
 	t.Helper()
-	cert, key, err := p.ca.Issue(devca.Leaf{Name: name, URIs: []*url.URL{identity.URI(trustDomain, id)}, NotAfter: notAfter})
+	cert, key, err := p.ca.Issue(devca.Leaf{Name: name, URIs: []*url.URL{caller.URI(trustDomain, id)}, NotAfter: notAfter})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +193,7 @@ func TestLeaseOnlyForOwnRegion(t *testing.T) {
 	}
 	// A certificate of one instance leases only as that instance: it
 	// cannot replace another instance's grants with a new nonce.
-	p.issue(t, "us-a", identity.ID{Kind: identity.Region, Name: "us", Instance: "us-a"}, time.Time{})
+	p.issue(t, "us-a", caller.ID{Kind: caller.Region, Name: "us", Instance: "us-a"}, time.Time{})
 	_, inst := dialAs(t, p, r, "us-a")
 	own := &pb.LeaseRequest{Region: "us", Instance: "us-a", Nonce: "a", Quotas: []*pb.QuotaRequest{{Quota: "api", Demand: 1}}}
 	if _, err := inst.Lease(ctx, own); err != nil {
@@ -211,7 +211,7 @@ func TestUntrustedCallersRefused(t *testing.T) {
 	p := newPKI(t)
 	r := startSecure(t, p)
 	other := newPKI(t)
-	expired := p.issue(t, "expired", identity.ID{Kind: identity.Role, Name: identity.Admin}, time.Now().Add(-time.Hour))
+	expired := p.issue(t, "expired", caller.ID{Kind: caller.Role, Name: caller.Admin}, time.Now().Add(-time.Hour))
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	try := func(name string, creds credentials.TransportCredentials) error {
@@ -287,7 +287,7 @@ func TestServerCertificateRotation(t *testing.T) {
 		return conn.ConnectionState().PeerCertificates[0].SerialNumber.String()
 	}
 	old := serial()
-	p.issue(t, "server", identity.ID{Kind: identity.Role, Name: "server"}, time.Time{}) // same files, new certificate
+	p.issue(t, "server", caller.ID{Kind: caller.Role, Name: "server"}, time.Time{}) // same files, new certificate
 	deadline := time.Now().Add(5 * time.Second)
 	for serial() == old {
 		if time.Now().After(deadline) {

@@ -109,12 +109,6 @@ func ValidateConfig(c Config) error {
 	if c.LeaseCallRate == 0 {
 		errs = append(errs, errors.New("lease call rate 0 would refuse every lease; use a negative rate for no limit"))
 	}
-	if c.Name == "" {
-		errs = append(errs, errors.New("name is empty"))
-	}
-	if c.Advertise == "" {
-		errs = append(errs, errors.New("advertise address is empty"))
-	}
 	if err := c.Timing.Validate(); err != nil {
 		errs = append(errs, err)
 	}

@@ -94,13 +94,13 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// rebalance recomputes the targets (lease.Plan).
+// rebalance recomputes the targets (lease.PlanTargets).
 func (q *quota) rebalance(regions map[string]regionRecord, o lease.PlanOptions) error {
 	weights := make(map[string]float64, len(regions))
 	for name, r := range regions {
 		weights[name] = r.Weight
 	}
-	targets, err := lease.Plan(q.policy, q.book, weights, q.targets, o)
+	targets, err := lease.PlanTargets(q.policy, q.book, weights, q.targets, o)
 	if err != nil {
 		return fmt.Errorf("rebalance %s: %w", q.policy.Name, err)
 	}

@@ -10,9 +10,10 @@ import (
 	"google.golang.org/grpc"
 )
 
-// What one caller may hold of an agent, so that no caller can hurt the
-// others: every listener is bounded in message size, streams, time and
-// connections. The gRPC messages buffered at once are at most
+// The agent's server resource caps (not rate limits: those are the
+// policies'): what one caller may hold of an agent, so that no caller can
+// hurt the others. Every listener is bounded in message size, streams,
+// time and connections. The gRPC messages buffered at once are at most
 // MaxConcurrentStreams × MaxRecvBytes per connection; a check is a few
 // hundred bytes and a batch of MaxBatch small checks fits.
 const (
@@ -31,22 +32,22 @@ const (
 	MaxHeaderBytes   = 64 << 10
 )
 
-// GRPCServerOptions are the limits of an agent's gRPC server; add the
-// credentials.
+// GRPCServerOptions are the resource caps of an agent's gRPC server; add
+// the credentials.
 func GRPCServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRecvBytes), grpc.MaxConcurrentStreams(MaxConcurrentStreams)}
 }
 
 // NewHTTPServer returns the agent's HTTP server for h with its timeouts
-// and header limit; tlsCfg may be nil (plaintext).
+// and header cap; tlsCfg may be nil (plaintext).
 func NewHTTPServer(h http.Handler, tlsCfg *tls.Config) *http.Server {
 	return &http.Server{Handler: h, TLSConfig: tlsCfg, ReadHeaderTimeout: HTTPReadTimeout, ReadTimeout: HTTPReadTimeout,
 		WriteTimeout: HTTPWriteTimeout, IdleTimeout: HTTPIdleTimeout, MaxHeaderBytes: MaxHeaderBytes}
 }
 
-// LimitListener caps l at n open connections (DefaultMaxHTTPConns when
+// CapConns caps l at n open connections (DefaultMaxHTTPConns when
 // n <= 0).
-func LimitListener(l net.Listener, n int) net.Listener {
+func CapConns(l net.Listener, n int) net.Listener {
 	if n <= 0 {
 		n = DefaultMaxHTTPConns
 	}

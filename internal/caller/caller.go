@@ -1,8 +1,10 @@
-// Package identity names who is calling: the SPIFFE-style identity in a
-// client certificate's URI SAN, spiffe://<trust-domain>/region/<name> for
-// a region's agents and spiffe://<trust-domain>/role/<admin|viewer> for
-// operators and their tools.
-package identity
+// Package caller names who is calling over mutual TLS: the SPIFFE-style
+// identity in a client certificate's URI SAN,
+// spiffe://<trust-domain>/region/<name> for a region's agents and
+// spiffe://<trust-domain>/role/<admin|viewer> for operators and their
+// tools. The coordinator authorizes calls by it. (Whom a request counts
+// against, the rate-limit identity, is policy.Policy.IdentityOf's.)
+package caller
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package identity
+package caller
 
 import (
 	"crypto/x509"
