@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/quota-lease/quota-lease/clock"
+	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/policy"
 )
 
@@ -70,7 +71,7 @@ func TestOverLimitEntries(t *testing.T) {
 // per check: Redis counts the scripts it ran. Every check is still
 // rejected, and the key is admitted by Redis again once it refilled.
 func TestHotRejectedKeySparesRedis(t *testing.T) {
-	prefix := newPrefix(t)
+	prefix := testenv.Prefix(t)
 	k := startCoordinator(t, prefix, "")
 	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 2\nperiod: 1s\nburst: 2\nscope: region\n")
 	srv := startRedis(t)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/quota-lease/quota-lease/bound"
+	"github.com/quota-lease/quota-lease/internal/testenv"
 )
 
 // Redis killed (SIGKILL) and restarted empty four times while one tenant
@@ -15,7 +16,7 @@ import (
 // 40. Now a bucket lost with the store starts as if it had used everything
 // at the loss, and the client's own count stays within the bound.
 func TestRedisRestartedEmptyMintsNoBurst(t *testing.T) {
-	prefix := newPrefix(t)
+	prefix := testenv.Prefix(t)
 	k := startCoordinator(t, prefix, "")
 	const yaml = "name: api\nidentity: [tenant]\nlimit: 10\nperiod: 10s\nscope: region\n"
 	setPolicy(t, k.addr, yaml)
@@ -49,7 +50,7 @@ func TestRedisRestartedEmptyMintsNoBurst(t *testing.T) {
 	close(stop)
 	wg.Wait()
 
-	b, err := bound.Compute(mustPolicy(t, yaml), bound.Deployment{Regions: 1, Instances: 1, Drift: testTiming.Drift, RedisOutages: true},
+	b, err := bound.Compute(testenv.MustPolicy(t, yaml), bound.Deployment{Regions: 1, Instances: 1, Drift: testTiming.Drift, RedisOutages: true},
 		bound.Leased, 10*time.Second+20*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)

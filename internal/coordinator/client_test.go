@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/quota-lease/quota-lease/internal/leaseapi"
+	"github.com/quota-lease/quota-lease/internal/testenv"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
@@ -34,7 +35,7 @@ func TestHungReplicaIsSkipped(t *testing.T) {
 			defer c.Close() // hold it open, say nothing
 		}
 	}()
-	r := startReplica(t, newPrefix(t), "healthy", nil)
+	r := startReplica(t, testenv.Prefix(t), "healthy", nil)
 	waitLeader(t, r)
 	cl, err := leaseapi.NewClient([]string{hung.Addr().String(), r.addr})
 	if err != nil {
@@ -66,7 +67,7 @@ func TestHungReplicaIsSkipped(t *testing.T) {
 // at once, not after the session TTL: with a 10 s TTL the follower must
 // lead well before the old session could have expired.
 func TestGracefulStopHandsOver(t *testing.T) {
-	prefix := newPrefix(t)
+	prefix := testenv.Prefix(t)
 	ttl := func(c *Config) { c.SessionTTL = 10 * time.Second }
 	a := startReplica(t, prefix, "a", ttl)
 	waitLeader(t, a)

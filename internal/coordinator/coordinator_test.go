@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/quota-lease/quota-lease/internal/leaseapi"
+	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
@@ -112,7 +113,7 @@ func itoa(v int64) string { return fmt.Sprint(float64(v) / float64(M)) }
 // from one region to another; shares follow within the damping limit, and
 // the sum of may-be-enforcing shares stays <= 100 at every sample.
 func TestSharesFollowDemand(t *testing.T) {
-	prefix := newPrefix(t)
+	prefix := testenv.Prefix(t)
 	r := startReplica(t, prefix, "c1", nil)
 	waitLeader(t, r)
 	adm, cl := admin(t, r.addr)
@@ -134,7 +135,7 @@ func TestSharesFollowDemand(t *testing.T) {
 		go a.loop(ctx, 100*time.Millisecond)
 	}
 	share := func(a *testAgent) int64 { amt, _ := a.enforcing(); return amt }
-	waitFor(t, 5*time.Second, "initial split 80/10/10", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "initial split 80/10/10", func() bool {
 		return share(agents[0]) >= 79*M && share(agents[1]) >= 9*M && share(agents[2]) >= 9*M
 	})
 
@@ -143,31 +144,20 @@ func TestSharesFollowDemand(t *testing.T) {
 	shift := time.Now()
 	agents[0].demand.Store(10 * M)
 	agents[1].demand.Store(80 * M)
-	waitFor(t, 10*time.Second, "eu to reach 75", func() bool { return share(agents[1]) >= 75*M })
+	testenv.WaitFor(t, 10*time.Second, "eu to reach 75", func() bool { return share(agents[1]) >= 75*M })
 	if took := time.Since(shift); took < 300*time.Millisecond {
 		t.Fatalf("eu's share moved from 10 to 75 in %v: faster than the damping allows", took)
 	}
-	waitFor(t, 10*time.Second, "us to shrink to 11", func() bool { return share(agents[0]) <= 11*M })
+	testenv.WaitFor(t, 10*time.Second, "us to shrink to 11", func() bool { return share(agents[0]) <= 11*M })
 	cancel()
 	w.check(t)
-}
-
-func waitFor(t *testing.T, limit time.Duration, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", limit, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // Two replicas; the leader is killed while agents renew. The follower
 // takes over, honours the outstanding grants (read from the ledger), and
 // at no moment do the agents together enforce more than the limit.
 func TestLeaderFailover(t *testing.T) {
-	prefix := newPrefix(t)
+	prefix := testenv.Prefix(t)
 	r1 := startReplica(t, prefix, "c1", nil)
 	leader := waitLeader(t, r1)
 	r2 := startReplica(t, prefix, "c2", nil)
@@ -201,7 +191,7 @@ func TestLeaderFailover(t *testing.T) {
 	}
 	before, stopRenewing := context.WithCancel(ctx)
 	renewing(before)
-	waitFor(t, 5*time.Second, "all agents leased with a share", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "all agents leased with a share", func() bool {
 		for _, a := range agents {
 			if amt, m := a.enforcing(); m != lease.ModeLeased || amt == 0 {
 				return false
@@ -266,7 +256,7 @@ func mustConn(t *testing.T, cl *leaseapi.Client, addr string) grpcConn {
 // A region that stops renewing keeps its degraded budget reserved, visible
 // in ListLeases, until an SRE releases it.
 func TestDegradedBudgetStaysReserved(t *testing.T) {
-	prefix := newPrefix(t)
+	prefix := testenv.Prefix(t)
 	r := startReplica(t, prefix, "c1", nil)
 	waitLeader(t, r)
 	adm, cl := admin(t, r.addr)
@@ -287,11 +277,11 @@ func TestDegradedBudgetStaysReserved(t *testing.T) {
 	go eu.loop(ctx, 100*time.Millisecond)
 	apCtx, apStop := context.WithCancel(ctx)
 	go ap.loop(apCtx, 100*time.Millisecond)
-	waitFor(t, 5*time.Second, "ap to hold its static share", func() bool { amt, _ := ap.enforcing(); return amt >= 20*M })
+	testenv.WaitFor(t, 5*time.Second, "ap to hold its static share", func() bool { amt, _ := ap.enforcing(); return amt >= 20*M })
 	apStop()
 	// ap renews no more. Once its lease lapsed, its 20 stay reserved.
 	var apLease *pb.LeaseRecord
-	waitFor(t, 5*time.Second, "ap to be degraded", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "ap to be degraded", func() bool {
 		ls, err := adm.ListLeases(t.Context(), &pb.ListLeasesRequest{Region: "ap"})
 		if err != nil || len(ls.Leases) != 1 {
 			return false
@@ -312,7 +302,7 @@ func TestDegradedBudgetStaysReserved(t *testing.T) {
 	if _, err := adm.ReleaseRegion(t.Context(), &pb.ReleaseRegionRequest{Region: "ap"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "us+eu to use the released share", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "us+eu to use the released share", func() bool {
 		a, _ := us.enforcing()
 		b, _ := eu.enforcing()
 		return a+b > 95*M
@@ -326,7 +316,7 @@ func TestDegradedBudgetStaysReserved(t *testing.T) {
 
 // Bad input gets a clear error and changes nothing in etcd.
 func TestBadInputChangesNothing(t *testing.T) {
-	prefix := newPrefix(t)
+	prefix := testenv.Prefix(t)
 	r := startReplica(t, prefix, "c1", nil)
 	waitLeader(t, r)
 	adm, cl := admin(t, r.addr)
@@ -449,7 +439,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 
 // A follower refuses lease calls naming the leader, and the client follows.
 func TestFollowerRedirects(t *testing.T) {
-	prefix := newPrefix(t)
+	prefix := testenv.Prefix(t)
 	r1 := startReplica(t, prefix, "c1", nil)
 	waitLeader(t, r1)
 	r2 := startReplica(t, prefix, "c2", nil)
@@ -457,7 +447,7 @@ func TestFollowerRedirects(t *testing.T) {
 	if _, err := adm.SetPolicy(t.Context(), &pb.SetPolicyRequest{Yaml: policy100}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "follower to observe the leader", func() bool { s, _ := r2.c.leader.Load().(string); return s == r1.addr })
+	testenv.WaitFor(t, 5*time.Second, "follower to observe the leader", func() bool { s, _ := r2.c.leader.Load().(string); return s == r1.addr })
 	direct := pb.NewLeaseServiceClient(mustConnAddr(t, r2.addr))
 	_, err := direct.Lease(t.Context(), &pb.LeaseRequest{Region: "us", Instance: "i", Nonce: "n", Quotas: []*pb.QuotaRequest{{Quota: "api"}}})
 	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), r1.addr) {
