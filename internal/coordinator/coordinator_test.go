@@ -199,16 +199,20 @@ func TestLeaderFailover(t *testing.T) {
 		}
 		return true
 	})
-	// Shift demand so shares are moving when the leader dies.
+	// Shift demand so shares are moving when the leader dies: us's grows
+	// as ap's shrinks.
+	usBefore, _ := agents[0].enforcing()
 	agents[0].demand.Store(90 * M)
 	agents[2].demand.Store(5 * M)
-	time.Sleep(120 * time.Millisecond)
+	testenv.WaitFor(t, 5*time.Second, "us's share to grow", func() bool { amt, _ := agents[0].enforcing(); return amt > usBefore })
 	stopRenewing()
 	loops.Wait()
 	oldEpoch := leader.c.Epoch()
 	held := map[string]int64{}
+	heldUntil := map[string]time.Time{}
 	for _, a := range agents {
 		held[a.region], _ = a.enforcing()
+		_, heldUntil[a.region] = a.grant()
 	}
 	leader.crash()
 
@@ -233,16 +237,41 @@ func TestLeaderFailover(t *testing.T) {
 			t.Fatalf("region %s enforced %d at the crash; the new leader books %d (%v)", region, amt, restored[region], leases.Leases)
 		}
 	}
-	// Agents keep working against the new leader.
+	// Agents keep working against the new leader: each holds its grant
+	// past the end of the one it held at the crash, while the watcher
+	// samples.
 	renewing(ctx)
-	time.Sleep(2 * testTiming.ValidFor)
 	for _, a := range agents {
+		testenv.WaitFor(t, 10*time.Second, a.region+" to outlive its grant of the old leader on one of the new", func() bool {
+			g, _ := a.grant()
+			return g.Epoch == next.c.Epoch() && time.Now().After(heldUntil[a.region])
+		})
 		if _, m := a.enforcing(); m != lease.ModeLeased {
 			t.Fatalf("agent %s is %s after failover, want leased", a.region, m)
 		}
 	}
 	cancel()
 	w.check(t)
+}
+
+// ledgerSettled reports whether r leads and its flush loop has no lowered
+// mark of quota name left to write. flushQuota holds the quota's lock
+// from computing its write until the book records it, so none is in
+// flight either.
+func ledgerSettled(r *replica, name string) bool {
+	t := r.c.term()
+	if t == nil {
+		return false
+	}
+	t.mu.RLock()
+	q := t.quotas[name]
+	t.mu.RUnlock()
+	if q == nil {
+		return false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.book.Shrunk(r.c.cfg.Clock.Now())) == 0
 }
 
 func mustConn(t *testing.T, cl *leaseapi.Client, addr string) grpcConn {
@@ -292,12 +321,17 @@ func TestDegradedBudgetStaysReserved(t *testing.T) {
 	if apLease.Reserved != 20*M {
 		t.Fatalf("ap reserved %d, want 20", apLease.Reserved)
 	}
-	time.Sleep(500 * time.Millisecond)
-	usAmt, _ := us.enforcing()
-	euAmt, _ := eu.enforcing()
-	if usAmt+euAmt > 80*M {
-		t.Fatalf("us+eu hold %d while ap's 20 are reserved", usAmt+euAmt)
-	}
+	// us and eu, asking for 100 each, renew a few times and never get
+	// ap's reserved 20.
+	usFrom, euFrom := us.renewals.Load(), eu.renewals.Load()
+	testenv.WaitFor(t, 5*time.Second, "us and eu to renew 3 times while ap's share is reserved", func() bool {
+		usAmt, _ := us.enforcing()
+		euAmt, _ := eu.enforcing()
+		if usAmt+euAmt > 80*M {
+			t.Fatalf("us+eu hold %d while ap's 20 are reserved", usAmt+euAmt)
+		}
+		return us.renewals.Load() >= usFrom+3 && eu.renewals.Load() >= euFrom+3
+	})
 	// An SRE releases ap: us and eu may now use all of it.
 	if _, err := adm.ReleaseRegion(t.Context(), &pb.ReleaseRegionRequest{Region: "ap"}); err != nil {
 		t.Fatal(err)
@@ -328,7 +362,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 	if err := a.renew(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond) // let the flush loop settle
+	testenv.WaitFor(t, 5*time.Second, "the flush loop to have no lowered mark left to write", func() bool { return ledgerSettled(r, "api") })
 	rev := func() int64 {
 		resp, err := r.cli.Get(t.Context(), prefix+"/", clientWithPrefix()...)
 		if err != nil {

@@ -134,6 +134,7 @@ type testAgent struct {
 	a        *lease.Agent
 	cl       *leaseapi.Client
 	demand   atomic.Int64
+	renewals atomic.Int64 // grants received
 }
 
 func newTestAgent(t testing.TB, cl *leaseapi.Client, region, quota string, total int64) *testAgent {
@@ -159,7 +160,15 @@ func (ta *testAgent) renew(ctx context.Context) error {
 		return err
 	}
 	ta.a.Granted(req, g)
+	ta.renewals.Add(1)
 	return nil
+}
+
+// grant is the agent's current grant and until when it is valid.
+func (ta *testAgent) grant() (lease.Grant, time.Time) {
+	ta.mu.Lock()
+	defer ta.mu.Unlock()
+	return ta.a.Grant()
 }
 
 // enforcing is what the agent enforces now: the ground truth.
