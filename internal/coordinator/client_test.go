@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -72,7 +73,10 @@ func TestGracefulStopHandsOver(t *testing.T) {
 	a := startReplica(t, prefix, "a", ttl)
 	waitLeader(t, a)
 	b := startReplica(t, prefix, "b", ttl)
-	time.Sleep(200 * time.Millisecond) // b campaigns behind a
+	testenv.WaitFor(t, 5*time.Second, "b to campaign behind a", func() bool {
+		resp, err := b.cli.Get(t.Context(), keys{prefix}.election(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return err == nil && resp.Count == 2
+	})
 	stopped := time.Now()
 	a.stop()
 	deadline := stopped.Add(5 * time.Second) // half the TTL: no waiting for expiry

@@ -92,7 +92,7 @@ func (w *watcher) run(ctx context.Context, limit int64, agents []*testAgent, lea
 			}
 		}
 		w.mu.Unlock()
-		time.Sleep(3 * time.Millisecond)
+		time.Sleep(3 * time.Millisecond) // the sampling pace
 	}
 }
 

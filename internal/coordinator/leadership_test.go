@@ -80,6 +80,8 @@ func TestLeaderServesAcrossWallClockSteps(t *testing.T) {
 			if err != nil {
 				t.Fatalf("after a wall-clock step of %v: %v", step, err)
 			}
+			// Real time passes on purpose: the session's keepalives (every
+			// 2/3 s) must go on across the step, which no event exposes.
 			time.Sleep(700 * time.Millisecond)
 		}
 	}

@@ -76,7 +76,7 @@ func TestDeleteAndRecreateCannotGrantTwice(t *testing.T) {
 		if o+n > 100*M {
 			t.Fatalf("old agents may enforce %s and new ones %s of the recreated 100", itoa(o), itoa(n))
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // paces the renewals; the sum is checked on each
 	}
 	if newMax < 99*M {
 		t.Fatalf("the recreated policy was granted at most %s once the old grants ended", itoa(newMax))
