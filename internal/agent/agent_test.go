@@ -79,8 +79,13 @@ func TestDegradedAtExpiryThenRecovers(t *testing.T) {
 		amt, m := ra.a.leaser.enforce("api", time.Now())
 		return m == lease.ModeLeased && amt > 20*policy.Micro
 	})
+	// Once a renewal has failed after the stop, none is in flight (the
+	// lease loop renews in turn) and the grant is the last one.
+	failures := counterValue(t, ra.a, "quotalease_agent_lease_renew_failures_total")
 	k.stop()
-	time.Sleep(50 * time.Millisecond) // any renewal in flight has failed by now
+	testenv.WaitFor(t, testTiming.ValidFor, "a renewal to fail", func() bool {
+		return counterValue(t, ra.a, "quotalease_agent_lease_renew_failures_total") > failures
+	})
 	ra.a.leaser.mu.Lock()
 	_, validUntil := ra.a.leaser.quotas["api"].a.Grant()
 	ra.a.leaser.mu.Unlock()
@@ -116,7 +121,7 @@ func TestDegradedAtExpiryThenRecovers(t *testing.T) {
 	}
 	// The time degraded is counted while it lasts.
 	degradedAt := time.Now()
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // degraded time to count: it must pass
 	// A coordinator comes back (a new leader on the same etcd state).
 	startCoordinator(t, prefix, k.addr)
 	testenv.WaitFor(t, 15*time.Second, "leased mode again", func() bool {
@@ -310,7 +315,7 @@ func TestRedisSlowThenGone(t *testing.T) {
 			if o.Allowed && o.Mode == lease.ModeLocalFallback {
 				admitted++
 			}
-			time.Sleep(2 * time.Millisecond)
+			time.Sleep(2 * time.Millisecond) // the pace of the load
 		}
 		return admitted, time.Since(start)
 	}

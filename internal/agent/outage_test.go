@@ -44,7 +44,7 @@ func TestCoordinatorOutageLogsPaced(t *testing.T) {
 	})
 	testenv.WaitFor(t, 5*time.Second, "a lease", func() bool { amt, _ := ra.a.leaser.enforce("api", time.Now()); return amt > 0 })
 	px.Cut()
-	time.Sleep(5 * time.Second)
+	time.Sleep(5 * time.Second) // the outage: its length, not an event, is what the pacing of the logs is tested against
 	failuresBefore := counterValue(t, ra.a, "quotalease_agent_lease_renew_failures_total")
 	px.Restore()
 	testenv.WaitFor(t, 10*time.Second, "recovered", func() bool { return strings.Contains(logs.String(), "lease renewals recovered") })

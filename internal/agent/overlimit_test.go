@@ -121,6 +121,8 @@ func TestHotRejectedKeySparesRedis(t *testing.T) {
 	if last.RetryAfterMs < 1 || last.RetryAfterMs > 500 {
 		t.Fatalf("retry %d ms, want the delay left until one unit refills (at most 500 ms)", last.RetryAfterMs)
 	}
+	// Real time must pass for the bucket to refill: waiting the advertised
+	// delay (and 10 ms) is the claim under test.
 	time.Sleep(time.Duration(last.RetryAfterMs)*time.Millisecond + 10*time.Millisecond)
 	if o, _ := ra.a.Check(ctx, Input{Policy: "api", Attributes: tenantA, Cost: 1}); !o.Allowed {
 		t.Fatalf("after the retry delay: %+v, want admitted", o)

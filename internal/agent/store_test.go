@@ -41,12 +41,12 @@ func TestRedisRestartedEmptyMintsNoBurst(t *testing.T) {
 	}()
 	const restarts = 4
 	for i := 0; i < restarts; i++ {
-		time.Sleep(2 * time.Second)
+		time.Sleep(2 * time.Second) // the scenario: a restart every 2 s under load
 		if err := redisSrv.Restart(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // load after the last restart
 	close(stop)
 	wg.Wait()
 
