@@ -6,17 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quota-lease/quota-lease/policy"
+	"github.com/quota-lease/quota-lease/internal/testenv"
 )
-
-func mustPolicy(t *testing.T, yaml string) *policy.Policy {
-	t.Helper()
-	ps, err := policy.ParsePolicies([]byte(yaml))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ps[0]
-}
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-6*math.Max(1, math.Abs(b)) }
 
@@ -24,7 +15,7 @@ func near(a, b float64) bool { return math.Abs(a-b) < 1e-6*math.Max(1, math.Abs(
 // configured 100 req/min can admit 300 in the worst case; a static
 // 34/33/33 split has a ceiling of 100 but strands a quiet region's share.
 func TestDesignExample(t *testing.T) {
-	p := mustPolicy(t, "name: api\nidentity: [tenant]\nalgorithm: sliding_log\nlimit: 100\nperiod: 1m\n")
+	p := testenv.MustPolicy(t, "name: api\nidentity: [tenant]\nalgorithm: sliding_log\nlimit: 100\nperiod: 1m\n")
 	d := Deployment{Regions: 3, Instances: 1, LeaseDuration: 10 * time.Second, Shares: []float64{0.34, 0.33, 0.33}}
 	ind, err := Compute(p, d, Independent, 0)
 	if err != nil {
@@ -44,7 +35,7 @@ func TestDesignExample(t *testing.T) {
 }
 
 func TestTermsAddUp(t *testing.T) {
-	p := mustPolicy(t, "name: api\nidentity: [tenant]\nlimit: 50\nperiod: 1s\nburst: 100\nfailure: {mode: fail-open, open_fraction: 0.25}\n")
+	p := testenv.MustPolicy(t, "name: api\nidentity: [tenant]\nlimit: 50\nperiod: 1s\nburst: 100\nfailure: {mode: fail-open, open_fraction: 0.25}\n")
 	d := Deployment{Regions: 4, Instances: 2, LeaseDuration: 10 * time.Second, Drift: 1e-4, RedisOutages: true, ConfigChanges: 1, QuotaDecrease: 10}
 	r, err := Compute(p, d, Leased, 2*time.Second)
 	if err != nil {
@@ -74,7 +65,7 @@ func TestTermsAddUp(t *testing.T) {
 // instance, its fallback at the full region limit), and it is counted:
 // the region scope is no way around the fallback term.
 func TestRegionScopeCountsFallback(t *testing.T) {
-	p := mustPolicy(t, "name: api\nidentity: [tenant]\nlimit: 20\nperiod: 1s\nscope: region\n")
+	p := testenv.MustPolicy(t, "name: api\nidentity: [tenant]\nlimit: 20\nperiod: 1s\nscope: region\n")
 	r, err := Compute(p, Deployment{Regions: 2, Instances: 1, RedisOutages: true}, Leased, time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +79,7 @@ func TestRegionScopeCountsFallback(t *testing.T) {
 // what the Redis path admitted in those 2 s: for a token bucket of 100/10s
 // (burst 100) over 2 regions, the burst plus 2 s of refill, once.
 func TestStoreLagTerm(t *testing.T) {
-	p := mustPolicy(t, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 10s\n")
+	p := testenv.MustPolicy(t, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 10s\n")
 	d := Deployment{Regions: 2, Instances: 1, LeaseDuration: time.Second}
 	r0, _ := Compute(p, d, Leased, 0)
 	d.StoreLag = 2 * time.Second
@@ -109,7 +100,7 @@ func TestStoreLagTerm(t *testing.T) {
 }
 
 func TestStaticShareHasNoDegradedTerm(t *testing.T) {
-	p := mustPolicy(t, "name: api\nidentity: [tenant]\nlimit: 90\nperiod: 1m\nfailure: {mode: static-share, static_fraction: 0.2}\n")
+	p := testenv.MustPolicy(t, "name: api\nidentity: [tenant]\nlimit: 90\nperiod: 1m\nfailure: {mode: static-share, static_fraction: 0.2}\n")
 	r, _ := Compute(p, Deployment{Regions: 3, Instances: 1, LeaseDuration: time.Second}, Leased, 0)
 	if r.Overshoot != 0 || r.Terms[TermDegraded] != 0 || !near(r.Stranded, 18) {
 		t.Fatalf("%+v: want no overshoot, 18 stranded", r)
@@ -117,7 +108,7 @@ func TestStaticShareHasNoDegradedTerm(t *testing.T) {
 }
 
 func TestInvalidParameters(t *testing.T) {
-	p := mustPolicy(t, "name: api\nidentity: [tenant]\nlimit: 1\nperiod: 1s\n")
+	p := testenv.MustPolicy(t, "name: api\nidentity: [tenant]\nlimit: 1\nperiod: 1s\n")
 	bad := []Deployment{
 		{Regions: 0, Instances: 1},
 		{Regions: 1, Instances: 0},
@@ -140,8 +131,8 @@ func TestInvalidParameters(t *testing.T) {
 // excess, the grants of the old total living out their lease while agents
 // reload, and a fresh burst on a version bump.
 func TestTransitionTerms(t *testing.T) {
-	prev := mustPolicy(t, "name: api\nidentity: [tenant]\nlimit: 50\nperiod: 1s\nburst: 20\n")
-	next := mustPolicy(t, "name: api\nidentity: [tenant]\nlimit: 20\nperiod: 1s\nburst: 20\n")
+	prev := testenv.MustPolicy(t, "name: api\nidentity: [tenant]\nlimit: 50\nperiod: 1s\nburst: 20\n")
+	next := testenv.MustPolicy(t, "name: api\nidentity: [tenant]\nlimit: 20\nperiod: 1s\nburst: 20\n")
 	d := Deployment{Regions: 3, Instances: 1, LeaseDuration: 2 * time.Second, PolicyDelay: time.Second}
 	r, err := Transition(prev, next, true, d, Leased, 10*time.Second)
 	if err != nil {
@@ -178,8 +169,8 @@ func TestTransitionTerms(t *testing.T) {
 // Shards add a named term of 0: the bound of a sharded policy lists it and
 // is the bound of the same policy on one key.
 func TestShardsTermIsZero(t *testing.T) {
-	one := mustPolicy(t, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1m\nfailure: {mode: fail-open, open_fraction: 0.1}\n")
-	four := mustPolicy(t, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1m\nshards: 4\nfailure: {mode: fail-open, open_fraction: 0.1}\n")
+	one := testenv.MustPolicy(t, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1m\nfailure: {mode: fail-open, open_fraction: 0.1}\n")
+	four := testenv.MustPolicy(t, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1m\nshards: 4\nfailure: {mode: fail-open, open_fraction: 0.1}\n")
 	d := Deployment{Regions: 3, Instances: 2, LeaseDuration: 10 * time.Second, Drift: 1e-4, RedisOutages: true, ConfigChanges: 1}
 	r1, err1 := Compute(one, d, Leased, 0)
 	r4, err4 := Compute(four, d, Leased, 0)

@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-lease/quota-lease/internal/redistest"
+	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/policy"
 )
 
@@ -18,10 +19,7 @@ const generous = "name: api\nidentity: [tenant]\nlimit: 1000000\nperiod: 1s\n"
 // in production, under the policies of policyYAML, and its client.
 func benchEngine(b *testing.B, policyYAML string) (*Engine, *redis.Client) {
 	srv := redistest.Start(b)
-	ps, err := policy.ParsePolicies([]byte(policyYAML))
-	if err != nil {
-		b.Fatal(err)
-	}
+	ps := testenv.MustPolicies(b, policyYAML)
 	rdb := srv.Client(b)
 	return newEngine(b, rdb, ps, Config{}), rdb
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-lease/quota-lease/internal/redistest"
+	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/policy"
 )
 
@@ -202,10 +203,7 @@ func waitClusterKey(t *testing.T, rdb *redis.ClusterClient, key string) {
 func BenchmarkHotKeyShards(b *testing.B) {
 	for _, shards := range []int{1, 3} {
 		b.Run(fmt.Sprint(shards, "-shards"), func(b *testing.B) {
-			ps, err := policy.ParsePolicies([]byte(fmt.Sprintf("name: hot\nidentity: [tenant]\nlimit: 1000000\nperiod: 1s\nshards: %d\n", shards)))
-			if err != nil {
-				b.Fatal(err)
-			}
+			ps := testenv.MustPolicies(b, fmt.Sprintf("name: hot\nidentity: [tenant]\nlimit: 1000000\nperiod: 1s\nshards: %d\n", shards))
 			c, _, eng := clusterEngine(b, ps)
 			req := Request{Policy: "hot", Attributes: map[string]string{"tenant": "everyone"}, Cost: 1}
 			nodes := make([]*redis.Client, len(c.Nodes))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/quota-lease/quota-lease/clock"
 	"github.com/quota-lease/quota-lease/internal/redistest"
+	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/policy"
 )
 
@@ -18,7 +19,7 @@ import (
 // per request where they need other numbers.
 func testPolicies(t testing.TB) []*policy.Policy {
 	t.Helper()
-	ps, err := policy.ParsePolicies([]byte(`
+	ps := testenv.MustPolicies(t, `
 name: tb
 identity: [tenant]
 limit: 5
@@ -42,10 +43,7 @@ identity: [tenant]
 algorithm: sliding_log
 limit: 10
 period: 1s
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	return ps
 }
 

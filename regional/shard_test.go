@@ -10,6 +10,7 @@ import (
 
 	"github.com/quota-lease/quota-lease/clock"
 	"github.com/quota-lease/quota-lease/internal/redistest"
+	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/policy"
 )
 
@@ -19,10 +20,7 @@ import (
 // exactly 20: never more than one key's 22. A keyed retry goes to the part
 // that decided it and is replayed; a cost no part can hold is refused.
 func TestShardsSplitAnIdentity(t *testing.T) {
-	ps, err := policy.ParsePolicies([]byte("name: hot\nidentity: [tenant]\nlimit: 1\nperiod: 1s\nburst: 22\nshards: 4\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ps := testenv.MustPolicies(t, "name: hot\nidentity: [tenant]\nlimit: 1\nperiod: 1s\nburst: 22\nshards: 4\n")
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	var now clock.Manual
@@ -76,7 +74,7 @@ func TestShardsSplitAnIdentity(t *testing.T) {
 		t.Fatalf("keyed retry: %+v then %+v (%v), want the first decision replayed", first, again, err)
 	}
 
-	_, err = eng.Check(ctx, Request{Policy: "hot", Attributes: attrs, Cost: 6})
+	_, err := eng.Check(ctx, Request{Policy: "hot", Attributes: attrs, Cost: 6})
 	if !errors.Is(err, policy.ErrCostExceedsCapacity) || !strings.Contains(err.Error(), "one of 4 shards") {
 		t.Fatalf("cost 6 against parts of 5.5: %v, want ErrCostExceedsCapacity naming the shards", err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/internal/faultproxy"
+	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
@@ -33,7 +34,7 @@ func TestEnforcesLeasedShare(t *testing.T) {
 			ra := regionAgent(t, fmt.Sprintf("name: api\nidentity: [tenant]\nalgorithm: sliding_log\nlimit: 100\nperiod: 10s\nfloors: {eu: 60}\nshards: %d\n", shards), nil)
 			ctx := t.Context()
 			// Demand makes the share grow to what eu's floor leaves: 40.
-			waitFor(t, 10*time.Second, "us share to reach 40", func() bool {
+			testenv.WaitFor(t, 10*time.Second, "us share to reach 40", func() bool {
 				ra.a.Check(ctx, admission.Request{Policy: "api", Attributes: map[string]string{"tenant": "warmup"}, Cost: 1})
 				amt, m := ra.a.leaser.Enforce("api", time.Now())
 				return m == lease.ModeLeased && amt == 40*policy.Micro
@@ -69,18 +70,23 @@ func TestEnforcesLeasedShare(t *testing.T) {
 // exactly when its lease may have expired; when a coordinator is back it
 // resumes leased mode.
 func TestDegradedAtExpiryThenRecovers(t *testing.T) {
-	prefix := newPrefix(t)
+	prefix := testenv.Prefix(t)
 	k := startCoordinator(t, prefix, "")
 	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\nfailure: {mode: static-share, static_fraction: 0.2}\n")
 	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, nil)
 	ctx := t.Context()
-	waitFor(t, 10*time.Second, "a leased share above the static one", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "a leased share above the static one", func() bool {
 		ra.a.Check(ctx, admission.Request{Policy: "api", Attributes: tenantA, Cost: 1})
 		amt, m := ra.a.leaser.Enforce("api", time.Now())
 		return m == lease.ModeLeased && amt > 20*policy.Micro
 	})
+	// Once a renewal has failed after the stop, none is in flight (the
+	// lease loop renews in turn) and the grant is the last one.
+	failures := counterValue(t, ra.a, "quotalease_agent_lease_renew_failures_total")
 	k.stop()
-	time.Sleep(50 * time.Millisecond) // any renewal in flight has failed by now
+	testenv.WaitFor(t, testTiming.ValidFor, "a renewal to fail", func() bool {
+		return counterValue(t, ra.a, "quotalease_agent_lease_renew_failures_total") > failures
+	})
 	ra.a.leaser.mu.Lock()
 	_, validUntil := ra.a.leaser.quotas["api"].a.Grant()
 	ra.a.leaser.mu.Unlock()
@@ -116,10 +122,10 @@ func TestDegradedAtExpiryThenRecovers(t *testing.T) {
 	}
 	// The time degraded is counted while it lasts.
 	degradedAt := time.Now()
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // degraded time to count: it must pass
 	// A coordinator comes back (a new leader on the same etcd state).
 	startCoordinator(t, prefix, k.addr)
-	waitFor(t, 15*time.Second, "leased mode again", func() bool {
+	testenv.WaitFor(t, 15*time.Second, "leased mode again", func() bool {
 		o, _ := ra.a.Check(ctx, admission.Request{Policy: "api", Attributes: tenantA, Cost: 1})
 		return o.Mode == lease.ModeLeased
 	})
@@ -270,7 +276,7 @@ func TestHTTP429Contract(t *testing.T) {
 // cuts the connection: checks keep answering within the timeout, from the
 // local fallback, whose admissions never exceed its budget.
 func TestRedisSlowThenGone(t *testing.T) {
-	prefix := newPrefix(t)
+	prefix := testenv.Prefix(t)
 	k := startCoordinator(t, prefix, "")
 	// Region-scoped: the whole limit is this region's; one instance, so the
 	// fallback budget is the full 20/s with a burst of 20.
@@ -286,7 +292,7 @@ func TestRedisSlowThenGone(t *testing.T) {
 	ctx := t.Context()
 	// Healthy once the connection is dialed and the script loaded (the
 	// first check may miss the 20 ms timeout on a loaded machine).
-	waitFor(t, 5*time.Second, "a healthy check decided by Redis", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "a healthy check decided by Redis", func() bool {
 		o, err := ra.a.Check(ctx, admission.Request{Policy: "api", Attributes: map[string]string{"tenant": "warm"}, Cost: 1})
 		return err == nil && o.Mode == lease.ModeRegion
 	})
@@ -310,7 +316,7 @@ func TestRedisSlowThenGone(t *testing.T) {
 			if o.Allowed && o.Mode == lease.ModeLocalFallback {
 				admitted++
 			}
-			time.Sleep(2 * time.Millisecond)
+			time.Sleep(2 * time.Millisecond) // the pace of the load
 		}
 		return admitted, time.Since(start)
 	}
@@ -328,7 +334,7 @@ func TestRedisSlowThenGone(t *testing.T) {
 		t.Fatal("breaker not open while Redis is gone")
 	}
 	proxy.Restore()
-	waitFor(t, 5*time.Second, "Redis decisions again", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "Redis decisions again", func() bool {
 		o, _ := ra.a.Check(ctx, admission.Request{Policy: "api", Attributes: tenantA, Cost: 1})
 		return o.Mode == lease.ModeRegion
 	})
@@ -338,13 +344,13 @@ func TestRedisSlowThenGone(t *testing.T) {
 // counting the old process's grant until it expires, so the region cannot
 // be granted twice.
 func TestAgentRestartForgetsNoLease(t *testing.T) {
-	prefix := newPrefix(t)
+	prefix := testenv.Prefix(t)
 	k := startCoordinator(t, prefix, "")
 	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\n")
 	redisAddr := startRedis(t).Addr
 	first := startAgent(t, "us", redisAddr, []string{k.addr}, nil)
 	ctx := t.Context()
-	waitFor(t, 10*time.Second, "a share", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "a share", func() bool {
 		first.a.Check(ctx, admission.Request{Policy: "api", Attributes: tenantA, Cost: 1})
 		amt, _ := first.a.leaser.Enforce("api", time.Now())
 		return amt > 50*policy.Micro
@@ -400,7 +406,7 @@ func TestGRPCCheckAPI(t *testing.T) {
 // seconds: a check naming it triggers an early policy refresh, instead of
 // waiting for the periodic one.
 func TestNewPolicyUsableSoon(t *testing.T) {
-	prefix := newPrefix(t)
+	prefix := testenv.Prefix(t)
 	k := startCoordinator(t, prefix, "")
 	setPolicy(t, k.addr, "name: old\nidentity: [tenant]\nlimit: 5\nperiod: 1s\nscope: region\n")
 	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, func(c *Config) { c.PolicyRefresh = time.Hour })
@@ -408,7 +414,7 @@ func TestNewPolicyUsableSoon(t *testing.T) {
 	if _, err := ra.a.Check(t.Context(), admission.Request{Policy: "fresh", Attributes: tenantA}); err == nil || !strings.Contains(err.Error(), "unknown policy") {
 		t.Fatalf("first check: %v, want unknown policy", err)
 	}
-	waitFor(t, 3*time.Second, "the new policy to be known", func() bool {
+	testenv.WaitFor(t, 3*time.Second, "the new policy to be known", func() bool {
 		_, err := ra.a.Check(t.Context(), admission.Request{Policy: "fresh", Attributes: tenantA})
 		return err == nil
 	})
@@ -418,14 +424,14 @@ func TestNewPolicyUsableSoon(t *testing.T) {
 // each leases on its own, the coordinator counts the region at the larger
 // grant (not the sum), and both see two live instances through Redis.
 func TestTwoReplicasInOneRegion(t *testing.T) {
-	prefix := newPrefix(t)
+	prefix := testenv.Prefix(t)
 	k := startCoordinator(t, prefix, "")
 	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\n")
 	redisAddr := startRedis(t).Addr
 	a := startAgent(t, "us", redisAddr, []string{k.addr}, nil)
 	b := startAgent(t, "us", redisAddr, []string{k.addr}, func(c *Config) { c.Instance = "us-2" })
 	ctx := t.Context()
-	waitFor(t, 10*time.Second, "both replicas leased and seeing each other", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "both replicas leased and seeing each other", func() bool {
 		a.a.Check(ctx, admission.Request{Policy: "api", Attributes: tenantA, Cost: 1})
 		b.a.Check(ctx, admission.Request{Policy: "api", Attributes: tenantA, Cost: 1})
 		x, mx := a.a.leaser.Enforce("api", time.Now())

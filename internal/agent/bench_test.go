@@ -17,6 +17,7 @@ import (
 	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/internal/devca"
 	"github.com/quota-lease/quota-lease/internal/mtls"
+	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/lease"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
@@ -28,7 +29,7 @@ func benchAgent(b *testing.B) pb.CheckServiceClient {
 }
 
 func benchRunningAgent(b *testing.B, more ...string) *runningAgent {
-	prefix := newPrefix(b)
+	prefix := testenv.Prefix(b)
 	k := startCoordinator(b, prefix, "")
 	setPolicy(b, k.addr, "name: api\nidentity: [tenant]\nlimit: 1000000\nperiod: 1s\n")
 	for _, p := range more {
@@ -157,7 +158,7 @@ func BenchmarkGRPCCheckBatch(b *testing.B) {
 
 // BenchmarkCheckInProcess is the agent's decision without gRPC.
 func BenchmarkCheckInProcess(b *testing.B) {
-	prefix := newPrefix(b)
+	prefix := testenv.Prefix(b)
 	k := startCoordinator(b, prefix, "")
 	setPolicy(b, k.addr, "name: api\nidentity: [tenant]\nlimit: 1000000\nperiod: 1s\nscope: region\n")
 	ra := startAgent(b, "us", startRedis(b).Addr, []string{k.addr}, nil)
@@ -299,7 +300,7 @@ func BenchmarkHotRejectedKey(b *testing.B) {
 func BenchmarkCheckConcurrent(b *testing.B) {
 	for _, pipelines := range []int{0, 2} {
 		b.Run(fmt.Sprintf("pipelines=%d", pipelines), func(b *testing.B) {
-			prefix := newPrefix(b)
+			prefix := testenv.Prefix(b)
 			k := startCoordinator(b, prefix, "")
 			setPolicy(b, k.addr, "name: api\nidentity: [tenant]\nlimit: 1000000\nperiod: 1s\nscope: region\n")
 			ra := startAgent(b, "us", startRedis(b).Addr, []string{k.addr}, func(c *Config) { c.RedisPipelines = pipelines })

@@ -5,6 +5,7 @@ import (
 
 	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/internal/promnames"
+	"github.com/quota-lease/quota-lease/internal/testenv"
 )
 
 // Every agent metric the alert rules and the Grafana dashboard query is
@@ -12,7 +13,7 @@ import (
 // empty dashboard during an incident. Per-policy counters exist at zero as
 // soon as the policy is loaded.
 func TestDeployedQueriesUseExportedMetrics(t *testing.T) {
-	prefix := newPrefix(t)
+	prefix := testenv.Prefix(t)
 	k := startCoordinator(t, prefix, "")
 	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\n")
 	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, nil)

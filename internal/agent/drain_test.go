@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/quota-lease/quota-lease/admission"
+	"github.com/quota-lease/quota-lease/internal/testenv"
 )
 
 // Drain under load: /readyz turns 503 at once while checks keep being
@@ -38,22 +39,23 @@ func TestDrainUnderLoad(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(100 * time.Millisecond)
+	testenv.WaitFor(t, 5*time.Second, "checks answered under load", func() bool { return answered.Load() > 0 })
+	const delay = 500 * time.Millisecond
+	drainFrom := time.Now()
 	drained := make(chan struct{})
-	go func() { ra.a.Drain(t.Context(), 500*time.Millisecond); close(drained) }()
-	time.Sleep(100 * time.Millisecond)
-	resp, err := http.Get(ra.httpURL + "/readyz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusServiceUnavailable {
-		t.Fatalf("readyz while draining: %d, want 503", resp.StatusCode)
-	}
+	go func() { ra.a.Drain(t.Context(), delay); close(drained) }()
+	testenv.WaitFor(t, delay, "readyz to answer 503 while draining", func() bool {
+		resp, err := http.Get(ra.httpURL + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusServiceUnavailable
+	})
 	before := answered.Load()
-	time.Sleep(200 * time.Millisecond)
-	if answered.Load() == before {
-		t.Fatal("checks stopped being answered during the drain delay")
+	testenv.WaitFor(t, delay, "a check answered after readyz turned 503", func() bool { return answered.Load() > before })
+	if took := time.Since(drainFrom); took >= delay {
+		t.Fatalf("no check seen answered within the drain delay of %v (%v)", delay, took)
 	}
 	close(stop) // the load balancer has moved the traffic away
 	<-drained

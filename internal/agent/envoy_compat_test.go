@@ -5,6 +5,8 @@ import (
 
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/quota-lease/quota-lease/internal/testenv"
 )
 
 // envoyStep is one ShouldRateLimit call and what envoyproxy/ratelimit
@@ -131,7 +133,7 @@ descriptors:
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			prefix := newPrefix(t)
+			prefix := testenv.Prefix(t)
 			k := startCoordinator(t, prefix, "")
 			setPolicy(t, k.addr, tc.config)
 			ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, nil)

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/quota-lease/quota-lease/admission"
+	"github.com/quota-lease/quota-lease/internal/testenv"
 )
 
 func entries(kv ...string) *commonrl.RateLimitDescriptor {
@@ -120,7 +121,7 @@ func TestEnvoyLimitUnits(t *testing.T) {
 		{1, 4 * 24 * time.Hour, 1, rlsv3.RateLimitResponse_RateLimit_WEEK}, // 1.75, rounded down
 		{10, 45 * time.Second, 800, rlsv3.RateLimitResponse_RateLimit_HOUR},
 	} {
-		p := mustPolicy(t, fmt.Sprintf("name: p\nidentity: [a]\nlimit: %v\nperiod: %s\n", c.limit, c.period))
+		p := testenv.MustPolicy(t, fmt.Sprintf("name: p\nidentity: [a]\nlimit: %v\nperiod: %s\n", c.limit, c.period))
 		got := envoyLimit(admission.Outcome{Policy: p, Limits: p.Limits()})
 		if got.RequestsPerUnit != c.want || got.Unit != c.unit {
 			t.Errorf("%v per %v: %d per %s, want %d per %s", c.limit, c.period, got.RequestsPerUnit, got.Unit, c.want, c.unit)

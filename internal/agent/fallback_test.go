@@ -9,6 +9,7 @@ import (
 
 	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/bound"
+	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
 )
@@ -35,7 +36,7 @@ func maxInWindow(at []time.Duration, w time.Duration) int {
 // fallback was a budget of its own, every Redis success reset it, so each
 // stall met a full bucket.
 func TestFlappingRedisStaysWithinBound(t *testing.T) {
-	prefix := newPrefix(t)
+	prefix := testenv.Prefix(t)
 	k := startCoordinator(t, prefix, "")
 	const yaml = "name: api\nidentity: [tenant]\nlimit: 20\nperiod: 1s\nscope: region\n"
 	setPolicy(t, k.addr, yaml)
@@ -88,7 +89,7 @@ func TestFlappingRedisStaysWithinBound(t *testing.T) {
 	close(stop)
 	wg.Wait()
 
-	p := mustPolicy(t, yaml)
+	p := testenv.MustPolicy(t, yaml)
 	// Decisions made by Redis reach the client up to one check timeout
 	// later than they were made: the window the bound is taken over is
 	// that much longer than the one counted.
@@ -112,7 +113,7 @@ func TestFlappingRedisStaysWithinBound(t *testing.T) {
 // local fallback: still at most one is admitted. A fallback that started
 // full admitted up to ten.
 func TestLastTokenRaceWithSlowRedis(t *testing.T) {
-	prefix := newPrefix(t)
+	prefix := testenv.Prefix(t)
 	k := startCoordinator(t, prefix, "")
 	setPolicy(t, k.addr, "name: last\nidentity: [tenant]\nlimit: 1\nperiod: 1h\nburst: 10\nscope: region\n")
 	proxy := startRedisBehindProxy(t)
@@ -123,7 +124,7 @@ func TestLastTokenRaceWithSlowRedis(t *testing.T) {
 		c.CheckTimeout, c.RedisPipelines = DefaultConfig().CheckTimeout, 0
 	})
 	ctx := t.Context()
-	waitFor(t, 5*time.Second, "a warm connection and script", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "a warm connection and script", func() bool {
 		o, _ := ra.a.Check(ctx, admission.Request{Policy: "last", Attributes: map[string]string{"tenant": "warm"}})
 		return o.Mode == lease.ModeRegion
 	})
@@ -136,7 +137,7 @@ func TestLastTokenRaceWithSlowRedis(t *testing.T) {
 		}()
 	}
 	warm.Wait()
-	waitFor(t, 5*time.Second, "the breaker closed after warming", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "the breaker closed after warming", func() bool {
 		o, _ := ra.a.Check(ctx, admission.Request{Policy: "last", Attributes: map[string]string{"tenant": "warm"}})
 		return o.Mode == lease.ModeRegion
 	})
@@ -193,7 +194,7 @@ func TestLastTokenRaceWithSlowRedis(t *testing.T) {
 // times while Redis is gone (local fallback), then again once Redis is
 // back, it is admitted every time and charged one token, locally.
 func TestKeyedRetryChargedOnceAcrossOutage(t *testing.T) {
-	prefix := newPrefix(t)
+	prefix := testenv.Prefix(t)
 	k := startCoordinator(t, prefix, "")
 	// fallback_start 1: the fallback budget starts full, so it admits.
 	setPolicy(t, k.addr, "name: keyed\nidentity: [tenant]\nlimit: 10\nperiod: 1h\nscope: region\nfailure: {fallback_start: 1}\n")
@@ -219,7 +220,7 @@ func TestKeyedRetryChargedOnceAcrossOutage(t *testing.T) {
 	}
 
 	proxy.Restore()
-	waitFor(t, 5*time.Second, "Redis decisions again", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "Redis decisions again", func() bool {
 		o, _ := ra.a.Check(ctx, admission.Request{Policy: "keyed", Attributes: map[string]string{"tenant": "probe"}})
 		return o.Mode == lease.ModeRegion
 	})

@@ -2,11 +2,8 @@ package agent
 
 import (
 	"context"
-	"fmt"
 	"net"
-	"os"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,32 +16,17 @@ import (
 
 	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/internal/coordinator"
-	"github.com/quota-lease/quota-lease/internal/etcdembed"
 	"github.com/quota-lease/quota-lease/internal/faultproxy"
 	"github.com/quota-lease/quota-lease/internal/leaseapi"
 	"github.com/quota-lease/quota-lease/internal/redistest"
+	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/lease"
-	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
-var etcdEndpoint string
-
-func TestMain(m *testing.M) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	srv, stop, err := etcdembed.StartTemp(ctx)
-	cancel()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	etcdEndpoint = srv.Endpoint
-	code := m.Run()
-	stop()
-	os.Exit(code)
-}
-
-var seq atomic.Int64
+// One embedded etcd serves the whole package; every test uses its own
+// key prefix.
+func TestMain(m *testing.M) { testenv.MainWithEtcd(m) }
 
 // testTiming: 2 s leases so expiry happens within a test.
 var testTiming = lease.Timing{ValidFor: 2 * time.Second, Drift: 1e-4, Margin: 20 * time.Millisecond, DegradedTimeout: 30 * time.Second}
@@ -67,7 +49,7 @@ func startCoordinator(t testing.TB, prefix string, addr string) *coord {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcdEndpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{testenv.EtcdEndpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,30 +178,7 @@ func grpcConn(t testing.TB, addr string) *grpc.ClientConn {
 	return cc
 }
 
-func newPrefix(t testing.TB) string { return fmt.Sprintf("/agenttest/%s/%d", t.Name(), seq.Add(1)) }
-
 func startRedis(t testing.TB) *redistest.Server { return redistest.Start(t) }
-
-func waitFor(t testing.TB, limit time.Duration, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", limit, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// mustPolicy parses one policy.
-func mustPolicy(t testing.TB, yaml string) *policy.Policy {
-	t.Helper()
-	ps, err := policy.ParsePolicies([]byte(yaml))
-	if err != nil || len(ps) != 1 {
-		t.Fatalf("parse policy: %v (%d policies)", err, len(ps))
-	}
-	return ps[0]
-}
 
 // counterValue sums every series of the counter named name on a's registry.
 func counterValue(t testing.TB, a *Agent, name string) float64 {
@@ -290,7 +249,7 @@ func callEvery(t testing.TB, a *Agent, in admission.Request, every time.Duration
 // (YAML), a fresh Redis, and region us's agent on both, changed by mod.
 func regionAgent(t testing.TB, policy string, mod func(*Config)) *runningAgent {
 	t.Helper()
-	k := startCoordinator(t, newPrefix(t), "")
+	k := startCoordinator(t, testenv.Prefix(t), "")
 	setPolicy(t, k.addr, policy)
 	return startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, mod)
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/lease"
 )
 
@@ -13,7 +14,7 @@ import (
 // leased: the agent splits its renewals. Before, the coordinator refused
 // the one request and every policy degraded at once.
 func TestManyPoliciesAllLeased(t *testing.T) {
-	prefix := newPrefix(t)
+	prefix := testenv.Prefix(t)
 	k := startCoordinator(t, prefix, "")
 	const n = 1500
 	for part := 0; part < n/100; part++ { // at most 100 per quota set
@@ -24,7 +25,7 @@ func TestManyPoliciesAllLeased(t *testing.T) {
 		setPolicy(t, k.addr, b.String())
 	}
 	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, nil)
-	waitFor(t, 30*time.Second, "every policy leased", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "every policy leased", func() bool {
 		for i := 0; i < n; i++ {
 			if _, m := ra.a.leaser.Enforce(fmt.Sprintf("p%04d", i), time.Now()); m != lease.ModeLeased {
 				return false

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/quota-lease/quota-lease/internal/faultproxy"
+	"github.com/quota-lease/quota-lease/internal/testenv"
 )
 
 // syncBuffer is a buffer safe for the logger's concurrent writes.
@@ -29,7 +30,7 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 // warning, and one "recovered" line once it answers again: a few lines
 // per outage, not one per attempt.
 func TestCoordinatorOutageLogsPaced(t *testing.T) {
-	prefix := newPrefix(t)
+	prefix := testenv.Prefix(t)
 	k := startCoordinator(t, prefix, "")
 	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\n")
 	px, err := faultproxy.Start(k.addr)
@@ -41,12 +42,12 @@ func TestCoordinatorOutageLogsPaced(t *testing.T) {
 	ra := startAgent(t, "us", startRedis(t).Addr, []string{px.Addr}, func(c *Config) {
 		c.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: &logs})
 	})
-	waitFor(t, 5*time.Second, "a lease", func() bool { amt, _ := ra.a.leaser.Enforce("api", time.Now()); return amt > 0 })
+	testenv.WaitFor(t, 5*time.Second, "a lease", func() bool { amt, _ := ra.a.leaser.Enforce("api", time.Now()); return amt > 0 })
 	px.Cut()
-	time.Sleep(5 * time.Second)
+	time.Sleep(5 * time.Second) // the outage: its length, not an event, is what the pacing of the logs is tested against
 	failuresBefore := counterValue(t, ra.a, "quotalease_agent_lease_renew_failures_total")
 	px.Restore()
-	waitFor(t, 10*time.Second, "recovered", func() bool { return strings.Contains(logs.String(), "lease renewals recovered") })
+	testenv.WaitFor(t, 10*time.Second, "recovered", func() bool { return strings.Contains(logs.String(), "lease renewals recovered") })
 	out := logs.String()
 	warnings := strings.Count(out, "lease renewals failing") + strings.Count(out, "lease renewals still failing")
 	t.Logf("%v failed renewals, %d warnings:\n%s", failuresBefore, warnings, out)

@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/quota-lease/quota-lease/admission"
+	"github.com/quota-lease/quota-lease/internal/testenv"
 )
 
 // A hot key over its limit costs Redis one call per retry delay, not one
 // per check: Redis counts the scripts it ran. Every check is still
 // rejected, and the key is admitted by Redis again once it refilled.
 func TestHotRejectedKeySparesRedis(t *testing.T) {
-	prefix := newPrefix(t)
+	prefix := testenv.Prefix(t)
 	k := startCoordinator(t, prefix, "")
 	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 2\nperiod: 1s\nburst: 2\nscope: region\n")
 	srv := startRedis(t)
@@ -64,6 +65,8 @@ func TestHotRejectedKeySparesRedis(t *testing.T) {
 	if last.RetryAfterMs < 1 || last.RetryAfterMs > 500 {
 		t.Fatalf("retry %d ms, want the delay left until one unit refills (at most 500 ms)", last.RetryAfterMs)
 	}
+	// Real time must pass for the bucket to refill: waiting the advertised
+	// delay (and 10 ms) is the claim under test.
 	time.Sleep(time.Duration(last.RetryAfterMs)*time.Millisecond + 10*time.Millisecond)
 	if o, _ := ra.a.Check(ctx, admission.Request{Policy: "api", Attributes: tenantA, Cost: 1}); !o.Allowed {
 		t.Fatalf("after the retry delay: %+v, want admitted", o)

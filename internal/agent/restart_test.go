@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-lease/quota-lease/admission"
+	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
@@ -58,7 +59,7 @@ func startBare(t *testing.T, redisAddr string, mod func(*Config)) *Agent {
 // previous agent held, then the degraded budget falling back from it. It
 // never waits for the coordinator, which never answers here.
 func TestStartDuringCoordinatorOutage(t *testing.T) {
-	prefix := newPrefix(t)
+	prefix := testenv.Prefix(t)
 	k := startCoordinator(t, prefix, "")
 	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\nfailure: {mode: static-share, static_fraction: 0.3}\n")
 	setPolicy(t, k.addr, "name: strict\nidentity: [tenant]\nlimit: 100\nperiod: 1s\n")
@@ -67,7 +68,7 @@ func TestStartDuringCoordinatorOutage(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
 	defer rdb.Close()
 	var saved savedGrant
-	waitFor(t, 10*time.Second, "the first agent's grant saved in Redis", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the first agent's grant saved in Redis", func() bool {
 		saved = savedGrantOf(t, rdb, "api")
 		first.a.leaser.mu.Lock()
 		g, _ := first.a.leaser.quotas["api"].a.Grant()
@@ -82,7 +83,7 @@ func TestStartDuringCoordinatorOutage(t *testing.T) {
 	a := startBare(t, redisAddr, func(c *Config) {
 		c.Coordinator, c.Policies, c.KeepPolicies = hung, hung.policies, true
 	})
-	waitFor(t, 10*time.Second, "ready from the saved state", a.Ready)
+	testenv.WaitFor(t, 10*time.Second, "ready from the saved state", a.Ready)
 	o, err := a.Check(t.Context(), admission.Request{Policy: "api", Attributes: tenantA, Cost: 1})
 	served := time.Since(began)
 	if err != nil {
@@ -112,7 +113,7 @@ func TestStartDuringCoordinatorOutage(t *testing.T) {
 	if amt, _ := a.leaser.Enforce("strict", time.Now()); amt > savedGrantOf(t, rdb, "strict").Amount {
 		t.Fatalf("strict enforces %d, above its saved grant", amt)
 	}
-	waitFor(t, 10*time.Second, "the restored grant to end", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the restored grant to end", func() bool {
 		_, m := a.leaser.Enforce("api", time.Now())
 		return m == lease.ModeDegraded
 	})
@@ -145,7 +146,7 @@ func savedGrantOf(t *testing.T, rdb *redis.Client, quota string) savedGrant {
 // every policy in a defined way.
 func TestStartWithNoStateFollowsFailureModes(t *testing.T) {
 	redisAddr := startRedis(t).Addr
-	ps, err := policy.ParsePolicies([]byte(`
+	ps := testenv.MustPolicies(t, `
 {name: local, identity: [tenant], limit: 10, period: 1s, scope: region}
 ---
 {name: open, identity: [tenant], limit: 100, period: 1s, failure: {mode: fail-open, open_fraction: 0.2}}
@@ -153,17 +154,14 @@ func TestStartWithNoStateFollowsFailureModes(t *testing.T) {
 {name: static, identity: [tenant], limit: 100, period: 1s, failure: {mode: static-share, static_fraction: 0.5}}
 ---
 {name: closed, identity: [tenant], limit: 100, period: 1s}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	hung := &hungCoordinator{}
 	a := startBare(t, redisAddr, func(c *Config) {
 		c.Coordinator = hung
 		c.Policies = func(context.Context) ([]*policy.Policy, error) { return ps, nil } // --policies FILE
 		c.RenewTick = 5 * time.Millisecond
 	})
-	waitFor(t, 10*time.Second, "ready", a.Ready)
+	testenv.WaitFor(t, 10*time.Second, "ready", a.Ready)
 	want := map[string]struct {
 		allowed bool
 		mode    lease.Mode
@@ -195,7 +193,7 @@ func TestNoPoliciesNotReadyButRunning(t *testing.T) {
 		c.Coordinator, c.KeepPolicies = hung, true
 		c.Policies = func(context.Context) ([]*policy.Policy, error) { return nil, io.ErrUnexpectedEOF }
 	})
-	waitFor(t, 10*time.Second, "a refresh attempt", func() bool { _, why := a.Readiness(); return strings.Contains(why, "no policies") })
+	testenv.WaitFor(t, 10*time.Second, "a refresh attempt", func() bool { _, why := a.Readiness(); return strings.Contains(why, "no policies") })
 	if a.Ready() {
 		t.Fatal("ready without policies")
 	}
@@ -204,7 +202,7 @@ func TestNoPoliciesNotReadyButRunning(t *testing.T) {
 // Readiness follows Redis: a cut store turns /readyz 503 within a presence
 // round or two, naming Redis, and back to 200 once it answers.
 func TestReadinessFollowsRedis(t *testing.T) {
-	prefix := newPrefix(t)
+	prefix := testenv.Prefix(t)
 	k := startCoordinator(t, prefix, "")
 	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\n")
 	px := startRedisBehindProxy(t)
@@ -223,7 +221,7 @@ func TestReadinessFollowsRedis(t *testing.T) {
 	}
 	px.Cut()
 	cut := time.Now()
-	waitFor(t, 10*time.Second, "readyz 503", func() bool { c, _ := readyz(); return c == http.StatusServiceUnavailable })
+	testenv.WaitFor(t, 10*time.Second, "readyz 503", func() bool { c, _ := readyz(); return c == http.StatusServiceUnavailable })
 	code, body := readyz()
 	t.Logf("readyz %d %q %v after the cut", code, strings.TrimSpace(body), time.Since(cut))
 	if !strings.Contains(body, "Redis") {
@@ -233,5 +231,5 @@ func TestReadinessFollowsRedis(t *testing.T) {
 		t.Fatalf("healthz %v %v while Redis is cut: liveness must not follow Redis", resp, err)
 	}
 	px.Restore()
-	waitFor(t, 10*time.Second, "readyz 200 again", func() bool { c, _ := readyz(); return c == http.StatusOK })
+	testenv.WaitFor(t, 10*time.Second, "readyz 200 again", func() bool { c, _ := readyz(); return c == http.StatusOK })
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/bound"
+	"github.com/quota-lease/quota-lease/internal/testenv"
 )
 
 // Redis killed (SIGKILL) and restarted empty four times while one tenant
@@ -16,7 +17,7 @@ import (
 // 40. Now a bucket lost with the store starts as if it had used everything
 // at the loss, and the client's own count stays within the bound.
 func TestRedisRestartedEmptyMintsNoBurst(t *testing.T) {
-	prefix := newPrefix(t)
+	prefix := testenv.Prefix(t)
 	k := startCoordinator(t, prefix, "")
 	const yaml = "name: api\nidentity: [tenant]\nlimit: 10\nperiod: 10s\nscope: region\n"
 	setPolicy(t, k.addr, yaml)
@@ -41,16 +42,16 @@ func TestRedisRestartedEmptyMintsNoBurst(t *testing.T) {
 	}()
 	const restarts = 4
 	for i := 0; i < restarts; i++ {
-		time.Sleep(2 * time.Second)
+		time.Sleep(2 * time.Second) // the scenario: a restart every 2 s under load
 		if err := redisSrv.Restart(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // load after the last restart
 	close(stop)
 	wg.Wait()
 
-	b, err := bound.Compute(mustPolicy(t, yaml), bound.Deployment{Regions: 1, Instances: 1, Drift: testTiming.Drift, RedisOutages: true},
+	b, err := bound.Compute(testenv.MustPolicy(t, yaml), bound.Deployment{Regions: 1, Instances: 1, Drift: testTiming.Drift, RedisOutages: true},
 		bound.Leased, 10*time.Second+20*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
@@ -30,16 +31,13 @@ func (s *shuffledCoordinator) Lease(_ context.Context, req *pb.LeaseRequest) (*p
 }
 
 func TestGrantsMatchedByName(t *testing.T) {
-	ps, err := policy.ParsePolicies([]byte("{name: a, identity: [tenant], limit: 100, period: 1s}\n---\n{name: b, identity: [tenant], limit: 100, period: 1s}\n---\n{name: c, identity: [tenant], limit: 100, period: 1s}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ps := testenv.MustPolicies(t, "{name: a, identity: [tenant], limit: 100, period: 1s}\n---\n{name: b, identity: [tenant], limit: 100, period: 1s}\n---\n{name: c, identity: [tenant], limit: 100, period: 1s}\n")
 	coord := &shuffledCoordinator{}
 	a := startBare(t, startRedis(t).Addr, func(c *Config) {
 		c.Coordinator = coord
 		c.Policies = func(context.Context) ([]*policy.Policy, error) { return ps, nil }
 	})
-	waitFor(t, 10*time.Second, "a lease round", func() bool { return coord.calls.Load() > 0 && a.Ready() })
+	testenv.WaitFor(t, 10*time.Second, "a lease round", func() bool { return coord.calls.Load() > 0 && a.Ready() })
 	for name, want := range map[string]struct {
 		amount int64
 		mode   lease.Mode

@@ -18,6 +18,7 @@ import (
 	"github.com/quota-lease/quota-lease/internal/caller"
 	"github.com/quota-lease/quota-lease/internal/devca"
 	"github.com/quota-lease/quota-lease/internal/mtls"
+	"github.com/quota-lease/quota-lease/internal/testenv"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
@@ -69,7 +70,7 @@ func startSecure(t testing.TB, p *pki, mods ...func(*Config)) *replica {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := startReplica(t, newPrefix(t), "secure", func(c *Config) {
+	r := startReplica(t, testenv.Prefix(t), "secure", func(c *Config) {
 		c.TrustDomain = trustDomain
 		for _, m := range mods {
 			m(c)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/quota-lease/quota-lease/internal/leaseapi"
+	"github.com/quota-lease/quota-lease/internal/testenv"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
@@ -18,7 +19,7 @@ import (
 func BenchmarkRenewals(b *testing.B) {
 	for _, quotas := range []int{1, 10} {
 		b.Run(fmt.Sprintf("quotas=%d", quotas), func(b *testing.B) {
-			prefix := newPrefix(b)
+			prefix := testenv.Prefix(b)
 			r := startReplica(b, prefix, "bench", func(c *Config) { c.Timing.ValidFor = 10 * time.Second })
 			waitLeader(b, r)
 			adm, cl := admin(b, r.addr)
@@ -85,7 +86,7 @@ func BenchmarkRenewalsTLS(b *testing.B) {
 					_, clients[region] = dialAs(b, p, r, region)
 				}
 			} else {
-				r = startReplica(b, newPrefix(b), "bench", nil)
+				r = startReplica(b, testenv.Prefix(b), "bench", nil)
 				waitLeader(b, r)
 				var cl *leaseapi.Client
 				adm, cl = admin(b, r.addr)

@@ -6,11 +6,13 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/quota-lease/quota-lease/internal/leaseapi"
+	"github.com/quota-lease/quota-lease/internal/testenv"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
@@ -34,7 +36,7 @@ func TestHungReplicaIsSkipped(t *testing.T) {
 			defer c.Close() // hold it open, say nothing
 		}
 	}()
-	r := startReplica(t, newPrefix(t), "healthy", nil)
+	r := startReplica(t, testenv.Prefix(t), "healthy", nil)
 	waitLeader(t, r)
 	cl, err := leaseapi.NewClient([]string{hung.Addr().String(), r.addr})
 	if err != nil {
@@ -66,12 +68,15 @@ func TestHungReplicaIsSkipped(t *testing.T) {
 // at once, not after the session TTL: with a 10 s TTL the follower must
 // lead well before the old session could have expired.
 func TestGracefulStopHandsOver(t *testing.T) {
-	prefix := newPrefix(t)
+	prefix := testenv.Prefix(t)
 	ttl := func(c *Config) { c.SessionTTL = 10 * time.Second }
 	a := startReplica(t, prefix, "a", ttl)
 	waitLeader(t, a)
 	b := startReplica(t, prefix, "b", ttl)
-	time.Sleep(200 * time.Millisecond) // b campaigns behind a
+	testenv.WaitFor(t, 5*time.Second, "b to campaign behind a", func() bool {
+		resp, err := b.cli.Get(t.Context(), keys{prefix}.election(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return err == nil && resp.Count == 2
+	})
 	stopped := time.Now()
 	a.stop()
 	deadline := stopped.Add(5 * time.Second) // half the TTL: no waiting for expiry

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/quota-lease/quota-lease/internal/leaseapi"
+	"github.com/quota-lease/quota-lease/internal/testenv"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
@@ -16,8 +17,8 @@ import (
 // coordinator (its old leader's address now belongs to another cluster)
 // is refused before anything is stored there.
 func TestWriteNeverLandsInAnotherCluster(t *testing.T) {
-	a := startReplica(t, newPrefix(t), "a", nil)
-	b := startReplica(t, newPrefix(t), "b", nil)
+	a := startReplica(t, testenv.Prefix(t), "a", nil)
+	b := startReplica(t, testenv.Prefix(t), "b", nil)
 	waitLeader(t, a)
 	waitLeader(t, b)
 	if a.c.ClusterID() == "" || a.c.ClusterID() == b.c.ClusterID() {

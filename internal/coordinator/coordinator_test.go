@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/quota-lease/quota-lease/internal/leaseapi"
+	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
@@ -91,7 +92,7 @@ func (w *watcher) run(ctx context.Context, limit int64, agents []*testAgent, lea
 			}
 		}
 		w.mu.Unlock()
-		time.Sleep(3 * time.Millisecond)
+		time.Sleep(3 * time.Millisecond) // the sampling pace
 	}
 }
 
@@ -112,7 +113,7 @@ func itoa(v int64) string { return fmt.Sprint(float64(v) / float64(M)) }
 // from one region to another; shares follow within the damping limit, and
 // the sum of may-be-enforcing shares stays <= 100 at every sample.
 func TestSharesFollowDemand(t *testing.T) {
-	prefix := newPrefix(t)
+	prefix := testenv.Prefix(t)
 	r := startReplica(t, prefix, "c1", nil)
 	waitLeader(t, r)
 	adm, cl := admin(t, r.addr)
@@ -134,7 +135,7 @@ func TestSharesFollowDemand(t *testing.T) {
 		go a.loop(ctx, 100*time.Millisecond)
 	}
 	share := func(a *testAgent) int64 { amt, _ := a.enforcing(); return amt }
-	waitFor(t, 5*time.Second, "initial split 80/10/10", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "initial split 80/10/10", func() bool {
 		return share(agents[0]) >= 79*M && share(agents[1]) >= 9*M && share(agents[2]) >= 9*M
 	})
 
@@ -143,31 +144,20 @@ func TestSharesFollowDemand(t *testing.T) {
 	shift := time.Now()
 	agents[0].demand.Store(10 * M)
 	agents[1].demand.Store(80 * M)
-	waitFor(t, 10*time.Second, "eu to reach 75", func() bool { return share(agents[1]) >= 75*M })
+	testenv.WaitFor(t, 10*time.Second, "eu to reach 75", func() bool { return share(agents[1]) >= 75*M })
 	if took := time.Since(shift); took < 300*time.Millisecond {
 		t.Fatalf("eu's share moved from 10 to 75 in %v: faster than the damping allows", took)
 	}
-	waitFor(t, 10*time.Second, "us to shrink to 11", func() bool { return share(agents[0]) <= 11*M })
+	testenv.WaitFor(t, 10*time.Second, "us to shrink to 11", func() bool { return share(agents[0]) <= 11*M })
 	cancel()
 	w.check(t)
-}
-
-func waitFor(t *testing.T, limit time.Duration, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", limit, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // Two replicas; the leader is killed while agents renew. The follower
 // takes over, honours the outstanding grants (read from the ledger), and
 // at no moment do the agents together enforce more than the limit.
 func TestLeaderFailover(t *testing.T) {
-	prefix := newPrefix(t)
+	prefix := testenv.Prefix(t)
 	r1 := startReplica(t, prefix, "c1", nil)
 	leader := waitLeader(t, r1)
 	r2 := startReplica(t, prefix, "c2", nil)
@@ -201,7 +191,7 @@ func TestLeaderFailover(t *testing.T) {
 	}
 	before, stopRenewing := context.WithCancel(ctx)
 	renewing(before)
-	waitFor(t, 5*time.Second, "all agents leased with a share", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "all agents leased with a share", func() bool {
 		for _, a := range agents {
 			if amt, m := a.enforcing(); m != lease.ModeLeased || amt == 0 {
 				return false
@@ -209,16 +199,20 @@ func TestLeaderFailover(t *testing.T) {
 		}
 		return true
 	})
-	// Shift demand so shares are moving when the leader dies.
+	// Shift demand so shares are moving when the leader dies: us's grows
+	// as ap's shrinks.
+	usBefore, _ := agents[0].enforcing()
 	agents[0].demand.Store(90 * M)
 	agents[2].demand.Store(5 * M)
-	time.Sleep(120 * time.Millisecond)
+	testenv.WaitFor(t, 5*time.Second, "us's share to grow", func() bool { amt, _ := agents[0].enforcing(); return amt > usBefore })
 	stopRenewing()
 	loops.Wait()
 	oldEpoch := leader.c.Epoch()
 	held := map[string]int64{}
+	heldUntil := map[string]time.Time{}
 	for _, a := range agents {
 		held[a.region], _ = a.enforcing()
+		_, heldUntil[a.region] = a.grant()
 	}
 	leader.crash()
 
@@ -243,16 +237,41 @@ func TestLeaderFailover(t *testing.T) {
 			t.Fatalf("region %s enforced %d at the crash; the new leader books %d (%v)", region, amt, restored[region], leases.Leases)
 		}
 	}
-	// Agents keep working against the new leader.
+	// Agents keep working against the new leader: each holds its grant
+	// past the end of the one it held at the crash, while the watcher
+	// samples.
 	renewing(ctx)
-	time.Sleep(2 * testTiming.ValidFor)
 	for _, a := range agents {
+		testenv.WaitFor(t, 10*time.Second, a.region+" to outlive its grant of the old leader on one of the new", func() bool {
+			g, _ := a.grant()
+			return g.Epoch == next.c.Epoch() && time.Now().After(heldUntil[a.region])
+		})
 		if _, m := a.enforcing(); m != lease.ModeLeased {
 			t.Fatalf("agent %s is %s after failover, want leased", a.region, m)
 		}
 	}
 	cancel()
 	w.check(t)
+}
+
+// ledgerSettled reports whether r leads and its flush loop has no lowered
+// mark of quota name left to write. flushQuota holds the quota's lock
+// from computing its write until the book records it, so none is in
+// flight either.
+func ledgerSettled(r *replica, name string) bool {
+	t := r.c.term()
+	if t == nil {
+		return false
+	}
+	t.mu.RLock()
+	q := t.quotas[name]
+	t.mu.RUnlock()
+	if q == nil {
+		return false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.book.Shrunk(r.c.cfg.Clock.Now())) == 0
 }
 
 func mustConn(t *testing.T, cl *leaseapi.Client, addr string) grpcConn {
@@ -266,7 +285,7 @@ func mustConn(t *testing.T, cl *leaseapi.Client, addr string) grpcConn {
 // A region that stops renewing keeps its degraded budget reserved, visible
 // in ListLeases, until an SRE releases it.
 func TestDegradedBudgetStaysReserved(t *testing.T) {
-	prefix := newPrefix(t)
+	prefix := testenv.Prefix(t)
 	r := startReplica(t, prefix, "c1", nil)
 	waitLeader(t, r)
 	adm, cl := admin(t, r.addr)
@@ -287,11 +306,11 @@ func TestDegradedBudgetStaysReserved(t *testing.T) {
 	go eu.loop(ctx, 100*time.Millisecond)
 	apCtx, apStop := context.WithCancel(ctx)
 	go ap.loop(apCtx, 100*time.Millisecond)
-	waitFor(t, 5*time.Second, "ap to hold its static share", func() bool { amt, _ := ap.enforcing(); return amt >= 20*M })
+	testenv.WaitFor(t, 5*time.Second, "ap to hold its static share", func() bool { amt, _ := ap.enforcing(); return amt >= 20*M })
 	apStop()
 	// ap renews no more. Once its lease lapsed, its 20 stay reserved.
 	var apLease *pb.LeaseRecord
-	waitFor(t, 5*time.Second, "ap to be degraded", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "ap to be degraded", func() bool {
 		ls, err := adm.ListLeases(t.Context(), &pb.ListLeasesRequest{Region: "ap"})
 		if err != nil || len(ls.Leases) != 1 {
 			return false
@@ -302,17 +321,22 @@ func TestDegradedBudgetStaysReserved(t *testing.T) {
 	if apLease.Reserved != 20*M {
 		t.Fatalf("ap reserved %d, want 20", apLease.Reserved)
 	}
-	time.Sleep(500 * time.Millisecond)
-	usAmt, _ := us.enforcing()
-	euAmt, _ := eu.enforcing()
-	if usAmt+euAmt > 80*M {
-		t.Fatalf("us+eu hold %d while ap's 20 are reserved", usAmt+euAmt)
-	}
+	// us and eu, asking for 100 each, renew a few times and never get
+	// ap's reserved 20.
+	usFrom, euFrom := us.renewals.Load(), eu.renewals.Load()
+	testenv.WaitFor(t, 5*time.Second, "us and eu to renew 3 times while ap's share is reserved", func() bool {
+		usAmt, _ := us.enforcing()
+		euAmt, _ := eu.enforcing()
+		if usAmt+euAmt > 80*M {
+			t.Fatalf("us+eu hold %d while ap's 20 are reserved", usAmt+euAmt)
+		}
+		return us.renewals.Load() >= usFrom+3 && eu.renewals.Load() >= euFrom+3
+	})
 	// An SRE releases ap: us and eu may now use all of it.
 	if _, err := adm.ReleaseRegion(t.Context(), &pb.ReleaseRegionRequest{Region: "ap"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "us+eu to use the released share", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "us+eu to use the released share", func() bool {
 		a, _ := us.enforcing()
 		b, _ := eu.enforcing()
 		return a+b > 95*M
@@ -326,7 +350,7 @@ func TestDegradedBudgetStaysReserved(t *testing.T) {
 
 // Bad input gets a clear error and changes nothing in etcd.
 func TestBadInputChangesNothing(t *testing.T) {
-	prefix := newPrefix(t)
+	prefix := testenv.Prefix(t)
 	r := startReplica(t, prefix, "c1", nil)
 	waitLeader(t, r)
 	adm, cl := admin(t, r.addr)
@@ -338,7 +362,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 	if err := a.renew(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond) // let the flush loop settle
+	testenv.WaitFor(t, 5*time.Second, "the flush loop to have no lowered mark left to write", func() bool { return ledgerSettled(r, "api") })
 	rev := func() int64 {
 		resp, err := r.cli.Get(t.Context(), prefix+"/", clientWithPrefix()...)
 		if err != nil {
@@ -449,7 +473,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 
 // A follower refuses lease calls naming the leader, and the client follows.
 func TestFollowerRedirects(t *testing.T) {
-	prefix := newPrefix(t)
+	prefix := testenv.Prefix(t)
 	r1 := startReplica(t, prefix, "c1", nil)
 	waitLeader(t, r1)
 	r2 := startReplica(t, prefix, "c2", nil)
@@ -457,7 +481,7 @@ func TestFollowerRedirects(t *testing.T) {
 	if _, err := adm.SetPolicy(t.Context(), &pb.SetPolicyRequest{Yaml: policy100}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "follower to observe the leader", func() bool { s, _ := r2.c.leader.Load().(string); return s == r1.addr })
+	testenv.WaitFor(t, 5*time.Second, "follower to observe the leader", func() bool { s, _ := r2.c.leader.Load().(string); return s == r1.addr })
 	direct := pb.NewLeaseServiceClient(mustConnAddr(t, r2.addr))
 	_, err := direct.Lease(t.Context(), &pb.LeaseRequest{Region: "us", Instance: "i", Nonce: "n", Quotas: []*pb.QuotaRequest{{Quota: "api"}}})
 	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), r1.addr) {

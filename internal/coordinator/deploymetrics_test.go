@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/quota-lease/quota-lease/internal/promnames"
+	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/internal/version"
 )
 
@@ -14,7 +15,7 @@ import (
 // query is one the coordinator's /metrics describes (some, such as the
 // refusals by method and reason, have series only once something happened).
 func TestDeployedQueriesUseExportedMetrics(t *testing.T) {
-	r := startReplica(t, newPrefix(t), "metrics", nil)
+	r := startReplica(t, testenv.Prefix(t), "metrics", nil)
 	ch := make(chan *prometheus.Desc, 64)
 	for _, c := range []prometheus.Collector{collector{r.c}, r.c.etcdWrite, version.Collector("coordinator")} {
 		c.Describe(ch)

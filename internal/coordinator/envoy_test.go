@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/quota-lease/quota-lease/internal/testenv"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
@@ -12,7 +13,7 @@ import (
 // policies it maps to, with their Envoy match; a global limit too small
 // to give each of the 3 regions one request is refused with what to do.
 func TestEnvoyConfigStored(t *testing.T) {
-	r := startReplica(t, newPrefix(t), "a", nil)
+	r := startReplica(t, testenv.Prefix(t), "a", nil)
 	waitLeader(t, r)
 	adm, _ := admin(t, r.addr)
 	cfg := "domain: mongo_cps\ndescriptors:\n  - key: database\n    value: users\n    rate_limit: {unit: second, requests_per_unit: 500}\n"
@@ -35,7 +36,7 @@ func TestEnvoyConfigStored(t *testing.T) {
 // One quota set stores at most MaxPoliciesPerSet policies, all or none:
 // a larger file is refused whole, with what to do, and stores nothing.
 func TestQuotaSetAllOrNone(t *testing.T) {
-	r := startReplica(t, newPrefix(t), "a", nil)
+	r := startReplica(t, testenv.Prefix(t), "a", nil)
 	waitLeader(t, r)
 	adm, _ := admin(t, r.addr)
 	var b strings.Builder

@@ -15,8 +15,8 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
-	"github.com/quota-lease/quota-lease/internal/etcdembed"
 	"github.com/quota-lease/quota-lease/internal/leaseapi"
+	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
@@ -24,23 +24,7 @@ import (
 
 // One embedded etcd serves the whole package; every test uses its own
 // key prefix.
-var etcdEndpoint string
-
-func TestMain(m *testing.M) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	srv, stop, err := etcdembed.StartTemp(ctx)
-	cancel()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	etcdEndpoint = srv.Endpoint
-	code := m.Run()
-	stop()
-	os.Exit(code)
-}
-
-var prefixSeq atomic.Int64
+func TestMain(m *testing.M) { testenv.MainWithEtcd(m) }
 
 // testTiming is short so that expiry and failover happen within a test.
 var testTiming = lease.Timing{ValidFor: time.Second, Drift: 1e-4, Margin: 20 * time.Millisecond, DegradedTimeout: 4 * time.Second}
@@ -56,16 +40,11 @@ type replica struct {
 }
 
 func etcdClient(t testing.TB) *clientv3.Client {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcdEndpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{testenv.EtcdEndpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return cli
-}
-
-// newPrefix returns a fresh etcd prefix for one test.
-func newPrefix(t testing.TB) string {
-	return fmt.Sprintf("/test/%s/%d", t.Name(), prefixSeq.Add(1))
 }
 
 func startReplica(t testing.TB, prefix, name string, mod func(*Config), opts ...grpc.ServerOption) *replica {
@@ -155,6 +134,7 @@ type testAgent struct {
 	a        *lease.Agent
 	cl       *leaseapi.Client
 	demand   atomic.Int64
+	renewals atomic.Int64 // grants received
 }
 
 func newTestAgent(t testing.TB, cl *leaseapi.Client, region, quota string, total int64) *testAgent {
@@ -180,7 +160,15 @@ func (ta *testAgent) renew(ctx context.Context) error {
 		return err
 	}
 	ta.a.Granted(req, g)
+	ta.renewals.Add(1)
 	return nil
+}
+
+// grant is the agent's current grant and until when it is valid.
+func (ta *testAgent) grant() (lease.Grant, time.Time) {
+	ta.mu.Lock()
+	defer ta.mu.Unlock()
+	return ta.a.Grant()
 }
 
 // enforcing is what the agent enforces now: the ground truth.

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quota-lease/quota-lease/internal/testenv"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
@@ -61,7 +62,7 @@ func TestLeadershipLeaseIgnoresWallClockSteps(t *testing.T) {
 // A leading replica whose wall clock steps back an hour, then forward two,
 // keeps serving leases: its leadership lease runs on the monotonic clock.
 func TestLeaderServesAcrossWallClockSteps(t *testing.T) {
-	prefix := newPrefix(t)
+	prefix := testenv.Prefix(t)
 	clk := newSteppingClock()
 	r := startReplica(t, prefix, "a", func(c *Config) { c.Clock = clk })
 	waitLeader(t, r)
@@ -79,6 +80,8 @@ func TestLeaderServesAcrossWallClockSteps(t *testing.T) {
 			if err != nil {
 				t.Fatalf("after a wall-clock step of %v: %v", step, err)
 			}
+			// Real time passes on purpose: the session's keepalives (every
+			// 2/3 s) must go on across the step, which no event exposes.
 			time.Sleep(700 * time.Millisecond)
 		}
 	}

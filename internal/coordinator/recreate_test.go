@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quota-lease/quota-lease/internal/testenv"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
@@ -14,7 +15,7 @@ import (
 // the new policy starts with them reserved. Sampled every few ms, the
 // fractions the old and the new agents may enforce sum to at most 1.
 func TestDeleteAndRecreateCannotGrantTwice(t *testing.T) {
-	prefix := newPrefix(t)
+	prefix := testenv.Prefix(t)
 	r := startReplica(t, prefix, "c1", nil)
 	waitLeader(t, r)
 	adm, cl := admin(t, r.addr)
@@ -37,7 +38,7 @@ func TestDeleteAndRecreateCannotGrantTwice(t *testing.T) {
 		}
 		return s
 	}
-	waitFor(t, 5*time.Second, "the old policy fully granted", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "the old policy fully granted", func() bool {
 		for _, a := range old {
 			rctx, cancel := context.WithTimeout(ctx, time.Second)
 			a.renew(rctx)
@@ -75,7 +76,7 @@ func TestDeleteAndRecreateCannotGrantTwice(t *testing.T) {
 		if o+n > 100*M {
 			t.Fatalf("old agents may enforce %s and new ones %s of the recreated 100", itoa(o), itoa(n))
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // paces the renewals; the sum is checked on each
 	}
 	if newMax < 99*M {
 		t.Fatalf("the recreated policy was granted at most %s once the old grants ended", itoa(newMax))
