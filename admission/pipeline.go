@@ -186,12 +186,25 @@ func (p *Pipeline) CheckBatch(ctx context.Context, rs []Request) []Result {
 	return out
 }
 
+// lone holds what run needs for a single request, allocated at once.
+type lone struct {
+	t    [1]Ticket
+	send [1]*Ticket
+	idx  [1]int
+}
+
 // run decides rs into out.
 func (p *Pipeline) run(ctx context.Context, rs []Request, out []Result) {
 	now := p.cfg.Clock.Now()
-	ts := make([]Ticket, len(rs))
+	var ts []Ticket
 	var send []*Ticket
 	var idx []int
+	if len(rs) == 1 {
+		l := new(lone)
+		ts, send, idx = l.t[:], l.send[:0], l.idx[:0]
+	} else {
+		ts = make([]Ticket, len(rs))
+	}
 	for i, r := range rs {
 		t, err := p.prepare(r, now)
 		if err != nil {
@@ -246,7 +259,7 @@ func (p *Pipeline) early(t *Ticket, now time.Time) (Outcome, bool) {
 		return p.finish(t, policy.Decision{RetryAfterMs: NoShareRetryMs}, t.Mode, ViaNoShare), true
 	}
 	if t.replayKey == "" && p.over != nil { // keyed requests go to the store, which records them
-		if d, ok := p.over.get(t.key, t.Limits, t.Cost*policy.Micro, now); ok {
+		if d, ok := p.over.get(t.tableKey(), t.Limits, t.Cost*policy.Micro, now); ok {
 			return p.finish(t, d, t.Mode, ViaOverLimit), true
 		}
 	}
@@ -277,7 +290,7 @@ func (p *Pipeline) decide(ctx context.Context, ts []*Ticket, idx []int, out []Re
 		switch {
 		case r.Err == nil:
 			if p.over != nil && t.replayKey == "" && !r.Decision.Allowed {
-				p.over.put(t.key, t.Limits, t.Cost*policy.Micro, r.Decision, sent)
+				p.over.put(t.tableKey(), t.Limits, t.Cost*policy.Micro, r.Decision, sent)
 			}
 			o.Outcome = p.finish(t, r.Decision, t.Mode, ViaStore)
 		case IsInputError(r.Err):
@@ -308,7 +321,7 @@ func (p *Pipeline) fallback(t *Ticket, storeErr error) (Outcome, error) {
 	}
 	now := p.cfg.Clock.Now()
 	nowMs := now.Sub(p.start).Milliseconds() + 1_000_000 // monotonic, never negative
-	d, full, err := p.fb.decide(t.key, l, t.Policy.Failure.FallbackStart, nowMs, t.Cost*policy.Micro)
+	d, full, err := p.fb.decide(t.tableKey(), l, t.Policy.Failure.FallbackStart, nowMs, t.Cost*policy.Micro)
 	p.observeFallback(t, storeErr, full)
 	if err != nil {
 		return Outcome{Policy: t.Policy}, fmt.Errorf("local fallback: %w", err)

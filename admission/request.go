@@ -61,7 +61,7 @@ type Ticket struct {
 	// Mode the limits come from.
 	Mode lease.Mode
 
-	key       string // policy and identity: the identity's key in in-process tables
+	key       string // policy and identity: the identity's key in in-process tables (tableKey)
 	replayKey string // key and idempotency key, or ""
 	noShare   bool   // Limits cannot hold Cost: refused without asking the store
 }
@@ -89,15 +89,24 @@ func Resolve(p *policy.Policy, r Request, l policy.Limits) (Ticket, error) {
 	if err != nil {
 		return Ticket{}, fmt.Errorf("policy %q: %w", p.Name, err)
 	}
-	t := Ticket{Policy: p, Identity: id, Cost: cost, Limits: l, Mode: lease.ModeRegion, key: p.Name + "\x00" + id}
+	t := Ticket{Policy: p, Identity: id, Cost: cost, Limits: l, Mode: lease.ModeRegion}
 	if r.IdempotencyKey != "" {
 		if err := ValidIdempotencyKey(r.IdempotencyKey); err != nil {
 			return Ticket{}, fmt.Errorf("policy %q: %w", p.Name, err)
 		}
 		t.IdempotencyKey = r.IdempotencyKey
-		t.replayKey = t.key + "\x00" + r.IdempotencyKey
+		t.replayKey = t.tableKey() + "\x00" + r.IdempotencyKey
 	}
 	return t, nil
+}
+
+// tableKey is t's identity's key in the pipeline's in-process tables (the
+// over-limit cache, the fallback), built when first needed.
+func (t *Ticket) tableKey() string {
+	if t.key == "" {
+		t.key = t.Policy.Name + "\x00" + t.Identity
+	}
+	return t.key
 }
 
 // Enforce puts t under l, which came from mode: when l cannot hold t's

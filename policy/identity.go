@@ -21,7 +21,12 @@ var ErrInvalidIdentity = errors.New("invalid identity")
 // IdentityOf returns the escaped identity of a request under p, or an error
 // naming the attribute that is missing, empty or too long.
 func (p *Policy) IdentityOf(attrs map[string]string) (string, error) {
+	n := 0
+	for _, name := range p.Identity {
+		n += len(name) + len(attrs[name]) + 2
+	}
 	var b strings.Builder
+	b.Grow(n) // one allocation unless a value needs escaping
 	for i, name := range p.Identity {
 		v, ok := attrs[name]
 		switch {

@@ -194,9 +194,15 @@ func (e *Engine) CheckBatch(ctx context.Context, rs []Request) []Result {
 // same key are decided one after the other. A ticket whose key cannot be
 // built (an identity too long) gets its error and is not sent.
 func (e *Engine) Decide(ctx context.Context, ts []*admission.Ticket) []Result {
-	out := make([]Result, len(ts))
-	ds := make([]decision, 0, len(ts))
-	idx := make([]int, 0, len(ts))
+	var out []Result
+	var ds []decision
+	var idx []int
+	if len(ts) == 1 { // the usual call: one allocation
+		l := new(loneDecision)
+		out, ds, idx = l.out[:], l.d[:0], l.idx[:0]
+	} else {
+		out, ds, idx = make([]Result, len(ts)), make([]decision, 0, len(ts)), make([]int, 0, len(ts))
+	}
 	for i, t := range ts {
 		d, err := e.prepare(t)
 		if err != nil {
@@ -223,6 +229,13 @@ func (e *Engine) Decide(ctx context.Context, ts []*admission.Ticket) []Result {
 		out[idx[j]] = result(ds[j], res)
 	}
 	return out
+}
+
+// loneDecision holds what Decide needs for one ticket.
+type loneDecision struct {
+	out [1]Result
+	d   [1]decision
+	idx [1]int
 }
 
 // result is the Result of decision d.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/quota-lease/quota-lease/admission"
@@ -27,7 +28,7 @@ type admitter interface {
 // admitIn gives region r its admission pipeline.
 func (e *engine) admitIn(r *region) error {
 	p, err := admission.New(admission.Config{
-		Policies: simPolicies{e}, Store: simStore{e, r}, Shares: simShares{r}, Clock: regionClock{e, r},
+		Policies: simPolicies{e}, Store: &simStore{e: e, r: r}, Shares: simShares{r}, Clock: regionClock{e, r},
 		FallbackKeys: math.MaxInt, // the agent's table is large; the simulator never fills it
 	})
 	if err != nil {
@@ -70,12 +71,15 @@ func (c regionClock) Mono() time.Duration {
 // each ticket on the shard of its identity the region's turn picks, as
 // regional.Engine does.
 type simStore struct {
-	e *engine
-	r *region
+	e   *engine
+	r   *region
+	out []admission.Decided // reused: the simulator decides one request at a time
 }
 
-func (s simStore) Decide(_ context.Context, ts []*admission.Ticket) []admission.Decided {
-	out := make([]admission.Decided, len(ts))
+func (s *simStore) Decide(_ context.Context, ts []*admission.Ticket) []admission.Decided {
+	out := slices.Grow(s.out[:0], len(ts))[:len(ts)]
+	clear(out)
+	s.out = out
 	for i, t := range ts {
 		if s.r.redisDown {
 			out[i].Err = errStoreDown
