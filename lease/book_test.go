@@ -61,12 +61,12 @@ func runSchedule(t *testing.T, seed uint64, f policy.Failure) {
 	book := NewBook(total, f, timing, 7)
 	floor := Floor(f, total)
 
-	agents := make([]*Agent, regions)
+	agents := make([]*Holder, regions)
 	clocks := make([]clock, regions)
 	type partition struct{ from, to time.Duration }
 	parts := make([]partition, regions)
 	for i := range agents {
-		agents[i] = NewAgent(timing, f, total)
+		agents[i] = NewHolder(timing, f, total)
 		clocks[i] = clock{time.Unix(int64(r.IntN(1e6)), 0), 1 + (r.Float64()*2-1)*drift}
 		from := time.Duration(r.IntN(20_000)) * time.Millisecond
 		parts[i] = partition{from, from + time.Duration(r.IntN(8000))*time.Millisecond}
@@ -278,10 +278,10 @@ func TestBookRestoreHonoursFullLease(t *testing.T) {
 	}
 }
 
-func TestAgentTimeline(t *testing.T) {
+func TestHolderTimeline(t *testing.T) {
 	timing := Timing{ValidFor: 10 * time.Second, Drift: 1e-4, Margin: 100 * time.Millisecond, DegradedTimeout: time.Minute}
 	f := policy.Failure{Mode: policy.LastLease, StaticFraction: 0.1, Decay: policy.Duration(10 * time.Second)}
-	a := NewAgent(timing, f, 1000)
+	a := NewHolder(timing, f, 1000)
 	t0 := time.Unix(0, 0)
 	if amt, m := a.Enforce(t0); m != ModeNone || amt != 0 {
 		t.Fatalf("before any grant: %d %s", amt, m)
@@ -336,8 +336,8 @@ func TestTimingValidate(t *testing.T) {
 
 // An agent configured for 10 s leases that is granted 2 s ones renews on
 // the grant's schedule, well before it lapses.
-func TestAgentRenewsOnTheGrantsDuration(t *testing.T) {
-	a := NewAgent(DefaultTiming, policy.Failure{Mode: policy.FailClosed}, 100)
+func TestHolderRenewsOnTheGrantsDuration(t *testing.T) {
+	a := NewHolder(DefaultTiming, policy.Failure{Mode: policy.FailClosed}, 100)
 	t0 := time.Unix(0, 0)
 	a.Granted(a.Sending(t0), Grant{ID: "1.1", Amount: 50, ValidFor: 2 * time.Second})
 	_, until := a.Grant()

@@ -10,7 +10,7 @@
 // coordinator frees its share; only the rate drift of clocks (a configured
 // bound) enters that argument, never their offsets.
 //
-// The agent side is Agent (requested -> active <-> renewing; once a grant
+// The agent side is Holder (requested -> active <-> renewing; once a grant
 // may have expired, degraded on its failure mode's budget, then expired
 // when the degraded timeout has passed). The coordinator side is Book: per quota, what every region may
 // currently be enforcing (an unacknowledged old grant, the new grant, or the

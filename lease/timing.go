@@ -9,7 +9,7 @@ import (
 // Timing is a lease's timing: the grant terms (ValidFor, DegradedTimeout),
 // which the coordinator sets and hands out with every grant, and the clock
 // bound (Drift, Margin), which each process sets for itself (an agent takes
-// the coordinator's drift when it is larger: Agent.RaiseDrift).
+// the coordinator's drift when it is larger: Holder.RaiseDrift).
 type Timing struct {
 	// ValidFor is how long a grant holds.
 	ValidFor time.Duration

@@ -52,7 +52,7 @@ func (p simPolicies) Policy(name string) (*policy.Policy, bool) {
 type simShares struct{ r *region }
 
 func (s simShares) Enforce(_ string, now time.Time) (int64, lease.Mode) {
-	return s.r.agent.Enforce(now)
+	return s.r.holder.Enforce(now)
 }
 func (s simShares) Instances() int { return 1 }
 

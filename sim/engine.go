@@ -94,7 +94,7 @@ type region struct {
 	anchorTrue, anchorRegion int64
 	rate                     float64
 
-	agent       *lease.Agent
+	holder      *lease.Holder
 	nonce       string
 	lastSend    int64
 	pending     map[uint64]bool
@@ -199,7 +199,7 @@ func (e *engine) run(decisions io.Writer) (*Result, error) {
 	for i, name := range s.Regions {
 		index[name] = i
 		e.regions = append(e.regions, &region{name: name, anchorRegion: 1_000_000_000_000 + int64(i)*7_777,
-			agent: lease.NewAgent(e.timing, e.policy.Failure, e.full.Amount()), nonce: "sim-" + name, lastSend: -1 << 40,
+			holder: lease.NewHolder(e.timing, e.policy.Failure, e.full.Amount()), nonce: "sim-" + name, lastSend: -1 << 40,
 			pending: map[uint64]bool{}, meter: lease.NewMeter[int](),
 			store: map[int]policy.State{}, indep: map[int]policy.State{}, static: map[int]policy.State{}})
 		if err := e.admitIn(e.regions[i]); err != nil {
@@ -365,11 +365,11 @@ func poisson(r *rand.Rand, mean float64) int {
 func (e *engine) tick() {
 	for _, r := range e.regions {
 		rt := r.leaseTime(e.now)
-		if !r.agent.NeedsRenewal(rt) || e.now-r.lastSend < 500 {
+		if !r.holder.NeedsRenewal(rt) || e.now-r.lastSend < 500 {
 			continue
 		}
 		r.lastSend = e.now
-		req := r.agent.Sending(rt)
+		req := r.holder.Sending(rt)
 		r.pending[req.Seq] = true
 		e.leaseMsgs++
 		demand := e.full.RateAmount(r.meter.Rate(e.now))
@@ -414,17 +414,17 @@ func (e *engine) serve(r *region, req lease.Request, renewal lease.Renewal, sent
 		}
 		delete(r.pending, req.Seq)
 		if err != nil {
-			r.agent.Failed(req, err)
+			r.holder.Failed(req, err)
 			return
 		}
-		r.agent.Granted(req, g)
+		r.holder.Granted(req, g)
 	})
 }
 
 func (e *engine) timeout(r *region, req lease.Request) {
 	if r.pending[req.Seq] {
 		delete(r.pending, req.Seq)
-		r.agent.Failed(req, fmt.Errorf("timed out"))
+		r.holder.Failed(req, fmt.Errorf("timed out"))
 	}
 }
 
@@ -497,7 +497,7 @@ func (e *engine) reconfigure(ev Event) {
 	e.full = p.Limits()
 	e.book.SetQuota(e.full.Amount(), p.Failure)
 	for _, r := range e.regions { // as agents do when they load the changed policy
-		r.agent.SetPolicy(p.Failure, e.full.Amount())
+		r.holder.SetPolicy(p.Failure, e.full.Amount())
 	}
 	if bumped {
 		for _, r := range e.regions {
@@ -522,7 +522,7 @@ func (e *engine) arrive(a arrival) {
 	o, err := r.admit.Check(context.Background(), admission.Request{Policy: e.policy.Name, Attributes: e.ids.attrs[a.identity], Cost: a.cost})
 	d, mode := o.Decision, string(o.Mode)
 	if err != nil { // a cost no limit in force can hold: refused as the agent refuses it
-		_, m := r.agent.Enforce(r.leaseTime(e.now))
+		_, m := r.holder.Enforce(r.leaseTime(e.now))
 		d, mode = policy.Decision{RetryAfterMs: admission.NoShareRetryMs}, string(m)
 	}
 	r.meter.Add(a.identity, cost, e.now)

@@ -53,7 +53,7 @@ type leaser struct {
 }
 
 type quotaLease struct {
-	a      *lease.Agent
+	a      *lease.Holder
 	policy *policy.Policy
 	fp     uint64 // policy.Fingerprint()
 	meter  *meter
@@ -80,7 +80,7 @@ func (l *leaser) setPolicies(ps []*policy.Policy) {
 		keep[p.Name] = true
 		q := l.quotas[p.Name]
 		if q == nil || q.policy.Algorithm != p.Algorithm {
-			q = &quotaLease{a: lease.NewAgent(l.timing, p.Failure, p.Limits().Amount()), meter: newMeter()}
+			q = &quotaLease{a: lease.NewHolder(l.timing, p.Failure, p.Limits().Amount()), meter: newMeter()}
 			l.quotas[p.Name] = q
 		}
 		q.a.SetPolicy(p.Failure, p.Limits().Amount()) // a changed failure mode applies at once

@@ -131,7 +131,7 @@ type testAgent struct {
 	instance string
 	nonce    string
 	quota    string
-	a        *lease.Agent
+	a        *lease.Holder
 	cl       *leaseapi.Client
 	demand   atomic.Int64
 	renewals atomic.Int64 // grants received
@@ -139,7 +139,7 @@ type testAgent struct {
 
 func newTestAgent(t testing.TB, cl *leaseapi.Client, region, quota string, total int64) *testAgent {
 	return &testAgent{region: region, instance: region + "-1", nonce: fmt.Sprintf("%s-%d", region, time.Now().UnixNano()),
-		quota: quota, a: lease.NewAgent(testTiming, failClosed, total), cl: cl}
+		quota: quota, a: lease.NewHolder(testTiming, failClosed, total), cl: cl}
 }
 
 func (ta *testAgent) renew(ctx context.Context) error {

@@ -24,7 +24,7 @@ const (
 )
 
 // Mode is how a decision was made: on the leased share, on the degraded
-// budget, with nothing at all (the lease's own modes, Agent.Enforce), on
+// budget, with nothing at all (the lease's own modes, Holder.Enforce), on
 // the agent's in-process fallback when Redis is slow or down, or under a
 // region-scoped policy that no lease governs. Agents report it with every
 // decision and in their metrics; the simulator counts by it.
@@ -39,9 +39,9 @@ const (
 	ModeRegion        Mode = "region"
 )
 
-// Agent is one quota's lease as a regional agent process holds it. It is
+// Holder is one quota's lease as a regional agent process holds it. It is
 // not safe for concurrent use; the agent guards it.
-type Agent struct {
+type Holder struct {
 	timing  Timing
 	failure policy.Failure
 	total   int64
@@ -58,7 +58,7 @@ type Agent struct {
 	restored   bool // grant is an earlier process's (Restore), not yet replaced
 }
 
-// Request is one lease request an Agent is about to send.
+// Request is one lease request a Holder is about to send.
 type Request struct {
 	// Seq numbers the request; answers to older requests than the
 	// installed grant's are ignored.
@@ -69,15 +69,15 @@ type Request struct {
 	SentAt time.Time
 }
 
-// NewAgent returns a lease in state requested for a quota of total amount
+// NewHolder returns a lease in state requested for a quota of total amount
 // with failure policy f.
-func NewAgent(t Timing, f policy.Failure, total int64) *Agent {
-	return &Agent{timing: t, failure: f, total: total, state: Requested}
+func NewHolder(t Timing, f policy.Failure, total int64) *Holder {
+	return &Holder{timing: t, failure: f, total: total, state: Requested}
 }
 
 // Sending returns the request to send at now. Its answer goes to Granted
 // or Failed.
-func (a *Agent) Sending(now time.Time) Request {
+func (a *Holder) Sending(now time.Time) Request {
 	a.seq++
 	a.pending++
 	a.advance(now)
@@ -89,7 +89,7 @@ func (a *Agent) Sending(now time.Time) Request {
 
 // Granted installs the grant answering req, unless a newer request's
 // grant is already installed.
-func (a *Agent) Granted(req Request, g Grant) {
+func (a *Holder) Granted(req Request, g Grant) {
 	a.done()
 	if a.grant.ID != "" && req.Seq < a.grantSeq {
 		return
@@ -113,7 +113,7 @@ func (a *Agent) Granted(req Request, g Grant) {
 // renewal (the coordinator knows it by the earlier process), renewal is due
 // at once, and any grant of this process's own replaces it. A lease that
 // already has a grant of its own ignores Restore.
-func (a *Agent) Restore(g Grant, validUntil time.Time) {
+func (a *Holder) Restore(g Grant, validUntil time.Time) {
 	if a.grant.ID != "" && !a.restored {
 		return
 	}
@@ -124,12 +124,12 @@ func (a *Agent) Restore(g Grant, validUntil time.Time) {
 
 // Own reports whether this process holds a grant of its own (installed by
 // Granted), expired or not.
-func (a *Agent) Own() bool { return a.grant.ID != "" && !a.restored }
+func (a *Holder) Own() bool { return a.grant.ID != "" && !a.restored }
 
 // Failed records that req got no grant. The installed grant, if any, stays
 // valid until it expires. A refusal of the presented grant as stale or
 // unknown makes the next request ask anew.
-func (a *Agent) Failed(req Request, err error) {
+func (a *Holder) Failed(req Request, err error) {
 	a.done()
 	a.tried = true
 	if errors.Is(err, ErrStaleGrant) || errors.Is(err, ErrUnknownGrant) {
@@ -142,7 +142,7 @@ func (a *Agent) Failed(req Request, err error) {
 	}
 }
 
-func (a *Agent) done() {
+func (a *Holder) done() {
 	if a.pending > 0 {
 		a.pending--
 	}
@@ -151,14 +151,14 @@ func (a *Agent) done() {
 // SetPolicy applies a changed policy's failure mode and total amount to
 // the lease: the degraded budget from now on follows them. The installed
 // grant stays (the coordinator counts it until it ends).
-func (a *Agent) SetPolicy(f policy.Failure, total int64) {
+func (a *Holder) SetPolicy(f policy.Failure, total int64) {
 	a.failure, a.total = f, total
 }
 
 // SetDegradedTimeout sets how long after a grant's end its degraded budget
 // may be enforced: the coordinator's reservation, a term every grant
 // carries. Zero leaves it unchanged.
-func (a *Agent) SetDegradedTimeout(d time.Duration) {
+func (a *Holder) SetDegradedTimeout(d time.Duration) {
 	if d > 0 {
 		a.timing.DegradedTimeout = d
 	}
@@ -167,7 +167,7 @@ func (a *Agent) SetDegradedTimeout(d time.Duration) {
 // RaiseDrift makes the lease assume clocks drift by up to d when d is more
 // than it assumed: a coordinator that publishes its bound for a larger
 // drift must not have agents trust grants longer than that allows.
-func (a *Agent) RaiseDrift(d float64) {
+func (a *Holder) RaiseDrift(d float64) {
 	if d > a.timing.Drift {
 		a.timing.Drift = d
 	}
@@ -176,7 +176,7 @@ func (a *Agent) RaiseDrift(d float64) {
 // RenewInterval is how long after sending a request the installed grant
 // wants renewing (its RenewAfter, else a third of its validity); 0 before
 // any grant.
-func (a *Agent) RenewInterval() time.Duration {
+func (a *Holder) RenewInterval() time.Duration {
 	if a.grant.ID == "" || a.restored {
 		return 0
 	}
@@ -188,14 +188,14 @@ func (a *Agent) RenewInterval() time.Duration {
 
 // DegradedTimeout is how long after the grant's end its degraded budget is
 // reserved (the coordinator's, once SetDegradedTimeout has passed it on).
-func (a *Agent) DegradedTimeout() time.Duration { return a.timing.DegradedTimeout }
+func (a *Holder) DegradedTimeout() time.Duration { return a.timing.DegradedTimeout }
 
 // Grant returns the installed grant (zero if none) and until when, on the
 // agent's clock, it is valid.
-func (a *Agent) Grant() (Grant, time.Time) { return a.grant, a.validUntil }
+func (a *Holder) Grant() (Grant, time.Time) { return a.grant, a.validUntil }
 
 // State returns the lease state at now.
-func (a *Agent) State(now time.Time) State {
+func (a *Holder) State(now time.Time) State {
 	a.advance(now)
 	if a.state == Requested && a.tried {
 		return Degraded // following the failure mode with no last share
@@ -205,7 +205,7 @@ func (a *Agent) State(now time.Time) State {
 
 // NeedsRenewal reports whether a renewal is due at now: no grant yet, or
 // the grant's RenewAfter passed (by default a third of its validity).
-func (a *Agent) NeedsRenewal(now time.Time) bool {
+func (a *Holder) NeedsRenewal(now time.Time) bool {
 	if a.grant.ID == "" || a.restored {
 		return true
 	}
@@ -219,7 +219,7 @@ func (a *Agent) NeedsRenewal(now time.Time) bool {
 // mode with no last share: fail-open enforces its open fraction (never
 // reserved, counted by the bound); the others nothing, since a static
 // share is reserved only for a region that held a lease.
-func (a *Agent) Enforce(now time.Time) (int64, Mode) {
+func (a *Holder) Enforce(now time.Time) (int64, Mode) {
 	a.advance(now)
 	switch a.state {
 	case Requested:
@@ -240,7 +240,7 @@ func (a *Agent) Enforce(now time.Time) (int64, Mode) {
 	}
 }
 
-func (a *Agent) advance(now time.Time) {
+func (a *Holder) advance(now time.Time) {
 	if a.grant.ID == "" || now.Before(a.validUntil) {
 		return
 	}

@@ -21,7 +21,7 @@ func TestGrantRenewAfterHonoured(t *testing.T) {
 		{5 * time.Second, 5 * time.Second},  // later, still before the end
 		{20 * time.Second, 3 * time.Second}, // past the end: ignored
 	} {
-		a := NewAgent(tm, policy.Failure{}, 100)
+		a := NewHolder(tm, policy.Failure{}, 100)
 		req := a.Sending(t0)
 		a.Granted(req, Grant{ID: "1", Amount: 10, ValidFor: tm.ValidFor, RenewAfter: c.renewAfter})
 		if a.NeedsRenewal(t0.Add(c.due-time.Millisecond)) || !a.NeedsRenewal(t0.Add(c.due)) {
@@ -42,7 +42,7 @@ func TestRaiseDrift(t *testing.T) {
 		{0.005, 0, 2*time.Second - 20*time.Millisecond - 10*time.Millisecond},
 		{0, 0, 2*time.Second - 10*time.Millisecond},
 	} {
-		a := NewAgent(Timing{Drift: c.own, Margin: 10 * time.Millisecond}, policy.Failure{}, 100)
+		a := NewHolder(Timing{Drift: c.own, Margin: 10 * time.Millisecond}, policy.Failure{}, 100)
 		a.RaiseDrift(c.coordinator)
 		req := a.Sending(t0)
 		a.Granted(req, Grant{ID: "1", Amount: 10, ValidFor: 2 * time.Second})
