@@ -45,7 +45,7 @@ SEED     ?=
 DURATION ?= 60s
 robustness: deps ## random fault schedules over real processes, checked against the bound: SEEDS=N (seeds 1..N, default 10) or SEED=S, DURATION=D each (default 60s); prints a table per seed
 	QUOTALEASE_ROBUSTNESS_SEEDS=$(SEEDS) QUOTALEASE_ROBUSTNESS_SEED=$(SEED) QUOTALEASE_ROBUSTNESS_DURATION=$(DURATION) \
-	  $(GO) test -race -count=1 -timeout 24h -run '^TestRobustness$$' -v ./internal/cluster/
+	  $(GO) test -race -count=1 -timeout 24h -run '^TestRobustness$$' -v ./internal/testenv/cluster/
 
 bench: deps ## benchmarks (real Redis, embedded etcd, gRPC; numbers in docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 ./regional/ ./internal/coordinator/ ./internal/agent/ ./sim/
@@ -56,7 +56,7 @@ PEERBIN := $(CURDIR)/.peers/bin
 bench-peers: deps ## quota-lease against envoyproxy/ratelimit (built here, pinned) on Envoy's API, same machine, same run; prints checks/s, p99 and the ratio
 	@test -x $(PEERBIN)/service_cmd || { echo "building envoyproxy/ratelimit $(PEER_RATELIMIT_VERSION) (about 2 minutes)"; \
 	  GOBIN=$(PEERBIN) $(GO) install github.com/envoyproxy/ratelimit/src/service_cmd@$(PEER_RATELIMIT_VERSION); }
-	QUOTALEASE_PEER_RATELIMIT=$(PEERBIN)/service_cmd $(GO) test -run '^$$' -bench EnvoyAPIPeers -benchtime 1x -v ./internal/cluster/
+	QUOTALEASE_PEER_RATELIMIT=$(PEERBIN)/service_cmd $(GO) test -run '^$$' -bench EnvoyAPIPeers -benchtime 1x -v ./internal/testenv/cluster/
 
 fuzz: ## run every fuzz target for FUZZTIME each (default 10s)
 	@set -e; for t in FuzzTokenBucket FuzzWindows FuzzParsePolicies FuzzParseEnvoyConfig; do \

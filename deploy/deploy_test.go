@@ -18,7 +18,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/quota-lease/quota-lease/internal/cluster"
+	"github.com/quota-lease/quota-lease/internal/testenv/cluster"
 )
 
 // flagRE finds --flag tokens.

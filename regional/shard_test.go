@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/quota-lease/quota-lease/clock"
-	"github.com/quota-lease/quota-lease/internal/redistest"
+	"github.com/quota-lease/quota-lease/internal/testenv/redistest"
 	"github.com/quota-lease/quota-lease/policy"
 )
 

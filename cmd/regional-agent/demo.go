@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/quota-lease/quota-lease/internal/cluster"
+	"github.com/quota-lease/quota-lease/internal/testenv/cluster"
 )
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {

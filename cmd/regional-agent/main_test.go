@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quota-lease/quota-lease/internal/redistest"
+	"github.com/quota-lease/quota-lease/internal/testenv/redistest"
 )
 
 // The load command runs against a real Redis and reports every policy

@@ -3,7 +3,7 @@ package agent
 import (
 	"testing"
 
-	"github.com/quota-lease/quota-lease/internal/promnames"
+	"github.com/quota-lease/quota-lease/internal/testenv/promnames"
 )
 
 // Every agent metric the alert rules and the Grafana dashboard query is

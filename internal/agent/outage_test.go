@@ -9,7 +9,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/quota-lease/quota-lease/internal/faultproxy"
+	"github.com/quota-lease/quota-lease/internal/testenv/faultproxy"
 )
 
 // syncBuffer is a buffer safe for the logger's concurrent writes.

@@ -18,7 +18,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"google.golang.org/grpc"
 
-	"github.com/quota-lease/quota-lease/internal/cluster"
+	"github.com/quota-lease/quota-lease/internal/testenv/cluster"
 	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )

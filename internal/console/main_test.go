@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/quota-lease/quota-lease/internal/cluster"
+	"github.com/quota-lease/quota-lease/internal/testenv/cluster"
 )
 
 // bins are the coordinator and agent the browser test runs.

@@ -6,7 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/quota-lease/quota-lease/internal/promnames"
+	"github.com/quota-lease/quota-lease/internal/testenv/promnames"
 	"github.com/quota-lease/quota-lease/internal/version"
 )
 
