@@ -82,7 +82,7 @@ proto: ## regenerate the committed protobuf/gRPC code with the pinned generators
 	  --go-grpc_out=proto --go-grpc_opt=paths=source_relative $$files
 
 demo: deps build ## the local demo: etcd, 2 coordinators, 3 regions with Redis and an agent each, a minute of traffic (KEEP=1 keeps its data and logs)
-	bin/regional-agent demo --bin bin $(if $(KEEP),--keep)
+	bin/quota-lease-demo --bin bin $(if $(KEEP),--keep)
 
 load: deps ## traffic straight through the regional engine against one throwaway Redis
 	@set -e; addr=$$(scripts/redis.sh start .redis/load); \
