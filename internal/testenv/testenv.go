@@ -1,0 +1,48 @@
+// Package testenv holds the test and demo scaffolding, apart from the
+// product: cluster (a real multi-process deployment on loopback, for the
+// demo and the end-to-end suites), redistest (real redis-server, Redis
+// Cluster and Sentinel processes), faultproxy (TCP proxies that cut, delay
+// and drop) and promnames (metric names in the deployment artifacts). No
+// shipped binary links any of it (deploy's tests check); the demo is a
+// command of its own, cmd/quota-lease-demo.
+//
+// This package itself holds what the suites share to stay out of the fast
+// mode: `go test -short ./...` skips every suite that starts real processes
+// for more than a moment (the multi-process deployments, the browser).
+package testenv
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"testing"
+)
+
+// SkipMultiProcess skips t under -short: for a test that starts a whole
+// deployment of real processes (or a browser) and runs for many seconds.
+func SkipMultiProcess(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("multi-process suite; skipped with -short")
+	}
+}
+
+// ShortMain is for the TestMain of a package whose every test starts real
+// processes: under -short it runs the tests (which skip themselves with
+// SkipMultiProcess) without the setup, so the package costs nothing;
+// otherwise it runs setup, the tests, then teardown. setup returns the
+// teardown, or an error that fails the package. It returns the exit code
+// for os.Exit.
+func ShortMain(m *testing.M, setup func() (teardown func(), err error)) int {
+	flag.Parse() // testing.Short needs the flags, which m.Run would parse later
+	if testing.Short() {
+		return m.Run()
+	}
+	teardown, err := setup()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer teardown()
+	return m.Run()
+}
