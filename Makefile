@@ -10,7 +10,7 @@ PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: help deps build test vet fmt-check bench bench-peers fuzz redis redis-stop proto demo load clean robustness certs console-screenshot
+.PHONY: help deps build test test-short vet fmt-check bench bench-peers fuzz redis redis-stop proto demo load clean robustness certs console-screenshot
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -39,6 +39,9 @@ vet: ## go vet
 
 test: deps fmt-check vet ## all tests with -race: unit, real Redis and etcd integration, fuzz seeds, end-to-end over real processes
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+
+test-short: ## fast tests: go test -short, no multi-process or browser suites
+	$(GO) test -short -count=1 $(PKGS)
 
 SEEDS    ?= 10
 SEED     ?=

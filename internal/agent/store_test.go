@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/quota-lease/quota-lease/bound"
+	"github.com/quota-lease/quota-lease/internal/testenv"
 )
 
 // Redis killed (SIGKILL) and restarted empty four times while one tenant
@@ -15,6 +16,7 @@ import (
 // 40. Now a bucket lost with the store starts as if it had used everything
 // at the loss, and the client's own count stays within the bound.
 func TestRedisRestartedEmptyMintsNoBurst(t *testing.T) {
+	testenv.SkipSlow(t, "restarts a real redis-server under load for over 10 s")
 	prefix := newPrefix(t)
 	k := startCoordinator(t, prefix, "")
 	const yaml = "name: api\nidentity: [tenant]\nlimit: 10\nperiod: 10s\nscope: region\n"

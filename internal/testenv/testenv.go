@@ -27,6 +27,15 @@ func SkipMultiProcess(t testing.TB) {
 	}
 }
 
+// SkipSlow skips t under -short, saying why it is slow: for a test that
+// restarts real processes or builds binaries for many seconds.
+func SkipSlow(t testing.TB, why string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip(why + "; skipped with -short")
+	}
+}
+
 // ShortMain is for the TestMain of a package whose every test starts real
 // processes: under -short it runs the tests (which skip themselves with
 // SkipMultiProcess) without the setup, so the package costs nothing;
