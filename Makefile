@@ -10,7 +10,7 @@ PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: help deps build test vet fmt-check bench bench-peers fuzz redis redis-stop proto demo load clean robustness certs console-screenshot
+.PHONY: help deps build test test-short vet fmt-check bench bench-peers fuzz redis redis-stop proto demo load clean robustness certs console-screenshot
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -40,12 +40,15 @@ vet: ## go vet
 test: deps fmt-check vet ## all tests with -race: unit, real Redis and etcd integration, fuzz seeds, end-to-end over real processes
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 
+test-short: ## fast tests: go test -short, no multi-process or browser suites
+	$(GO) test -short -count=1 $(PKGS)
+
 SEEDS    ?= 10
 SEED     ?=
 DURATION ?= 60s
 robustness: deps ## random fault schedules over real processes, checked against the bound: SEEDS=N (seeds 1..N, default 10) or SEED=S, DURATION=D each (default 60s); prints a table per seed
 	QUOTALEASE_ROBUSTNESS_SEEDS=$(SEEDS) QUOTALEASE_ROBUSTNESS_SEED=$(SEED) QUOTALEASE_ROBUSTNESS_DURATION=$(DURATION) \
-	  $(GO) test -race -count=1 -timeout 24h -run '^TestRobustness$$' -v ./internal/cluster/
+	  $(GO) test -race -count=1 -timeout 24h -run '^TestRobustness$$' -v ./internal/testenv/cluster/
 
 bench: deps ## benchmarks (real Redis, embedded etcd, gRPC; numbers in docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 ./regional/ ./internal/coordinator/ ./internal/agent/ ./sim/
@@ -56,7 +59,7 @@ PEERBIN := $(CURDIR)/.peers/bin
 bench-peers: deps ## quota-lease against envoyproxy/ratelimit (built here, pinned) on Envoy's API, same machine, same run; prints checks/s, p99 and the ratio
 	@test -x $(PEERBIN)/service_cmd || { echo "building envoyproxy/ratelimit $(PEER_RATELIMIT_VERSION) (about 2 minutes)"; \
 	  GOBIN=$(PEERBIN) $(GO) install github.com/envoyproxy/ratelimit/src/service_cmd@$(PEER_RATELIMIT_VERSION); }
-	QUOTALEASE_PEER_RATELIMIT=$(PEERBIN)/service_cmd $(GO) test -run '^$$' -bench EnvoyAPIPeers -benchtime 1x -v ./internal/cluster/
+	QUOTALEASE_PEER_RATELIMIT=$(PEERBIN)/service_cmd $(GO) test -run '^$$' -bench EnvoyAPIPeers -benchtime 1x -v ./internal/testenv/cluster/
 
 fuzz: ## run every fuzz target for FUZZTIME each (default 10s)
 	@set -e; for t in FuzzTokenBucket FuzzWindows FuzzParsePolicies FuzzParseEnvoyConfig; do \
@@ -82,7 +85,7 @@ proto: ## regenerate the committed protobuf/gRPC code with the pinned generators
 	  --go-grpc_out=proto --go-grpc_opt=paths=source_relative $$files
 
 demo: deps build ## the local demo: etcd, 2 coordinators, 3 regions with Redis and an agent each, a minute of traffic (KEEP=1 keeps its data and logs)
-	bin/regional-agent demo --bin bin $(if $(KEEP),--keep)
+	bin/quota-lease-demo --bin bin $(if $(KEEP),--keep)
 
 load: deps ## traffic straight through the regional engine against one throwaway Redis
 	@set -e; addr=$$(scripts/redis.sh start .redis/load); \

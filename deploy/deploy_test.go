@@ -18,7 +18,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/quota-lease/quota-lease/internal/cluster"
+	"github.com/quota-lease/quota-lease/internal/testenv"
+	"github.com/quota-lease/quota-lease/internal/testenv/cluster"
 )
 
 // flagRE finds --flag tokens.
@@ -41,6 +42,7 @@ func helpFlags(t *testing.T, bin string) map[string]bool {
 // pass only flags the binaries have: a renamed flag fails here, not at
 // someone's 3 a.m. deploy.
 func TestArtifactFlagsExist(t *testing.T) {
+	testenv.SkipSlow(t, "builds the binaries and runs them")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	bins, err := cluster.Build(ctx, t.TempDir())

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/quota-lease/quota-lease/admission"
-	"github.com/quota-lease/quota-lease/internal/redistest"
 	"github.com/quota-lease/quota-lease/internal/testenv"
+	"github.com/quota-lease/quota-lease/internal/testenv/redistest"
 	"github.com/quota-lease/quota-lease/policy"
 )
 

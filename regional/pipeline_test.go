@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-lease/quota-lease/clock"
-	"github.com/quota-lease/quota-lease/internal/redistest"
+	"github.com/quota-lease/quota-lease/internal/testenv/redistest"
 )
 
 // countingClient counts the round trips sent through it: pipelines and

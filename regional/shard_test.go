@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/quota-lease/quota-lease/clock"
-	"github.com/quota-lease/quota-lease/internal/redistest"
 	"github.com/quota-lease/quota-lease/internal/testenv"
+	"github.com/quota-lease/quota-lease/internal/testenv/redistest"
 	"github.com/quota-lease/quota-lease/policy"
 )
 

@@ -5,7 +5,6 @@
 // Usage:
 //
 //	regional-agent serve --region R --redis ADDR --coordinator ADDR[,ADDR...] [flags]
-//	regional-agent demo [--duration 60s]
 //	regional-agent load --redis ADDR --policies FILE [flags]
 package main
 
@@ -34,14 +33,12 @@ Usage:
 Commands:
   serve   run the agent: leases from the coordinator, checks over gRPC,
           Envoy's rate-limit API and HTTP, metrics and health
-  demo    run a whole local deployment (etcd, 2 coordinators, 3 regions with
-          Redis and an agent each), drive region-shifting traffic through it
-          for a minute while killing the leader and partitioning a region,
-          and print what was admitted against the limit and the bound
   load    drive traffic from many identities straight through the regional
           engine against one Redis and print what was admitted per policy
 
-Run 'regional-agent <command> -h' for a command's flags.
+Run 'regional-agent <command> -h' for a command's flags. The local demo
+(a whole deployment on loopback) is a command of its own: quota-lease-demo,
+run by 'make demo'.
 `
 
 func main() {
@@ -73,7 +70,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "serve":
 		err = runServe(ctx, args[1:], stderr)
 	case "demo":
-		err = runDemo(ctx, args[1:], stdout, stderr)
+		fmt.Fprintln(stderr, "regional-agent: the demo is a command of its own now: run quota-lease-demo (or make demo)")
+		return 2
 	case "load":
 		err = runLoad(ctx, args[1:], stdout, stderr)
 	default:

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quota-lease/quota-lease/internal/redistest"
+	"github.com/quota-lease/quota-lease/internal/testenv/redistest"
 )
 
 // The load command runs against a real Redis and reports every policy
@@ -37,7 +37,7 @@ func TestLoadBadInput(t *testing.T) {
 		{[]string{"load", "--redis", "127.0.0.1:1", "--policies", "../../examples/policies.yaml"}, 1, "make redis"},
 		{[]string{"load", "--workers", "0"}, 2, "must be positive"},
 		{[]string{"load", "--bogus"}, 2, "flag provided but not defined"},
-		{[]string{"demo", "--bin", "/nonexistent"}, 1, "make build"},
+		{[]string{"demo", "--bin", "/nonexistent"}, 2, "quota-lease-demo"},
 		{[]string{"serve"}, 2, "--region is required"},
 		{[]string{"serve", "--region", "us", "--grpc-listen", "0.0.0.0:0"}, 1, "pass --insecure"},
 		{[]string{"serve", "--region", "us", "--tls-cert", "c.pem"}, 1, "--tls-key"},

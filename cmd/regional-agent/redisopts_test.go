@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quota-lease/quota-lease/internal/redistest"
+	"github.com/quota-lease/quota-lease/internal/testenv/redistest"
 )
 
 // A Redis that requires a password is reached with it from a file, from

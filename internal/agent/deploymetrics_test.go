@@ -4,8 +4,8 @@ import (
 	"testing"
 
 	"github.com/quota-lease/quota-lease/admission"
-	"github.com/quota-lease/quota-lease/internal/promnames"
 	"github.com/quota-lease/quota-lease/internal/testenv"
+	"github.com/quota-lease/quota-lease/internal/testenv/promnames"
 )
 
 // Every agent metric the alert rules and the Grafana dashboard query is

@@ -36,6 +36,7 @@ func maxInWindow(at []time.Duration, w time.Duration) int {
 // fallback was a budget of its own, every Redis success reset it, so each
 // stall met a full bucket.
 func TestFlappingRedisStaysWithinBound(t *testing.T) {
+	testenv.SkipSlow(t, "stops and starts a real redis-server under load for over 10 s")
 	prefix := testenv.Prefix(t)
 	k := startCoordinator(t, prefix, "")
 	const yaml = "name: api\nidentity: [tenant]\nlimit: 20\nperiod: 1s\nscope: region\n"

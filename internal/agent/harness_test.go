@@ -16,10 +16,10 @@ import (
 
 	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/internal/coordinator"
-	"github.com/quota-lease/quota-lease/internal/faultproxy"
 	"github.com/quota-lease/quota-lease/internal/leaseapi"
-	"github.com/quota-lease/quota-lease/internal/redistest"
 	"github.com/quota-lease/quota-lease/internal/testenv"
+	"github.com/quota-lease/quota-lease/internal/testenv/faultproxy"
+	"github.com/quota-lease/quota-lease/internal/testenv/redistest"
 	"github.com/quota-lease/quota-lease/lease"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )

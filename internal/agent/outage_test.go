@@ -9,8 +9,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/quota-lease/quota-lease/internal/faultproxy"
 	"github.com/quota-lease/quota-lease/internal/testenv"
+	"github.com/quota-lease/quota-lease/internal/testenv/faultproxy"
 )
 
 // syncBuffer is a buffer safe for the logger's concurrent writes.
@@ -30,6 +30,7 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 // warning, and one "recovered" line once it answers again: a few lines
 // per outage, not one per attempt.
 func TestCoordinatorOutageLogsPaced(t *testing.T) {
+	testenv.SkipSlow(t, "holds a coordinator outage through a real Redis and a fault proxy, over 10 s")
 	prefix := testenv.Prefix(t)
 	k := startCoordinator(t, prefix, "")
 	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\n")

@@ -17,6 +17,7 @@ import (
 // 40. Now a bucket lost with the store starts as if it had used everything
 // at the loss, and the client's own count stays within the bound.
 func TestRedisRestartedEmptyMintsNoBurst(t *testing.T) {
+	testenv.SkipSlow(t, "restarts a real redis-server under load for over 10 s")
 	prefix := testenv.Prefix(t)
 	k := startCoordinator(t, prefix, "")
 	const yaml = "name: api\nidentity: [tenant]\nlimit: 10\nperiod: 10s\nscope: region\n"

@@ -18,7 +18,8 @@ import (
 	"github.com/chromedp/chromedp"
 	"google.golang.org/grpc"
 
-	"github.com/quota-lease/quota-lease/internal/cluster"
+	"github.com/quota-lease/quota-lease/internal/testenv"
+	"github.com/quota-lease/quota-lease/internal/testenv/cluster"
 	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
@@ -61,6 +62,7 @@ const readPage = `Array.from(document.querySelectorAll('section.quota')).map(fun
 // $QUOTALEASE_CONSOLE_SCREENSHOT if set (make console-screenshot), else
 // into the test's directory.
 func TestConsoleInBrowser(t *testing.T) {
+	testenv.SkipMultiProcess(t)
 	browser := chromium(t)
 	ctx := t.Context()
 	c, err := cluster.Start(ctx, bins, t.TempDir(), cluster.Options{Regions: []string{"us", "eu"}, Coordinators: 1,

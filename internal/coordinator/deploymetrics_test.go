@@ -6,8 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/quota-lease/quota-lease/internal/promnames"
 	"github.com/quota-lease/quota-lease/internal/testenv"
+	"github.com/quota-lease/quota-lease/internal/testenv/promnames"
 	"github.com/quota-lease/quota-lease/internal/version"
 )
 

@@ -1,6 +1,17 @@
-// Package testenv holds what the tests of several packages share: an
-// embedded etcd for a whole test binary, unique etcd key prefixes, waiting
-// for a condition, and parsing policies that must be valid.
+// Package testenv is the test and demo scaffolding, apart from the
+// product.
 //
-// Only _test.go files may import it; TestOnlyTestsImport enforces this.
+// This package holds what the tests of several packages share: an embedded
+// etcd for a whole test binary, unique etcd key prefixes, waiting for a
+// condition, parsing policies that must be valid, and the skips that keep
+// `go test -short ./...` fast (every suite that starts real processes for
+// more than a moment: the multi-process deployments, the browser). Only
+// _test.go files may import it; TestOnlyTestsImport enforces this.
+//
+// Its sub-packages are cluster (a real multi-process deployment on
+// loopback, for the demo and the end-to-end suites), redistest (real
+// redis-server, Redis Cluster and Sentinel processes), faultproxy (TCP
+// proxies that cut, delay and drop) and promnames (metric names in the
+// deployment artifacts). No shipped binary links any of it (deploy's tests
+// check); the demo is a command of its own, cmd/quota-lease-demo.
 package testenv

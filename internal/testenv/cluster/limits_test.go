@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/quota-lease/quota-lease/internal/testenv"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
@@ -59,6 +60,7 @@ func openFDs(t *testing.T, pid int) int {
 // its descriptors bounded by the connection cap, and other clients are
 // answered throughout.
 func TestE2EAgentResourceLimits(t *testing.T) {
+	testenv.SkipMultiProcess(t)
 	c := start(t, globalPolicy)
 	ctx := t.Context()
 	a := c.Agents[0]

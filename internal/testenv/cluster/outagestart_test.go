@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/backoff"
 
 	"github.com/quota-lease/quota-lease/bound"
+	"github.com/quota-lease/quota-lease/internal/testenv"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
@@ -24,6 +25,7 @@ import (
 // its /readyz is 200; every region's admissions through the outage stay
 // within the bound. Nothing in this test waits on a coordinator.
 func TestE2EAgentStartsDuringOutage(t *testing.T) {
+	testenv.SkipMultiProcess(t)
 	c := start(t, globalPolicy)
 	ctx := t.Context()
 	us := c.Agents[0]

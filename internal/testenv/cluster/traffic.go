@@ -79,7 +79,7 @@ func (d *Driver) Run(ctx context.Context, dur time.Duration, loads ...Load) {
 	for li, l := range loads {
 		for ai, a := range d.c.Agents {
 			wg.Add(1)
-			go func(seed uint64, l Load, a *Agent) {
+			go func(seed uint64, l Load, a *AgentProcess) {
 				defer wg.Done()
 				d.loop(ctx, start, rand.New(rand.NewPCG(seed, 7)), l, a)
 			}(uint64(li*100+ai+1), l, a)
@@ -88,7 +88,7 @@ func (d *Driver) Run(ctx context.Context, dur time.Duration, loads ...Load) {
 	wg.Wait()
 }
 
-func (d *Driver) loop(ctx context.Context, start time.Time, r *rand.Rand, l Load, a *Agent) {
+func (d *Driver) loop(ctx context.Context, start time.Time, r *rand.Rand, l Load, a *AgentProcess) {
 	next := time.Now()
 	for ctx.Err() == nil {
 		rate := l.Rate(a.Region, time.Since(start))

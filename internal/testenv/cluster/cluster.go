@@ -25,9 +25,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/quota-lease/quota-lease/internal/faultproxy"
 	"github.com/quota-lease/quota-lease/internal/leaseapi"
-	"github.com/quota-lease/quota-lease/internal/redistest"
+	"github.com/quota-lease/quota-lease/internal/testenv/faultproxy"
+	"github.com/quota-lease/quota-lease/internal/testenv/redistest"
 	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
@@ -97,7 +97,7 @@ type Options struct {
 // The Redis deployments a region can have (Options.Stores).
 const (
 	// StoreSingle is one redis-server, reached through a fault proxy
-	// (Agent.ToRedis).
+	// (AgentProcess.ToRedis).
 	StoreSingle = "single"
 	// StoreCluster is a Redis Cluster of three masters, reached with a
 	// redis+cluster:// URL (no proxy: the cluster redirects to its nodes).
@@ -119,7 +119,7 @@ type Cluster struct {
 	Sentinels     map[string]*redistest.Sentinel
 	Etcd          *Process
 	Coords        []*Process
-	Agents        []*Agent
+	Agents        []*AgentProcess
 	etcd          string
 	admin         *leaseapi.Client
 	used          map[string]bool
@@ -146,8 +146,8 @@ type Process struct {
 	done chan struct{}
 }
 
-// Agent is one region's agent with its fault proxies.
-type Agent struct {
+// AgentProcess is one region's agent process with its fault proxies.
+type AgentProcess struct {
 	*Process
 	Region   string
 	HTTP     string
@@ -438,7 +438,7 @@ func Start(ctx context.Context, bins Binaries, dir string, o Options) (_ *Cluste
 	}
 	c.admin.UseTLS(adminTLS)
 	for i, region := range o.Regions {
-		a := &Agent{Region: region}
+		a := &AgentProcess{Region: region}
 		var via []string
 		for _, addr := range addrs {
 			px, err := faultproxy.Start(addr)
@@ -519,7 +519,7 @@ func (c *Cluster) SetPolicies(ctx context.Context, yaml string) error {
 // knows reports whether the agent is ready and knows every policy: a probe
 // check without attributes is refused for the missing identity (the policy
 // is known) rather than for an unknown policy, and charges nothing.
-func (a *Agent) knows(ctx context.Context, ps []*policy.Policy) bool {
+func (a *AgentProcess) knows(ctx context.Context, ps []*policy.Policy) bool {
 	resp, err := a.web.Get(a.HTTP + "/readyz")
 	if err != nil {
 		return false
@@ -580,7 +580,7 @@ func (c *Cluster) WaitLeader(ctx context.Context, limit time.Duration) (*Process
 }
 
 // Partition cuts region's agent off from every coordinator (or heals it).
-func (a *Agent) Partition(cut bool) {
+func (a *AgentProcess) Partition(cut bool) {
 	for _, px := range a.ToCoord {
 		if cut {
 			px.Cut()

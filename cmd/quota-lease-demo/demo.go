@@ -10,18 +10,18 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/quota-lease/quota-lease/internal/cluster"
+	"github.com/quota-lease/quota-lease/internal/testenv/cluster"
 )
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs := flag.NewFlagSet("quota-lease-demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	exe, _ := os.Executable()
 	bin := fs.String("bin", filepath.Dir(exe), "directory holding the coordinator and regional-agent binaries")
 	dur := fs.Duration("duration", time.Minute, "how long to send traffic (events are placed along it)")
 	keep := fs.Bool("keep", false, "keep the work directory (data and logs of every process)")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `Usage: regional-agent demo [flags]
+		fmt.Fprint(stderr, `Usage: quota-lease-demo [flags]
 
 Starts a whole deployment on loopback as real processes: an etcd, two
 coordinator replicas, and three regions (us, eu, ap) each with its own
@@ -29,7 +29,7 @@ redis-server and agent. Loads two policies, drives region-shifting traffic
 through the agents' gRPC API, kills the coordinator leader, cuts ap off from
 the coordinators for a while, prints progress, then per policy a table per
 region and in total against the limit and the bound, and stops everything.
-'make demo' builds the binaries and runs this.
+'make demo' builds the binaries and runs this (bin/quota-lease-demo --bin bin).
 
 Flags:
 `)

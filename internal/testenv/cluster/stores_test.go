@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/quota-lease/quota-lease/bound"
+	"github.com/quota-lease/quota-lease/internal/testenv"
 )
 
 // A region on a Redis Cluster of three masters and one on Redis Sentinel
@@ -18,6 +19,7 @@ import (
 // meanwhile and on the new master after; no identity's window exceeds the
 // bound, counted from the client's records, and no check fails.
 func TestE2ERedisClusterAndSentinel(t *testing.T) {
+	testenv.SkipMultiProcess(t)
 	c := startWith(t, globalPolicy+"---\n"+tenantPolicy, Options{Stores: map[string]string{"us": StoreCluster, "eu": StoreSentinel}})
 	ctx := t.Context()
 	global := steady("api-global", "api", 1, 0, map[string]float64{"us": 30, "eu": 30, "ap": 20})

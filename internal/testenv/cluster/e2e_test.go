@@ -1,28 +1,25 @@
 package cluster
 
 import (
-	"fmt"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/quota-lease/quota-lease/bound"
+	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/policy"
 )
 
 var bins Binaries
 
+// Every test here starts real processes: under -short they skip, and the
+// binaries are not even built.
 func TestMain(m *testing.M) {
-	var remove func()
-	var err error
-	if bins, remove, err = BuildTemp(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	remove()
-	os.Exit(code)
+	os.Exit(testenv.ShortMain(m, func() (remove func(), err error) {
+		bins, remove, err = BuildTemp()
+		return remove, err
+	}))
 }
 
 const globalPolicy = `
@@ -121,6 +118,7 @@ func noErrors(t *testing.T, d *Driver, policy string) {
 // The coordinator leader is killed (SIGKILL) while regions renew and
 // shares move; the follower takes over and no window exceeds the bound.
 func TestE2ELeaderKilled(t *testing.T) {
+	testenv.SkipMultiProcess(t)
 	c := start(t, globalPolicy)
 	ctx := t.Context()
 	leader := c.Leader(ctx)
@@ -159,6 +157,7 @@ func TestE2ELeaderKilled(t *testing.T) {
 // back to its degraded budget at expiry, the totals stay within the bound,
 // and it re-leases when the partition heals.
 func TestE2EPartition(t *testing.T) {
+	testenv.SkipMultiProcess(t)
 	c := start(t, globalPolicy)
 	ctx := t.Context()
 	load := steady("api-global", "api", 1, 0, map[string]float64{"us": 40, "eu": 30, "ap": 30})
@@ -186,6 +185,7 @@ func TestE2EPartition(t *testing.T) {
 // answers from its local fallback, within the timeout, and the totals
 // stay within the bound (which counts the fallback).
 func TestE2ERedisSlow(t *testing.T) {
+	testenv.SkipMultiProcess(t)
 	c := start(t, globalPolicy)
 	ctx := t.Context()
 	load := steady("api-global", "api", 1, 0, map[string]float64{"us": 30, "eu": 40, "ap": 20})
@@ -209,6 +209,7 @@ func TestE2ERedisSlow(t *testing.T) {
 // The quota is lowered while keys are active; the bound counts the grants
 // at the old total that still run out their lease.
 func TestE2EQuotaChange(t *testing.T) {
+	testenv.SkipMultiProcess(t)
 	c := start(t, globalPolicy)
 	ctx := t.Context()
 	load := steady("api-global", "api", 1, 0, map[string]float64{"us": 40, "eu": 30, "ap": 30})
@@ -227,6 +228,7 @@ func TestE2EQuotaChange(t *testing.T) {
 // One hot tenant among many, sending from every region, under a
 // per-tenant limit; alongside the global policy.
 func TestE2EHotTenant(t *testing.T) {
+	testenv.SkipMultiProcess(t)
 	c := start(t, globalPolicy+"---\n"+tenantPolicy)
 	ctx := t.Context()
 	d := NewDriver(c)
@@ -240,6 +242,7 @@ func TestE2EHotTenant(t *testing.T) {
 
 // Traffic moves between regions every two seconds.
 func TestE2EFastShift(t *testing.T) {
+	testenv.SkipMultiProcess(t)
 	c := start(t, globalPolicy)
 	ctx := t.Context()
 	regions := []string{"us", "eu", "ap"}
@@ -259,6 +262,7 @@ func TestE2EFastShift(t *testing.T) {
 // The demo, shortened: it runs its whole script and reports every policy
 // within the bound.
 func TestDemoShort(t *testing.T) {
+	testenv.SkipMultiProcess(t)
 	var out strings.Builder
 	if err := RunDemo(t.Context(), bins, t.TempDir(), 16*time.Second, &out); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())

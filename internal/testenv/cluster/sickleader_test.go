@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quota-lease/quota-lease/internal/testenv"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
@@ -15,6 +16,7 @@ import (
 // taken as the hung leader's answer, and every region was degraded within
 // 10 s.
 func TestE2ELeaderPaused(t *testing.T) {
+	testenv.SkipMultiProcess(t)
 	c := startWith(t, globalPolicy, Options{LeaseDuration: 8 * time.Second, SessionTTL: 2 * time.Second})
 	ctx := t.Context()
 	leader, err := c.WaitLeader(ctx, 30*time.Second)

@@ -24,7 +24,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/quota-lease/quota-lease/internal/redistest"
+	"github.com/quota-lease/quota-lease/internal/testenv"
+	"github.com/quota-lease/quota-lease/internal/testenv/redistest"
 	"github.com/quota-lease/quota-lease/policy"
 )
 
@@ -126,6 +127,7 @@ func (s *peerSystem) call(ctx context.Context, l peerLoad, i int) error {
 // Redis alone (from /proc). `make bench-peers` builds envoyproxy/ratelimit and runs this;
 // without it (QUOTALEASE_PEER_RATELIMIT unset) it is skipped.
 func BenchmarkEnvoyAPIPeers(b *testing.B) {
+	testenv.SkipMultiProcess(b)
 	peerBin := os.Getenv("QUOTALEASE_PEER_RATELIMIT")
 	if peerBin == "" {
 		b.Skip("set QUOTALEASE_PEER_RATELIMIT to envoyproxy/ratelimit's service_cmd (make bench-peers does)")

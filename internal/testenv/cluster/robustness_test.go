@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/quota-lease/quota-lease/bound"
+	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/lease"
 )
 
@@ -76,6 +77,7 @@ var failureModes = []struct{ name, yaml string }{
 // transition bound around changes). Print a seed's schedule with -v; run
 // one again with `make robustness SEED=N`.
 func TestRobustness(t *testing.T) {
+	testenv.SkipMultiProcess(t)
 	seeds, dur := robustnessSeeds(t)
 	var runs []robustnessRun
 	for _, seed := range seeds {

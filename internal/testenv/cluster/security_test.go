@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/quota-lease/quota-lease/internal/testenv"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
@@ -25,6 +26,7 @@ import (
 // plaintext caller is refused too, and the admin CLI works only with the
 // admin certificate.
 func TestE2EForgedLeaseCallsRefused(t *testing.T) {
+	testenv.SkipMultiProcess(t)
 	c := start(t, globalPolicy)
 	ctx := t.Context()
 	leader, err := c.WaitLeader(ctx, 30*time.Second)
@@ -103,6 +105,7 @@ func TestE2EForgedLeaseCallsRefused(t *testing.T) {
 // service) is replaced in place while traffic flows: no check fails, and
 // a new connection to an agent is served the new certificate.
 func TestE2ECertificateRotationUnderLoad(t *testing.T) {
+	testenv.SkipMultiProcess(t)
 	c := start(t, globalPolicy)
 	ctx := t.Context()
 	serial := func() string {
