@@ -70,3 +70,28 @@ func TestShippedCommandsImportNoTestScaffolding(t *testing.T) {
 		}
 	}
 }
+
+// The pure logic (policy, lease, allocation, bound, admission, clock)
+// links no I/O library: no network, no Redis, no etcd, no gRPC, no
+// processes. Its decisions can be tested and simulated without any.
+func TestPureLogicLinksNoIO(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command to list packages with")
+	}
+	pure := []string{"policy", "lease", "allocation", "bound", "admission", "clock"}
+	args := []string{"list", "-deps"}
+	for _, p := range pure {
+		args = append(args, "../"+p)
+	}
+	out, err := exec.Command("go", args...).Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		for _, io := range []string{"net", "os/exec", "redis", "etcd", "grpc", "prometheus", "hclog"} {
+			if pkg == io || strings.HasPrefix(pkg, io+"/") || strings.Contains(pkg, "/"+io) {
+				t.Errorf("the pure packages %v import %s", pure, pkg)
+			}
+		}
+	}
+}
