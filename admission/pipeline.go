@@ -59,13 +59,13 @@ type Decided struct {
 // demand with it. Its methods must be quick and safe for concurrent use.
 type Observer interface {
 	// Observe is called once for every outcome but replayed ones.
-	Observe(t *Ticket, o Outcome)
+	Observe(t Ticket, o Outcome)
 	// Replayed is called for an outcome answered from the replay cache.
-	Replayed(t *Ticket)
+	Replayed(t Ticket)
 	// FellBack is called when the fallback decides t: storeErr is why the
 	// store did not (nil when the breaker was open), full that the
 	// fallback's table was full and refused t as a new identity.
-	FellBack(t *Ticket, storeErr error, full bool)
+	FellBack(t Ticket, storeErr error, full bool)
 }
 
 // Via names the stage that decided an outcome.
@@ -186,7 +186,8 @@ func (p *Pipeline) CheckBatch(ctx context.Context, rs []Request) []Result {
 	return out
 }
 
-// lone holds what run needs for a single request, allocated at once.
+// lone holds a single request's ticket on its way to the store, in one
+// allocation.
 type lone struct {
 	t    [1]Ticket
 	send [1]*Ticket
@@ -196,15 +197,24 @@ type lone struct {
 // run decides rs into out.
 func (p *Pipeline) run(ctx context.Context, rs []Request, out []Result) {
 	now := p.cfg.Clock.Now()
-	var ts []Ticket
+	if len(rs) == 1 { // a check: nothing allocated unless it goes to the store
+		t, err := p.prepare(rs[0], now)
+		if err != nil {
+			out[0].Err = err
+			return
+		}
+		if o, ok := p.early(&t, now); ok {
+			out[0].Outcome = o
+			return
+		}
+		l := &lone{t: [1]Ticket{t}}
+		l.send[0] = &l.t[0]
+		p.decide(ctx, l.send[:], l.idx[:], out)
+		return
+	}
+	ts := make([]Ticket, len(rs))
 	var send []*Ticket
 	var idx []int
-	if len(rs) == 1 {
-		l := new(lone)
-		ts, send, idx = l.t[:], l.send[:0], l.idx[:0]
-	} else {
-		ts = make([]Ticket, len(rs))
-	}
 	for i, r := range rs {
 		t, err := p.prepare(r, now)
 		if err != nil {
@@ -341,19 +351,19 @@ func (p *Pipeline) finish(t *Ticket, d policy.Decision, mode lease.Mode, via Via
 		p.replay.put(t.replayKey, o, p.cfg.Clock.Now())
 	}
 	if p.cfg.Observer != nil {
-		p.cfg.Observer.Observe(t, o)
+		p.cfg.Observer.Observe(*t, o)
 	}
 	return o
 }
 
 func (p *Pipeline) observeReplay(t *Ticket) {
 	if p.cfg.Observer != nil {
-		p.cfg.Observer.Replayed(t)
+		p.cfg.Observer.Replayed(*t)
 	}
 }
 
 func (p *Pipeline) observeFallback(t *Ticket, storeErr error, full bool) {
 	if p.cfg.Observer != nil {
-		p.cfg.Observer.FellBack(t, storeErr, full)
+		p.cfg.Observer.FellBack(*t, storeErr, full)
 	}
 }

@@ -154,6 +154,7 @@ type engine struct {
 	timing    lease.Timing
 	regions   []*region
 	ids       *identities
+	groupIDs  []int // the identity of each group's first tenant
 	// wrap, when set, wraps each region's admission pipeline (tests
 	// compare it with the agent's on Redis).
 	wrap func(r *region, sim admitter) admitter
@@ -235,6 +236,11 @@ func (e *engine) run(decisions io.Writer) (*Result, error) {
 				e.at(a.t.Milliseconds(), func() { e.arrive(a) })
 			}
 		}
+	} else if len(s.Groups) > 0 {
+		if err := e.addGroups(); err != nil {
+			return nil, err
+		}
+		e.at(0, e.generateGroups)
 	} else {
 		for i := 0; i < s.Tenants; i++ {
 			if _, err := e.ids.add("tenant-" + strconv.Itoa(i)); err != nil {

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -47,6 +48,11 @@ type Scenario struct {
 	HotTenant float64   `yaml:"hot_tenant"`
 	Traffic   []Traffic `yaml:"traffic"`
 	Events    []Event   `yaml:"events"`
+	// Groups, when set, generate the traffic instead of Traffic and
+	// Tenants: tenants with a home, each group's tenants sending at their
+	// own rate from the regions its weights name, and moving when its
+	// moves say.
+	Groups []Group `yaml:"groups"`
 	// Trace, when set, is a file of explicit arrivals (relative to the
 	// scenario file) that replaces the generated traffic.
 	Trace string `yaml:"trace"`
@@ -73,6 +79,35 @@ type Traffic struct {
 	At     policy.Duration `yaml:"at"`
 	Until  policy.Duration `yaml:"until"`
 	PeakAt policy.Duration `yaml:"peak_at"`
+}
+
+// Group is a set of tenants that send alike: Tenants of them (named
+// <name>-0, <name>-1, ...), each at Rate requests per second, arriving in
+// the regions of Regions in proportion to their weights. Moves change the
+// weights from a time on: the group's tenants move home.
+type Group struct {
+	Name    string             `yaml:"name"`
+	Tenants int                `yaml:"tenants"`
+	Rate    float64            `yaml:"rate"`
+	Regions map[string]float64 `yaml:"regions"`
+	Moves   []Move             `yaml:"moves"`
+}
+
+// Move is a group's new regional weights from At on.
+type Move struct {
+	At      policy.Duration    `yaml:"at"`
+	Regions map[string]float64 `yaml:"regions"`
+}
+
+// weights returns g's regional weights at t.
+func (g *Group) weights(t time.Duration) map[string]float64 {
+	w := g.Regions
+	for _, m := range g.Moves {
+		if t >= time.Duration(m.At) {
+			w = m.Regions
+		}
+	}
+	return w
 }
 
 // Event is something that happens to the deployment.
@@ -254,8 +289,63 @@ func (s *Scenario) validate() error {
 			return bad("event %d: unknown kind %q", i, e.Kind)
 		}
 	}
-	if len(s.Traffic) == 0 && s.Trace == "" {
-		return bad("no traffic and no trace: nothing to simulate")
+	if err := s.validateGroups(known); err != nil {
+		return bad("%v", err)
+	}
+	if len(s.Traffic) == 0 && s.Trace == "" && len(s.Groups) == 0 {
+		return bad("no traffic, no groups and no trace: nothing to simulate")
+	}
+	return nil
+}
+
+// validateGroups checks the tenant groups: named once each, sending from
+// known regions, moving forward in time, and alone (not mixed with
+// traffic, tenants or a trace, which they replace).
+func (s *Scenario) validateGroups(known map[string]bool) error {
+	if len(s.Groups) == 0 {
+		return nil
+	}
+	if len(s.Traffic) > 0 || s.Trace != "" || s.Tenants > 1 || s.HotTenant > 0 {
+		return errors.New("groups replace traffic, tenants, hot_tenant and trace: use one or the other")
+	}
+	weights := func(what string, w map[string]float64) error {
+		var sum float64
+		for r, v := range w {
+			if !known[r] || math.IsNaN(v) || v < 0 || v > 1e6 {
+				return fmt.Errorf("%s: region %q unknown or weight %v not in [0, 1e6]", what, r, v)
+			}
+			sum += v
+		}
+		if sum <= 0 {
+			return fmt.Errorf("%s: no region with a positive weight", what)
+		}
+		return nil
+	}
+	names, total := map[string]bool{}, 0
+	for i, g := range s.Groups {
+		if !policy.RegionNameRE.MatchString(g.Name) || names[g.Name] {
+			return fmt.Errorf("group %d: name %q must be 1-63 of a-z, 0-9 and '-', and not repeat", i, g.Name)
+		}
+		names[g.Name] = true
+		if total += g.Tenants; g.Tenants < 1 || total > 1_000_000 {
+			return fmt.Errorf("group %q: 1 or more tenants, at most 1,000,000 in all groups", g.Name)
+		}
+		if math.IsNaN(g.Rate) || g.Rate <= 0 || g.Rate*float64(g.Tenants) > 1e6 {
+			return fmt.Errorf("group %q: rate must be positive, at most 1e6 requests/s for the group", g.Name)
+		}
+		if err := weights("group "+strconv.Quote(g.Name), g.Regions); err != nil {
+			return err
+		}
+		var last policy.Duration = -1
+		for j, m := range g.Moves {
+			if m.At <= last {
+				return fmt.Errorf("group %q: move %d must come after the one before", g.Name, j)
+			}
+			last = m.At
+			if err := weights(fmt.Sprintf("group %q move %d", g.Name, j), m.Regions); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -181,6 +182,13 @@ func TestBadScenarios(t *testing.T) {
 		{base + "events: [{kind: failover, region: us, to: us}]\n", "two different"},
 		{base + "network: {loss: 1.5}\n", "loss"},
 		{strings.Replace(base, "traffic: [{region: us, rate: 1}]\n", "", 1), "nothing to simulate"},
+		{base + "groups: [{name: g, tenants: 1, rate: 1, regions: {us: 1}}]\n", "groups replace traffic"},
+		{strings.Replace(base, "traffic: [{region: us, rate: 1}]\n", "groups: [{name: g, tenants: 1, rate: 1, regions: {mars: 1}}]\n", 1), "unknown"},
+		{strings.Replace(base, "traffic: [{region: us, rate: 1}]\n", "groups: [{name: g, tenants: 1, rate: 1, regions: {us: 0}}]\n", 1), "no region with a positive weight"},
+		{strings.Replace(base, "traffic: [{region: us, rate: 1}]\n", "groups: [{name: g, tenants: 0, rate: 1, regions: {us: 1}}]\n", 1), "1 or more tenants"},
+		{strings.Replace(base, "traffic: [{region: us, rate: 1}]\n", "groups: [{name: g, tenants: 1, rate: 0, regions: {us: 1}}]\n", 1), "rate must be positive"},
+		{strings.Replace(base, "traffic: [{region: us, rate: 1}]\n", "groups: [{name: g, tenants: 1, rate: 1, regions: {us: 1}}, {name: g, tenants: 1, rate: 1, regions: {us: 1}}]\n", 1), "not repeat"},
+		{strings.Replace(base, "traffic: [{region: us, rate: 1}]\n", "groups: [{name: g, tenants: 1, rate: 1, regions: {us: 1}, moves: [{at: 2s, regions: {eu: 1}}, {at: 1s, regions: {us: 1}}]}]\n", 1), "after the one before"},
 	}
 	for _, c := range cases {
 		_, err := Parse([]byte(c.yaml))
@@ -202,7 +210,7 @@ func TestBadScenarios(t *testing.T) {
 }
 
 func FuzzParseScenario(f *testing.F) {
-	for _, file := range []string{"scenarios/failover.yaml", "scenarios/hot-tenant.yaml"} {
+	for _, file := range []string{"scenarios/failover.yaml", "scenarios/hot-tenant.yaml", "scenarios/tenants-moving.yaml"} {
 		data, _ := os.ReadFile(file)
 		f.Add(data)
 	}
@@ -385,5 +393,41 @@ func TestShardsWithinBoundUnderFaults(t *testing.T) {
 			}
 			t.Logf("4 shards: admitted %d of %d, worst window %v, decision modes %v", m.Admitted, m.Requests, m.MaxWindow, m.DecisionModes)
 		})
+	}
+}
+
+// Tenant groups send from the regions their weights name, and move when
+// their moves say: every request of tenants-moving's movers arrives in us,
+// then eu from 2m, then ap from 4m; the others only ever in eu.
+func TestGroupsSendFromTheirHomes(t *testing.T) {
+	s, err := Load("scenarios/tenants-moving.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if _, err := Run(s, &out); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var d struct {
+			T        int64  `json:"t_ms"`
+			Region   string `json:"region"`
+			Identity string `json:"identity"`
+		}
+		if err := json.Unmarshal([]byte(line), &d); err != nil {
+			t.Fatal(err)
+		}
+		want := "eu"
+		if strings.Contains(d.Identity, "movers-") {
+			want = [3]string{"us", "eu", "ap"}[min(d.T/120_000, 2)]
+		}
+		if d.Region != want {
+			t.Fatalf("%s sent from %s at %d ms, want %s", d.Identity, d.Region, d.T, want)
+		}
+		seen[d.Region]++
+	}
+	if seen["us"] < 1000 || seen["ap"] < 1000 || seen["eu"] < 1000 {
+		t.Fatalf("requests per region %v: a home sent almost nothing", seen)
 	}
 }

@@ -45,7 +45,7 @@ func (s timedStore) Decide(ctx context.Context, ts []*admission.Ticket) []admiss
 // hot identities.
 type observer struct{ a *Agent }
 
-func (o observer) Observe(t *admission.Ticket, out admission.Outcome) {
+func (o observer) Observe(t admission.Ticket, out admission.Outcome) {
 	a, name := o.a, t.Policy.Name
 	a.leaser.observe(name, t.Identity, t.Cost*policy.Micro, a.cfg.Clock.Now())
 	if out.Via == admission.ViaOverLimit {
@@ -65,11 +65,11 @@ func (o observer) Observe(t *admission.Ticket, out admission.Outcome) {
 	a.hotFor(name).add(t.Identity, t.Cost)
 }
 
-func (o observer) Replayed(t *admission.Ticket) {
+func (o observer) Replayed(t admission.Ticket) {
 	o.a.m.replays.WithLabelValues(t.Policy.Name).Inc()
 }
 
-func (o observer) FellBack(t *admission.Ticket, storeErr error, full bool) {
+func (o observer) FellBack(t admission.Ticket, storeErr error, full bool) {
 	if errors.Is(storeErr, context.DeadlineExceeded) {
 		o.a.m.fallbackAfterTimeout.WithLabelValues(t.Policy.Name).Inc()
 	}

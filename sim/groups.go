@@ -1,0 +1,46 @@
+package sim
+
+import (
+	"strconv"
+	"time"
+)
+
+// addGroups registers every tenant of the scenario's groups as an
+// identity, each group's tenants one after the other.
+func (e *engine) addGroups() error {
+	for _, g := range e.s.Groups {
+		e.groupIDs = append(e.groupIDs, len(e.ids.names))
+		for i := 0; i < g.Tenants; i++ {
+			if _, err := e.ids.add(g.Name + "-" + strconv.Itoa(i)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// generateGroups schedules the next second's arrivals of every group: in
+// each region, a Poisson number with the group's rate times the region's
+// part of its weights at mid-second, each from one of its tenants picked
+// uniformly.
+func (e *engine) generateGroups() {
+	sec := e.now
+	mid := time.Duration(sec+500) * time.Millisecond
+	for gi := range e.s.Groups {
+		g := &e.s.Groups[gi]
+		w := g.weights(mid)
+		var sum float64
+		for _, v := range w {
+			sum += v
+		}
+		for ri, r := range e.regions {
+			n := poisson(e.rng, g.Rate*float64(g.Tenants)*w[r.name]/sum)
+			for k := 0; k < n; k++ {
+				id := e.groupIDs[gi] + e.rng.IntN(g.Tenants)
+				a := arrival{t: time.Duration(sec+e.rng.Int64N(1000)) * time.Millisecond, region: ri, identity: id, cost: 1}
+				e.at(a.t.Milliseconds(), func() { e.arrive(a) })
+			}
+		}
+	}
+	e.at(sec+1000, e.generateGroups)
+}
