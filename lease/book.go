@@ -3,6 +3,7 @@ package lease
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"strconv"
 	"strings"
@@ -125,36 +126,56 @@ func (b *Book) Enforcing(region string, now time.Time) int64 {
 	return b.enforcing(r, now)
 }
 
+// EnforcingFor returns what region may be enforcing at now for identity
+// ("" for one no grant names).
+func (b *Book) EnforcingFor(region, identity string, now time.Time) int64 {
+	r := b.regions[region]
+	if r == nil {
+		return 0
+	}
+	return b.enforcingFor(r, identity, now)
+}
+
+// enforcing is the most r may be enforcing at now for any identity (the
+// region's high-water mark for the ledger).
 func (b *Book) enforcing(r *Record, now time.Time) int64 {
 	var e int64
 	for _, p := range r.procs {
-		e = max(e, b.procEnforcing(p, now))
+		for _, g := range p.out {
+			e = max(e, b.contribution(g, g.largest(), now))
+		}
 	}
 	return e
 }
 
-func (b *Book) procEnforcing(p *process, now time.Time) int64 {
+// enforcingFor is the most r may be enforcing at now for identity ("" for
+// an identity no grant names): over its processes and their outstanding
+// grants, the share each gives it.
+func (b *Book) enforcingFor(r *Record, identity string, now time.Time) int64 {
 	var e int64
-	for _, g := range p.out {
-		e = max(e, b.contribution(g, now))
+	for _, p := range r.procs {
+		for _, g := range p.out {
+			e = max(e, b.contribution(g, g.AmountFor(identity), now))
+		}
 	}
 	return e
 }
 
-// contribution is what an outstanding grant may have the agent enforce at
-// now: its amount while valid; after that the degraded budget decaying from
-// it, until the degraded timeout, because an agent whose newest installed
-// grant is this one falls back from it. It never increases over time, so
-// only new grants, which Prepare caps, can raise a sum.
-func (b *Book) contribution(g issued, now time.Time) int64 {
+// contribution is what an outstanding grant giving amount may have the
+// agent enforce at now: the amount while valid; after that the degraded
+// budget decaying from it, until the degraded timeout, because an agent
+// whose newest installed grant is this one falls back from it. It never
+// increases over time, so only new grants, which Prepare caps, can raise a
+// sum.
+func (b *Book) contribution(g issued, amount int64, now time.Time) int64 {
 	if now.Before(g.end()) {
-		return g.Amount
+		return amount
 	}
 	since := now.Sub(g.end())
 	if !Reserved(b.failure) || since >= b.timing.DegradedTimeout {
 		return 0
 	}
-	return DegradedBudget(b.failure, b.total, g.Amount, since)
+	return DegradedBudget(b.failure, b.total, amount, since)
 }
 
 // lapsed reports whether process p's grants have all expired, and since.
@@ -171,7 +192,8 @@ func lapsed(p *process, now time.Time) (bool, time.Duration) {
 	return true, now.Sub(end)
 }
 
-// Sum returns the total of Enforcing over all regions at now.
+// Sum returns the total over all regions of the most each may be
+// enforcing at now for any identity: zero once nothing is out.
 func (b *Book) Sum(now time.Time) int64 {
 	var s int64
 	for _, r := range b.regions {
@@ -180,11 +202,33 @@ func (b *Book) Sum(now time.Time) int64 {
 	return s
 }
 
-// Available returns how much region could be granted at now without the
-// sum exceeding the total: the total less what the other regions may be
-// enforcing.
+// SumFor returns the total over all regions of what they may be enforcing
+// at now for identity ("" for one no grant names): the book's promise is
+// that it never exceeds the total, for every identity.
+func (b *Book) SumFor(identity string, now time.Time) int64 {
+	var s int64
+	for _, r := range b.regions {
+		s += b.enforcingFor(r, identity, now)
+	}
+	return s
+}
+
+// Available returns how much region could be granted as its default share
+// at now (AvailableFor an identity no grant names).
 func (b *Book) Available(region string, now time.Time) int64 {
-	other := b.Sum(now) - b.Enforcing(region, now)
+	return b.AvailableFor(region, "", now)
+}
+
+// AvailableFor returns how much region could be granted for identity at
+// now without that identity's sum exceeding the total: the total less what
+// the other regions may be enforcing for it.
+func (b *Book) AvailableFor(region, identity string, now time.Time) int64 {
+	var other int64
+	for name, r := range b.regions {
+		if name != region {
+			other += b.enforcingFor(r, identity, now)
+		}
+	}
 	return max(0, b.total-other)
 }
 
@@ -218,12 +262,34 @@ type Pending struct {
 // Grant is the grant the pending renewal hands out.
 func (p *Pending) Grant() Grant { return p.grant }
 
-// Prepare computes the grant for r at now, aiming at target: the target,
-// capped at what the other regions leave free. It changes nothing; Commit
-// applies it. Shrinking is two-phase by construction: the older, larger
-// grants keep counting until the agent acknowledges a newer one or they
-// expire, so a shrink frees nothing for others before then.
+// Targets are what a renewal's grant aims at: the region's default share,
+// and the shares of the identities that hold their own (the identity
+// planning round's, PlanIdentities).
+type Targets struct {
+	Default int64
+	// Identities gives an identity's own share in the region. An identity
+	// that holds one anywhere and is not named here goes back to the
+	// default in this region once that is safe.
+	Identities map[string]int64
+}
+
+// Prepare computes the grant for r at now, aiming at target for the default
+// share, every identity's own share unchanged (PrepareTargets).
 func (b *Book) Prepare(now time.Time, r Renewal, target int64) (*Pending, error) {
+	var own map[string]int64
+	if rec := b.regions[r.Region]; rec != nil {
+		own = rec.current().Identities
+	}
+	return b.PrepareTargets(now, r, Targets{Default: target, Identities: own})
+}
+
+// PrepareTargets computes the grant for r at now, aiming at t: each share
+// the target, capped at what the other regions leave free for the
+// identities it covers. It changes nothing; Commit applies it. Shrinking is
+// two-phase by construction: the older, larger grants keep counting until
+// the agent acknowledges a newer one or they expire, so a shrink frees
+// nothing for others before then.
+func (b *Book) PrepareTargets(now time.Time, r Renewal, t Targets) (*Pending, error) {
 	rec := &Record{Region: r.Region}
 	if old := b.regions[r.Region]; old != nil {
 		rec = old.clone()
@@ -248,11 +314,11 @@ func (b *Book) Prepare(now time.Time, r Renewal, target int64) (*Pending, error)
 	}
 	rec.Demand = r.Demand
 
-	amount := min(max(target, 0), b.Available(r.Region, now))
+	amount, own := b.shares(r.Region, t, now)
 	cur := rec.current()
-	g := Grant{ID: fmt.Sprintf("%d.%d", b.epoch, b.seq+1), Amount: amount, Epoch: b.epoch, ValidFor: b.timing.ValidFor}
+	g := Grant{ID: fmt.Sprintf("%d.%d", b.epoch, b.seq+1), Amount: amount, Identities: own, Epoch: b.epoch, ValidFor: b.timing.ValidFor}
 	isNew := true
-	if cur.ID != "" && cur.ID == r.GrantID && cur.Amount == amount && cur.Epoch == b.epoch && now.Before(cur.end()) {
+	if cur.ID != "" && cur.ID == r.GrantID && cur.Amount == amount && maps.Equal(cur.Identities, own) && cur.Epoch == b.epoch && now.Before(cur.end()) {
 		g.ID, isNew = cur.ID, false // an unchanged share keeps its id
 		p.out = p.out[:len(p.out)-1]
 	}
@@ -269,6 +335,58 @@ func (b *Book) Prepare(now time.Time, r Renewal, target int64) (*Pending, error)
 		}
 	}
 	return pe, nil
+}
+
+// shares computes region's default share and its identities' own ones at
+// now, aiming at t. The default is capped at what the other regions leave
+// free for the identities no grant names; an identity's own share at what
+// they leave free for it. An identity held somewhere but not in t goes back
+// to the default here only when the default fits what is free for it;
+// until then it keeps a share of its own, at most the default.
+func (b *Book) shares(region string, t Targets, now time.Time) (int64, map[string]int64) {
+	amount := min(max(t.Default, 0), b.Available(region, now))
+	var own map[string]int64
+	give := func(id string, a int64) {
+		if own == nil {
+			own = map[string]int64{}
+		}
+		own[id] = a
+	}
+	for id, want := range t.Identities {
+		give(id, min(max(want, 0), b.AvailableFor(region, id, now)))
+	}
+	for id := range b.held("") {
+		if _, ok := t.Identities[id]; ok {
+			continue
+		}
+		if free := b.AvailableFor(region, id, now); free < amount {
+			give(id, free)
+		}
+	}
+	return amount, own
+}
+
+// held returns the identities with shares of their own in region's
+// outstanding grants, with the newest grant's amounts; for region "", in
+// any region's.
+func (b *Book) held(region string) map[string]int64 {
+	var ids map[string]int64
+	for name, r := range b.regions {
+		if region != "" && name != region {
+			continue
+		}
+		for _, p := range r.procs {
+			for _, g := range p.out {
+				for id, a := range g.Identities {
+					if ids == nil {
+						ids = map[string]int64{}
+					}
+					ids[id] = a
+				}
+			}
+		}
+	}
+	return ids
 }
 
 // process returns rec's process for r's nonce, creating it for a new or
@@ -317,6 +435,20 @@ func fold(out []issued) []issued {
 	n := len(out) - maxOutstanding + 2
 	f := out[0]
 	end := f.end()
+	var ids map[string]int64
+	for _, g := range out[:n] {
+		for id := range g.Identities {
+			if ids == nil {
+				ids = map[string]int64{}
+			}
+			ids[id] = 0
+		}
+	}
+	for id := range ids { // each identity at the most any folded grant gave it
+		for _, g := range out[:n] {
+			ids[id] = max(ids[id], g.AmountFor(id))
+		}
+	}
 	for _, g := range out[1:n] {
 		f.Amount = max(f.Amount, g.Amount)
 		f.Seq = max(f.Seq, g.Seq)
@@ -324,6 +456,7 @@ func fold(out []issued) []issued {
 			end = g.end()
 		}
 	}
+	f.Identities = ids
 	f.ID = "folded"
 	f.At = end.Add(-f.ValidFor)
 	return append([]issued{f}, out[n:]...)
@@ -386,7 +519,7 @@ func (b *Book) Prune(now time.Time) []string {
 		for _, p := range r.procs {
 			out := p.out[:0]
 			for _, g := range p.out {
-				if b.contribution(g, now) > 0 || now.Before(g.end()) {
+				if b.contribution(g, g.largest(), now) > 0 || now.Before(g.end()) {
 					out = append(out, g)
 				}
 			}

@@ -46,12 +46,32 @@ func TestLeaseSafetyRandomSchedules(t *testing.T) {
 	for seed := uint64(1); seed <= 24; seed++ {
 		f := modes[seed%uint64(len(modes))]
 		t.Run(fmt.Sprintf("seed%d/%s", seed, f.Mode), func(t *testing.T) {
-			runSchedule(t, seed, f)
+			runSchedule(t, seed, f, nil)
 		})
 	}
 }
 
-func runSchedule(t *testing.T, seed uint64, f policy.Failure) {
+// The same property per identity, with identities that get shares of their
+// own, change them and go back to the default at random: for every
+// identity, what the regions may be enforcing never sums to more than the
+// total, and no agent enforces more for an identity than the coordinator
+// books for it.
+func TestIdentitySharesSafetyRandomSchedules(t *testing.T) {
+	modes := []policy.Failure{
+		{Mode: policy.FailClosed},
+		{Mode: policy.StaticShare, StaticFraction: 0.2},
+		{Mode: policy.LastLease, StaticFraction: 0.1, Decay: policy.Duration(2 * time.Second)},
+		{Mode: policy.FailOpen, OpenFraction: 0.3},
+	}
+	for seed := uint64(1); seed <= 24; seed++ {
+		f := modes[seed%uint64(len(modes))]
+		t.Run(fmt.Sprintf("seed%d/%s", seed, f.Mode), func(t *testing.T) {
+			runSchedule(t, seed, f, []string{"x", "y", "z"})
+		})
+	}
+}
+
+func runSchedule(t *testing.T, seed uint64, f policy.Failure, ids []string) {
 	const regions = 3
 	const total = 100 * policy.Micro
 	const drift = 1e-4
@@ -88,8 +108,16 @@ func runSchedule(t *testing.T, seed uint64, f policy.Failure) {
 			}
 			a := agents[m.region]
 			if m.grant == nil && m.err == nil { // a request reaching the coordinator
-				target := max(floor, r.Int64N(total+1))
-				p, err := book.Prepare(coordClock.at(now), m.req, target)
+				targets := Targets{Default: max(floor, r.Int64N(total+1))}
+				for _, id := range ids { // each identity its own share here, or the default
+					if r.IntN(5) < 3 {
+						if targets.Identities == nil {
+							targets.Identities = map[string]int64{}
+						}
+						targets.Identities[id] = r.Int64N(total + 1)
+					}
+				}
+				p, err := book.PrepareTargets(coordClock.at(now), m.req, targets)
 				if err == nil {
 					book.Commit(p)
 					g := p.Grant()
@@ -133,16 +161,18 @@ func runSchedule(t *testing.T, seed uint64, f policy.Failure) {
 
 		// The invariants.
 		cnow := coordClock.at(now)
-		if s := book.Sum(cnow); s > total {
-			t.Fatalf("t=%v: regions may be enforcing %d > total %d", now, s, total)
-		}
-		for i, a := range agents {
-			amount, mode := a.Enforce(clocks[i].at(now))
-			if mode == ModeDegraded && !Reserved(f) {
-				continue // fail-open: overshoot by design, counted by bound
+		for _, id := range append([]string{""}, ids...) {
+			if s := book.SumFor(id, cnow); s > total {
+				t.Fatalf("t=%v: regions may be enforcing %d > total %d for identity %q", now, s, total, id)
 			}
-			if booked := book.Enforcing(fmt.Sprint("r", i), cnow); amount > booked {
-				t.Fatalf("t=%v: region %d enforces %d (%s) but the coordinator books only %d", now, i, amount, mode, booked)
+			for i, a := range agents {
+				amount, mode := a.EnforceFor(id, clocks[i].at(now))
+				if mode == ModeDegraded && !Reserved(f) {
+					continue // fail-open: overshoot by design, counted by bound
+				}
+				if booked := book.EnforcingFor(fmt.Sprint("r", i), id, cnow); amount > booked {
+					t.Fatalf("t=%v: region %d enforces %d (%s) for identity %q but the coordinator books only %d", now, i, amount, mode, id, booked)
+				}
 			}
 		}
 	}

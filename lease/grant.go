@@ -13,8 +13,14 @@ type Grant struct {
 	ID string
 	// Amount is the share in the quota's primary unit: micro-units per
 	// second for a token bucket, micro-units per window for the window
-	// algorithms.
+	// algorithms. It is the default share: every identity of the policy
+	// that Identities does not name is enforced at it.
 	Amount int64
+	// Identities are the identities that hold shares of their own in this
+	// grant, with their amounts: an identity whose demand lives in a few
+	// regions gets its limit where it lives instead of every region's
+	// default share (docs/identity-shares.md). Nil for most grants.
+	Identities map[string]int64
 	// Epoch is the leader epoch that issued it.
 	Epoch int64
 	// ValidFor is how long it holds.
@@ -23,6 +29,23 @@ type Grant struct {
 	// request's send time; 0, or not before the agent's validity ends,
 	// means the agent's own Timing.RenewAfter.
 	RenewAfter time.Duration
+}
+
+// AmountFor is the share g gives identity: its own, or the default.
+func (g Grant) AmountFor(identity string) int64 {
+	if a, ok := g.Identities[identity]; ok {
+		return a
+	}
+	return g.Amount
+}
+
+// largest is the largest share g gives any identity.
+func (g Grant) largest() int64 {
+	m := g.Amount
+	for _, a := range g.Identities {
+		m = max(m, a)
+	}
+	return m
 }
 
 // DegradedBudget is the degraded budget, as an amount, of a region whose

@@ -220,6 +220,13 @@ func (a *Holder) NeedsRenewal(now time.Time) bool {
 // reserved, counted by the bound); the others nothing, since a static
 // share is reserved only for a region that held a lease.
 func (a *Holder) Enforce(now time.Time) (int64, Mode) {
+	return a.EnforceFor("", now)
+}
+
+// EnforceFor is Enforce for one identity: its own share where the grant
+// gives it one (Grant.AmountFor), the default share otherwise, and the
+// degraded budget falling back from that.
+func (a *Holder) EnforceFor(identity string, now time.Time) (int64, Mode) {
 	a.advance(now)
 	switch a.state {
 	case Requested:
@@ -228,13 +235,13 @@ func (a *Holder) Enforce(now time.Time) (int64, Mode) {
 		}
 		return 0, ModeNone
 	case Active, Renewing:
-		return a.grant.Amount, ModeLeased
+		return a.grant.AmountFor(identity), ModeLeased
 	case Degraded:
 		since := now.Sub(a.validUntil)
 		// Measure the decay as if this clock were slow, so the agent's
 		// budget never exceeds what the coordinator still reserves.
 		since += a.timing.driftOf(since)
-		return DegradedBudget(a.failure, a.total, a.grant.Amount, since), ModeDegraded
+		return DegradedBudget(a.failure, a.total, a.grant.AmountFor(identity), since), ModeDegraded
 	default: // Expired
 		return 0, ModeDegraded
 	}
