@@ -33,11 +33,12 @@ type Policies interface {
 }
 
 // Shares says what a region may enforce of each global policy now: the
-// amount its lease grants (policy.Limits.Share) and the mode that comes
-// from, and how many live instances of the region enforce it (the local
-// fallback takes its part of the share).
+// amount its lease grants an identity (policy.Limits.Share; its own share
+// or the default, lease.Grant.AmountFor) and the mode that comes from, and
+// how many live instances of the region enforce it (the local fallback
+// takes its part of the share).
 type Shares interface {
-	Enforce(policy string, now time.Time) (amount int64, mode lease.Mode)
+	Enforce(policy, identity string, now time.Time) (amount int64, mode lease.Mode)
 	Instances() int
 }
 
@@ -245,7 +246,7 @@ func (p *Pipeline) prepare(r Request, now time.Time) (Ticket, error) {
 	if err != nil || pol.Scope == policy.ScopeRegion || p.cfg.Shares == nil {
 		return t, err
 	}
-	amount, mode := p.cfg.Shares.Enforce(pol.Name, now)
+	amount, mode := p.cfg.Shares.Enforce(pol.Name, t.Identity, now)
 	l, ok := t.Limits.Share(amount)
 	if !ok {
 		t.Mode, t.noShare = mode, true

@@ -51,8 +51,8 @@ func (p simPolicies) Policy(name string) (*policy.Policy, bool) {
 // simShares is the region's lease (the region runs one agent instance).
 type simShares struct{ r *region }
 
-func (s simShares) Enforce(_ string, now time.Time) (int64, lease.Mode) {
-	return s.r.holder.Enforce(now)
+func (s simShares) Enforce(_, identity string, now time.Time) (int64, lease.Mode) {
+	return s.r.holder.EnforceFor(identity, now)
 }
 func (s simShares) Instances() int { return 1 }
 

@@ -36,7 +36,7 @@ func TestEnforcesLeasedShare(t *testing.T) {
 			// Demand makes the share grow to what eu's floor leaves: 40.
 			testenv.WaitFor(t, 10*time.Second, "us share to reach 40", func() bool {
 				ra.a.Check(ctx, admission.Request{Policy: "api", Attributes: map[string]string{"tenant": "warmup"}, Cost: 1})
-				amt, m := ra.a.leaser.Enforce("api", time.Now())
+				amt, m := ra.a.leaser.Enforce("api", "", time.Now())
 				return m == lease.ModeLeased && amt == 40*policy.Micro
 			})
 			admitted := 0
@@ -77,7 +77,7 @@ func TestDegradedAtExpiryThenRecovers(t *testing.T) {
 	ctx := t.Context()
 	testenv.WaitFor(t, 10*time.Second, "a leased share above the static one", func() bool {
 		ra.a.Check(ctx, admission.Request{Policy: "api", Attributes: tenantA, Cost: 1})
-		amt, m := ra.a.leaser.Enforce("api", time.Now())
+		amt, m := ra.a.leaser.Enforce("api", "", time.Now())
 		return m == lease.ModeLeased && amt > 20*policy.Micro
 	})
 	// Once a renewal has failed after the stop, none is in flight (the
@@ -352,10 +352,10 @@ func TestAgentRestartForgetsNoLease(t *testing.T) {
 	ctx := t.Context()
 	testenv.WaitFor(t, 10*time.Second, "a share", func() bool {
 		first.a.Check(ctx, admission.Request{Policy: "api", Attributes: tenantA, Cost: 1})
-		amt, _ := first.a.leaser.Enforce("api", time.Now())
+		amt, _ := first.a.leaser.Enforce("api", "", time.Now())
 		return amt > 50*policy.Micro
 	})
-	held, _ := first.a.leaser.Enforce("api", time.Now())
+	held, _ := first.a.leaser.Enforce("api", "", time.Now())
 	first.stop()
 	// The new process may already hold a grant of its own: it comes out of
 	// what the region may enforce, not on top of it.
@@ -434,13 +434,13 @@ func TestTwoReplicasInOneRegion(t *testing.T) {
 	testenv.WaitFor(t, 10*time.Second, "both replicas leased and seeing each other", func() bool {
 		a.a.Check(ctx, admission.Request{Policy: "api", Attributes: tenantA, Cost: 1})
 		b.a.Check(ctx, admission.Request{Policy: "api", Attributes: tenantA, Cost: 1})
-		x, mx := a.a.leaser.Enforce("api", time.Now())
-		y, my := b.a.leaser.Enforce("api", time.Now())
+		x, mx := a.a.leaser.Enforce("api", "", time.Now())
+		y, my := b.a.leaser.Enforce("api", "", time.Now())
 		return mx == lease.ModeLeased && my == lease.ModeLeased && x > 0 && y > 0 &&
 			a.a.leaser.Instances() == 2 && b.a.leaser.Instances() == 2
 	})
-	x, _ := a.a.leaser.Enforce("api", time.Now())
-	y, _ := b.a.leaser.Enforce("api", time.Now())
+	x, _ := a.a.leaser.Enforce("api", "", time.Now())
+	y, _ := b.a.leaser.Enforce("api", "", time.Now())
 	ls, err := pb.NewAdminServiceClient(grpcConn(t, k.addr)).ListLeases(ctx, &pb.ListLeasesRequest{Region: "us"})
 	if err != nil || len(ls.Leases) != 1 {
 		t.Fatalf("leases: %v %v", ls, err)

@@ -39,7 +39,7 @@ func benchRunningAgent(b *testing.B, more ...string) *runningAgent {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ra.a.Check(b.Context(), admission.Request{Policy: "api", Attributes: tenantA, Cost: 1})
-		if amt, _ := ra.a.leaser.Enforce("api", time.Now()); amt > 0 || time.Now().After(deadline) {
+		if amt, _ := ra.a.leaser.Enforce("api", "", time.Now()); amt > 0 || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)

@@ -136,16 +136,16 @@ func (l *leaser) unleased(now time.Time) []string {
 	return out
 }
 
-// Enforce returns the amount policy name may enforce now and the mode
-// (admission.Shares).
-func (l *leaser) Enforce(name string, now time.Time) (int64, lease.Mode) {
+// Enforce returns the amount policy name may enforce now for identity,
+// and the mode (admission.Shares).
+func (l *leaser) Enforce(name, identity string, now time.Time) (int64, lease.Mode) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	q := l.quotas[name]
 	if q == nil {
 		return 0, lease.ModeNone
 	}
-	return q.a.Enforce(now)
+	return q.a.EnforceFor(identity, now)
 }
 
 // observe counts cost (micro-units) asked of policy name by identity: its

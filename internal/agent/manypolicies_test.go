@@ -27,7 +27,7 @@ func TestManyPoliciesAllLeased(t *testing.T) {
 	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, nil)
 	testenv.WaitFor(t, 30*time.Second, "every policy leased", func() bool {
 		for i := 0; i < n; i++ {
-			if _, m := ra.a.leaser.Enforce(fmt.Sprintf("p%04d", i), time.Now()); m != lease.ModeLeased {
+			if _, m := ra.a.leaser.Enforce(fmt.Sprintf("p%04d", i), "", time.Now()); m != lease.ModeLeased {
 				return false
 			}
 		}

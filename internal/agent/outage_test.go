@@ -43,7 +43,7 @@ func TestCoordinatorOutageLogsPaced(t *testing.T) {
 	ra := startAgent(t, "us", startRedis(t).Addr, []string{px.Addr}, func(c *Config) {
 		c.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: &logs})
 	})
-	testenv.WaitFor(t, 5*time.Second, "a lease", func() bool { amt, _ := ra.a.leaser.Enforce("api", time.Now()); return amt > 0 })
+	testenv.WaitFor(t, 5*time.Second, "a lease", func() bool { amt, _ := ra.a.leaser.Enforce("api", "", time.Now()); return amt > 0 })
 	px.Cut()
 	time.Sleep(5 * time.Second) // the outage: its length, not an event, is what the pacing of the logs is tested against
 	failuresBefore := counterValue(t, ra.a, "quotalease_agent_lease_renew_failures_total")

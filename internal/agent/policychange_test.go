@@ -37,7 +37,7 @@ func TestChangedPolicyEnforcedWithinOneRenewal(t *testing.T) {
 		c.Coordinator = lc
 	})
 	lc.old = func() bool { p, ok := ra.a.policies.Policy("api"); return ok && p.Limit != 10 }
-	testenv.WaitFor(t, 5*time.Second, "a lease", func() bool { _, m := ra.a.leaser.Enforce("api", time.Now()); return m == lease.ModeLeased })
+	testenv.WaitFor(t, 5*time.Second, "a lease", func() bool { _, m := ra.a.leaser.Enforce("api", "", time.Now()); return m == lease.ModeLeased })
 
 	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 10\nperiod: 1s\n")
 	lc.changed.Store(true) // in force at the coordinator from here
@@ -75,7 +75,7 @@ func TestChangedFailureModeApplied(t *testing.T) {
 	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\nfailure: {mode: static-share, static_fraction: 0.3}\n")
 	redisSrv := startRedis(t)
 	ra := startAgent(t, "us", redisSrv.Addr, []string{k.addr}, nil)
-	testenv.WaitFor(t, 5*time.Second, "a lease", func() bool { _, m := ra.a.leaser.Enforce("api", time.Now()); return m == lease.ModeLeased })
+	testenv.WaitFor(t, 5*time.Second, "a lease", func() bool { _, m := ra.a.leaser.Enforce("api", "", time.Now()); return m == lease.ModeLeased })
 	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\nfailure: {mode: fail-closed}\n")
 	testenv.WaitFor(t, 10*time.Second, "the new failure mode loaded", func() bool {
 		p, ok := ra.a.policies.Policy("api")
@@ -83,10 +83,10 @@ func TestChangedFailureModeApplied(t *testing.T) {
 	})
 	k.stop()
 	testenv.WaitFor(t, 3*testTiming.ValidFor, "the lease to lapse", func() bool {
-		_, m := ra.a.leaser.Enforce("api", time.Now())
+		_, m := ra.a.leaser.Enforce("api", "", time.Now())
 		return m != lease.ModeLeased
 	})
-	if amt, m := ra.a.leaser.Enforce("api", time.Now()); amt != 0 {
+	if amt, m := ra.a.leaser.Enforce("api", "", time.Now()); amt != 0 {
 		t.Fatalf("lapsed fail-closed lease enforces %d in mode %s, want 0", amt, m)
 	}
 	if o, err := ra.a.Check(t.Context(), admission.Request{Policy: "api", Attributes: tenantA}); err != nil || o.Allowed {

@@ -100,7 +100,7 @@ func TestStartDuringCoordinatorOutage(t *testing.T) {
 	// saved grant, or the static share capped by it.
 	p, _ := a.policies.Policy("api")
 	total := p.Limits().Amount()
-	amt, mode := a.leaser.Enforce("api", time.Now())
+	amt, mode := a.leaser.Enforce("api", "", time.Now())
 	want := saved.Amount
 	if mode == lease.ModeDegraded {
 		want = min(saved.Amount, total*3/10)
@@ -110,14 +110,14 @@ func TestStartDuringCoordinatorOutage(t *testing.T) {
 	}
 	// The fail-closed policy falls back from its saved grant too: nothing
 	// once that has ended, never more than it.
-	if amt, _ := a.leaser.Enforce("strict", time.Now()); amt > savedGrantOf(t, rdb, "strict").Amount {
+	if amt, _ := a.leaser.Enforce("strict", "", time.Now()); amt > savedGrantOf(t, rdb, "strict").Amount {
 		t.Fatalf("strict enforces %d, above its saved grant", amt)
 	}
 	testenv.WaitFor(t, 10*time.Second, "the restored grant to end", func() bool {
-		_, m := a.leaser.Enforce("api", time.Now())
+		_, m := a.leaser.Enforce("api", "", time.Now())
 		return m == lease.ModeDegraded
 	})
-	if amt, _ := a.leaser.Enforce("api", time.Now()); amt != min(saved.Amount, total*3/10) {
+	if amt, _ := a.leaser.Enforce("api", "", time.Now()); amt != min(saved.Amount, total*3/10) {
 		t.Fatalf("degraded budget %d, want the static share %d capped by the saved grant %d", amt, total*3/10, saved.Amount)
 	}
 }
@@ -180,7 +180,7 @@ func TestStartWithNoStateFollowsFailureModes(t *testing.T) {
 			t.Errorf("%s: allowed %v in mode %s, want %v in %s", name, o.Allowed, o.Mode, w.allowed, w.mode)
 		}
 	}
-	if amt, _ := a.leaser.Enforce("open", time.Now()); amt != 20*policy.Micro {
+	if amt, _ := a.leaser.Enforce("open", "", time.Now()); amt != 20*policy.Micro {
 		t.Errorf("fail-open enforces %d, want its open fraction %d", amt, 20*policy.Micro)
 	}
 }

@@ -42,7 +42,7 @@ func TestGrantsMatchedByName(t *testing.T) {
 		amount int64
 		mode   lease.Mode
 	}{"a": {10 * policy.Micro, lease.ModeLeased}, "b": {0, lease.ModeDegraded}, "c": {30 * policy.Micro, lease.ModeLeased}} {
-		amt, mode := a.leaser.Enforce(name, time.Now())
+		amt, mode := a.leaser.Enforce(name, "", time.Now())
 		if amt != want.amount || mode != want.mode {
 			t.Errorf("%s: %d in mode %s, want %d in %s", name, amt, mode, want.amount, want.mode)
 		}
