@@ -5,10 +5,10 @@ import (
 	"time"
 )
 
-// breaker is a circuit breaker in front of Redis, so that a dead or slow
-// Redis does not add its timeout to every check: after threshold failures
-// in a row it opens and checks go straight to the fallback; after cooldown
-// one probe is let through (half-open), and its success closes it.
+// breaker is a circuit breaker in front of the store, so that a dead or
+// slow Redis does not add its timeout to every check: after threshold
+// failures in a row it opens and checks go straight to the fallback; after
+// cooldown one probe is let through (half-open), and its success closes it.
 type breaker struct {
 	threshold int
 	cooldown  time.Duration
@@ -53,7 +53,15 @@ func (b *breaker) result(ok bool) {
 	}
 }
 
-// isOpen reports whether checks currently bypass Redis.
+// release ends an allowed call that proved nothing either way (the store
+// refused it before trying): a probe may be let through again.
+func (b *breaker) release() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.probing = false
+}
+
+// isOpen reports whether checks currently bypass the store.
 func (b *breaker) isOpen() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -4,7 +4,8 @@
 //
 //  1. prepare: look up the policy, resolve and validate the request once
 //     (Resolve), and put it under the limits its region may enforce now:
-//     the lease's share, its degraded budget, or nothing (Ticket.Enforce);
+//     the lease's share, its degraded budget, or nothing (Ticket.Enforce,
+//     CheckCapacity);
 //  2. decide: from the replay cache (a retried idempotency key), refused
 //     outright (no share holds the cost), from the over-limit cache, by
 //     the region's store (Redis, or the simulator's model of it), or by the
@@ -103,10 +104,12 @@ type Result struct {
 	Err error
 }
 
-// Config configures a Pipeline. As in hashicorp/raft, a zero is a value:
-// a zero timeout is none, a zero size turns its cache off.
+// Config configures a Pipeline. Start from DefaultConfig and set Policies,
+// Store, Shares and Observer: as everywhere in quota-lease, a zero is a
+// value, never a request for the default (a zero timeout is none, a zero
+// size turns its cache off).
 type Config struct {
-	// Policies, Store and Clock are required.
+	// Policies and Store are required.
 	Policies Policies
 	Store    Store
 	// Shares, when nil, puts every request under its policy's full limits
@@ -115,27 +118,63 @@ type Config struct {
 	// Observer, when nil, is told nothing.
 	Observer Observer
 	// Clock reads the time shares, caches and the fallback are measured on;
-	// its Now must carry a monotonic reading where deadlines matter.
+	// its Now must carry a monotonic reading (time.Now's do), since every
+	// deadline is a difference of two of them.
 	Clock clock.Clock
 	// StoreTimeout bounds one call to the store; past it the fallback
-	// decides. 0: no bound.
+	// decides. 0: no bound. Default 20ms.
 	StoreTimeout time.Duration
 	// FallbackKeys bounds the fallback's table; 0 keeps none, so a failing
-	// store refuses everything.
+	// store refuses everything. Default 100,000.
 	FallbackKeys int
 	// BreakerThreshold store failures in a row stop calls to it for
-	// BreakerCooldown; 0: no breaker.
+	// BreakerCooldown; 0: no breaker. Defaults 3 and 1s.
 	BreakerThreshold int
 	BreakerCooldown  time.Duration
-	// OverLimitKeys bounds the over-limit cache; 0: no cache.
+	// OverLimitKeys bounds the over-limit cache; 0: no cache. Default
+	// 100,000.
 	OverLimitKeys int
 	// ReplayKeys bounds the replay cache, whose entries live for
-	// ReplayWindow; 0: no cache.
+	// ReplayWindow; 0: no cache. Defaults 100,000 and 10s.
 	ReplayKeys   int
 	ReplayWindow time.Duration
 	// Shadow admits every request a limit rejects (policy.Policy.ShadowMode
 	// for every policy).
 	Shadow bool
+}
+
+// DefaultConfig returns a Config with every setting at the regional
+// agent's default, on the system clock.
+func DefaultConfig() Config {
+	return Config{
+		Clock:            clock.System(),
+		StoreTimeout:     20 * time.Millisecond,
+		FallbackKeys:     100_000,
+		BreakerThreshold: 3,
+		BreakerCooldown:  time.Second,
+		OverLimitKeys:    100_000,
+		ReplayKeys:       100_000,
+		ReplayWindow:     10 * time.Second,
+	}
+}
+
+// ValidateConfig reports every setting of c that cannot work, joined.
+func ValidateConfig(c Config) error {
+	var errs []error
+	if c.Policies == nil || c.Store == nil || c.Clock == nil {
+		errs = append(errs, errors.New("policies, store and clock are required"))
+	}
+	if c.StoreTimeout < 0 || c.BreakerCooldown < 0 || c.ReplayWindow < 0 {
+		errs = append(errs, fmt.Errorf("store timeout %s, breaker cooldown %s and replay window %s must not be negative", c.StoreTimeout, c.BreakerCooldown, c.ReplayWindow))
+	}
+	if c.FallbackKeys < 0 || c.BreakerThreshold < 0 || c.OverLimitKeys < 0 || c.ReplayKeys < 0 {
+		errs = append(errs, fmt.Errorf("fallback keys %d, breaker threshold %d, over-limit keys %d and replay keys %d must not be negative",
+			c.FallbackKeys, c.BreakerThreshold, c.OverLimitKeys, c.ReplayKeys))
+	}
+	if c.ReplayKeys > 0 && c.ReplayWindow == 0 {
+		errs = append(errs, errors.New("a replay cache needs a positive replay window"))
+	}
+	return errors.Join(errs...)
 }
 
 // Pipeline decides requests. It is safe for concurrent use.
@@ -150,11 +189,8 @@ type Pipeline struct {
 
 // New returns a pipeline.
 func New(cfg Config) (*Pipeline, error) {
-	if cfg.Policies == nil || cfg.Store == nil || cfg.Clock == nil {
-		return nil, errors.New("admission: policies, store and clock are required")
-	}
-	if cfg.StoreTimeout < 0 || cfg.FallbackKeys < 0 || cfg.BreakerThreshold < 0 || cfg.OverLimitKeys < 0 || cfg.ReplayKeys < 0 {
-		return nil, fmt.Errorf("admission: negative setting in %+v", cfg)
+	if err := ValidateConfig(cfg); err != nil {
+		return nil, fmt.Errorf("admission config: %w", err)
 	}
 	p := &Pipeline{cfg: cfg, start: cfg.Clock.Now(), fb: newFallback(cfg.FallbackKeys)}
 	if cfg.BreakerThreshold > 0 {
@@ -246,13 +282,7 @@ func (p *Pipeline) prepare(r Request, now time.Time) (Ticket, error) {
 	if err != nil || pol.Scope == policy.ScopeRegion || p.cfg.Shares == nil {
 		return t, err
 	}
-	amount, mode := p.cfg.Shares.Enforce(pol.Name, t.Identity, now)
-	l, ok := t.Limits.Share(amount)
-	if !ok {
-		t.Mode, t.noShare = mode, true
-		return t, nil
-	}
-	t.Enforce(l, mode)
+	t.Enforce(p.cfg.Shares.Enforce(pol.Name, t.Identity, now))
 	return t, nil
 }
 
@@ -295,9 +325,10 @@ func (p *Pipeline) decide(ctx context.Context, ts []*Ticket, idx []int, out []Re
 	if cancel != nil {
 		cancel()
 	}
-	failed := false
+	failed, asked := false, false
 	for j, r := range res {
 		t, o := ts[j], &out[idx[j]]
+		asked = asked || !IsInputError(r.Err)
 		switch {
 		case r.Err == nil:
 			if p.over != nil && t.replayKey == "" && !r.Decision.Allowed {
@@ -311,8 +342,12 @@ func (p *Pipeline) decide(ctx context.Context, ts []*Ticket, idx []int, out []Re
 			o.Outcome, o.Err = p.fallback(t, r.Err)
 		}
 	}
-	if p.br != nil {
+	switch {
+	case p.br == nil:
+	case asked:
 		p.br.result(!failed)
+	default: // the store refused every ticket before asking: it proved nothing
+		p.br.release()
 	}
 }
 

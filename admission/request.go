@@ -82,7 +82,7 @@ func Resolve(p *policy.Policy, r Request, l policy.Limits) (Ticket, error) {
 	if cost < 1 {
 		return Ticket{}, fmt.Errorf("policy %q: %w, got %d", p.Name, policy.ErrInvalidCost, cost)
 	}
-	if err := Admits(p, l, cost); err != nil {
+	if err := CheckCapacity(p, l, cost); err != nil {
 		return Ticket{}, fmt.Errorf("policy %q: %w", p.Name, err)
 	}
 	id, err := p.IdentityOf(r.Attributes)
@@ -109,23 +109,26 @@ func (t *Ticket) tableKey() string {
 	return t.key
 }
 
-// Enforce puts t under l, which came from mode: when l cannot hold t's
-// cost (Admits), t is refused without asking the store, with
-// NoShareRetryMs. It reports whether l admits t.
-func (t *Ticket) Enforce(l policy.Limits, mode lease.Mode) bool {
+// Enforce puts t under the share of amount its region may enforce, which
+// came from mode: when that share cannot hold t's cost (none at all, or too
+// small: CheckCapacity), t is refused without asking the store, with
+// NoShareRetryMs, and keeps its limits for the answer.
+func (t *Ticket) Enforce(amount int64, mode lease.Mode) {
 	t.Mode = mode
-	t.noShare = Admits(t.Policy, l, t.Cost) != nil
+	l, ok := t.Limits.Share(amount)
+	t.noShare = !ok || CheckCapacity(t.Policy, l, t.Cost) != nil
 	if !t.noShare {
 		t.Limits = l
 	}
-	return !t.noShare
 }
 
-// Admits reports why limits l of policy p can never admit a request of
-// cost whole units, or nil if they can: they are valid and each of p's
-// shards holds the cost. It is the one rule deciding whether a region's
-// share, its degraded budget or the full limit admits a cost.
-func Admits(p *policy.Policy, l policy.Limits, cost int64) error {
+// CheckCapacity reports why limits l of policy p can never admit a request
+// of cost whole units, or nil if they can: they are valid and each of p's
+// shards holds the cost. It is the one rule deciding whether the full
+// limit, a region's share or its degraded budget admits a cost; the local
+// fallback, which has no shards, applies it to its part of the share whole
+// (holds).
+func CheckCapacity(p *policy.Policy, l policy.Limits, cost int64) error {
 	if err := holds(p.ShardLimits(l), cost); err != nil {
 		if n := p.ShardCount(); n > 1 {
 			return fmt.Errorf("%w, one of %d shards", err, n)

@@ -14,6 +14,11 @@ import (
 // MaxAttributeValueBytes bounds one attribute value before escaping.
 const MaxAttributeValueBytes = 256
 
+// MaxIdentityBytes bounds a whole identity, escaped: a store key made of a
+// policy name, an identity, a shard and a version (at most 1 KiB in
+// regional) always fits.
+const MaxIdentityBytes = 900
+
 // ErrInvalidIdentity reports a request whose attributes cannot form the
 // policy's identity: missing, empty, or oversized.
 var ErrInvalidIdentity = errors.New("invalid identity")
@@ -43,6 +48,9 @@ func (p *Policy) IdentityOf(attrs map[string]string) (string, error) {
 		b.WriteString(name)
 		b.WriteByte('=')
 		Escape(&b, v)
+	}
+	if b.Len() > MaxIdentityBytes {
+		return "", fmt.Errorf("%w: policy %q: the identity is %d bytes escaped, more than %d", ErrInvalidIdentity, p.Name, b.Len(), MaxIdentityBytes)
 	}
 	return b.String(), nil
 }

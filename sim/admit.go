@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/quota-lease/quota-lease/admission"
+	"github.com/quota-lease/quota-lease/clock"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
 )
@@ -25,12 +26,11 @@ type admitter interface {
 	Check(ctx context.Context, r admission.Request) (admission.Outcome, error)
 }
 
-// admitIn gives region r its admission pipeline.
+// admitIn gives region r its admission pipeline: the agent's, with its
+// defaults but for what the simulated store makes moot or the simulator
+// leaves out (simConfig).
 func (e *engine) admitIn(r *region) error {
-	p, err := admission.New(admission.Config{
-		Policies: simPolicies{e}, Store: &simStore{e: e, r: r}, Shares: simShares{r}, Clock: regionClock{e, r},
-		FallbackKeys: math.MaxInt, // the agent's table is large; the simulator never fills it
-	})
+	p, err := admission.New(simConfig(simPolicies{e}, &simStore{e: e, r: r}, simShares{r}, regionClock{e, r}))
 	if err != nil {
 		return err
 	}
@@ -39,6 +39,22 @@ func (e *engine) admitIn(r *region) error {
 		r.admit = e.wrap(r, p)
 	}
 	return nil
+}
+
+// simConfig is a simulated region's pipeline configuration: the agent's
+// defaults (admission.DefaultConfig), except that the simulated store
+// answers at once or is down at once (no timeout, no breaker: after an
+// outage the agent's breaker keeps checks on the fallback up to a second
+// longer, which the simulator does not model), no request carries an
+// idempotency key (no replay cache), the over-limit cache is left out (it
+// only saves the store work, answering as it would) and the fallback's
+// table never fills.
+func simConfig(p admission.Policies, st admission.Store, sh admission.Shares, c clock.Clock) admission.Config {
+	cfg := admission.DefaultConfig()
+	cfg.Policies, cfg.Store, cfg.Shares, cfg.Clock = p, st, sh, c
+	cfg.StoreTimeout, cfg.BreakerThreshold, cfg.ReplayKeys, cfg.OverLimitKeys = 0, 0, 0, 0
+	cfg.FallbackKeys = math.MaxInt
+	return cfg
 }
 
 // simPolicies is the one policy in force.

@@ -103,10 +103,7 @@ func agentPipeline(t *testing.T, e *engine, r *region, srv *redistest.Server, db
 	if _, err := eng.InitStore(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	p, err := admission.New(admission.Config{
-		Policies: simPolicies{e}, Store: outageStore{eng, r}, Shares: simShares{r}, Clock: regionClock{e, r},
-		FallbackKeys: 1 << 20,
-	})
+	p, err := admission.New(simConfig(simPolicies{e}, outageStore{eng, r}, simShares{r}, regionClock{e, r}))
 	if err != nil {
 		t.Fatal(err)
 	}

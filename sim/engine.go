@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"container/heap"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -155,6 +156,8 @@ type engine struct {
 	regions   []*region
 	ids       *identities
 	groupIDs  []int // the identity of each group's first tenant
+	// err is the first error that stops the run.
+	err error
 	// wrap, when set, wraps each region's admission pipeline (tests
 	// compare it with the agent's on Redis).
 	wrap func(r *region, sim admitter) admitter
@@ -176,6 +179,13 @@ type engine struct {
 	series *series
 	out    *bufio.Writer
 	line   []byte
+}
+
+// fail stops the run with err, unless an error stopped it already.
+func (e *engine) fail(err error) {
+	if e.err == nil {
+		e.err = err
+	}
 }
 
 func (e *engine) at(t int64, do func()) {
@@ -252,13 +262,16 @@ func (e *engine) run(decisions io.Writer) (*Result, error) {
 	e.series = newSeries(durMs, wMs, len(s.Regions))
 	e.schedule(durMs)
 
-	for len(e.q) > 0 {
+	for len(e.q) > 0 && e.err == nil {
 		ev := heap.Pop(&e.q).(*event)
 		if ev.t >= durMs {
 			break
 		}
 		e.now = ev.t
 		ev.do()
+	}
+	if e.err != nil {
+		return nil, e.err
 	}
 	if e.out != nil {
 		if err := e.out.Flush(); err != nil {
@@ -527,9 +540,14 @@ func (e *engine) arrive(a arrival) {
 	// quota-lease: the agent's admission pipeline on the region's store.
 	o, err := r.admit.Check(context.Background(), admission.Request{Policy: e.policy.Name, Attributes: e.ids.attrs[a.identity], Cost: a.cost})
 	d, mode := o.Decision, string(o.Mode)
-	if err != nil { // a cost no limit in force can hold: refused as the agent refuses it
-		_, m := r.holder.Enforce(r.leaseTime(e.now))
-		d, mode = policy.Decision{RetryAfterMs: admission.NoShareRetryMs}, string(m)
+	if err != nil {
+		if !errors.Is(err, policy.ErrCostExceedsCapacity) {
+			e.fail(fmt.Errorf("region %s, identity %s: %w", r.name, e.ids.names[a.identity], err))
+			return
+		}
+		// A cost the policy's limit cannot hold (a trace's, after a config
+		// change): the agent refuses it as bad input; counted as rejected.
+		d, mode = policy.Decision{}, "refused"
 	}
 	r.meter.Add(a.identity, cost, e.now)
 	e.record(0, a, d.Allowed, best.Allowed, e.now)

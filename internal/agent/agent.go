@@ -196,13 +196,12 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, engine: eng, m: m, hot: map[string]*topK{}, refresh: make(chan struct{}, 1)}
 	a.leaser = newLeaser(cfg.Region, cfg.Instance, cfg.Coordinator, lease.Timing{Drift: cfg.Drift, Margin: cfg.Margin}, cfg.Clock.Now, cfg.Logger, m, a.refreshSoon)
-	a.admit, err = admission.New(admission.Config{
-		Policies: agentPolicies{a}, Store: timedStore{eng, m}, Shares: a.leaser, Observer: observer{a}, Clock: cfg.Clock,
-		StoreTimeout: cfg.CheckTimeout, FallbackKeys: cfg.FallbackKeys,
-		BreakerThreshold: cfg.BreakerThreshold, BreakerCooldown: cfg.BreakerCooldown,
-		OverLimitKeys: cfg.FallbackKeys, ReplayKeys: cfg.FallbackKeys, ReplayWindow: cfg.IdempotencyWindow, Shadow: cfg.Shadow,
-	})
-	if err != nil {
+	acfg := admission.DefaultConfig()
+	acfg.Policies, acfg.Store, acfg.Shares, acfg.Observer, acfg.Clock = agentPolicies{a}, timedStore{eng, m}, a.leaser, observer{a}, cfg.Clock
+	acfg.StoreTimeout, acfg.FallbackKeys, acfg.OverLimitKeys, acfg.ReplayKeys = cfg.CheckTimeout, cfg.FallbackKeys, cfg.FallbackKeys, cfg.FallbackKeys
+	acfg.BreakerThreshold, acfg.BreakerCooldown = cfg.BreakerThreshold, cfg.BreakerCooldown
+	acfg.ReplayWindow, acfg.Shadow = cfg.IdempotencyWindow, cfg.Shadow
+	if a.admit, err = admission.New(acfg); err != nil {
 		return nil, err
 	}
 	m.reg.MustRegister(hotCollector{a})

@@ -29,6 +29,9 @@ func (a *Agent) RegisterGRPC(s *grpc.Server) {
 
 func (s *checkServer) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error) {
 	o, err := s.a.Check(ctx, input(req))
+	if err != nil && !admission.IsInputError(err) { // nothing decided it: not the caller's fault
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}

@@ -28,6 +28,7 @@ const MaxCheckBody = 64 << 10
 const (
 	ProblemRateLimited    = "urn:quota-lease:problem:rate-limited"
 	ProblemInvalidRequest = "urn:quota-lease:problem:invalid-request"
+	ProblemUnavailable    = "urn:quota-lease:problem:unavailable"
 )
 
 // checkBody is the JSON of POST /v1/check.
@@ -125,6 +126,10 @@ func (a *Agent) serveCheck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	o, err := a.Check(r.Context(), admission.Request{Policy: in.Policy, Attributes: in.Attributes, Cost: in.Cost, IdempotencyKey: in.IdempotencyKey})
+	if err != nil && !admission.IsInputError(err) { // nothing decided it: not the caller's fault
+		writeProblem(w, problem{Type: ProblemUnavailable, Title: http.StatusText(http.StatusServiceUnavailable), Status: http.StatusServiceUnavailable, Detail: err.Error()})
+		return
+	}
 	if err != nil {
 		badRequest(w, http.StatusBadRequest, err.Error())
 		return

@@ -3,6 +3,7 @@ package leaseapi
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -28,7 +29,7 @@ func TestGrantRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got != g || gotTerms != terms {
+		if !reflect.DeepEqual(got, g) || gotTerms != terms {
 			t.Fatalf("%s: %+v %+v, want %+v %+v", full.Algorithm, got, gotTerms, g, terms)
 		}
 	}
