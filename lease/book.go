@@ -248,6 +248,10 @@ type Renewal struct {
 	GrantID string
 	// Demand is the region's demand in amount units.
 	Demand int64
+	// Identities are the region's demands (amount units) of the identities
+	// that may need shares of their own: those over the region's default
+	// share, and those it holds shares for (IdentityPlan.Report).
+	Identities map[string]int64
 }
 
 // Pending is a grant prepared by Prepare and not yet committed. The
@@ -317,6 +321,11 @@ func (b *Book) PrepareTargets(now time.Time, r Renewal, t Targets) (*Pending, er
 	amount, own := b.shares(r.Region, t, now)
 	cur := rec.current()
 	g := Grant{ID: fmt.Sprintf("%d.%d", b.epoch, b.seq+1), Amount: amount, Identities: own, Epoch: b.epoch, ValidFor: b.timing.ValidFor}
+	if b.shrinks(rec, g, now) {
+		// Another region may be waiting for what this grant gives back: the
+		// agent acknowledges it soon instead of at a third of its validity.
+		g.RenewAfter = b.timing.ValidFor / shrinkRenewals
+	}
 	isNew := true
 	if cur.ID != "" && cur.ID == r.GrantID && cur.Amount == amount && maps.Equal(cur.Identities, own) && cur.Epoch == b.epoch && now.Before(cur.end()) {
 		g.ID, isNew = cur.ID, false // an unchanged share keeps its id
@@ -335,6 +344,25 @@ func (b *Book) PrepareTargets(now time.Time, r Renewal, t Targets) (*Pending, er
 		}
 	}
 	return pe, nil
+}
+
+// shrinkRenewals is how much sooner than its validity an agent renews to
+// acknowledge a grant that gives something back (Book.shrinks).
+const shrinkRenewals = 20
+
+// shrinks reports whether g gives any identity (or the default) less than
+// rec may be enforcing for it at now: a shrink, which frees nothing for
+// other regions until the agent acknowledges g.
+func (b *Book) shrinks(rec *Record, g Grant, now time.Time) bool {
+	if g.Amount < b.enforcingFor(rec, "", now) {
+		return true
+	}
+	for id, a := range g.Identities {
+		if a < b.enforcingFor(rec, id, now) {
+			return true
+		}
+	}
+	return false
 }
 
 // shares computes region's default share and its identities' own ones at

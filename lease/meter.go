@@ -21,11 +21,12 @@ const maxTracked = 10_000
 type Meter[K comparable] struct {
 	buckets [4]int64 // hottest identity's cost per bucket, newest first
 	cur     map[K]int64
-	bucket  int64 // number (nowMs / span) of buckets[0]
+	prev    map[K]int64 // every identity's cost in the bucket before cur
+	bucket  int64       // number (nowMs / span) of buckets[0]
 }
 
 // NewMeter returns an empty meter.
-func NewMeter[K comparable]() *Meter[K] { return &Meter[K]{cur: map[K]int64{}} }
+func NewMeter[K comparable]() *Meter[K] { return &Meter[K]{cur: map[K]int64{}, prev: map[K]int64{}} }
 
 func (m *Meter[K]) roll(nowMs int64) {
 	b := nowMs / MeterSpan.Milliseconds()
@@ -35,10 +36,12 @@ func (m *Meter[K]) roll(nowMs int64) {
 	for m.bucket < b {
 		copy(m.buckets[1:], m.buckets[:3])
 		m.buckets[0] = 0
+		m.prev, m.cur = m.cur, m.prev
 		clear(m.cur)
 		m.bucket++
 		if b-m.bucket > 4 {
 			m.buckets, m.bucket = [4]int64{}, b
+			clear(m.prev)
 		}
 	}
 }
@@ -61,4 +64,24 @@ func (m *Meter[K]) Rate(nowMs int64) int64 {
 	frac := float64(nowMs%span) / float64(span)
 	sum := m.buckets[0] + m.buckets[1] + m.buckets[2] + m.buckets[3]
 	return int64(float64(sum) / ((3 + frac) * MeterSpan.Seconds()))
+}
+
+// Rates returns every identity's own rate, in micro-units per second, over
+// the last complete bucket and the current partial one, for the
+// identities whose rate is at least atLeast or for which want says yes:
+// the demand of the identities a region may want shares of their own for.
+func (m *Meter[K]) Rates(nowMs, atLeast int64, want func(K) bool) map[K]int64 {
+	m.roll(nowMs)
+	span := MeterSpan.Milliseconds()
+	elapsed := span + nowMs%span // ms the two buckets cover
+	out := map[K]int64{}
+	rate := func(id K) int64 { return (m.prev[id] + m.cur[id]) * 1000 / elapsed }
+	for _, set := range []map[K]int64{m.prev, m.cur} {
+		for id := range set {
+			if r := rate(id); r >= atLeast || want(id) {
+				out[id] = r
+			}
+		}
+	}
+	return out
 }

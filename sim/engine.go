@@ -164,6 +164,7 @@ type engine struct {
 
 	book      *lease.Book
 	targets   map[string]int64
+	idPlan    *lease.IdentityPlan // identities with shares of their own
 	coordUp   bool
 	epoch     int64
 	leaseMsgs int64
@@ -203,6 +204,7 @@ func (e *engine) run(decisions io.Writer) (*Result, error) {
 	e.epoch, e.coordUp = 1, true
 	e.book = lease.NewBook(e.full.Amount(), e.policy.Failure, e.timing, e.epoch)
 	e.targets = map[string]int64{}
+	e.idPlan = lease.NewIdentityPlan(lease.DefaultIdentityShares)
 	e.central, e.oracle = map[int]policy.State{}, map[int]policy.State{}
 	e.centralDelay = time.Duration(s.Network.Delay).Milliseconds()
 	e.ids = &identities{p: e.policy, index: map[string]int{}}
@@ -392,7 +394,8 @@ func (e *engine) tick() {
 		r.pending[req.Seq] = true
 		e.leaseMsgs++
 		demand := e.full.RateAmount(r.meter.Rate(e.now))
-		renewal := lease.Renewal{Region: r.name, Instance: r.name, Nonce: r.nonce, Seq: req.Seq, GrantID: req.GrantID, Demand: demand}
+		renewal := lease.Renewal{Region: r.name, Instance: r.name, Nonce: r.nonce, Seq: req.Seq, GrantID: req.GrantID, Demand: demand,
+			Identities: e.identityDemands(r)}
 		sentAt := e.now
 		e.at(sentAt+1000, func() { e.timeout(r, req) })
 		if r.partitioned || e.lost() {
@@ -417,7 +420,9 @@ func (e *engine) serve(r *region, req lease.Request, renewal lease.Renewal, sent
 	if !e.coordUp || r.partitioned {
 		return
 	}
-	p, err := e.book.Prepare(e.coordTime(), renewal, lease.Target(e.policy, e.targets, r.name, renewal.Demand))
+	e.idPlan.Report(r.name, renewal.Identities)
+	t := lease.Targets{Default: lease.Target(e.policy, e.targets, r.name, renewal.Demand), Identities: e.idPlan.Targets(r.name)}
+	p, err := e.book.PrepareTargets(e.coordTime(), renewal, t)
 	var g lease.Grant
 	if err == nil {
 		e.writeLedger(p.Ledger()) // as the coordinator writes etcd
@@ -460,6 +465,7 @@ func (e *engine) rebalance() {
 	if t, err := lease.PlanTargets(e.policy, e.book, weights, e.targets, lease.PlanOptions{Strategy: e.s.Rebalance.Strategy, MaxStep: e.s.Rebalance.MaxStep, Hysteresis: e.s.Rebalance.Hysteresis}); err == nil {
 		e.targets = t
 	}
+	e.idPlan.Plan(e.book.Total(), e.targets)
 }
 
 // writeLedger applies d to the simulated etcd ledger and tells the book,
@@ -486,6 +492,7 @@ func (e *engine) recover() {
 		e.book.Restore(m.Region, m.Instance, m.Nonce, m.GrantID, m.Amount, e.coordTime())
 	}
 	e.targets = map[string]int64{}
+	e.idPlan = lease.NewIdentityPlan(lease.DefaultIdentityShares)
 	e.coordUp = true
 }
 

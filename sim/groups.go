@@ -1,8 +1,11 @@
 package sim
 
 import (
+	"math"
 	"strconv"
 	"time"
+
+	"github.com/quota-lease/quota-lease/policy"
 )
 
 // addGroups registers every tenant of the scenario's groups as an
@@ -43,4 +46,35 @@ func (e *engine) generateGroups() {
 		}
 	}
 	e.at(sec+1000, e.generateGroups)
+}
+
+// identityDemands is what region r's agent reports of its identities'
+// own demand (amount units): those over its default share, and those it
+// holds shares of their own for.
+func (e *engine) identityDemands(r *region) map[string]int64 {
+	g, _ := r.holder.Grant()
+	over := int64(math.MaxInt64) // a rate (micro-units/s) over the default share
+	if g.ID != "" {
+		over = g.Amount + 1
+		if e.full.Algorithm != policy.TokenBucket {
+			over = (g.Amount + 1) * 1000 / e.full.WindowMs
+		}
+	}
+	held := func(id int) bool { _, ok := g.Identities[e.ids.names[id]]; return ok }
+	var out map[string]int64
+	for id, rate := range r.meter.Rates(e.now, over, held) {
+		if out == nil {
+			out = map[string]int64{}
+		}
+		out[e.ids.names[id]] = e.full.RateAmount(rate)
+	}
+	for id := range g.Identities { // held, and not asked for lately
+		if _, ok := out[id]; !ok {
+			if out == nil {
+				out = map[string]int64{}
+			}
+			out[id] = 0
+		}
+	}
+	return out
 }

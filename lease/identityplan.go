@@ -1,0 +1,141 @@
+package lease
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/quota-lease/quota-lease/allocation"
+)
+
+// DefaultIdentityShares is how many identities of one quota may hold
+// shares of their own at once, by default.
+const DefaultIdentityShares = 1000
+
+// identityIdleRounds is how many planning rounds an identity with its own
+// shares may go without demand anywhere before it goes back to the
+// default shares.
+const identityIdleRounds = 30
+
+// IdentityPlan is the coordinator's plan of one quota's identity shares:
+// which identities hold shares of their own (an identity whose demand in
+// a region is more than that region's default share, so it lives in few
+// regions), and each region's target for them, split by that identity's
+// own demand. Every other identity is enforced at its region's default
+// share. It is pure and not safe for concurrent use.
+type IdentityPlan struct {
+	max     int
+	demand  map[string]map[string]int64 // identity -> region -> demand, as last reported
+	targets map[string]map[string]int64 // identity -> region -> target
+	idle    map[string]int              // planned identity -> rounds without demand
+	// Unfit counts the identities that asked for shares of their own in the
+	// last round and did not get them: max was reached.
+	Unfit int
+}
+
+// NewIdentityPlan returns an empty plan of at most max identity shares.
+func NewIdentityPlan(max int) *IdentityPlan {
+	return &IdentityPlan{max: max, demand: map[string]map[string]int64{}, targets: map[string]map[string]int64{}, idle: map[string]int{}}
+}
+
+// Report records region's identity demands (amount units) from its
+// renewal: the identities over its default share and those it holds shares
+// for. An identity it no longer reports has no demand there.
+func (p *IdentityPlan) Report(region string, demands map[string]int64) {
+	for id, by := range p.demand {
+		if _, ok := demands[id]; !ok {
+			delete(by, region)
+			if len(by) == 0 {
+				delete(p.demand, id)
+			}
+		}
+	}
+	for id, d := range demands {
+		by := p.demand[id]
+		if by == nil {
+			by = map[string]int64{}
+			p.demand[id] = by
+		}
+		by[region] = d
+	}
+}
+
+// Plan is one planning round for a quota of total amount whose regions
+// have the default targets defaults: identities whose demand exceeds a
+// region's default target get shares of their own (the hottest first, up
+// to max), identities without demand anywhere for a while go back to the
+// default, and every planned identity's total is split among the regions
+// by its own demand (max-min fair, surplus spread evenly).
+func (p *IdentityPlan) Plan(total int64, defaults map[string]int64) {
+	for id := range p.targets {
+		if p.hottest(id) > 0 {
+			p.idle[id] = 0
+		} else if p.idle[id]++; p.idle[id] >= identityIdleRounds {
+			delete(p.targets, id)
+			delete(p.idle, id)
+		}
+	}
+	var want []string
+	for id, by := range p.demand {
+		if _, planned := p.targets[id]; planned {
+			continue
+		}
+		for region, d := range by {
+			if d > defaults[region] {
+				want = append(want, id)
+				break
+			}
+		}
+	}
+	slices.SortFunc(want, func(a, b string) int { return cmp.Or(cmp.Compare(p.hottest(b), p.hottest(a)), cmp.Compare(a, b)) })
+	room := max(0, p.max-len(p.targets))
+	p.Unfit = max(0, len(want)-room)
+	for _, id := range want[:min(room, len(want))] {
+		p.targets[id] = nil
+		p.idle[id] = 0
+	}
+	for id := range p.targets {
+		p.targets[id] = p.split(id, total, defaults)
+	}
+}
+
+// split divides total among the regions for identity id by its demand.
+func (p *IdentityPlan) split(id string, total int64, defaults map[string]int64) map[string]int64 {
+	var in []allocation.Region
+	for region := range defaults {
+		in = append(in, allocation.Region{Name: region, Weight: 1, Demand: min(p.demand[id][region], total)})
+	}
+	slices.SortFunc(in, func(a, b allocation.Region) int { return cmp.Compare(a.Name, b.Name) })
+	shares, err := allocation.Allocate(allocation.StrategyMaxMinFair, total, in)
+	out := make(map[string]int64, len(in))
+	for i, r := range in {
+		if err == nil {
+			out[r.Name] = shares[i]
+		}
+	}
+	return out
+}
+
+// hottest is id's largest demand in any region.
+func (p *IdentityPlan) hottest(id string) int64 {
+	var h int64
+	for _, d := range p.demand[id] {
+		h = max(h, d)
+	}
+	return h
+}
+
+// Targets returns region's targets for the identities with shares of
+// their own, for its next grant (Targets.Identities).
+func (p *IdentityPlan) Targets(region string) map[string]int64 {
+	var out map[string]int64
+	for id, by := range p.targets {
+		if out == nil {
+			out = make(map[string]int64, len(p.targets))
+		}
+		out[id] = by[region]
+	}
+	return out
+}
+
+// Len is how many identities hold shares of their own.
+func (p *IdentityPlan) Len() int { return len(p.targets) }
