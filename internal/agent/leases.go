@@ -181,7 +181,7 @@ func (l *leaser) renew(ctx context.Context) bool {
 		}
 		r := q.a.Sending(now)
 		demand := max(q.region, q.policy.Limits().RateAmount(q.meter.rate(now)))
-		pr.Quotas = append(pr.Quotas, &pb.QuotaRequest{Quota: n, GrantId: r.GrantID, Seq: r.Seq, Demand: demand})
+		pr.Quotas = append(pr.Quotas, &pb.QuotaRequest{Quota: n, GrantId: r.GrantID, Seq: r.Seq, Demand: demand, IdentityDemand: q.identityDemand(now)})
 		out = append(out, sentQuota{n, q, r})
 	}
 	l.mu.Unlock()
@@ -343,6 +343,32 @@ func (l *leaser) updateMetrics(now time.Time) {
 	}
 }
 
+// identityDemand is what this instance reports of its identities' own
+// demand (amount units): those over the default share it holds, and those
+// its grant gives shares of their own, at most leaseapi.MaxIdentityDemands
+// (the hottest).
+func (q *quotaLease) identityDemand(now time.Time) map[string]int64 {
+	g, _ := q.a.Grant()
+	if g.ID == "" {
+		return nil
+	}
+	full := q.policy.Limits()
+	over := g.Amount + 1 // as a rate, micro-units per second
+	if full.Algorithm != policy.TokenBucket {
+		over = (g.Amount + 1) * 1000 / full.WindowMs
+	}
+	held := func(id string) bool { _, ok := g.Identities[id]; return ok }
+	rates := q.meter.rates(now, over, held)
+	out := make(map[string]int64, len(rates)+len(g.Identities))
+	for id := range g.Identities {
+		out[id] = 0 // held, and not asked for lately
+	}
+	for id, r := range rates {
+		out[id] = full.RateAmount(r)
+	}
+	return leaseapi.Hottest(out, leaseapi.MaxIdentityDemands)
+}
+
 // meter is a lease.Meter (the hottest identity's demand) safe for the
 // agent's concurrent checks.
 type meter struct {
@@ -356,6 +382,12 @@ func (m *meter) add(identity string, cost int64, now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.m.Add(identity, cost, now.UnixMilli())
+}
+
+func (m *meter) rates(now time.Time, atLeast int64, want func(string) bool) map[string]int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.m.Rates(now.UnixMilli(), atLeast, want)
 }
 
 func (m *meter) rate(now time.Time) int64 {

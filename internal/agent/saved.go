@@ -40,6 +40,9 @@ const savedTTL = 7 * 24 * time.Hour
 type savedGrant struct {
 	ID     string `json:"id"`
 	Amount int64  `json:"amount"`
+	// Identities are the grant's identity shares: a restored grant must
+	// enforce them, not the default, for the identities it names.
+	Identities map[string]int64 `json:"identities,omitempty"`
 	// ValidUntilMs is when the agent stops trusting the grant (its
 	// AgentValidFor end), wall clock.
 	ValidUntilMs int64 `json:"valid_until_ms"`
@@ -94,7 +97,7 @@ func (l *leaser) saveGrants(ctx context.Context, rdb redis.UniversalClient, prun
 		if q.savedID == g.ID {
 			continue
 		}
-		b, _ := json.Marshal(savedGrant{ID: g.ID, Amount: g.Amount, ValidUntilMs: now.Add(until.Sub(now)).UnixMilli(),
+		b, _ := json.Marshal(savedGrant{ID: g.ID, Amount: g.Amount, Identities: g.Identities, ValidUntilMs: now.Add(until.Sub(now)).UnixMilli(),
 			DegradedTimeoutMs: q.a.DegradedTimeout().Milliseconds(), Fingerprint: q.fp})
 		fields = append(fields, n, string(b))
 		q.savedID = g.ID
@@ -187,7 +190,7 @@ func (l *leaser) restoreGrants(ctx context.Context, rdb redis.UniversalClient, s
 		}
 		left := time.Duration(g.ValidUntilMs-now.UnixMilli())*time.Millisecond - skew
 		q.a.SetDegradedTimeout(time.Duration(g.DegradedTimeoutMs) * time.Millisecond)
-		q.a.Restore(lease.Grant{ID: g.ID, Amount: g.Amount}, now.Add(left))
+		q.a.Restore(lease.Grant{ID: g.ID, Amount: g.Amount, Identities: g.Identities}, now.Add(left))
 		n++
 	}
 	return n, nil

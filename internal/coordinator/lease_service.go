@@ -144,14 +144,27 @@ func (c *Coordinator) prepare(t *term, now time.Time, req *pb.LeaseRequest, it *
 	// No region can use more than the whole quota: a larger demand is
 	// capped there, so an inflated report cannot weigh more than that.
 	demand := min(max(it.req.Demand, 0), it.q.book.Total())
-	r := lease.Renewal{Region: req.Region, Instance: req.Instance, Nonce: req.Nonce, Seq: it.req.Seq, GrantID: it.req.GrantId, Demand: demand}
-	p, err := it.q.book.Prepare(now, r, lease.Target(it.q.policy, it.q.targets, req.Region, demand))
+	r := lease.Renewal{Region: req.Region, Instance: req.Instance, Nonce: req.Nonce, Seq: it.req.Seq, GrantID: it.req.GrantId, Demand: demand,
+		Identities: it.req.IdentityDemand}
+	it.q.ids.Report(req.Region, capDemands(it.req.IdentityDemand, it.q.book.Total()))
+	aim := lease.Targets{Default: lease.Target(it.q.policy, it.q.targets, req.Region, demand), Identities: it.q.ids.Targets(req.Region)}
+	p, err := it.q.book.PrepareTargets(now, r, aim)
 	if err != nil {
 		leaseapi.EncodeError(it.grant, err)
 		return lease.LedgerDelta{}
 	}
 	it.pending = p
 	return p.Ledger()
+}
+
+// capDemands caps every identity demand at the quota's total, as the
+// region's demand is: no report can weigh more than the whole quota.
+func capDemands(d map[string]int64, total int64) map[string]int64 {
+	out := make(map[string]int64, len(d))
+	for id, v := range d {
+		out[id] = min(max(v, 0), total)
+	}
+	return out
 }
 
 // terms are the terms of q's grants: renewal after a third of the agent's
@@ -185,6 +198,14 @@ func (c *Coordinator) validateLease(t *term, req *pb.LeaseRequest) error {
 			return bad("quota %q is named twice", q.Quota)
 		}
 		seen[q.Quota] = true
+		if len(q.IdentityDemand) > leaseapi.MaxIdentityDemands {
+			return bad("quota %q: at most %d identity demands, got %d", q.Quota, leaseapi.MaxIdentityDemands, len(q.IdentityDemand))
+		}
+		for id := range q.IdentityDemand {
+			if id == "" || len(id) > policy.MaxIdentityBytes {
+				return bad("quota %q: an identity must be 1-%d bytes", q.Quota, policy.MaxIdentityBytes)
+			}
+		}
 	}
 	return nil
 }

@@ -20,11 +20,13 @@ type quota struct {
 	full    policy.Limits
 	book    *lease.Book
 	targets map[string]int64
+	ids     *lease.IdentityPlan // the identities with shares of their own
 }
 
 func newQuota(p *policy.Policy, t lease.Timing, epoch int64) *quota {
 	full := p.Limits()
-	return &quota{policy: p, fp: p.Fingerprint(), full: full, book: lease.NewBook(full.Amount(), p.Failure, t, epoch), targets: map[string]int64{}}
+	return &quota{policy: p, fp: p.Fingerprint(), full: full, book: lease.NewBook(full.Amount(), p.Failure, t, epoch), targets: map[string]int64{},
+		ids: lease.NewIdentityPlan(lease.DefaultIdentityShares)}
 }
 
 // setPolicy replaces the policy (a quota change); outstanding grants keep
@@ -105,5 +107,6 @@ func (q *quota) rebalance(regions map[string]regionRecord, o lease.PlanOptions) 
 		return fmt.Errorf("rebalance %s: %w", q.policy.Name, err)
 	}
 	q.targets = targets
+	q.ids.Plan(q.book.Total(), q.targets)
 	return nil
 }

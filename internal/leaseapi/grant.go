@@ -1,8 +1,10 @@
 package leaseapi
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/quota-lease/quota-lease/lease"
@@ -25,6 +27,9 @@ const (
 	// MaxQuotasPerRequest bounds the quotas one Lease request names;
 	// agents split larger renewals.
 	MaxQuotasPerRequest = 1000
+	// MaxIdentityDemands bounds the identity demands one quota's renewal
+	// reports; an agent sends the hottest.
+	MaxIdentityDemands = 1000
 )
 
 // ErrUnknownQuota reports a quota (policy) the coordinator does not have.
@@ -52,8 +57,12 @@ type Terms struct {
 func EncodeGrant(out *pb.QuotaGrant, full policy.Limits, g lease.Grant, t Terms) {
 	l, _ := full.Share(g.Amount)
 	out.GrantId, out.Rate, out.Burst = g.ID, l.Rate, l.Capacity
+	out.IdentityAmounts = g.Identities
 	out.ValidForMs = g.ValidFor.Milliseconds()
 	out.RenewAfterMs = t.RenewAfter.Milliseconds()
+	if g.RenewAfter > 0 && g.RenewAfter < t.RenewAfter { // a shrink others wait for: acknowledge it soon
+		out.RenewAfterMs = g.RenewAfter.Milliseconds()
+	}
 	out.DegradedTimeoutMs = t.DegradedTimeout.Milliseconds()
 	out.PolicyFingerprint = t.Fingerprint
 }
@@ -84,7 +93,14 @@ func DecodeGrant(g *pb.QuotaGrant, alg policy.Algorithm, epoch int64) (lease.Gra
 		return lease.Grant{}, Terms{}, grantError(g)
 	}
 	amount := policy.Limits{Algorithm: alg, Rate: g.Rate, Capacity: g.Burst}.Amount()
-	return lease.Grant{ID: g.GrantId, Amount: amount, Epoch: epoch, ValidFor: time.Duration(g.ValidForMs) * time.Millisecond},
+	var ids map[string]int64
+	for id, a := range g.IdentityAmounts {
+		if ids == nil {
+			ids = make(map[string]int64, len(g.IdentityAmounts))
+		}
+		ids[id] = max(a, 0)
+	}
+	return lease.Grant{ID: g.GrantId, Amount: amount, Identities: ids, Epoch: epoch, ValidFor: time.Duration(g.ValidForMs) * time.Millisecond},
 		Terms{RenewAfter: time.Duration(g.RenewAfterMs) * time.Millisecond, DegradedTimeout: time.Duration(g.DegradedTimeoutMs) * time.Millisecond,
 			Fingerprint: g.PolicyFingerprint}, nil
 }
@@ -139,4 +155,22 @@ func (b ByQuota) Lookup(quota string) (*pb.QuotaGrant, error) {
 		return nil, fmt.Errorf("quota %s: %w", quota, ErrNoAnswer)
 	}
 	return g, nil
+}
+
+// Hottest returns the n largest entries of demands (all of them when there
+// are no more than n), ties broken by name, so a report stays bounded.
+func Hottest(demands map[string]int64, n int) map[string]int64 {
+	if len(demands) <= n {
+		return demands
+	}
+	ids := make([]string, 0, len(demands))
+	for id := range demands {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, func(a, b string) int { return cmp.Or(cmp.Compare(demands[b], demands[a]), cmp.Compare(a, b)) })
+	out := make(map[string]int64, n)
+	for _, id := range ids[:n] {
+		out[id] = demands[id]
+	}
+	return out
 }

@@ -175,9 +175,14 @@ type QuotaRequest struct {
 	// The agent installs an answer only if it answers a newer request than
 	// the grant it holds; presenting grant_id retires every grant that
 	// answered an older request.
-	Seq           uint64 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Seq uint64 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
+	// IdentityDemand is the demand (amount units, summed like demand) of the
+	// identities that may need shares of their own: those over the region's
+	// default share, and those its grant gives shares of their own (0 when
+	// idle). At most 1,000 entries.
+	IdentityDemand map[string]int64 `protobuf:"bytes,6,rep,name=identity_demand,json=identityDemand,proto3" json:"identity_demand,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *QuotaRequest) Reset() {
@@ -236,6 +241,13 @@ func (x *QuotaRequest) GetSeq() uint64 {
 		return x.Seq
 	}
 	return 0
+}
+
+func (x *QuotaRequest) GetIdentityDemand() map[string]int64 {
+	if x != nil {
+		return x.IdentityDemand
+	}
+	return nil
 }
 
 type LeaseResponse struct {
@@ -329,8 +341,12 @@ type QuotaGrant struct {
 	// fingerprint reloads its policies at once, so a changed limit or failure
 	// mode is enforced within one renewal.
 	PolicyFingerprint uint64 `protobuf:"varint,11,opt,name=policy_fingerprint,json=policyFingerprint,proto3" json:"policy_fingerprint,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// IdentityAmounts are the identities with shares of their own in this
+	// grant, each its amount (the quota's amount unit, as demand); every
+	// other identity is enforced at rate and burst, the default share.
+	IdentityAmounts map[string]int64 `protobuf:"bytes,12,rep,name=identity_amounts,json=identityAmounts,proto3" json:"identity_amounts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *QuotaGrant) Reset() {
@@ -433,6 +449,13 @@ func (x *QuotaGrant) GetPolicyFingerprint() uint64 {
 	return 0
 }
 
+func (x *QuotaGrant) GetIdentityAmounts() map[string]int64 {
+	if x != nil {
+		return x.IdentityAmounts
+	}
+	return nil
+}
+
 var File_quotalease_v1_lease_proto protoreflect.FileDescriptor
 
 const file_quotalease_v1_lease_proto_rawDesc = "" +
@@ -442,16 +465,20 @@ const file_quotalease_v1_lease_proto_rawDesc = "" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x1a\n" +
 	"\binstance\x18\x02 \x01(\tR\binstance\x12\x14\n" +
 	"\x05nonce\x18\x03 \x01(\tR\x05nonce\x123\n" +
-	"\x06quotas\x18\x04 \x03(\v2\x1b.quotalease.v1.QuotaRequestR\x06quotas\"u\n" +
+	"\x06quotas\x18\x04 \x03(\v2\x1b.quotalease.v1.QuotaRequestR\x06quotas\"\x92\x02\n" +
 	"\fQuotaRequest\x12\x14\n" +
 	"\x05quota\x18\x01 \x01(\tR\x05quota\x12\x19\n" +
 	"\bgrant_id\x18\x02 \x01(\tR\agrantId\x12\x16\n" +
 	"\x06demand\x18\x03 \x01(\x03R\x06demand\x12\x10\n" +
-	"\x03seq\x18\x05 \x01(\x04R\x03seqJ\x04\b\x04\x10\x05R\x04used\"}\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seq\x12X\n" +
+	"\x0fidentity_demand\x18\x06 \x03(\v2/.quotalease.v1.QuotaRequest.IdentityDemandEntryR\x0eidentityDemand\x1aA\n" +
+	"\x13IdentityDemandEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01J\x04\b\x04\x10\x05R\x04used\"}\n" +
 	"\rLeaseResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x03R\x05epoch\x121\n" +
 	"\x06grants\x18\x02 \x03(\v2\x19.quotalease.v1.QuotaGrantR\x06grants\x12#\n" +
-	"\rassumed_drift\x18\x03 \x01(\x01R\fassumedDrift\"\xe9\x02\n" +
+	"\rassumed_drift\x18\x03 \x01(\x01R\fassumedDrift\"\x88\x04\n" +
 	"\n" +
 	"QuotaGrant\x12\x14\n" +
 	"\x05quota\x18\x01 \x01(\tR\x05quota\x12\x14\n" +
@@ -465,7 +492,11 @@ const file_quotalease_v1_lease_proto_rawDesc = "" +
 	"\x04code\x18\t \x01(\x0e2\x19.quotalease.v1.GrantErrorR\x04code\x12.\n" +
 	"\x13degraded_timeout_ms\x18\n" +
 	" \x01(\x03R\x11degradedTimeoutMs\x12-\n" +
-	"\x12policy_fingerprint\x18\v \x01(\x04R\x11policyFingerprintJ\x04\b\a\x10\bR\x0epolicy_version*\xa8\x01\n" +
+	"\x12policy_fingerprint\x18\v \x01(\x04R\x11policyFingerprint\x12Y\n" +
+	"\x10identity_amounts\x18\f \x03(\v2..quotalease.v1.QuotaGrant.IdentityAmountsEntryR\x0fidentityAmounts\x1aB\n" +
+	"\x14IdentityAmountsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01J\x04\b\a\x10\bR\x0epolicy_version*\xa8\x01\n" +
 	"\n" +
 	"GrantError\x12\x1b\n" +
 	"\x17GRANT_ERROR_UNSPECIFIED\x10\x00\x12\x1d\n" +
@@ -489,25 +520,29 @@ func file_quotalease_v1_lease_proto_rawDescGZIP() []byte {
 }
 
 var file_quotalease_v1_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_quotalease_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_quotalease_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_quotalease_v1_lease_proto_goTypes = []any{
 	(GrantError)(0),       // 0: quotalease.v1.GrantError
 	(*LeaseRequest)(nil),  // 1: quotalease.v1.LeaseRequest
 	(*QuotaRequest)(nil),  // 2: quotalease.v1.QuotaRequest
 	(*LeaseResponse)(nil), // 3: quotalease.v1.LeaseResponse
 	(*QuotaGrant)(nil),    // 4: quotalease.v1.QuotaGrant
+	nil,                   // 5: quotalease.v1.QuotaRequest.IdentityDemandEntry
+	nil,                   // 6: quotalease.v1.QuotaGrant.IdentityAmountsEntry
 }
 var file_quotalease_v1_lease_proto_depIdxs = []int32{
 	2, // 0: quotalease.v1.LeaseRequest.quotas:type_name -> quotalease.v1.QuotaRequest
-	4, // 1: quotalease.v1.LeaseResponse.grants:type_name -> quotalease.v1.QuotaGrant
-	0, // 2: quotalease.v1.QuotaGrant.code:type_name -> quotalease.v1.GrantError
-	1, // 3: quotalease.v1.LeaseService.Lease:input_type -> quotalease.v1.LeaseRequest
-	3, // 4: quotalease.v1.LeaseService.Lease:output_type -> quotalease.v1.LeaseResponse
-	4, // [4:5] is the sub-list for method output_type
-	3, // [3:4] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	5, // 1: quotalease.v1.QuotaRequest.identity_demand:type_name -> quotalease.v1.QuotaRequest.IdentityDemandEntry
+	4, // 2: quotalease.v1.LeaseResponse.grants:type_name -> quotalease.v1.QuotaGrant
+	0, // 3: quotalease.v1.QuotaGrant.code:type_name -> quotalease.v1.GrantError
+	6, // 4: quotalease.v1.QuotaGrant.identity_amounts:type_name -> quotalease.v1.QuotaGrant.IdentityAmountsEntry
+	1, // 5: quotalease.v1.LeaseService.Lease:input_type -> quotalease.v1.LeaseRequest
+	3, // 6: quotalease.v1.LeaseService.Lease:output_type -> quotalease.v1.LeaseResponse
+	6, // [6:7] is the sub-list for method output_type
+	5, // [5:6] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_quotalease_v1_lease_proto_init() }
@@ -521,7 +556,7 @@ func file_quotalease_v1_lease_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quotalease_v1_lease_proto_rawDesc), len(file_quotalease_v1_lease_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   4,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,72 @@
+package agent
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quota-lease/quota-lease/admission"
+	"github.com/quota-lease/quota-lease/internal/testenv"
+	"github.com/quota-lease/quota-lease/lease"
+)
+
+// A tenant that lives in one region gets its whole limit there: tenant a
+// sends only to us and tenant b only to eu, each 15 checks/s against a
+// per-tenant limit of 10/s. With one share vector per policy each would get
+// its region's half; with identity shares each gets its own limit where it
+// lives. Counted from the client's own records over the last seconds of the
+// run, after the shares have moved.
+func TestHomedTenantsGetTheirWholeLimit(t *testing.T) {
+	testenv.SkipSlow(t, "sends paced load through two agents for over 10 s")
+	prefix := testenv.Prefix(t)
+	k := startCoordinator(t, prefix, "")
+	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 10\nperiod: 1s\nburst: 10\nfailure: {mode: static-share, static_fraction: 0.2}\n")
+	us := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, nil)
+	eu := startAgent(t, "eu", startRedis(t).Addr, []string{k.addr}, nil)
+	for _, ra := range []*runningAgent{us, eu} {
+		testenv.WaitFor(t, 5*time.Second, "a lease", func() bool {
+			_, m := ra.a.leaser.Enforce("api", "", time.Now())
+			return m == lease.ModeLeased
+		})
+	}
+
+	const rate, seconds, measured = 15, 14, 6 // checks/s per tenant; the run; its last seconds counted
+	var wg sync.WaitGroup
+	admitted := map[string]int{}
+	var mu sync.Mutex
+	for tenant, ra := range map[string]*runningAgent{"a": us, "b": eu} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(time.Second / rate)
+			defer tick.Stop()
+			start := time.Now()
+			for i := 0; i < rate*seconds; i++ {
+				<-tick.C
+				o, err := ra.a.Check(context.Background(), admission.Request{Policy: "api", Attributes: map[string]string{"tenant": tenant}})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if o.Allowed && time.Since(start) >= (seconds-measured)*time.Second {
+					mu.Lock()
+					admitted[tenant]++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, tenant := range []string{"a", "b"} {
+		// The limit admits 10/s; 90% of it over the measured seconds.
+		if got, want := admitted[tenant], 9*measured; got < want {
+			t.Errorf("tenant %s: %d admitted in the last %d s, want at least %d (90%% of its limit of 10/s); its region's half would give %d",
+				tenant, got, measured, want, 5*measured)
+		}
+	}
+	us.a.leaser.mu.Lock()
+	g, _ := us.a.leaser.quotas["api"].a.Grant()
+	us.a.leaser.mu.Unlock()
+	t.Logf("admitted in the last %d s: %v; us's grant: default %d, identities %v", measured, admitted, g.Amount, g.Identities)
+}
