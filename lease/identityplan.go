@@ -105,7 +105,7 @@ func (p *IdentityPlan) split(id string, total int64, defaults map[string]int64) 
 		in = append(in, allocation.Region{Name: region, Weight: 1, Demand: min(p.demand[id][region], total)})
 	}
 	slices.SortFunc(in, func(a, b allocation.Region) int { return cmp.Compare(a.Name, b.Name) })
-	shares, err := allocation.Allocate(allocation.StrategyMaxMinFair, total, in)
+	shares, err := allocation.Allocate(allocation.StrategyDemand, total, in)
 	out := make(map[string]int64, len(in))
 	for i, r := range in {
 		if err == nil {
