@@ -591,7 +591,7 @@ func (b *Book) Statuses(now time.Time) []Status {
 			Enforcing: b.enforcing(r, now), Demand: r.Demand, Persisted: r.Persisted, ExpiresIn: cur.end().Sub(now)}
 		live := cur.ID != "" && now.Before(cur.end())
 		switch {
-		case live && s.Enforcing > cur.Amount:
+		case live && b.shrinks(r, cur.Grant, now):
 			s.State = Shrinking
 		case live:
 			s.State = Active
