@@ -213,6 +213,16 @@ func (b *Book) SumFor(identity string, now time.Time) int64 {
 	return s
 }
 
+// MostBooked returns the largest SumFor over the identities (those with
+// shares of their own, and the rest): how full the quota is booked.
+func (b *Book) MostBooked(now time.Time) int64 {
+	m := b.SumFor("", now)
+	for id := range b.held("") {
+		m = max(m, b.SumFor(id, now))
+	}
+	return m
+}
+
 // Available returns how much region could be granted as its default share
 // at now (AvailableFor an identity no grant names).
 func (b *Book) Available(region string, now time.Time) int64 {

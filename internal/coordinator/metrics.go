@@ -17,16 +17,18 @@ var (
 	descEpoch    = prometheus.NewDesc("quotalease_coordinator_epoch", "Leader epoch of this replica (0 when following).", nil, nil)
 	descGrants   = prometheus.NewDesc("quotalease_coordinator_lease_answers_total", "Lease requests answered by this replica.", nil, nil)
 	descWrites   = prometheus.NewDesc("quotalease_coordinator_ledger_writes_total", "Ledger transactions written to etcd by this replica.", nil, nil)
-	descBooked   = prometheus.NewDesc("quotalease_coordinator_booked_ratio", "What all regions may be enforcing now, as a fraction of the quota (at most 1, except fail-open).", []string{"quota"}, nil)
+	descBooked   = prometheus.NewDesc("quotalease_coordinator_booked_ratio", "What all regions may be enforcing now for the identity booked most, as a fraction of the quota (at most 1, except fail-open).", []string{"quota"}, nil)
 	descRefused  = prometheus.NewDesc("quotalease_coordinator_auth_refusals_total", "Calls refused for their caller's identity, by method and reason.", []string{"method", "reason"}, nil)
 	descEnforced = prometheus.NewDesc("quotalease_coordinator_region_enforcing_ratio", "What a region may be enforcing now, as a fraction of the quota.", []string{"quota", "region"}, nil)
+	descIDShares = prometheus.NewDesc("quotalease_coordinator_identity_shares", "Identities of a quota holding shares of their own.", []string{"quota"}, nil)
+	descIDUnfit  = prometheus.NewDesc("quotalease_coordinator_identity_shares_unfit", "Identities that asked for shares of their own in the last planning round and did not fit under the most a quota may have.", []string{"quota"}, nil)
 )
 
 // collector reads the coordinator's state at scrape time.
 type collector struct{ c *Coordinator }
 
 func (k collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descLeader, descEpoch, descGrants, descWrites, descBooked, descEnforced, descRefused} {
+	for _, d := range []*prometheus.Desc{descLeader, descEpoch, descGrants, descWrites, descBooked, descEnforced, descRefused, descIDShares, descIDUnfit} {
 		ch <- d
 	}
 }
@@ -61,7 +63,9 @@ func (k collector) Collect(ch chan<- prometheus.Metric) {
 	for name, q := range quotas {
 		q.mu.Lock()
 		total := float64(max(1, q.book.Total()))
-		ch <- prometheus.MustNewConstMetric(descBooked, prometheus.GaugeValue, float64(q.book.Sum(now))/total, name)
+		ch <- prometheus.MustNewConstMetric(descBooked, prometheus.GaugeValue, float64(q.book.MostBooked(now))/total, name)
+		ch <- prometheus.MustNewConstMetric(descIDShares, prometheus.GaugeValue, float64(q.ids.Len()), name)
+		ch <- prometheus.MustNewConstMetric(descIDUnfit, prometheus.GaugeValue, float64(q.ids.Unfit), name)
 		for _, s := range q.book.Statuses(now) {
 			ch <- prometheus.MustNewConstMetric(descEnforced, prometheus.GaugeValue, float64(s.Enforcing)/total, name, s.Region)
 		}
