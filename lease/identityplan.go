@@ -7,10 +7,6 @@ import (
 	"github.com/quota-lease/quota-lease/allocation"
 )
 
-// DefaultIdentityShares is how many identities of one quota may hold
-// shares of their own at once, by default.
-const DefaultIdentityShares = 1000
-
 // identityIdleRounds is how many planning rounds an identity with its own
 // shares may go without demand anywhere before it goes back to the
 // default shares.
@@ -136,6 +132,10 @@ func (p *IdentityPlan) Targets(region string) map[string]int64 {
 	}
 	return out
 }
+
+// SetMax changes the most identities that may hold shares of their own (a
+// policy change). Identities above a lowered max keep theirs until idle.
+func (p *IdentityPlan) SetMax(max int) { p.max = max }
 
 // Len is how many identities hold shares of their own.
 func (p *IdentityPlan) Len() int { return len(p.targets) }

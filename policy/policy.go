@@ -60,6 +60,28 @@ type Policy struct {
 	// splitting never admits more; it may reject a request one part
 	// cannot hold while another still could. 0 and 1 mean one key.
 	Shards int `yaml:"shards,omitempty" json:"shards,omitempty"`
+	// IdentityShares is the most identities that may hold shares of their
+	// own at once (docs/identity-shares.md): an identity whose demand lives
+	// in few regions gets its limit where it lives instead of every region's
+	// default share. Unset: DefaultIdentityShares; 0: none. Global policies
+	// only.
+	IdentityShares *int `yaml:"identity_shares,omitempty" json:"identity_shares,omitempty"`
+}
+
+// DefaultIdentityShares is the most identity shares a global policy has
+// when it does not say.
+const DefaultIdentityShares = 1000
+
+// MaxIdentityShares is the most identity shares a policy may ask for.
+const MaxIdentityShares = 100_000
+
+// IdentityShareLimit is the most identities of p that may hold shares of
+// their own at once.
+func (p *Policy) IdentityShareLimit() int {
+	if p.IdentityShares == nil {
+		return DefaultIdentityShares
+	}
+	return *p.IdentityShares
 }
 
 // Scope says whether a policy's limit is shared across regions.
@@ -232,6 +254,12 @@ func (p *Policy) Validate() error {
 	}
 	if floors > p.Limit {
 		return bad("floors", "the quota (limit %v) is below the sum of the regions' floors (%v); lower the floors or raise the limit", p.Limit, floors)
+	}
+	if p.IdentityShares != nil && (*p.IdentityShares < 0 || *p.IdentityShares > MaxIdentityShares) {
+		return bad("identity_shares", "must be 0 to %d, got %d", MaxIdentityShares, *p.IdentityShares)
+	}
+	if p.IdentityShares != nil && p.Scope == ScopeRegion {
+		return bad("identity_shares", "apply only to global policies; a region-scoped policy is not split")
 	}
 	if len(p.Floors) > 0 && p.Scope == ScopeRegion {
 		return bad("floors", "apply only to global policies; a region-scoped policy is not split")

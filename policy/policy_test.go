@@ -69,6 +69,9 @@ func TestParsePoliciesErrors(t *testing.T) {
 		{base + "shards: -1\n", `field "shards": must be 0 to 64`},
 		{base + "shards: 65\n", `field "shards": must be 0 to 64`},
 		{base + "shards: 11\n", `field "shards": 11 shards leave each a capacity of 0.90909, which cannot hold the default cost 1; use fewer shards`},
+		{base + "identity_shares: -1\n", `field "identity_shares": must be 0 to 100000`},
+		{base + "identity_shares: 100001\n", `field "identity_shares": must be 0 to 100000`},
+		{base + "scope: region\nidentity_shares: 5\n", `field "identity_shares": apply only to global policies`},
 		{base + "shards: 5\ncost: 3\n", "cannot hold the default cost 3"},
 	}
 	for _, c := range cases {

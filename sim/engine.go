@@ -204,7 +204,7 @@ func (e *engine) run(decisions io.Writer) (*Result, error) {
 	e.epoch, e.coordUp = 1, true
 	e.book = lease.NewBook(e.full.Amount(), e.policy.Failure, e.timing, e.epoch)
 	e.targets = map[string]int64{}
-	e.idPlan = lease.NewIdentityPlan(lease.DefaultIdentityShares)
+	e.idPlan = lease.NewIdentityPlan(e.policy.IdentityShareLimit())
 	e.central, e.oracle = map[int]policy.State{}, map[int]policy.State{}
 	e.centralDelay = time.Duration(s.Network.Delay).Milliseconds()
 	e.ids = &identities{p: e.policy, index: map[string]int{}}
@@ -492,7 +492,7 @@ func (e *engine) recover() {
 		e.book.Restore(m.Region, m.Instance, m.Nonce, m.GrantID, m.Amount, e.coordTime())
 	}
 	e.targets = map[string]int64{}
-	e.idPlan = lease.NewIdentityPlan(lease.DefaultIdentityShares)
+	e.idPlan = lease.NewIdentityPlan(e.policy.IdentityShareLimit())
 	e.coordUp = true
 }
 

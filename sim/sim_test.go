@@ -431,3 +431,31 @@ func TestGroupsSendFromTheirHomes(t *testing.T) {
 		t.Fatalf("requests per region %v: a home sent almost nothing", seen)
 	}
 }
+
+// Identity shares give tenants that live in one region their whole limit
+// there: against the ideal limiter on the same traffic, the homed,
+// moving and cold-and-hot scenarios reach at least 95% (97% for
+// cold-and-hot), within the bound; with identity_shares: 0 (one share
+// vector per policy) a homed tenant gets its region's third.
+func TestIdentitySharesUtilization(t *testing.T) {
+	for file, want := range map[string]float64{"homed-tenants": 0.95, "tenants-moving": 0.95, "cold-and-hot": 0.97} {
+		res := runFile(t, "scenarios/"+file+".yaml")
+		m := res.Mode("leased")
+		if m.Utilization < want || !m.WithinBound {
+			t.Errorf("%s: leased utilization %.3f (want at least %.2f), within bound %v", file, m.Utilization, want, m.WithinBound)
+		}
+	}
+	s, err := Load("scenarios/homed-tenants.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	none := 0
+	s.policy.IdentityShares = &none
+	res, err := Run(s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := res.Mode("leased").Utilization; u > 0.4 {
+		t.Errorf("homed tenants without identity shares: %.3f, want about a third", u)
+	}
+}

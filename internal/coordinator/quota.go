@@ -26,7 +26,7 @@ type quota struct {
 func newQuota(p *policy.Policy, t lease.Timing, epoch int64) *quota {
 	full := p.Limits()
 	return &quota{policy: p, fp: p.Fingerprint(), full: full, book: lease.NewBook(full.Amount(), p.Failure, t, epoch), targets: map[string]int64{},
-		ids: lease.NewIdentityPlan(lease.DefaultIdentityShares)}
+		ids: lease.NewIdentityPlan(p.IdentityShareLimit())}
 }
 
 // setPolicy replaces the policy (a quota change); outstanding grants keep
@@ -34,6 +34,7 @@ func newQuota(p *policy.Policy, t lease.Timing, epoch int64) *quota {
 func (q *quota) setPolicy(p *policy.Policy) {
 	q.policy, q.fp, q.full = p, p.Fingerprint(), p.Limits()
 	q.book.SetQuota(q.full.Amount(), p.Failure)
+	q.ids.SetMax(p.IdentityShareLimit())
 }
 
 // inherit reserves in q, a policy just created, what every region may
