@@ -30,6 +30,14 @@ type message struct {
 	err     error
 }
 
+// scheduleModes are the failure modes the random schedules take turns in.
+var scheduleModes = []policy.Failure{
+	{Mode: policy.FailClosed},
+	{Mode: policy.StaticShare, StaticFraction: 0.2},
+	{Mode: policy.LastLease, StaticFraction: 0.1, Decay: policy.Duration(2 * time.Second)},
+	{Mode: policy.FailOpen, OpenFraction: 0.3},
+}
+
 // TestLeaseSafetyRandomSchedules is the lease protocol's property test: on
 // random schedules with drifting clocks, delays, lost messages and
 // partitions, (1) the sum of what regions may be enforcing, as the
@@ -37,14 +45,8 @@ type message struct {
 // enforces more than the coordinator books for it: an agent never believes
 // a lease valid after the coordinator considers it expired.
 func TestLeaseSafetyRandomSchedules(t *testing.T) {
-	modes := []policy.Failure{
-		{Mode: policy.FailClosed},
-		{Mode: policy.StaticShare, StaticFraction: 0.2},
-		{Mode: policy.LastLease, StaticFraction: 0.1, Decay: policy.Duration(2 * time.Second)},
-		{Mode: policy.FailOpen, OpenFraction: 0.3},
-	}
 	for seed := uint64(1); seed <= 24; seed++ {
-		f := modes[seed%uint64(len(modes))]
+		f := scheduleModes[seed%uint64(len(scheduleModes))]
 		t.Run(fmt.Sprintf("seed%d/%s", seed, f.Mode), func(t *testing.T) {
 			runSchedule(t, seed, f, nil)
 		})
@@ -57,14 +59,8 @@ func TestLeaseSafetyRandomSchedules(t *testing.T) {
 // total, and no agent enforces more for an identity than the coordinator
 // books for it.
 func TestIdentitySharesSafetyRandomSchedules(t *testing.T) {
-	modes := []policy.Failure{
-		{Mode: policy.FailClosed},
-		{Mode: policy.StaticShare, StaticFraction: 0.2},
-		{Mode: policy.LastLease, StaticFraction: 0.1, Decay: policy.Duration(2 * time.Second)},
-		{Mode: policy.FailOpen, OpenFraction: 0.3},
-	}
 	for seed := uint64(1); seed <= 24; seed++ {
-		f := modes[seed%uint64(len(modes))]
+		f := scheduleModes[seed%uint64(len(scheduleModes))]
 		t.Run(fmt.Sprintf("seed%d/%s", seed, f.Mode), func(t *testing.T) {
 			runSchedule(t, seed, f, []string{"x", "y", "z"})
 		})

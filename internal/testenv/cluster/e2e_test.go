@@ -278,3 +278,65 @@ func TestDemoShort(t *testing.T) {
 		t.Fatalf("demo verdicts:\n%s", s)
 	}
 }
+
+// Tenants with a home get their whole limit where they live (identity
+// shares): tenant a sends only to us and tenant b only to eu, each 15/s
+// against a per-tenant limit of 10/s; tenant m sends from us, then moves
+// to eu. Counted from the client's records over ten seconds: each gets at
+// least 90% of its limit once its shares have moved (a and b from 10 s
+// after the start, m from 10 s after its move to 20 s after it), and no
+// identity's window exceeds the bound.
+func TestE2EHomedTenants(t *testing.T) {
+	testenv.SkipMultiProcess(t)
+	const homed = `name: per-tenant
+identity: [tenant]
+limit: 10
+period: 1s
+burst: 10
+failure: {mode: static-share, static_fraction: 0.2}
+`
+	c := start(t, homed)
+	const move, dur = 20 * time.Second, 40 * time.Second
+	homes := map[string]string{"us": "a", "eu": "b"}
+	tenants := Load{Policy: "per-tenant", Attribute: "tenant",
+		Rate: func(region string, _ time.Duration) float64 {
+			if homes[region] != "" {
+				return 15
+			}
+			return 0
+		},
+		Identity: func(region string, _ time.Duration) string { return homes[region] }}
+	mover := Load{Policy: "per-tenant", Attribute: "tenant",
+		Rate: func(region string, el time.Duration) float64 {
+			if (el < move && region == "us") || (el >= move && region == "eu") {
+				return 15
+			}
+			return 0
+		},
+		Identity: func(string, time.Duration) string { return "m" }}
+	d := NewDriver(c)
+	start := time.Now()
+	d.Run(t.Context(), dur, tenants, mover)
+	admitted := func(identity string, from, to time.Duration) int {
+		n := 0
+		for _, a := range d.Admissions() {
+			if el := a.At.Sub(start); a.Identity == identity && el >= from && el < to {
+				n++
+			}
+		}
+		return n
+	}
+	for _, c := range []struct {
+		identity string
+		from, to time.Duration
+	}{{"a", 10 * time.Second, move}, {"b", 10 * time.Second, move}, {"a", move + 10*time.Second, dur}, {"m", move + 10*time.Second, dur}} {
+		got, want := admitted(c.identity, c.from, c.to), int(0.9*10*(c.to-c.from).Seconds())
+		t.Logf("tenant %s: %d admitted in [%v, %v), want at least %d", c.identity, got, c.from, c.to, want)
+		if got < want {
+			t.Errorf("tenant %s: %d admitted in [%v, %v), want at least %d (90%% of its 10/s); its region's third would give %d",
+				c.identity, got, c.from, c.to, want, want/3)
+		}
+	}
+	checkBound(t, d, policyOf(t, homed), bound.Deployment{})
+	noErrors(t, d, "per-tenant")
+}

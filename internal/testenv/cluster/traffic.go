@@ -25,6 +25,9 @@ type Load struct {
 	Hot        float64
 	// Rate returns region's requests per second at elapsed.
 	Rate func(region string, elapsed time.Duration) float64
+	// Identity, when set, names the identity of every request region sends
+	// at elapsed instead (tenants with a home), Identities and Hot unused.
+	Identity func(region string, elapsed time.Duration) string
 }
 
 // Admission is one admitted request, as the client saw it.
@@ -114,6 +117,9 @@ func (d *Driver) loop(ctx context.Context, start time.Time, r *rand.Rand, l Load
 			id = 1 + r.IntN(l.Identities-1)
 		}
 		identity := "id-" + strconv.Itoa(id)
+		if l.Identity != nil {
+			identity = l.Identity(a.Region, time.Since(start))
+		}
 		// A generous deadline: a check that never answers is a failure, a slow
 		// one on a loaded machine is not (tests assert no wall-clock speed;
 		// Describe reports the slowest).
