@@ -590,6 +590,9 @@ type Status struct {
 	ExpiresIn time.Duration
 	Demand    int64
 	Persisted int64
+	// Identities are the identities with shares of their own in the
+	// current grant, with their amounts.
+	Identities map[string]int64
 }
 
 // Statuses lists every region's lease at now, sorted by region.
@@ -597,7 +600,7 @@ func (b *Book) Statuses(now time.Time) []Status {
 	out := make([]Status, 0, len(b.regions))
 	for _, r := range b.regions {
 		cur := r.current()
-		s := Status{Region: r.Region, Instance: r.Instance, GrantID: cur.ID, Amount: cur.Amount,
+		s := Status{Region: r.Region, Instance: r.Instance, GrantID: cur.ID, Amount: cur.Amount, Identities: cur.Identities,
 			Enforcing: b.enforcing(r, now), Demand: r.Demand, Persisted: r.Persisted, ExpiresIn: cur.end().Sub(now)}
 		live := cur.ID != "" && now.Before(cur.end())
 		switch {

@@ -5,7 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -192,9 +194,10 @@ func percent(part, whole int64) string {
 }
 
 func leasesList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("leases", "[--region R]", "Lists every region's lease on every quota. SHARE is the granted share,\nENFORCING what the region may be enforcing now (an unacknowledged larger\nold grant, or a lapsed region's degraded budget), RESERVED the degraded\nbudget kept for a lapsed region. Shares are in units per period (token\nbucket: per second; windows: per window) and as a part of the limit.", stderr)
+	fs := newFlags("leases", "[--region R] [--identities]", "Lists every region's lease on every quota. SHARE is the granted share,\nENFORCING what the region may be enforcing now (an unacknowledged larger\nold grant, or a lapsed region's degraded budget), RESERVED the degraded\nbudget kept for a lapsed region. Shares are in units per period (token\nbucket: per second; windows: per window) and as a part of the limit.\nWith --identities, the identities with shares of their own instead: each\nregion's share of the identity's limit (docs/identity-shares.md).", stderr)
 	af := addAdminFlags(fs)
 	region := fs.String("region", "", "show only this region")
+	identities := fs.Bool("identities", false, "list the identities with shares of their own, and where")
 	if err := parse(fs, args, 0, 0); err != nil {
 		return err
 	}
@@ -204,12 +207,33 @@ func leasesList(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil || printed {
 		return err
 	}
+	if *identities {
+		return printIdentityShares(stdout, resp.Leases)
+	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "QUOTA\tREGION\tINSTANCE\tSTATE\tSHARE\tENFORCING\tRESERVED\tEXPIRES IN\tDEMAND")
 	for _, l := range resp.Leases {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s (%s)\t%s\t%s\t%s\t%s\n", l.Quota, l.Region, l.Instance, l.State,
 			units(l.Rate), percent(l.Rate, l.Limit), units(l.Enforcing), units(l.Reserved),
 			(time.Duration(l.ExpiresInMs) * time.Millisecond).String(), units(l.Demand))
+	}
+	return tw.Flush()
+}
+
+// printIdentityShares lists, per quota and identity with shares of its
+// own, each region's share of the identity's limit.
+func printIdentityShares(stdout io.Writer, leases []*pb.LeaseRecord) error {
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "QUOTA\tIDENTITY\tREGION\tSHARE")
+	n := 0
+	for _, l := range leases {
+		for _, id := range slices.Sorted(maps.Keys(l.Identities)) {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s (%s)\n", l.Quota, id, l.Region, units(l.Identities[id]), percent(l.Identities[id], l.Limit))
+			n++
+		}
+	}
+	if n == 0 {
+		fmt.Fprintln(tw, "(no identity holds shares of its own: every identity gets its region's share)")
 	}
 	return tw.Flush()
 }

@@ -122,6 +122,7 @@ func TestServeAndAdminCommands(t *testing.T) {
 		{[]string{"regions", "set-weight", "Bad Name", "2", c}, 1, "region name"},
 		{[]string{"leases", c}, 0, "QUOTA"},
 		{[]string{"leases", "--region", "mars", c}, 1, "unknown region"},
+		{[]string{"leases", "--identities", c}, 0, "no identity holds shares of its own"},
 		{[]string{"rebalance", "--pause", c}, 0, "paused"},
 		{[]string{"rebalance", "--resume", "-o", "json", c}, 0, `false`},
 		{[]string{"release", "us", c}, 0, "released 0"},

@@ -6,9 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/quota-lease/quota-lease/admission"
+	"github.com/quota-lease/quota-lease/internal/leaseapi"
 	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/lease"
+	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
 // A tenant that lives in one region gets its whole limit there: tenant a
@@ -64,6 +68,22 @@ func TestHomedTenantsGetTheirWholeLimit(t *testing.T) {
 			t.Errorf("tenant %s: %d admitted in the last %d s, want at least %d (90%% of its limit of 10/s); its region's half would give %d",
 				tenant, got, measured, want, 5*measured)
 		}
+	}
+	// The coordinator's admin API lists where the identities' shares are.
+	cl, err := leaseapi.NewClient([]string{k.addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var resp *pb.ListLeasesResponse
+	if err := cl.Call(context.Background(), func(cc *grpc.ClientConn, opts ...grpc.CallOption) (err error) {
+		resp, err = pb.NewAdminServiceClient(cc).ListLeases(context.Background(), &pb.ListLeasesRequest{Region: "us"}, opts...)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if l := resp.Leases[0]; l.Identities["tenant=a"] != l.Limit || l.Identities["tenant=b"] != 0 {
+		t.Errorf("us's lease lists identity shares %v, want tenant=a the whole limit %d and tenant=b none", l.Identities, l.Limit)
 	}
 	us.a.leaser.mu.Lock()
 	g, _ := us.a.leaser.quotas["api"].a.Grant()

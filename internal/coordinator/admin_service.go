@@ -177,7 +177,7 @@ func (c *Coordinator) ListLeases(ctx context.Context, req *pb.ListLeasesRequest)
 			}
 			resp.Leases = append(resp.Leases, &pb.LeaseRecord{Quota: n, Region: s.Region, Instance: s.Instance, GrantId: s.GrantID,
 				State: string(s.State), Rate: s.Amount, Enforcing: s.Enforcing, Reserved: s.Reserved,
-				ExpiresInMs: max(0, s.ExpiresIn.Milliseconds()), Demand: s.Demand, Limit: q.book.Total()})
+				ExpiresInMs: max(0, s.ExpiresIn.Milliseconds()), Demand: s.Demand, Limit: q.book.Total(), Identities: s.Identities})
 		}
 		q.mu.Unlock()
 	}

@@ -133,7 +133,16 @@ func robustnessSeed(t *testing.T, seed uint64, dur time.Duration) robustnessRun 
 	// The hot tenant sends 126/s, several times any bound the limits
 	// (5 to 30/s) give, so a system that limited nothing would fail.
 	load := steady("robust", "tenant", 4, 0.7, map[string]float64{"us": 60, "eu": 60, "ap": 60})
-	d.Run(ctx, dur, load)
+	// Tenants with a home, which get shares of their own: one in us, one in
+	// eu, and one that moves home every 20 s, each at 40/s.
+	homed := Load{Policy: "robust", Attribute: "tenant", Rate: func(string, time.Duration) float64 { return 40 },
+		Identity: func(region string, el time.Duration) string {
+			if region == []string{"us", "eu", "ap"}[int(el/(20*time.Second))%3] {
+				return "mover"
+			}
+			return "home-" + region
+		}}
+	d.Run(ctx, dur, load, homed)
 	<-done
 
 	history := append([]PolicyChange{{Policy: policyOf(t, policy(initialLimit, failures[0]))}}, in.Changes()...)

@@ -536,7 +536,11 @@ type LeaseRecord struct {
 	ExpiresInMs int64 `protobuf:"varint,9,opt,name=expires_in_ms,json=expiresInMs,proto3" json:"expires_in_ms,omitempty"`
 	Demand      int64 `protobuf:"varint,10,opt,name=demand,proto3" json:"demand,omitempty"`
 	// Limit is the quota's global rate (micro-units/s).
-	Limit         int64 `protobuf:"varint,11,opt,name=limit,proto3" json:"limit,omitempty"`
+	Limit int64 `protobuf:"varint,11,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Identities are the identities with shares of their own in the region's
+	// current grant, each its share (as rate); every other identity gets
+	// rate. See docs/identity-shares.md.
+	Identities    map[string]int64 `protobuf:"bytes,12,rep,name=identities,proto3" json:"identities,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -646,6 +650,13 @@ func (x *LeaseRecord) GetLimit() int64 {
 		return x.Limit
 	}
 	return 0
+}
+
+func (x *LeaseRecord) GetIdentities() map[string]int64 {
+	if x != nil {
+		return x.Identities
+	}
+	return nil
 }
 
 type ReleaseRegionRequest struct {
@@ -1226,7 +1237,7 @@ const file_quotalease_v1_admin_proto_rawDesc = "" +
 	"\x11ListLeasesRequest\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\"H\n" +
 	"\x12ListLeasesResponse\x122\n" +
-	"\x06leases\x18\x01 \x03(\v2\x1a.quotalease.v1.LeaseRecordR\x06leases\"\xa8\x02\n" +
+	"\x06leases\x18\x01 \x03(\v2\x1a.quotalease.v1.LeaseRecordR\x06leases\"\xb3\x03\n" +
 	"\vLeaseRecord\x12\x14\n" +
 	"\x05quota\x18\x01 \x01(\tR\x05quota\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x1a\n" +
@@ -1239,7 +1250,13 @@ const file_quotalease_v1_admin_proto_rawDesc = "" +
 	"\rexpires_in_ms\x18\t \x01(\x03R\vexpiresInMs\x12\x16\n" +
 	"\x06demand\x18\n" +
 	" \x01(\x03R\x06demand\x12\x14\n" +
-	"\x05limit\x18\v \x01(\x03R\x05limit\"D\n" +
+	"\x05limit\x18\v \x01(\x03R\x05limit\x12J\n" +
+	"\n" +
+	"identities\x18\f \x03(\v2*.quotalease.v1.LeaseRecord.IdentitiesEntryR\n" +
+	"identities\x1a=\n" +
+	"\x0fIdentitiesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"D\n" +
 	"\x14ReleaseRegionRequest\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x14\n" +
 	"\x05quota\x18\x02 \x01(\tR\x05quota\"3\n" +
@@ -1307,7 +1324,7 @@ func file_quotalease_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_quotalease_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_quotalease_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_quotalease_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_quotalease_v1_admin_proto_goTypes = []any{
 	(RebalanceRequest_Action)(0),  // 0: quotalease.v1.RebalanceRequest.Action
 	(*SetPolicyRequest)(nil),      // 1: quotalease.v1.SetPolicyRequest
@@ -1332,41 +1349,43 @@ var file_quotalease_v1_admin_proto_goTypes = []any{
 	(*GetBoundRequest)(nil),       // 20: quotalease.v1.GetBoundRequest
 	(*GetBoundResponse)(nil),      // 21: quotalease.v1.GetBoundResponse
 	(*BoundRecord)(nil),           // 22: quotalease.v1.BoundRecord
-	nil,                           // 23: quotalease.v1.BoundRecord.TermsEntry
+	nil,                           // 23: quotalease.v1.LeaseRecord.IdentitiesEntry
+	nil,                           // 24: quotalease.v1.BoundRecord.TermsEntry
 }
 var file_quotalease_v1_admin_proto_depIdxs = []int32{
 	8,  // 0: quotalease.v1.SetPolicyResponse.policies:type_name -> quotalease.v1.PolicyRecord
 	8,  // 1: quotalease.v1.ListPoliciesResponse.policies:type_name -> quotalease.v1.PolicyRecord
 	11, // 2: quotalease.v1.ListLeasesResponse.leases:type_name -> quotalease.v1.LeaseRecord
-	15, // 3: quotalease.v1.ListRegionsResponse.regions:type_name -> quotalease.v1.RegionRecord
-	0,  // 4: quotalease.v1.RebalanceRequest.action:type_name -> quotalease.v1.RebalanceRequest.Action
-	22, // 5: quotalease.v1.GetBoundResponse.bounds:type_name -> quotalease.v1.BoundRecord
-	23, // 6: quotalease.v1.BoundRecord.terms:type_name -> quotalease.v1.BoundRecord.TermsEntry
-	1,  // 7: quotalease.v1.AdminService.SetPolicy:input_type -> quotalease.v1.SetPolicyRequest
-	3,  // 8: quotalease.v1.AdminService.GetPolicy:input_type -> quotalease.v1.GetPolicyRequest
-	4,  // 9: quotalease.v1.AdminService.ListPolicies:input_type -> quotalease.v1.ListPoliciesRequest
-	6,  // 10: quotalease.v1.AdminService.DeletePolicy:input_type -> quotalease.v1.DeletePolicyRequest
-	9,  // 11: quotalease.v1.AdminService.ListLeases:input_type -> quotalease.v1.ListLeasesRequest
-	12, // 12: quotalease.v1.AdminService.ReleaseRegion:input_type -> quotalease.v1.ReleaseRegionRequest
-	14, // 13: quotalease.v1.AdminService.SetRegion:input_type -> quotalease.v1.SetRegionRequest
-	16, // 14: quotalease.v1.AdminService.ListRegions:input_type -> quotalease.v1.ListRegionsRequest
-	18, // 15: quotalease.v1.AdminService.Rebalance:input_type -> quotalease.v1.RebalanceRequest
-	20, // 16: quotalease.v1.AdminService.GetBound:input_type -> quotalease.v1.GetBoundRequest
-	2,  // 17: quotalease.v1.AdminService.SetPolicy:output_type -> quotalease.v1.SetPolicyResponse
-	8,  // 18: quotalease.v1.AdminService.GetPolicy:output_type -> quotalease.v1.PolicyRecord
-	5,  // 19: quotalease.v1.AdminService.ListPolicies:output_type -> quotalease.v1.ListPoliciesResponse
-	7,  // 20: quotalease.v1.AdminService.DeletePolicy:output_type -> quotalease.v1.DeletePolicyResponse
-	10, // 21: quotalease.v1.AdminService.ListLeases:output_type -> quotalease.v1.ListLeasesResponse
-	13, // 22: quotalease.v1.AdminService.ReleaseRegion:output_type -> quotalease.v1.ReleaseRegionResponse
-	15, // 23: quotalease.v1.AdminService.SetRegion:output_type -> quotalease.v1.RegionRecord
-	17, // 24: quotalease.v1.AdminService.ListRegions:output_type -> quotalease.v1.ListRegionsResponse
-	19, // 25: quotalease.v1.AdminService.Rebalance:output_type -> quotalease.v1.RebalanceResponse
-	21, // 26: quotalease.v1.AdminService.GetBound:output_type -> quotalease.v1.GetBoundResponse
-	17, // [17:27] is the sub-list for method output_type
-	7,  // [7:17] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	23, // 3: quotalease.v1.LeaseRecord.identities:type_name -> quotalease.v1.LeaseRecord.IdentitiesEntry
+	15, // 4: quotalease.v1.ListRegionsResponse.regions:type_name -> quotalease.v1.RegionRecord
+	0,  // 5: quotalease.v1.RebalanceRequest.action:type_name -> quotalease.v1.RebalanceRequest.Action
+	22, // 6: quotalease.v1.GetBoundResponse.bounds:type_name -> quotalease.v1.BoundRecord
+	24, // 7: quotalease.v1.BoundRecord.terms:type_name -> quotalease.v1.BoundRecord.TermsEntry
+	1,  // 8: quotalease.v1.AdminService.SetPolicy:input_type -> quotalease.v1.SetPolicyRequest
+	3,  // 9: quotalease.v1.AdminService.GetPolicy:input_type -> quotalease.v1.GetPolicyRequest
+	4,  // 10: quotalease.v1.AdminService.ListPolicies:input_type -> quotalease.v1.ListPoliciesRequest
+	6,  // 11: quotalease.v1.AdminService.DeletePolicy:input_type -> quotalease.v1.DeletePolicyRequest
+	9,  // 12: quotalease.v1.AdminService.ListLeases:input_type -> quotalease.v1.ListLeasesRequest
+	12, // 13: quotalease.v1.AdminService.ReleaseRegion:input_type -> quotalease.v1.ReleaseRegionRequest
+	14, // 14: quotalease.v1.AdminService.SetRegion:input_type -> quotalease.v1.SetRegionRequest
+	16, // 15: quotalease.v1.AdminService.ListRegions:input_type -> quotalease.v1.ListRegionsRequest
+	18, // 16: quotalease.v1.AdminService.Rebalance:input_type -> quotalease.v1.RebalanceRequest
+	20, // 17: quotalease.v1.AdminService.GetBound:input_type -> quotalease.v1.GetBoundRequest
+	2,  // 18: quotalease.v1.AdminService.SetPolicy:output_type -> quotalease.v1.SetPolicyResponse
+	8,  // 19: quotalease.v1.AdminService.GetPolicy:output_type -> quotalease.v1.PolicyRecord
+	5,  // 20: quotalease.v1.AdminService.ListPolicies:output_type -> quotalease.v1.ListPoliciesResponse
+	7,  // 21: quotalease.v1.AdminService.DeletePolicy:output_type -> quotalease.v1.DeletePolicyResponse
+	10, // 22: quotalease.v1.AdminService.ListLeases:output_type -> quotalease.v1.ListLeasesResponse
+	13, // 23: quotalease.v1.AdminService.ReleaseRegion:output_type -> quotalease.v1.ReleaseRegionResponse
+	15, // 24: quotalease.v1.AdminService.SetRegion:output_type -> quotalease.v1.RegionRecord
+	17, // 25: quotalease.v1.AdminService.ListRegions:output_type -> quotalease.v1.ListRegionsResponse
+	19, // 26: quotalease.v1.AdminService.Rebalance:output_type -> quotalease.v1.RebalanceResponse
+	21, // 27: quotalease.v1.AdminService.GetBound:output_type -> quotalease.v1.GetBoundResponse
+	18, // [18:28] is the sub-list for method output_type
+	8,  // [8:18] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_quotalease_v1_admin_proto_init() }
@@ -1380,7 +1399,7 @@ func file_quotalease_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quotalease_v1_admin_proto_rawDesc), len(file_quotalease_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   23,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
