@@ -193,6 +193,28 @@ func TestPolicyPage(t *testing.T) {
 	if resp, _ := get(t, c, "GET", "/policy/nope"); resp.StatusCode != http.StatusNotFound {
 		t.Errorf("unknown policy: %d", resp.StatusCode)
 	}
+	if strings.Contains(body, "Identities with shares") {
+		t.Error("a policy without identity shares lists some")
+	}
+}
+
+// The policy page lists the identities with shares of their own, the one
+// with the largest share first, and each region's share of it.
+func TestPolicyPageIdentityShares(t *testing.T) {
+	src := leader()
+	src.leases[0].Identities = map[string]int64{"tenant=a": 0, "tenant=b": 60e6}
+	src.leases[1].Identities = map[string]int64{"tenant=a": 60e6, "tenant=b": 0, "tenant=c": 15e6}
+	c, _ := newConsole(t, src)
+	_, body := get(t, c, "GET", "/policy/api")
+	for _, want := range []string{"3 identities hold shares of their own", "<th class=\"n\">eu</th><th class=\"n\">us</th>",
+		"<td>tenant=a</td><td class=\"n\">0</td><td class=\"n\">60</td>", "<td>tenant=c</td><td class=\"n\">0</td><td class=\"n\">15</td>"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("policy page lacks %q", want)
+		}
+	}
+	if a, cc := strings.Index(body, "tenant=a"), strings.Index(body, "tenant=c"); a > cc {
+		t.Error("the identity with the larger share is not listed first")
+	}
 }
 
 func TestReadOnlyAndStatic(t *testing.T) {

@@ -1,9 +1,11 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"html/template"
+	"maps"
 	"math"
 	"net/http"
 	"slices"
@@ -85,7 +87,23 @@ type policyView struct {
 	YAML    string
 	Bound   *pb.BoundRecord
 	Terms   []term
+	// Regions and Identities: the identities with shares of their own
+	// (the top maxIdentityRows by their largest share), each region's
+	// share in the units of `coordinator leases`; IdentityCount is how
+	// many there are in all.
+	Regions       []string
+	Identities    []identityRow
+	IdentityCount int
 }
+
+// identityRow is one identity's shares, in the order of policyView.Regions.
+type identityRow struct {
+	Identity string
+	Shares   []float64
+}
+
+// maxIdentityRows bounds the identities a policy page lists.
+const maxIdentityRows = 50
 
 type term struct {
 	Name  string
@@ -191,7 +209,45 @@ func (c *Console) policy(w http.ResponseWriter, r *http.Request) {
 		}
 		slices.SortFunc(v.Terms, func(a, b term) int { return strings.Compare(a.Name, b.Name) })
 	}
+	if v.Leader {
+		if resp, err := c.src.ListLeases(ctx, &pb.ListLeasesRequest{}); err == nil {
+			v.Regions, v.Identities, v.IdentityCount = identityRows(p.Name, resp.Leases)
+		}
+	}
 	c.render(w, http.StatusOK, "policy", v)
+}
+
+// identityRows tabulates quota's identity shares from the leases: the
+// regions, the top identities by their largest share, and how many in all.
+func identityRows(quota string, leases []*pb.LeaseRecord) ([]string, []identityRow, int) {
+	shares := map[string]map[string]int64{} // identity -> region -> share
+	var regions []string
+	for _, l := range leases {
+		if l.Quota != quota {
+			continue
+		}
+		regions = append(regions, l.Region)
+		for id, a := range l.Identities {
+			if shares[id] == nil {
+				shares[id] = map[string]int64{}
+			}
+			shares[id][l.Region] = a
+		}
+	}
+	slices.Sort(regions)
+	largest := func(id string) int64 { return slices.Max(slices.Collect(maps.Values(shares[id]))) }
+	ids := slices.SortedFunc(maps.Keys(shares), func(a, b string) int {
+		return cmp.Or(cmp.Compare(largest(b), largest(a)), strings.Compare(a, b))
+	})
+	var rows []identityRow
+	for _, id := range ids[:min(len(ids), maxIdentityRows)] {
+		row := identityRow{Identity: id}
+		for _, r := range regions {
+			row.Shares = append(row.Shares, policy.Units(shares[id][r]))
+		}
+		rows = append(rows, row)
+	}
+	return regions, rows, len(ids)
 }
 
 // policies reads every policy and its bound, by name.
