@@ -20,7 +20,8 @@ const identityIdleRounds = 30
 // share. It is pure and not safe for concurrent use.
 type IdentityPlan struct {
 	max     int
-	demand  map[string]map[string]int64 // identity -> region -> demand, as last reported
+	reports map[instanceOf]*report       // each agent instance's last report
+	demand  map[string]map[string]int64 // identity -> region -> demand, summed over the region's instances
 	targets map[string]map[string]int64 // identity -> region -> target
 	idle    map[string]int              // planned identity -> rounds without demand
 	// Unfit counts the identities that asked for shares of their own in the
@@ -28,30 +29,63 @@ type IdentityPlan struct {
 	Unfit int
 }
 
-// NewIdentityPlan returns an empty plan of at most max identity shares.
-func NewIdentityPlan(max int) *IdentityPlan {
-	return &IdentityPlan{max: max, demand: map[string]map[string]int64{}, targets: map[string]map[string]int64{}, idle: map[string]int{}}
+// instanceOf names one agent instance of a region.
+type instanceOf struct{ region, instance string }
+
+// report is an instance's identity demands and the rounds since it sent
+// them.
+type report struct {
+	demands map[string]int64
+	age     int
 }
 
-// Report records region's identity demands (amount units) from its
-// renewal: the identities over its default share and those it holds shares
-// for. An identity it no longer reports has no demand there.
-func (p *IdentityPlan) Report(region string, demands map[string]int64) {
-	for id, by := range p.demand {
-		if _, ok := demands[id]; !ok {
-			delete(by, region)
-			if len(by) == 0 {
-				delete(p.demand, id)
-			}
-		}
-	}
+// reportRounds is how many planning rounds an instance's report counts
+// for: several renewal intervals, so a live instance always counts and one
+// that stopped renewing soon does not.
+const reportRounds = 30
+
+// NewIdentityPlan returns an empty plan of at most max identity shares.
+func NewIdentityPlan(max int) *IdentityPlan {
+	return &IdentityPlan{max: max, reports: map[instanceOf]*report{}, demand: map[string]map[string]int64{},
+		targets: map[string]map[string]int64{}, idle: map[string]int{}}
+}
+
+// Report records an agent instance's identity demands (amount units) from
+// its renewal: the identities over its default share and those it holds
+// shares for. A region's demand for an identity is the sum over its
+// instances, as its demand for the quota is (each instance sees part of
+// the region's traffic).
+func (p *IdentityPlan) Report(region, instance string, demands map[string]int64) {
+	in := instanceOf{region, instance}
+	p.forget(in)
+	p.reports[in] = &report{demands: demands}
 	for id, d := range demands {
-		by := p.demand[id]
-		if by == nil {
-			by = map[string]int64{}
-			p.demand[id] = by
+		p.add(id, region, d)
+	}
+}
+
+// forget takes instance in's report out of the regional demands.
+func (p *IdentityPlan) forget(in instanceOf) {
+	if old := p.reports[in]; old != nil {
+		for id, d := range old.demands {
+			p.add(id, in.region, -d)
 		}
-		by[region] = d
+		delete(p.reports, in)
+	}
+}
+
+// add adds d to id's demand in region, dropping what comes to nothing.
+func (p *IdentityPlan) add(id, region string, d int64) {
+	by := p.demand[id]
+	if by == nil {
+		by = map[string]int64{}
+		p.demand[id] = by
+	}
+	if by[region] += d; by[region] <= 0 {
+		delete(by, region)
+		if len(by) == 0 {
+			delete(p.demand, id)
+		}
 	}
 }
 
@@ -62,6 +96,11 @@ func (p *IdentityPlan) Report(region string, demands map[string]int64) {
 // default, and every planned identity's total is split among the regions
 // by its own demand (max-min fair, surplus spread evenly).
 func (p *IdentityPlan) Plan(total int64, defaults map[string]int64) {
+	for in, r := range p.reports {
+		if r.age++; r.age > reportRounds {
+			p.forget(in) // an instance that stopped renewing
+		}
+	}
 	for id := range p.targets {
 		if p.hottest(id) > 0 {
 			p.idle[id] = 0

@@ -420,7 +420,7 @@ func (e *engine) serve(r *region, req lease.Request, renewal lease.Renewal, sent
 	if !e.coordUp || r.partitioned {
 		return
 	}
-	e.idPlan.Report(r.name, renewal.Identities)
+	e.idPlan.Report(r.name, r.name, renewal.Identities)
 	t := lease.Targets{Default: lease.Target(e.policy, e.targets, r.name, renewal.Demand), Identities: e.idPlan.Targets(r.name)}
 	p, err := e.book.PrepareTargets(e.coordTime(), renewal, t)
 	var g lease.Grant

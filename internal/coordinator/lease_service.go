@@ -146,7 +146,7 @@ func (c *Coordinator) prepare(t *term, now time.Time, req *pb.LeaseRequest, it *
 	demand := min(max(it.req.Demand, 0), it.q.book.Total())
 	r := lease.Renewal{Region: req.Region, Instance: req.Instance, Nonce: req.Nonce, Seq: it.req.Seq, GrantID: it.req.GrantId, Demand: demand,
 		Identities: it.req.IdentityDemand}
-	it.q.ids.Report(req.Region, capDemands(it.req.IdentityDemand, it.q.book.Total()))
+	it.q.ids.Report(req.Region, req.Instance, capDemands(it.req.IdentityDemand, it.q.book.Total()))
 	aim := lease.Targets{Default: lease.Target(it.q.policy, it.q.targets, req.Region, demand), Identities: it.q.ids.Targets(req.Region)}
 	p, err := it.q.book.PrepareTargets(now, r, aim)
 	if err != nil {

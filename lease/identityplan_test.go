@@ -1,0 +1,54 @@
+package lease
+
+import "testing"
+
+// An identity gets shares of its own when its demand in a region, summed
+// over the region's instances, is above that region's default; its limit
+// is split by its own demand; at most max identities hold shares (the rest
+// are counted as unfit); idle ones and silent instances are forgotten.
+func TestIdentityPlan(t *testing.T) {
+	defaults := map[string]int64{"us": 40, "eu": 30, "ap": 30}
+	p := NewIdentityPlan(2)
+	p.Report("us", "us-1", map[string]int64{"x": 25, "y": 10})
+	p.Report("us", "us-2", map[string]int64{"x": 25})
+	p.Report("eu", "eu-1", map[string]int64{"y": 35, "z": 31})
+	p.Report("ap", "ap-1", map[string]int64{"w": 60})
+	p.Plan(100, defaults)
+	// x asks 50 in us (two instances), w 60 in ap, y 35 in eu, z 31 in eu:
+	// the two hottest fit.
+	if p.Len() != 2 || p.Unfit != 2 {
+		t.Fatalf("%d planned, %d unfit; want 2 and 2", p.Len(), p.Unfit)
+	}
+	us, eu, ap := p.Targets("us"), p.Targets("eu"), p.Targets("ap")
+	if x := us["x"]; x < 50 || x+eu["x"]+ap["x"] > 100 {
+		t.Fatalf("x's targets: us %d, eu %d, ap %d; want at least its demand (50) in us and no more than its limit in all", x, eu["x"], ap["x"])
+	}
+	if w := ap["w"]; w < 60 || w+us["w"]+eu["w"] > 100 {
+		t.Fatalf("w's targets: ap %d, us %d, eu %d", w, us["w"], eu["w"])
+	}
+	if _, ok := us["y"]; ok {
+		t.Fatal("y holds a share although it did not fit")
+	}
+	// An instance that stops renewing is forgotten: x's demand in us is
+	// then us-2's alone.
+	for i := 0; i < reportRounds; i++ {
+		p.Report("us", "us-2", map[string]int64{"x": 25})
+		p.Report("ap", "ap-1", map[string]int64{"w": 60})
+		p.Plan(100, defaults)
+	}
+	if p.demand["x"]["us"] != 25 {
+		t.Fatalf("x's demand in us after us-1 went silent: %d, want 25", p.demand["x"]["us"])
+	}
+	// An identity with no demand anywhere goes back to the default.
+	for i := 0; i < identityIdleRounds; i++ {
+		p.Report("us", "us-2", map[string]int64{"x": 0})
+		p.Report("ap", "ap-1", map[string]int64{"w": 60})
+		p.Plan(100, defaults)
+	}
+	if _, ok := p.Targets("us")["x"]; ok {
+		t.Fatal("idle x still holds shares of its own")
+	}
+	if p.Targets("ap")["w"] < 60 {
+		t.Fatal("busy w lost its shares")
+	}
+}
