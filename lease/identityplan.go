@@ -20,7 +20,7 @@ const identityIdleRounds = 30
 // share. It is pure and not safe for concurrent use.
 type IdentityPlan struct {
 	max     int
-	reports map[instanceOf]*report       // each agent instance's last report
+	reports map[instanceOf]*report      // each agent instance's last report
 	demand  map[string]map[string]int64 // identity -> region -> demand, summed over the region's instances
 	targets map[string]map[string]int64 // identity -> region -> target
 	idle    map[string]int              // planned identity -> rounds without demand
