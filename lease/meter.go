@@ -48,12 +48,25 @@ func (m *Meter[K]) roll(nowMs int64) {
 
 // Add counts cost (micro-units) asked by identity id at nowMs.
 func (m *Meter[K]) Add(id K, cost, nowMs int64) {
+	if m.add(id, cost, nowMs) {
+		m.buckets[0] = max(m.buckets[0], m.cur[id])
+	}
+}
+
+// AddOwn counts cost asked by id, an identity holding shares of its own:
+// in its own rate (Rates), not in the region's default demand (Rate),
+// which its shares do not serve.
+func (m *Meter[K]) AddOwn(id K, cost, nowMs int64) { m.add(id, cost, nowMs) }
+
+// add counts cost to id's current bucket, unless the bucket tracks too
+// many identities already; it reports whether it did.
+func (m *Meter[K]) add(id K, cost, nowMs int64) bool {
 	m.roll(nowMs)
 	if _, ok := m.cur[id]; !ok && len(m.cur) >= maxTracked {
-		return
+		return false
 	}
 	m.cur[id] += cost
-	m.buckets[0] = max(m.buckets[0], m.cur[id])
+	return true
 }
 
 // Rate is the hottest identity's cost over the three complete buckets and

@@ -556,7 +556,11 @@ func (e *engine) arrive(a arrival) {
 		// change): the agent refuses it as bad input; counted as rejected.
 		d, mode = policy.Decision{}, "refused"
 	}
-	r.meter.Add(a.identity, cost, e.now)
+	if g, _ := r.holder.Grant(); hasKey(g.Identities, e.ids.names[a.identity]) {
+		r.meter.AddOwn(a.identity, cost, e.now) // its own shares serve it, not the default
+	} else {
+		r.meter.Add(a.identity, cost, e.now)
+	}
 	e.record(0, a, d.Allowed, best.Allowed, e.now)
 	e.res.Modes[0].countMode(mode)
 	if e.out != nil {

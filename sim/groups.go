@@ -78,3 +78,6 @@ func (e *engine) identityDemands(r *region) map[string]int64 {
 	}
 	return out
 }
+
+// hasKey reports whether m has k.
+func hasKey(m map[string]int64, k string) bool { _, ok := m[k]; return ok }

@@ -153,9 +153,14 @@ func (l *leaser) Enforce(name, identity string, now time.Time) (int64, lease.Mod
 func (l *leaser) observe(name, identity string, cost int64, now time.Time) {
 	l.mu.Lock()
 	q := l.quotas[name]
+	own := false
+	if q != nil {
+		g, _ := q.a.Grant()
+		_, own = g.Identities[identity]
+	}
 	l.mu.Unlock()
 	if q != nil {
-		q.meter.add(identity, cost, now)
+		q.meter.add(identity, cost, own, now)
 	}
 }
 
@@ -378,9 +383,15 @@ type meter struct {
 
 func newMeter() *meter { return &meter{m: lease.NewMeter[string]()} }
 
-func (m *meter) add(identity string, cost int64, now time.Time) {
+// add counts cost asked by identity; own says it holds shares of its own,
+// which serve it instead of the region's default share (lease.Meter.AddOwn).
+func (m *meter) add(identity string, cost int64, own bool, now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if own {
+		m.m.AddOwn(identity, cost, now.UnixMilli())
+		return
+	}
 	m.m.Add(identity, cost, now.UnixMilli())
 }
 
