@@ -258,9 +258,9 @@ type Renewal struct {
 	GrantID string
 	// Demand is the region's demand in amount units.
 	Demand int64
-	// Identities are the region's demands (amount units) of the identities
-	// that may need shares of their own: those over the region's default
-	// share, and those it holds shares for (IdentityPlan.Report).
+	// Identities are the instance's demands (amount units) of the
+	// identities that may need shares of their own, for the coordinator's
+	// IdentityPlan.Report; the book does not read them.
 	Identities map[string]int64
 }
 
@@ -369,6 +369,11 @@ func (b *Book) shrinks(rec *Record, g Grant, now time.Time) bool {
 	}
 	for id, a := range g.Identities {
 		if a < b.enforcingFor(rec, id, now) {
+			return true
+		}
+	}
+	for id := range b.held(rec.Region) { // back to the default, which may be less
+		if _, ok := g.Identities[id]; !ok && g.Amount < b.enforcingFor(rec, id, now) {
 			return true
 		}
 	}

@@ -92,9 +92,10 @@ func (p *IdentityPlan) add(id, region string, d int64) {
 // Plan is one planning round for a quota of total amount whose regions
 // have the default targets defaults: identities whose demand exceeds a
 // region's default target get shares of their own (the hottest first, up
-// to max), identities without demand anywhere for a while go back to the
-// default, and every planned identity's total is split among the regions
-// by its own demand (max-min fair, surplus spread evenly).
+// to max), identities whose demand has been within the default everywhere
+// for a while go back to it, and every planned identity's total is split
+// among the regions by its own demand (in proportion; what it does not
+// ask for, evenly).
 func (p *IdentityPlan) Plan(total int64, defaults map[string]int64) {
 	for in, r := range p.reports {
 		if r.age++; r.age > reportRounds {
@@ -102,7 +103,7 @@ func (p *IdentityPlan) Plan(total int64, defaults map[string]int64) {
 		}
 	}
 	for id := range p.targets {
-		if p.hottest(id) > 0 {
+		if p.over(id, defaults) {
 			p.idle[id] = 0
 		} else if p.idle[id]++; p.idle[id] >= identityIdleRounds {
 			delete(p.targets, id)
@@ -110,15 +111,9 @@ func (p *IdentityPlan) Plan(total int64, defaults map[string]int64) {
 		}
 	}
 	var want []string
-	for id, by := range p.demand {
-		if _, planned := p.targets[id]; planned {
-			continue
-		}
-		for region, d := range by {
-			if d > defaults[region] {
-				want = append(want, id)
-				break
-			}
+	for id := range p.demand {
+		if _, planned := p.targets[id]; !planned && p.over(id, defaults) {
+			want = append(want, id)
 		}
 	}
 	slices.SortFunc(want, func(a, b string) int { return cmp.Or(cmp.Compare(p.hottest(b), p.hottest(a)), cmp.Compare(a, b)) })
@@ -129,8 +124,22 @@ func (p *IdentityPlan) Plan(total int64, defaults map[string]int64) {
 		p.idle[id] = 0
 	}
 	for id := range p.targets {
-		p.targets[id] = p.split(id, total, defaults)
+		if p.targets[id] = p.split(id, total, defaults); p.targets[id] == nil {
+			delete(p.targets, id) // no split: back to the default
+			delete(p.idle, id)
+		}
 	}
+}
+
+// over reports whether id asks for more than the default share in some
+// region: whether its own shares serve it better than the default.
+func (p *IdentityPlan) over(id string, defaults map[string]int64) bool {
+	for region, d := range p.demand[id] {
+		if d > defaults[region] {
+			return true
+		}
+	}
+	return false
 }
 
 // split divides total among the regions for identity id by its demand.
@@ -141,11 +150,12 @@ func (p *IdentityPlan) split(id string, total int64, defaults map[string]int64) 
 	}
 	slices.SortFunc(in, func(a, b allocation.Region) int { return cmp.Compare(a.Name, b.Name) })
 	shares, err := allocation.Allocate(allocation.StrategyDemand, total, in)
+	if err != nil {
+		return nil // cannot happen: no floors
+	}
 	out := make(map[string]int64, len(in))
 	for i, r := range in {
-		if err == nil {
-			out[r.Name] = shares[i]
-		}
+		out[r.Name] = shares[i]
 	}
 	return out
 }

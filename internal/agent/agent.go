@@ -196,6 +196,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, engine: eng, m: m, hot: map[string]*topK{}, refresh: make(chan struct{}, 1)}
 	a.leaser = newLeaser(cfg.Region, cfg.Instance, cfg.Coordinator, lease.Timing{Drift: cfg.Drift, Margin: cfg.Margin}, cfg.Clock.Now, cfg.Logger, m, a.refreshSoon)
+	a.leaser.rdb = cfg.Redis
 	acfg := admission.DefaultConfig()
 	acfg.Policies, acfg.Store, acfg.Shares, acfg.Observer, acfg.Clock = agentPolicies{a}, timedStore{eng, m}, a.leaser, observer{a}, cfg.Clock
 	acfg.StoreTimeout, acfg.FallbackKeys, acfg.OverLimitKeys, acfg.ReplayKeys = cfg.CheckTimeout, cfg.FallbackKeys, cfg.FallbackKeys, cfg.FallbackKeys

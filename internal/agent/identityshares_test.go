@@ -2,11 +2,15 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/internal/leaseapi"
@@ -26,8 +30,15 @@ func TestHomedTenantsGetTheirWholeLimit(t *testing.T) {
 	prefix := testenv.Prefix(t)
 	k := startCoordinator(t, prefix, "")
 	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 10\nperiod: 1s\nburst: 10\nfailure: {mode: static-share, static_fraction: 0.2}\n")
-	us := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, nil)
-	eu := startAgent(t, "eu", startRedis(t).Addr, []string{k.addr}, nil)
+	checks := map[string]*ackChecker{}
+	agentIn := func(region string) *runningAgent {
+		srv := startRedis(t)
+		return startAgent(t, region, srv.Addr, []string{k.addr}, func(c *Config) {
+			checks[region] = &ackChecker{LeaseClient: c.Coordinator, rdb: srv.Client(t), region: region}
+			c.Coordinator = checks[region]
+		})
+	}
+	us, eu := agentIn("us"), agentIn("eu")
 	for _, ra := range []*runningAgent{us, eu} {
 		testenv.WaitFor(t, 5*time.Second, "a lease", func() bool {
 			_, m := ra.a.leaser.Enforce("api", "", time.Now())
@@ -62,6 +73,14 @@ func TestHomedTenantsGetTheirWholeLimit(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	// Shares moved back and forth, acknowledged soon after each shrink; a
+	// grant was acknowledged only once saved in its region's Redis (a
+	// restarted agent enforces the saved one).
+	for region, c := range checks {
+		if c.acks.Load() < 5 || c.unsaved.Load() > 0 {
+			t.Errorf("%s: %d grants acknowledged, %d of them not saved in Redis first", region, c.acks.Load(), c.unsaved.Load())
+		}
+	}
 	for _, tenant := range []string{"a", "b"} {
 		// The limit admits 10/s; 90% of it over the measured seconds.
 		if got, want := admitted[tenant], 9*measured; got < want {
@@ -89,4 +108,28 @@ func TestHomedTenantsGetTheirWholeLimit(t *testing.T) {
 	g, _ := us.a.leaser.quotas["api"].a.Grant()
 	us.a.leaser.mu.Unlock()
 	t.Logf("admitted in the last %d s: %v; us's grant: default %d, identities %v", measured, admitted, g.Amount, g.Identities)
+}
+
+// ackChecker counts the grants an agent acknowledges, and those of them
+// its region's Redis does not hold as saved when the renewal is sent.
+type ackChecker struct {
+	LeaseClient
+	rdb           *redis.Client
+	region        string
+	acks, unsaved atomic.Int64
+}
+
+func (c *ackChecker) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.LeaseResponse, error) {
+	for _, q := range req.Quotas {
+		if q.GrantId == "" {
+			continue
+		}
+		c.acks.Add(1)
+		var g savedGrant
+		b, err := c.rdb.HGet(ctx, savedGrantsKey(c.region), q.Quota).Bytes()
+		if err != nil || json.Unmarshal(b, &g) != nil || g.ID != q.GrantId {
+			c.unsaved.Add(1)
+		}
+	}
+	return c.LeaseClient.Lease(ctx, req)
 }

@@ -48,8 +48,11 @@ type leaser struct {
 	mu        sync.Mutex
 	metricsAt time.Time // the last updateMetrics
 	quotas    map[string]*quotaLease
-	instances int    // live instances in the region, at least 1
-	down      outage // renewals failing at the transport: logged paced
+	instances int // live instances in the region, at least 1
+	// rdb is the region's Redis, where grants are saved before they are
+	// acknowledged (nil: saved only by the presence loop).
+	rdb  redis.UniversalClient
+	down outage // renewals failing at the transport: logged paced
 }
 
 type quotaLease struct {
@@ -58,13 +61,29 @@ type quotaLease struct {
 	fp     uint64 // policy.Fingerprint()
 	meter  *meter
 	region int64 // region-wide demand (amount units), from Redis
-	// savedID is the grant last saved to Redis (saveGrants).
-	savedID string
+	// savedID is the grant last saved to Redis (saveGrants), durableID the
+	// last one whose save Redis confirmed: only that one is acknowledged,
+	// since a restarted agent enforces what its region saved, and the
+	// coordinator stops counting a grant once a newer one is acknowledged.
+	savedID, durableID string
 }
 
 func newLeaser(region, instance string, coord LeaseClient, t lease.Timing, now func() time.Time, log hclog.Logger, m *metrics, stale func()) *leaser {
 	return &leaser{down: outage{what: "lease renewals", interval: 30 * time.Second}, region: region, instance: instance, nonce: fmt.Sprintf("%s-%d-%x", instance, now().UnixNano(), rand.Uint64()),
 		coord: coord, timing: t, now: now, log: log, m: m, stale: stale, quotas: map[string]*quotaLease{}, instances: 1}
+}
+
+// unsaved reports whether a grant of this process is not yet saved in the
+// region's Redis, and so may not be acknowledged.
+func (l *leaser) unsaved() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, q := range l.quotas {
+		if g, _ := q.a.Grant(); q.a.Own() && g.ID != q.durableID {
+			return true
+		}
+	}
+	return false
 }
 
 // setPolicies starts leasing new global policies and forgets deleted ones.
@@ -175,6 +194,11 @@ func (l *leaser) Instances() int {
 // renew sends one request for every quota whose renewal is due and
 // applies the answers. It reports whether all of them got grants.
 func (l *leaser) renew(ctx context.Context) bool {
+	if l.rdb != nil && l.unsaved() {
+		if err := l.saveGrants(ctx, l.rdb, false); err != nil {
+			l.log.Debug("grants not saved before renewing; acknowledging the last saved ones", "error", err)
+		}
+	}
 	now := l.now()
 	l.mu.Lock()
 	var out []sentQuota
@@ -186,7 +210,11 @@ func (l *leaser) renew(ctx context.Context) bool {
 		}
 		r := q.a.Sending(now)
 		demand := max(q.region, q.policy.Limits().RateAmount(q.meter.rate(now)))
-		pr.Quotas = append(pr.Quotas, &pb.QuotaRequest{Quota: n, GrantId: r.GrantID, Seq: r.Seq, Demand: demand, IdentityDemand: q.identityDemand(now)})
+		ack := r.GrantID
+		if ack != q.durableID {
+			ack = q.durableID // not saved yet: acknowledge the last saved one, or none
+		}
+		pr.Quotas = append(pr.Quotas, &pb.QuotaRequest{Quota: n, GrantId: ack, Seq: r.Seq, Demand: demand, IdentityDemand: q.identityDemand(now, l.instances)})
 		out = append(out, sentQuota{n, q, r})
 	}
 	l.mu.Unlock()
@@ -349,18 +377,19 @@ func (l *leaser) updateMetrics(now time.Time) {
 }
 
 // identityDemand is what this instance reports of its identities' own
-// demand (amount units): those over the default share it holds, and those
-// its grant gives shares of their own, at most leaseapi.MaxIdentityDemands
-// (the hottest).
-func (q *quotaLease) identityDemand(now time.Time) map[string]int64 {
+// demand (amount units): those over its part of the default share (the
+// region's instances each see part of an identity's traffic; the
+// coordinator sums their reports), and those its grant gives shares of
+// their own, at most leaseapi.MaxIdentityDemands (the hottest).
+func (q *quotaLease) identityDemand(now time.Time, instances int) map[string]int64 {
 	g, _ := q.a.Grant()
 	if g.ID == "" {
 		return nil
 	}
 	full := q.policy.Limits()
-	over := g.Amount + 1 // as a rate, micro-units per second
+	over := g.Amount/int64(max(1, instances)) + 1 // as a rate, micro-units per second
 	if full.Algorithm != policy.TokenBucket {
-		over = (g.Amount + 1) * 1000 / full.WindowMs
+		over = over * 1000 / full.WindowMs
 	}
 	held := func(id string) bool { _, ok := g.Identities[id]; return ok }
 	rates := q.meter.rates(now, over, held)

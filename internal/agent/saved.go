@@ -89,6 +89,7 @@ func (l *leaser) saveGrants(ctx context.Context, rdb redis.UniversalClient, prun
 	now := l.now()
 	l.mu.Lock()
 	var fields []any
+	written := map[*quotaLease]string{}
 	for n, q := range l.quotas {
 		if !q.a.Own() {
 			continue
@@ -101,6 +102,7 @@ func (l *leaser) saveGrants(ctx context.Context, rdb redis.UniversalClient, prun
 			DegradedTimeoutMs: q.a.DegradedTimeout().Milliseconds(), Fingerprint: q.fp})
 		fields = append(fields, n, string(b))
 		q.savedID = g.ID
+		written[q] = g.ID
 	}
 	keep := make(map[string]bool, len(l.quotas))
 	for n := range l.quotas {
@@ -124,6 +126,11 @@ func (l *leaser) saveGrants(ctx context.Context, rdb redis.UniversalClient, prun
 		l.forgetSaved() // write them all again next time
 		return fmt.Errorf("save grants: %w", err)
 	}
+	l.mu.Lock()
+	for q, id := range written {
+		q.durableID = id // now it may be acknowledged (leaser.renew)
+	}
+	l.mu.Unlock()
 	if all == nil {
 		return nil
 	}
