@@ -372,11 +372,6 @@ func (b *Book) shrinks(rec *Record, g Grant, now time.Time) bool {
 			return true
 		}
 	}
-	for id := range b.held(rec.Region) { // back to the default, which may be less
-		if _, ok := g.Identities[id]; !ok && g.Amount < b.enforcingFor(rec, id, now) {
-			return true
-		}
-	}
 	return false
 }
 

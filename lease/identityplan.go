@@ -7,6 +7,19 @@ import (
 	"github.com/quota-lease/quota-lease/allocation"
 )
 
+// identityHysteresis: an identity's target in a region moves only by more
+// than 1/identityHysteresis of the total, so noise in its demand does not
+// make every renewal a new grant.
+const identityHysteresis = 100
+
+// abs64 is |x|.
+func abs64(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
 // identityIdleRounds is how many planning rounds an identity with its own
 // shares may go without demand anywhere before it goes back to the
 // default shares.
@@ -123,11 +136,19 @@ func (p *IdentityPlan) Plan(total int64, defaults map[string]int64) {
 		p.targets[id] = nil
 		p.idle[id] = 0
 	}
-	for id := range p.targets {
-		if p.targets[id] = p.split(id, total, defaults); p.targets[id] == nil {
+	for id, prev := range p.targets {
+		next := p.split(id, total, defaults)
+		if next == nil {
 			delete(p.targets, id) // no split: back to the default
 			delete(p.idle, id)
+			continue
 		}
+		for region, t := range next { // damped: small moves are not worth a grant
+			if old, ok := prev[region]; ok && abs64(t-old) < total/identityHysteresis {
+				next[region] = old
+			}
+		}
+		p.targets[id] = next
 	}
 }
 
