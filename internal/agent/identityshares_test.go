@@ -101,8 +101,9 @@ func TestHomedTenantsGetTheirWholeLimit(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if l := resp.Leases[0]; l.Identities["tenant=a"] != l.Limit || l.Identities["tenant=b"] != 0 {
-		t.Errorf("us's lease lists identity shares %v, want tenant=a the whole limit %d and tenant=b none", l.Identities, l.Limit)
+	// Targets move by more than 1% of the limit only (lease.IdentityPlan).
+	if l := resp.Leases[0]; l.Identities["tenant=a"] < l.Limit*99/100 || l.Identities["tenant=b"] > l.Limit/100 {
+		t.Errorf("us's lease lists identity shares %v, want tenant=a (nearly) the whole limit %d and tenant=b (nearly) none", l.Identities, l.Limit)
 	}
 	us.a.leaser.mu.Lock()
 	g, _ := us.a.leaser.quotas["api"].a.Grant()
