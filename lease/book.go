@@ -217,7 +217,7 @@ func (b *Book) SumFor(identity string, now time.Time) int64 {
 // shares of their own, and the rest): how full the quota is booked.
 func (b *Book) MostBooked(now time.Time) int64 {
 	m := b.SumFor("", now)
-	for id := range b.held("") {
+	for id := range b.owners() {
 		m = max(m, b.SumFor(id, now))
 	}
 	return m
@@ -393,7 +393,7 @@ func (b *Book) shares(region string, t Targets, now time.Time) (int64, map[strin
 	for id, want := range t.Identities {
 		give(id, min(max(want, 0), b.AvailableFor(region, id, now)))
 	}
-	for id := range b.held("") {
+	for id := range b.owners() {
 		if _, ok := t.Identities[id]; ok {
 			continue
 		}
@@ -404,22 +404,18 @@ func (b *Book) shares(region string, t Targets, now time.Time) (int64, map[strin
 	return amount, own
 }
 
-// held returns the identities with shares of their own in region's
-// outstanding grants, with the newest grant's amounts; for region "", in
-// any region's.
-func (b *Book) held(region string) map[string]int64 {
-	var ids map[string]int64
-	for name, r := range b.regions {
-		if region != "" && name != region {
-			continue
-		}
+// owners returns the identities with shares of their own in any region's
+// outstanding grants.
+func (b *Book) owners() map[string]bool {
+	var ids map[string]bool
+	for _, r := range b.regions {
 		for _, p := range r.procs {
 			for _, g := range p.out {
-				for id, a := range g.Identities {
+				for id := range g.Identities {
 					if ids == nil {
-						ids = map[string]int64{}
+						ids = map[string]bool{}
 					}
-					ids[id] = a
+					ids[id] = true
 				}
 			}
 		}
