@@ -556,7 +556,7 @@ func (e *engine) arrive(a arrival) {
 		// change): the agent refuses it as bad input; counted as rejected.
 		d, mode = policy.Decision{}, "refused"
 	}
-	if g, _ := r.holder.Grant(); hasKey(g.Identities, e.ids.names[a.identity]) {
+	if g, _ := r.holder.Grant(); g.Owns(e.ids.names[a.identity]) {
 		r.meter.AddOwn(a.identity, cost, e.now) // its own shares serve it, not the default
 	} else {
 		r.meter.Add(a.identity, cost, e.now)

@@ -1,11 +1,10 @@
 package sim
 
 import (
-	"math"
 	"strconv"
 	"time"
 
-	"github.com/quota-lease/quota-lease/policy"
+	"github.com/quota-lease/quota-lease/lease"
 )
 
 // addGroups registers every tenant of the scenario's groups as an
@@ -49,35 +48,8 @@ func (e *engine) generateGroups() {
 }
 
 // identityDemands is what region r's agent reports of its identities'
-// own demand (amount units): those over its default share, and those it
-// holds shares of their own for.
+// own demand (lease.IdentityDemands; the region runs one instance).
 func (e *engine) identityDemands(r *region) map[string]int64 {
 	g, _ := r.holder.Grant()
-	over := int64(math.MaxInt64) // a rate (micro-units/s) over the default share
-	if g.ID != "" {
-		over = g.Amount + 1
-		if e.full.Algorithm != policy.TokenBucket {
-			over = (g.Amount + 1) * 1000 / e.full.WindowMs
-		}
-	}
-	held := func(id int) bool { _, ok := g.Identities[e.ids.names[id]]; return ok }
-	var out map[string]int64
-	for id, rate := range r.meter.Rates(e.now, over, held) {
-		if out == nil {
-			out = map[string]int64{}
-		}
-		out[e.ids.names[id]] = e.full.RateAmount(rate)
-	}
-	for id := range g.Identities { // held, and not asked for lately
-		if _, ok := out[id]; !ok {
-			if out == nil {
-				out = map[string]int64{}
-			}
-			out[id] = 0
-		}
-	}
-	return out
+	return lease.IdentityDemands(r.meter, e.now, g, e.full, 1, func(id int) string { return e.ids.names[id] })
 }
-
-// hasKey reports whether m has k.
-func hasKey(m map[string]int64, k string) bool { _, ok := m[k]; return ok }

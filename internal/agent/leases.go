@@ -175,7 +175,7 @@ func (l *leaser) observe(name, identity string, cost int64, now time.Time) {
 	own := false
 	if q != nil {
 		g, _ := q.a.Grant()
-		_, own = g.Identities[identity]
+		own = g.Owns(identity)
 	}
 	l.mu.Unlock()
 	if q != nil {
@@ -377,30 +377,14 @@ func (l *leaser) updateMetrics(now time.Time) {
 }
 
 // identityDemand is what this instance reports of its identities' own
-// demand (amount units): those over its part of the default share (the
-// region's instances each see part of an identity's traffic; the
-// coordinator sums their reports), and those its grant gives shares of
-// their own, at most leaseapi.MaxIdentityDemands (the hottest).
+// demand (lease.IdentityDemands), at most leaseapi.MaxIdentityDemands (the
+// hottest).
 func (q *quotaLease) identityDemand(now time.Time, instances int) map[string]int64 {
 	g, _ := q.a.Grant()
-	if g.ID == "" {
-		return nil
-	}
-	full := q.policy.Limits()
-	over := g.Amount/int64(max(1, instances)) + 1 // as a rate, micro-units per second
-	if full.Algorithm != policy.TokenBucket {
-		over = over * 1000 / full.WindowMs
-	}
-	held := func(id string) bool { _, ok := g.Identities[id]; return ok }
-	rates := q.meter.rates(now, over, held)
-	out := make(map[string]int64, len(rates)+len(g.Identities))
-	for id := range g.Identities {
-		out[id] = 0 // held, and not asked for lately
-	}
-	for id, r := range rates {
-		out[id] = full.RateAmount(r)
-	}
-	return leaseapi.Hottest(out, leaseapi.MaxIdentityDemands)
+	q.meter.mu.Lock()
+	d := lease.IdentityDemands(q.meter.m, now.UnixMilli(), g, q.policy.Limits(), instances, func(id string) string { return id })
+	q.meter.mu.Unlock()
+	return leaseapi.Hottest(d, leaseapi.MaxIdentityDemands)
 }
 
 // meter is a lease.Meter (the hottest identity's demand) safe for the
@@ -422,12 +406,6 @@ func (m *meter) add(identity string, cost int64, own bool, now time.Time) {
 		return
 	}
 	m.m.Add(identity, cost, now.UnixMilli())
-}
-
-func (m *meter) rates(now time.Time, atLeast int64, want func(string) bool) map[string]int64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.m.Rates(now.UnixMilli(), atLeast, want)
 }
 
 func (m *meter) rate(now time.Time) int64 {
