@@ -235,40 +235,41 @@ type lone struct {
 func (p *Pipeline) run(ctx context.Context, rs []Request, out []Result) {
 	now := p.cfg.Clock.Now()
 	if len(rs) == 1 { // a check: nothing allocated unless it goes to the store
-		t, err := p.prepare(rs[0], now)
-		if err != nil {
-			out[0].Err = err
-			return
+		var t Ticket
+		if p.settle(rs[0], &t, now, &out[0]) {
+			l := &lone{t: [1]Ticket{t}}
+			l.send[0] = &l.t[0]
+			p.decide(ctx, l.send[:], l.idx[:], out)
 		}
-		if o, ok := p.early(&t, now); ok {
-			out[0].Outcome = o
-			return
-		}
-		l := &lone{t: [1]Ticket{t}}
-		l.send[0] = &l.t[0]
-		p.decide(ctx, l.send[:], l.idx[:], out)
 		return
 	}
 	ts := make([]Ticket, len(rs))
 	var send []*Ticket
 	var idx []int
 	for i, r := range rs {
-		t, err := p.prepare(r, now)
-		if err != nil {
-			out[i].Err = err
-			continue
+		if p.settle(r, &ts[i], now, &out[i]) {
+			send = append(send, &ts[i])
+			idx = append(idx, i)
 		}
-		ts[i] = t
-		if o, ok := p.early(&ts[i], now); ok {
-			out[i].Outcome = o
-			continue
-		}
-		send = append(send, &ts[i])
-		idx = append(idx, i)
 	}
 	if len(send) > 0 {
 		p.decide(ctx, send, idx, out)
 	}
+}
+
+// settle prepares r into t and answers it into out if it can without the
+// store (refused, or early); it reports whether t still needs the store.
+func (p *Pipeline) settle(r Request, t *Ticket, now time.Time, out *Result) bool {
+	var err error
+	if *t, err = p.prepare(r, now); err != nil {
+		out.Err = err
+		return false
+	}
+	if o, ok := p.early(t, now); ok {
+		out.Outcome = o
+		return false
+	}
+	return true
 }
 
 // prepare resolves r and puts it under the limits its region may enforce
