@@ -36,6 +36,9 @@ type issued struct {
 	Grant
 	At  time.Time // coordinator clock at grant
 	Seq uint64    // the agent's request sequence number it answered
+	// restored says the grant came from the ledger (Book.Restore), which
+	// does not keep identity shares: no delta may be based on it.
+	restored bool
 }
 
 func (g issued) end() time.Time { return g.At.Add(g.ValidFor) }
@@ -258,10 +261,12 @@ type Renewal struct {
 	GrantID string
 	// Demand is the region's demand in amount units.
 	Demand int64
-	// Identities are the instance's demands (amount units) of the
-	// identities that may need shares of their own, for the coordinator's
-	// IdentityPlan.Report; the book does not read them.
-	Identities map[string]int64
+	// Identities are the instance's changed demands (amount units) of the
+	// identities that may need shares of their own (DemandReport.Changes),
+	// and IdentitiesHeld how many it believes the coordinator holds, for
+	// the coordinator's IdentityPlan.Update; the book does not read them.
+	Identities     map[string]int64
+	IdentitiesHeld int
 }
 
 // Pending is a grant prepared by Prepare and not yet committed. The
@@ -269,12 +274,18 @@ type Renewal struct {
 type Pending struct {
 	rec    *Record
 	grant  Grant
+	base   Grant
 	isNew  bool
 	ledger LedgerDelta
 }
 
 // Grant is the grant the pending renewal hands out.
 func (p *Pending) Grant() Grant { return p.grant }
+
+// Base is the grant the renewal acknowledged, when the book knows its
+// identity shares: the agent holds it, so the new grant's identity shares
+// can be sent as changes to it (DiffIdentities).
+func (p *Pending) Base() (Grant, bool) { return p.base, p.base.ID != "" }
 
 // Targets are what a renewal's grant aims at: the region's default share,
 // and the shares of the identities that hold their own (the identity
@@ -312,10 +323,14 @@ func (b *Book) PrepareTargets(now time.Time, r Renewal, t Targets) (*Pending, er
 	if err != nil {
 		return nil, err
 	}
+	var base Grant
 	if r.GrantID != "" {
 		i := indexOf(p.out, r.GrantID)
 		if i < 0 {
 			return nil, b.grantError(r.GrantID)
+		}
+		if !p.out[i].restored {
+			base = p.out[i].Grant
 		}
 		acked := p.out[i].Seq
 		keep := p.out[:0]
@@ -330,6 +345,9 @@ func (b *Book) PrepareTargets(now time.Time, r Renewal, t Targets) (*Pending, er
 
 	amount, own := b.shares(r.Region, t, now)
 	cur := rec.current()
+	if maps.Equal(cur.Identities, own) {
+		own = cur.Identities // grants share an unchanged map: memory follows changes
+	}
 	g := Grant{ID: fmt.Sprintf("%d.%d", b.epoch, b.seq+1), Amount: amount, Identities: own, Epoch: b.epoch, ValidFor: b.timing.ValidFor}
 	if b.shrinks(rec, g, now) {
 		// Another region may be waiting for what this grant gives back: the
@@ -345,7 +363,7 @@ func (b *Book) PrepareTargets(now time.Time, r Renewal, t Targets) (*Pending, er
 	if len(p.out) > maxOutstanding {
 		p.out = fold(p.out)
 	}
-	pe := &Pending{rec: rec, grant: g, isNew: isNew}
+	pe := &Pending{rec: rec, grant: g, base: base, isNew: isNew}
 	if e := b.enforcing(rec, now); e > rec.Persisted {
 		rec.Persisted = e
 		pe.ledger = LedgerDelta{
@@ -538,7 +556,7 @@ func (b *Book) Release(region string, now time.Time) error {
 // lease without needing the old leader's clock. The agent's grant id is
 // recognized so its renewal acknowledges it.
 func (b *Book) Restore(region, instance, nonce, grantID string, amount int64, now time.Time) {
-	g := issued{Grant: Grant{ID: grantID, Amount: amount, Epoch: b.epoch, ValidFor: b.timing.ValidFor}, At: now}
+	g := issued{Grant: Grant{ID: grantID, Amount: amount, Epoch: b.epoch, ValidFor: b.timing.ValidFor}, At: now, restored: true}
 	b.regions[region] = &Record{Region: region, Instance: instance, Nonce: nonce, Persisted: amount,
 		procs: []*process{{nonce: nonce, out: []issued{g}}}, latest: map[string]string{instance: nonce}}
 }

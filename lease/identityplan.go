@@ -48,6 +48,7 @@ type instanceOf struct{ region, instance string }
 // report is an instance's identity demands and the rounds since it sent
 // them.
 type report struct {
+	nonce   string // the process that sent it
 	demands map[string]int64
 	age     int
 }
@@ -63,18 +64,36 @@ func NewIdentityPlan(max int) *IdentityPlan {
 		targets: map[string]map[string]int64{}, idle: map[string]int{}}
 }
 
-// Report records an agent instance's identity demands (amount units) from
-// its renewal: the identities over its default share and those it holds
-// shares for. A region's demand for an identity is the sum over its
-// instances, as its demand for the quota is (each instance sees part of
-// the region's traffic).
-func (p *IdentityPlan) Report(region, instance string, demands map[string]int64) {
+// Update applies an agent instance's changed identity demands (amount
+// units, DemandReport.Changes: absolute values, 0 for gone) to its report,
+// from its renewal. held is how many demands the instance believes the
+// plan holds for it; when the plan holds another number (a new leader, a
+// new process of the instance, a report aged out) it starts the report
+// afresh from changes and returns false: the instance should then count
+// only changes as held (DemandReport.Reset, then Sent) and send the rest
+// again. A region's demand for an identity is the sum over its instances,
+// as its demand for the quota is (each instance sees part of the region's
+// traffic).
+func (p *IdentityPlan) Update(region, instance, nonce string, held int, changes map[string]int64) bool {
 	in := instanceOf{region, instance}
-	p.forget(in)
-	p.reports[in] = &report{demands: demands}
-	for id, d := range demands {
-		p.add(id, region, d)
+	r := p.reports[in]
+	known := r != nil && r.nonce == nonce && len(r.demands) == held
+	if !known {
+		p.forget(in)
+		r = &report{nonce: nonce, demands: map[string]int64{}}
+		p.reports[in] = r
 	}
+	r.age = 0
+	for id, d := range changes {
+		d = max(d, 0)
+		p.add(id, region, d-r.demands[id])
+		if d == 0 {
+			delete(r.demands, id)
+		} else {
+			r.demands[id] = d
+		}
+	}
+	return known
 }
 
 // forget takes instance in's report out of the regional demands.
@@ -89,6 +108,9 @@ func (p *IdentityPlan) forget(in instanceOf) {
 
 // add adds d to id's demand in region, dropping what comes to nothing.
 func (p *IdentityPlan) add(id, region string, d int64) {
+	if d == 0 {
+		return
+	}
 	by := p.demand[id]
 	if by == nil {
 		by = map[string]int64{}

@@ -9,10 +9,20 @@ import "testing"
 func TestIdentityPlan(t *testing.T) {
 	defaults := map[string]int64{"us": 40, "eu": 30, "ap": 30}
 	p := NewIdentityPlan(2)
-	p.Report("us", "us-1", map[string]int64{"x": 25, "y": 10})
-	p.Report("us", "us-2", map[string]int64{"x": 25})
-	p.Report("eu", "eu-1", map[string]int64{"y": 35, "z": 31})
-	p.Report("ap", "ap-1", map[string]int64{"w": 60})
+	reports := map[string]*DemandReport{}
+	report := func(region, instance string, demands map[string]int64) {
+		r := reports[instance]
+		if r == nil {
+			r = &DemandReport{}
+			reports[instance] = r
+		}
+		changes := r.Changes(demands, 100, MaxDemandChanges)
+		r.Answered(changes, p.Update(region, instance, "n", r.Len(), changes))
+	}
+	report("us", "us-1", map[string]int64{"x": 25, "y": 10})
+	report("us", "us-2", map[string]int64{"x": 25})
+	report("eu", "eu-1", map[string]int64{"y": 35, "z": 31})
+	report("ap", "ap-1", map[string]int64{"w": 60})
 	p.Plan(100, defaults)
 	// x asks 50 in us (two instances), w 60 in ap, y 35 in eu, z 31 in eu:
 	// the two hottest fit.
@@ -32,8 +42,8 @@ func TestIdentityPlan(t *testing.T) {
 	// An instance that stops renewing is forgotten: x's demand in us is
 	// then us-2's alone.
 	for i := 0; i < reportRounds; i++ {
-		p.Report("us", "us-2", map[string]int64{"x": 25})
-		p.Report("ap", "ap-1", map[string]int64{"w": 60})
+		report("us", "us-2", map[string]int64{"x": 25})
+		report("ap", "ap-1", map[string]int64{"w": 60})
 		p.Plan(100, defaults)
 	}
 	if p.demand["x"]["us"] != 25 {
@@ -41,8 +51,8 @@ func TestIdentityPlan(t *testing.T) {
 	}
 	// An identity with no demand anywhere goes back to the default.
 	for i := 0; i < identityIdleRounds; i++ {
-		p.Report("us", "us-2", map[string]int64{"x": 0})
-		p.Report("ap", "ap-1", map[string]int64{"w": 60})
+		report("us", "us-2", map[string]int64{"x": 0})
+		report("ap", "ap-1", map[string]int64{"w": 60})
 		p.Plan(100, defaults)
 	}
 	if _, ok := p.Targets("us")["x"]; ok {

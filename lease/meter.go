@@ -7,8 +7,11 @@ import (
 // MeterSpan is the length of one demand bucket.
 const MeterSpan = 5 * time.Second
 
-// maxTracked bounds the identities a Meter tracks per bucket.
-const maxTracked = 10_000
+// MeterTracks is how many identities a Meter for a policy that may give
+// shares of their own to identityShares identities tracks per bucket: at
+// least 10,000, and four times the shares, so the identities that hold
+// shares (and those that may next) are measured among the long tail.
+func MeterTracks(identityShares int) int { return max(10_000, 4*identityShares) }
 
 // Meter estimates the demand a region's share must serve: the cost asked
 // by its hottest identity per bucket of MeterSpan (every identity's bucket
@@ -16,17 +19,21 @@ const maxTracked = 10_000
 // enough; for a policy with a single identity it is the total), as a rate
 // over the last four buckets. Buckets of several seconds keep a sparse
 // identity's single request from reading as a high rate. It tracks at most
-// maxTracked identities per bucket. Time is in milliseconds of any clock
+// a bounded number of identities per bucket (NewMeter). Time is in milliseconds of any clock
 // that does not go back. It is not safe for concurrent use.
 type Meter[K comparable] struct {
 	buckets [4]int64 // hottest identity's cost per bucket, newest first
 	cur     map[K]int64
 	prev    map[K]int64 // every identity's cost in the bucket before cur
 	bucket  int64       // number (nowMs / span) of buckets[0]
+	track   int         // most identities per bucket
 }
 
-// NewMeter returns an empty meter.
-func NewMeter[K comparable]() *Meter[K] { return &Meter[K]{cur: map[K]int64{}, prev: map[K]int64{}} }
+// NewMeter returns an empty meter that tracks at most track identities per
+// bucket (MeterTracks); costs of further identities count in no bucket.
+func NewMeter[K comparable](track int) *Meter[K] {
+	return &Meter[K]{cur: map[K]int64{}, prev: map[K]int64{}, track: track}
+}
 
 func (m *Meter[K]) roll(nowMs int64) {
 	b := nowMs / MeterSpan.Milliseconds()
@@ -62,7 +69,7 @@ func (m *Meter[K]) AddOwn(id K, cost, nowMs int64) { m.add(id, cost, nowMs) }
 // many identities already; it reports whether it did.
 func (m *Meter[K]) add(id K, cost, nowMs int64) bool {
 	m.roll(nowMs)
-	if _, ok := m.cur[id]; !ok && len(m.cur) >= maxTracked {
+	if _, ok := m.cur[id]; !ok && len(m.cur) >= m.track {
 		return false
 	}
 	m.cur[id] += cost

@@ -11,7 +11,7 @@ import (
 // over the last complete bucket and the current one, those at least the
 // threshold and those asked for.
 func TestMeterRates(t *testing.T) {
-	m := NewMeter[string]()
+	m := NewMeter[string](MeterTracks(0))
 	const start = 1_000_000 // ms, at a bucket's start
 	for s := int64(0); s < 10; s++ {
 		at := start + s*1000

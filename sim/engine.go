@@ -99,7 +99,8 @@ type region struct {
 	nonce       string
 	lastSend    int64
 	pending     map[uint64]bool
-	meter       *lease.Meter[int] // demand, measured as the agent measures it
+	meter       *lease.Meter[int]  // demand, measured as the agent measures it
+	report      lease.DemandReport // identity demands the coordinator holds
 	redisDown   bool
 	partitioned bool
 
@@ -213,7 +214,7 @@ func (e *engine) run(decisions io.Writer) (*Result, error) {
 		index[name] = i
 		e.regions = append(e.regions, &region{name: name, anchorRegion: 1_000_000_000_000 + int64(i)*7_777,
 			holder: lease.NewHolder(e.timing, e.policy.Failure, e.full.Amount()), nonce: "sim-" + name, lastSend: -1 << 40,
-			pending: map[uint64]bool{}, meter: lease.NewMeter[int](),
+			pending: map[uint64]bool{}, meter: lease.NewMeter[int](lease.MeterTracks(e.policy.IdentityShareLimit())),
 			store: map[int]policy.State{}, indep: map[int]policy.State{}, static: map[int]policy.State{}})
 		if err := e.admitIn(e.regions[i]); err != nil {
 			return nil, err
@@ -394,8 +395,9 @@ func (e *engine) tick() {
 		r.pending[req.Seq] = true
 		e.leaseMsgs++
 		demand := e.full.RateAmount(r.meter.Rate(e.now))
+		changes := r.report.Changes(e.identityDemands(r), e.book.Total(), lease.MaxDemandChanges)
 		renewal := lease.Renewal{Region: r.name, Instance: r.name, Nonce: r.nonce, Seq: req.Seq, GrantID: req.GrantID, Demand: demand,
-			Identities: e.identityDemands(r)}
+			Identities: changes, IdentitiesHeld: r.report.Len()}
 		sentAt := e.now
 		e.at(sentAt+1000, func() { e.timeout(r, req) })
 		if r.partitioned || e.lost() {
@@ -420,7 +422,7 @@ func (e *engine) serve(r *region, req lease.Request, renewal lease.Renewal, sent
 	if !e.coordUp || r.partitioned {
 		return
 	}
-	e.idPlan.Report(r.name, r.name, renewal.Identities)
+	known := e.idPlan.Update(r.name, r.name, r.nonce, renewal.IdentitiesHeld, renewal.Identities)
 	t := lease.Targets{Default: lease.Target(e.policy, e.targets, r.name, renewal.Demand), Identities: e.idPlan.Targets(r.name)}
 	p, err := e.book.PrepareTargets(e.coordTime(), renewal, t)
 	var g lease.Grant
@@ -437,6 +439,7 @@ func (e *engine) serve(r *region, req lease.Request, renewal lease.Renewal, sent
 			return // timed out already
 		}
 		delete(r.pending, req.Seq)
+		r.report.Answered(renewal.Identities, known)
 		if err != nil {
 			r.holder.Failed(req, err)
 			return

@@ -61,11 +61,16 @@ type quotaLease struct {
 	fp     uint64 // policy.Fingerprint()
 	meter  *meter
 	region int64 // region-wide demand (amount units), from Redis
-	// savedID is the grant last saved to Redis (saveGrants), durableID the
+	// savedID is the grant last saved to Redis (saveGrants), durable the
 	// last one whose save Redis confirmed: only that one is acknowledged,
 	// since a restarted agent enforces what its region saved, and the
 	// coordinator stops counting a grant once a newer one is acknowledged.
-	savedID, durableID string
+	// The coordinator sends identity shares as changes to it.
+	savedID string
+	durable lease.Grant
+	// report is what the coordinator holds of this instance's identity
+	// demands.
+	report lease.DemandReport
 }
 
 func newLeaser(region, instance string, coord LeaseClient, t lease.Timing, now func() time.Time, log hclog.Logger, m *metrics, stale func()) *leaser {
@@ -79,7 +84,7 @@ func (l *leaser) unsaved() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, q := range l.quotas {
-		if g, _ := q.a.Grant(); q.a.Own() && g.ID != q.durableID {
+		if g, _ := q.a.Grant(); q.a.Own() && g.ID != q.durable.ID {
 			return true
 		}
 	}
@@ -99,7 +104,7 @@ func (l *leaser) setPolicies(ps []*policy.Policy) {
 		keep[p.Name] = true
 		q := l.quotas[p.Name]
 		if q == nil || q.policy.Algorithm != p.Algorithm {
-			q = &quotaLease{a: lease.NewHolder(l.timing, p.Failure, p.Limits().Amount()), meter: newMeter()}
+			q = &quotaLease{a: lease.NewHolder(l.timing, p.Failure, p.Limits().Amount()), meter: newMeter(lease.MeterTracks(p.IdentityShareLimit()))}
 			l.quotas[p.Name] = q
 		}
 		q.a.SetPolicy(p.Failure, p.Limits().Amount()) // a changed failure mode applies at once
@@ -210,34 +215,34 @@ func (l *leaser) renew(ctx context.Context) bool {
 		}
 		r := q.a.Sending(now)
 		demand := max(q.region, q.policy.Limits().RateAmount(q.meter.rate(now)))
-		ack := r.GrantID
-		if ack != q.durableID {
-			ack = q.durableID // not saved yet: acknowledge the last saved one, or none
-		}
-		pr.Quotas = append(pr.Quotas, &pb.QuotaRequest{Quota: n, GrantId: ack, Seq: r.Seq, Demand: demand, IdentityDemand: q.identityDemand(now, l.instances)})
-		out = append(out, sentQuota{n, q, r})
+		base := q.durable // acknowledge the last grant saved, or none
+		changes := q.report.Changes(q.identityDemand(now, l.instances), q.policy.Limits().Amount(), leaseapi.MaxIdentityDemands)
+		pr.Quotas = append(pr.Quotas, &pb.QuotaRequest{Quota: n, GrantId: base.ID, Seq: r.Seq, Demand: demand,
+			IdentityDemand: changes, IdentityDemandHeld: int32(q.report.Len()), IdentityDeltas: true})
+		out = append(out, sentQuota{n, q, r, base, changes})
 	}
 	l.mu.Unlock()
 	if len(out) == 0 {
 		return true
 	}
-	// At most the coordinator's limit of quotas per request: more policies
-	// than that are renewed in several requests, never refused as one.
+	// Within the coordinator's limits on quotas and bytes per request: more
+	// is renewed in several requests, never refused as one.
 	ok := true
-	for start := 0; start < len(out); start += leaseapi.MaxQuotasPerRequest {
-		end := min(start+leaseapi.MaxQuotasPerRequest, len(out))
-		part := &pb.LeaseRequest{Region: pr.Region, Instance: pr.Instance, Nonce: pr.Nonce, Quotas: pr.Quotas[start:end]}
-		resp, err := l.coord.Lease(ctx, part)
-		ok = l.answered(out[start:end], resp, err) && ok
+	for _, part := range leaseapi.Split(pr.Quotas) {
+		req := &pb.LeaseRequest{Region: pr.Region, Instance: pr.Instance, Nonce: pr.Nonce, Quotas: pr.Quotas[part.Start:part.End]}
+		resp, err := l.coord.Lease(ctx, req)
+		ok = l.answered(out[part.Start:part.End], resp, err) && ok
 	}
 	return ok
 }
 
 // sentQuota is one quota of a renewal request.
 type sentQuota struct {
-	name string
-	q    *quotaLease
-	req  lease.Request
+	name    string
+	q       *quotaLease
+	req     lease.Request
+	base    lease.Grant      // the grant acknowledged
+	changes map[string]int64 // the identity demands reported
 }
 
 // answered applies the coordinator's answer (or its failure) to the quotas
@@ -274,7 +279,7 @@ func (l *leaser) answered(out []sentQuota, resp *pb.LeaseResponse, err error) bo
 		var grant lease.Grant
 		var terms leaseapi.Terms
 		if err == nil {
-			grant, terms, err = leaseapi.DecodeGrant(g, s.q.policy.Algorithm, resp.Epoch)
+			grant, terms, err = leaseapi.DecodeGrant(g, s.q.policy.Algorithm, resp.Epoch, s.base)
 		}
 		if err != nil {
 			s.q.a.Failed(s.req, err)
@@ -283,6 +288,7 @@ func (l *leaser) answered(out []sentQuota, resp *pb.LeaseResponse, err error) bo
 			ok = false
 			continue
 		}
+		s.q.report.Answered(s.changes, !g.IdentityDemandReset)
 		if terms.Fingerprint != 0 && terms.Fingerprint != s.q.fp {
 			stale = true
 		}
@@ -376,15 +382,14 @@ func (l *leaser) updateMetrics(now time.Time) {
 	}
 }
 
-// identityDemand is what this instance reports of its identities' own
-// demand (lease.IdentityDemands), at most leaseapi.MaxIdentityDemands (the
-// hottest).
+// identityDemand is this instance's identities' own demand
+// (lease.IdentityDemands), which q.report turns into the changes a
+// renewal carries.
 func (q *quotaLease) identityDemand(now time.Time, instances int) map[string]int64 {
 	g, _ := q.a.Grant()
 	q.meter.mu.Lock()
-	d := lease.IdentityDemands(q.meter.m, now.UnixMilli(), g, q.policy.Limits(), instances, func(id string) string { return id })
-	q.meter.mu.Unlock()
-	return leaseapi.Hottest(d, leaseapi.MaxIdentityDemands)
+	defer q.meter.mu.Unlock()
+	return lease.IdentityDemands(q.meter.m, now.UnixMilli(), g, q.policy.Limits(), instances, func(id string) string { return id })
 }
 
 // meter is a lease.Meter (the hottest identity's demand) safe for the
@@ -394,7 +399,7 @@ type meter struct {
 	m  *lease.Meter[string]
 }
 
-func newMeter() *meter { return &meter{m: lease.NewMeter[string]()} }
+func newMeter(track int) *meter { return &meter{m: lease.NewMeter[string](track)} }
 
 // add counts cost asked by identity; own says it holds shares of its own,
 // which serve it instead of the region's default share (lease.Meter.AddOwn).

@@ -89,7 +89,7 @@ func (l *leaser) saveGrants(ctx context.Context, rdb redis.UniversalClient, prun
 	now := l.now()
 	l.mu.Lock()
 	var fields []any
-	written := map[*quotaLease]string{}
+	written := map[*quotaLease]lease.Grant{}
 	for n, q := range l.quotas {
 		if !q.a.Own() {
 			continue
@@ -102,7 +102,7 @@ func (l *leaser) saveGrants(ctx context.Context, rdb redis.UniversalClient, prun
 			DegradedTimeoutMs: q.a.DegradedTimeout().Milliseconds(), Fingerprint: q.fp})
 		fields = append(fields, n, string(b))
 		q.savedID = g.ID
-		written[q] = g.ID
+		written[q] = g
 	}
 	keep := make(map[string]bool, len(l.quotas))
 	for n := range l.quotas {
@@ -127,8 +127,8 @@ func (l *leaser) saveGrants(ctx context.Context, rdb redis.UniversalClient, prun
 		return fmt.Errorf("save grants: %w", err)
 	}
 	l.mu.Lock()
-	for q, id := range written {
-		q.durableID = id // now it may be acknowledged (leaser.renew)
+	for q, g := range written {
+		q.durable = g // now it may be acknowledged (leaser.renew)
 	}
 	l.mu.Unlock()
 	if all == nil {

@@ -154,7 +154,7 @@ func (ta *testAgent) renew(ctx context.Context) error {
 		ta.a.Failed(req, err)
 		return err
 	}
-	g, _, err := leaseapi.DecodeGrant(resp.Grants[0], policy.TokenBucket, resp.Epoch)
+	g, _, err := leaseapi.DecodeGrant(resp.Grants[0], policy.TokenBucket, resp.Epoch, lease.Grant{})
 	if err != nil {
 		ta.a.Failed(req, err)
 		return err

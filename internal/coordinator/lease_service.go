@@ -82,7 +82,12 @@ func (c *Coordinator) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.Leas
 	for i, it := range items {
 		if it.pending != nil {
 			it.q.book.Commit(it.pending)
-			leaseapi.EncodeGrant(it.grant, it.q.full, it.pending.Grant(), c.terms(it.q))
+			var base lease.Grant
+			if b, ok := it.pending.Base(); ok && it.req.IdentityDeltas {
+				base = b
+			}
+			leaseapi.EncodeGrant(it.grant, it.q.full, it.pending.Grant(), base, c.terms(it.q))
+			it.grant.IdentityDemandReset = !it.known
 		}
 		resp.Grants[i] = it.grant
 	}
@@ -96,6 +101,7 @@ type leaseItem struct {
 	q       *quota // nil for an unknown quota
 	pending *lease.Pending
 	grant   *pb.QuotaGrant
+	known   bool // the identity plan held the report the request changes
 }
 
 // lockQuotas resolves the quotas req names and locks them in name order,
@@ -138,15 +144,14 @@ func (c *Coordinator) prepare(t *term, now time.Time, req *pb.LeaseRequest, it *
 		leaseapi.EncodeError(it.grant, fmt.Errorf("%w %q", leaseapi.ErrUnknownQuota, it.req.Quota))
 		return lease.LedgerDelta{}
 	case it.q.policy.Scope == policy.ScopeRegion:
-		leaseapi.EncodeGrant(it.grant, it.q.full, lease.Grant{ID: "region", Amount: it.q.full.Amount(), Epoch: t.epoch, ValidFor: c.cfg.Timing.ValidFor}, c.terms(it.q))
+		leaseapi.EncodeGrant(it.grant, it.q.full, lease.Grant{ID: "region", Amount: it.q.full.Amount(), Epoch: t.epoch, ValidFor: c.cfg.Timing.ValidFor}, lease.Grant{}, c.terms(it.q))
 		return lease.LedgerDelta{}
 	}
 	// No region can use more than the whole quota: a larger demand is
 	// capped there, so an inflated report cannot weigh more than that.
 	demand := min(max(it.req.Demand, 0), it.q.book.Total())
-	r := lease.Renewal{Region: req.Region, Instance: req.Instance, Nonce: req.Nonce, Seq: it.req.Seq, GrantID: it.req.GrantId, Demand: demand,
-		Identities: it.req.IdentityDemand}
-	it.q.ids.Report(req.Region, req.Instance, capDemands(it.req.IdentityDemand, it.q.book.Total()))
+	r := lease.Renewal{Region: req.Region, Instance: req.Instance, Nonce: req.Nonce, Seq: it.req.Seq, GrantID: it.req.GrantId, Demand: demand}
+	it.known = it.q.ids.Update(req.Region, req.Instance, req.Nonce, int(it.req.IdentityDemandHeld), capDemands(it.req.IdentityDemand, it.q.book.Total()))
 	aim := lease.Targets{Default: lease.Target(it.q.policy, it.q.targets, req.Region, demand), Identities: it.q.ids.Targets(req.Region)}
 	p, err := it.q.book.PrepareTargets(now, r, aim)
 	if err != nil {

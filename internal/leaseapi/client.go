@@ -155,7 +155,8 @@ func (c *Client) Conn(addr string) (*grpc.ClientConn, error) {
 	if cc := c.conns[addr]; cc != nil {
 		return cc, nil
 	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(c.creds), grpc.WithUnaryInterceptor(c.stampCluster))
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(c.creds), grpc.WithUnaryInterceptor(c.stampCluster),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxAnswerBytes)))
 	if err != nil {
 		return nil, fmt.Errorf("coordinator %s: %w", addr, err)
 	}

@@ -1,11 +1,11 @@
 package leaseapi
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
@@ -28,8 +28,16 @@ const (
 	// agents split larger renewals.
 	MaxQuotasPerRequest = 1000
 	// MaxIdentityDemands bounds the identity demands one quota's renewal
-	// reports; an agent sends the hottest.
-	MaxIdentityDemands = 1000
+	// reports; an agent sends the largest changes
+	// (lease.DemandReport.Changes).
+	MaxIdentityDemands = lease.MaxDemandChanges
+	// MaxRequestBytes bounds the quotas' encoded size in one Lease
+	// request, well under the coordinator's 4 MiB limit on a message.
+	MaxRequestBytes = 1 << 20
+	// MaxAnswerBytes bounds an answer a client takes: a grant given whole
+	// (to an agent that presents none) carries every identity share of
+	// its quota, up to 100,000, more than gRPC's default 4 MiB.
+	MaxAnswerBytes = 64 << 20
 )
 
 // ErrUnknownQuota reports a quota (policy) the coordinator does not have.
@@ -53,11 +61,16 @@ type Terms struct {
 }
 
 // EncodeGrant writes grant g of a quota with full limits into out: the
-// share as rate and burst (capacity) in micro-units, and the terms.
-func EncodeGrant(out *pb.QuotaGrant, full policy.Limits, g lease.Grant, t Terms) {
+// share as rate and burst (capacity) in micro-units, the identity shares
+// (whole, or as changes to base when base names a grant), and the terms.
+func EncodeGrant(out *pb.QuotaGrant, full policy.Limits, g, base lease.Grant, t Terms) {
 	l, _ := full.Share(g.Amount)
 	out.GrantId, out.Rate, out.Burst = g.ID, l.Rate, l.Capacity
 	out.IdentityAmounts = g.Identities
+	if base.ID != "" {
+		out.IdentityBase = base.ID
+		out.IdentityAmounts, out.IdentityDefault = lease.DiffIdentities(base.Identities, g.Identities)
+	}
 	out.ValidForMs = g.ValidFor.Milliseconds()
 	out.RenewAfterMs = t.RenewAfter.Milliseconds()
 	if g.RenewAfter > 0 && g.RenewAfter < t.RenewAfter { // a shrink others wait for: acknowledge it soon
@@ -85,10 +98,16 @@ func EncodeError(out *pb.QuotaGrant, err error) {
 	}
 }
 
-// DecodeGrant reads g, the answer for a quota whose algorithm is alg: the
-// grant (its amount in the quota's unit, policy.Limits.Amount) and terms,
-// or the refusal as an error wrapping the sentinel its code names.
-func DecodeGrant(g *pb.QuotaGrant, alg policy.Algorithm, epoch int64) (lease.Grant, Terms, error) {
+// ErrIdentityBase reports a grant whose identity shares change another
+// grant than the one the agent presented.
+var ErrIdentityBase = errors.New("the grant's identity shares change a grant this agent did not present")
+
+// DecodeGrant reads g, the answer for a quota whose algorithm is alg, to a
+// request that presented base: the grant (its amount in the quota's unit,
+// policy.Limits.Amount; its identity shares whole, or base's changed as g
+// says) and terms, or the refusal as an error wrapping the sentinel its
+// code names.
+func DecodeGrant(g *pb.QuotaGrant, alg policy.Algorithm, epoch int64, base lease.Grant) (lease.Grant, Terms, error) {
 	if g.Error != "" || g.GrantId == "" {
 		return lease.Grant{}, Terms{}, grantError(g)
 	}
@@ -99,6 +118,12 @@ func DecodeGrant(g *pb.QuotaGrant, alg policy.Algorithm, epoch int64) (lease.Gra
 			ids = make(map[string]int64, len(g.IdentityAmounts))
 		}
 		ids[id] = max(a, 0)
+	}
+	if g.IdentityBase != "" {
+		if g.IdentityBase != base.ID {
+			return lease.Grant{}, Terms{}, fmt.Errorf("quota %s: grant %s changes %q, presented %q: %w", g.Quota, g.GrantId, g.IdentityBase, base.ID, ErrIdentityBase)
+		}
+		ids = lease.ApplyIdentities(base.Identities, ids, g.IdentityDefault)
 	}
 	return lease.Grant{ID: g.GrantId, Amount: amount, Identities: ids, Epoch: epoch, ValidFor: time.Duration(g.ValidForMs) * time.Millisecond},
 		Terms{RenewAfter: time.Duration(g.RenewAfterMs) * time.Millisecond, DegradedTimeout: time.Duration(g.DegradedTimeoutMs) * time.Millisecond,
@@ -157,20 +182,25 @@ func (b ByQuota) Lookup(quota string) (*pb.QuotaGrant, error) {
 	return g, nil
 }
 
-// Hottest returns the n largest entries of demands (all of them when there
-// are no more than n), ties broken by name, so a report stays bounded.
-func Hottest(demands map[string]int64, n int) map[string]int64 {
-	if len(demands) <= n {
-		return demands
+// Part is the quotas [Start, End) of a renewal sent in one request.
+type Part struct{ Start, End int }
+
+// Split cuts a renewal's quotas into requests of at most
+// MaxQuotasPerRequest quotas and MaxRequestBytes encoded bytes (a quota
+// larger than that alone goes in a request of its own), in order.
+func Split(quotas []*pb.QuotaRequest) []Part {
+	var parts []Part
+	start, size := 0, 0
+	for i, q := range quotas {
+		n := proto.Size(q)
+		if i > start && (i-start == MaxQuotasPerRequest || size+n > MaxRequestBytes) {
+			parts = append(parts, Part{start, i})
+			start, size = i, 0
+		}
+		size += n
 	}
-	ids := make([]string, 0, len(demands))
-	for id := range demands {
-		ids = append(ids, id)
+	if start < len(quotas) {
+		parts = append(parts, Part{start, len(quotas)})
 	}
-	slices.SortFunc(ids, func(a, b string) int { return cmp.Or(cmp.Compare(demands[b], demands[a]), cmp.Compare(a, b)) })
-	out := make(map[string]int64, n)
-	for _, id := range ids[:n] {
-		out[id] = demands[id]
-	}
-	return out
+	return parts
 }

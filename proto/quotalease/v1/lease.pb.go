@@ -177,10 +177,22 @@ type QuotaRequest struct {
 	// answered an older request.
 	Seq uint64 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
 	// IdentityDemand is the demand (amount units, summed like demand) of the
-	// identities that may need shares of their own: those over the region's
-	// default share, and those its grant gives shares of their own (0 when
-	// idle). At most 1,000 entries.
+	// identities that may need shares of their own (those over the region's
+	// default share, and those its grant gives shares of their own), as
+	// changes to what the coordinator holds for this instance: an entry sets
+	// an identity's demand, 0 removes it. At most 2,000 entries; the agent
+	// sends the largest changes first and the rest with later renewals.
 	IdentityDemand map[string]int64 `protobuf:"bytes,6,rep,name=identity_demand,json=identityDemand,proto3" json:"identity_demand,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// IdentityDemandHeld is how many identity demands the agent believes
+	// the coordinator holds for this instance. When the coordinator holds
+	// another number (a new leader, a restarted agent), it starts this
+	// instance's report afresh from identity_demand and says so
+	// (QuotaGrant.identity_demand_reset). An agent that sends whole reports
+	// leaves it 0.
+	IdentityDemandHeld int32 `protobuf:"varint,7,opt,name=identity_demand_held,json=identityDemandHeld,proto3" json:"identity_demand_held,omitempty"`
+	// IdentityDeltas says the agent reads a grant's identity shares as
+	// changes to the grant it presents (QuotaGrant.identity_base).
+	IdentityDeltas bool `protobuf:"varint,8,opt,name=identity_deltas,json=identityDeltas,proto3" json:"identity_deltas,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -248,6 +260,20 @@ func (x *QuotaRequest) GetIdentityDemand() map[string]int64 {
 		return x.IdentityDemand
 	}
 	return nil
+}
+
+func (x *QuotaRequest) GetIdentityDemandHeld() int32 {
+	if x != nil {
+		return x.IdentityDemandHeld
+	}
+	return 0
+}
+
+func (x *QuotaRequest) GetIdentityDeltas() bool {
+	if x != nil {
+		return x.IdentityDeltas
+	}
+	return false
 }
 
 type LeaseResponse struct {
@@ -345,6 +371,19 @@ type QuotaGrant struct {
 	// grant, each its amount (the quota's amount unit, as demand); every
 	// other identity is enforced at rate and burst, the default share.
 	IdentityAmounts map[string]int64 `protobuf:"bytes,12,rep,name=identity_amounts,json=identityAmounts,proto3" json:"identity_amounts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// IdentityDemandReset says the coordinator held another report of this
+	// instance's identity demands than identity_demand_held claimed, and now
+	// holds only the request's identity_demand: the agent sends the rest
+	// again.
+	IdentityDemandReset bool `protobuf:"varint,13,opt,name=identity_demand_reset,json=identityDemandReset,proto3" json:"identity_demand_reset,omitempty"`
+	// IdentityBase, when set, is the grant id (the one the agent presented)
+	// that identity_amounts and identity_default change: identity_amounts
+	// then holds only the identities whose amount changed, and
+	// identity_default those that go back to the default share. Empty: the
+	// identity shares are given whole. Only for agents that asked for it
+	// (QuotaRequest.identity_deltas).
+	IdentityBase    string   `protobuf:"bytes,14,opt,name=identity_base,json=identityBase,proto3" json:"identity_base,omitempty"`
+	IdentityDefault []string `protobuf:"bytes,15,rep,name=identity_default,json=identityDefault,proto3" json:"identity_default,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -456,6 +495,27 @@ func (x *QuotaGrant) GetIdentityAmounts() map[string]int64 {
 	return nil
 }
 
+func (x *QuotaGrant) GetIdentityDemandReset() bool {
+	if x != nil {
+		return x.IdentityDemandReset
+	}
+	return false
+}
+
+func (x *QuotaGrant) GetIdentityBase() string {
+	if x != nil {
+		return x.IdentityBase
+	}
+	return ""
+}
+
+func (x *QuotaGrant) GetIdentityDefault() []string {
+	if x != nil {
+		return x.IdentityDefault
+	}
+	return nil
+}
+
 var File_quotalease_v1_lease_proto protoreflect.FileDescriptor
 
 const file_quotalease_v1_lease_proto_rawDesc = "" +
@@ -465,20 +525,22 @@ const file_quotalease_v1_lease_proto_rawDesc = "" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x1a\n" +
 	"\binstance\x18\x02 \x01(\tR\binstance\x12\x14\n" +
 	"\x05nonce\x18\x03 \x01(\tR\x05nonce\x123\n" +
-	"\x06quotas\x18\x04 \x03(\v2\x1b.quotalease.v1.QuotaRequestR\x06quotas\"\x92\x02\n" +
+	"\x06quotas\x18\x04 \x03(\v2\x1b.quotalease.v1.QuotaRequestR\x06quotas\"\xed\x02\n" +
 	"\fQuotaRequest\x12\x14\n" +
 	"\x05quota\x18\x01 \x01(\tR\x05quota\x12\x19\n" +
 	"\bgrant_id\x18\x02 \x01(\tR\agrantId\x12\x16\n" +
 	"\x06demand\x18\x03 \x01(\x03R\x06demand\x12\x10\n" +
 	"\x03seq\x18\x05 \x01(\x04R\x03seq\x12X\n" +
-	"\x0fidentity_demand\x18\x06 \x03(\v2/.quotalease.v1.QuotaRequest.IdentityDemandEntryR\x0eidentityDemand\x1aA\n" +
+	"\x0fidentity_demand\x18\x06 \x03(\v2/.quotalease.v1.QuotaRequest.IdentityDemandEntryR\x0eidentityDemand\x120\n" +
+	"\x14identity_demand_held\x18\a \x01(\x05R\x12identityDemandHeld\x12'\n" +
+	"\x0fidentity_deltas\x18\b \x01(\bR\x0eidentityDeltas\x1aA\n" +
 	"\x13IdentityDemandEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01J\x04\b\x04\x10\x05R\x04used\"}\n" +
 	"\rLeaseResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x03R\x05epoch\x121\n" +
 	"\x06grants\x18\x02 \x03(\v2\x19.quotalease.v1.QuotaGrantR\x06grants\x12#\n" +
-	"\rassumed_drift\x18\x03 \x01(\x01R\fassumedDrift\"\x88\x04\n" +
+	"\rassumed_drift\x18\x03 \x01(\x01R\fassumedDrift\"\x8c\x05\n" +
 	"\n" +
 	"QuotaGrant\x12\x14\n" +
 	"\x05quota\x18\x01 \x01(\tR\x05quota\x12\x14\n" +
@@ -493,7 +555,10 @@ const file_quotalease_v1_lease_proto_rawDesc = "" +
 	"\x13degraded_timeout_ms\x18\n" +
 	" \x01(\x03R\x11degradedTimeoutMs\x12-\n" +
 	"\x12policy_fingerprint\x18\v \x01(\x04R\x11policyFingerprint\x12Y\n" +
-	"\x10identity_amounts\x18\f \x03(\v2..quotalease.v1.QuotaGrant.IdentityAmountsEntryR\x0fidentityAmounts\x1aB\n" +
+	"\x10identity_amounts\x18\f \x03(\v2..quotalease.v1.QuotaGrant.IdentityAmountsEntryR\x0fidentityAmounts\x122\n" +
+	"\x15identity_demand_reset\x18\r \x01(\bR\x13identityDemandReset\x12#\n" +
+	"\ridentity_base\x18\x0e \x01(\tR\fidentityBase\x12)\n" +
+	"\x10identity_default\x18\x0f \x03(\tR\x0fidentityDefault\x1aB\n" +
 	"\x14IdentityAmountsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01J\x04\b\a\x10\bR\x0epolicy_version*\xa8\x01\n" +
