@@ -3,7 +3,6 @@ package lease
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"sort"
 	"strconv"
 	"strings"
@@ -178,7 +177,14 @@ func (b *Book) contribution(g issued, amount int64, now time.Time) int64 {
 	if !Reserved(b.failure) || since >= b.timing.DegradedTimeout {
 		return 0
 	}
-	return DegradedBudget(b.failure, b.total, amount, since)
+	// The grant's own total, not the book's: the agent falls back from
+	// the lower of it and its policy's, and may not know yet of a limit
+	// changed since the grant was issued.
+	total := b.total
+	if g.Total > 0 {
+		total = g.Total
+	}
+	return DegradedBudget(b.failure, total, amount, since)
 }
 
 // lapsed reports whether process p's grants have all expired, and since.
@@ -343,19 +349,16 @@ func (b *Book) PrepareTargets(now time.Time, r Renewal, t Targets) (*Pending, er
 	}
 	rec.Demand = r.Demand
 
-	amount, own := b.shares(r.Region, t, now)
 	cur := rec.current()
-	if maps.Equal(cur.Identities, own) {
-		own = cur.Identities // grants share an unchanged map: memory follows changes
-	}
-	g := Grant{ID: fmt.Sprintf("%d.%d", b.epoch, b.seq+1), Amount: amount, Identities: own, Epoch: b.epoch, ValidFor: b.timing.ValidFor}
+	amount, own, changed := b.shares(r.Region, cur.Grant, t, now)
+	g := Grant{ID: fmt.Sprintf("%d.%d", b.epoch, b.seq+1), Amount: amount, Identities: own, Epoch: b.epoch, ValidFor: b.timing.ValidFor, Total: b.total}
 	if b.shrinks(rec, g, now) {
 		// Another region may be waiting for what this grant gives back: the
 		// agent acknowledges it soon instead of at a third of its validity.
 		g.RenewAfter = b.timing.ValidFor / shrinkRenewals
 	}
 	isNew := true
-	if cur.ID != "" && cur.ID == r.GrantID && cur.Amount == amount && maps.Equal(cur.Identities, own) && cur.Epoch == b.epoch && now.Before(cur.end()) {
+	if cur.ID != "" && cur.ID == r.GrantID && cur.Amount == amount && !changed && cur.Total == b.total && cur.Epoch == b.epoch && now.Before(cur.end()) {
 		g.ID, isNew = cur.ID, false // an unchanged share keeps its id
 		p.out = p.out[:len(p.out)-1]
 	}
@@ -367,7 +370,7 @@ func (b *Book) PrepareTargets(now time.Time, r Renewal, t Targets) (*Pending, er
 	if e := b.enforcing(rec, now); e > rec.Persisted {
 		rec.Persisted = e
 		pe.ledger = LedgerDelta{
-			Raise: []LedgerMark{{Region: r.Region, Instance: r.Instance, Nonce: r.Nonce, GrantID: g.ID, Amount: e}},
+			Raise: []LedgerMark{{Region: r.Region, Instance: r.Instance, Nonce: r.Nonce, GrantID: g.ID, Amount: e, Total: grantsTotal(rec)}},
 			Lower: b.lowered(now, r.Region),
 		}
 	}
@@ -394,32 +397,60 @@ func (b *Book) shrinks(rec *Record, g Grant, now time.Time) bool {
 }
 
 // shares computes region's default share and its identities' own ones at
-// now, aiming at t. The default is capped at what the other regions leave
-// free for the identities no grant names; an identity's own share at what
-// they leave free for it. An identity held somewhere but not in t goes back
-// to the default here only when the default fits what is free for it;
-// until then it keeps a share of its own, at most the default.
-func (b *Book) shares(region string, t Targets, now time.Time) (int64, map[string]int64) {
-	amount := min(max(t.Default, 0), b.Available(region, now))
-	var own map[string]int64
+// now, aiming at t, as changes to cur (the region's current grant). The
+// default is capped at what the other regions leave free for the
+// identities no grant names; an identity's own share at what they leave
+// free for it. An identity held somewhere but not in t goes back to the
+// default here only when the default fits what is free for it; until then
+// it keeps a share of its own, at most the default. The identity shares
+// are cur's own map when nothing changed, else a new one: grants share
+// unchanged maps, so memory follows what changes.
+func (b *Book) shares(region string, cur Grant, t Targets, now time.Time) (amount int64, own map[string]int64, changed bool) {
+	amount = min(max(t.Default, 0), b.Available(region, now))
+	var set map[string]int64 // what differs from cur
+	kept := 0                // cur's entries given unchanged
 	give := func(id string, a int64) {
-		if own == nil {
-			own = map[string]int64{}
+		if old, ok := cur.Identities[id]; ok && old == a {
+			kept++
+			return
 		}
-		own[id] = a
+		if set == nil {
+			set = map[string]int64{}
+		}
+		set[id] = a
 	}
 	for id, want := range t.Identities {
 		give(id, min(max(want, 0), b.AvailableFor(region, id, now)))
 	}
-	for id := range b.owners() {
-		if _, ok := t.Identities[id]; ok {
-			continue
-		}
-		if free := b.AvailableFor(region, id, now); free < amount {
-			give(id, free)
+	var held map[string]bool // held somewhere, not in t, and still needing a share here
+	for _, r := range b.regions {
+		for _, p := range r.procs {
+			for _, g := range p.out {
+				for id := range g.Identities {
+					if _, ok := t.Identities[id]; ok || held[id] {
+						continue
+					}
+					if free := b.AvailableFor(region, id, now); free < amount {
+						if held == nil {
+							held = map[string]bool{}
+						}
+						held[id] = true
+						give(id, free)
+					}
+				}
+			}
 		}
 	}
-	return amount, own
+	if len(set) == 0 && kept == len(cur.Identities) {
+		return amount, cur.Identities, false
+	}
+	var unset []string
+	for id := range cur.Identities {
+		if _, ok := t.Identities[id]; !ok && !held[id] {
+			unset = append(unset, id) // back to the default
+		}
+	}
+	return amount, ApplyIdentities(cur.Identities, set, unset), true
 }
 
 // owners returns the identities with shares of their own in any region's
@@ -503,6 +534,7 @@ func fold(out []issued) []issued {
 	}
 	for _, g := range out[1:n] {
 		f.Amount = max(f.Amount, g.Amount)
+		f.Total = max(f.Total, g.Total)
 		f.Seq = max(f.Seq, g.Seq)
 		if g.end().After(end) {
 			end = g.end()
@@ -552,11 +584,12 @@ func (b *Book) Release(region string, now time.Time) error {
 
 // Restore loads a region from the durable ledger after a leader change.
 // Its lease is assumed granted at now at the persisted amount, the most
-// the region may be enforcing, so the new leader honours it for a full
-// lease without needing the old leader's clock. The agent's grant id is
-// recognized so its renewal acknowledges it.
-func (b *Book) Restore(region, instance, nonce, grantID string, amount int64, now time.Time) {
-	g := issued{Grant: Grant{ID: grantID, Amount: amount, Epoch: b.epoch, ValidFor: b.timing.ValidFor}, At: now, restored: true}
+// the region may be enforcing, under total (the largest total its grants
+// were issued under; 0 for the book's), so the new leader honours it for
+// a full lease without needing the old leader's clock. The agent's grant
+// id is recognized so its renewal acknowledges it.
+func (b *Book) Restore(region, instance, nonce, grantID string, amount, total int64, now time.Time) {
+	g := issued{Grant: Grant{ID: grantID, Amount: amount, Epoch: b.epoch, ValidFor: b.timing.ValidFor, Total: total}, At: now, restored: true}
 	b.regions[region] = &Record{Region: region, Instance: instance, Nonce: nonce, Persisted: amount,
 		procs: []*process{{nonce: nonce, out: []issued{g}}}, latest: map[string]string{instance: nonce}}
 }
@@ -672,4 +705,17 @@ func (b *Book) Current(region string) (g Grant, instance, nonce string, ok bool)
 		return Grant{}, "", "", false
 	}
 	return r.current().Grant, r.Instance, r.Nonce, true
+}
+
+// grantsTotal is the largest total rec's outstanding grants were issued
+// under: the ledger keeps it with the region's mark, so a new leader
+// reserves the degraded budget the region's agent may fall back to.
+func grantsTotal(rec *Record) int64 {
+	var t int64
+	for _, p := range rec.procs {
+		for _, g := range p.out {
+			t = max(t, g.Total)
+		}
+	}
+	return t
 }

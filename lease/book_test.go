@@ -294,7 +294,7 @@ func TestBookRefusals(t *testing.T) {
 func TestBookRestoreHonoursFullLease(t *testing.T) {
 	b := NewBook(100, policy.Failure{Mode: policy.FailClosed}, Timing{ValidFor: time.Second}, 9)
 	t0 := time.Unix(50, 0)
-	b.Restore("us", "a", "n", "8.4", 70, t0)
+	b.Restore("us", "a", "n", "8.4", 70, 0, t0)
 	if a := b.Available("eu", t0.Add(999*time.Millisecond)); a != 30 {
 		t.Fatalf("available %d under a restored grant, want 30", a)
 	}
@@ -375,5 +375,48 @@ func TestHolderRenewsOnTheGrantsDuration(t *testing.T) {
 	}
 	if a.NeedsRenewal(t0.Add(500 * time.Millisecond)) {
 		t.Fatal("renewal due after only 500 ms of a 2 s lease")
+	}
+}
+
+// A limit lowered while a region is cut off: its agent falls back from its
+// last grant with the policy it has, the old one. The book reserves the
+// degraded budget from the total the grant was issued under, and an agent
+// given a grant under the lower total before it reloads its policies
+// falls back from that one.
+func TestLoweredLimitWhileCutOff(t *testing.T) {
+	timing := Timing{ValidFor: time.Second, DegradedTimeout: time.Minute}
+	f := policy.Failure{Mode: policy.StaticShare, StaticFraction: 0.2}
+	b := NewBook(150, f, timing, 1)
+	t0 := time.Unix(0, 0)
+	p, err := b.PrepareTargets(t0, Renewal{Region: "us", Instance: "a", Nonce: "n", Seq: 1}, Targets{Default: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Commit(p)
+	agent := NewHolder(timing, f, 150)
+	req := agent.Sending(t0)
+	agent.Granted(req, p.Grant())
+	b.SetQuota(50, f) // the agent is cut off and never hears of it
+	later := t0.Add(2 * time.Second)
+	enforced, mode := agent.Enforce(later)
+	if mode != ModeDegraded || enforced != 30 {
+		t.Fatalf("the agent enforces %d (%s), want its static share of the old limit, 30 (degraded)", enforced, mode)
+	}
+	if booked := b.Enforcing("us", later); booked < enforced {
+		t.Fatalf("the book reserves %d for us, which enforces %d", booked, enforced)
+	}
+
+	// A grant under the lowered total, to an agent that still has the old
+	// policy: it falls back from the lower total.
+	p, err = b.PrepareTargets(later, Renewal{Region: "eu", Instance: "b", Nonce: "m", Seq: 1}, Targets{Default: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Commit(p)
+	eu := NewHolder(timing, f, 150)
+	eu.Granted(eu.Sending(later), p.Grant())
+	end := later.Add(2 * time.Second)
+	if got, _ := eu.EnforceFor("", end); got > b.Enforcing("eu", end) || got != 10 {
+		t.Fatalf("eu enforces %d, the book reserves %d; want 10 (a fifth of the lowered limit)", got, b.Enforcing("eu", end))
 	}
 }

@@ -29,6 +29,21 @@ type Grant struct {
 	// request's send time; 0, or not before the agent's validity ends,
 	// means the agent's own Timing.RenewAfter.
 	RenewAfter time.Duration
+	// Total is the quota's total amount when the grant was issued (0:
+	// unknown). The degraded budget falling back from the grant is
+	// computed from it, the lower of it and the agent's policy's total
+	// (DegradedTotal): an agent cut off before it learns of a lowered limit
+	// then falls back to no more than the coordinator reserves for it.
+	Total int64
+}
+
+// DegradedTotal is the total the degraded budget falling back from g is
+// computed from, for an agent (or book) whose policy's total is total.
+func (g Grant) DegradedTotal(total int64) int64 {
+	if g.Total > 0 {
+		return min(total, g.Total)
+	}
+	return total
 }
 
 // AmountFor is the share g gives identity: its own, or the default.

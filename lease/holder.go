@@ -241,7 +241,7 @@ func (a *Holder) EnforceFor(identity string, now time.Time) (int64, Mode) {
 		// Measure the decay as if this clock were slow, so the agent's
 		// budget never exceeds what the coordinator still reserves.
 		since += a.timing.driftOf(since)
-		return DegradedBudget(a.failure, a.total, a.grant.AmountFor(identity), since), ModeDegraded
+		return DegradedBudget(a.failure, a.grant.DegradedTotal(a.total), a.grant.AmountFor(identity), since), ModeDegraded
 	default: // Expired
 		return 0, ModeDegraded
 	}

@@ -10,9 +10,8 @@ import (
 
 // BenchmarkIdentityRenewal is one region's renewal (PrepareTargets and
 // Commit) on a quota whose n identities hold shares of their own in three
-// regions: the coordinator's cost per renewal grows with n, since each
-// renewal's grant carries every identity and the book scans every
-// outstanding grant.
+// regions, when nothing changes: the coordinator's cost per renewal grows
+// with n, since the book checks what is free for every identity.
 func BenchmarkIdentityRenewal(b *testing.B) {
 	for _, n := range []int{10, 100, 1000} {
 		b.Run(fmt.Sprintf("identities=%d", n), func(b *testing.B) {
@@ -52,6 +51,57 @@ func BenchmarkIdentityRenewal(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				renew(regions[i%3])
+			}
+		})
+	}
+}
+
+// BenchmarkIdentityRound is the coordinator's work for one quota per
+// renewal round with n identities holding shares of their own in three
+// regions, each homed in one: a planning round (IdentityPlan.Plan) and
+// each region's renewal (its report's changes, its targets,
+// PrepareTargets and Commit).
+func BenchmarkIdentityRound(b *testing.B) {
+	for _, n := range []int{1000, 10_000, 100_000} {
+		b.Run(fmt.Sprintf("identities=%d", n), func(b *testing.B) {
+			const total = 10 * policy.Micro
+			timing := Timing{ValidFor: 10 * time.Second, Drift: 1e-4, Margin: 10 * time.Millisecond, DegradedTimeout: time.Minute}
+			book := NewBook(total, policy.Failure{Mode: policy.StaticShare, StaticFraction: 0.1}, timing, 1)
+			plan := NewIdentityPlan(n)
+			regions := []string{"us", "eu", "ap"}
+			defaults := map[string]int64{"us": total / 3, "eu": total / 3, "ap": total / 3}
+			reports := make([]map[string]int64, 3)
+			for i := range regions {
+				reports[i] = map[string]int64{}
+				for k := i; k < n; k += 3 {
+					reports[i][fmt.Sprint("tenant=", k)] = total * 12 / 10
+				}
+				plan.Update(regions[i], regions[i], "n", 0, reports[i])
+			}
+			now := time.Unix(1000, 0)
+			ids := map[string]string{}
+			seq := uint64(0)
+			round := func() {
+				plan.Plan(total, defaults)
+				for i, r := range regions {
+					seq++
+					plan.Update(r, r, "n", len(reports[i]), nil)
+					p, err := book.PrepareTargets(now, Renewal{Region: r, Instance: r, Nonce: "n-" + r, Seq: seq, GrantID: ids[r]},
+						Targets{Default: defaults[r], Identities: plan.Targets(r)})
+					if err != nil {
+						b.Fatal(err)
+					}
+					book.Commit(p)
+					ids[r] = p.Grant().ID
+				}
+				now = now.Add(time.Second)
+			}
+			for k := 0; k < 4; k++ { // shares settle: every region acknowledges
+				round()
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				round()
 			}
 		})
 	}

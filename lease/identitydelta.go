@@ -2,6 +2,7 @@ package lease
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 )
 
@@ -38,9 +39,9 @@ func ApplyIdentities(base, set map[string]int64, unset []string) map[string]int6
 	if len(set) == 0 && len(unset) == 0 {
 		return base
 	}
-	out := make(map[string]int64, len(base)+len(set))
-	for id, a := range base {
-		out[id] = a
+	out := maps.Clone(base)
+	if out == nil {
+		out = make(map[string]int64, len(set))
 	}
 	for _, id := range unset {
 		delete(out, id)

@@ -2,6 +2,8 @@ package lease
 
 import (
 	"cmp"
+	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/quota-lease/quota-lease/allocation"
@@ -37,6 +39,14 @@ type IdentityPlan struct {
 	demand  map[string]map[string]int64 // identity -> region -> demand, summed over the region's instances
 	targets map[string]map[string]int64 // identity -> region -> target
 	idle    map[string]int              // planned identity -> rounds without demand
+	// dirty are the identities whose demand changed since the last round:
+	// only their splits are computed again (all of them when the total or
+	// the regions changed, which inputs says).
+	dirty  map[string]bool
+	inputs string
+	// byRegion is targets by region, kept in step with it, so that a
+	// region's renewal reads its targets without building them.
+	byRegion map[string]map[string]int64
 	// Unfit counts the identities that asked for shares of their own in the
 	// last round and did not get them: max was reached.
 	Unfit int
@@ -61,7 +71,7 @@ const reportRounds = 30
 // NewIdentityPlan returns an empty plan of at most max identity shares.
 func NewIdentityPlan(max int) *IdentityPlan {
 	return &IdentityPlan{max: max, reports: map[instanceOf]*report{}, demand: map[string]map[string]int64{},
-		targets: map[string]map[string]int64{}, idle: map[string]int{}}
+		targets: map[string]map[string]int64{}, idle: map[string]int{}, dirty: map[string]bool{}, byRegion: map[string]map[string]int64{}}
 }
 
 // Update applies an agent instance's changed identity demands (amount
@@ -111,6 +121,7 @@ func (p *IdentityPlan) add(id, region string, d int64) {
 	if d == 0 {
 		return
 	}
+	p.dirty[id] = true
 	by := p.demand[id]
 	if by == nil {
 		by = map[string]int64{}
@@ -141,8 +152,7 @@ func (p *IdentityPlan) Plan(total int64, defaults map[string]int64) {
 		if p.over(id, defaults) {
 			p.idle[id] = 0
 		} else if p.idle[id]++; p.idle[id] >= identityIdleRounds {
-			delete(p.targets, id)
-			delete(p.idle, id)
+			p.drop(id)
 		}
 	}
 	var want []string
@@ -158,11 +168,22 @@ func (p *IdentityPlan) Plan(total int64, defaults map[string]int64) {
 		p.targets[id] = nil
 		p.idle[id] = 0
 	}
+	regions := slices.Sorted(maps.Keys(defaults))
+	all := false
+	if in := fmt.Sprint(total, regions); in != p.inputs {
+		p.inputs, all = in, true
+		clear(p.byRegion)
+		for _, r := range regions {
+			p.byRegion[r] = map[string]int64{}
+		}
+	}
 	for id, prev := range p.targets {
-		next := p.split(id, total, defaults)
+		if prev != nil && !all && !p.dirty[id] {
+			continue // its demand did not change: neither does its split
+		}
+		next := p.split(id, total, regions)
 		if next == nil {
-			delete(p.targets, id) // no split: back to the default
-			delete(p.idle, id)
+			p.drop(id) // no split: back to the default
 			continue
 		}
 		for region, t := range next { // damped: small moves are not worth a grant
@@ -171,6 +192,19 @@ func (p *IdentityPlan) Plan(total int64, defaults map[string]int64) {
 			}
 		}
 		p.targets[id] = next
+		for region, m := range p.byRegion {
+			m[id] = next[region]
+		}
+	}
+	clear(p.dirty)
+}
+
+// drop gives identity id back to the default shares.
+func (p *IdentityPlan) drop(id string) {
+	delete(p.targets, id)
+	delete(p.idle, id)
+	for _, m := range p.byRegion {
+		delete(m, id)
 	}
 }
 
@@ -185,13 +219,13 @@ func (p *IdentityPlan) over(id string, defaults map[string]int64) bool {
 	return false
 }
 
-// split divides total among the regions for identity id by its demand.
-func (p *IdentityPlan) split(id string, total int64, defaults map[string]int64) map[string]int64 {
-	var in []allocation.Region
-	for region := range defaults {
-		in = append(in, allocation.Region{Name: region, Weight: 1, Demand: min(p.demand[id][region], total)})
+// split divides total among regions (sorted) for identity id by its
+// demand.
+func (p *IdentityPlan) split(id string, total int64, regions []string) map[string]int64 {
+	in := make([]allocation.Region, len(regions))
+	for i, region := range regions {
+		in[i] = allocation.Region{Name: region, Weight: 1, Demand: min(p.demand[id][region], total)}
 	}
-	slices.SortFunc(in, func(a, b allocation.Region) int { return cmp.Compare(a.Name, b.Name) })
 	shares, err := allocation.Allocate(allocation.StrategyDemand, total, in)
 	if err != nil {
 		return nil // cannot happen: no floors
@@ -213,14 +247,18 @@ func (p *IdentityPlan) hottest(id string) int64 {
 }
 
 // Targets returns region's targets for the identities with shares of
-// their own, for its next grant (Targets.Identities).
+// their own, for its next grant (Targets.Identities). The map is the
+// plan's own: callers read it and never change it.
 func (p *IdentityPlan) Targets(region string) map[string]int64 {
-	var out map[string]int64
-	for id, by := range p.targets {
-		if out == nil {
-			out = make(map[string]int64, len(p.targets))
-		}
-		out[id] = by[region]
+	if len(p.targets) == 0 {
+		return nil
+	}
+	if m, ok := p.byRegion[region]; ok {
+		return m
+	}
+	out := make(map[string]int64, len(p.targets)) // a region the last round did not plan: 0 each
+	for id := range p.targets {
+		out[id] = 0
 	}
 	return out
 }

@@ -12,6 +12,9 @@ import (
 type LedgerMark struct {
 	Region, Instance, Nonce, GrantID string
 	Amount                           int64
+	// Total is the largest total the region's grants were issued under
+	// (Grant.Total), for its degraded budget.
+	Total int64
 }
 
 // LedgerDelta is a change the durable ledger must take, in one atomic
@@ -68,7 +71,7 @@ func (b *Book) lowered(now time.Time, except string) []LedgerMark {
 			continue
 		}
 		g, inst, nonce, _ := b.Current(region)
-		out = append(out, LedgerMark{Region: region, Instance: inst, Nonce: nonce, GrantID: g.ID, Amount: amount})
+		out = append(out, LedgerMark{Region: region, Instance: inst, Nonce: nonce, GrantID: g.ID, Amount: amount, Total: grantsTotal(b.regions[region])})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Region < out[j].Region })
 	return out

@@ -492,7 +492,7 @@ func (e *engine) recover() {
 	e.book = lease.NewBook(e.policy.Limits().Amount(), e.policy.Failure, e.timing, e.epoch)
 	for _, r := range slices.Sorted(maps.Keys(e.ledger)) {
 		m := e.ledger[r]
-		e.book.Restore(m.Region, m.Instance, m.Nonce, m.GrantID, m.Amount, e.coordTime())
+		e.book.Restore(m.Region, m.Instance, m.Nonce, m.GrantID, m.Amount, m.Total, e.coordTime())
 	}
 	e.targets = map[string]int64{}
 	e.idPlan = lease.NewIdentityPlan(e.policy.IdentityShareLimit())

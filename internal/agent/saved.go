@@ -43,6 +43,8 @@ type savedGrant struct {
 	// Identities are the grant's identity shares: a restored grant must
 	// enforce them, not the default, for the identities it names.
 	Identities map[string]int64 `json:"identities,omitempty"`
+	// Total is the grant's lease.Grant.Total.
+	Total int64 `json:"total,omitempty"`
 	// ValidUntilMs is when the agent stops trusting the grant (its
 	// AgentValidFor end), wall clock.
 	ValidUntilMs int64 `json:"valid_until_ms"`
@@ -98,7 +100,7 @@ func (l *leaser) saveGrants(ctx context.Context, rdb redis.UniversalClient, prun
 		if q.savedID == g.ID {
 			continue
 		}
-		b, _ := json.Marshal(savedGrant{ID: g.ID, Amount: g.Amount, Identities: g.Identities, ValidUntilMs: now.Add(until.Sub(now)).UnixMilli(),
+		b, _ := json.Marshal(savedGrant{ID: g.ID, Amount: g.Amount, Identities: g.Identities, Total: g.Total, ValidUntilMs: now.Add(until.Sub(now)).UnixMilli(),
 			DegradedTimeoutMs: q.a.DegradedTimeout().Milliseconds(), Fingerprint: q.fp})
 		fields = append(fields, n, string(b))
 		q.savedID = g.ID
@@ -197,7 +199,7 @@ func (l *leaser) restoreGrants(ctx context.Context, rdb redis.UniversalClient, s
 		}
 		left := time.Duration(g.ValidUntilMs-now.UnixMilli())*time.Millisecond - skew
 		q.a.SetDegradedTimeout(time.Duration(g.DegradedTimeoutMs) * time.Millisecond)
-		q.a.Restore(lease.Grant{ID: g.ID, Amount: g.Amount, Identities: g.Identities}, now.Add(left))
+		q.a.Restore(lease.Grant{ID: g.ID, Amount: g.Amount, Identities: g.Identities, Total: g.Total}, now.Add(left))
 		n++
 	}
 	return n, nil

@@ -222,7 +222,7 @@ func (c *Coordinator) lead(ctx context.Context, el *concurrency.Election, ll *le
 	for name, p := range st.policies {
 		q := newQuota(p, c.cfg.Timing, t.epoch)
 		for region, rec := range st.ledger[name] {
-			q.book.Restore(region, rec.Instance, rec.Nonce, rec.GrantID, rec.Amount, now)
+			q.book.Restore(region, rec.Instance, rec.Nonce, rec.GrantID, rec.Amount, rec.Total, now)
 			restored++
 		}
 		t.quotas[name] = q
@@ -423,5 +423,5 @@ func (c *Coordinator) writeLedger(ctx context.Context, t *term, ws ...write) err
 // markOp writes mark m of quota: the one form of a ledger record.
 func (c *Coordinator) markOp(t *term, quota string, m lease.LedgerMark) clientv3.Op {
 	return clientv3.OpPut(c.keys.ledgerEntry(quota, m.Region),
-		mustJSON(ledgerRecord{Instance: m.Instance, Nonce: m.Nonce, GrantID: m.GrantID, Amount: m.Amount, Epoch: t.epoch}))
+		mustJSON(ledgerRecord{Instance: m.Instance, Nonce: m.Nonce, GrantID: m.GrantID, Amount: m.Amount, Total: m.Total, Epoch: t.epoch}))
 }

@@ -56,7 +56,7 @@ func (q *quota) inherit(old *quota, now time.Time) int {
 			continue
 		}
 		amount := min(newTotal, int64(math.Ceil(float64(st.Enforcing)*float64(newTotal)/float64(oldTotal))))
-		q.book.Restore(st.Region+retiredSuffix, st.Instance, "retired", st.GrantID, amount, now)
+		q.book.Restore(st.Region+retiredSuffix, st.Instance, "retired", st.GrantID, amount, 0, now)
 		n++
 	}
 	return n

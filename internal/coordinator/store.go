@@ -46,7 +46,11 @@ type ledgerRecord struct {
 	GrantID  string `json:"grant_id"`
 	// Amount is the most the region may be enforcing (a high-water mark).
 	Amount int64 `json:"amount"`
-	Epoch  int64 `json:"epoch"`
+	// Total is the largest total the region's grants were issued under,
+	// which its degraded budget follows (lease.Grant.Total); absent in
+	// records of older coordinators: the policy's total then.
+	Total int64 `json:"total,omitempty"`
+	Epoch int64 `json:"epoch"`
 }
 
 // state is everything a new leader loads from etcd.

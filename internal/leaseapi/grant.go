@@ -65,7 +65,7 @@ type Terms struct {
 // (whole, or as changes to base when base names a grant), and the terms.
 func EncodeGrant(out *pb.QuotaGrant, full policy.Limits, g, base lease.Grant, t Terms) {
 	l, _ := full.Share(g.Amount)
-	out.GrantId, out.Rate, out.Burst = g.ID, l.Rate, l.Capacity
+	out.GrantId, out.Rate, out.Burst, out.Total = g.ID, l.Rate, l.Capacity, g.Total
 	out.IdentityAmounts = g.Identities
 	if base.ID != "" {
 		out.IdentityBase = base.ID
@@ -125,7 +125,7 @@ func DecodeGrant(g *pb.QuotaGrant, alg policy.Algorithm, epoch int64, base lease
 		}
 		ids = lease.ApplyIdentities(base.Identities, ids, g.IdentityDefault)
 	}
-	return lease.Grant{ID: g.GrantId, Amount: amount, Identities: ids, Epoch: epoch, ValidFor: time.Duration(g.ValidForMs) * time.Millisecond},
+	return lease.Grant{ID: g.GrantId, Amount: amount, Identities: ids, Epoch: epoch, ValidFor: time.Duration(g.ValidForMs) * time.Millisecond, Total: max(g.Total, 0)},
 		Terms{RenewAfter: time.Duration(g.RenewAfterMs) * time.Millisecond, DegradedTimeout: time.Duration(g.DegradedTimeoutMs) * time.Millisecond,
 			Fingerprint: g.PolicyFingerprint}, nil
 }

@@ -314,7 +314,7 @@ func peerRound(b *testing.B, s *peerSystem, l peerLoad, callers int, d time.Dura
 
 // processCPU is the user and system CPU time the processes used so far
 // (/proc/PID/stat, in clock ticks of 1/100 s, Linux's USER_HZ).
-func processCPU(b *testing.B, pids []int) time.Duration {
+func processCPU(b testing.TB, pids []int) time.Duration {
 	var total time.Duration
 	for _, pid := range pids {
 		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
