@@ -21,6 +21,7 @@ import (
 
 	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/clock"
+	"github.com/quota-lease/quota-lease/internal/logs"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
 	"github.com/quota-lease/quota-lease/regional"
@@ -184,6 +185,7 @@ type Agent struct {
 
 	loaded   atomic.Bool  // a policy set is installed
 	health   *redisHealth // how the agent's own round trips to Redis went
+	httpLog  *logs.Paced  // the HTTP listener's and server's log lines
 	savedFP  uint64       // the policy set last saved to Redis (Run's goroutines, one at a time)
 	prune    atomic.Bool  // the policy set changed: drop saved grants of deleted policies
 	inflight atomic.Int64 // checks being decided (a counter: checks may start while Drain waits)
@@ -205,6 +207,7 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, engine: eng, m: m, hot: map[string]*topK{}, refresh: make(chan struct{}, 1), health: newRedisHealth(cfg.Logger, cfg.Clock.Now)}
+	a.httpLog = newHTTPLog(a)
 	a.leaser = newLeaser(cfg.Region, cfg.Instance, cfg.Coordinator, lease.Timing{Drift: cfg.Drift, Margin: cfg.Margin}, cfg.Clock.Now, cfg.Logger, m, a.refreshSoon)
 	a.leaser.rdb = cfg.Redis
 	acfg := admission.DefaultConfig()

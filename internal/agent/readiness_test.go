@@ -11,9 +11,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-lease/quota-lease/admission"
-	"github.com/quota-lease/quota-lease/policy"
 	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/internal/testenv/redistest"
+	"github.com/quota-lease/quota-lease/policy"
 )
 
 // An agent whose checks opened the breaker during a Redis outage becomes
