@@ -111,7 +111,7 @@ func serveFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 	o.tls = mtls.ServerFlags(fs)
 	fs.StringVar(&o.coordCA, "coordinator-tls-ca", os.Getenv("QUOTALEASE_TLS_CA"), "PEM CA that signs the coordinators' certificates; turns TLS on toward them, presenting --tls-cert (the region's identity) as the client certificate (env QUOTALEASE_TLS_CA)")
 	fs.DurationVar(&o.drain, "drain-delay", 0, "on SIGTERM, answer /readyz 503 (and gRPC health NOT_SERVING) for this long while still serving checks, before waiting for in-flight ones and closing: set it to your load balancer's probe period")
-	fs.IntVar(&o.httpConns, "http-max-conns", agent.DefaultMaxHTTPConns, "most open HTTP connections; more wait to be accepted, so slow clients cannot exhaust file descriptors. At most half of them (and 256) may be still handshaking, 32 from one address, for 3 s at most")
+	fs.IntVar(&o.httpConns, "http-max-conns", agent.DefaultMaxHTTPConns, "most open HTTP connections; more wait to be accepted, so slow clients cannot exhaust file descriptors. At most half of them (and 1,024) may be still handshaking, 64 from one address, for 3 s at most")
 	fs.BoolVar(&o.insecure, "insecure", false, "allow listening on a non-loopback address without mutual TLS (anyone who reaches it can check and read metrics)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	fs.BoolVar(&o.logJSON, "log-json", false, "log as JSON lines instead of text")

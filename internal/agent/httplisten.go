@@ -2,7 +2,6 @@ package agent
 
 import (
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -29,7 +28,7 @@ type HTTPListener struct {
 }
 
 // DefaultHTTPListener is TLS as given, at most maxConns connections open,
-// and the handshake package's defaults (3 s, 32 pending per source, 256
+// and the handshake package's defaults (3 s, 64 pending per source, 1,024
 // in all), at most half of maxConns pending, so that handshakes never take
 // every slot.
 func DefaultHTTPListener(tlsCfg *tls.Config, maxConns int) HTTPListener {
@@ -88,9 +87,6 @@ func (a *Agent) ListenHTTP(l net.Listener, h http.Handler, c HTTPListener) (*htt
 // the HTTP listener's handshake.
 func (a *Agent) handshakeFailed(reason string, remote net.Addr, err error) {
 	a.m.handshakeFails.WithLabelValues(reason).Inc()
-	if errors.Is(err, net.ErrClosed) && reason != handshake.ReasonEvicted {
-		return // shutting down
-	}
 	a.httpLog.Warn("handshake-"+reason, "HTTP connection closed before its handshake completed", "reason", reason, "remote", remote.String(), "error", err)
 }
 

@@ -19,11 +19,10 @@ import (
 	"github.com/quota-lease/quota-lease/internal/testenv"
 )
 
-// tlsAgentHTTP serves ra's HTTP API over TLS as the agent serve command
-// does (client certificates optional, required for /v1/check), with the
-// handshake settings changed by mod; it returns the address and a client
-// presenting a region certificate.
-func tlsAgentHTTP(t testing.TB, ra *runningAgent, mod func(*HTTPListener)) (addr string, client *http.Client, clientTLS *tls.Config) {
+// agentTLS returns the TLS configurations of an agent's HTTP listener,
+// as the agent serve command makes it (client certificates optional), and
+// of a client presenting a certificate, from a throwaway CA.
+func agentTLS(t testing.TB) (server, client *tls.Config) {
 	t.Helper()
 	ca, err := devca.New(t.TempDir(), "test")
 	if err != nil {
@@ -37,30 +36,49 @@ func tlsAgentHTTP(t testing.TB, ra *runningAgent, mod func(*HTTPListener)) (addr
 	if err != nil {
 		t.Fatal(err)
 	}
-	srvTLS, err := mtls.ServerOptionalClient(mtls.Files{Cert: srvCert, Key: srvKey, CA: ca.CertFile})
-	if err != nil {
+	if server, err = mtls.ServerOptionalClient(mtls.Files{Cert: srvCert, Key: srvKey, CA: ca.CertFile}); err != nil {
 		t.Fatal(err)
 	}
-	if clientTLS, err = mtls.Client(mtls.Files{Cert: cliCert, Key: cliKey, CA: ca.CertFile}, "localhost"); err != nil {
+	if client, err = mtls.Client(mtls.Files{Cert: cliCert, Key: cliKey, CA: ca.CertFile}, "localhost"); err != nil {
 		t.Fatal(err)
 	}
+	return server, client
+}
+
+// agentHandler is ra's HTTP API as the agent serve command serves it with
+// TLS: /v1/check needs a client certificate.
+func agentHandler(ra *runningAgent) http.Handler {
+	return mtls.RequireClientCert(ra.a.HTTPHandler(), "/metrics", "/healthz", "/readyz")
+}
+
+// tlsAgentHTTP serves ra's HTTP API over TLS (serverTLS) through
+// ListenHTTP, with the listener's settings changed by mod, until the end
+// of t, and returns its address.
+func tlsAgentHTTP(t testing.TB, ra *runningAgent, serverTLS *tls.Config, mod func(*HTTPListener)) string {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	lc := DefaultHTTPListener(srvTLS, DefaultMaxHTTPConns)
+	lc := DefaultHTTPListener(serverTLS, DefaultMaxHTTPConns)
 	if mod != nil {
 		mod(&lc)
 	}
-	srv, hl, err := ra.a.ListenHTTP(l, mtls.RequireClientCert(ra.a.HTTPHandler(), "/metrics", "/healthz", "/readyz"), lc)
+	srv, hl, err := ra.a.ListenHTTP(l, agentHandler(ra), lc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	go srv.Serve(hl)
 	t.Cleanup(func() { srv.Close() })
-	client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: clientTLS, ForceAttemptHTTP2: true}}
-	t.Cleanup(client.CloseIdleConnections)
-	return l.Addr().String(), client, clientTLS
+	return l.Addr().String()
+}
+
+// certClient is an HTTPS client presenting clientTLS's certificate;
+// keepAlive false makes a new connection for every request.
+func certClient(t testing.TB, clientTLS *tls.Config, keepAlive bool) *http.Client {
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: clientTLS, ForceAttemptHTTP2: true, DisableKeepAlives: !keepAlive}}
+	t.Cleanup(c.CloseIdleConnections)
+	return c
 }
 
 // holdIdle opens n TCP connections to addr that send nothing, spread over
@@ -110,9 +128,11 @@ func TestHTTPListenerHoldsUnderIdleHandshakes(t *testing.T) {
 		c.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: &logs})
 	})
 	stderr := captureStdLog(t)
-	addr, client, _ := tlsAgentHTTP(t, ra, func(c *HTTPListener) {
+	serverTLS, clientTLS := agentTLS(t)
+	addr := tlsAgentHTTP(t, ra, serverTLS, func(c *HTTPListener) {
 		c.Handshake.Timeout, c.Handshake.PerSource, c.Handshake.Total = time.Minute, 8, 64
 	})
+	client := certClient(t, clientTLS, false)
 	checkOverHTTP(t, client, addr)
 	before := openFDs(t)
 	const idle, perSource = 320, 8 // five times the pending cap, from 40 sources
@@ -124,8 +144,7 @@ func TestHTTPListenerHoldsUnderIdleHandshakes(t *testing.T) {
 	testenv.WaitFor(t, 10*time.Second, "the idle connections past the caps closed", func() bool {
 		return fails(handshake.ReasonEvicted) >= idle+12-64-4 && fails(handshake.ReasonSourceLimit) >= 4
 	})
-	for i := 0; i < 5; i++ {
-		client.CloseIdleConnections() // each check on a new connection, handshaking among the idle ones
+	for i := 0; i < 5; i++ { // each check on a new connection, handshaking among the idle ones
 		checkOverHTTP(t, client, addr)
 	}
 	// The idle connections' own descriptors (on this, the client side),
@@ -143,7 +162,7 @@ func TestHTTPListenerHoldsUnderIdleHandshakes(t *testing.T) {
 	}
 
 	// A stalled handshake is closed at the deadline.
-	addr, _, _ = tlsAgentHTTP(t, ra, func(c *HTTPListener) { c.Handshake.Timeout = 200 * time.Millisecond })
+	addr = tlsAgentHTTP(t, ra, serverTLS, func(c *HTTPListener) { c.Handshake.Timeout = 200 * time.Millisecond })
 	stalled := holdIdle(t, addr, 1, 1)[0]
 	timeouts := fails(handshake.ReasonTimeout)
 	stalled.SetReadDeadline(time.Now().Add(10 * time.Second))

@@ -18,8 +18,9 @@ const (
 	// MaxConcurrentStreams bounds the calls in flight on one connection.
 	MaxConcurrentStreams = 256
 	// DefaultMaxHTTPConns bounds open HTTP connections: beyond it new ones
-	// wait to be accepted, so slow clients cannot exhaust descriptors.
-	DefaultMaxHTTPConns = 512
+	// wait to be accepted, so slow clients cannot exhaust descriptors. Up
+	// to half of them may be connections still handshaking (ListenHTTP).
+	DefaultMaxHTTPConns = 2048
 	// HTTP timeouts: a request's headers must arrive within
 	// HTTPReadHeaderTimeout (on a new connection, once its handshake is
 	// done: ListenHTTP bounds that), the whole request within

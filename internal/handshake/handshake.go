@@ -4,9 +4,8 @@
 // is pending, and pending connections are bounded per source address and
 // in total, so that connections that trickle a handshake or send nothing
 // (a slowloris, a port scan, a stuck client) cannot hold the server's
-// connection slots, descriptors or memory: past the per-source cap a new
-// connection is closed at once, past the total cap the oldest pending one
-// is. The server behind it (net/http) sees only connections that passed,
+// connection slots, descriptors or memory: past either cap the oldest
+// pending connection (of the source, or of all) is closed for the new one. The server behind it (net/http) sees only connections that passed,
 // as *tls.Conn with the handshake done.
 package handshake
 
@@ -23,8 +22,8 @@ import (
 const (
 	ReasonTimeout     = "timeout"      // no handshake (or first byte) within the deadline
 	ReasonError       = "error"        // the handshake failed: not TLS, a bad certificate, a reset
-	ReasonSourceLimit = "source-limit" // its source had PerSource pending already: closed at once
-	ReasonEvicted     = "evicted"      // Total were pending: the oldest was closed for a new one
+	ReasonSourceLimit = "source-limit" // the oldest of its source's PerSource pending, closed for a new one from there
+	ReasonEvicted     = "evicted"      // the oldest of Total pending, closed for a new one
 )
 
 // Config configures a Listener. Start from DefaultConfig.
@@ -43,11 +42,14 @@ type Config struct {
 	Failed func(reason string, remote net.Addr, err error)
 }
 
-// DefaultConfig is a handshake deadline of 3 s, at most 32 pending
-// connections per source and 256 in all: a client on the network
-// handshakes in milliseconds, and a source with 32 handshakes in flight at
-// once is a flood, not a client.
-func DefaultConfig() Config { return Config{Timeout: 3 * time.Second, PerSource: 32, Total: 256} }
+// DefaultConfig is a handshake deadline of 3 s, at most 64 pending
+// connections per source and 1,024 in all: a client on the network
+// handshakes in milliseconds, so a source with 64 handshakes in flight at
+// once is a flood, not a client; and a pending connection costs a
+// descriptor, a goroutine and some kilobytes, so a thousand of them wait
+// out their deadline cheaply, where closing them early would have their
+// sender reconnect at once, a costlier flood.
+func DefaultConfig() Config { return Config{Timeout: 3 * time.Second, PerSource: 64, Total: 1024} }
 
 // Validate reports every setting of c that cannot work.
 func (c Config) Validate() error {
@@ -149,16 +151,15 @@ func isTemporary(err error) bool {
 	return ok && t.Temporary()
 }
 
-// admit books c as pending, or closes it when its source is at its cap;
-// a full book closes its oldest connection for c.
+// admit books c as pending; past a cap the oldest pending connection of
+// its source, or of all, is closed for it.
 func (l *Listener) admit(c net.Conn) {
 	p, evicted, ok := l.book.add(c)
 	if evicted != nil {
 		evicted.conn.Close() // its goroutine reports it
 	}
-	if !ok {
+	if !ok { // closed
 		c.Close()
-		l.failed(ReasonSourceLimit, c.RemoteAddr(), errors.New("too many pending connections from this source"))
 		return
 	}
 	go l.pass(p)
@@ -179,12 +180,13 @@ func (l *Listener) pass(p *pending) {
 	}
 	if err != nil {
 		raw.Close()
-		reason := ReasonError
+		reason := evicted
 		switch {
-		case evicted:
-			reason = ReasonEvicted
+		case reason != "":
 		case isTimeout(err):
 			reason = ReasonTimeout
+		default:
+			reason = ReasonError
 		}
 		if l.ctx.Err() == nil {
 			l.failed(reason, raw.RemoteAddr(), err)

@@ -173,26 +173,22 @@ func TestStalledHandshakeClosedAtDeadline(t *testing.T) {
 	}
 }
 
-// Past the per-source cap, a source's new connections are closed at once
-// and counted; another source is served meanwhile.
+// Past the per-source cap, the source's oldest pending connections are
+// closed for its new ones, and counted; a client from the same source is
+// served meanwhile.
 func TestPerSourceCap(t *testing.T) {
 	server, client := tlsConfigs(t)
 	l, f := listen(t, func(c *Config) { c.TLS, c.Timeout, c.PerSource, c.Total = server, time.Minute, 4, 100 })
 	var conns []net.Conn
 	for i := 0; i < 6; i++ {
 		conns = append(conns, dialFrom(t, l, "127.0.0.1"))
+		testenv.WaitFor(t, 5*time.Second, "booked in order", func() bool { return l.Pending()+f.get(ReasonSourceLimit) == len(conns) })
 	}
-	testenv.WaitFor(t, 5*time.Second, "4 pending and 2 refused", func() bool { return l.Pending() == 4 && f.get(ReasonSourceLimit) == 2 })
-	closed := 0
-	for _, c := range conns[4:] {
-		if closedByServer(c) {
-			closed++
-		}
+	testenv.WaitFor(t, 5*time.Second, "4 pending and 2 closed", func() bool { return l.Pending() == 4 && f.get(ReasonSourceLimit) == 2 })
+	if !closedByServer(conns[0]) || !closedByServer(conns[1]) {
+		t.Fatal("the two oldest of the source were not the ones closed")
 	}
-	if closed != 2 {
-		t.Fatalf("%d of the 2 connections past the cap closed", closed)
-	}
-	ask(t, dialFrom(t, l, "127.0.0.2"), client)
+	ask(t, dialFrom(t, l, "127.0.0.1"), client)
 }
 
 // Past the total cap, the oldest pending connection is closed for the new
@@ -209,6 +205,7 @@ func TestTotalCapEvictsOldest(t *testing.T) {
 	}
 	for i := 0; i < 2; i++ {
 		conns = append(conns, dialFrom(t, l, "127.0.0.4"))
+		testenv.WaitFor(t, 5*time.Second, "booked in order", func() bool { return f.get(ReasonEvicted) == i+1 })
 	}
 	testenv.WaitFor(t, 5*time.Second, "2 evicted", func() bool { return f.get(ReasonEvicted) == 2 })
 	if !closedByServer(conns[0]) || !closedByServer(conns[1]) {

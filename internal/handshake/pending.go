@@ -6,15 +6,19 @@ import (
 	"sync"
 )
 
-// pendingBook holds the pending connections, oldest first, and how many
-// each source has: the per-source and total caps are its rule. It is safe
-// for concurrent use.
+// pendingBook holds the pending connections, oldest first, in all and
+// per source: the per-source and total caps are its rule. A new
+// connection past a cap takes the place of the oldest one under it (of
+// its source, or of all), which is closed: a client that handshakes in
+// milliseconds gets through however many stalled connections share its
+// address or the listener, and the stalled ones only ever displace each
+// other. It is safe for concurrent use.
 type pendingBook struct {
 	perSource, total int
 
 	mu       sync.Mutex
-	order    *list.List // of *pending, oldest at the front
-	bySource map[string]int
+	order    *list.List            // of *pending, oldest at the front
+	bySource map[string]*list.List // the same, per source
 	closed   bool
 }
 
@@ -22,37 +26,47 @@ type pendingBook struct {
 type pending struct {
 	conn    net.Conn
 	source  string
-	el      *list.Element // nil once removed
-	evicted bool
+	el, sel *list.Element // in order and in bySource; nil once removed
+	evicted string        // why it was closed for another: a Reason, or ""
 }
 
 func newPendingBook(perSource, total int) *pendingBook {
-	return &pendingBook{perSource: perSource, total: total, order: list.New(), bySource: map[string]int{}}
+	return &pendingBook{perSource: perSource, total: total, order: list.New(), bySource: map[string]*list.List{}}
 }
 
-// add books c. ok is false when c's source is at its cap (c is not
-// booked) or the book is closed; evicted, when not nil, is the oldest
-// pending connection, unbooked to make room for c: the caller closes it.
+// add books c; ok is false when the book is closed. evicted, when not
+// nil, is the connection unbooked to make room for c (the oldest of c's
+// source, or of all): the caller closes it.
 func (b *pendingBook) add(c net.Conn) (p *pending, evicted *pending, ok bool) {
 	src := sourceOf(c.RemoteAddr())
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closed || b.bySource[src] >= b.perSource {
+	if b.closed {
 		return nil, nil, false
 	}
-	if b.order.Len() >= b.total {
+	same := b.bySource[src]
+	switch {
+	case same != nil && same.Len() >= b.perSource:
+		evicted = same.Front().Value.(*pending)
+		evicted.evicted = ReasonSourceLimit
+	case b.order.Len() >= b.total:
 		evicted = b.order.Front().Value.(*pending)
-		evicted.evicted = true
+		evicted.evicted = ReasonEvicted
+	}
+	if evicted != nil {
 		b.unbookLocked(evicted)
 	}
+	if same = b.bySource[src]; same == nil {
+		same = list.New()
+		b.bySource[src] = same
+	}
 	p = &pending{conn: c, source: src}
-	p.el = b.order.PushBack(p)
-	b.bySource[src]++
+	p.el, p.sel = b.order.PushBack(p), same.PushBack(p)
 	return p, evicted, true
 }
 
-// remove unbooks p (if it still is) and reports whether it was evicted.
-func (b *pendingBook) remove(p *pending) (evicted bool) {
+// remove unbooks p (if it still is) and returns why it was evicted, or "".
+func (b *pendingBook) remove(p *pending) (evicted string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.unbookLocked(p)
@@ -64,10 +78,12 @@ func (b *pendingBook) unbookLocked(p *pending) {
 		return
 	}
 	b.order.Remove(p.el)
-	p.el = nil
-	if b.bySource[p.source]--; b.bySource[p.source] <= 0 {
+	same := b.bySource[p.source]
+	same.Remove(p.sel)
+	if same.Len() == 0 {
 		delete(b.bySource, p.source)
 	}
+	p.el, p.sel = nil, nil
 }
 
 // count is how many connections are pending.
