@@ -51,7 +51,7 @@ func newMetrics() *metrics {
 			Help: "Seconds this agent enforced the policy's degraded budget (its lease lapsed), measured each lease round; rate() of it is the fraction of time degraded."},
 			[]string{"policy"}),
 		renewFails: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_lease_renew_failures_total",
-			Help: "Lease renewals that failed, by reason (unavailable, refused)."}, []string{"reason"}),
+			Help: "Lease renewals that failed, by reason: unavailable (coordinator unreachable), rate-limited (the coordinator refused this region's call rate), refused."}, []string{"reason"}),
 		budgetAdmits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_budget_admissions_total",
 			Help: "Admissions on a budget other than the lease: degraded (lease lapsed) or local-fallback (Redis down)."},
 			[]string{"policy", "budget"}),
@@ -76,7 +76,7 @@ func newMetrics() *metrics {
 	}
 	m.reg.MustRegister(version.Collector("regional-agent"), m.storeLosses, m.storeBorn, m.decisions, m.redisLatency, m.leaseShare, m.leaseState, m.degradedSeconds, m.renewFails, m.budgetAdmits,
 		m.breakerOpen, m.instances, m.fallbackAfterTimeout, m.replays, m.overLimitHits, m.handshakeFails, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
-	for _, reason := range []string{"unavailable", "refused"} { // counters exist at zero
+	for _, reason := range []string{"unavailable", "rate-limited", "refused"} { // counters exist at zero
 		m.renewFails.WithLabelValues(reason)
 	}
 	for _, reason := range []string{handshake.ReasonTimeout, handshake.ReasonError, handshake.ReasonSourceLimit, handshake.ReasonEvicted} {
