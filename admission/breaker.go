@@ -9,6 +9,8 @@ import (
 // slow Redis does not add its timeout to every check: after threshold
 // failures in a row it opens and checks go straight to the fallback; after
 // cooldown one probe is let through (half-open), and its success closes it.
+// The probe is a check, or a caller's own probe of the store (probe), so
+// that the breaker also closes while no check arrives.
 type breaker struct {
 	threshold int
 	cooldown  time.Duration
@@ -29,14 +31,26 @@ func newBreaker(threshold int, cooldown time.Duration, now func() time.Time) *br
 func (b *breaker) allow() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if !b.open {
-		return true
+	return !b.open || b.halfOpenLocked()
+}
+
+// probe reports whether the caller may probe the store now, outside a
+// check: the breaker is open, its cooldown has passed and no other probe
+// is in flight. The caller then reports with result (or release).
+func (b *breaker) probe() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.open && b.halfOpenLocked()
+}
+
+// halfOpenLocked lets one probe through an open breaker once its cooldown
+// has passed since it opened (or since the last probe failed).
+func (b *breaker) halfOpenLocked() bool {
+	if b.probing || b.now().Sub(b.openedAt) < b.cooldown {
+		return false
 	}
-	if !b.probing && b.now().Sub(b.openedAt) >= b.cooldown {
-		b.probing = true // half-open: this caller probes
-		return true
-	}
-	return false
+	b.probing = true // half-open: this caller probes
+	return true
 }
 
 // result records the outcome of an allowed call.

@@ -208,6 +208,33 @@ func New(cfg Config) (*Pipeline, error) {
 // BreakerOpen reports whether requests currently bypass the store.
 func (p *Pipeline) BreakerOpen() bool { return p.br != nil && p.br.isOpen() }
 
+// ProbeStore lets the caller probe the store while the breaker is open, so
+// that the breaker closes when the store answers again although no request
+// comes to probe it: an idle agent, or one its load balancer stopped
+// sending to because it reported itself unready. When the breaker is open,
+// its cooldown has passed and no request is probing, ping is called (within
+// StoreTimeout, as a request would be) in the half-open slot a request
+// would take: its success closes the breaker, its failure keeps it open for
+// another cooldown. probed reports whether ping was called, err what it
+// returned.
+func (p *Pipeline) ProbeStore(ctx context.Context, ping func(context.Context) error) (probed bool, err error) {
+	if p.br == nil || !p.br.probe() {
+		return false, nil
+	}
+	if p.cfg.StoreTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.cfg.StoreTimeout)
+		defer cancel()
+	}
+	err = ping(ctx)
+	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
+		p.br.release() // the caller gave up (shutting down): that proves nothing
+		return true, err
+	}
+	p.br.result(err == nil)
+	return true, err
+}
+
 // Check decides one request: a batch of one.
 func (p *Pipeline) Check(ctx context.Context, r Request) (Outcome, error) {
 	var out [1]Result

@@ -165,6 +165,59 @@ func TestPipelineBreaker(t *testing.T) {
 	}
 }
 
+// With no request arriving, the breaker still closes once the store
+// answers: ProbeStore pings only while the breaker is open and its
+// cooldown has passed, a failed ping keeps it open for another cooldown, a
+// good one closes it, and a ping the caller cancelled proves nothing.
+func TestPipelineProbeStoreClosesIdleBreaker(t *testing.T) {
+	var clk clock.Manual
+	clk.Set(1_000_000)
+	store := &fakeStore{decide: func(*Ticket) Decided { return Decided{Err: errDown} }}
+	p, _ := pipeline(t, store, &clk, nil)
+	pings := 0
+	var answer error
+	ping := func(ctx context.Context) error {
+		pings++
+		if _, ok := ctx.Deadline(); !ok {
+			t.Error("a ping without the store timeout")
+		}
+		return answer
+	}
+	if probed, _ := p.ProbeStore(context.Background(), ping); probed || pings != 0 {
+		t.Fatalf("a closed breaker was probed (%d pings)", pings)
+	}
+	for i := 0; i < 3; i++ {
+		p.Check(context.Background(), Request{Policy: "api", Attributes: tenant})
+	}
+	if !p.BreakerOpen() {
+		t.Fatal("breaker not open after 3 failures")
+	}
+	if probed, _ := p.ProbeStore(context.Background(), ping); probed {
+		t.Fatal("probed before the cooldown")
+	}
+	clk.Set(1_001_000)
+	answer = errDown
+	if probed, err := p.ProbeStore(context.Background(), ping); !probed || !errors.Is(err, errDown) || !p.BreakerOpen() {
+		t.Fatalf("a failing ping: probed %v, %v, open %v", probed, err, p.BreakerOpen())
+	}
+	if probed, _ := p.ProbeStore(context.Background(), ping); probed {
+		t.Fatal("probed again within the cooldown a failed ping restarted")
+	}
+	clk.Set(1_002_000)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if probed, _ := p.ProbeStore(cancelled, func(ctx context.Context) error { return ctx.Err() }); !probed || !p.BreakerOpen() {
+		t.Fatal("a cancelled ping changed the breaker")
+	}
+	answer = nil
+	if probed, err := p.ProbeStore(context.Background(), ping); !probed || err != nil || p.BreakerOpen() {
+		t.Fatalf("a good ping (no request since the outage): probed %v, %v, open %v", probed, err, p.BreakerOpen())
+	}
+	if store.asked != 3 || pings != 2 {
+		t.Fatalf("store asked %d times, pinged %d: want 3 and 2", store.asked, pings)
+	}
+}
+
 // A rejection the store gave is answered from the over-limit cache until
 // its retry delay passes, with the delay left; keyed requests are
 // replayed, charged once; shadow mode admits what the limit rejects.

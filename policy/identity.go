@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // An identity names the counted subject of a request under a policy: the
@@ -41,6 +42,10 @@ func (p *Policy) IdentityOf(attrs map[string]string) (string, error) {
 			return "", fmt.Errorf("%w: attribute %q is empty", ErrInvalidIdentity, name)
 		case len(v) > MaxAttributeValueBytes:
 			return "", fmt.Errorf("%w: attribute %q is %d bytes, more than %d", ErrInvalidIdentity, name, len(v), MaxAttributeValueBytes)
+		case !utf8.ValidString(v):
+			// Refused, not repaired: a decoder mapping invalid bytes to
+			// U+FFFD would count distinct byte strings as one identity.
+			return "", fmt.Errorf("%w: attribute %q is not valid UTF-8", ErrInvalidIdentity, name)
 		}
 		if i > 0 {
 			b.WriteByte(',')

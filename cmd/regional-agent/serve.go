@@ -111,7 +111,7 @@ func serveFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 	o.tls = mtls.ServerFlags(fs)
 	fs.StringVar(&o.coordCA, "coordinator-tls-ca", os.Getenv("QUOTALEASE_TLS_CA"), "PEM CA that signs the coordinators' certificates; turns TLS on toward them, presenting --tls-cert (the region's identity) as the client certificate (env QUOTALEASE_TLS_CA)")
 	fs.DurationVar(&o.drain, "drain-delay", 0, "on SIGTERM, answer /readyz 503 (and gRPC health NOT_SERVING) for this long while still serving checks, before waiting for in-flight ones and closing: set it to your load balancer's probe period")
-	fs.IntVar(&o.httpConns, "http-max-conns", agent.DefaultMaxHTTPConns, "most open HTTP connections; more wait to be accepted, so slow clients cannot exhaust file descriptors")
+	fs.IntVar(&o.httpConns, "http-max-conns", agent.DefaultMaxHTTPConns, "most open HTTP connections; more wait to be accepted, so slow clients cannot exhaust file descriptors. At most half of them (and 1,024) may be still handshaking, 64 from one address, for 3 s at most")
 	fs.BoolVar(&o.insecure, "insecure", false, "allow listening on a non-loopback address without mutual TLS (anyone who reaches it can check and read metrics)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	fs.BoolVar(&o.logJSON, "log-json", false, "log as JSON lines instead of text")
@@ -172,6 +172,9 @@ func (o *serveOptions) config(stderr io.Writer) (serveConfig, error) {
 	}
 	if sc.redis, sc.redisShown, err = o.redis.options(); err != nil {
 		return sc, err
+	}
+	if o.httpConns < 2 {
+		return sc, fmt.Errorf("--http-max-conns %d: at least 2 (one for a client while another handshakes)", o.httpConns)
 	}
 	sc.coordinators, sc.hints, sc.clusterID, sc.policiesFile = strings.Split(o.coordinators, ","), o.hints, o.clusterID, o.policies
 	sc.grpcListen, sc.httpListen, sc.httpConns, sc.drainDelay, sc.log = o.grpcListen, o.httpListen, o.httpConns, o.drain, log
@@ -236,11 +239,10 @@ func serve(ctx context.Context, sc serveConfig) error {
 
 // servers are an agent's listeners and the servers on them.
 type servers struct {
-	gl, hl  net.Listener
-	gs      *grpc.Server
-	health  *health.Server
-	hsrv    *http.Server
-	httpTLS bool
+	gl, hl net.Listener
+	gs     *grpc.Server
+	health *health.Server
+	hsrv   *http.Server
 }
 
 // listen opens the gRPC and HTTP listeners and makes their servers.
@@ -257,26 +259,26 @@ func listen(a *agent.Agent, sc serveConfig) (*servers, error) {
 	if sc.tls.GRPC != nil {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(sc.tls.GRPC)))
 	}
-	s := &servers{gl: gl, gs: grpc.NewServer(gopts...), health: health.NewServer(), httpTLS: sc.tls.HTTP != nil}
+	s := &servers{gl: gl, gs: grpc.NewServer(gopts...), health: health.NewServer()}
 	a.RegisterGRPC(s.gs)
 	healthpb.RegisterHealthServer(s.gs, s.health)
 	handler := a.HTTPHandler()
 	if sc.tls.Mutual {
 		handler = mtls.RequireClientCert(handler, "/metrics", "/healthz", "/readyz")
 	}
-	s.hsrv = agent.NewHTTPServer(handler, sc.tls.HTTP)
-	s.hl = agent.CapConns(hl, sc.httpConns)
+	lc := agent.DefaultHTTPListener(sc.tls.HTTP, sc.httpConns)
+	if s.hsrv, s.hl, err = a.ListenHTTP(hl, handler, lc); err != nil {
+		gl.Close()
+		hl.Close()
+		return nil, err
+	}
 	return s, nil
 }
 
 // start serves on the listeners.
 func (s *servers) start() {
 	go s.gs.Serve(s.gl)
-	if s.httpTLS {
-		go s.hsrv.ServeTLS(s.hl, "", "")
-	} else {
-		go s.hsrv.Serve(s.hl)
-	}
+	go s.hsrv.Serve(s.hl) // TLS or not: the listener did the handshake
 }
 
 // drain stops being ready, keeps serving for delay, then waits for the

@@ -21,6 +21,7 @@ import (
 
 	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/clock"
+	"github.com/quota-lease/quota-lease/internal/logs"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
 	"github.com/quota-lease/quota-lease/regional"
@@ -75,6 +76,11 @@ type Config struct {
 	// BreakerCooldown. Defaults 3 and 1s.
 	BreakerThreshold int
 	BreakerCooldown  time.Duration
+	// RedisProbeInterval is how soon after the breaker opens the agent
+	// pings Redis itself to close it, without waiting for a check (an idle
+	// or unready agent gets none); each failed ping doubles the wait, up to
+	// RedisProbeMaxInterval. Defaults 250ms and 2s.
+	RedisProbeInterval, RedisProbeMaxInterval time.Duration
 	// IdempotencyWindow for the engine and the agent's own replay cache.
 	// Default 10s.
 	IdempotencyWindow time.Duration
@@ -104,21 +110,23 @@ type Config struct {
 // hashicorp/raft, a zero is a value, never a request for the default.
 func DefaultConfig() Config {
 	return Config{
-		CheckTimeout:      20 * time.Millisecond,
-		RedisPipelines:    2,
-		Drift:             lease.DefaultTiming.Drift,
-		Margin:            lease.DefaultTiming.Margin,
-		SavedClockSkew:    time.Second,
-		RenewTick:         100 * time.Millisecond,
-		PolicyRefresh:     10 * time.Second,
-		FallbackKeys:      100_000,
-		BreakerThreshold:  3,
-		BreakerCooldown:   time.Second,
-		IdempotencyWindow: regional.DefaultIdempotencyWindow,
-		MetricIdentities:  IdentitiesHashed,
-		HotKeys:           10,
-		Clock:             clock.System(),
-		Logger:            hclog.New(&hclog.LoggerOptions{Name: "agent"}),
+		CheckTimeout:          20 * time.Millisecond,
+		RedisPipelines:        2,
+		Drift:                 lease.DefaultTiming.Drift,
+		Margin:                lease.DefaultTiming.Margin,
+		SavedClockSkew:        time.Second,
+		RenewTick:             100 * time.Millisecond,
+		PolicyRefresh:         10 * time.Second,
+		FallbackKeys:          100_000,
+		BreakerThreshold:      3,
+		BreakerCooldown:       time.Second,
+		RedisProbeInterval:    250 * time.Millisecond,
+		RedisProbeMaxInterval: 2 * time.Second,
+		IdempotencyWindow:     regional.DefaultIdempotencyWindow,
+		MetricIdentities:      IdentitiesHashed,
+		HotKeys:               10,
+		Clock:                 clock.System(),
+		Logger:                hclog.New(&hclog.LoggerOptions{Name: "agent"}),
 	}
 }
 
@@ -144,6 +152,9 @@ func ValidateConfig(c Config) error {
 	if c.CheckTimeout <= 0 || c.RenewTick <= 0 || c.PolicyRefresh <= 0 || c.BreakerCooldown <= 0 || c.IdempotencyWindow <= 0 {
 		bad("check timeout %s, renew tick %s, policy refresh %s, breaker cooldown %s and idempotency window %s must be positive",
 			c.CheckTimeout, c.RenewTick, c.PolicyRefresh, c.BreakerCooldown, c.IdempotencyWindow)
+	}
+	if c.RedisProbeInterval <= 0 || c.RedisProbeMaxInterval < c.RedisProbeInterval {
+		bad("redis probe interval %s must be positive and at most the max %s", c.RedisProbeInterval, c.RedisProbeMaxInterval)
 	}
 	if c.RedisPipelines < 0 {
 		bad("redis pipelines %d is negative", c.RedisPipelines)
@@ -173,7 +184,8 @@ type Agent struct {
 	hot   map[string]*topK
 
 	loaded   atomic.Bool  // a policy set is installed
-	redisOK  atomic.Bool  // the presence loop's last round trip to Redis worked
+	health   *redisHealth // how the agent's own round trips to Redis went
+	httpLog  *logs.Paced  // the HTTP listener's and server's log lines
 	savedFP  uint64       // the policy set last saved to Redis (Run's goroutines, one at a time)
 	prune    atomic.Bool  // the policy set changed: drop saved grants of deleted policies
 	inflight atomic.Int64 // checks being decided (a counter: checks may start while Drain waits)
@@ -194,7 +206,8 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, engine: eng, m: m, hot: map[string]*topK{}, refresh: make(chan struct{}, 1)}
+	a := &Agent{cfg: cfg, engine: eng, m: m, hot: map[string]*topK{}, refresh: make(chan struct{}, 1), health: newRedisHealth(cfg.Logger, cfg.Clock.Now)}
+	a.httpLog = newHTTPLog(a)
 	a.leaser = newLeaser(cfg.Region, cfg.Instance, cfg.Coordinator, lease.Timing{Drift: cfg.Drift, Margin: cfg.Margin}, cfg.Clock.Now, cfg.Logger, m, a.refreshSoon)
 	a.leaser.rdb = cfg.Redis
 	acfg := admission.DefaultConfig()
@@ -216,19 +229,28 @@ func (a *Agent) Ready() bool {
 }
 
 // Readiness reports whether the agent can decide well, and if not, why:
-// it has a policy set, its Redis answered the last presence round (once a
-// second) and the breaker in front of it is closed, every global policy is
-// leased or in a defined degraded budget (a first lease round answered or
-// failed, or a grant restored), and it is not shutting down. Liveness is
-// separate: a live agent that is not ready still decides every check.
+// it has a policy set, its Redis answered its last own round trip (the
+// presence round once a second, or the breaker's probe) and the breaker in
+// front of it is closed, every global policy is leased or in a defined
+// degraded budget (a first lease round answered or failed, or a grant
+// restored), and it is not shutting down. The reason names what is wrong
+// as far as the agent knows it: Redis unreachable, too slow, or refusing
+// its credentials; the breaker still open although Redis answered. Liveness
+// is separate: a live agent that is not ready still decides every check.
 func (a *Agent) Readiness() (bool, string) {
+	redisErr := a.health.last()
 	switch {
 	case a.closing.Load():
 		return false, "shutting down"
+	case !a.loaded.Load() && redisErr != nil:
+		return false, "no policies yet: the coordinator has not answered and the region's saved set cannot be read: " + redisProblem(redisErr)
 	case !a.loaded.Load():
 		return false, "no policies yet: the coordinator has not answered and the region's Redis holds no saved set"
-	case !a.redisOK.Load() || a.admit.BreakerOpen():
-		return false, "Redis unreachable: checks are decided by the local fallback"
+	case redisErr != nil:
+		return false, redisProblem(redisErr) + ": checks are decided by the local fallback"
+	case a.admit.BreakerOpen():
+		return false, fmt.Sprintf("the breaker in front of Redis is open (checks to Redis failed or took over the check timeout, %s): "+
+			"checks are decided by the local fallback until a probe of Redis succeeds", a.cfg.CheckTimeout)
 	}
 	if u := a.leaser.unleased(a.cfg.Clock.Now()); len(u) > 0 {
 		return false, fmt.Sprintf("%d global policies not leased yet (first lease round not finished): %s", len(u), strings.Join(u[:min(len(u), 5)], ", "))
@@ -247,8 +269,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer a.engine.Close()
 	var store storeWatch
 	sctx, cancel := context.WithTimeout(ctx, time.Second)
+	a.health.record(sctx, a.pingRedis(sctx))
 	a.watchStore(sctx, &store) // before the first check where Redis is up; else the presence loop retries
-	a.redisOK.Store(store.initDone)
 	fromSaved := a.restorePolicies(sctx)
 	cancel()
 	if !fromSaved {
@@ -256,16 +278,21 @@ func (a *Agent) Run(ctx context.Context) error {
 			if !a.cfg.KeepPolicies {
 				return err
 			}
-			a.cfg.Logger.Warn("no policies yet: the coordinator is unreachable and the region's Redis holds no saved set; retrying every second (not ready meanwhile)", "error", err)
+			saved := "the region's Redis holds no saved set"
+			if rerr := a.health.last(); rerr != nil {
+				saved = "the region's saved set cannot be read: " + redisProblem(rerr)
+			}
+			a.cfg.Logger.Warn("no policies yet: the coordinator is unreachable and "+saved+"; retrying every second (not ready meanwhile)", "error", err)
 		}
 	}
 	rctx, cancel := context.WithTimeout(ctx, time.Second)
 	a.restoreGrants(rctx, true)
 	cancel()
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
 	go func() { defer wg.Done(); a.leaseLoop(ctx) }()
 	go func() { defer wg.Done(); a.presenceLoop(ctx, &store) }()
+	go func() { defer wg.Done(); a.probeLoop(ctx) }()
 	go func() { defer wg.Done(); a.refreshLoop(ctx, fromSaved) }()
 	wg.Wait()
 	return nil
@@ -390,10 +417,7 @@ func (a *Agent) presenceLoop(ctx context.Context, store *storeWatch) {
 	for {
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
 		err := a.leaser.publish(pctx, a.cfg.Redis, 3*time.Second)
-		if err != nil && ctx.Err() == nil {
-			a.cfg.Logger.Debug("presence not published", "error", err)
-		}
-		a.redisOK.Store(err == nil)
+		a.health.record(pctx, err)
 		if err == nil {
 			a.saveState(pctx)
 		}

@@ -132,8 +132,12 @@ func startAgent(t testing.TB, region, redisAddr string, coordAddrs []string, mod
 	gs := grpc.NewServer(GRPCServerOptions()...)
 	a.RegisterGRPC(gs)
 	go gs.Serve(gl)
-	hs := NewHTTPServer(a.HTTPHandler(), nil)
-	go hs.Serve(CapConns(hl, httpConns))
+	lc := DefaultHTTPListener(nil, httpConns)
+	hs, guarded, err := a.ListenHTTP(hl, a.HTTPHandler(), lc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go hs.Serve(guarded)
 	var once sync.Once
 	ra := &runningAgent{a: a, grpcAddr: gl.Addr().String(), httpURL: "http://" + hl.Addr().String(), stop: func() {
 		once.Do(func() {

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"encoding/json"
+	"errors"
 	"unicode/utf8"
 )
 
@@ -17,7 +18,65 @@ func decodeCheckBody(data []byte, in *checkBody) error {
 		*in = plain
 		return nil
 	}
+	if err := exactText(data); err != nil {
+		return err
+	}
 	return json.Unmarshal(data, in)
+}
+
+// exactText refuses a body whose strings json.Unmarshal would not decode
+// exactly: invalid UTF-8, and \u escapes of lone surrogates, which it
+// replaces with U+FFFD, so that distinct attribute values would count as
+// one identity. Valid values are refused by policy.IdentityOf otherwise;
+// this keeps the JSON decoder from hiding them.
+func exactText(data []byte) error {
+	if !utf8.Valid(data) {
+		return errors.New("the body is not valid UTF-8")
+	}
+	for i := 0; i+1 < len(data); i++ {
+		if data[i] != '\\' {
+			continue
+		}
+		if data[i+1] != 'u' {
+			i++ // an escaped character, perhaps a backslash
+			continue
+		}
+		r, ok := hex4(data[i+2:])
+		switch {
+		case !ok || r < 0xD800 || r > 0xDFFF:
+		case r <= 0xDBFF && len(data) >= i+12 && data[i+6] == '\\' && data[i+7] == 'u':
+			if lo, ok := hex4(data[i+8:]); ok && lo >= 0xDC00 && lo <= 0xDFFF {
+				i += 11 // a surrogate pair: one character
+				continue
+			}
+			return errors.New("a string holds a lone UTF-16 surrogate escape")
+		default:
+			return errors.New("a string holds a lone UTF-16 surrogate escape")
+		}
+		i += 5
+	}
+	return nil
+}
+
+// hex4 reads four hex digits.
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case '0' <= c && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case 'a' <= c && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case 'A' <= c && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
 }
 
 // decodePlain decodes data into in and reports true if data is a plain

@@ -3,12 +3,17 @@ package agent
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quota-lease/quota-lease/admission"
+	"github.com/quota-lease/quota-lease/policy"
 )
 
 // appendJSONString writes what encoding/json writes, for any string.
@@ -72,7 +77,9 @@ func TestReadBody(t *testing.T) {
 }
 
 // Whatever the body, decodeCheckBody decodes it as json.Unmarshal does:
-// the plain form by itself, the rest through encoding/json.
+// the plain form by itself, the rest through encoding/json; but a body
+// encoding/json would decode inexactly (invalid UTF-8, a lone surrogate
+// escape: both become U+FFFD) it refuses.
 func FuzzDecodeCheckBody(f *testing.F) {
 	for _, s := range []string{
 		`{"policy":"api","attributes":{"tenant":"t1"}}`,
@@ -82,6 +89,8 @@ func FuzzDecodeCheckBody(f *testing.F) {
 		`{"cost":9223372036854775807}`, `{"cost":99999999999999999999}`, `{"attributes":{"a":"1","a":"2"}}`,
 		`{"policy":"x","policy":"y"}`, `{"other":[1,{"x":2}],"policy":"api"}`, "{\"policy\":\"\xff\"}", "{\"policy\":\"é\"}",
 		"{\"policy\":\"a\tb\"}", `{"attributes":{"a":null}}`, `{"attributes":null}`, `{"cost":"1"}`, `{"policy":"api",}`,
+		`{"attributes":{"t":"\ud800"}}`, `{"attributes":{"t":"\udc00x"}}`, `{"attributes":{"t":"\ud83d\ude00"}}`, `{"attributes":{"t":"\\ud800"}}`,
+		"{\"attributes\":{\"t\":\"\xff\"}}",
 	} {
 		f.Add([]byte(s))
 	}
@@ -89,6 +98,12 @@ func FuzzDecodeCheckBody(f *testing.F) {
 		var want, got, plain checkBody
 		errWant := json.Unmarshal(data, &want)
 		errGot := decodeCheckBody(data, &got)
+		if errWant == nil && exactText(data) != nil {
+			if errGot == nil {
+				t.Fatalf("%q: decoded inexactly as %+v, not refused", data, got)
+			}
+			return
+		}
 		if (errWant == nil) != (errGot == nil) {
 			t.Fatalf("%q: encoding/json says %v, decodeCheckBody %v", data, errWant, errGot)
 		}
@@ -129,5 +144,31 @@ func TestAppendAnswerMatchesEncodingJSON(t *testing.T) {
 		if got := appendAnswer(nil, a); string(got) != want.String() {
 			t.Errorf("got  %s\nwant %s", got, want.String())
 		}
+	}
+}
+
+// Attribute values that are not valid UTF-8, raw or as a lone surrogate
+// escape, are refused with 400 instead of being counted as U+FFFD, one
+// identity for many byte strings; a surrogate pair is a character.
+func TestHTTPRefusesInvalidUTF8(t *testing.T) {
+	ra := regionAgent(t, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\nscope: region\n", nil)
+	for body, want := range map[string]int{
+		"{\"policy\":\"api\",\"attributes\":{\"tenant\":\"a\xffb\"}}":  http.StatusBadRequest,
+		`{"policy":"api","attributes":{"tenant":"a\ud800b"}}`:          http.StatusBadRequest,
+		`{"policy":"api","attributes":{"tenant":"\udc00"}, "cost": 1}`: http.StatusBadRequest,
+		`{"policy":"api","attributes":{"tenant":"\ud83d\ude00"}}`:      http.StatusOK,
+	} {
+		resp, err := http.Post(ra.httpURL+"/v1/check", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want || want == http.StatusBadRequest && !strings.Contains(string(msg), "UTF") {
+			t.Errorf("%q: %d %s, want %d naming UTF-8", body, resp.StatusCode, msg, want)
+		}
+	}
+	if _, err := ra.a.Check(t.Context(), admission.Request{Policy: "api", Attributes: map[string]string{"tenant": "a\xffb"}}); !errors.Is(err, policy.ErrInvalidIdentity) {
+		t.Fatalf("invalid UTF-8 through Agent.Check: %v, want ErrInvalidIdentity", err)
 	}
 }

@@ -14,6 +14,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/quota-lease/quota-lease/internal/leaseapi"
 	"github.com/quota-lease/quota-lease/lease"
@@ -236,6 +238,17 @@ func (l *leaser) renew(ctx context.Context) bool {
 	return ok
 }
 
+// renewFailReason is the metric reason of a renewal that failed as a
+// whole: rate-limited when the coordinator refused it for this region's
+// call rate (ResourceExhausted: something loops or floods, it is not
+// down), unavailable otherwise.
+func renewFailReason(err error) string {
+	if status.Code(err) == codes.ResourceExhausted {
+		return "rate-limited"
+	}
+	return "unavailable"
+}
+
 // sentQuota is one quota of a renewal request.
 type sentQuota struct {
 	name    string
@@ -255,7 +268,7 @@ func (l *leaser) answered(out []sentQuota, resp *pb.LeaseResponse, err error) bo
 		for _, s := range out {
 			s.q.a.Failed(s.req, err)
 		}
-		l.m.renewFails.WithLabelValues("unavailable").Inc()
+		l.m.renewFails.WithLabelValues(renewFailReason(err)).Inc()
 		l.down.failed(l.log, l.now(), "quotas", len(out), "error", err)
 		return false
 	}
@@ -268,7 +281,9 @@ func (l *leaser) answered(out []sentQuota, resp *pb.LeaseResponse, err error) bo
 		}
 	}
 	ok, stale := true, false
+	var refused refusals
 	defer func() {
+		refused.log(l.log)
 		if stale && l.stale != nil {
 			l.stale()
 		}
@@ -284,7 +299,7 @@ func (l *leaser) answered(out []sentQuota, resp *pb.LeaseResponse, err error) bo
 		if err != nil {
 			s.q.a.Failed(s.req, err)
 			l.m.renewFails.WithLabelValues("refused").Inc()
-			l.log.Warn("lease refused", "error", err)
+			refused.add(s.name, err)
 			ok = false
 			continue
 		}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/quota-lease/quota-lease/internal/handshake"
 	"github.com/quota-lease/quota-lease/internal/version"
 )
 
@@ -30,6 +31,7 @@ type metrics struct {
 	instances            prometheus.Gauge
 	storeLosses          prometheus.Counter
 	storeBorn            prometheus.Gauge
+	handshakeFails       *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -49,7 +51,7 @@ func newMetrics() *metrics {
 			Help: "Seconds this agent enforced the policy's degraded budget (its lease lapsed), measured each lease round; rate() of it is the fraction of time degraded."},
 			[]string{"policy"}),
 		renewFails: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_lease_renew_failures_total",
-			Help: "Lease renewals that failed, by reason (unavailable, refused)."}, []string{"reason"}),
+			Help: "Lease renewals that failed, by reason: unavailable (coordinator unreachable), rate-limited (the coordinator refused this region's call rate), refused."}, []string{"reason"}),
 		budgetAdmits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_budget_admissions_total",
 			Help: "Admissions on a budget other than the lease: degraded (lease lapsed) or local-fallback (Redis down)."},
 			[]string{"policy", "budget"}),
@@ -68,11 +70,17 @@ func newMetrics() *metrics {
 			Help: "Times this agent saw the region's Redis lose its state (its birth marker changed)."}),
 		storeBorn: prometheus.NewGauge(prometheus.GaugeOpts{Name: "quotalease_agent_store_born_timestamp_seconds",
 			Help: "When the region's Redis last lost its state, as Unix time; 0 for a store never seen to lose it."}),
+		handshakeFails: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_http_handshake_failures_total",
+			Help: "HTTP connections closed before their TLS handshake completed (in plaintext, before their first byte), by reason: timeout (not within the deadline), error (not TLS, a bad certificate, a reset), source-limit (too many pending from its address), evicted (too many pending in all: the oldest is closed)."},
+			[]string{"reason"}),
 	}
 	m.reg.MustRegister(version.Collector("regional-agent"), m.storeLosses, m.storeBorn, m.decisions, m.redisLatency, m.leaseShare, m.leaseState, m.degradedSeconds, m.renewFails, m.budgetAdmits,
-		m.breakerOpen, m.instances, m.fallbackAfterTimeout, m.replays, m.overLimitHits, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
-	for _, reason := range []string{"unavailable", "refused"} { // counters exist at zero
+		m.breakerOpen, m.instances, m.fallbackAfterTimeout, m.replays, m.overLimitHits, m.handshakeFails, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	for _, reason := range []string{"unavailable", "rate-limited", "refused"} { // counters exist at zero
 		m.renewFails.WithLabelValues(reason)
+	}
+	for _, reason := range []string{handshake.ReasonTimeout, handshake.ReasonError, handshake.ReasonSourceLimit, handshake.ReasonEvicted} {
+		m.handshakeFails.WithLabelValues(reason)
 	}
 	return m
 }

@@ -1,12 +1,8 @@
 package agent
 
 import (
-	"crypto/tls"
-	"net"
-	"net/http"
 	"time"
 
-	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 )
 
@@ -22,34 +18,25 @@ const (
 	// MaxConcurrentStreams bounds the calls in flight on one connection.
 	MaxConcurrentStreams = 256
 	// DefaultMaxHTTPConns bounds open HTTP connections: beyond it new ones
-	// wait to be accepted, so slow clients cannot exhaust descriptors.
-	DefaultMaxHTTPConns = 512
-	// HTTP timeouts: a request's headers and body must arrive within
-	// HTTPReadTimeout, its answer leave within HTTPWriteTimeout.
-	HTTPReadTimeout  = 5 * time.Second
-	HTTPWriteTimeout = 10 * time.Second
-	HTTPIdleTimeout  = 2 * time.Minute
-	MaxHeaderBytes   = 64 << 10
+	// wait to be accepted, so slow clients cannot exhaust descriptors. Up
+	// to half of them may be connections still handshaking (ListenHTTP).
+	DefaultMaxHTTPConns = 2048
+	// HTTP timeouts: a request's headers must arrive within
+	// HTTPReadHeaderTimeout (on a new connection, once its handshake is
+	// done: ListenHTTP bounds that), the whole request within
+	// HTTPReadTimeout, its answer leave within HTTPWriteTimeout; a
+	// keep-alive connection idle for HTTPIdleTimeout is closed.
+	HTTPReadHeaderTimeout = 2 * time.Second
+	HTTPReadTimeout       = 5 * time.Second
+	HTTPWriteTimeout      = 10 * time.Second
+	HTTPIdleTimeout       = time.Minute
+	// MaxHeaderBytes bounds a request's headers: a check needs a few
+	// hundred bytes, and a bearer token some kilobytes.
+	MaxHeaderBytes = 16 << 10
 )
 
 // GRPCServerOptions are the resource caps of an agent's gRPC server; add
 // the credentials.
 func GRPCServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRecvBytes), grpc.MaxConcurrentStreams(MaxConcurrentStreams)}
-}
-
-// NewHTTPServer returns the agent's HTTP server for h with its timeouts
-// and header cap; tlsCfg may be nil (plaintext).
-func NewHTTPServer(h http.Handler, tlsCfg *tls.Config) *http.Server {
-	return &http.Server{Handler: h, TLSConfig: tlsCfg, ReadHeaderTimeout: HTTPReadTimeout, ReadTimeout: HTTPReadTimeout,
-		WriteTimeout: HTTPWriteTimeout, IdleTimeout: HTTPIdleTimeout, MaxHeaderBytes: MaxHeaderBytes}
-}
-
-// CapConns caps l at n open connections (DefaultMaxHTTPConns when
-// n <= 0).
-func CapConns(l net.Listener, n int) net.Listener {
-	if n <= 0 {
-		n = DefaultMaxHTTPConns
-	}
-	return netutil.LimitListener(l, n)
 }
