@@ -95,9 +95,12 @@ func (c *Coordinator) SetPolicy(ctx context.Context, req *pb.SetPolicyRequest) (
 
 // GetPolicy returns one stored policy.
 func (c *Coordinator) GetPolicy(ctx context.Context, req *pb.GetPolicyRequest) (*pb.PolicyRecord, error) {
-	resp, err := c.cli.Get(ctx, c.keys.policy(req.Name))
-	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "read etcd: %v", err)
+	var resp *clientv3.GetResponse
+	if err := c.etcdCall(ctx, "read a policy", func(ctx context.Context) (err error) {
+		resp, err = c.cli.Get(ctx, c.keys.policy(req.Name))
+		return err
+	}); err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
 	}
 	if len(resp.Kvs) == 0 {
 		return nil, status.Errorf(codes.NotFound, "no policy %q; 'coordinator quota list' shows the stored ones", req.Name)
@@ -111,7 +114,7 @@ func (c *Coordinator) GetPolicy(ctx context.Context, req *pb.GetPolicyRequest) (
 
 // ListPolicies returns every stored policy, by name.
 func (c *Coordinator) ListPolicies(ctx context.Context, _ *pb.ListPoliciesRequest) (*pb.ListPoliciesResponse, error) {
-	st, err := loadState(ctx, c.cli, c.keys)
+	st, err := c.readState(ctx)
 	if err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
@@ -262,7 +265,7 @@ func (c *Coordinator) SetRegion(ctx context.Context, req *pb.SetRegionRequest) (
 
 // ListRegions lists the declared regions.
 func (c *Coordinator) ListRegions(ctx context.Context, _ *pb.ListRegionsRequest) (*pb.ListRegionsResponse, error) {
-	st, err := loadState(ctx, c.cli, c.keys)
+	st, err := c.readState(ctx)
 	if err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
@@ -318,7 +321,7 @@ func (t *term) knownRegion(name string) error {
 // steady bound, under the policy in force now; windows just after a change
 // have the transition bound of docs/bound.md.
 func (c *Coordinator) GetBound(ctx context.Context, req *pb.GetBoundRequest) (*pb.GetBoundResponse, error) {
-	st, err := loadState(ctx, c.cli, c.keys)
+	st, err := c.readState(ctx)
 	if err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
