@@ -102,6 +102,13 @@ func (h *etcdHealth) record(failure *EtcdError) {
 	h.down.Failed(h.log, h.clock.Now(), "endpoints", strings.Join(h.endpoints, ","), "error", failure.Error())
 }
 
+// last returns the last etcd call's failure, nil if it worked.
+func (h *etcdHealth) last() *EtcdError {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.err
+}
+
 // problem returns the failure of the last etcd call, with how long calls
 // have been failing, or nil if the last one worked.
 func (h *etcdHealth) problem() error {
@@ -121,9 +128,18 @@ func (h *etcdHealth) problem() error {
 // records the outcome in the replica's etcd health: every success, and
 // the failures of calls that had the whole etcd timeout (a caller's short
 // deadline says little about etcd).
+//
+// A call on behalf of a caller with a deadline (a handler's) is not made
+// while the replica's own calls find etcd failing: it fails at once with
+// their error, so that a client retrying within its deadline gets that
+// answer, not a timeout. The replica's own calls (keepalives, the
+// leadership cycle), which have no caller's deadline, notice the recovery.
 func (c *Coordinator) etcdCall(ctx context.Context, op string, fn func(ctx context.Context) error) error {
 	timeout := c.cfg.EtcdTimeout
 	if dl, ok := ctx.Deadline(); ok {
+		if last := c.etcd.last(); last != nil {
+			return &EtcdError{Op: op, Endpoints: last.Endpoints, Err: last.Err}
+		}
 		timeout = min(timeout, time.Until(dl)*4/5)
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
