@@ -1,6 +1,7 @@
 // Package deploy holds the deployment artifacts (Dockerfile, systemd
-// units, Kubernetes manifests); its test checks that every flag they pass
-// exists in the binaries.
+// units, the Helm chart and the kustomize base rendered from it); its
+// tests check that every flag they pass exists in the binaries, and how
+// they are built, pinned and hardened.
 package deploy
 
 import (
@@ -38,8 +39,8 @@ func helpFlags(t *testing.T, bin string) map[string]bool {
 	return flags
 }
 
-// The systemd units, example configuration files and Kubernetes manifests
-// pass only flags the binaries have: a renamed flag fails here, not at
+// The systemd units, example configuration files, Kubernetes manifests
+// and the Helm chart's templates pass only flags the binaries have: a renamed flag fails here, not at
 // someone's 3 a.m. deploy.
 func TestArtifactFlagsExist(t *testing.T) {
 	testenv.SkipSlow(t, "builds the binaries and runs them")
@@ -126,6 +127,15 @@ func TestArtifactFlagsExist(t *testing.T) {
 	}
 	if containers != 2 {
 		t.Fatalf("found %d containers in the manifests, want the coordinator and the agent", containers)
+	}
+	// The chart's templates, whatever their values render: every flag
+	// they may pass (the rendering above has the defaults').
+	for file, binary := range map[string]string{"coordinator.yaml": "coordinator", "agent.yaml": "regional-agent"} {
+		b, err := os.ReadFile(filepath.Join(chartDir, "templates", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(chartDir+"/templates/"+file, binary, string(b))
 	}
 }
 

@@ -19,7 +19,7 @@ func (d Duration) String() string { return time.Duration(d).String() }
 // UnmarshalYAML parses a duration string.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!str" {
-		return fmt.Errorf("line %d: duration must be a string with a unit, such as \"1s\" or \"1m\", got %q", n.Line, n.Value)
+		return fmt.Errorf("line %d: duration must be a string with a unit, such as \"1s\" or \"1m\", got %s", n.Line, QuoteName(n.Value))
 	}
 	return d.parse(n.Value)
 }
@@ -42,7 +42,8 @@ func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()
 func (d *Duration) parse(s string) error {
 	v, err := time.ParseDuration(s)
 	if err != nil {
-		return fmt.Errorf("duration %q: %w", s, err)
+		// ParseDuration's error quotes s whole: name it once, cut.
+		return fmt.Errorf("duration %s: not a number with a unit, such as \"1s\" or \"1m\"", QuoteName(s))
 	}
 	*d = Duration(v)
 	return nil

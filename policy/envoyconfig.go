@@ -162,7 +162,7 @@ func envoyPolicy(f envoyFile, path []EnvoyEntry, d envoyDescriptor, rl *envoyRat
 		period, ok, rl = time.Second, true, &envoyRateLimit{Name: rl.Name, RequestsPerUnit: 1}
 	}
 	if !ok {
-		return nil, fmt.Errorf("%w: envoy ratelimit config: descriptor %s: unit %q; use second, minute, hour, day, week, month or year", ErrInvalidPolicy, pathString(path), rl.Unit)
+		return nil, fmt.Errorf("%w: envoy ratelimit config: descriptor %s: unit %s; use second, minute, hour, day, week, month or year", ErrInvalidPolicy, pathString(path), QuoteName(rl.Unit))
 	}
 	name := rl.Name
 	if name == "" {

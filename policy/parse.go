@@ -39,7 +39,7 @@ func ParsePolicies(data []byte) ([]*Policy, error) {
 			return nil, fmt.Errorf("document %d: %w", doc, err)
 		}
 		if seen[p.Name] {
-			return nil, fmt.Errorf("%w: document %d: policy %q is defined twice", ErrInvalidPolicy, doc, p.Name)
+			return nil, fmt.Errorf("%w: document %d: policy %s is defined twice", ErrInvalidPolicy, doc, QuoteName(p.Name))
 		}
 		seen[p.Name] = true
 		out = append(out, &p)

@@ -184,7 +184,7 @@ func (p *Policy) Validate() error {
 		name = "(unnamed)"
 	}
 	bad := func(field, format string, args ...any) error {
-		return fmt.Errorf("%w %q: field %q: %s", ErrInvalidPolicy, name, field, fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w %s: field %q: %s", ErrInvalidPolicy, QuoteName(name), field, fmt.Sprintf(format, args...))
 	}
 	if e := p.Envoy; e != nil {
 		if e.Domain == "" || len(e.Entries) == 0 || len(e.Entries) > MaxIdentityAttributes {
@@ -208,10 +208,10 @@ func (p *Policy) Validate() error {
 	seen := make(map[string]bool, len(p.Identity))
 	for _, a := range p.Identity {
 		if !attributeRE.MatchString(a) {
-			return bad("identity", "attribute %q must be 1-32 characters of a-z, 0-9, '_', '.', '-', starting with a letter", a)
+			return bad("identity", "attribute %s must be 1-32 characters of a-z, 0-9, '_', '.', '-', starting with a letter", QuoteName(a))
 		}
 		if seen[a] {
-			return bad("identity", "attribute %q is listed twice", a)
+			return bad("identity", "attribute %s is listed twice", QuoteName(a))
 		}
 		seen[a] = true
 	}
@@ -234,18 +234,18 @@ func (p *Policy) Validate() error {
 			return bad("limit", "must be a whole number for %s, got %v", p.Algorithm, p.Limit)
 		}
 	default:
-		return bad("algorithm", "unknown %q; use token_bucket, fixed_window, sliding_window or sliding_log", p.Algorithm)
+		return bad("algorithm", "unknown %s; use token_bucket, fixed_window, sliding_window or sliding_log", QuoteName(string(p.Algorithm)))
 	}
 	if p.Cost < 1 {
 		return bad("cost", "must be a positive whole number, got %d", p.Cost)
 	}
 	if p.Scope != ScopeGlobal && p.Scope != ScopeRegion {
-		return bad("scope", "unknown %q; use global or region", p.Scope)
+		return bad("scope", "unknown %s; use global or region", QuoteName(string(p.Scope)))
 	}
 	var floors float64
 	for region, f := range p.Floors {
 		if !RegionNameRE.MatchString(region) {
-			return bad("floors", "region name %q must be 1-63 characters of a-z, 0-9 and '-'", region)
+			return bad("floors", "region name %s must be 1-63 characters of a-z, 0-9 and '-'", QuoteName(region))
 		}
 		if math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
 			return bad("floors", "floor of region %q must be a finite number >= 0, got %v", region, f)
@@ -337,7 +337,7 @@ func (f Failure) validate() *fieldError {
 	case FailOpen:
 		return fraction("open_fraction", "the global limit", f.OpenFraction, false)
 	default:
-		return &fieldError{"mode", fmt.Sprintf("unknown %q; use fail-closed, static-share, last-lease or fail-open", f.Mode)}
+		return &fieldError{"mode", fmt.Sprintf("unknown %s; use fail-closed, static-share, last-lease or fail-open", QuoteName(string(f.Mode)))}
 	}
 	return nil
 }

@@ -77,7 +77,7 @@ func (a adminFlags) call(ctx context.Context, fn func(ctx context.Context, c pb.
 	if err != nil && !a.tls.Enabled() && strings.Contains(err.Error(), "server preface") {
 		return fmt.Errorf("%w\n(the coordinator seems to serve TLS: give --tls-ca, --tls-cert and --tls-key, or QUOTALEASE_TLS_CA, _CERT and _KEY)", err)
 	}
-	return err
+	return plainRPCError(err, *a.timeout)
 }
 
 func (a adminFlags) json() bool { return *a.output == "json" }

@@ -117,6 +117,8 @@ func TestServeAndAdminCommands(t *testing.T) {
 		{[]string{"quota", "list", c}, 0, "search-per-user-route"},
 		{[]string{"quota", "get", "api-per-tenant", c}, 0, "static_fraction: 0.2"},
 		{[]string{"quota", "get", "nope", c}, 1, "no policy"},
+		{[]string{"quota", "get", strings.Repeat("n", 10000), c}, 1, `no policy "nnnnnnnn`},
+		{[]string{"quota", "delete", strings.Repeat("n", 10000), c}, 1, "n\"... (10000 bytes)"},
 		{[]string{"regions", "list", c}, 0, "ap"},
 		{[]string{"regions", "set-weight", "sa", "2", c}, 0, "region sa has weight 2"},
 		{[]string{"regions", "set-weight", "Bad Name", "2", c}, 1, "region name"},

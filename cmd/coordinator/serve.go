@@ -69,6 +69,7 @@ type serveOptions struct {
 	endpoints, prefix, regions, strategy string
 	timing                               lease.Timing
 	sessionTTL, rebalance, flush, lag    time.Duration
+	etcdTimeout                          time.Duration
 	maxStep, hysteresis, leaseRate       float64
 	etcdAccess                           *etcdAccess
 	tls                                  *mtls.Files
@@ -100,6 +101,7 @@ func serveFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 	fs.DurationVar(&o.timing.Margin, "lease-margin", lease.DefaultTiming.Margin, "agents stop trusting a grant this much early, on top of drift")
 	fs.DurationVar(&o.timing.DegradedTimeout, "degraded-timeout", lease.DefaultTiming.DegradedTimeout, "how long a lapsed region's degraded budget stays reserved (and usable by it)")
 	fs.DurationVar(&o.sessionTTL, "session-ttl", coordinator.DefaultSessionTTL, "etcd leadership session TTL; failover takes about this long")
+	fs.DurationVar(&o.etcdTimeout, "etcd-timeout", coordinator.DefaultEtcdTimeout, "most any etcd call may take; past it etcd counts as unreachable, which the log, /readyz and admin commands say")
 	fs.DurationVar(&o.rebalance, "rebalance-interval", coordinator.DefaultRebalanceInterval, "how often shares are recomputed")
 	fs.DurationVar(&o.flush, "flush-interval", coordinator.DefaultFlushInterval, "how often lowered ledger marks are written to etcd")
 	fs.StringVar(&o.strategy, "strategy", string(allocation.StrategyMaxMinFair), "allocation strategy: static, demand or max-min-fair")
@@ -210,6 +212,7 @@ func (o *serveOptions) coordinatorConfig(mutual bool, log hclog.Logger) coordina
 		cfg.TrustDomain = o.trustDomain
 	}
 	cfg.Timing, cfg.SessionTTL, cfg.RebalanceInterval, cfg.FlushInterval = o.timing, o.sessionTTL, o.rebalance, o.flush
+	cfg.EtcdTimeout = o.etcdTimeout
 	cfg.Strategy, cfg.MaxStep, cfg.Hysteresis = allocation.Strategy(o.strategy), o.maxStep, o.hysteresis
 	cfg.StoreLag, cfg.LeaseCallRate, cfg.Logger = o.lag, o.leaseRate, log
 	return cfg
@@ -288,7 +291,7 @@ func (e etcdSetup) connect(ctx context.Context, log hclog.Logger) (*clientv3.Cli
 		if cli, err = clientv3.New(ecfg); err == nil {
 			return cli, eps, func() { cli.Close(); closeEmbedded() }, nil
 		}
-		err = fmt.Errorf("etcd client: %w", err)
+		err = &coordinator.EtcdError{Op: "connect", Endpoints: eps, Err: err}
 	}
 	closeEmbedded()
 	return nil, nil, nil, err

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/quota-lease/quota-lease/internal/coordinator"
 	"github.com/quota-lease/quota-lease/policy"
 )
 
@@ -25,7 +26,7 @@ func readPolicyFile(path string) ([]byte, error) {
 
 func quotaValidate(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("quota validate", "-f FILE [-o table|json]",
-		"Parses and validates every policy in FILE without contacting anything, and\nprints them with their defaults filled in. Exits 1 naming the first bad field.", stderr)
+		"Parses and validates every policy in FILE without contacting anything, as\n'quota set' would (at most 100 policies per file), and prints them with their\ndefaults filled in. Exits 1 naming the first bad field. Only the coordinator\nchecks floors against the declared regions and changes to stored policies.", stderr)
 	file := fs.String("f", "", "policy file (YAML, one policy per document); - reads standard input")
 	output := fs.String("o", "table", "output format: table or json")
 	if err := parse(fs, args, 0, 0); err != nil {
@@ -39,7 +40,7 @@ func quotaValidate(_ context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	ps, err := policy.ParsePolicyFile(data)
+	ps, err := coordinator.ParsePolicySet(data) // the limits quota set applies
 	if err != nil {
 		return fmt.Errorf("%s: %w", *file, err)
 	}

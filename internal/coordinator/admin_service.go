@@ -27,23 +27,15 @@ func record(p *policy.Policy) *pb.PolicyRecord {
 	return &pb.PolicyRecord{Name: p.Name, Version: p.Version, Json: mustJSON(p)}
 }
 
-// MaxPoliciesPerSet bounds the policies one SetPolicy stores: they are
-// written in one etcd transaction, all or none, and etcd's default
-// --max-txn-ops is 128.
-const MaxPoliciesPerSet = 100
-
 // SetPolicy stores one or more policies: all or none, in one transaction.
 func (c *Coordinator) SetPolicy(ctx context.Context, req *pb.SetPolicyRequest) (*pb.SetPolicyResponse, error) {
 	t, err := c.leading(ctx)
 	if err != nil {
 		return nil, err
 	}
-	ps, err := policy.ParsePolicyFile([]byte(req.Yaml))
+	ps, err := ParsePolicySet([]byte(req.Yaml))
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	if len(ps) > MaxPoliciesPerSet {
-		return nil, status.Errorf(codes.InvalidArgument, "the file holds %d policies; one quota set stores at most %d, all or none in one etcd transaction: split the file and set each part", len(ps), MaxPoliciesPerSet)
 	}
 	regions := t.regionNames()
 	t.mu.Lock()
@@ -95,12 +87,15 @@ func (c *Coordinator) SetPolicy(ctx context.Context, req *pb.SetPolicyRequest) (
 
 // GetPolicy returns one stored policy.
 func (c *Coordinator) GetPolicy(ctx context.Context, req *pb.GetPolicyRequest) (*pb.PolicyRecord, error) {
-	resp, err := c.cli.Get(ctx, c.keys.policy(req.Name))
-	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "read etcd: %v", err)
+	var resp *clientv3.GetResponse
+	if err := c.etcdCall(ctx, "read a policy", func(ctx context.Context) (err error) {
+		resp, err = c.cli.Get(ctx, c.keys.policy(req.Name))
+		return err
+	}); err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
 	}
 	if len(resp.Kvs) == 0 {
-		return nil, status.Errorf(codes.NotFound, "no policy %q; 'coordinator quota list' shows the stored ones", req.Name)
+		return nil, status.Errorf(codes.NotFound, "no policy %s; 'coordinator quota list' shows the stored ones", policy.QuoteName(req.Name))
 	}
 	var p policy.Policy
 	if err := json.Unmarshal(resp.Kvs[0].Value, &p); err != nil {
@@ -111,7 +106,7 @@ func (c *Coordinator) GetPolicy(ctx context.Context, req *pb.GetPolicyRequest) (
 
 // ListPolicies returns every stored policy, by name.
 func (c *Coordinator) ListPolicies(ctx context.Context, _ *pb.ListPoliciesRequest) (*pb.ListPoliciesResponse, error) {
-	st, err := loadState(ctx, c.cli, c.keys)
+	st, err := c.readState(ctx)
 	if err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
@@ -136,7 +131,7 @@ func (c *Coordinator) DeletePolicy(ctx context.Context, req *pb.DeletePolicyRequ
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.quotas[req.Name] == nil {
-		return nil, status.Errorf(codes.NotFound, "no policy %q", req.Name)
+		return nil, status.Errorf(codes.NotFound, "no policy %s", policy.QuoteName(req.Name))
 	}
 	if err := c.txn(ctx, t, clientv3.OpDelete(c.keys.policy(req.Name)), clientv3.OpDelete(c.keys.ledgerQuota(req.Name), clientv3.WithPrefix())); err != nil {
 		return nil, status.Errorf(codes.Unavailable, "delete policy: %v", err)
@@ -203,7 +198,7 @@ func (c *Coordinator) ReleaseRegion(ctx context.Context, req *pb.ReleaseRegionRe
 	}
 	t.mu.RUnlock()
 	if req.Quota != "" && len(quotas) == 0 {
-		return nil, status.Errorf(codes.NotFound, "no policy %q", req.Quota)
+		return nil, status.Errorf(codes.NotFound, "no policy %s", policy.QuoteName(req.Quota))
 	}
 	now := c.cfg.Clock.Now()
 	released := int32(0)
@@ -234,7 +229,7 @@ func (c *Coordinator) SetRegion(ctx context.Context, req *pb.SetRegionRequest) (
 		return nil, err
 	}
 	if !policy.RegionNameRE.MatchString(req.Name) {
-		return nil, status.Errorf(codes.InvalidArgument, "region name %q must be 1-63 characters of a-z, 0-9 and '-'", req.Name)
+		return nil, status.Errorf(codes.InvalidArgument, "region name %s must be 1-63 characters of a-z, 0-9 and '-'", policy.QuoteName(req.Name))
 	}
 	if !(req.Weight > 0) || math.IsInf(req.Weight, 0) {
 		return nil, status.Errorf(codes.InvalidArgument, "weight must be a positive finite number, got %v", req.Weight)
@@ -262,7 +257,7 @@ func (c *Coordinator) SetRegion(ctx context.Context, req *pb.SetRegionRequest) (
 
 // ListRegions lists the declared regions.
 func (c *Coordinator) ListRegions(ctx context.Context, _ *pb.ListRegionsRequest) (*pb.ListRegionsResponse, error) {
-	st, err := loadState(ctx, c.cli, c.keys)
+	st, err := c.readState(ctx)
 	if err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
@@ -306,7 +301,7 @@ func (t *term) knownRegion(name string) error {
 	_, ok := t.regions[name]
 	t.mu.RUnlock()
 	if !ok {
-		return status.Errorf(codes.NotFound, "unknown region %q (known: %s)", name, strings.Join(t.regionNames(), ", "))
+		return status.Errorf(codes.NotFound, "unknown region %s (known: %s)", policy.QuoteName(name), strings.Join(t.regionNames(), ", "))
 	}
 	return nil
 }
@@ -318,12 +313,12 @@ func (t *term) knownRegion(name string) error {
 // steady bound, under the policy in force now; windows just after a change
 // have the transition bound of docs/bound.md.
 func (c *Coordinator) GetBound(ctx context.Context, req *pb.GetBoundRequest) (*pb.GetBoundResponse, error) {
-	st, err := loadState(ctx, c.cli, c.keys)
+	st, err := c.readState(ctx)
 	if err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
 	if req.Quota != "" && st.policies[req.Quota] == nil {
-		return nil, status.Errorf(codes.NotFound, "no policy %q", req.Quota)
+		return nil, status.Errorf(codes.NotFound, "no policy %s", policy.QuoteName(req.Quota))
 	}
 	d := bound.Deployment{Regions: max(1, len(st.regions)), Instances: 1, LeaseDuration: c.cfg.Timing.ValidFor,
 		Drift: c.cfg.Timing.Drift, RedisOutages: true, StoreLag: c.cfg.StoreLag}

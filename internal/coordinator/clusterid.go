@@ -27,13 +27,20 @@ func (c *Coordinator) ensureClusterID(ctx context.Context) error {
 		return err
 	}
 	key := c.keys.clusterID()
-	_, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).Then(clientv3.OpPut(key, hex.EncodeToString(b))).Commit()
+	var resp *clientv3.GetResponse
+	err := c.etcdCall(ctx, "make or read the cluster ID", func(ctx context.Context) error {
+		_, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).Then(clientv3.OpPut(key, hex.EncodeToString(b))).Commit()
+		if err != nil {
+			return err
+		}
+		resp, err = c.cli.Get(ctx, key)
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("make cluster id: %w", err)
+		return fmt.Errorf("cluster id: %w", err)
 	}
-	resp, err := c.cli.Get(ctx, key)
-	if err != nil || len(resp.Kvs) == 0 {
-		return fmt.Errorf("read cluster id: %v", err)
+	if len(resp.Kvs) == 0 {
+		return fmt.Errorf("cluster id: key %s is missing right after it was written (is another process deleting under --prefix?)", key)
 	}
 	id := string(resp.Kvs[0].Value)
 	c.clusterID.Store(&id)

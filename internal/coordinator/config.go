@@ -30,6 +30,11 @@ type Config struct {
 	// SessionTTL is the etcd session (leadership) TTL. Failover takes
 	// about this long.
 	SessionTTL time.Duration
+	// EtcdTimeout bounds every etcd call the replica makes (a handler's
+	// call also by most of what is left of its caller's deadline): past
+	// it, etcd counts as unreachable, which the log, /readyz and the
+	// answers say.
+	EtcdTimeout time.Duration
 	// RebalanceInterval is how often shares are recomputed.
 	RebalanceInterval time.Duration
 	// FlushInterval is how often lowered ledger marks are written.
@@ -64,6 +69,7 @@ type Config struct {
 const (
 	DefaultPrefix            = "/quota-lease"
 	DefaultSessionTTL        = 5 * time.Second
+	DefaultEtcdTimeout       = 3 * time.Second
 	DefaultRebalanceInterval = time.Second
 	DefaultFlushInterval     = time.Second
 	DefaultMaxStep           = 0.1
@@ -80,6 +86,7 @@ func DefaultConfig() Config {
 		Prefix:            DefaultPrefix,
 		Timing:            lease.DefaultTiming,
 		SessionTTL:        DefaultSessionTTL,
+		EtcdTimeout:       DefaultEtcdTimeout,
 		RebalanceInterval: DefaultRebalanceInterval,
 		FlushInterval:     DefaultFlushInterval,
 		Strategy:          allocation.StrategyMaxMinFair,
@@ -114,6 +121,9 @@ func ValidateConfig(c Config) error {
 	}
 	if c.SessionTTL < time.Second {
 		errs = append(errs, fmt.Errorf("session TTL %s is below 1s", c.SessionTTL))
+	}
+	if c.EtcdTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("etcd timeout %s must be positive", c.EtcdTimeout))
 	}
 	if c.StoreLag < 0 {
 		errs = append(errs, fmt.Errorf("store lag %s is negative", c.StoreLag))

@@ -40,6 +40,8 @@ type Coordinator struct {
 	leaseCalls *callRate
 	// clusterID is the deployment's ID (*string), once loaded.
 	clusterID atomic.Pointer[string]
+	// etcd is what this replica's etcd calls last found.
+	etcd *etcdHealth
 
 	mu     sync.RWMutex
 	cur    *term        // nil unless leader and ready
@@ -84,6 +86,7 @@ func New(cli *clientv3.Client, cfg Config) (*Coordinator, error) {
 		etcdWrite: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "quotalease_coordinator_etcd_write_seconds",
 			Help:    "Latency of the leader's ledger transactions in etcd (a renewal that raises a mark waits for one).",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}})}
+	c.etcd = newEtcdHealth(cli.Endpoints(), cfg.Logger, cfg.Clock)
 	c.leader.Store("")
 	return c, nil
 }
@@ -135,7 +138,10 @@ func (c *Coordinator) Run(ctx context.Context) error {
 			err = c.campaign(ctx)
 		}
 		if err != nil && ctx.Err() == nil {
-			c.log.Error("leadership cycle ended", "error", err)
+			var ee *EtcdError
+			if !errors.As(err, &ee) { // etcd failures are logged paced by etcdCall
+				c.log.Error("leadership cycle ended", "error", err)
+			}
 			select {
 			case <-ctx.Done():
 			case <-time.After(time.Second):
@@ -148,7 +154,16 @@ func (c *Coordinator) Run(ctx context.Context) error {
 func (c *Coordinator) campaign(ctx context.Context) error {
 	ll := &leaderLease{}
 	sent := c.cfg.Clock.Mono()
-	sess, err := concurrency.NewSession(c.cli, concurrency.WithTTL(int(c.cfg.SessionTTL/time.Second)), concurrency.WithContext(ctx))
+	// The session's lease is granted here, within the etcd timeout:
+	// concurrency.NewSession would wait for an unreachable etcd forever.
+	var granted *clientv3.LeaseGrantResponse
+	if err := c.etcdCall(ctx, "open a leadership session", func(ctx context.Context) (err error) {
+		granted, err = c.cli.Grant(ctx, int64(c.cfg.SessionTTL/time.Second))
+		return err
+	}); err != nil {
+		return fmt.Errorf("etcd session: %w", err)
+	}
+	sess, err := concurrency.NewSession(c.cli, concurrency.WithLease(granted.ID), concurrency.WithContext(ctx))
 	if err != nil {
 		return fmt.Errorf("etcd session: %w", err)
 	}
@@ -170,6 +185,9 @@ func (c *Coordinator) campaign(ctx context.Context) error {
 
 	c.log.Info("campaigning for leadership", "name", c.cfg.Name)
 	if err := el.Campaign(sctx, c.cfg.Advertise); err != nil {
+		if ctx.Err() == nil && sctx.Err() != nil { // the session ended: its keepalives failed, as the log says
+			return &EtcdError{Op: "campaign for leadership", Endpoints: c.etcd.endpoints, Err: errors.New("the leadership session expired")}
+		}
 		return fmt.Errorf("campaign: %w", err)
 	}
 	err = c.lead(sctx, el, ll)
@@ -200,7 +218,7 @@ func (c *Coordinator) observe(ctx context.Context, el *concurrency.Election) {
 
 // lead loads the state, restores the ledger and serves until ctx ends.
 func (c *Coordinator) lead(ctx context.Context, el *concurrency.Election, ll *leaderLease) error {
-	st, err := loadState(ctx, c.cli, c.keys)
+	st, err := c.readState(ctx)
 	if err != nil {
 		return err
 	}
@@ -315,7 +333,11 @@ func (c *Coordinator) txn(ctx context.Context, t *term, ops ...clientv3.Op) erro
 	for len(ops) > 0 {
 		n := min(len(ops), 100) // etcd's default --max-txn-ops is 128
 		t0 := c.cfg.Clock.Mono()
-		resp, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(t.leaderKey), "=", t.leaderRev)).Then(ops[:n]...).Commit()
+		var resp *clientv3.TxnResponse
+		err := c.etcdCall(ctx, "write a transaction", func(ctx context.Context) (err error) {
+			resp, err = c.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(t.leaderKey), "=", t.leaderRev)).Then(ops[:n]...).Commit()
+			return err
+		})
 		c.etcdWrite.Observe((c.cfg.Clock.Mono() - t0).Seconds())
 		if err != nil {
 			return fmt.Errorf("etcd txn: %w", err)

@@ -33,8 +33,10 @@ func (l *leaderLease) extend(sentAt time.Duration, ttl time.Duration, drift floa
 	}
 }
 
-// keepAlive renews the session lease every ttl/3 and extends l after each
-// success, until ctx ends. etcd's own keepalive (started by the session)
+// keepAlive renews the session lease every ttl/3 (each renewal within the
+// etcd timeout) and extends l after each success, until ctx ends. Its
+// failures are the replica's first sign of an etcd outage, recorded and
+// logged by etcdCall. etcd's own keepalive (started by the session)
 // runs too; this one exists to know the send times.
 func (c *Coordinator) keepAlive(ctx context.Context, id clientv3.LeaseID, l *leaderLease) {
 	t := time.NewTicker(c.cfg.SessionTTL / 3)
@@ -46,12 +48,12 @@ func (c *Coordinator) keepAlive(ctx context.Context, id clientv3.LeaseID, l *lea
 		case <-t.C:
 		}
 		sent := c.cfg.Clock.Mono()
-		kctx, cancel := context.WithTimeout(ctx, c.cfg.SessionTTL/3)
-		_, err := c.cli.KeepAliveOnce(kctx, id)
-		cancel()
+		err := c.etcdCall(ctx, "renew the leadership session", func(ctx context.Context) error {
+			_, err := c.cli.KeepAliveOnce(ctx, id)
+			return err
+		})
 		if err != nil {
-			c.log.Warn("leadership keepalive failed", "error", err)
-			continue
+			continue // an etcd failure is logged, paced, by etcdCall
 		}
 		l.extend(sent, c.cfg.SessionTTL, c.cfg.Timing.Drift, c.cfg.Timing.Margin)
 	}

@@ -75,7 +75,8 @@ func (k collector) Collect(ch chan<- prometheus.Metric) {
 
 // HTTPHandler serves /metrics (Prometheus), /healthz (the process runs)
 // and /readyz (200 on the leader; 503 on a follower, which is healthy but
-// does not grant), open to scrapers and probes. console, if not nil, is
+// does not grant, and 503 naming etcd and what to do while this replica's
+// last etcd call failed), open to scrapers and probes. console, if not nil, is
 // served at every other path under the admin read API's authorization
 // (AuthorizeHTTP with ListLeases): the web console.
 func (c *Coordinator) HTTPHandler(console http.Handler) http.Handler {
@@ -85,6 +86,10 @@ func (c *Coordinator) HTTPHandler(console http.Handler) http.Handler {
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if problem := c.etcd.problem(); problem != nil {
+			http.Error(w, "not ready: "+problem.Error(), http.StatusServiceUnavailable)
+			return
+		}
 		if !c.IsLeader() {
 			http.Error(w, "following: lease calls go to the leader", http.StatusServiceUnavailable)
 			return
