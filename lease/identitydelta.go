@@ -70,8 +70,8 @@ type DemandReport struct {
 }
 
 // Changes returns at most n demands of now (lease.IdentityDemands) that
-// the coordinator should be told, as absolute values, 0 for an identity
-// whose demand is gone: those it does not hold, and those that moved by
+// the coordinator should be told, as absolute values capped at total, 0
+// for an identity whose demand is gone: those it does not hold, and those that moved by
 // more than 1% of total (the plan's damping, IdentityPlan.Plan, ignores
 // less), the largest moves first. Sending the same changes twice is
 // harmless, so an unanswered renewal just sends them again.
@@ -83,6 +83,7 @@ func (r *DemandReport) Changes(now map[string]int64, total int64, n int) map[str
 	var all []change
 	step := total / identityHysteresis
 	for id, d := range now {
+		d = min(d, total) // the coordinator caps a demand at the total: more says nothing
 		old, ok := r.held[id]
 		if delta := abs64(d - old); !ok && d > 0 || delta > step {
 			all = append(all, change{id, d, delta + step*boolInt(!ok)})
