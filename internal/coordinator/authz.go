@@ -140,15 +140,21 @@ func (c *Coordinator) AuthorizeHTTP(method string, h http.Handler) http.Handler 
 	})
 }
 
+// refuse counts a call of method refused for reason, logs it at most once
+// a second per method and reason (a flood of forged calls must not flood
+// the log), and returns err, the refusal to answer with.
+func (c *Coordinator) refuse(method, reason string, err error) error {
+	if c.refused.add(method, reason) {
+		c.log.Warn("call refused (logged at most once a second per method and reason; all are counted)", "method", method, "reason", reason, "detail", status.Convert(err).Message())
+	}
+	return err
+}
+
 // allow applies methodAccess to the caller id (idErr: why it has none)
 // calling method with req.
 func (c *Coordinator) allow(method string, req any, id caller.ID, idErr error) error {
 	refuse := func(code codes.Code, reason, msg string, args ...any) error {
-		text := fmt.Sprintf(msg, args...)
-		if c.refused.add(method, reason) {
-			c.log.Warn("call refused (logged at most once a second per method and reason; all are counted)", "method", method, "reason", reason, "detail", text)
-		}
-		return status.Error(code, text)
+		return c.refuse(method, reason, status.Error(code, fmt.Sprintf(msg, args...)))
 	}
 	if err := idErr; err != nil {
 		return refuse(codes.Unauthenticated, "no-identity", "%v", err)

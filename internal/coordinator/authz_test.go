@@ -301,9 +301,11 @@ func TestServerCertificateRotation(t *testing.T) {
 	}
 }
 
-// A region flooding Lease calls with fresh nonces (the nonce-flood attack,
-// now only possible with the region's own certificate) is refused past its
-// call rate before anything is booked, and other regions are unaffected.
+// A region flooding Lease calls with fresh instance names and nonces (the
+// nonce-flood attack, now only possible with the region's own certificate;
+// a fresh nonce under a live name is refused anyway: TestLiveInstanceKeepsName)
+// is refused past its call rate before anything is booked, and other
+// regions are unaffected.
 // An inflated demand is capped at the whole quota.
 func TestLeaseCallsLimitedPerRegion(t *testing.T) {
 	p := newPKI(t)
@@ -316,7 +318,7 @@ func TestLeaseCallsLimitedPerRegion(t *testing.T) {
 	_, us := dialAs(t, p, r, "us")
 	_, eu := dialAs(t, p, r, "eu")
 	lease := func(cl pb.LeaseServiceClient, region, nonce string, demand int64) error {
-		_, err := cl.Lease(ctx, &pb.LeaseRequest{Region: region, Instance: region + "-1", Nonce: nonce,
+		_, err := cl.Lease(ctx, &pb.LeaseRequest{Region: region, Instance: nonce, Nonce: nonce,
 			Quotas: []*pb.QuotaRequest{{Quota: "api", Demand: demand}}})
 		return err
 	}
