@@ -23,7 +23,8 @@ type access int
 const (
 	// regionAccess: an agent of the region the request names.
 	regionAccess access = iota + 1
-	// policyAccess: any identity (agents load their policies).
+	// policyAccess: a region's agents (they load their policies) and
+	// both operator roles.
 	policyAccess
 	// readAccess: role admin or viewer.
 	readAccess
@@ -175,9 +176,11 @@ func (c *Coordinator) allow(method string, req any, id caller.ID, idErr error) e
 			return refuse(codes.ResourceExhausted, "lease-rate", "region %q sent more than %v lease calls a second; its agents renew far less often, so something is looping or flooding", id.Name, c.cfg.LeaseCallRate)
 		}
 	case policyAccess:
-		// Every identity of the trust domain: regions and both roles.
+		if id == caller.CoordinatorID {
+			return refuse(codes.PermissionDenied, "server-identity", "%s is the coordinators' server identity and calls nothing: give the client a region's, an admin's or a viewer's certificate", id)
+		}
 	case readAccess:
-		if id.Kind != caller.Role {
+		if id.Kind != caller.Role || id == caller.CoordinatorID {
 			return refuse(codes.PermissionDenied, "not-a-role", "%s may not use the admin API: it needs role viewer or admin", id)
 		}
 	case writeAccess:

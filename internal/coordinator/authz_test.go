@@ -140,8 +140,20 @@ func TestAdminNeedsRole(t *testing.T) {
 	if _, err := adm.GetPolicy(ctx, &pb.GetPolicyRequest{Name: "api"}); err != nil {
 		t.Fatalf("the viewer's refused writes changed the policy: %v", err)
 	}
-	if n := refusedCount(r.c); n < 5 {
-		t.Fatalf("%d refusals counted, want at least 5", n)
+	// The coordinators' own identity is a server's: it calls nothing.
+	p.issue(t, "coordinator", caller.CoordinatorID, time.Time{})
+	co, coLease := dialAs(t, p, r, "coordinator")
+	if _, err := co.ListPolicies(ctx, &pb.ListPoliciesRequest{}); code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "calls nothing") {
+		t.Fatalf("the coordinator identity listed policies: %v", err)
+	}
+	if _, err := co.ListLeases(ctx, &pb.ListLeasesRequest{}); code(err) != codes.PermissionDenied {
+		t.Fatalf("the coordinator identity read the leases: %v", err)
+	}
+	if _, err := coLease.Lease(ctx, &pb.LeaseRequest{Region: "us", Instance: "i", Nonce: "n", Quotas: []*pb.QuotaRequest{{Quota: "api"}}}); code(err) != codes.PermissionDenied {
+		t.Fatalf("the coordinator identity leased: %v", err)
+	}
+	if n := refusedCount(r.c); n < 8 {
+		t.Fatalf("%d refusals counted, want at least 8", n)
 	}
 }
 
