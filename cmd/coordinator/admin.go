@@ -34,19 +34,17 @@ type adminFlags struct {
 	output  *string
 	timeout *time.Duration
 	tls     *mtls.Files
+	domain  *string
 	cluster *string
 }
 
 func addAdminFlags(fs *flag.FlagSet) adminFlags {
-	def := os.Getenv("QUOTALEASE_COORDINATOR")
-	if def == "" {
-		def = DefaultCoordinator
-	}
 	return adminFlags{
-		addrs:   fs.String("coordinator", def, "coordinator replicas, host:port[,host:port...]; the leader is found automatically"),
+		addrs:   fs.String("coordinator", envOr("QUOTALEASE_COORDINATOR", DefaultCoordinator), "coordinator replicas, host:port[,host:port...]; the leader is found automatically"),
 		output:  fs.String("o", "table", "output format: table (YAML for quota get) or json (one style for every command: docs/cli.md)"),
 		timeout: fs.Duration("timeout", 5*time.Second, "how long to wait for an answer"),
 		tls:     mtls.ClientFlags(fs, ""),
+		domain:  fs.String("trust-domain", envOr("QUOTALEASE_TRUST_DOMAIN", "quota-lease"), "SPIFFE trust domain of the coordinators (their serve --trust-domain): with TLS, a server is accepted only if its certificate names spiffe://<domain>/role/coordinator (env QUOTALEASE_TRUST_DOMAIN)"),
 		cluster: fs.String("cluster-id", os.Getenv("QUOTALEASE_CLUSTER_ID"), "the cluster ID the coordinators must have (logged at their start); a coordinator of another deployment then refuses the call (env QUOTALEASE_CLUSTER_ID)"),
 	}
 }
@@ -63,7 +61,7 @@ func (a adminFlags) call(ctx context.Context, fn func(ctx context.Context, c pb.
 	defer cl.Close()
 	cl.SetClusterID(*a.cluster)
 	if a.tls.Enabled() {
-		cfg, err := mtls.Client(*a.tls, "")
+		cfg, err := leaseapi.CoordinatorTLS(*a.tls, *a.domain)
 		if err != nil {
 			return err
 		}
@@ -78,6 +76,15 @@ func (a adminFlags) call(ctx context.Context, fn func(ctx context.Context, c pb.
 		return fmt.Errorf("%w\n(the coordinator seems to serve TLS: give --tls-ca, --tls-cert and --tls-key, or QUOTALEASE_TLS_CA, _CERT and _KEY)", err)
 	}
 	return plainRPCError(err, *a.timeout)
+}
+
+// envOr is the environment variable name's value, or def when it is
+// unset or empty.
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }
 
 func (a adminFlags) json() bool { return *a.output == "json" }

@@ -32,6 +32,7 @@ var commands = map[string]command{
 	"serve":              {"run a coordinator replica (embedded etcd by default)", runServe},
 	"etcd":               {"run only an embedded etcd, for several local replicas to share", runEtcd},
 	"certs":              {"make a development CA and every certificate a deployment needs", certsCmd},
+	"certs issue":        {"issue one more certificate from that CA (per instance, rotation, --valid-for)", certsIssue},
 	"quota set":          {"store the policies of a file (-f FILE)", quotaSet},
 	"quota get":          {"print one stored policy", quotaGet},
 	"quota list":         {"list the stored policies", quotaList},
@@ -86,10 +87,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, version.Get())
 		return 0
 	}
-	name, rest := args[0], args[1:]
-	cmd, ok := commands[name]
-	if !ok && len(args) > 1 {
+	// A two-word command wins over a one-word one ("certs issue", "certs").
+	var name string
+	var rest []string
+	var cmd command
+	ok := false
+	if len(args) > 1 {
 		name, rest = args[0]+" "+args[1], args[2:]
+		cmd, ok = commands[name]
+	}
+	if !ok {
+		name, rest = args[0], args[1:]
 		cmd, ok = commands[name]
 	}
 	if !ok {

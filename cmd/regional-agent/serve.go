@@ -70,6 +70,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 type serveOptions struct {
 	region, instance, coordinators, policies, clusterID  string
 	grpcListen, httpListen, metricIDs, coordCA, logLevel string
+	trustDomain                                          string
 	redis                                                redisTarget
 	tls                                                  *mtls.Files
 	hints, envoyHeaders, shadow, insecure, logJSON       bool
@@ -110,6 +111,7 @@ func serveFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 	fs.StringVar(&o.metricIDs, "metric-identities", agent.IdentitiesHashed, "how the hot-identity metric names identities (tenants, IPs): hashed (sha256:<12 hex>), plain (opt in to the names) or off")
 	o.tls = mtls.ServerFlags(fs)
 	fs.StringVar(&o.coordCA, "coordinator-tls-ca", os.Getenv("QUOTALEASE_TLS_CA"), "PEM CA that signs the coordinators' certificates; turns TLS on toward them, presenting --tls-cert (the region's identity) as the client certificate (env QUOTALEASE_TLS_CA)")
+	fs.StringVar(&o.trustDomain, "trust-domain", "quota-lease", "SPIFFE trust domain of the coordinators (their serve --trust-domain): with --coordinator-tls-ca, a server is accepted as a coordinator only if its certificate names spiffe://<domain>/role/coordinator")
 	fs.DurationVar(&o.drain, "drain-delay", 0, "on SIGTERM, answer /readyz 503 (and gRPC health NOT_SERVING) for this long while still serving checks, before waiting for in-flight ones and closing: set it to your load balancer's probe period")
 	fs.IntVar(&o.httpConns, "http-max-conns", agent.DefaultMaxHTTPConns, "most open HTTP connections; more wait to be accepted, so slow clients cannot exhaust file descriptors. At most half of them (and 1,024) may be still handshaking, 64 from one address, for 3 s at most")
 	fs.BoolVar(&o.insecure, "insecure", false, "allow listening on a non-loopback address without mutual TLS (anyone who reaches it can check and read metrics)")
@@ -166,7 +168,7 @@ func (o *serveOptions) config(stderr io.Writer) (serveConfig, error) {
 		return sc, err
 	}
 	if o.coordCA != "" {
-		if sc.coordTLS, err = mtls.Client(mtls.Files{CA: o.coordCA, Cert: o.tls.Cert, Key: o.tls.Key}, ""); err != nil {
+		if sc.coordTLS, err = leaseapi.CoordinatorTLS(mtls.Files{CA: o.coordCA, Cert: o.tls.Cert, Key: o.tls.Key}, o.trustDomain); err != nil {
 			return sc, err
 		}
 	}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -55,6 +56,11 @@ type leaser struct {
 	// acknowledged (nil: saved only by the presence loop).
 	rdb  redis.UniversalClient
 	down outage // renewals failing at the transport: logged paced
+	// held paces the log of refusals because another process holds this
+	// instance name, and heldUntil is when to ask again (leaseapi.InstanceHeld):
+	// a refused agent backs off instead of asking ten times a second.
+	held      outage
+	heldUntil time.Time
 }
 
 type quotaLease struct {
@@ -76,7 +82,8 @@ type quotaLease struct {
 }
 
 func newLeaser(region, instance string, coord LeaseClient, t lease.Timing, now func() time.Time, log hclog.Logger, m *metrics, stale func()) *leaser {
-	return &leaser{down: outage{what: "lease renewals", interval: 30 * time.Second}, region: region, instance: instance, nonce: fmt.Sprintf("%s-%d-%x", instance, now().UnixNano(), rand.Uint64()),
+	return &leaser{down: outage{what: "lease renewals", interval: 30 * time.Second},
+		held: outage{what: "lease requests under this instance name", interval: 30 * time.Second}, region: region, instance: instance, nonce: fmt.Sprintf("%s-%d-%x", instance, now().UnixNano(), rand.Uint64()),
 		coord: coord, timing: t, now: now, log: log, m: m, stale: stale, quotas: map[string]*quotaLease{}, instances: 1}
 }
 
@@ -208,6 +215,10 @@ func (l *leaser) renew(ctx context.Context) bool {
 	}
 	now := l.now()
 	l.mu.Lock()
+	if now.Before(l.heldUntil) {
+		l.mu.Unlock()
+		return false
+	}
 	var out []sentQuota
 	pr := &pb.LeaseRequest{Region: l.region, Instance: l.instance, Nonce: l.nonce}
 	for _, n := range slices.Sorted(maps.Keys(l.quotas)) {
@@ -268,6 +279,10 @@ func (l *leaser) answered(out []sentQuota, resp *pb.LeaseResponse, err error) bo
 		for _, s := range out {
 			s.q.a.Failed(s.req, err)
 		}
+		if wait, held := leaseapi.InstanceHeld(err, l.timing.ValidFor); held {
+			l.backOff(wait, err)
+			return false
+		}
 		l.m.renewFails.WithLabelValues(renewFailReason(err)).Inc()
 		l.down.failed(l.log, l.now(), "quotas", len(out), "error", err)
 		return false
@@ -280,10 +295,13 @@ func (l *leaser) answered(out []sentQuota, resp *pb.LeaseResponse, err error) bo
 			q.a.RaiseDrift(resp.AssumedDrift)
 		}
 	}
-	ok, stale := true, false
+	ok, stale, dup := true, false, false
 	var refused refusals
 	defer func() {
 		refused.log(l.log)
+		if !dup {
+			l.held.ok(l.log, l.now())
+		}
 		if stale && l.stale != nil {
 			l.stale()
 		}
@@ -295,6 +313,14 @@ func (l *leaser) answered(out []sentQuota, resp *pb.LeaseResponse, err error) bo
 		var terms leaseapi.Terms
 		if err == nil {
 			grant, terms, err = leaseapi.DecodeGrant(g, s.q.policy.Algorithm, resp.Epoch, s.base)
+		}
+		if errors.Is(err, lease.ErrDuplicateInstance) {
+			// Another process took this instance name while this one was
+			// cut off; it keeps it while it renews.
+			s.q.a.Failed(s.req, err)
+			l.backOff(l.timing.ValidFor, err)
+			ok, dup = false, true
+			continue
 		}
 		if err != nil {
 			s.q.a.Failed(s.req, err)
@@ -312,6 +338,16 @@ func (l *leaser) answered(out []sentQuota, resp *pb.LeaseResponse, err error) bo
 		s.q.a.Granted(s.req, grant)
 	}
 	return ok
+}
+
+// backOff stops lease requests for wait because another agent process
+// holds this instance name (err says which and what to do): counted as a
+// refusal, logged when it starts and then at most every 30 s. l.mu is held.
+func (l *leaser) backOff(wait time.Duration, err error) {
+	now := l.now()
+	l.heldUntil = now.Add(wait)
+	l.m.renewFails.WithLabelValues("refused").Inc()
+	l.held.failed(l.log, now, "retry_in", wait.Round(time.Millisecond), "error", err)
 }
 
 // publish writes this instance's demand per quota to Redis and reads the

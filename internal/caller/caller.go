@@ -1,9 +1,13 @@
-// Package caller names who is calling over mutual TLS: the SPIFFE-style
-// identity in a client certificate's URI SAN,
-// spiffe://<trust-domain>/region/<name> for a region's agents and
-// spiffe://<trust-domain>/role/<admin|viewer> for operators and their
-// tools. The coordinator authorizes calls by it. (Whom a request counts
-// against, the rate-limit identity, is policy.Policy.IdentityOf's.)
+// Package caller names who is at the other end of a mutual TLS
+// connection: the SPIFFE-style identity in a certificate's URI SAN,
+// spiffe://<trust-domain>/region/<name>[/instance/<i>] for a region's
+// agents, spiffe://<trust-domain>/role/<admin|viewer> for operators and
+// their tools, and spiffe://<trust-domain>/role/coordinator for the
+// coordinators. The coordinator authorizes calls by the caller's identity;
+// agents and the CLI accept a server as a coordinator only by its identity
+// (Expect), since any leaf of the deployment's CA passes the chain and
+// host name checks. (Whom a request counts against, the rate-limit
+// identity, is policy.Policy.IdentityOf's.)
 package caller
 
 import (
@@ -32,7 +36,13 @@ const (
 const (
 	Admin  = "admin"
 	Viewer = "viewer"
+	// Coordinator is the coordinators' server identity: it calls nothing,
+	// and clients accept only a server that has it (Expect).
+	Coordinator = "coordinator"
 )
+
+// CoordinatorID is the coordinators' identity.
+var CoordinatorID = ID{Kind: Role, Name: Coordinator}
 
 // ID is one caller's identity.
 type ID struct {
@@ -62,7 +72,8 @@ func URI(trustDomain string, id ID) *url.URL {
 var ErrNoIdentity = errors.New("no identity")
 
 // FromCert returns the identity cert's URI SANs name in trustDomain:
-// /region/<r>, /region/<r>/instance/<i>, /role/admin or /role/viewer. A
+// /region/<r>, /region/<r>/instance/<i>, /role/admin, /role/viewer or
+// /role/coordinator. A
 // certificate naming more than one is refused: an identity must be one
 // thing.
 func FromCert(cert *x509.Certificate, trustDomain string) (ID, error) {
@@ -83,14 +94,14 @@ func FromCert(cert *x509.Certificate, trustDomain string) (ID, error) {
 		case len(parts) != 2:
 			continue
 		case k == Role:
-			if parts[1] == Admin || parts[1] == Viewer {
+			if parts[1] == Admin || parts[1] == Viewer || parts[1] == Coordinator {
 				found = append(found, ID{Kind: k, Name: parts[1]})
 			}
 		}
 	}
 	switch len(found) {
 	case 0:
-		return ID{}, fmt.Errorf("%w: the certificate names no spiffe://%s/region/... or /role/admin|viewer", ErrNoIdentity, trustDomain)
+		return ID{}, fmt.Errorf("%w: the certificate names no spiffe://%s/region/... or /role/admin|viewer|coordinator", ErrNoIdentity, trustDomain)
 	case 1:
 		return found[0], nil
 	default:

@@ -23,7 +23,8 @@ type access int
 const (
 	// regionAccess: an agent of the region the request names.
 	regionAccess access = iota + 1
-	// policyAccess: any identity (agents load their policies).
+	// policyAccess: a region's agents (they load their policies) and
+	// both operator roles.
 	policyAccess
 	// readAccess: role admin or viewer.
 	readAccess
@@ -140,15 +141,21 @@ func (c *Coordinator) AuthorizeHTTP(method string, h http.Handler) http.Handler 
 	})
 }
 
+// refuse counts a call of method refused for reason, logs it at most once
+// a second per method and reason (a flood of forged calls must not flood
+// the log), and returns err, the refusal to answer with.
+func (c *Coordinator) refuse(method, reason string, err error) error {
+	if c.refused.add(method, reason) {
+		c.log.Warn("call refused (logged at most once a second per method and reason; all are counted)", "method", method, "reason", reason, "detail", status.Convert(err).Message())
+	}
+	return err
+}
+
 // allow applies methodAccess to the caller id (idErr: why it has none)
 // calling method with req.
 func (c *Coordinator) allow(method string, req any, id caller.ID, idErr error) error {
 	refuse := func(code codes.Code, reason, msg string, args ...any) error {
-		text := fmt.Sprintf(msg, args...)
-		if c.refused.add(method, reason) {
-			c.log.Warn("call refused (logged at most once a second per method and reason; all are counted)", "method", method, "reason", reason, "detail", text)
-		}
-		return status.Error(code, text)
+		return c.refuse(method, reason, status.Error(code, fmt.Sprintf(msg, args...)))
 	}
 	if err := idErr; err != nil {
 		return refuse(codes.Unauthenticated, "no-identity", "%v", err)
@@ -169,9 +176,11 @@ func (c *Coordinator) allow(method string, req any, id caller.ID, idErr error) e
 			return refuse(codes.ResourceExhausted, "lease-rate", "region %q sent more than %v lease calls a second; its agents renew far less often, so something is looping or flooding", id.Name, c.cfg.LeaseCallRate)
 		}
 	case policyAccess:
-		// Every identity of the trust domain: regions and both roles.
+		if id == caller.CoordinatorID {
+			return refuse(codes.PermissionDenied, "server-identity", "%s is the coordinators' server identity and calls nothing: give the client a region's, an admin's or a viewer's certificate", id)
+		}
 	case readAccess:
-		if id.Kind != caller.Role {
+		if id.Kind != caller.Role || id == caller.CoordinatorID {
 			return refuse(codes.PermissionDenied, "not-a-role", "%s may not use the admin API: it needs role viewer or admin", id)
 		}
 	case writeAccess:

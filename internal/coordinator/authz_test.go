@@ -140,8 +140,20 @@ func TestAdminNeedsRole(t *testing.T) {
 	if _, err := adm.GetPolicy(ctx, &pb.GetPolicyRequest{Name: "api"}); err != nil {
 		t.Fatalf("the viewer's refused writes changed the policy: %v", err)
 	}
-	if n := refusedCount(r.c); n < 5 {
-		t.Fatalf("%d refusals counted, want at least 5", n)
+	// The coordinators' own identity is a server's: it calls nothing.
+	p.issue(t, "coordinator", caller.CoordinatorID, time.Time{})
+	co, coLease := dialAs(t, p, r, "coordinator")
+	if _, err := co.ListPolicies(ctx, &pb.ListPoliciesRequest{}); code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "calls nothing") {
+		t.Fatalf("the coordinator identity listed policies: %v", err)
+	}
+	if _, err := co.ListLeases(ctx, &pb.ListLeasesRequest{}); code(err) != codes.PermissionDenied {
+		t.Fatalf("the coordinator identity read the leases: %v", err)
+	}
+	if _, err := coLease.Lease(ctx, &pb.LeaseRequest{Region: "us", Instance: "i", Nonce: "n", Quotas: []*pb.QuotaRequest{{Quota: "api"}}}); code(err) != codes.PermissionDenied {
+		t.Fatalf("the coordinator identity leased: %v", err)
+	}
+	if n := refusedCount(r.c); n < 8 {
+		t.Fatalf("%d refusals counted, want at least 8", n)
 	}
 }
 
@@ -301,9 +313,11 @@ func TestServerCertificateRotation(t *testing.T) {
 	}
 }
 
-// A region flooding Lease calls with fresh nonces (the nonce-flood attack,
-// now only possible with the region's own certificate) is refused past its
-// call rate before anything is booked, and other regions are unaffected.
+// A region flooding Lease calls with fresh instance names and nonces (the
+// nonce-flood attack, now only possible with the region's own certificate;
+// a fresh nonce under a live name is refused anyway: TestLiveInstanceKeepsName)
+// is refused past its call rate before anything is booked, and other
+// regions are unaffected.
 // An inflated demand is capped at the whole quota.
 func TestLeaseCallsLimitedPerRegion(t *testing.T) {
 	p := newPKI(t)
@@ -316,7 +330,7 @@ func TestLeaseCallsLimitedPerRegion(t *testing.T) {
 	_, us := dialAs(t, p, r, "us")
 	_, eu := dialAs(t, p, r, "eu")
 	lease := func(cl pb.LeaseServiceClient, region, nonce string, demand int64) error {
-		_, err := cl.Lease(ctx, &pb.LeaseRequest{Region: region, Instance: region + "-1", Nonce: nonce,
+		_, err := cl.Lease(ctx, &pb.LeaseRequest{Region: region, Instance: nonce, Nonce: nonce,
 			Quotas: []*pb.QuotaRequest{{Quota: "api", Demand: demand}}})
 		return err
 	}

@@ -73,6 +73,8 @@ type term struct {
 	regions map[string]regionRecord
 	paused  bool
 	now     chan struct{} // rebalance now
+	// claims are the agent processes holding the instance names.
+	claims *instanceClaims
 }
 
 // New returns a coordinator replica using cli for etcd.
@@ -223,7 +225,8 @@ func (c *Coordinator) lead(ctx context.Context, el *concurrency.Election, ll *le
 		return err
 	}
 	t := &term{epoch: el.Rev(), leaderKey: el.Key(), leaderRev: el.Rev(), lease: ll,
-		quotas: map[string]*quota{}, retired: map[string]*quota{}, regions: st.regions, paused: st.paused, now: make(chan struct{}, 1)}
+		quotas: map[string]*quota{}, retired: map[string]*quota{}, regions: st.regions, paused: st.paused, now: make(chan struct{}, 1),
+		claims: newInstanceClaims(c.cfg.Timing.ValidFor)}
 	if len(t.regions) == 0 && len(c.cfg.Regions) > 0 {
 		var ops []clientv3.Op
 		for _, r := range c.cfg.Regions {

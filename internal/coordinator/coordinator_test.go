@@ -454,20 +454,21 @@ func TestBadInputChangesNothing(t *testing.T) {
 			t.Errorf("grant case %d: %v %v, want %s", i, resp, err, c.code)
 		}
 	}
-	// A second process with the same instance id: the first one (the
-	// older nonce) is refused once the newer one has renewed.
+	// A second process with the same instance id while the first one
+	// renews: the newcomer is refused, with how long to wait, and the first
+	// keeps its name.
 	other := newTestAgent(t, cl, "us", "api", 100*M)
 	other.instance, other.nonce = a.instance, "another-process"
-	if err := other.renew(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	before = rev() // that renewal was valid and may have written
-	err := a.renew(t.Context())
-	if err == nil || !strings.Contains(err.Error(), "two agent processes") {
-		t.Fatalf("duplicate instance: %v", err)
+	before = rev()
+	err := other.renew(t.Context())
+	if wait, held := leaseapi.InstanceHeld(err, 0); !held || wait <= 0 || wait > testTiming.ValidFor || !strings.Contains(err.Error(), "held by another agent process") {
+		t.Fatalf("duplicate instance: %v (retry in %v)", err, wait)
 	}
 	if after := rev(); after != before {
 		t.Fatalf("refused requests changed etcd: revision %d -> %d", before, after)
+	}
+	if err := a.renew(t.Context()); err != nil {
+		t.Fatalf("the first process lost its name: %v", err)
 	}
 }
 

@@ -61,6 +61,9 @@ func (c *Coordinator) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.Leas
 	if err := c.validateLease(t, req); err != nil {
 		return nil, err
 	}
+	if ok, heldFor := t.claims.take(req.Region, req.Instance, req.Nonce, c.cfg.Clock.Mono()); !ok {
+		return nil, c.refuse(pb.LeaseService_Lease_FullMethodName, "instance-held", leaseapi.InstanceHeldError(req.Region, req.Instance, heldFor))
+	}
 	items := t.lockQuotas(req)
 	defer unlockQuotas(items)
 	now := c.cfg.Clock.Now()

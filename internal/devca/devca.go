@@ -1,7 +1,8 @@
 // Package devca makes throwaway certificate authorities and the
 // certificates the tests, the demo and a development setup need: an ECDSA
 // P-256 CA and leaf certificates with loopback names and SPIFFE URI SANs,
-// written as PEM files.
+// written as PEM files. The CA's key is kept beside it, so more
+// certificates can be issued later (Load).
 package devca
 
 import (
@@ -25,11 +26,65 @@ type CA struct {
 	Dir string
 	// CertFile is the CA certificate's PEM file, what peers trust.
 	CertFile string
-	cert     *x509.Certificate
-	key      *ecdsa.PrivateKey
+	// KeyFile is the CA's private key (owner-only), with which Load makes
+	// the CA again to issue more certificates later.
+	KeyFile string
+	cert    *x509.Certificate
+	key     *ecdsa.PrivateKey
 }
 
-// New makes a CA named name with its files in dir.
+// files are the CA certificate's and key's file names in dir.
+func files(dir, name string) (cert, key string) {
+	return filepath.Join(dir, name+"-ca.pem"), filepath.Join(dir, name+"-ca-key.pem")
+}
+
+// Load reads the CA named name that New wrote into dir, to issue more
+// certificates from it.
+func Load(dir, name string) (*CA, error) {
+	certFile, keyFile := files(dir, name)
+	cert, err := readPEM(certFile, "CERTIFICATE")
+	if err != nil {
+		return nil, err
+	}
+	c, err := x509.ParseCertificate(cert)
+	if err != nil {
+		return nil, fmt.Errorf("parse %s: %w", certFile, err)
+	}
+	kder, err := readPEM(keyFile, "PRIVATE KEY")
+	if err != nil {
+		return nil, fmt.Errorf("%w (a CA made before its key was kept cannot issue more: make a new set)", err)
+	}
+	k, err := x509.ParsePKCS8PrivateKey(kder)
+	if err != nil {
+		return nil, fmt.Errorf("parse %s: %w", keyFile, err)
+	}
+	key, ok := k.(*ecdsa.PrivateKey)
+	if !ok || !key.PublicKey.Equal(c.PublicKey) {
+		return nil, fmt.Errorf("%s is not the key of %s", keyFile, certFile)
+	}
+	return &CA{Dir: dir, CertFile: certFile, KeyFile: keyFile, cert: c, key: key}, nil
+}
+
+// readPEM returns the DER bytes of the first block of type typ in path.
+func readPEM(path, typ string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		var blk *pem.Block
+		blk, b = pem.Decode(b)
+		if blk == nil {
+			return nil, fmt.Errorf("%s holds no PEM %s", path, typ)
+		}
+		if blk.Type == typ {
+			return blk.Bytes, nil
+		}
+	}
+}
+
+// New makes a CA named name with its files in dir: the certificate and
+// its key (owner-only).
 func New(dir, name string) (*CA, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -52,7 +107,15 @@ func New(dir, name string) (*CA, error) {
 	if err != nil {
 		return nil, err
 	}
-	ca := &CA{Dir: dir, CertFile: filepath.Join(dir, name+"-ca.pem"), cert: cert, key: key}
+	ca := &CA{Dir: dir, cert: cert, key: key}
+	ca.CertFile, ca.KeyFile = files(dir, name)
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, err
+	}
+	if err := writePEM(ca.KeyFile, "PRIVATE KEY", kder); err != nil {
+		return nil, err
+	}
 	if err := writePEM(ca.CertFile, "CERTIFICATE", der); err != nil {
 		return nil, err
 	}

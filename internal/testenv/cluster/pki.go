@@ -42,7 +42,7 @@ func newPKI(dir string, regions []string) (*pki, error) {
 	}
 	p := &pki{ca: ca, regions: map[string]mtls.Files{}, leaves: map[string]*caller.ID{}, files: map[string]mtls.Files{}}
 	issue := p.issue
-	if p.coordinator, err = issue("coordinator", nil); err != nil {
+	if p.coordinator, err = issue("coordinator", &caller.CoordinatorID); err != nil {
 		return nil, err
 	}
 	if p.admin, err = issue("admin", &caller.ID{Kind: caller.Role, Name: caller.Admin}); err != nil {
