@@ -82,7 +82,7 @@ func BenchmarkIdentityRound(b *testing.B) {
 			ids := map[string]string{}
 			seq := uint64(0)
 			round := func() {
-				plan.Plan(total, defaults)
+				plan.Plan(total, 0, defaults)
 				for i, r := range regions {
 					seq++
 					plan.Update(r, r, "n", len(reports[i]), nil)

@@ -142,7 +142,7 @@ func (p *IdentityPlan) add(id, region string, d int64) {
 // for a while go back to it, and every planned identity's total is split
 // among the regions by its own demand (in proportion; what it does not
 // ask for, evenly).
-func (p *IdentityPlan) Plan(total int64, defaults map[string]int64) {
+func (p *IdentityPlan) Plan(total, useful int64, defaults map[string]int64) {
 	for in, r := range p.reports {
 		if r.age++; r.age > reportRounds {
 			p.forget(in) // an instance that stopped renewing
@@ -181,14 +181,21 @@ func (p *IdentityPlan) Plan(total int64, defaults map[string]int64) {
 		if prev != nil && !all && !p.dirty[id] {
 			continue // its demand did not change: neither does its split
 		}
-		next := p.split(id, total, regions)
+		next := p.split(id, total, useful, regions)
 		if next == nil {
 			p.drop(id) // no split: back to the default
 			continue
 		}
-		for region, t := range next { // damped: small moves are not worth a grant
-			if old, ok := prev[region]; ok && abs64(t-old) < total/identityHysteresis {
-				next[region] = old
+		if prev != nil && p.holds(id, prev, next, total) {
+			continue // its split serves as well as the new one
+		}
+		if prev != nil { // damped: small moves are not worth a grant
+			old, ideal := make([]int64, len(regions)), make([]int64, len(regions))
+			for i, region := range regions {
+				old[i], ideal[i] = prev[region], next[region]
+			}
+			for i, t := range allocation.Damp(old, ideal, nil, total, allocation.Damping{Hysteresis: total / identityHysteresis}) {
+				next[regions[i]] = t
 			}
 		}
 		p.targets[id] = next
@@ -219,12 +226,43 @@ func (p *IdentityPlan) over(id string, defaults map[string]int64) bool {
 	return false
 }
 
+// usefulShares and sparseFraction say which regions get none of an
+// identity's split when it asks for more than its limit (sparse).
+const usefulShares, sparseFraction = 3, 6
+
+// sparse reports whether a region asking d of an identity that asks sum in
+// all, more than its total, gets none of it: its part by demand would be
+// below one least useful share (useful, UsefulShare: a bucket that cannot
+// hold a request), or it asks for less than usefulShares least useful
+// shares and less than a sixth of the identity's demand. A bucket that
+// holds a request or two, refilled slowly for a trickle of requests, is
+// full much of the time and wastes what it is given, which the regions
+// asking for more would have admitted (follow-the-sun: the night regions
+// held 7% of the hot tenant's limit and admitted little of it).
+func sparse(d, sum, total, useful int64) bool {
+	part := float64(total) * float64(d) / float64(sum)
+	return part < float64(useful) || (d < usefulShares*useful && d*sparseFraction < sum)
+}
+
 // split divides total among regions (sorted) for identity id by its
-// demand.
-func (p *IdentityPlan) split(id string, total int64, regions []string) map[string]int64 {
+// demand. When the identity asks for more than total, the sparse regions
+// get none of it.
+func (p *IdentityPlan) split(id string, total, useful int64, regions []string) map[string]int64 {
 	in := make([]allocation.Region, len(regions))
+	var sum int64
 	for i, region := range regions {
 		in[i] = allocation.Region{Name: region, Weight: 1, Demand: min(p.demand[id][region], total)}
+		sum += in[i].Demand
+	}
+	if sum > total && useful > 0 {
+		for changed := true; changed; {
+			changed = false
+			for i := range in {
+				if d := in[i].Demand; d > 0 && d < sum && sparse(d, sum, total, useful) {
+					in[i].Demand, sum, changed = 0, sum-d, true
+				}
+			}
+		}
 	}
 	shares, err := allocation.Allocate(allocation.StrategyDemand, total, in)
 	if err != nil {
@@ -269,3 +307,31 @@ func (p *IdentityPlan) SetMax(max int) { p.max = max }
 
 // Len is how many identities hold shares of their own.
 func (p *IdentityPlan) Len() int { return len(p.targets) }
+
+// holds reports whether identity id's split prev still serves it as well
+// as ideal, the split of its current demand, so that it is kept: the
+// identity asks for more than total, prev gives all of it, and every
+// region keeps asking for what prev gives it (up to a quarter less: the
+// demand is measured over a few seconds) and gets at least half of its
+// part in ideal. An identity asking for more than its limit everywhere
+// admits about its limit whatever the exact split; what costs is moving
+// it, since a region grows only once another's shrink is acknowledged
+// (hot-tenant: splits that followed the noise in the demand kept 3% of
+// the hot tenant's limit in flight).
+func (p *IdentityPlan) holds(id string, prev, ideal map[string]int64, total int64) bool {
+	var given, asked int64
+	for _, d := range p.demand[id] {
+		asked += d
+	}
+	if asked <= total {
+		return false
+	}
+	for region, t := range ideal {
+		o := prev[region]
+		given += o
+		if 4*o > 5*p.demand[id][region] || 2*o < t {
+			return false
+		}
+	}
+	return given >= total-total/identityHysteresis
+}

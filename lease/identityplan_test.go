@@ -23,7 +23,7 @@ func TestIdentityPlan(t *testing.T) {
 	report("us", "us-2", map[string]int64{"x": 25})
 	report("eu", "eu-1", map[string]int64{"y": 35, "z": 31})
 	report("ap", "ap-1", map[string]int64{"w": 60})
-	p.Plan(100, defaults)
+	p.Plan(100, 0, defaults)
 	// x asks 50 in us (two instances), w 60 in ap, y 35 in eu, z 31 in eu:
 	// the two hottest fit.
 	if p.Len() != 2 || p.Unfit != 2 {
@@ -44,7 +44,7 @@ func TestIdentityPlan(t *testing.T) {
 	for i := 0; i < reportRounds; i++ {
 		report("us", "us-2", map[string]int64{"x": 25})
 		report("ap", "ap-1", map[string]int64{"w": 60})
-		p.Plan(100, defaults)
+		p.Plan(100, 0, defaults)
 	}
 	if p.demand["x"]["us"] != 25 {
 		t.Fatalf("x's demand in us after us-1 went silent: %d, want 25", p.demand["x"]["us"])
@@ -53,12 +53,40 @@ func TestIdentityPlan(t *testing.T) {
 	for i := 0; i < identityIdleRounds; i++ {
 		report("us", "us-2", map[string]int64{"x": 0})
 		report("ap", "ap-1", map[string]int64{"w": 60})
-		p.Plan(100, defaults)
+		p.Plan(100, 0, defaults)
 	}
 	if _, ok := p.Targets("us")["x"]; ok {
 		t.Fatal("idle x still holds shares of its own")
 	}
 	if p.Targets("ap")["w"] < 60 {
 		t.Fatal("busy w lost its shares")
+	}
+}
+
+// An identity asking for more than its limit gets none of it in a region
+// that asks for a trickle (its bucket would sit full), and keeps its split
+// while every region still asks for what it gives (noise in the demand
+// moves no share).
+func TestIdentityPlanSplitsWhereItIsUsed(t *testing.T) {
+	defaults := map[string]int64{"us": 10, "eu": 10, "ap": 10}
+	p := NewIdentityPlan(10)
+	p.Update("us", "us", "n", 0, map[string]int64{"x": 150})
+	p.Update("eu", "eu", "n", 0, map[string]int64{"x": 60})
+	p.Update("ap", "ap", "n", 0, map[string]int64{"x": 4})
+	p.Plan(100, 5, defaults)
+	us, eu, ap := p.Targets("us")["x"], p.Targets("eu")["x"], p.Targets("ap")["x"]
+	if ap != 0 || us+eu != 100 || us < eu {
+		t.Fatalf("x split us %d, eu %d, ap %d; want none in ap (4 < 3 useful shares of 5) and all 100 in us and eu by demand", us, eu, ap)
+	}
+	p.Update("us", "us", "n", 1, map[string]int64{"x": 130})
+	p.Update("eu", "eu", "n", 1, map[string]int64{"x": 75})
+	p.Plan(100, 5, defaults)
+	if p.Targets("us")["x"] != us || p.Targets("eu")["x"] != eu {
+		t.Fatalf("a split every region still uses moved: us %d -> %d, eu %d -> %d", us, p.Targets("us")["x"], eu, p.Targets("eu")["x"])
+	}
+	p.Update("us", "us", "n", 1, map[string]int64{"x": 20})
+	p.Plan(100, 5, defaults)
+	if got := p.Targets("us")["x"]; got >= us {
+		t.Fatalf("us asks for 20 and keeps %d", got)
 	}
 }

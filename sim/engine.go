@@ -468,7 +468,7 @@ func (e *engine) rebalance() {
 	if t, err := lease.PlanTargets(e.policy, e.book, weights, e.targets, lease.PlanOptions{Strategy: e.s.Rebalance.Strategy, MaxStep: e.s.Rebalance.MaxStep, Hysteresis: e.s.Rebalance.Hysteresis}); err == nil {
 		e.targets = t
 	}
-	e.idPlan.Plan(e.book.Total(), e.targets)
+	e.idPlan.Plan(e.book.Total(), lease.UsefulShare(e.policy), e.targets)
 }
 
 // writeLedger applies d to the simulated etcd ledger and tells the book,

@@ -108,6 +108,6 @@ func (q *quota) rebalance(regions map[string]regionRecord, o lease.PlanOptions) 
 		return fmt.Errorf("rebalance %s: %w", q.policy.Name, err)
 	}
 	q.targets = targets
-	q.ids.Plan(q.book.Total(), q.targets)
+	q.ids.Plan(q.book.Total(), lease.UsefulShare(q.policy), q.targets)
 	return nil
 }
