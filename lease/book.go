@@ -177,14 +177,11 @@ func (b *Book) contribution(g issued, amount int64, now time.Time) int64 {
 	if !Reserved(b.failure) || since >= b.timing.DegradedTimeout {
 		return 0
 	}
-	// The grant's own total, not the book's: the agent falls back from
-	// the lower of it and its policy's, and may not know yet of a limit
-	// changed since the grant was issued.
-	total := b.total
-	if g.Total > 0 {
-		total = g.Total
-	}
-	return DegradedBudget(b.failure, total, amount, since)
+	// The larger of the grant's total and the book's: an agent falls back
+	// from the lower of the grant's and its policy's (an agent before
+	// Grant.Total from its policy's alone, which may be the current one),
+	// and may not know yet of a limit lowered since the grant was issued.
+	return DegradedBudget(b.failure, max(b.total, g.Total), amount, since)
 }
 
 // lapsed reports whether process p's grants have all expired, and since.

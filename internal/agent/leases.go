@@ -77,8 +77,10 @@ type quotaLease struct {
 	savedID string
 	durable lease.Grant
 	// report is what the coordinator holds of this instance's identity
-	// demands.
-	report lease.DemandReport
+	// demands, demandsTaken whether its last answer said it takes them as
+	// changes (else the agent sends whole reports, as before changes).
+	report       lease.DemandReport
+	demandsTaken bool
 }
 
 func newLeaser(region, instance string, coord LeaseClient, t lease.Timing, now func() time.Time, log hclog.Logger, m *metrics, stale func()) *leaser {
@@ -229,7 +231,14 @@ func (l *leaser) renew(ctx context.Context) bool {
 		r := q.a.Sending(now)
 		demand := max(q.region, q.policy.Limits().RateAmount(q.meter.rate(now)))
 		base := q.durable // acknowledge the last grant saved, or none
-		changes := q.report.Changes(q.identityDemand(now, l.instances), q.policy.Limits().Amount(), leaseapi.MaxIdentityDemands)
+		if r.GrantID == "" {
+			base = lease.Grant{} // the lease asks anew (its grant was refused as stale or unknown)
+		}
+		most := leaseapi.MaxIdentityDemands
+		if !q.demandsTaken { // a coordinator that takes whole reports (or none yet): send one
+			q.report, most = lease.DemandReport{}, leaseapi.MaxWholeDemands
+		}
+		changes := q.report.Changes(q.identityDemand(now, l.instances), q.policy.Limits().Amount(), most)
 		pr.Quotas = append(pr.Quotas, &pb.QuotaRequest{Quota: n, GrantId: base.ID, Seq: r.Seq, Demand: demand,
 			IdentityDemand: changes, IdentityDemandHeld: int32(q.report.Len()), IdentityDeltas: true})
 		out = append(out, sentQuota{n, q, r, base, changes})
@@ -312,7 +321,14 @@ func (l *leaser) answered(out []sentQuota, resp *pb.LeaseResponse, err error) bo
 		var grant lease.Grant
 		var terms leaseapi.Terms
 		if err == nil {
+			s.q.demandsTaken = g.IdentityDemandTaken
+			if g.IdentityDemandTaken {
+				s.q.report.Answered(s.changes, !g.IdentityDemandReset)
+			}
 			grant, terms, err = leaseapi.DecodeGrant(g, s.q.policy.Algorithm, resp.Epoch, s.base)
+		}
+		if refusesGrant(err) && s.q.durable.ID == s.base.ID {
+			s.q.durable = lease.Grant{} // never present it again: ask anew
 		}
 		if errors.Is(err, lease.ErrDuplicateInstance) {
 			// Another process took this instance name while this one was
@@ -329,7 +345,6 @@ func (l *leaser) answered(out []sentQuota, resp *pb.LeaseResponse, err error) bo
 			ok = false
 			continue
 		}
-		s.q.report.Answered(s.changes, !g.IdentityDemandReset)
 		if terms.Fingerprint != 0 && terms.Fingerprint != s.q.fp {
 			stale = true
 		}
@@ -348,6 +363,13 @@ func (l *leaser) backOff(wait time.Duration, err error) {
 	l.heldUntil = now.Add(wait)
 	l.m.renewFails.WithLabelValues("refused").Inc()
 	l.held.failed(l.log, now, "retry_in", wait.Round(time.Millisecond), "error", err)
+}
+
+// refusesGrant reports whether err refuses the grant a renewal presented
+// (stale, unknown, or not the base of the answer's identity shares): the
+// agent must not present it again.
+func refusesGrant(err error) bool {
+	return errors.Is(err, lease.ErrStaleGrant) || errors.Is(err, lease.ErrUnknownGrant) || errors.Is(err, leaseapi.ErrIdentityBase)
 }
 
 // publish writes this instance's demand per quota to Redis and reads the

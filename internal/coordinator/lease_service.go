@@ -94,7 +94,6 @@ func (c *Coordinator) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.Leas
 				base = b
 			}
 			leaseapi.EncodeGrant(it.grant, it.q.full, it.pending.Grant(), base, c.terms(it.q))
-			it.grant.IdentityDemandReset = !it.known
 		}
 		resp.Grants[i] = it.grant
 	}
@@ -108,7 +107,6 @@ type leaseItem struct {
 	q       *quota // nil for an unknown quota
 	pending *lease.Pending
 	grant   *pb.QuotaGrant
-	known   bool // the identity plan held the report the request changes
 }
 
 // lockQuotas resolves the quotas req names and locks them in name order,
@@ -158,7 +156,8 @@ func (c *Coordinator) prepare(t *term, now time.Time, req *pb.LeaseRequest, it *
 	// capped there, so an inflated report cannot weigh more than that.
 	demand := min(max(it.req.Demand, 0), it.q.book.Total())
 	r := lease.Renewal{Region: req.Region, Instance: req.Instance, Nonce: req.Nonce, Seq: it.req.Seq, GrantID: it.req.GrantId, Demand: demand}
-	it.known = it.q.ids.Update(req.Region, req.Instance, req.Nonce, int(it.req.IdentityDemandHeld), capDemands(it.req.IdentityDemand, it.q.book.Total()))
+	known := it.q.ids.Update(req.Region, req.Instance, req.Nonce, int(it.req.IdentityDemandHeld), capDemands(it.req.IdentityDemand, it.q.book.Total()))
+	it.grant.IdentityDemandTaken, it.grant.IdentityDemandReset = true, !known
 	aim := lease.Targets{Default: lease.Target(it.q.policy, it.q.targets, req.Region, demand), Identities: it.q.ids.Targets(req.Region)}
 	p, err := it.q.book.PrepareTargets(now, r, aim)
 	if err != nil {

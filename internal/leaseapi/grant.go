@@ -31,6 +31,11 @@ const (
 	// reports; an agent sends the largest changes
 	// (lease.DemandReport.Changes).
 	MaxIdentityDemands = lease.MaxDemandChanges
+	// MaxWholeDemands bounds a whole report of identity demands, what an
+	// agent sends a coordinator that has not shown it takes changes
+	// (QuotaGrant.identity_demand_taken): coordinators before changes
+	// refuse a request with more.
+	MaxWholeDemands = 1000
 	// MaxRequestBytes bounds the quotas' encoded size in one Lease
 	// request, well under the coordinator's 4 MiB limit on a message.
 	MaxRequestBytes = 1 << 20

@@ -388,9 +388,15 @@ type QuotaGrant struct {
 	// issued: the agent computes the degraded budget falling back from this
 	// grant from the lower of it and its policy's total, as the coordinator
 	// reserves it, even before it learns of a changed limit.
-	Total         int64 `protobuf:"varint,16,opt,name=total,proto3" json:"total,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Total int64 `protobuf:"varint,16,opt,name=total,proto3" json:"total,omitempty"`
+	// IdentityDemandTaken says the coordinator took the request's
+	// identity_demand as changes to what it holds for the instance
+	// (identity_demand_held and identity_demand_reset apply), granted or
+	// not. An agent whose answers lack it talks to a coordinator that takes
+	// whole reports of at most 1,000 entries, and sends those.
+	IdentityDemandTaken bool `protobuf:"varint,17,opt,name=identity_demand_taken,json=identityDemandTaken,proto3" json:"identity_demand_taken,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *QuotaGrant) Reset() {
@@ -528,6 +534,13 @@ func (x *QuotaGrant) GetTotal() int64 {
 	return 0
 }
 
+func (x *QuotaGrant) GetIdentityDemandTaken() bool {
+	if x != nil {
+		return x.IdentityDemandTaken
+	}
+	return false
+}
+
 var File_quotalease_v1_lease_proto protoreflect.FileDescriptor
 
 const file_quotalease_v1_lease_proto_rawDesc = "" +
@@ -552,7 +565,7 @@ const file_quotalease_v1_lease_proto_rawDesc = "" +
 	"\rLeaseResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x03R\x05epoch\x121\n" +
 	"\x06grants\x18\x02 \x03(\v2\x19.quotalease.v1.QuotaGrantR\x06grants\x12#\n" +
-	"\rassumed_drift\x18\x03 \x01(\x01R\fassumedDrift\"\xa2\x05\n" +
+	"\rassumed_drift\x18\x03 \x01(\x01R\fassumedDrift\"\xd6\x05\n" +
 	"\n" +
 	"QuotaGrant\x12\x14\n" +
 	"\x05quota\x18\x01 \x01(\tR\x05quota\x12\x14\n" +
@@ -571,7 +584,8 @@ const file_quotalease_v1_lease_proto_rawDesc = "" +
 	"\x15identity_demand_reset\x18\r \x01(\bR\x13identityDemandReset\x12#\n" +
 	"\ridentity_base\x18\x0e \x01(\tR\fidentityBase\x12)\n" +
 	"\x10identity_default\x18\x0f \x03(\tR\x0fidentityDefault\x12\x14\n" +
-	"\x05total\x18\x10 \x01(\x03R\x05total\x1aB\n" +
+	"\x05total\x18\x10 \x01(\x03R\x05total\x122\n" +
+	"\x15identity_demand_taken\x18\x11 \x01(\bR\x13identityDemandTaken\x1aB\n" +
 	"\x14IdentityAmountsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01J\x04\b\a\x10\bR\x0epolicy_version*\xa8\x01\n" +

@@ -1,0 +1,80 @@
+package agent
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quota-lease/quota-lease/internal/leaseapi"
+	"github.com/quota-lease/quota-lease/lease"
+	"github.com/quota-lease/quota-lease/policy"
+	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
+)
+
+// A grant the coordinator refuses as stale (a new leader that never
+// issued it, or one folded away) is never presented again: the next
+// renewal asks anew and gets a lease.
+func TestStaleGrantAskedAnew(t *testing.T) {
+	srv := startRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	now := time.Unix(1_000_000, 0)
+	coord := &staleCoordinator{}
+	l := newLeaser("us", "us-a", coord, testTiming, func() time.Time { return now }, hclog.NewNullLogger(), newMetrics(), nil)
+	l.rdb = rdb
+	ps, err := policy.ParsePolicies([]byte("name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.setPolicies(ps)
+	ctx := context.Background()
+	if !l.renew(ctx) { // 1.1, saved before the next renewal presents it
+		t.Fatal("no first grant")
+	}
+	for i := 0; i < 20; i++ { // 1.1 is stale from now on
+		now = now.Add(testTiming.ValidFor / 2)
+		l.renew(ctx)
+	}
+	coord.mu.Lock()
+	defer coord.mu.Unlock()
+	if coord.granted < 3 {
+		t.Fatalf("after the grant went stale: %d grants in 20 renewals, presented %v", coord.granted, coord.presented)
+	}
+}
+
+// staleCoordinator grants 1.1 once, then refuses 1.1 as stale and grants
+// a fresh id to a request that presents none or another.
+type staleCoordinator struct {
+	mu        sync.Mutex
+	seq       int
+	granted   int
+	presented []string
+}
+
+func (c *staleCoordinator) Lease(_ context.Context, req *pb.LeaseRequest) (*pb.LeaseResponse, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	resp := &pb.LeaseResponse{Epoch: 1}
+	for _, q := range req.Quotas {
+		c.presented = append(c.presented, q.GrantId)
+		g := &pb.QuotaGrant{Quota: q.Quota}
+		if q.GrantId == "1.1" {
+			leaseapi.EncodeError(g, lease.ErrStaleGrant)
+		} else {
+			c.seq++
+			c.granted++
+			g.GrantId = "1." + string(rune('0'+c.seq%10))
+			if c.seq == 1 {
+				g.GrantId = "1.1"
+			}
+			g.Rate, g.Burst = 100*policy.Micro, 100*policy.Micro
+			g.ValidForMs, g.RenewAfterMs = testTiming.ValidFor.Milliseconds(), testTiming.ValidFor.Milliseconds()/3
+		}
+		resp.Grants = append(resp.Grants, g)
+	}
+	return resp, nil
+}
