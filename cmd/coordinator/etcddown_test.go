@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,25 +13,6 @@ import (
 	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/internal/testenv/faultproxy"
 )
-
-// lockedBuffer is a buffer safe for a logger's writes while a test reads
-// it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // freeAddr is a loopback address nothing listens on (for now).
 func freeAddr(t *testing.T) string {
@@ -50,14 +29,14 @@ func freeAddr(t *testing.T) string {
 // etcd, with its log.
 type etcdReplica struct {
 	addr, httpAddr string
-	log            *lockedBuffer
+	log            *testenv.SyncBuffer
 }
 
 // startReplica runs serve against the etcd at endpoint until the test
 // ends, then stops it and waits for it to exit.
 func startReplica(t *testing.T, endpoint string) *etcdReplica {
 	t.Helper()
-	r := &etcdReplica{addr: freeAddr(t), httpAddr: freeAddr(t), log: &lockedBuffer{}}
+	r := &etcdReplica{addr: freeAddr(t), httpAddr: freeAddr(t), log: &testenv.SyncBuffer{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() {

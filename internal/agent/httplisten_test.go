@@ -123,7 +123,7 @@ func checkOverHTTP(t testing.TB, client *http.Client, addr string) {
 // agent's logger, none in net/http's own format; a stalled handshake is
 // closed at its deadline.
 func TestHTTPListenerHoldsUnderIdleHandshakes(t *testing.T) {
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	ra := regionAgent(t, "name: api\nidentity: [tenant]\nlimit: 100000\nperiod: 1s\nscope: region\n", func(c *Config) {
 		c.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: &logs})
 	})
@@ -174,8 +174,8 @@ func TestHTTPListenerHoldsUnderIdleHandshakes(t *testing.T) {
 
 // captureStdLog sends the standard logger's output (where net/http logs
 // without an ErrorLog) to a buffer for the rest of t.
-func captureStdLog(t testing.TB) *syncBuffer {
-	var b syncBuffer
+func captureStdLog(t testing.TB) *testenv.SyncBuffer {
+	var b testenv.SyncBuffer
 	prev := log.Writer()
 	log.SetOutput(&b)
 	t.Cleanup(func() { log.SetOutput(prev) })

@@ -1,9 +1,7 @@
 package agent
 
 import (
-	"bytes"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,19 +10,6 @@ import (
 	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/internal/testenv/faultproxy"
 )
-
-// syncBuffer is a buffer safe for the logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 // A coordinator cut off for 5 s (renewals failing every round) gives one
 // warning, and one "recovered" line once it answers again: a few lines
@@ -39,7 +24,7 @@ func TestCoordinatorOutageLogsPaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer px.Close()
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	ra := startAgent(t, "us", startRedis(t).Addr, []string{px.Addr}, func(c *Config) {
 		c.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: &logs})
 	})

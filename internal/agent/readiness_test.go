@@ -76,7 +76,7 @@ func TestReadyAgainWithoutTraffic(t *testing.T) {
 // no saved policy set, which it was never asked.
 func TestWrongRedisPasswordNamed(t *testing.T) {
 	srv := redistest.Start(t, "--requirepass", "right")
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	a := startBare(t, srv.Addr, func(c *Config) {
 		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: "wrong", MaxRetries: -1, ContextTimeoutEnabled: true, DialTimeout: 200 * time.Millisecond})
 		t.Cleanup(func() { rdb.Close() })

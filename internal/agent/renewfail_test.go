@@ -38,7 +38,7 @@ func TestRenewalRefusalsCountedAndAggregated(t *testing.T) {
 		docs = append(docs, fmt.Sprintf("{name: p%02d, identity: [tenant], limit: 10, period: 1s}", i))
 	}
 	ps := testenv.MustPolicies(t, strings.Join(docs, "\n---\n"))
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	coord := &refusingCoordinator{}
 	a := startBare(t, startRedis(t).Addr, func(c *Config) {
 		c.Coordinator = coord
