@@ -23,7 +23,9 @@ import (
 //     maxOutstanding grants are out and the book folds them;
 //   - limit changes (SetQuota), which agents learn some grants later;
 //   - grants sent as changes to the grant the agent presented
-//     (Pending.Base, DiffIdentities, ApplyIdentities), rebuilt by the agent.
+//     (Pending.Base, DiffIdentities, ApplyIdentities), rebuilt by the agent;
+//   - agents that acknowledge only grants they saved, saves that fail, and
+//     refusals of the acknowledged grant (it is never presented again).
 func TestIdentitySharesLifecycle(t *testing.T) {
 	for seed := uint64(1); seed <= 16; seed++ {
 		f := scheduleModes[seed%uint64(len(scheduleModes))]
@@ -38,8 +40,9 @@ type lifeAgent struct {
 	h          *Holder
 	nonce      string
 	clock      clock
-	saved      Grant
+	saved      Grant // the grant the region's store holds, restored by a new process
 	savedUntil time.Time
+	durable    Grant // the grant it acknowledges: the last one saved by this process
 	lastSend   time.Duration
 	deafFrom   time.Duration // answers to it are lost in [deafFrom, deafTo)
 	deafTo     time.Duration
@@ -183,6 +186,9 @@ func runLifecycle(t *testing.T, seed uint64, f policy.Failure) {
 					t.Fatalf("t=%v: unexpected refusal: %v", now, m.err)
 				}
 				a.h.Failed(m.areq, m.err)
+				if a.durable.ID == m.base.ID {
+					a.durable = Grant{} // never presented again
+				}
 				continue
 			}
 			g := m.grant
@@ -199,7 +205,10 @@ func runLifecycle(t *testing.T, seed uint64, f policy.Failure) {
 				a.h.SetPolicy(f, m.totalAfter)
 			}
 			a.h.Granted(m.areq, g)
-			a.saved, a.savedUntil = a.h.Grant()
+			if r.IntN(5) != 0 { // saved in the region's store; a failed save is not acknowledged
+				a.saved, a.savedUntil = a.h.Grant()
+				a.durable = a.saved
+			}
 		}
 		inflight = keep
 
@@ -208,7 +217,7 @@ func runLifecycle(t *testing.T, seed uint64, f policy.Failure) {
 			if r.IntN(12_000) == 0 { // the process restarts from its saved grant
 				a.nonce = fmt.Sprint("n", now)
 				t.Logf("t=%v: r%d restarts with %+v", now, i, a.saved)
-				a.h = NewHolder(timing, f, total)
+				a.h, a.durable = NewHolder(timing, f, total), Grant{}
 				if a.saved.ID != "" {
 					a.h.Restore(a.saved, a.savedUntil)
 				}
@@ -216,11 +225,11 @@ func runLifecycle(t *testing.T, seed uint64, f policy.Failure) {
 			if a.h.NeedsRenewal(ac) && now-a.lastSend >= 50*time.Millisecond {
 				a.lastSend = now
 				areq := a.h.Sending(ac)
-				var base Grant
-				if g, _ := a.h.Grant(); areq.GrantID != "" && g.ID == areq.GrantID {
-					base = g
+				var base Grant // as the agent does: the last grant saved, unless the lease asks anew
+				if areq.GrantID != "" {
+					base = a.durable
 				}
-				req := Renewal{Region: fmt.Sprint("r", i), Instance: "a", Nonce: a.nonce, Seq: areq.Seq, GrantID: areq.GrantID, Demand: r.Int64N(total)}
+				req := Renewal{Region: fmt.Sprint("r", i), Instance: "a", Nonce: a.nonce, Seq: areq.Seq, GrantID: base.ID, Demand: r.Int64N(total)}
 				if r.IntN(10) == 0 {
 					a.h.Failed(areq, errors.New("request lost"))
 					continue
