@@ -165,7 +165,9 @@ func ParseEnvoyConfig(data []byte) ([]*Policy, error) {
 func envoyPolicy(f envoyFile, path []EnvoyEntry, d envoyDescriptor, rl *envoyRateLimit) (*Policy, error) {
 	period, ok := envoyUnitPeriods[strings.ToLower(rl.Unit)]
 	if rl.Unlimited {
-		period, ok, rl = time.Second, true, &envoyRateLimit{Name: rl.Name, RequestsPerUnit: 1}
+		// A placeholder limit; its name and replaces stay (an unlimited
+		// limit replaces others too, as in envoyproxy/ratelimit).
+		period, ok, rl = time.Second, true, &envoyRateLimit{Name: rl.Name, RequestsPerUnit: 1, Replaces: rl.Replaces}
 	}
 	if !ok {
 		return nil, fmt.Errorf("%w: envoy ratelimit config: descriptor %s: unit %s; use second, minute, hour, day, week, month or year", ErrInvalidPolicy, pathString(path), QuoteName(rl.Unit))
