@@ -10,7 +10,7 @@ PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: help deps build test test-short vet fmt-check bench bench-peers bench-identity-scale fuzz redis redis-stop proto demo load clean robustness certs console-screenshot images helm manifests
+.PHONY: help deps build test test-short vet fmt-check bench bench-peers record-envoy-original bench-identity-scale fuzz redis redis-stop proto demo load clean robustness certs console-screenshot images helm manifests
 
 # The images' registry and tag: set in deploy/images.env, the one place
 # (REGISTRY, VERSION); override on the command line.
@@ -69,6 +69,11 @@ bench-peers: deps ## quota-lease against envoyproxy/ratelimit (built here, pinne
 	@test -x $(PEERBIN)/service_cmd || { echo "building envoyproxy/ratelimit $(PEER_RATELIMIT_VERSION) (about 2 minutes)"; \
 	  GOBIN=$(PEERBIN) $(GO) install github.com/envoyproxy/ratelimit/src/service_cmd@$(PEER_RATELIMIT_VERSION); }
 	QUOTALEASE_PEER_RATELIMIT=$(PEERBIN)/service_cmd $(GO) test -run '^$$' -bench EnvoyAPIPeers -benchtime 1x -v ./internal/testenv/cluster/
+
+record-envoy-original: ## record envoyproxy/ratelimit's answers (built here, pinned) to the Envoy parity cases into internal/agent/testdata/envoy-original.json
+	@test -x $(PEERBIN)/service_cmd || { echo "building envoyproxy/ratelimit $(PEER_RATELIMIT_VERSION) (about 2 minutes)"; \
+	  GOBIN=$(PEERBIN) $(GO) install github.com/envoyproxy/ratelimit/src/service_cmd@$(PEER_RATELIMIT_VERSION); }
+	QUOTALEASE_RECORD_ENVOY_ORIGINAL=$(PEERBIN)/service_cmd $(GO) test -run '^TestRecordEnvoyOriginal$$' -count=1 -v ./internal/agent/
 
 SCALE ?= 1000000
 bench-identity-scale: ## identity shares at scale: SCALE identities (default 1,000,000, a tenth hot) against one coordinator process; prints RSS, CPU per round, etcd writes, bytes per renewal, time to 90%

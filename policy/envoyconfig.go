@@ -28,6 +28,12 @@ type EnvoyMatch struct {
 	// apply either. Such a policy is never enforced; its limit and period
 	// are placeholders (1 per second, region scope, so it is never leased).
 	Unlimited bool `yaml:"unlimited,omitempty" json:"unlimited,omitempty"`
+	// Name is the descriptor's rate_limit.name as the configuration
+	// writes it, or "" where it names none (the policy's name is then
+	// generated from the path). Envoy answers report it as the limit's
+	// name, as envoyproxy/ratelimit does: a name only where one is
+	// configured.
+	Name string `yaml:"name,omitempty" json:"name,omitempty"`
 }
 
 // EnvoyEntry is one entry of a descriptor path.
@@ -159,7 +165,9 @@ func ParseEnvoyConfig(data []byte) ([]*Policy, error) {
 func envoyPolicy(f envoyFile, path []EnvoyEntry, d envoyDescriptor, rl *envoyRateLimit) (*Policy, error) {
 	period, ok := envoyUnitPeriods[strings.ToLower(rl.Unit)]
 	if rl.Unlimited {
-		period, ok, rl = time.Second, true, &envoyRateLimit{Name: rl.Name, RequestsPerUnit: 1}
+		// A placeholder limit; its name and replaces stay (an unlimited
+		// limit replaces others too, as in envoyproxy/ratelimit).
+		period, ok, rl = time.Second, true, &envoyRateLimit{Name: rl.Name, RequestsPerUnit: 1, Replaces: rl.Replaces}
 	}
 	if !ok {
 		return nil, fmt.Errorf("%w: envoy ratelimit config: descriptor %s: unit %s; use second, minute, hour, day, week, month or year", ErrInvalidPolicy, pathString(path), QuoteName(rl.Unit))
@@ -169,7 +177,7 @@ func envoyPolicy(f envoyFile, path []EnvoyEntry, d envoyDescriptor, rl *envoyRat
 		name = envoyPolicyName(f.Domain, path)
 	}
 	p := &Policy{Name: name, Algorithm: f.Algorithm, Limit: float64(rl.RequestsPerUnit), Period: Duration(period),
-		Scope: f.Scope, ShadowMode: d.ShadowMode, Envoy: &EnvoyMatch{Domain: f.Domain, Entries: path, Unlimited: d.RateLimit.Unlimited}}
+		Scope: f.Scope, ShadowMode: d.ShadowMode, Envoy: &EnvoyMatch{Domain: f.Domain, Entries: path, Unlimited: d.RateLimit.Unlimited, Name: rl.Name}}
 	if p.Envoy.Unlimited {
 		p.Scope = ScopeRegion
 	}
@@ -243,4 +251,21 @@ func pathString(path []EnvoyEntry) string {
 		}
 	}
 	return strings.Join(parts, ",")
+}
+
+// EnvoyLimitName is the name envoyproxy/ratelimit knows p's limit by: the
+// descriptor's configured rate_limit.name, or "" where the configuration
+// names none (or p is not from such a configuration). A policy stored
+// before EnvoyMatch.Name was kept has its configured name as its own name
+// wherever that differs from the one generated from its path.
+func (p *Policy) EnvoyLimitName() string {
+	switch {
+	case p.Envoy == nil:
+		return ""
+	case p.Envoy.Name != "":
+		return p.Envoy.Name
+	case p.Name != envoyPolicyName(p.Envoy.Domain, p.Envoy.Entries):
+		return p.Name
+	}
+	return ""
 }

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -103,5 +104,40 @@ func TestEnvoyPolicyNames(t *testing.T) {
 		if !c.ok(n) || !policyNameRE.MatchString(n) {
 			t.Errorf("%v: name %q", c.path, n)
 		}
+	}
+}
+
+// A limit's configured rate_limit.name is kept as written (Envoy answers
+// report it, as envoyproxy/ratelimit does); a limit the configuration
+// names none of keeps none, though its policy gets a generated name. The
+// name survives storing the policy (JSON, as the coordinator stores it).
+func TestEnvoyConfigKeepsConfiguredNames(t *testing.T) {
+	ps, err := ParsePolicyFile([]byte("domain: rp\ndescriptors:\n  - key: key1\n    rate_limit: {unit: minute, requests_per_unit: 1, name: key1-limit}\n" +
+		"  - key: key2\n    rate_limit: {unit: minute, requests_per_unit: 2}\n  - key: key3\n    rate_limit: {unlimited: true, name: open}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{"key1-limit", "", "open"} {
+		if ps[i].Envoy.Name != want || ps[i].EnvoyLimitName() != want {
+			t.Errorf("policy %s: envoy name %q (limit name %q), want %q", ps[i].Name, ps[i].Envoy.Name, ps[i].EnvoyLimitName(), want)
+		}
+	}
+	// Stored before the configured name was kept: a policy name other than
+	// the generated one is the configured name.
+	old := *ps[0]
+	old.Envoy = &EnvoyMatch{Domain: "rp", Entries: ps[0].Envoy.Entries}
+	if old.EnvoyLimitName() != "key1-limit" {
+		t.Errorf("policy stored without envoy.name: limit name %q, want key1-limit", old.EnvoyLimitName())
+	}
+	if ps[1].Name != "rp.key2" {
+		t.Errorf("unnamed limit's policy is %q, want the generated rp.key2", ps[1].Name)
+	}
+	b, err := json.Marshal(ps[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Policy
+	if err := json.Unmarshal(b, &back); err != nil || back.Envoy.Name != "key1-limit" {
+		t.Fatalf("stored and read back: %+v %v, want envoy name key1-limit", back.Envoy, err)
 	}
 }

@@ -90,6 +90,22 @@ type Config struct {
 	// Envoy answers, for the descriptor closest to its limit, like
 	// envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED.
 	EnvoyLimitHeaders bool
+	// EnvoyRetryAfter adds one retry-after header to an Envoy OVER_LIMIT
+	// answer: the longest wait of its descriptors over their limit, whole
+	// seconds rounded up. A quota-lease extra: envoyproxy/ratelimit adds
+	// no such header, so it is off by default.
+	EnvoyRetryAfter bool
+	// EnvoyPolicyNames names every Envoy answer's current_limit after the
+	// policy that decided it, also where the configuration names none
+	// (generated names like edge.remote_address). Off, as in
+	// envoyproxy/ratelimit, current_limit.name is the configured
+	// rate_limit.name, or empty.
+	EnvoyPolicyNames bool
+	// EnvoyExactCounts reports, in Envoy answers, what is left of a limit
+	// also when a descriptor is over it (envoyproxy/ratelimit reports 0,
+	// shadow mode included), and duration_until_reset to the millisecond
+	// (it reports whole seconds).
+	EnvoyExactCounts bool
 	// Shadow puts every policy in shadow mode (policy.Policy.ShadowMode):
 	// decide and count as usual, admit everything.
 	Shadow bool

@@ -166,8 +166,9 @@ func TestEnvoyRateLimitService(t *testing.T) {
 	if resp, _ := client.ShouldRateLimit(t.Context(), req); resp.OverallCode != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("another ip: %s", resp.OverallCode)
 	}
-	// A request without descriptors is malformed as a whole.
-	if _, err := client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "edge"}); err == nil || !strings.Contains(err.Error(), "descriptors") {
+	// A request without descriptors is refused as a whole, as
+	// envoyproxy/ratelimit refuses it (envoy_parity_test.go has the codes).
+	if _, err := client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "edge"}); err == nil || !strings.Contains(err.Error(), "descriptor list must not be empty") {
 		t.Fatalf("request without descriptors: %v", err)
 	}
 }

@@ -29,8 +29,10 @@ func entries(kv ...string) *commonrl.RateLimitDescriptor {
 // usual. A very long value is limited like any other (by its hash), not a
 // way around the limit. Before, any of these failed the whole call, which
 // Envoy's default failure_mode_deny: false turns into "allow everything".
+// With --envoy-retry-after, a rejected call carries exactly one
+// retry-after.
 func TestEnvoyOddDescriptorDoesNotDisableLimiting(t *testing.T) {
-	ra := regionAgent(t, "name: api\nidentity: [user]\nalgorithm: fixed_window\nlimit: 3\nperiod: 1m\nscope: region\n", nil)
+	ra := regionAgent(t, "name: api\nidentity: [user]\nalgorithm: fixed_window\nlimit: 3\nperiod: 1m\nscope: region\n", func(c *Config) { c.EnvoyRetryAfter = true })
 	client := rlsv3.NewRateLimitServiceClient(grpcConn(t, ra.grpcAddr))
 	long := strings.Repeat("v", 4000)
 	odd := []*commonrl.RateLimitDescriptor{
@@ -70,7 +72,7 @@ func TestEnvoyOddDescriptorDoesNotDisableLimiting(t *testing.T) {
 	}
 	// Long values are counted, not refused: 3 admitted, then over.
 	for i := 0; i < 4; i++ {
-		resp, err := client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Descriptors: []*commonrl.RateLimitDescriptor{entries("generic_key", "api", "user", long)}})
+		resp, err := client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonrl.RateLimitDescriptor{entries("generic_key", "api", "user", long)}})
 		if err != nil {
 			t.Fatalf("long value, call %d: %v", i, err)
 		}
@@ -87,17 +89,17 @@ func TestEnvoyHitsAddendPerDescriptor(t *testing.T) {
 	client := rlsv3.NewRateLimitServiceClient(grpcConn(t, ra.grpcAddr))
 	d := entries("generic_key", "api", "user", "bob")
 	d.HitsAddend = wrapperspb.UInt64(4)
-	resp, err := client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{HitsAddend: 1, Descriptors: []*commonrl.RateLimitDescriptor{d}})
+	resp, err := client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 1, Descriptors: []*commonrl.RateLimitDescriptor{d}})
 	if err != nil || resp.Statuses[0].LimitRemaining != 6 {
 		t.Fatalf("hits_addend 4 on the descriptor (1 on the request): %v %v, want 6 remaining", resp, err)
 	}
 	d.HitsAddend = wrapperspb.UInt64(11)
-	resp, err = client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Descriptors: []*commonrl.RateLimitDescriptor{d}})
+	resp, err = client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonrl.RateLimitDescriptor{d}})
 	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("11 hits against a limit of 10: %v %v, want OVER_LIMIT", resp, err)
 	}
 	d.HitsAddend = nil
-	resp, _ = client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Descriptors: []*commonrl.RateLimitDescriptor{d}})
+	resp, _ = client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonrl.RateLimitDescriptor{d}})
 	if resp.Statuses[0].LimitRemaining != 5 {
 		t.Fatalf("after the refused 11 hits: %v, want 5 remaining (nothing charged)", resp.Statuses[0])
 	}
@@ -122,7 +124,7 @@ func TestEnvoyLimitUnits(t *testing.T) {
 		{10, 45 * time.Second, 800, rlsv3.RateLimitResponse_RateLimit_HOUR},
 	} {
 		p := testenv.MustPolicy(t, fmt.Sprintf("name: p\nidentity: [a]\nlimit: %v\nperiod: %s\n", c.limit, c.period))
-		got := envoyLimit(admission.Outcome{Policy: p, Limits: p.Limits()})
+		got := envoyLimit(&Config{}, admission.Outcome{Policy: p, Limits: p.Limits()})
 		if got.RequestsPerUnit != c.want || got.Unit != c.unit {
 			t.Errorf("%v per %v: %d per %s, want %d per %s", c.limit, c.period, got.RequestsPerUnit, got.Unit, c.want, c.unit)
 		}
@@ -136,7 +138,7 @@ func TestEnvoyLimitHeaders(t *testing.T) {
 	client := rlsv3.NewRateLimitServiceClient(grpcConn(t, ra.grpcAddr))
 	heavy := entries("generic_key", "api", "user", "heavy")
 	heavy.HitsAddend = wrapperspb.UInt64(7)
-	resp, err := client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Descriptors: []*commonrl.RateLimitDescriptor{
+	resp, err := client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonrl.RateLimitDescriptor{
 		entries("generic_key", "api", "user", "light"), heavy}})
 	if err != nil {
 		t.Fatal(err)

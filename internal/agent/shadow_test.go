@@ -34,7 +34,7 @@ func TestShadowModeNeverRejects(t *testing.T) {
 		t.Fatalf("HTTP over the limit in shadow mode: %d %v, want 200 with shadow", resp.StatusCode, body)
 	}
 	client := rlsv3.NewRateLimitServiceClient(grpcConn(t, ra.grpcAddr))
-	er, err := client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Descriptors: []*commonrl.RateLimitDescriptor{entries("generic_key", "trial", "user", "u")}})
+	er, err := client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonrl.RateLimitDescriptor{entries("generic_key", "trial", "user", "u")}})
 	if err != nil || er.OverallCode != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("Envoy over the limit in shadow mode: %v %v, want OK", er, err)
 	}

@@ -1,0 +1,177 @@
+package agent
+
+import (
+	"errors"
+	"math"
+	"strconv"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/quota-lease/quota-lease/admission"
+	"github.com/quota-lease/quota-lease/policy"
+)
+
+// This file encodes the outcomes of one ShouldRateLimit call as
+// envoyproxy/ratelimit answers the same call (at the version pinned in
+// the Makefile: src/service/ratelimit.go, shouldRateLimitWorker, and
+// src/limiter/base_limiter.go, GetResponseDescriptorStatus), so an Envoy
+// moved from it to the agent sees the same answers:
+//
+//   - a limit's current_limit.name is its configured rate_limit.name, or
+//     empty (Config.EnvoyPolicyNames: the policy's name, always);
+//   - a descriptor over its limit reports limit_remaining 0, in shadow
+//     mode too (Config.EnvoyExactCounts: what is left);
+//   - duration_until_reset is in whole seconds (rounded up: the original's
+//     seconds to the end of the unit's window, on the same aligned windows;
+//     Config.EnvoyExactCounts: to the millisecond);
+//   - an unlimited descriptor is OK with limit_remaining 4294967295 and no
+//     current_limit;
+//   - the agent's --shadow-mode (the original's SHADOW_MODE) leaves the
+//     descriptors' codes and turns only the overall code OK;
+//   - no headers unless asked: the limit headers of the descriptor the
+//     original picks (Config.EnvoyLimitHeaders), and quota-lease's own
+//     retry-after (Config.EnvoyRetryAfter).
+
+// envoyDescriptor is one descriptor's answer and what it adds to the
+// call's.
+type envoyDescriptor struct {
+	st *rlsv3.RateLimitResponse_DescriptorStatus
+	// over: the limit rejects it, enforced (the overall code is
+	// OVER_LIMIT) unless the agent's global shadow mode admits it.
+	over, globalShadow bool
+	retryMs            int64
+}
+
+// envoyAnswer is the answer to a call whose descriptors had results res,
+// unlimited[i] marking those that matched an unlimited descriptor.
+func envoyAnswer(cfg *Config, res []admission.Result, unlimited []bool) *rlsv3.RateLimitResponse {
+	out := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(res))}
+	var retryMs int64 = -1
+	// The descriptor whose limit headers are sent: the fewest remaining,
+	// the first of equals, unless one is over its limit (the last of
+	// those), as the original picks it.
+	var closest *rlsv3.RateLimitResponse_DescriptorStatus
+	minRemaining := uint32(math.MaxUint32)
+	enforced := false
+	for i, r := range res {
+		if unlimited[i] {
+			out.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+			continue
+		}
+		d := envoyStatus(cfg, r)
+		out.Statuses[i] = d.st
+		if d.st.CurrentLimit != nil && d.st.LimitRemaining < minRemaining {
+			closest, minRemaining = d.st, d.st.LimitRemaining
+		}
+		if d.over {
+			if d.st.CurrentLimit != nil {
+				closest, minRemaining = d.st, 0
+			}
+			if !d.globalShadow {
+				enforced = true
+				retryMs = max(retryMs, d.retryMs)
+			}
+		}
+	}
+	if enforced {
+		out.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	if cfg.EnvoyLimitHeaders && closest != nil {
+		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd,
+			&corev3.HeaderValue{Key: "RateLimit-Limit", Value: strconv.FormatUint(uint64(closest.CurrentLimit.RequestsPerUnit), 10)},
+			&corev3.HeaderValue{Key: "RateLimit-Remaining", Value: strconv.FormatUint(uint64(closest.LimitRemaining), 10)},
+			&corev3.HeaderValue{Key: "RateLimit-Reset", Value: ceilSeconds(closest.DurationUntilReset.AsDuration().Milliseconds())})
+	}
+	if cfg.EnvoyRetryAfter && retryMs >= 0 {
+		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: "retry-after", Value: retryAfterSeconds(retryMs)})
+	}
+	return out
+}
+
+// envoyStatus is one decided descriptor's answer.
+func envoyStatus(cfg *Config, r admission.Result) envoyDescriptor {
+	ok := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+	overNoLimit := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT}
+	switch {
+	case errors.Is(r.Err, admission.ErrUnknownPolicy), errors.Is(r.Err, policy.ErrInvalidIdentity),
+		errors.Is(r.Err, admission.ErrInvalidRequest), errors.Is(r.Err, policy.ErrInvalidCost):
+		return envoyDescriptor{st: ok} // unmatched: no limit applies, nothing was charged
+	case errors.Is(r.Err, policy.ErrCostExceedsCapacity):
+		// More hits than the limit holds can never be admitted.
+		return envoyDescriptor{st: overNoLimit, over: true}
+	case r.Err != nil:
+		// Neither Redis nor the local fallback could decide: the policy's
+		// failure mode says which way to fail.
+		if r.Outcome.Policy != nil && r.Outcome.Policy.Failure.Mode == policy.FailOpen {
+			return envoyDescriptor{st: ok}
+		}
+		return envoyDescriptor{st: overNoLimit, over: true, retryMs: admission.NoShareRetryMs}
+	}
+	// Over the limit: rejected, or admitted only by shadow mode.
+	over := !r.Allowed || r.Shadow
+	remaining := uint32(min(r.RemainingUnits(), int64(math.MaxUint32)))
+	reset := durationpb.New(time.Duration(r.ResetAfterMs) * time.Millisecond)
+	if !cfg.EnvoyExactCounts {
+		if over {
+			remaining = 0
+		}
+		reset = &durationpb.Duration{Seconds: (r.ResetAfterMs + 999) / 1000}
+	}
+	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK,
+		CurrentLimit: envoyLimit(cfg, r.Outcome), LimitRemaining: remaining, DurationUntilReset: reset}
+	// The policy's own shadow_mode answers OK; the agent's --shadow-mode
+	// only the call (Outcome.Shadow covers both).
+	globalShadow := r.Shadow && !r.Policy.ShadowMode
+	if !r.Allowed || globalShadow {
+		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	return envoyDescriptor{st: st, over: over && (!r.Shadow || globalShadow), globalShadow: globalShadow, retryMs: r.RetryAfterMs}
+}
+
+// envoyUnits are Envoy's units, shortest first.
+var envoyUnits = []struct {
+	d time.Duration
+	u rlsv3.RateLimitResponse_RateLimit_Unit
+}{{time.Second, rlsv3.RateLimitResponse_RateLimit_SECOND}, {time.Minute, rlsv3.RateLimitResponse_RateLimit_MINUTE},
+	{time.Hour, rlsv3.RateLimitResponse_RateLimit_HOUR}, {24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_DAY},
+	{7 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_WEEK}, {30 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_MONTH},
+	{365 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_YEAR}}
+
+// envoyLimit expresses the enforced limit in Envoy's units: the unit equal
+// to the policy's period, else the shortest unit in which the limit is a
+// whole number of requests, else the shortest in which it is at least one
+// (rounded down), so that 5 per 10 s reads 30 per minute, never 0 per
+// second. Its name is the configured one (policy.Policy.EnvoyLimitName),
+// or with cfg.EnvoyPolicyNames the policy's.
+func envoyLimit(cfg *Config, o admission.Outcome) *rlsv3.RateLimitResponse_RateLimit {
+	limit := enforcedLimit(o)
+	period := time.Duration(o.Policy.Period)
+	name := o.Policy.EnvoyLimitName()
+	if cfg.EnvoyPolicyNames {
+		name = o.Policy.Name
+	}
+	perUnit := func(d time.Duration) float64 { return limit * d.Seconds() / period.Seconds() }
+	rl := func(v float64, u rlsv3.RateLimitResponse_RateLimit_Unit) *rlsv3.RateLimitResponse_RateLimit {
+		return &rlsv3.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: uint32(min(v, math.MaxUint32)), Unit: u}
+	}
+	for _, u := range envoyUnits {
+		if period == u.d {
+			return rl(limit, u.u)
+		}
+	}
+	for _, u := range envoyUnits {
+		if v := perUnit(u.d); v >= 1 && v == math.Trunc(v) {
+			return rl(v, u.u)
+		}
+	}
+	for _, u := range envoyUnits {
+		if v := perUnit(u.d); v >= 1 {
+			return rl(math.Floor(v), u.u)
+		}
+	}
+	last := envoyUnits[len(envoyUnits)-1]
+	return rl(perUnit(last.d), last.u)
+}
