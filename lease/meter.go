@@ -53,6 +53,10 @@ func (m *Meter[K]) roll(nowMs int64) {
 	}
 }
 
+// SetTracks changes how many identities m tracks per bucket from now on
+// (MeterTracks); identities already tracked stay.
+func (m *Meter[K]) SetTracks(n int) { m.track = n }
+
 // Add counts cost (micro-units) asked by identity id at nowMs.
 func (m *Meter[K]) Add(id K, cost, nowMs int64) {
 	if m.add(id, cost, nowMs) {

@@ -31,3 +31,26 @@ func TestMeterRates(t *testing.T) {
 		t.Fatalf("rates at least 4/s: %v, want only own", got)
 	}
 }
+
+// A meter tracks at most its number of identities per bucket; raising it
+// (a policy's identity_shares raised) lets more in at once.
+func TestMeterTracks(t *testing.T) {
+	m := NewMeter[int](2)
+	const at = 1_000_000
+	for id := 0; id < 5; id++ {
+		m.Add(id, policy.Micro, at)
+	}
+	if got := m.Rates(at+1, 0, func(int) bool { return false }); len(got) != 2 {
+		t.Fatalf("tracked %d identities, want 2", len(got))
+	}
+	m.SetTracks(4)
+	for id := 0; id < 5; id++ {
+		m.Add(id, policy.Micro, at+2)
+	}
+	if got := m.Rates(at+3, 0, func(int) bool { return false }); len(got) != 4 {
+		t.Fatalf("tracked %d identities after raising to 4, want 4", len(got))
+	}
+	if MeterTracks(0) != 10_000 || MeterTracks(100_000) != 400_000 {
+		t.Fatalf("MeterTracks: %d, %d", MeterTracks(0), MeterTracks(100_000))
+	}
+}

@@ -119,6 +119,7 @@ func (l *leaser) setPolicies(ps []*policy.Policy) {
 			l.quotas[p.Name] = q
 		}
 		q.a.SetPolicy(p.Failure, p.Limits().Amount()) // a changed failure mode applies at once
+		q.meter.setTracks(lease.MeterTracks(p.IdentityShareLimit()))
 		q.policy, q.fp = p, p.Fingerprint()
 	}
 	for name := range l.quotas {
@@ -484,6 +485,14 @@ func (m *meter) add(identity string, cost int64, own bool, now time.Time) {
 		return
 	}
 	m.m.Add(identity, cost, now.UnixMilli())
+}
+
+// setTracks changes how many identities the meter tracks per bucket (a
+// changed identity_shares).
+func (m *meter) setTracks(n int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.m.SetTracks(n)
 }
 
 func (m *meter) rate(now time.Time) int64 {
