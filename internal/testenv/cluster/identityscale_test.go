@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -331,6 +332,7 @@ func startScaleCoordinator(t *testing.T, ctx context.Context) *scaleCoordinator 
 		t.Fatal(err)
 	}
 	c.cmd.Stdout, c.cmd.Stderr = logf, logf
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // gone with the test, even one that times out
 	if err := c.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
