@@ -45,4 +45,10 @@ func TestCLIRefusesImpostorCoordinator(t *testing.T) {
 	if code, out := quotaSet(real.Addr); code != 0 || !strings.Contains(out, "stored policy") {
 		t.Fatalf("a server with the coordinator certificate was refused: exit %d\n%s", code, out)
 	}
+	// A refused certificate at one address does not stop the CLI from
+	// trying the next replica.
+	fake := impostor.Start(t, files("service"))
+	if code, out := quotaSet(fake.Addr + "," + real.Addr); code != 0 || !strings.Contains(out, "stored policy") {
+		t.Fatalf("an impostor listed before the coordinator: exit %d\n%s", code, out)
+	}
 }

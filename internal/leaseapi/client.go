@@ -240,7 +240,8 @@ func (c *Client) Call(ctx context.Context, fn func(cc *grpc.ClientConn, opts ...
 }
 
 // callOnce tries every replica once, following leader hints. retry is
-// true when all answered UNAVAILABLE.
+// true when all answered UNAVAILABLE, or could not be reached, and not
+// every one for its certificate.
 func (c *Client) callOnce(ctx context.Context, fn func(cc *grpc.ClientConn, opts ...grpc.CallOption) error) (retry bool, err error) {
 	queue := c.Order()
 	tried := map[string]bool{}
@@ -276,14 +277,22 @@ func (c *Client) callOnce(ctx context.Context, fn func(cc *grpc.ClientConn, opts
 			// tries the others first.
 			c.markSuspect(addr)
 			return false, err
+		case code == codes.Unavailable && refusedCertificate(err):
+			// The replica's certificate (or ours) was refused: trying it
+			// again within this call changes nothing, and the reason is
+			// clearer now than at the deadline. The others are tried.
+			c.markSuspect(addr)
+			continue
 		case code == codes.Unavailable && len(md.Get(ClusterHeader)) == 0:
 			// Failed at the transport (every answer of a replica, refusals
 			// too, carries the cluster ID): try the others at once.
 			c.markSuspect(addr)
+			retry = true
 			continue
 		case code != codes.Unavailable:
 			return false, err // an answer, not a routing problem
 		}
+		retry = true
 		c.mu.Lock()
 		follow := !c.noHints
 		c.mu.Unlock()
@@ -297,7 +306,15 @@ func (c *Client) callOnce(ctx context.Context, fn func(cc *grpc.ClientConn, opts
 	if last == nil {
 		return false, ctx.Err()
 	}
-	return ctx.Err() == nil, last
+	return retry && ctx.Err() == nil, last
+}
+
+// refusedCertificate reports whether err is a TLS handshake that failed on
+// a certificate: a coordinator's that does not name the coordinator role,
+// an expired one, or one of another CA. gRPC reports it as UNAVAILABLE
+// text only.
+func refusedCertificate(err error) bool {
+	return strings.Contains(status.Convert(err).Message(), "authentication handshake failed")
 }
 
 // Lease sends a lease request to the leader.
