@@ -300,3 +300,23 @@ func openFDs(t *testing.T) int {
 	}
 	return len(es)
 }
+
+// Connections are counted per IPv4 address and per IPv6 /64, which one
+// host commonly holds whole.
+func TestSourceOf(t *testing.T) {
+	for addr, want := range map[string]string{
+		"192.0.2.7:443":                      "192.0.2.7",
+		"[2001:db8:1:2:aaaa::1]:443":         "2001:db8:1:2::/64",
+		"[2001:db8:1:2:bbbb:cccc:dddd:1]:80": "2001:db8:1:2::/64",
+		"[2001:db8:1:3::1]:80":               "2001:db8:1:3::/64",
+		"[::ffff:192.0.2.7]:443":             "192.0.2.7",
+	} {
+		a, err := net.ResolveTCPAddr("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := sourceOf(a); got != want {
+			t.Errorf("%s: source %q, want %q", addr, got, want)
+		}
+	}
+}

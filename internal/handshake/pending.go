@@ -103,10 +103,14 @@ func (b *pendingBook) closeAll() {
 	}
 }
 
-// sourceOf is the IP address of a remote address (the whole address when
-// it has no port).
+// sourceOf is what a remote address's connections are counted under: its
+// IPv4 address, its IPv6 /64, or the whole address when it has no port.
 func sourceOf(a net.Addr) string {
 	if ta, ok := a.(*net.TCPAddr); ok {
+		if ta.IP.To4() == nil && len(ta.IP) == net.IPv6len {
+			// One IPv6 host commonly holds a whole /64: count it as one.
+			return ta.IP.Mask(net.CIDRMask(64, 128)).String() + "/64"
+		}
 		return ta.IP.String()
 	}
 	host, _, err := net.SplitHostPort(a.String())
