@@ -38,7 +38,14 @@ type IdentityPlan struct {
 	reports map[instanceOf]*report      // each agent instance's last report
 	demand  map[string]map[string]int64 // identity -> region -> demand, summed over the region's instances
 	targets map[string]map[string]int64 // identity -> region -> target
-	idle    map[string]int              // planned identity -> rounds without demand
+	// quiet are the planned identities within the default share
+	// everywhere, each with the round that began; waiting the unplanned
+	// ones over it. Whether an identity is over changes only with its
+	// demand or the defaults, so a round looks at those alone.
+	quiet    map[string]int64
+	waiting  map[string]bool
+	defaults map[string]int64 // the last round's
+	round    int64
 	// dirty are the identities whose demand changed since the last round:
 	// only their splits are computed again (all of them when the total or
 	// the regions changed, which inputs says).
@@ -71,7 +78,7 @@ const reportRounds = 30
 // NewIdentityPlan returns an empty plan of at most max identity shares.
 func NewIdentityPlan(max int) *IdentityPlan {
 	return &IdentityPlan{max: max, reports: map[instanceOf]*report{}, demand: map[string]map[string]int64{},
-		targets: map[string]map[string]int64{}, idle: map[string]int{}, dirty: map[string]bool{}, byRegion: map[string]map[string]int64{}}
+		targets: map[string]map[string]int64{}, quiet: map[string]int64{}, waiting: map[string]bool{}, dirty: map[string]bool{}, byRegion: map[string]map[string]int64{}}
 }
 
 // Update applies an agent instance's changed identity demands (amount
@@ -148,25 +155,32 @@ func (p *IdentityPlan) Plan(total, useful int64, defaults map[string]int64) {
 			p.forget(in) // an instance that stopped renewing
 		}
 	}
-	for id := range p.targets {
-		if p.over(id, defaults) {
-			p.idle[id] = 0
-		} else if p.idle[id]++; p.idle[id] >= identityIdleRounds {
+	p.round++
+	if !maps.Equal(defaults, p.defaults) { // every identity may have crossed its default
+		p.defaults = maps.Clone(defaults)
+		for id := range p.targets {
+			p.check(id)
+		}
+		for id := range p.demand {
+			p.check(id)
+		}
+	} else {
+		for id := range p.dirty {
+			p.check(id)
+		}
+	}
+	for id, since := range p.quiet {
+		if p.round-since+1 >= identityIdleRounds {
 			p.drop(id)
 		}
 	}
-	var want []string
-	for id := range p.demand {
-		if _, planned := p.targets[id]; !planned && p.over(id, defaults) {
-			want = append(want, id)
-		}
-	}
+	want := slices.Collect(maps.Keys(p.waiting))
 	slices.SortFunc(want, func(a, b string) int { return cmp.Or(cmp.Compare(p.hottest(b), p.hottest(a)), cmp.Compare(a, b)) })
 	room := max(0, p.max-len(p.targets))
 	p.Unfit = max(0, len(want)-room)
 	for _, id := range want[:min(room, len(want))] {
 		p.targets[id] = nil
-		p.idle[id] = 0
+		delete(p.waiting, id)
 	}
 	regions := slices.Sorted(maps.Keys(defaults))
 	all := false
@@ -184,6 +198,7 @@ func (p *IdentityPlan) Plan(total, useful int64, defaults map[string]int64) {
 		next := p.split(id, total, useful, regions)
 		if next == nil {
 			p.drop(id) // no split: back to the default
+			p.check(id)
 			continue
 		}
 		if prev != nil && p.holds(id, prev, next, total) {
@@ -209,9 +224,29 @@ func (p *IdentityPlan) Plan(total, useful int64, defaults map[string]int64) {
 // drop gives identity id back to the default shares.
 func (p *IdentityPlan) drop(id string) {
 	delete(p.targets, id)
-	delete(p.idle, id)
+	delete(p.quiet, id)
 	for _, m := range p.byRegion {
 		delete(m, id)
+	}
+}
+
+// check files id, whose demand or defaults changed, as quiet (planned,
+// within the default everywhere since this round) or waiting (unplanned,
+// over the default somewhere), or neither.
+func (p *IdentityPlan) check(id string) {
+	over := p.over(id, p.defaults)
+	_, planned := p.targets[id]
+	switch {
+	case planned && over:
+		delete(p.quiet, id)
+	case planned:
+		if _, ok := p.quiet[id]; !ok {
+			p.quiet[id] = p.round
+		}
+	case over:
+		p.waiting[id] = true
+	default:
+		delete(p.waiting, id)
 	}
 }
 
