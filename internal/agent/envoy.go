@@ -84,16 +84,22 @@ func (s *envoyServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitR
 	if p := s.a.envoy.Load(); p != nil {
 		ix = *p
 	}
-	ins, unlimited := envoyRequests(ix, req)
-	return envoyAnswer(&s.a.cfg, s.a.CheckBatch(ctx, ins), unlimited), nil
+	ins, matched := envoyRequests(ix, req)
+	return envoyAnswer(&s.a.cfg, req, s.a.CheckBatch(ctx, ins), matched), nil
 }
 
+// envoyMatched is what the configuration says of one descriptor beyond
+// its admission request, for its answer: it matched an unlimited limit,
+// or the limit applied to it is in quota_mode (policy.EnvoyMatch.
+// QuotaMode; a replaced or unlimited limit is not applied, so it is not).
+type envoyMatched struct{ unlimited, quota bool }
+
 // envoyRequests decodes req's descriptors into one admission request each
-// (a request naming no policy where no limit applies), and which of them
-// matched an unlimited descriptor of the configuration.
-func envoyRequests(ix envoyIndex, req *rlsv3.RateLimitRequest) ([]admission.Request, []bool) {
+// (a request naming no policy where no limit applies), and what the
+// configuration says of each (envoyMatched).
+func envoyRequests(ix envoyIndex, req *rlsv3.RateLimitRequest) ([]admission.Request, []envoyMatched) {
 	ins := make([]admission.Request, len(req.Descriptors))
-	unlimited := make([]bool, len(req.Descriptors))
+	found := make([]envoyMatched, len(req.Descriptors))
 	matched := make([]*policy.Policy, len(req.Descriptors))
 	var replaced map[string]bool // made only when a matched limit replaces another
 	for i, d := range req.Descriptors {
@@ -120,7 +126,7 @@ func envoyRequests(ix envoyIndex, req *rlsv3.RateLimitRequest) ([]admission.Requ
 					replaced[r] = true
 				}
 				if p.Envoy.Unlimited {
-					unlimited[i] = true
+					found[i].unlimited = true
 				} else {
 					in.Policy, matched[i] = p.Name, p
 				}
@@ -135,7 +141,9 @@ func envoyRequests(ix envoyIndex, req *rlsv3.RateLimitRequest) ([]admission.Requ
 		}
 		if n := p.EnvoyLimitName(); n != "" && replaced[n] {
 			ins[i].Policy = "" // another matched limit replaces it
+			continue
 		}
+		found[i].quota = p.Envoy.QuotaMode
 	}
-	return ins, unlimited
+	return ins, found
 }

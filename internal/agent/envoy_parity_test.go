@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -28,9 +29,37 @@ var envoyOriginalFile = filepath.Join("testdata", "envoy-original.json")
 // parityCase is one configuration (its own domain) and the calls made
 // under it, in order, against a fresh service and Redis.
 type parityCase struct {
-	Name   string       `json:"name"`
-	Config string       `json:"config"`
-	Calls  []parityCall `json:"calls"`
+	Name   string `json:"name"`
+	Config string `json:"config"`
+	// Settings are the original's environment settings the case runs
+	// with (NAME=value, each a key of originalSettings), none by default.
+	Settings []string     `json:"settings,omitempty"`
+	Calls    []parityCall `json:"calls"`
+}
+
+// originalSettings are the agent's equivalents of the original's
+// settings (src/settings/settings.go) a parity case may run with.
+var originalSettings = map[string]func(*Config){
+	"QUOTA_MODE=true":                func(c *Config) { c.EnvoyQuotaMode = true },
+	"RESPONSE_DYNAMIC_METADATA=true": func(c *Config) { c.EnvoyDynamicMetadata = true },
+}
+
+// agentConfig applies settings (parityCase.Settings) to an agent's Config.
+func agentConfig(t *testing.T, settings []string) func(*Config) {
+	t.Helper()
+	var mods []func(*Config)
+	for _, s := range settings {
+		m, ok := originalSettings[s]
+		if !ok {
+			t.Fatalf("setting %q has no equivalent in originalSettings", s)
+		}
+		mods = append(mods, m)
+	}
+	return func(c *Config) {
+		for _, m := range mods {
+			m(c)
+		}
+	}
 }
 
 // parityCall is one ShouldRateLimit call and the original's answer: a
@@ -193,6 +222,64 @@ descriptors:
 			pcall("refused", 0, entries("group", "g"), entries("user", "u")), // unknown descriptor: no limit
 			pcall("refused", 0, entries("user", "u")),
 		)},
+		{Name: "quota_mode: a soft limit", Config: `domain: quota
+descriptors:
+  - key: user
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: plan
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: org
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1, name: org-quota}
+  - key: team
+    rate_limit:
+      unit: hour
+      requests_per_unit: 5
+      replaces: [{name: org-quota}]
+  - key: project
+    quota_mode: true
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
+`, Calls: seq(
+			times(3, pcall("quota", 0, entries("user", "u"))),                // the third is over: OK, no reset
+			pcall("quota", 0, entries("user", "u"), entries("plan", "free")), // only the soft limit over: OK
+			pcall("quota", 0, entries("user", "u"), entries("plan", "free")), // a normal limit over: OVER_LIMIT
+			times(2, pcall("quota", 0, entries("org", "o"))),
+			pcall("quota", 0, entries("org", "o"), entries("team", "t")), // org-quota replaced: no limit
+			times(2, pcall("quota", 0, entries("project", "p"))),         // shadow_mode wins: as shadow
+			// Every descriptor over a soft limit: still OK (the pinned
+			// original has no "every quota descriptor over" rule).
+			pcall("quota", 0, entries("user", "u"), entries("org", "o")),
+			differs("more hits than the limit holds: the agent answers without current_limit; the original answers as over the limit (here OK, in quota mode, with current_limit)",
+				pcall("quota", 0, withHits(entries("user", "x"), 3))),
+		)},
+		{Name: "RESPONSE_DYNAMIC_METADATA with quota_mode", Settings: []string{"RESPONSE_DYNAMIC_METADATA=true"}, Config: `domain: meta
+descriptors:
+  - key: user
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: plan
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: free
+    rate_limit: {unlimited: true}
+`, Calls: seq(
+			pcall("meta", 0, entries("plan", "a")),
+			pcall("meta", 2, entries("user", "u"), withHits(entries("plan", "b"), 1), entries("other", "x")),
+			pcall("meta", 0, entries("user", "u"), entries("plan", "a"), entries("free", "f", "and", "more")),
+			pcall("meta", 0, withHits(entries("free", "f"), 0)),
+		)},
+		{Name: "QUOTA_MODE: every limit soft", Settings: []string{"QUOTA_MODE=true", "RESPONSE_DYNAMIC_METADATA=true"}, Config: `domain: gquota
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: plan
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
+`, Calls: seq(
+			times(2, pcall("gquota", 0, entries("user", "u"), entries("plan", "p"))),
+			pcall("gquota", 0, entries("user", "v"), entries("user", "u")),
+		)},
 	}
 }
 
@@ -214,7 +301,7 @@ func readEnvoyOriginal(t *testing.T) []parityCase {
 	}
 	for i, c := range want {
 		r := rec[i]
-		same := r.Name == c.Name && r.Config == c.Config && len(r.Calls) == len(c.Calls)
+		same := r.Name == c.Name && r.Config == c.Config && slices.Equal(r.Settings, c.Settings) && len(r.Calls) == len(c.Calls)
 		for j := 0; same && j < len(c.Calls); j++ {
 			a, b := &rlsv3.RateLimitRequest{}, &rlsv3.RateLimitRequest{}
 			same = protojson.Unmarshal(r.Calls[j].Request, a) == nil && protojson.Unmarshal(c.Calls[j].Request, b) == nil &&
@@ -237,7 +324,7 @@ func readEnvoyOriginal(t *testing.T) []parityCase {
 func TestEnvoyParityWithOriginal(t *testing.T) {
 	for _, c := range readEnvoyOriginal(t) {
 		t.Run(c.Name, func(t *testing.T) {
-			ra := regionAgent(t, c.Config+"scope: region\n", nil) // one region holds the whole limit
+			ra := regionAgent(t, c.Config+"scope: region\n", agentConfig(t, c.Settings)) // one region holds the whole limit
 			client := rlsv3.NewRateLimitServiceClient(grpcConn(t, ra.grpcAddr))
 			for i, call := range c.Calls {
 				req := &rlsv3.RateLimitRequest{}
