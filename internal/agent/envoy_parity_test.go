@@ -5,13 +5,16 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -114,6 +117,11 @@ func seq(parts ...any) []parityCall {
 }
 
 func differs(why string, c parityCall) parityCall { c.Differs = why; return c }
+
+func withOverride(d *commonrl.RateLimitDescriptor, perUnit uint32, unit typev3.RateLimitUnit) *commonrl.RateLimitDescriptor {
+	d.Limit = &commonrl.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: perUnit, Unit: unit}
+	return d
+}
 
 // envoyParityCases are the configurations and calls; every domain is its
 // own, so the original serves them all from one process. Units are hours
@@ -268,6 +276,46 @@ descriptors:
 			pcall("meta", 2, entries("user", "u"), withHits(entries("plan", "b"), 1), entries("other", "x")),
 			pcall("meta", 0, entries("user", "u"), entries("plan", "a"), entries("free", "f", "and", "more")),
 			pcall("meta", 0, withHits(entries("free", "f"), 0)),
+			pcall("meta", 0, withOverride(entries("plan", "c"), 5, typev3.RateLimitUnit_HOUR)),
+		)},
+		{Name: "limit override", Config: `domain: override
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 10, name: user-limit}
+  - key: plan
+    shadow_mode: true
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: free
+    rate_limit: {unlimited: true}
+  - key: key1
+    rate_limit: {unit: hour, requests_per_unit: 5, name: key1-limit}
+  - key: key2
+    rate_limit:
+      unit: hour
+      requests_per_unit: 5
+      replaces: [{name: key1-limit}]
+`, Calls: seq(
+			// The same unit as the configured limit: its counter, the
+			// override's limit, no name.
+			pcall("override", 0, withOverride(entries("user", "u"), 3, typev3.RateLimitUnit_HOUR)),
+			pcall("override", 0, entries("user", "u")),
+			times(2, pcall("override", 0, withOverride(entries("user", "u"), 3, typev3.RateLimitUnit_HOUR))),
+			// Another unit: a counter of its own.
+			pcall("override", 0, withOverride(entries("user", "v"), 3, typev3.RateLimitUnit_MINUTE)),
+			pcall("override", 0, entries("user", "v")),
+			// Not in shadow or quota mode, and not unlimited, though the
+			// configured descriptor is.
+			times(2, pcall("override", 0, withOverride(entries("plan", "p"), 1, typev3.RateLimitUnit_HOUR))),
+			times(2, pcall("override", 0, withOverride(entries("free", "f"), 1, typev3.RateLimitUnit_DAY))),
+			// An override has no name, so it is not replaced.
+			pcall("override", 0, withOverride(entries("key1", "a"), 5, typev3.RateLimitUnit_HOUR), entries("key2", "b")),
+			pcall("override", 0, withHits(withOverride(entries("user", "w"), 3, typev3.RateLimitUnit_HOUR), 2)), // hits_addend as usual
+			pcall("nowhere", 0, withOverride(entries("user", "u"), 1, typev3.RateLimitUnit_HOUR)),               // unknown domain: no limit
+			differs("an override on a descriptor that matches no configured limit is not served: the agent answers no limit",
+				pcall("override", 0, withOverride(entries("other", "x"), 1, typev3.RateLimitUnit_HOUR))),
+			differs("an override of 0 requests: the agent answers OVER_LIMIT without current_limit (more hits than the limit holds); the original with current_limit",
+				pcall("override", 0, withOverride(entries("user", "z"), 0, typev3.RateLimitUnit_HOUR))),
 		)},
 		{Name: "QUOTA_MODE: every limit soft", Settings: []string{"QUOTA_MODE=true", "RESPONSE_DYNAMIC_METADATA=true"}, Config: `domain: gquota
 descriptors:
@@ -352,6 +400,8 @@ func TestEnvoyParityWithOriginal(t *testing.T) {
 				}
 				comparableResets(t, i, "original", want)
 				comparableResets(t, i, "agent", got)
+				comparableOverrideText(want)
+				comparableOverrideText(got)
 				if !proto.Equal(got, want) {
 					t.Fatalf("call %d (%s):\n got  %s\n want %s (envoyproxy/ratelimit)", i, call.Request, protojson.Format(got), protojson.Format(want))
 				}
@@ -382,6 +432,18 @@ func comparableResets(t *testing.T, call int, who string, r *rlsv3.RateLimitResp
 			t.Fatalf("call %d descriptor %d: %s's duration_until_reset %v, want whole seconds in 1..%d", call, j, who, d, unit)
 		}
 		d.Seconds = 1
+	}
+}
+
+// comparableOverrideText removes the spaces from the limit overrides
+// dynamic_metadata writes as protobuf text, whose spacing protobuf varies
+// from one build to another on purpose.
+func comparableOverrideText(r *rlsv3.RateLimitResponse) {
+	for _, d := range r.GetDynamicMetadata().GetFields()["descriptors"].GetListValue().GetValues() {
+		f := d.GetStructValue().GetFields()
+		if l, ok := f["limit"]; ok {
+			f["limit"] = structpb.NewStringValue(strings.ReplaceAll(l.GetStringValue(), " ", ""))
+		}
 	}
 }
 
