@@ -260,6 +260,9 @@ type lone struct {
 
 // run decides rs into out.
 func (p *Pipeline) run(ctx context.Context, rs []Request, out []Result) {
+	if refuseOwnLimits(rs, out) {
+		return
+	}
 	now := p.cfg.Clock.Now()
 	if len(rs) == 1 { // a check: nothing allocated unless it goes to the store
 		var t Ticket
@@ -305,6 +308,12 @@ func (p *Pipeline) prepare(r Request, now time.Time) (Ticket, error) {
 	pol, ok := p.cfg.Policies.Policy(r.Policy)
 	if !ok {
 		return Ticket{}, fmt.Errorf("%w %q", ErrUnknownPolicy, r.Policy)
+	}
+	if r.Limit != nil {
+		if r.Limit.Limit == 0 {
+			return Ticket{}, fmt.Errorf("policy %q: %w: its request's own limit is 0", pol.Name, policy.ErrCostExceedsCapacity)
+		}
+		pol = pol.UnderOwnLimit(*r.Limit) // region scope: never under a share
 	}
 	t, err := Resolve(pol, r, pol.Limits())
 	if err != nil || pol.Scope == policy.ScopeRegion || p.cfg.Shares == nil {

@@ -41,6 +41,13 @@ type Request struct {
 	// IdempotencyKey, when set, makes a retried request get the decision
 	// already made for it, uncharged.
 	IdempotencyKey string
+	// Limit, when set, is the request's own limit (Envoy's descriptor
+	// limit override): it is decided under Policy.UnderOwnLimit(*Limit),
+	// in region scope, instead of under the policy's limits. A batch
+	// holding a Limit that cannot be enforced (policy.ErrInvalidOwnLimit)
+	// is refused whole, before anything is decided or charged; a Limit
+	// of 0 refuses its request as more than the limit holds.
+	Limit *policy.OwnLimit
 }
 
 // Ticket is a request resolved against its policy: validated once, with
@@ -168,7 +175,7 @@ func ValidIdempotencyKey(idem string) error {
 // that failed to decide it.
 func IsInputError(err error) bool {
 	for _, e := range []error{ErrUnknownPolicy, ErrInvalidRequest, policy.ErrInvalidCost, policy.ErrCostExceedsCapacity,
-		policy.ErrInvalidIdentity, policy.ErrInvalidLimits} {
+		policy.ErrInvalidIdentity, policy.ErrInvalidLimits, policy.ErrInvalidOwnLimit} {
 		if errors.Is(err, e) {
 			return true
 		}

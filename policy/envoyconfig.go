@@ -34,6 +34,12 @@ type EnvoyMatch struct {
 	// name, as envoyproxy/ratelimit does: a name only where one is
 	// configured.
 	Name string `yaml:"name,omitempty" json:"name,omitempty"`
+	// QuotaMode marks the descriptor's limit as a soft limit
+	// (envoyproxy/ratelimit's quota_mode): the limit is decided and
+	// counted as any other, but a request over it does not make an Envoy
+	// call OVER_LIMIT; the answer reports the descriptor OK and, with
+	// dynamic metadata on, names it among the call's quota violations.
+	QuotaMode bool `yaml:"quota_mode,omitempty" json:"quota_mode,omitempty"`
 }
 
 // EnvoyEntry is one entry of a descriptor path.
@@ -77,6 +83,7 @@ type envoyDescriptor struct {
 	RateLimit      *envoyRateLimit   `yaml:"rate_limit"`
 	Descriptors    []envoyDescriptor `yaml:"descriptors"`
 	ShadowMode     bool              `yaml:"shadow_mode"`
+	QuotaMode      bool              `yaml:"quota_mode"`
 	DetailedMetric bool              `yaml:"detailed_metric"`
 }
 
@@ -177,7 +184,7 @@ func envoyPolicy(f envoyFile, path []EnvoyEntry, d envoyDescriptor, rl *envoyRat
 		name = envoyPolicyName(f.Domain, path)
 	}
 	p := &Policy{Name: name, Algorithm: f.Algorithm, Limit: float64(rl.RequestsPerUnit), Period: Duration(period),
-		Scope: f.Scope, ShadowMode: d.ShadowMode, Envoy: &EnvoyMatch{Domain: f.Domain, Entries: path, Unlimited: d.RateLimit.Unlimited, Name: rl.Name}}
+		Scope: f.Scope, ShadowMode: d.ShadowMode, Envoy: &EnvoyMatch{Domain: f.Domain, Entries: path, Unlimited: d.RateLimit.Unlimited, Name: rl.Name, QuotaMode: d.QuotaMode}}
 	if p.Envoy.Unlimited {
 		p.Scope = ScopeRegion
 	}

@@ -141,3 +141,33 @@ func TestEnvoyConfigKeepsConfiguredNames(t *testing.T) {
 		t.Fatalf("stored and read back: %+v %v, want envoy name key1-limit", back.Envoy, err)
 	}
 }
+
+// quota_mode (envoyproxy/ratelimit's soft limit, src/config/config_impl.go
+// YamlDescriptor.QuotaMode) is kept on the descriptor's limit and survives
+// storing the policy; on a descriptor without a rate_limit it is accepted
+// and means nothing, as in the original; anything but a boolean is
+// refused, naming the field.
+func TestEnvoyConfigQuotaMode(t *testing.T) {
+	ps, err := ParsePolicyFile([]byte("domain: q\ndescriptors:\n  - key: user\n    quota_mode: true\n    rate_limit: {unit: hour, requests_per_unit: 2}\n" +
+		"  - key: plan\n    rate_limit: {unit: hour, requests_per_unit: 1}\n  - key: org\n    quota_mode: true\n    descriptors:\n      - key: team\n        rate_limit: {unit: hour, requests_per_unit: 3}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{true, false, false} {
+		if ps[i].Envoy.QuotaMode != want {
+			t.Errorf("policy %s: quota_mode %v, want %v", ps[i].Name, ps[i].Envoy.QuotaMode, want)
+		}
+	}
+	b, err := json.Marshal(ps[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Policy
+	if err := json.Unmarshal(b, &back); err != nil || !back.Envoy.QuotaMode {
+		t.Fatalf("stored and read back: %+v %v, want quota_mode kept", back.Envoy, err)
+	}
+	_, err = ParsePolicyFile([]byte("domain: q\ndescriptors:\n  - key: user\n    quota_mode: sometimes\n    rate_limit: {unit: hour, requests_per_unit: 2}\n"))
+	if !errors.Is(err, ErrInvalidPolicy) || !strings.Contains(err.Error(), "sometimes") {
+		t.Fatalf("quota_mode: sometimes: %v, want an invalid-policy error naming the value", err)
+	}
+}

@@ -168,6 +168,8 @@ func FuzzParseEnvoyConfig(f *testing.F) {
 	f.Add([]byte(envoyMongo))
 	f.Add([]byte(envoyMessaging))
 	f.Add([]byte("domain: d\ndescriptors:\n  - key: A B\n    value: \"{}\"\n    rate_limit: {unit: Year, requests_per_unit: 4294967295, replaces: [{name: x}]}\n"))
+	f.Add([]byte("domain: q\ndescriptors:\n  - key: user\n    quota_mode: true\n    shadow_mode: true\n    rate_limit: {unit: hour, requests_per_unit: 2}\n  - key: org\n    quota_mode: yes\n"))
+	f.Add([]byte("domain: q\ndescriptors:\n  - key: user\n    quota_mode: 1\n    rate_limit: {unlimited: true}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ps, err := ParseEnvoyConfig(data)
 		if err != nil {

@@ -75,6 +75,7 @@ type serveOptions struct {
 	tls                                                  *mtls.Files
 	hints, envoyHeaders, shadow, insecure, logJSON       bool
 	envoyRetryAfter, envoyPolicyNames, envoyExact        bool
+	envoyQuotaMode, envoyDynamicMetadata                 bool
 	skew, checkTimeout, margin, policyRefresh, drain     time.Duration
 	pipelines, fallbackKeys, httpConns                   int
 	drift                                                float64
@@ -108,6 +109,8 @@ func serveFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 	fs.DurationVar(&o.policyRefresh, "policy-refresh", 10*time.Second, "reload the policies at least this often; a grant computed from a changed policy, or a check naming an unknown one, reloads them at once")
 	fs.StringVar(&o.clusterID, "cluster-id", "", "the cluster ID the coordinators must have (they log it at start); without it the agent pins the cluster of the first answer. Either way a coordinator of another deployment is refused")
 	fs.BoolVar(&o.envoyHeaders, "envoy-limit-headers", false, "add RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset to Envoy answers for the descriptor closest to its limit (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED)")
+	fs.BoolVar(&o.envoyQuotaMode, "envoy-quota-mode", false, "every limit in quota mode for Envoy answers (envoyproxy/ratelimit's QUOTA_MODE): a descriptor over its limit is answered OK and never makes the call OVER_LIMIT; per limit, quota_mode: true in the configuration")
+	fs.BoolVar(&o.envoyDynamicMetadata, "envoy-dynamic-metadata", false, "add dynamic_metadata (domain, descriptors, hits, quota-mode violations) to Envoy answers (envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA)")
 	fs.BoolVar(&o.envoyRetryAfter, "envoy-retry-after", false, "quota-lease extra: add a retry-after header (whole seconds, the longest wait of the descriptors over their limit) to Envoy OVER_LIMIT answers; envoyproxy/ratelimit adds none")
 	fs.BoolVar(&o.envoyPolicyNames, "envoy-policy-names", false, "quota-lease extra: name every Envoy answer's current_limit after its policy, also where the configuration names none (envoyproxy/ratelimit leaves the name empty there)")
 	fs.BoolVar(&o.envoyExact, "envoy-exact-counts", false, "quota-lease extra: Envoy answers report what is left of a limit also when over it (envoyproxy/ratelimit reports 0) and duration_until_reset to the millisecond (it reports whole seconds)")
@@ -190,6 +193,7 @@ func (o *serveOptions) config(stderr io.Writer) (serveConfig, error) {
 	cfg.FallbackKeys, cfg.PolicyRefresh, cfg.MetricIdentities = o.fallbackKeys, o.policyRefresh, o.metricIDs
 	cfg.Shadow, cfg.EnvoyLimitHeaders, cfg.Logger = o.shadow, o.envoyHeaders, log
 	cfg.EnvoyRetryAfter, cfg.EnvoyPolicyNames, cfg.EnvoyExactCounts = o.envoyRetryAfter, o.envoyPolicyNames, o.envoyExact
+	cfg.EnvoyQuotaMode, cfg.EnvoyDynamicMetadata = o.envoyQuotaMode, o.envoyDynamicMetadata
 	sc.agent = cfg
 	return sc, nil
 }

@@ -106,6 +106,16 @@ type Config struct {
 	// shadow mode included), and duration_until_reset to the millisecond
 	// (it reports whole seconds).
 	EnvoyExactCounts bool
+	// EnvoyQuotaMode puts every limit in quota mode in Envoy answers, as
+	// envoyproxy/ratelimit's QUOTA_MODE does (per limit:
+	// policy.EnvoyMatch.QuotaMode): a descriptor over its limit is decided
+	// and counted as usual but answered OK, and never makes the call
+	// OVER_LIMIT.
+	EnvoyQuotaMode bool
+	// EnvoyDynamicMetadata adds dynamic_metadata to Envoy answers (the
+	// call's domain, descriptors, hits and quota-mode violations), as
+	// envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA does.
+	EnvoyDynamicMetadata bool
 	// Shadow puts every policy in shadow mode (policy.Policy.ShadowMode):
 	// decide and count as usual, admit everything.
 	Shadow bool

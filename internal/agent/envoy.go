@@ -4,8 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"math"
 
+	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -38,8 +41,16 @@ import (
 // OK with no limit, as envoyproxy/ratelimit answers an unmatched one; a
 // value longer than regional.MaxAttributeValueBytes is counted by its
 // hash, so a long header cannot bypass its limit. Only a call the
-// original refuses as a whole (no domain, no descriptors) or one over the
-// agent's batch cap fails, before anything is charged.
+// original refuses as a whole (no domain, no descriptors), one over the
+// agent's batch cap, or one with a limit override the agent cannot
+// enforce (admission refuses the batch: policy.ErrInvalidOwnLimit) fails,
+// before anything is charged.
+//
+// A descriptor's limit override (RateLimitOverride), in a configured
+// domain, is the request's own limit (admission.Request.Limit), under the
+// policy the descriptor matched: admission decides it in region scope, in
+// that policy's counter where the window is the same, as the original
+// counts it.
 type envoyServer struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	a *Agent
@@ -84,16 +95,33 @@ func (s *envoyServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitR
 	if p := s.a.envoy.Load(); p != nil {
 		ix = *p
 	}
-	ins, unlimited := envoyRequests(ix, req)
-	return envoyAnswer(&s.a.cfg, s.a.CheckBatch(ctx, ins), unlimited), nil
+	ins, matched, err := envoyRequests(ix, req)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	res := s.a.CheckBatch(ctx, ins)
+	for _, r := range res {
+		// A limit override admission cannot enforce refuses the call
+		// whole; nothing was charged.
+		if errors.Is(r.Err, policy.ErrInvalidOwnLimit) {
+			return nil, status.Error(codes.InvalidArgument, r.Err.Error())
+		}
+	}
+	return envoyAnswer(&s.a.cfg, req, res, matched), nil
 }
 
+// envoyMatched is what the configuration says of one descriptor beyond
+// its admission request, for its answer: it matched an unlimited limit,
+// or the limit applied to it is in quota_mode (policy.EnvoyMatch.
+// QuotaMode; a replaced or unlimited limit is not applied, so it is not).
+type envoyMatched struct{ unlimited, quota bool }
+
 // envoyRequests decodes req's descriptors into one admission request each
-// (a request naming no policy where no limit applies), and which of them
-// matched an unlimited descriptor of the configuration.
-func envoyRequests(ix envoyIndex, req *rlsv3.RateLimitRequest) ([]admission.Request, []bool) {
+// (a request naming no policy where no limit applies), and what the
+// configuration says of each (envoyMatched).
+func envoyRequests(ix envoyIndex, req *rlsv3.RateLimitRequest) ([]admission.Request, []envoyMatched, error) {
 	ins := make([]admission.Request, len(req.Descriptors))
-	unlimited := make([]bool, len(req.Descriptors))
+	found := make([]envoyMatched, len(req.Descriptors))
 	matched := make([]*policy.Policy, len(req.Descriptors))
 	var replaced map[string]bool // made only when a matched limit replaces another
 	for i, d := range req.Descriptors {
@@ -109,6 +137,22 @@ func envoyRequests(ix envoyIndex, req *rlsv3.RateLimitRequest) ([]admission.Requ
 			}
 			in.Attributes[policy.EnvoyAttribute(e.Key)] = envoyValue(e.Value)
 		}
+		if configured && d.Limit != nil {
+			// The descriptor's own limit, in place of whatever the
+			// configuration says of it (unlimited, replaces, quota_mode,
+			// shadow_mode), as in the original; it needs a matched limit
+			// to count under (an unmatched descriptor gets no limit).
+			own, err := envoyOwnLimit(d.Limit)
+			if err != nil {
+				return nil, nil, fmt.Errorf("descriptor %d: %w", i, err)
+			}
+			in.Policy = ""
+			if p != nil {
+				in.Policy, in.Limit = p.Name, own
+			}
+			ins[i] = in
+			continue
+		}
 		if configured {
 			in.Policy = "" // unmatched unless the configuration has it
 			if p != nil {
@@ -120,7 +164,7 @@ func envoyRequests(ix envoyIndex, req *rlsv3.RateLimitRequest) ([]admission.Requ
 					replaced[r] = true
 				}
 				if p.Envoy.Unlimited {
-					unlimited[i] = true
+					found[i].unlimited = true
 				} else {
 					in.Policy, matched[i] = p.Name, p
 				}
@@ -135,7 +179,25 @@ func envoyRequests(ix envoyIndex, req *rlsv3.RateLimitRequest) ([]admission.Requ
 		}
 		if n := p.EnvoyLimitName(); n != "" && replaced[n] {
 			ins[i].Policy = "" // another matched limit replaces it
+			continue
+		}
+		found[i].quota = p.Envoy.QuotaMode
+	}
+	return ins, found, nil
+}
+
+// envoyOwnLimit translates a descriptor's limit override into the
+// request's own limit: requests_per_unit per unit (unit_multiplier is not
+// read, as the original reads none). A unit that is no Envoy unit cannot
+// be translated; admission decides whether the limit can be enforced.
+func envoyOwnLimit(l *commonrl.RateLimitDescriptor_RateLimitOverride) (*policy.OwnLimit, error) {
+	// The override's unit numbers are the response's (the original
+	// converts one into the other by number).
+	u := rlsv3.RateLimitResponse_RateLimit_Unit(l.Unit)
+	for _, eu := range envoyUnits {
+		if eu.u == u {
+			return &policy.OwnLimit{Limit: int64(l.RequestsPerUnit), Period: policy.Duration(eu.d)}, nil
 		}
 	}
-	return ins, unlimited
+	return nil, fmt.Errorf("limit override unit %s: use SECOND, MINUTE, HOUR or DAY", u)
 }

@@ -4,13 +4,17 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -28,9 +32,37 @@ var envoyOriginalFile = filepath.Join("testdata", "envoy-original.json")
 // parityCase is one configuration (its own domain) and the calls made
 // under it, in order, against a fresh service and Redis.
 type parityCase struct {
-	Name   string       `json:"name"`
-	Config string       `json:"config"`
-	Calls  []parityCall `json:"calls"`
+	Name   string `json:"name"`
+	Config string `json:"config"`
+	// Settings are the original's environment settings the case runs
+	// with (NAME=value, each a key of originalSettings), none by default.
+	Settings []string     `json:"settings,omitempty"`
+	Calls    []parityCall `json:"calls"`
+}
+
+// originalSettings are the agent's equivalents of the original's
+// settings (src/settings/settings.go) a parity case may run with.
+var originalSettings = map[string]func(*Config){
+	"QUOTA_MODE=true":                func(c *Config) { c.EnvoyQuotaMode = true },
+	"RESPONSE_DYNAMIC_METADATA=true": func(c *Config) { c.EnvoyDynamicMetadata = true },
+}
+
+// agentConfig applies settings (parityCase.Settings) to an agent's Config.
+func agentConfig(t *testing.T, settings []string) func(*Config) {
+	t.Helper()
+	var mods []func(*Config)
+	for _, s := range settings {
+		m, ok := originalSettings[s]
+		if !ok {
+			t.Fatalf("setting %q has no equivalent in originalSettings", s)
+		}
+		mods = append(mods, m)
+	}
+	return func(c *Config) {
+		for _, m := range mods {
+			m(c)
+		}
+	}
 }
 
 // parityCall is one ShouldRateLimit call and the original's answer: a
@@ -85,6 +117,11 @@ func seq(parts ...any) []parityCall {
 }
 
 func differs(why string, c parityCall) parityCall { c.Differs = why; return c }
+
+func withOverride(d *commonrl.RateLimitDescriptor, perUnit uint32, unit typev3.RateLimitUnit) *commonrl.RateLimitDescriptor {
+	d.Limit = &commonrl.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: perUnit, Unit: unit}
+	return d
+}
 
 // envoyParityCases are the configurations and calls; every domain is its
 // own, so the original serves them all from one process. Units are hours
@@ -193,6 +230,104 @@ descriptors:
 			pcall("refused", 0, entries("group", "g"), entries("user", "u")), // unknown descriptor: no limit
 			pcall("refused", 0, entries("user", "u")),
 		)},
+		{Name: "quota_mode: a soft limit", Config: `domain: quota
+descriptors:
+  - key: user
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: plan
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: org
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1, name: org-quota}
+  - key: team
+    rate_limit:
+      unit: hour
+      requests_per_unit: 5
+      replaces: [{name: org-quota}]
+  - key: project
+    quota_mode: true
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
+`, Calls: seq(
+			times(3, pcall("quota", 0, entries("user", "u"))),                // the third is over: OK, no reset
+			pcall("quota", 0, entries("user", "u"), entries("plan", "free")), // only the soft limit over: OK
+			pcall("quota", 0, entries("user", "u"), entries("plan", "free")), // a normal limit over: OVER_LIMIT
+			times(2, pcall("quota", 0, entries("org", "o"))),
+			pcall("quota", 0, entries("org", "o"), entries("team", "t")), // org-quota replaced: no limit
+			times(2, pcall("quota", 0, entries("project", "p"))),         // shadow_mode wins: as shadow
+			// Every descriptor over a soft limit: still OK (the pinned
+			// original has no "every quota descriptor over" rule).
+			pcall("quota", 0, entries("user", "u"), entries("org", "o")),
+			differs("more hits than the limit holds: the agent answers without current_limit; the original answers as over the limit (here OK, in quota mode, with current_limit)",
+				pcall("quota", 0, withHits(entries("user", "x"), 3))),
+		)},
+		{Name: "RESPONSE_DYNAMIC_METADATA with quota_mode", Settings: []string{"RESPONSE_DYNAMIC_METADATA=true"}, Config: `domain: meta
+descriptors:
+  - key: user
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: plan
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: free
+    rate_limit: {unlimited: true}
+`, Calls: seq(
+			pcall("meta", 0, entries("plan", "a")),
+			pcall("meta", 2, entries("user", "u"), withHits(entries("plan", "b"), 1), entries("other", "x")),
+			pcall("meta", 0, entries("user", "u"), entries("plan", "a"), entries("free", "f", "and", "more")),
+			pcall("meta", 0, withHits(entries("free", "f"), 0)),
+			pcall("meta", 0, withOverride(entries("plan", "c"), 5, typev3.RateLimitUnit_HOUR)),
+		)},
+		{Name: "limit override", Config: `domain: override
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 10, name: user-limit}
+  - key: plan
+    shadow_mode: true
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: free
+    rate_limit: {unlimited: true}
+  - key: key1
+    rate_limit: {unit: hour, requests_per_unit: 5, name: key1-limit}
+  - key: key2
+    rate_limit:
+      unit: hour
+      requests_per_unit: 5
+      replaces: [{name: key1-limit}]
+`, Calls: seq(
+			// The same unit as the configured limit: its counter, the
+			// override's limit, no name.
+			pcall("override", 0, withOverride(entries("user", "u"), 3, typev3.RateLimitUnit_HOUR)),
+			pcall("override", 0, entries("user", "u")),
+			times(2, pcall("override", 0, withOverride(entries("user", "u"), 3, typev3.RateLimitUnit_HOUR))),
+			// Another unit: a counter of its own.
+			pcall("override", 0, withOverride(entries("user", "v"), 3, typev3.RateLimitUnit_MINUTE)),
+			pcall("override", 0, entries("user", "v")),
+			// Not in shadow or quota mode, and not unlimited, though the
+			// configured descriptor is.
+			times(2, pcall("override", 0, withOverride(entries("plan", "p"), 1, typev3.RateLimitUnit_HOUR))),
+			times(2, pcall("override", 0, withOverride(entries("free", "f"), 1, typev3.RateLimitUnit_DAY))),
+			// An override has no name, so it is not replaced.
+			pcall("override", 0, withOverride(entries("key1", "a"), 5, typev3.RateLimitUnit_HOUR), entries("key2", "b")),
+			pcall("override", 0, withHits(withOverride(entries("user", "w"), 3, typev3.RateLimitUnit_HOUR), 2)), // hits_addend as usual
+			pcall("nowhere", 0, withOverride(entries("user", "u"), 1, typev3.RateLimitUnit_HOUR)),               // unknown domain: no limit
+			differs("an override on a descriptor that matches no configured limit is not served: the agent answers no limit",
+				pcall("override", 0, withOverride(entries("other", "x"), 1, typev3.RateLimitUnit_HOUR))),
+			differs("an override of 0 requests: the agent answers OVER_LIMIT without current_limit (more hits than the limit holds); the original with current_limit",
+				pcall("override", 0, withOverride(entries("user", "z"), 0, typev3.RateLimitUnit_HOUR))),
+		)},
+		{Name: "QUOTA_MODE: every limit soft", Settings: []string{"QUOTA_MODE=true", "RESPONSE_DYNAMIC_METADATA=true"}, Config: `domain: gquota
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: plan
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
+`, Calls: seq(
+			times(2, pcall("gquota", 0, entries("user", "u"), entries("plan", "p"))),
+			pcall("gquota", 0, entries("user", "v"), entries("user", "u")),
+		)},
 	}
 }
 
@@ -214,7 +349,7 @@ func readEnvoyOriginal(t *testing.T) []parityCase {
 	}
 	for i, c := range want {
 		r := rec[i]
-		same := r.Name == c.Name && r.Config == c.Config && len(r.Calls) == len(c.Calls)
+		same := r.Name == c.Name && r.Config == c.Config && slices.Equal(r.Settings, c.Settings) && len(r.Calls) == len(c.Calls)
 		for j := 0; same && j < len(c.Calls); j++ {
 			a, b := &rlsv3.RateLimitRequest{}, &rlsv3.RateLimitRequest{}
 			same = protojson.Unmarshal(r.Calls[j].Request, a) == nil && protojson.Unmarshal(c.Calls[j].Request, b) == nil &&
@@ -237,7 +372,7 @@ func readEnvoyOriginal(t *testing.T) []parityCase {
 func TestEnvoyParityWithOriginal(t *testing.T) {
 	for _, c := range readEnvoyOriginal(t) {
 		t.Run(c.Name, func(t *testing.T) {
-			ra := regionAgent(t, c.Config+"scope: region\n", nil) // one region holds the whole limit
+			ra := regionAgent(t, c.Config+"scope: region\n", agentConfig(t, c.Settings)) // one region holds the whole limit
 			client := rlsv3.NewRateLimitServiceClient(grpcConn(t, ra.grpcAddr))
 			for i, call := range c.Calls {
 				req := &rlsv3.RateLimitRequest{}
@@ -265,6 +400,8 @@ func TestEnvoyParityWithOriginal(t *testing.T) {
 				}
 				comparableResets(t, i, "original", want)
 				comparableResets(t, i, "agent", got)
+				comparableOverrideText(want)
+				comparableOverrideText(got)
 				if !proto.Equal(got, want) {
 					t.Fatalf("call %d (%s):\n got  %s\n want %s (envoyproxy/ratelimit)", i, call.Request, protojson.Format(got), protojson.Format(want))
 				}
@@ -295,6 +432,18 @@ func comparableResets(t *testing.T, call int, who string, r *rlsv3.RateLimitResp
 			t.Fatalf("call %d descriptor %d: %s's duration_until_reset %v, want whole seconds in 1..%d", call, j, who, d, unit)
 		}
 		d.Seconds = 1
+	}
+}
+
+// comparableOverrideText removes the spaces from the limit overrides
+// dynamic_metadata writes as protobuf text, whose spacing protobuf varies
+// from one build to another on purpose.
+func comparableOverrideText(r *rlsv3.RateLimitResponse) {
+	for _, d := range r.GetDynamicMetadata().GetFields()["descriptors"].GetListValue().GetValues() {
+		f := d.GetStructValue().GetFields()
+		if l, ok := f["limit"]; ok {
+			f["limit"] = structpb.NewStringValue(strings.ReplaceAll(l.GetStringValue(), " ", ""))
+		}
 	}
 }
 

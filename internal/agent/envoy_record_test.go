@@ -30,13 +30,45 @@ func TestRecordEnvoyOriginal(t *testing.T) {
 		t.Skip("set QUOTALEASE_RECORD_ENVOY_ORIGINAL to envoyproxy/ratelimit's service_cmd (make record-envoy-original does)")
 	}
 	cases := envoyParityCases()
+	// One service per set of settings (they are process-wide), serving
+	// the configurations of the cases that run with them.
+	groups := map[string][]int{}
+	var order []string
+	for i, c := range cases {
+		k := strings.Join(c.Settings, " ")
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], i)
+	}
+	for _, k := range order {
+		client := startOriginal(t, bin, cases, groups[k])
+		for _, ci := range groups[k] {
+			recordCase(t, client, &cases[ci])
+		}
+	}
+	out, err := json.MarshalIndent(cases, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(envoyOriginalFile, append(out, '\n'), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("recorded %d cases from %s into %s", len(cases), strings.TrimSpace(bin), envoyOriginalFile)
+}
+
+// startOriginal runs envoyproxy/ratelimit (bin) on its own redis-server,
+// with the settings and configurations of cases[idx], and returns a
+// client once it is healthy.
+func startOriginal(t *testing.T, bin string, cases []parityCase, idx []int) rlsv3.RateLimitServiceClient {
+	t.Helper()
 	dir := t.TempDir()
 	cfgDir := filepath.Join(dir, "runtime", "ratelimit", "config")
 	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for i, c := range cases {
-		if err := os.WriteFile(filepath.Join(cfgDir, fmt.Sprintf("case%d.yaml", i)), []byte(c.Config), 0o644); err != nil {
+	for _, i := range idx {
+		if err := os.WriteFile(filepath.Join(cfgDir, fmt.Sprintf("case%d.yaml", i)), []byte(cases[i].Config), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -59,6 +91,7 @@ func TestRecordEnvoyOriginal(t *testing.T) {
 		"RUNTIME_ROOT="+filepath.Join(dir, "runtime"), "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_APPDIRECTORY=config",
 		"RUNTIME_WATCH_ROOT=false", "LOG_LEVEL=warn", "HOST=127.0.0.1", "PORT="+httpPort,
 		"GRPC_HOST=127.0.0.1", "GRPC_PORT="+grpcPort, "DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+debugPort)
+	cmd.Env = append(cmd.Env, cases[idx[0]].Settings...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -82,36 +115,31 @@ func TestRecordEnvoyOriginal(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond) // polling a process's start-up
 	}
-	client := rlsv3.NewRateLimitServiceClient(grpcConn(t, "127.0.0.1:"+grpcPort))
-	for ci := range cases {
-		for i := range cases[ci].Calls {
-			call := &cases[ci].Calls[i]
-			req := &rlsv3.RateLimitRequest{}
-			if err := protojson.Unmarshal(call.Request, req); err != nil {
-				t.Fatal(err)
-			}
-			resp, err := client.ShouldRateLimit(t.Context(), req)
-			if err != nil {
-				st := status.Convert(err)
-				call.Error = &parityError{Code: st.Code().String(), Message: st.Message()}
-				continue
-			}
-			if call.Response, err = protojson.Marshal(resp); err != nil {
-				t.Fatal(err)
-			}
-			for _, s := range resp.Statuses {
-				if d := s.DurationUntilReset; d != nil && d.Seconds < 10 {
-					t.Fatalf("case %q: recorded %v before a window ends: record again", cases[ci].Name, d)
-				}
+	return rlsv3.NewRateLimitServiceClient(grpcConn(t, "127.0.0.1:"+grpcPort))
+}
+
+// recordCase makes c's calls in order and records the answers in c.
+func recordCase(t *testing.T, client rlsv3.RateLimitServiceClient, c *parityCase) {
+	t.Helper()
+	for i := range c.Calls {
+		call := &c.Calls[i]
+		req := &rlsv3.RateLimitRequest{}
+		if err := protojson.Unmarshal(call.Request, req); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := client.ShouldRateLimit(t.Context(), req)
+		if err != nil {
+			st := status.Convert(err)
+			call.Error = &parityError{Code: st.Code().String(), Message: st.Message()}
+			continue
+		}
+		if call.Response, err = protojson.Marshal(resp); err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range resp.Statuses {
+			if d := s.DurationUntilReset; d != nil && d.Seconds < 10 {
+				t.Fatalf("case %q: recorded %v before a window ends: record again", c.Name, d)
 			}
 		}
 	}
-	out, err := json.MarshalIndent(cases, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(envoyOriginalFile, append(out, '\n'), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("recorded %d cases from %s into %s", len(cases), strings.TrimSpace(bin), envoyOriginalFile)
 }

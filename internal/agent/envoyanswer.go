@@ -31,9 +31,17 @@ import (
 //     current_limit;
 //   - the agent's --shadow-mode (the original's SHADOW_MODE) leaves the
 //     descriptors' codes and turns only the overall code OK;
+//   - a descriptor over a limit in quota mode (the descriptor's
+//     quota_mode, or Config.EnvoyQuotaMode for every limit: the original's
+//     QUOTA_MODE) is answered OK with its current_limit and
+//     limit_remaining and no duration_until_reset, and does not make the
+//     call OVER_LIMIT: a soft limit, which only a normal descriptor over
+//     its limit turns into OVER_LIMIT;
 //   - no headers unless asked: the limit headers of the descriptor the
 //     original picks (Config.EnvoyLimitHeaders), and quota-lease's own
-//     retry-after (Config.EnvoyRetryAfter).
+//     retry-after (Config.EnvoyRetryAfter);
+//   - dynamic_metadata only when asked (Config.EnvoyDynamicMetadata, the
+//     original's RESPONSE_DYNAMIC_METADATA): envoyMetadata.
 
 // envoyDescriptor is one descriptor's answer and what it adds to the
 // call's.
@@ -45,19 +53,20 @@ type envoyDescriptor struct {
 	retryMs            int64
 }
 
-// envoyAnswer is the answer to a call whose descriptors had results res,
-// unlimited[i] marking those that matched an unlimited descriptor.
-func envoyAnswer(cfg *Config, res []admission.Result, unlimited []bool) *rlsv3.RateLimitResponse {
+// envoyAnswer is the answer to call req whose descriptors had results
+// res, matched[i] saying what the configuration says of descriptor i.
+func envoyAnswer(cfg *Config, req *rlsv3.RateLimitRequest, res []admission.Result, matched []envoyMatched) *rlsv3.RateLimitResponse {
 	out := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(res))}
 	var retryMs int64 = -1
 	// The descriptor whose limit headers are sent: the fewest remaining,
-	// the first of equals, unless one is over its limit (the last of
-	// those), as the original picks it.
+	// the first of equals, unless one is over an enforced limit (the last
+	// of those), as the original picks it.
 	var closest *rlsv3.RateLimitResponse_DescriptorStatus
 	minRemaining := uint32(math.MaxUint32)
 	enforced := false
+	var quotaViolations []int // descriptors over a limit in quota mode
 	for i, r := range res {
-		if unlimited[i] {
+		if matched[i].unlimited {
 			out.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
 			continue
 		}
@@ -65,6 +74,15 @@ func envoyAnswer(cfg *Config, res []admission.Result, unlimited []bool) *rlsv3.R
 		out.Statuses[i] = d.st
 		if d.st.CurrentLimit != nil && d.st.LimitRemaining < minRemaining {
 			closest, minRemaining = d.st, d.st.LimitRemaining
+		}
+		if d.st.Code == rlsv3.RateLimitResponse_OVER_LIMIT && (cfg.EnvoyQuotaMode || matched[i].quota) {
+			// A soft limit: reported OK, without a reset, and the call
+			// stays OK for it (the original's quota mode). The limit
+			// headers still read the status as decided.
+			quotaViolations = append(quotaViolations, i)
+			out.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK,
+				CurrentLimit: d.st.CurrentLimit, LimitRemaining: d.st.LimitRemaining}
+			continue
 		}
 		if d.over {
 			if d.st.CurrentLimit != nil {
@@ -87,6 +105,9 @@ func envoyAnswer(cfg *Config, res []admission.Result, unlimited []bool) *rlsv3.R
 	}
 	if cfg.EnvoyRetryAfter && retryMs >= 0 {
 		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: "retry-after", Value: retryAfterSeconds(retryMs)})
+	}
+	if cfg.EnvoyDynamicMetadata {
+		out.DynamicMetadata = envoyMetadata(req, quotaViolations, matched)
 	}
 	return out
 }

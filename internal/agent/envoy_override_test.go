@@ -1,0 +1,70 @@
+package agent
+
+import (
+	"strings"
+	"testing"
+
+	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// A limit override the agent cannot enforce fails the call with
+// INVALID_ARGUMENT naming what is wrong, and charges nothing, the other
+// descriptors of the call included: a unit that is no Envoy unit (the
+// original crashes on it), or a window longer than a day. In a domain
+// no configuration loaded, an override is not read, as in the original.
+func TestEnvoyBadOverrideChargesNothing(t *testing.T) {
+	ra := regionAgent(t, "domain: ov\nscope: region\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 5}\n", nil)
+	client := rlsv3.NewRateLimitServiceClient(grpcConn(t, ra.grpcAddr))
+	for _, c := range []struct {
+		unit typev3.RateLimitUnit
+		want string
+	}{{typev3.RateLimitUnit_UNKNOWN, "unit UNKNOWN"}, {99, "unit 99"}, {typev3.RateLimitUnit_MONTH, "period 720h0m0s"}} {
+		req := &rlsv3.RateLimitRequest{Domain: "ov", Descriptors: d(entries("user", "u"), withOverride(entries("user", "v"), 1, c.unit))}
+		_, err := client.ShouldRateLimit(t.Context(), req)
+		if st := status.Convert(err); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), c.want) {
+			t.Fatalf("override unit %v: %v, want INVALID_ARGUMENT mentioning %q", c.unit, err, c.want)
+		}
+	}
+	resp, err := client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "ov", Descriptors: d(entries("user", "u"), entries("user", "v"))})
+	if err != nil || resp.Statuses[0].LimitRemaining != 4 || resp.Statuses[1].LimitRemaining != 4 {
+		t.Fatalf("after the refused calls: %v %v, want 4 of 5 left for both (nothing charged)", resp, err)
+	}
+	resp, err = client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "elsewhere",
+		Descriptors: []*commonrl.RateLimitDescriptor{withOverride(entries("user", "u"), 1, typev3.RateLimitUnit_UNKNOWN)}})
+	if err != nil || resp.OverallCode != ok || resp.Statuses[0].CurrentLimit != nil {
+		t.Fatalf("override in an unknown domain: %v %v, want OK with no limit", resp, err)
+	}
+}
+
+// An override of a descriptor whose configured limit is global (leased)
+// is enforced whole in the region (region scope): it is the request's
+// limit, not a stored quota; with the configured limit's unit it counts
+// in that limit's counter, as in the original.
+func TestEnvoyOverrideOfGlobalLimit(t *testing.T) {
+	ra := regionAgent(t, "domain: og\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n", nil)
+	client := rlsv3.NewRateLimitServiceClient(grpcConn(t, ra.grpcAddr))
+	call := func(ds ...*commonrl.RateLimitDescriptor) *rlsv3.RateLimitResponse_DescriptorStatus {
+		t.Helper()
+		resp, err := client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "og", Descriptors: ds})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Statuses[0]
+	}
+	for i, want := range []rlsv3.RateLimitResponse_Code{ok, ok, over} {
+		st := call(withOverride(entries("user", "u"), 2, typev3.RateLimitUnit_HOUR))
+		if st.Code != want || st.CurrentLimit.GetRequestsPerUnit() != 2 || st.CurrentLimit.GetName() != "" {
+			t.Fatalf("override call %d: %v, want %s under 2 per hour, unnamed", i, st, want)
+		}
+	}
+	// The configured limit is the region's share (however much the lease
+	// gives now): it has counted the override's 2 hits.
+	st := call(entries("user", "u"))
+	if limit := int64(st.CurrentLimit.GetRequestsPerUnit()); st.Code == ok && int64(st.LimitRemaining) > limit-3 {
+		t.Fatalf("the configured limit after the override's 2 hits: %v, want at most %d left (the override's hits counted)", st, limit-3)
+	}
+}

@@ -1,0 +1,65 @@
+package agent
+
+import (
+	"strings"
+	"testing"
+
+	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+)
+
+// A descriptor over a quota_mode limit is a soft limit (the parity table
+// compares its answers with the original's): with the limit headers on,
+// they describe it as the original does (0 remaining, its reset from the
+// status as decided); quota-lease's retry-after is never added for it, as
+// the call is not OVER_LIMIT.
+func TestEnvoyQuotaModeHeaders(t *testing.T) {
+	ra := regionAgent(t, "domain: qh\nscope: region\ndescriptors:\n  - key: user\n    quota_mode: true\n    rate_limit: {unit: hour, requests_per_unit: 1}\n",
+		func(c *Config) { c.EnvoyLimitHeaders, c.EnvoyRetryAfter = true, true })
+	client := rlsv3.NewRateLimitServiceClient(grpcConn(t, ra.grpcAddr))
+	for i := range 3 {
+		resp, err := client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "qh", Descriptors: d(entries("user", "u"))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := resp.Statuses[0]
+		if resp.OverallCode != ok || st.Code != ok || st.LimitRemaining != 0 || st.CurrentLimit.GetRequestsPerUnit() != 1 {
+			t.Fatalf("call %d: %v, want OK with the limit and 0 remaining", i, resp)
+		}
+		if over := i > 0; over != (st.DurationUntilReset == nil) {
+			t.Fatalf("call %d: duration_until_reset %v, want it only while within the limit", i, st.DurationUntilReset)
+		}
+		var names []string
+		for _, h := range resp.ResponseHeadersToAdd {
+			names = append(names, h.Key+"="+h.Value)
+			if h.Key == "RateLimit-Reset" && (h.Value == "" || h.Value == "0") {
+				t.Fatalf("call %d: reset header %q, want the window's seconds", i, h.Value)
+			}
+		}
+		if got := strings.Join(names, " "); !strings.Contains(got, "RateLimit-Remaining=0") || strings.Contains(got, "retry-after") {
+			t.Fatalf("call %d: headers %s, want the limit headers with 0 remaining and no retry-after", i, got)
+		}
+	}
+}
+
+// dynamic_metadata writes a descriptor's limit override as the proto's
+// text, as the original does (descriptorToStruct), and nothing for a nil
+// descriptor; without quota-mode limits, quotaModeEnabled is false.
+func TestEnvoyMetadataLimitOverride(t *testing.T) {
+	req := &rlsv3.RateLimitRequest{Domain: "m", Descriptors: d(entries("user", "u"), nil)}
+	req.Descriptors[0].Limit = &commonrl.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 7, Unit: typev3.RateLimitUnit_MINUTE}
+	md := envoyMetadata(req, nil, make([]envoyMatched, 2))
+	ds := md.Fields["descriptors"].GetListValue().GetValues()
+	if len(ds) != 1 {
+		t.Fatalf("descriptors %v, want the one that is not nil", ds)
+	}
+	// Its spacing varies by build (protobuf's deliberate instability).
+	limit := strings.ReplaceAll(ds[0].GetStructValue().Fields["limit"].GetStringValue(), " ", "")
+	if !strings.Contains(limit, "requests_per_unit:7") || !strings.Contains(limit, "unit:MINUTE") {
+		t.Fatalf("limit %q, want the override's text", limit)
+	}
+	if md.Fields["quotaModeEnabled"].AsInterface() != false || md.Fields["quotaModeViolations"] != nil || md.Fields["hitsAddend"] != nil {
+		t.Fatalf("metadata %v", md)
+	}
+}
