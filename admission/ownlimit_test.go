@@ -11,9 +11,8 @@ import (
 )
 
 // A request's own limit (Envoy's limit override) is decided under
-// policy.UnderOwnLimit: its limit and window, fixed window, region scope
-// (no share, though the policy is global and leased), not in shadow
-// mode. A batch with an own limit that cannot be enforced is refused
+// policy.UnderOwnLimit: its limit and window, fixed window, the region's
+// lease fraction of it for a global policy, not in shadow mode. A batch with an own limit that cannot be enforced is refused
 // whole, before the store is asked; a limit of 0 refuses only its
 // request, as more than the limit holds.
 func TestPipelineOwnLimit(t *testing.T) {
@@ -25,18 +24,24 @@ func TestPipelineOwnLimit(t *testing.T) {
 		return Decided{Decision: policy.Decision{Allowed: true}}
 	}}
 	p, sh := pipeline(t, store, &clk, nil)
-	sh.amount = 1 // a share far smaller than the override: region scope ignores it
+	// The own limit of a global policy is global too: a region whose lease
+	// gives it half of the policy enforces half of the own limit.
+	sh.amount = 5 * policy.Micro
 	own := &policy.OwnLimit{Limit: 5, Period: policy.Duration(time.Minute)}
 	o, err := p.Check(t.Context(), Request{Policy: "api", Attributes: tenant, Limit: own})
-	if err != nil || !o.Allowed || o.Mode != lease.ModeRegion {
-		t.Fatalf("own limit: %+v %v, want allowed in region mode", o, err)
+	if err != nil || !o.Allowed || o.Mode != lease.ModeLeased {
+		t.Fatalf("own limit: %+v %v, want allowed under the lease", o, err)
+	}
+	tk := seen[0]
+	if tk.Policy.Name != "api~1m0s" || tk.Policy.Algorithm != policy.FixedWindow || tk.Limits.Capacity != 5*policy.Micro/2 || tk.Limits.WindowMs != 60_000 {
+		t.Fatalf("ticket %+v under %+v, want api~1m0s, half of 5 per minute on a fixed window", tk, tk.Policy)
+	}
+	// A share too small to hold one request of the own limit admits none.
+	sh.amount = 1
+	if o, err := p.Check(t.Context(), Request{Policy: "api", Attributes: tenant, Limit: own}); err != nil || o.Allowed || len(seen) != 1 {
+		t.Fatalf("own limit under a tiny share: %+v %v (store asked %d times), want refused without the store", o, err, len(seen))
 	}
 	sh.amount = 10 * policy.Micro // the whole limit again, for the batches below
-	tk := seen[0]
-	if tk.Policy.Name != "api~1m0s" || tk.Policy.Algorithm != policy.FixedWindow || tk.Limits.Capacity != 5*policy.Micro ||
-		tk.Limits.WindowMs != 60_000 || tk.Policy.Scope != policy.ScopeRegion {
-		t.Fatalf("ticket %+v under %+v, want api~1m0s, 5 per minute on a fixed window, region scope", tk, tk.Policy)
-	}
 
 	bad := &policy.OwnLimit{Limit: 5, Period: policy.Duration(7 * 24 * time.Hour)}
 	res := p.CheckBatch(t.Context(), []Request{{Policy: "api", Attributes: tenant}, {Policy: "api", Attributes: tenant, Limit: bad}})

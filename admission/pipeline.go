@@ -310,10 +310,7 @@ func (p *Pipeline) prepare(r Request, now time.Time) (Ticket, error) {
 		return Ticket{}, fmt.Errorf("%w %q", ErrUnknownPolicy, r.Policy)
 	}
 	if r.Limit != nil {
-		if r.Limit.Limit == 0 {
-			return Ticket{}, fmt.Errorf("policy %q: %w: its request's own limit is 0", pol.Name, policy.ErrCostExceedsCapacity)
-		}
-		pol = pol.UnderOwnLimit(*r.Limit) // region scope: never under a share
+		return p.prepareOwn(pol, r, now)
 	}
 	t, err := Resolve(pol, r, pol.Limits())
 	if err != nil || pol.Scope == policy.ScopeRegion || p.cfg.Shares == nil {

@@ -42,8 +42,9 @@ type Request struct {
 	// already made for it, uncharged.
 	IdempotencyKey string
 	// Limit, when set, is the request's own limit (Envoy's descriptor
-	// limit override): it is decided under Policy.UnderOwnLimit(*Limit),
-	// in region scope, instead of under the policy's limits. A batch
+	// limit override): it is decided under Policy.UnderOwnLimit(*Limit)
+	// instead of under the policy's limits; for a global policy, the
+	// fraction of it the region's lease gives of the policy. A batch
 	// holding a Limit that cannot be enforced (policy.ErrInvalidOwnLimit)
 	// is refused whole, before anything is decided or charged; a Limit
 	// of 0 refuses its request as more than the limit holds.

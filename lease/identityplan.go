@@ -158,6 +158,11 @@ func (p *IdentityPlan) Plan(total, useful int64, defaults map[string]int64) {
 	p.round++
 	if !maps.Equal(defaults, p.defaults) { // every identity may have crossed its default
 		p.defaults = maps.Clone(defaults)
+		for _, set := range []map[string]bool{p.dirty, p.waiting} {
+			for id := range set {
+				p.check(id) // among them those whose demand is gone
+			}
+		}
 		for id := range p.targets {
 			p.check(id)
 		}
@@ -201,7 +206,7 @@ func (p *IdentityPlan) Plan(total, useful int64, defaults map[string]int64) {
 			p.check(id)
 			continue
 		}
-		if prev != nil && p.holds(id, prev, next, total) {
+		if prev != nil && !all && p.holds(id, prev, next, total) {
 			continue // its split serves as well as the new one
 		}
 		if prev != nil { // damped: small moves are not worth a grant
@@ -346,7 +351,7 @@ func (p *IdentityPlan) Len() int { return len(p.targets) }
 // holds reports whether identity id's split prev still serves it as well
 // as ideal, the split of its current demand, so that it is kept: the
 // identity asks for more than total, prev gives all of it, and every
-// region keeps asking for what prev gives it (up to a quarter less: the
+// region keeps asking for what prev gives it (up to a fifth less: the
 // demand is measured over a few seconds) and gets at least half of its
 // part in ideal. An identity asking for more than its limit everywhere
 // admits about its limit whatever the exact split; what costs is moving

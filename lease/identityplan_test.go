@@ -1,6 +1,10 @@
 package lease
 
-import "testing"
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
 
 // An identity gets shares of its own when its demand in a region, summed
 // over the region's instances, is above that region's default; its limit
@@ -88,5 +92,75 @@ func TestIdentityPlanSplitsWhereItIsUsed(t *testing.T) {
 	p.Plan(100, 5, defaults)
 	if got := p.Targets("us")["x"]; got >= us {
 		t.Fatalf("us asks for 20 and keeps %d", got)
+	}
+}
+
+// Whatever demands do (appear, move, vanish, in the same round as the
+// defaults change), and whatever the regions and the most shares are, a
+// round leaves the plan consistent: waiting holds exactly the unplanned
+// identities over a default, quiet exactly the planned ones within them
+// all, each region's targets are the planned identities' splits, and no
+// split gives more than the total. Identities without demand go back to
+// the default within the idle rounds.
+func TestIdentityPlanInvariants(t *testing.T) {
+	for seed := uint64(1); seed <= 200; seed++ {
+		r := rand.New(rand.NewPCG(seed, 3))
+		p := NewIdentityPlan(1 + r.IntN(6))
+		const total = 1000
+		all := []string{"us", "eu", "ap"}
+		report := map[string]*DemandReport{}
+		for round := 0; round < 80; round++ {
+			regions := all[:1+r.IntN(3)]
+			defaults := map[string]int64{}
+			for _, rg := range regions {
+				defaults[rg] = int64(r.IntN(400))
+			}
+			if r.IntN(10) == 0 {
+				p.SetMax(r.IntN(6))
+			}
+			for _, rg := range all {
+				now := map[string]int64{}
+				if round < 50 { // then every demand is gone
+					for k := 0; k < r.IntN(5); k++ {
+						now[fmt.Sprint("id", r.IntN(8))] = int64(r.IntN(1200))
+					}
+				}
+				if report[rg] == nil {
+					report[rg] = &DemandReport{}
+				}
+				changes := report[rg].Changes(now, total, MaxDemandChanges)
+				report[rg].Answered(changes, p.Update(rg, rg+"-1", "n", report[rg].Len(), changes))
+			}
+			p.Plan(total, 1, defaults)
+			for id := range p.waiting {
+				if _, planned := p.targets[id]; planned || !p.over(id, defaults) {
+					t.Fatalf("seed %d round %d: %s waits, planned %v, over %v", seed, round, id, planned, p.over(id, defaults))
+				}
+			}
+			for id := range p.demand {
+				if _, planned := p.targets[id]; !planned && p.over(id, defaults) && !p.waiting[id] {
+					t.Fatalf("seed %d round %d: %s is over and unplanned but not waiting", seed, round, id)
+				}
+			}
+			for id, split := range p.targets {
+				_, quiet := p.quiet[id]
+				if quiet == p.over(id, defaults) {
+					t.Fatalf("seed %d round %d: %s quiet %v, over %v", seed, round, id, quiet, p.over(id, defaults))
+				}
+				var sum int64
+				for _, rg := range regions {
+					if got := p.Targets(rg)[id]; got != split[rg] {
+						t.Fatalf("seed %d round %d: %s's target in %s is %d, its split %d", seed, round, id, rg, got, split[rg])
+					}
+					sum += split[rg]
+				}
+				if sum > total {
+					t.Fatalf("seed %d round %d: %s's split %v sums to %d > %d", seed, round, id, split, sum, total)
+				}
+			}
+		}
+		if p.Len() != 0 {
+			t.Fatalf("seed %d: %d identities still hold shares 30 rounds after every demand went", seed, p.Len())
+		}
 	}
 }

@@ -32,13 +32,19 @@ func TestUnderOwnLimit(t *testing.T) {
 }
 
 func TestOwnLimitValidate(t *testing.T) {
-	for _, o := range []OwnLimit{{Limit: 0, Period: Duration(time.Second)}, {Limit: MaxCapacity / Micro, Period: Duration(24 * time.Hour)}} {
+	for _, o := range []OwnLimit{{Limit: 0, Period: Duration(time.Second)}, {Limit: MaxCapacity / Micro, Period: Duration(24 * time.Hour)},
+		{Limit: MaxCapacity/Micro + 1, Period: Duration(time.Second)}} {
 		if err := o.Validate(); err != nil {
 			t.Errorf("%+v: %v, want valid", o, err)
 		}
 	}
+	// Above the most a limit can count, practically unlimited: the most.
+	huge := (&Policy{Name: "p", Algorithm: FixedWindow, Limit: 1, Period: Duration(time.Second)}).UnderOwnLimit(OwnLimit{Limit: 1 << 40, Period: Duration(time.Second)})
+	if err := huge.Limits().Validate(); err != nil || huge.Limits().Capacity != MaxCapacity/Micro*Micro {
+		t.Errorf("a huge own limit: %+v, %v; want MaxCapacity", huge.Limits(), err)
+	}
 	for _, o := range []OwnLimit{{Limit: 1}, {Limit: 1, Period: Duration(7 * 24 * time.Hour)}, {Limit: 1, Period: Duration(time.Microsecond)},
-		{Limit: -1, Period: Duration(time.Second)}, {Limit: MaxCapacity/Micro + 1, Period: Duration(time.Second)}} {
+		{Limit: -1, Period: Duration(time.Second)}} {
 		if err := o.Validate(); !errors.Is(err, ErrInvalidOwnLimit) {
 			t.Errorf("%+v: %v, want ErrInvalidOwnLimit", o, err)
 		}

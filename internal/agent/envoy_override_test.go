@@ -3,12 +3,17 @@ package agent
 import (
 	"strings"
 	"testing"
+	"time"
 
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/quota-lease/quota-lease/internal/testenv"
+	"github.com/quota-lease/quota-lease/lease"
+	"github.com/quota-lease/quota-lease/policy"
 )
 
 // A limit override the agent cannot enforce fails the call with
@@ -41,9 +46,10 @@ func TestEnvoyBadOverrideChargesNothing(t *testing.T) {
 }
 
 // An override of a descriptor whose configured limit is global (leased)
-// is enforced whole in the region (region scope): it is the request's
-// limit, not a stored quota; with the configured limit's unit it counts
-// in that limit's counter, as in the original.
+// is global too: the region enforces the fraction of it its lease gives
+// it of the configured limit, so the regions together never admit more
+// than the override; with the configured limit's unit it counts in that
+// limit's counter, as in the original.
 func TestEnvoyOverrideOfGlobalLimit(t *testing.T) {
 	ra := regionAgent(t, "domain: og\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n", nil)
 	client := rlsv3.NewRateLimitServiceClient(grpcConn(t, ra.grpcAddr))
@@ -55,16 +61,33 @@ func TestEnvoyOverrideOfGlobalLimit(t *testing.T) {
 		}
 		return resp.Statuses[0]
 	}
-	for i, want := range []rlsv3.RateLimitResponse_Code{ok, ok, over} {
-		st := call(withOverride(entries("user", "u"), 2, typev3.RateLimitUnit_HOUR))
-		if st.Code != want || st.CurrentLimit.GetRequestsPerUnit() != 2 || st.CurrentLimit.GetName() != "" {
-			t.Fatalf("override call %d: %v, want %s under 2 per hour, unnamed", i, st, want)
+	testenv.WaitFor(t, 10*time.Second, "a lease", func() bool {
+		_, m := ra.a.leaser.Enforce("og.user", "", time.Now())
+		return m == lease.ModeLeased
+	})
+	// The override of a global limit is global too: the region enforces
+	// its lease's fraction of it, so never more than 30 an hour.
+	oks := 0
+	for i := 0; ; i++ {
+		st := call(withOverride(entries("user", "u"), 30, typev3.RateLimitUnit_HOUR))
+		if st.CurrentLimit.GetRequestsPerUnit() > 30 || st.CurrentLimit.GetName() != "" {
+			t.Fatalf("override call %d: %v, want at most 30 per hour, unnamed", i, st)
 		}
+		if st.Code != ok {
+			break
+		}
+		if oks++; oks > 30 {
+			t.Fatalf("override of 30 per hour admitted %d", oks)
+		}
+	}
+	amount, _ := ra.a.leaser.Enforce("og.user", "user=u", time.Now())
+	if most := 30 * amount / (1000 * policy.Micro); int64(oks) > most+1 {
+		t.Fatalf("the override admitted %d of its 30 an hour, the region's share of them is %d", oks, most)
 	}
 	// The configured limit is the region's share (however much the lease
 	// gives now): it has counted the override's 2 hits.
 	st := call(entries("user", "u"))
-	if limit := int64(st.CurrentLimit.GetRequestsPerUnit()); st.Code == ok && int64(st.LimitRemaining) > limit-3 {
-		t.Fatalf("the configured limit after the override's 2 hits: %v, want at most %d left (the override's hits counted)", st, limit-3)
+	if limit := int64(st.CurrentLimit.GetRequestsPerUnit()); st.Code != ok || int64(st.LimitRemaining) > limit-int64(oks)-1 {
+		t.Fatalf("the configured limit after the override's %d hits: %v, want OK with at most %d left (the override's hits counted)", oks, st, limit-int64(oks)-1)
 	}
 }

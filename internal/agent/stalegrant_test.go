@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -67,10 +68,7 @@ func (c *staleCoordinator) Lease(_ context.Context, req *pb.LeaseRequest) (*pb.L
 		} else {
 			c.seq++
 			c.granted++
-			g.GrantId = "1." + string(rune('0'+c.seq%10))
-			if c.seq == 1 {
-				g.GrantId = "1.1"
-			}
+			g.GrantId = fmt.Sprint("1.", c.seq) // 1.1 first, then never again
 			g.Rate, g.Burst = 100*policy.Micro, 100*policy.Micro
 			g.ValidForMs, g.RenewAfterMs = testTiming.ValidFor.Milliseconds(), testTiming.ValidFor.Milliseconds()/3
 		}

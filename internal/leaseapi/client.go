@@ -314,7 +314,13 @@ func (c *Client) callOnce(ctx context.Context, fn func(cc *grpc.ClientConn, opts
 // an expired one, or one of another CA. gRPC reports it as UNAVAILABLE
 // text only.
 func refusedCertificate(err error) bool {
-	return strings.Contains(status.Convert(err).Message(), "authentication handshake failed")
+	msg := status.Convert(err).Message()
+	if !strings.Contains(msg, "authentication handshake failed") {
+		return false
+	}
+	// Not a connection cut during the handshake (EOF, reset, timeout): a
+	// replica restarting is tried again.
+	return strings.Contains(msg, "x509:") || strings.Contains(msg, "certificate") || strings.Contains(msg, "wrong server")
 }
 
 // Lease sends a lease request to the leader.
