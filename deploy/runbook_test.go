@@ -92,12 +92,7 @@ func freePorts(t *testing.T, names ...string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	for _, n := range names {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, port, _ := net.SplitHostPort(l.Addr().String())
-		l.Close()
+		_, port, _ := net.SplitHostPort(testenv.FreeAddr(t))
 		out[n] = port
 	}
 	return out

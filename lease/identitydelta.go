@@ -85,8 +85,12 @@ func (r *DemandReport) Changes(now map[string]int64, total int64, n int) map[str
 	for id, d := range now {
 		d = min(d, total) // the coordinator caps a demand at the total: more says nothing
 		old, ok := r.held[id]
-		if delta := abs64(d - old); !ok && d > 0 || delta > step {
-			all = append(all, change{id, d, delta + step*boolInt(!ok)})
+		delta := abs64(d - old)
+		if !ok && d > 0 || delta > step {
+			if !ok {
+				delta += step // new to the coordinator: ahead of a move of the same size
+			}
+			all = append(all, change{id, d, delta})
 		}
 	}
 	for id, old := range r.held {
@@ -103,13 +107,6 @@ func (r *DemandReport) Changes(now map[string]int64, total int64, n int) map[str
 		out[c.id] = c.to
 	}
 	return out
-}
-
-func boolInt(b bool) int64 {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // Answered records the coordinator's answer to a renewal that carried

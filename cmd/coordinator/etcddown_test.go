@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -13,17 +12,6 @@ import (
 	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/internal/testenv/faultproxy"
 )
-
-// freeAddr is a loopback address nothing listens on (for now).
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 // etcdReplica is a `coordinator serve` run in-process against an external
 // etcd, with its log.
@@ -36,7 +24,7 @@ type etcdReplica struct {
 // ends, then stops it and waits for it to exit.
 func startReplica(t *testing.T, endpoint string) *etcdReplica {
 	t.Helper()
-	r := &etcdReplica{addr: freeAddr(t), httpAddr: freeAddr(t), log: &testenv.SyncBuffer{}}
+	r := &etcdReplica{addr: testenv.FreeAddr(t), httpAddr: testenv.FreeAddr(t), log: &testenv.SyncBuffer{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() {
@@ -99,7 +87,7 @@ func (r *etcdReplica) checkEtcdNamed(t *testing.T, endpoint string, cli ...[]str
 // "serving" and nothing more while the CLI shows a gRPC deadline.
 func TestEtcdUnreachableAtStartIsNamed(t *testing.T) {
 	t.Parallel()
-	endpoint := "http://" + freeAddr(t)
+	endpoint := "http://" + testenv.FreeAddr(t)
 	r := startReplica(t, endpoint)
 	r.checkEtcdNamed(t, endpoint, []string{"quota", "list"}, []string{"leases"}, []string{"quota", "get", "api"}, []string{"regions", "list"})
 	if n := strings.Count(r.log.String(), "etcd calls failing"); n != 1 {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -323,7 +322,7 @@ func (c *scaleCoordinator) metric(t *testing.T, name string) float64 {
 // test's end.
 func startScaleCoordinator(t *testing.T, ctx context.Context) *scaleCoordinator {
 	dir := t.TempDir()
-	c := &scaleCoordinator{addr: scaleFreeAddr(t), httpAddr: scaleFreeAddr(t)}
+	c := &scaleCoordinator{addr: testenv.FreeAddr(t), httpAddr: testenv.FreeAddr(t)}
 	c.cmd = exec.Command(bins.Coordinator, "serve", "--insecure", "--listen", c.addr, "--http-listen", c.httpAddr,
 		"--data-dir", filepath.Join(dir, "etcd"), "--regions", strings.Join(scaleRegions, ","), "--lease-duration", "10s",
 		"--rebalance-interval", "1s", "--log-level", "warn")
@@ -364,13 +363,4 @@ func startScaleCoordinator(t *testing.T, ctx context.Context) *scaleCoordinator 
 		t.Fatalf("quota set: %v\n%s", err, out)
 	}
 	return c
-}
-
-func scaleFreeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
