@@ -66,7 +66,7 @@ func EnvoyAttribute(key string) string {
 }
 
 // envoyFile is envoyproxy/ratelimit's configuration format, field for
-// field; Algorithm and Scope are quota-lease's optional additions.
+// field; Algorithm, Scope and Edge are quota-lease's optional additions.
 type envoyFile struct {
 	Domain      string            `yaml:"domain"`
 	Descriptors []envoyDescriptor `yaml:"descriptors"`
@@ -75,6 +75,9 @@ type envoyFile struct {
 	Algorithm Algorithm `yaml:"algorithm"`
 	// Scope of every limit: global (the default) or region.
 	Scope Scope `yaml:"scope"`
+	// Edge serves every limit of the file to Envoy's Rate Limit Quota
+	// Service (Policy.Edge); unlimited ones are never served.
+	Edge *Edge `yaml:"edge"`
 }
 
 type envoyDescriptor struct {
@@ -187,6 +190,9 @@ func envoyPolicy(f envoyFile, path []EnvoyEntry, d envoyDescriptor, rl *envoyRat
 		Scope: f.Scope, ShadowMode: d.ShadowMode, Envoy: &EnvoyMatch{Domain: f.Domain, Entries: path, Unlimited: d.RateLimit.Unlimited, Name: rl.Name, QuotaMode: d.QuotaMode}}
 	if p.Envoy.Unlimited {
 		p.Scope = ScopeRegion
+	} else if f.Edge != nil {
+		e := *f.Edge
+		p.Edge = &e
 	}
 	if p.Algorithm == "" {
 		p.Algorithm = FixedWindow
