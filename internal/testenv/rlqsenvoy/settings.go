@@ -69,3 +69,14 @@ func isDenyAll(s *typev3.RateLimitStrategy) bool {
 	r, ok := s.GetStrategy().(*typev3.RateLimitStrategy_BlanketRule_)
 	return ok && r.BlanketRule == typev3.RateLimitStrategy_DENY_ALL
 }
+
+// ValidateSettings says whether this client (and Envoy) can run with
+// bucket settings s: they pass their validation, and no_assignment_behavior
+// is not a token bucket, which Envoy accepts and then crashes on.
+func ValidateSettings(s *rlqfv3.RateLimitQuotaBucketSettings) error {
+	if s == nil {
+		return errors.New("bucket settings: none")
+	}
+	_, err := parseSettings(s)
+	return err
+}
