@@ -128,16 +128,47 @@ func (f *fakeServer) waitReports(t *testing.T, i, n int) []*rlqsv3.RateLimitQuot
 // report timer never fires by itself (tests call ReportNow).
 func newTestInstance(t *testing.T, f *fakeServer, clk clock.Clock, set *rlqfv3.RateLimitQuotaBucketSettings) *Instance {
 	t.Helper()
-	cfg := DefaultConfig()
-	cfg.Name, cfg.Target, cfg.Domain, cfg.Clock, cfg.Settings = "envoy-0", f.addr, "edge", clk, set
-	cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	cfg.ReportInterval = time.Hour
+	cfg := testConfig(f.addr, "envoy-0", clk, time.Hour)
+	cfg.Settings = set
 	in, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = in.Close() })
 	return in
+}
+
+// withBucket starts a fake server and an instance on a manual clock, and
+// makes the instance's first request, of tenantA, reported at once.
+func withBucket(t *testing.T, set *rlqfv3.RateLimitQuotaBucketSettings) (*fakeServer, *clock.Manual, *Instance) {
+	t.Helper()
+	f := startFake(t)
+	clk := &clock.Manual{}
+	in := newTestInstance(t, f, clk, set)
+	in.Allow(tenantA)
+	f.waitReports(t, 0, 1)
+	return f, clk, in
+}
+
+// testConfig is an instance of domain "edge" at target, in plain text.
+func testConfig(target, name string, clk clock.Clock, every time.Duration) Config {
+	cfg := DefaultConfig()
+	cfg.Name, cfg.Target, cfg.Domain, cfg.Clock, cfg.ReportInterval = name, target, "edge", clk, every
+	cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	return cfg
+}
+
+// noAssignment is a no_assignment_behavior of strategy s.
+func noAssignment(s *typev3.RateLimitStrategy) *rlqfv3.RateLimitQuotaBucketSettings_NoAssignmentBehavior {
+	return &rlqfv3.RateLimitQuotaBucketSettings_NoAssignmentBehavior{
+		NoAssignmentBehavior: &rlqfv3.RateLimitQuotaBucketSettings_NoAssignmentBehavior_FallbackRateLimit{FallbackRateLimit: s}}
+}
+
+// expiredFallback is an expired_assignment_behavior of strategy s for timeout.
+func expiredFallback(timeout time.Duration, s *typev3.RateLimitStrategy) *rlqfv3.RateLimitQuotaBucketSettings_ExpiredAssignmentBehavior {
+	return &rlqfv3.RateLimitQuotaBucketSettings_ExpiredAssignmentBehavior{
+		ExpiredAssignmentBehaviorTimeout: durationpb.New(timeout),
+		ExpiredAssignmentBehavior:        &rlqfv3.RateLimitQuotaBucketSettings_ExpiredAssignmentBehavior_FallbackRateLimit{FallbackRateLimit: s}}
 }
 
 // Builders for the messages a server sends.

@@ -2,6 +2,7 @@ package rlqsenvoy
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"runtime"
 	"strings"
@@ -13,7 +14,6 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -76,11 +76,7 @@ func TestFirstRequestReportsAtOnce(t *testing.T) {
 // Every tick reports every bucket, idle ones too, with the counts since
 // the last report (then reset) and the time since it in whole seconds.
 func TestPeriodicReportsEveryBucket(t *testing.T) {
-	f := startFake(t)
-	var clk clock.Manual
-	in := newTestInstance(t, f, &clk, nil)
-	in.Allow(tenantA)
-	f.waitReports(t, 0, 1)
+	f, clk, in := withBucket(t, nil)
 	clk.Set(4999)
 	allowN(in, tenantA, 5)
 	in.ReportNow()
@@ -100,9 +96,7 @@ func TestPeriodicReportsEveryBucket(t *testing.T) {
 // bucket started it.
 func TestReportTimerRuns(t *testing.T) {
 	f := startFake(t)
-	cfg := DefaultConfig()
-	cfg.Name, cfg.Target, cfg.Domain, cfg.ReportInterval = "envoy-t", f.addr, "edge", 20*time.Millisecond
-	cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	cfg := testConfig(f.addr, "envoy-t", clock.System(), 20*time.Millisecond)
 	cfg.InitialMetadata = metadata.Pairs("x-envoy-node", "envoy-t")
 	in, err := New(context.Background(), cfg)
 	if err != nil {
@@ -126,11 +120,7 @@ func TestReportTimerRuns(t *testing.T) {
 // one starts from the old bucket's fill ratio; one that replaces a blanket
 // rule starts full.
 func TestTokenBucketAssignment(t *testing.T) {
-	f := startFake(t)
-	var clk clock.Manual
-	in := newTestInstance(t, f, &clk, nil)
-	in.Allow(tenantA)
-	f.waitReports(t, 0, 1)
+	f, clk, in := withBucket(t, nil)
 
 	tb := tbStrategy(4, 2, time.Second) // 2 tokens a second, burst 4
 	f.push(t, in, 0, assignment(tenantA, tb, ttlOf(time.Minute)))
@@ -197,13 +187,8 @@ func TestExpiry(t *testing.T) {
 	f := startFake(t)
 	var clk clock.Manual
 	set := settingsWith(func(s *rlqfv3.RateLimitQuotaBucketSettings) {
-		s.NoAssignmentBehavior = &rlqfv3.RateLimitQuotaBucketSettings_NoAssignmentBehavior{
-			NoAssignmentBehavior: &rlqfv3.RateLimitQuotaBucketSettings_NoAssignmentBehavior_FallbackRateLimit{
-				FallbackRateLimit: blanket(typev3.RateLimitStrategy_DENY_ALL)}}
-		s.ExpiredAssignmentBehavior = &rlqfv3.RateLimitQuotaBucketSettings_ExpiredAssignmentBehavior{
-			ExpiredAssignmentBehaviorTimeout: durationpb.New(3 * time.Second),
-			ExpiredAssignmentBehavior: &rlqfv3.RateLimitQuotaBucketSettings_ExpiredAssignmentBehavior_FallbackRateLimit{
-				FallbackRateLimit: tbStrategy(2, 1, time.Second)}}
+		s.NoAssignmentBehavior = noAssignment(blanket(typev3.RateLimitStrategy_DENY_ALL))
+		s.ExpiredAssignmentBehavior = expiredFallback(3*time.Second, tbStrategy(2, 1, time.Second))
 		s.DenyResponseSettings = &rlqfv3.RateLimitQuotaBucketSettings_DenyResponseSettings{
 			HttpStatus: &typev3.HttpStatus{Code: typev3.StatusCode_ServiceUnavailable}}
 	})
@@ -247,20 +232,14 @@ func TestExpiry(t *testing.T) {
 // reuse_last_assignment is not implemented by Envoy: an expired bucket goes
 // straight to its default action.
 func TestReuseLastAssignmentIgnored(t *testing.T) {
-	f := startFake(t)
-	var clk clock.Manual
 	set := settingsWith(func(s *rlqfv3.RateLimitQuotaBucketSettings) {
-		s.NoAssignmentBehavior = &rlqfv3.RateLimitQuotaBucketSettings_NoAssignmentBehavior{
-			NoAssignmentBehavior: &rlqfv3.RateLimitQuotaBucketSettings_NoAssignmentBehavior_FallbackRateLimit{
-				FallbackRateLimit: blanket(typev3.RateLimitStrategy_DENY_ALL)}}
+		s.NoAssignmentBehavior = noAssignment(blanket(typev3.RateLimitStrategy_DENY_ALL))
 		s.ExpiredAssignmentBehavior = &rlqfv3.RateLimitQuotaBucketSettings_ExpiredAssignmentBehavior{
 			ExpiredAssignmentBehaviorTimeout: durationpb.New(time.Minute),
 			ExpiredAssignmentBehavior: &rlqfv3.RateLimitQuotaBucketSettings_ExpiredAssignmentBehavior_ReuseLastAssignment_{
 				ReuseLastAssignment: &rlqfv3.RateLimitQuotaBucketSettings_ExpiredAssignmentBehavior_ReuseLastAssignment{}}}
 	})
-	in := newTestInstance(t, f, &clk, set)
-	in.Allow(tenantA)
-	f.waitReports(t, 0, 1)
+	f, clk, in := withBucket(t, set)
 	f.push(t, in, 0, assignment(tenantA, blanket(typev3.RateLimitStrategy_ALLOW_ALL), ttlOf(time.Second)))
 	clk.Set(1000)
 	if in.Allow(tenantA).Allowed {
@@ -271,11 +250,7 @@ func TestReuseLastAssignmentIgnored(t *testing.T) {
 // Actions Envoy ignores leave the bucket as it was, TTL included:
 // requests_per_time_unit, no strategy, unknown buckets, empty ids.
 func TestIgnoredActions(t *testing.T) {
-	f := startFake(t)
-	var clk clock.Manual
-	in := newTestInstance(t, f, &clk, nil)
-	in.Allow(tenantA)
-	f.waitReports(t, 0, 1)
+	f, clk, in := withBucket(t, nil)
 	f.push(t, in, 0, assignment(tenantA, blanket(typev3.RateLimitStrategy_DENY_ALL), ttlOf(2*time.Second)))
 	clk.Set(1000)
 	rptu := &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_RequestsPerTimeUnit_{
@@ -304,11 +279,7 @@ func TestIgnoredActions(t *testing.T) {
 // starts it afresh (no-assignment behaviour, a report at once). The
 // instance's own records keep every admission.
 func TestAbandon(t *testing.T) {
-	f := startFake(t)
-	var clk clock.Manual
-	in := newTestInstance(t, f, &clk, nil)
-	in.Allow(tenantA)
-	f.waitReports(t, 0, 1)
+	f, clk, in := withBucket(t, nil)
 	f.push(t, in, 0, assignment(tenantA, tbStrategy(1, 1, time.Minute), ttlOf(time.Minute)))
 	allowN(in, tenantA, 3) // 1 admitted, 2 denied, never reported
 	f.push(t, in, 0, abandon(tenantA))
@@ -339,11 +310,7 @@ func TestAbandon(t *testing.T) {
 // their TTL; first reports made meanwhile are dropped; the next tick opens
 // a new stream whose first message reports every bucket, with the domain.
 func TestReconnectOnTick(t *testing.T) {
-	f := startFake(t)
-	var clk clock.Manual
-	in := newTestInstance(t, f, &clk, nil)
-	in.Allow(tenantA)
-	f.waitReports(t, 0, 1)
+	f, clk, in := withBucket(t, nil)
 	f.push(t, in, 0, assignment(tenantA, blanket(typev3.RateLimitStrategy_DENY_ALL), ttlOf(10*time.Second)))
 
 	close(f.stream(0).kill)
@@ -382,11 +349,9 @@ func TestReconnectAfterServerDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer proxy.Close()
-	cfg := DefaultConfig()
-	cfg.Name, cfg.Target, cfg.Domain, cfg.Clock, cfg.ReportInterval = "envoy-r", proxy.Addr, "edge", &clk, time.Hour
-	cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 20 * time.Millisecond,
-			Multiplier: 1.2, MaxDelay: 100 * time.Millisecond}, MinConnectTimeout: time.Second})}
+	cfg := testConfig(proxy.Addr, "envoy-r", &clk, time.Hour)
+	cfg.DialOptions = append(cfg.DialOptions, grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 20 * time.Millisecond,
+		Multiplier: 1.2, MaxDelay: 100 * time.Millisecond}, MinConnectTimeout: time.Second}))
 	in, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -419,9 +384,7 @@ func TestCloseStopsEverything(t *testing.T) {
 	f := startFake(t)
 	before := runtime.NumGoroutine()
 	var clk clock.Manual
-	cfg := DefaultConfig()
-	cfg.Name, cfg.Target, cfg.Domain, cfg.Clock, cfg.ReportInterval = "envoy-c", f.addr, "edge", &clk, 10*time.Millisecond
-	cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	cfg := testConfig(f.addr, "envoy-c", &clk, 10*time.Millisecond)
 	in, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -447,10 +410,7 @@ func TestFleet(t *testing.T) {
 	f := startFake(t)
 	var clk clock.Manual
 	fl, err := NewFleet(context.Background(), 20, func(i int) Config {
-		cfg := DefaultConfig()
-		cfg.Name, cfg.Target, cfg.Domain, cfg.Clock, cfg.ReportInterval = "envoy-"+string(rune('a'+i)), f.addr, "edge", &clk, time.Hour
-		cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-		return cfg
+		return testConfig(f.addr, fmt.Sprintf("envoy-%d", i), &clk, time.Hour)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -474,9 +434,7 @@ func TestFleet(t *testing.T) {
 // starts; a token bucket as no_assignment_behavior among them.
 func TestConfigRefused(t *testing.T) {
 	cfg := Config{Settings: settingsWith(func(s *rlqfv3.RateLimitQuotaBucketSettings) {
-		s.NoAssignmentBehavior = &rlqfv3.RateLimitQuotaBucketSettings_NoAssignmentBehavior{
-			NoAssignmentBehavior: &rlqfv3.RateLimitQuotaBucketSettings_NoAssignmentBehavior_FallbackRateLimit{
-				FallbackRateLimit: tbStrategy(1, 1, time.Second)}}
+		s.NoAssignmentBehavior = noAssignment(tbStrategy(1, 1, time.Second))
 	})}
 	_, err := New(context.Background(), cfg)
 	if err == nil {
