@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -450,5 +451,58 @@ func TestConfigRefused(t *testing.T) {
 	bad.Settings = &rlqfv3.RateLimitQuotaBucketSettings{} // reporting_interval is required
 	if _, err := New(context.Background(), bad); err == nil || !strings.Contains(err.Error(), "ReportingInterval") {
 		t.Fatalf("settings without reporting_interval: %v", err)
+	}
+}
+
+// Requests decided from many goroutines while reports and assignments
+// flow are all counted: with the stream up throughout, the reports account
+// for every request, and the records for every admission.
+func TestConcurrentRequestsAllReported(t *testing.T) {
+	f := startFake(t)
+	cfg := testConfig(f.addr, "envoy-load", clock.System(), 5*time.Millisecond)
+	in, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	in.Allow(tenantA)
+	f.waitReports(t, 0, 1)
+	f.stream(0).out <- &rlqsv3.RateLimitQuotaResponse{BucketAction: []*rlqsv3.RateLimitQuotaResponse_BucketAction{
+		assignment(tenantA, tbStrategy(500, 1000, time.Second), ttlOf(time.Minute))}}
+	const workers, each = 8, 500
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				in.Allow(map[string]string{"tenant": fmt.Sprint((w + i) % 5)})
+				in.Allow(tenantA)
+			}
+		}()
+	}
+	wg.Wait()
+	total := 1 + 2*workers*each
+	var reported uint64
+	testenv.WaitFor(t, 5*time.Second, "every request reported", func() bool {
+		in.ReportNow()
+		reported = 0
+		for _, r := range f.stream(0).got() {
+			for _, u := range r.GetBucketQuotaUsages() {
+				reported += u.GetNumRequestsAllowed() + u.GetNumRequestsDenied()
+			}
+		}
+		return reported == uint64(total)
+	})
+	s := in.Stats()
+	if s.Allowed+s.Denied != uint64(total) || s.Dropped != 0 {
+		t.Fatalf("stats %+v, want %d requests and nothing dropped", s, total)
+	}
+	admitted := 0
+	for _, r := range in.Records() {
+		admitted += len(r.Admitted)
+	}
+	if uint64(admitted) != s.Allowed {
+		t.Fatalf("records hold %d admissions, stats %d", admitted, s.Allowed)
 	}
 }
