@@ -11,7 +11,8 @@
 // Its sub-packages are cluster (a real multi-process deployment on
 // loopback, for the demo and the end-to-end suites), redistest (real
 // redis-server, Redis Cluster and Sentinel processes), faultproxy (TCP
-// proxies that cut, delay and drop) and promnames (metric names in the
-// deployment artifacts). No shipped binary links any of it (deploy's tests
+// proxies that cut, delay and drop), promnames (metric names in the
+// deployment artifacts) and rlqsenvoy (Envoy's rate limit quota filter as
+// an RLQS client, written from Envoy's source, many instances per process). No shipped binary links any of it (deploy's tests
 // check); the demo is a command of its own, cmd/quota-lease-demo.
 package testenv

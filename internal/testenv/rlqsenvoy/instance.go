@@ -1,0 +1,324 @@
+package rlqsenvoy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	rlqfv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/quota-lease/quota-lease/clock"
+)
+
+// EnvoyReportInterval is the report period of Envoy's filter: hard-coded,
+// whatever the buckets' reporting_interval says (filter_persistence.cc).
+const EnvoyReportInterval = 5 * time.Second
+
+// Config configures one Envoy-like instance.
+type Config struct {
+	// Name identifies the instance in records and errors.
+	Name string
+	// Target is the RLQS server's gRPC target (grpc.NewClient); the
+	// instance owns the connection. Several addresses behind a resolver
+	// play an Envoy cluster with several hosts.
+	Target string
+	// DialOptions are passed to grpc.NewClient (credentials at least).
+	DialOptions []grpc.DialOption
+	// InitialMetadata is sent with the stream, as the filter's
+	// rlqs_server.initial_metadata.
+	InitialMetadata metadata.MD
+	// Domain is the filter's domain, sent in every report.
+	Domain string
+	// Settings are the RateLimitQuotaBucketSettings every bucket of this
+	// instance was matched with; nil is Envoy with none of the optional
+	// settings (allow all until assigned, no expired behaviour, 429).
+	Settings *rlqfv3.RateLimitQuotaBucketSettings
+	// ReportInterval is the report timer's period (Envoy: 5 s; tests
+	// use shorter).
+	ReportInterval time.Duration
+	// Clock is read for decisions, token buckets, deadlines, report
+	// times and records.
+	Clock clock.Clock
+	// SendQueue bounds the reports waiting to be written, as Envoy's
+	// stream buffer would; beyond it they are dropped (and counted).
+	SendQueue int
+}
+
+// DefaultConfig is an instance with Envoy's report interval on the system
+// clock; Name, Target, DialOptions and Domain are for the caller.
+func DefaultConfig() Config {
+	return Config{ReportInterval: EnvoyReportInterval, Clock: clock.System(), SendQueue: 1024}
+}
+
+// Validate reports every bad setting.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Target == "" {
+		errs = append(errs, errors.New("target is empty"))
+	}
+	if c.Domain == "" {
+		errs = append(errs, errors.New("domain is empty (Envoy requires one)"))
+	}
+	if c.ReportInterval <= 0 {
+		errs = append(errs, fmt.Errorf("report interval %v is not positive", c.ReportInterval))
+	}
+	if c.Clock == nil {
+		errs = append(errs, errors.New("clock is nil"))
+	}
+	if c.SendQueue <= 0 {
+		errs = append(errs, fmt.Errorf("send queue %d is not positive", c.SendQueue))
+	}
+	if _, err := parseSettings(c.Settings); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Decision is the filter's answer to one request.
+type Decision struct {
+	Allowed bool
+	// Status is the HTTP status of the local reply when denied
+	// (deny_response_settings, 429 by default); 0 when allowed.
+	Status int
+}
+
+// Instance is one Envoy: a bucket cache, one stream, its own records.
+type Instance struct {
+	cfg    Config
+	set    *settings
+	conn   *grpc.ClientConn
+	client rlqsv3.RateLimitQuotaServiceClient
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	outbox  chan *rlqsv3.RateLimitQuotaUsageReports // first reports, to the main loop
+	tickNow chan struct{}
+	reset   chan struct{}
+
+	mu      sync.Mutex
+	buckets map[string]*bucket
+	records map[string]*record
+	stats   Stats
+}
+
+// New starts an instance. It opens its stream with its first bucket, as
+// Envoy does, and runs until ctx ends or Close.
+func New(ctx context.Context, cfg Config) (*Instance, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("envoy %q: %w", cfg.Name, err)
+	}
+	set, _ := parseSettings(cfg.Settings)
+	conn, err := grpc.NewClient(cfg.Target, cfg.DialOptions...)
+	if err != nil {
+		return nil, fmt.Errorf("envoy %q: dial %s: %w", cfg.Name, cfg.Target, err)
+	}
+	in := &Instance{
+		cfg: cfg, set: set, conn: conn, client: rlqsv3.NewRateLimitQuotaServiceClient(conn),
+		outbox:  make(chan *rlqsv3.RateLimitQuotaUsageReports, cfg.SendQueue),
+		tickNow: make(chan struct{}, 1),
+		reset:   make(chan struct{}, 1),
+		buckets: map[string]*bucket{},
+		records: map[string]*record{},
+	}
+	in.ctx, in.cancel = context.WithCancel(ctx)
+	in.wg.Add(1)
+	go in.run()
+	return in, nil
+}
+
+// Name is the instance's name.
+func (in *Instance) Name() string { return in.cfg.Name }
+
+// Close stops the instance: its stream, its goroutines, its connection.
+func (in *Instance) Close() error {
+	in.cancel()
+	in.wg.Wait()
+	return in.conn.Close()
+}
+
+// Allow decides one request matched into the bucket id (a BucketId map, as
+// Envoy's bucket_id_builder would build it) and records it. It never
+// blocks on the network.
+func (in *Instance) Allow(id map[string]string) Decision {
+	now, wall := in.cfg.Clock.Mono(), in.cfg.Clock.Now()
+	k := key(id)
+	in.mu.Lock()
+	b, ok := in.buckets[k]
+	var allowed bool
+	var first *rlqsv3.RateLimitQuotaUsageReports
+	if ok {
+		b.settle(now)
+		allowed = b.allow(now)
+		b.count(allowed)
+	} else {
+		// A new bucket: decided by no_assignment_behavior, counted, and
+		// reported at once, alone (createBucketImpl).
+		allowed = in.set.firstAllowed()
+		b = &bucket{id: &rlqsv3.BucketId{Bucket: maps.Clone(id)}, set: in.set, lastReport: now}
+		b.count(allowed)
+		in.buckets[k] = b
+		first = &rlqsv3.RateLimitQuotaUsageReports{Domain: in.cfg.Domain,
+			BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{b.usage(now)}}
+		in.stats.FirstReports++
+	}
+	r := in.records[k]
+	if r == nil {
+		r = &record{bucket: maps.Clone(id)}
+		in.records[k] = r
+	}
+	d := Decision{Allowed: allowed}
+	if allowed {
+		in.stats.Allowed++
+		r.admitted = append(r.admitted, wall.UnixNano())
+	} else {
+		in.stats.Denied++
+		r.denied++
+		d.Status = in.set.denyStatus
+	}
+	if first != nil {
+		select {
+		case in.outbox <- first:
+		default:
+			in.stats.Dropped++
+		}
+	}
+	in.mu.Unlock()
+	return d
+}
+
+// ReportNow fires the report timer once, now (once the first bucket has
+// started it): for tests that drive reports on a manual clock.
+func (in *Instance) ReportNow() {
+	select {
+	case in.tickNow <- struct{}{}:
+	default:
+	}
+}
+
+// ResetStream ends the current stream as if the server had closed it
+// (onRemoteClose); the next report tick opens a new one.
+func (in *Instance) ResetStream() {
+	select {
+	case in.reset <- struct{}{}:
+	default:
+	}
+}
+
+// Stats are the instance's counters.
+func (in *Instance) Stats() Stats {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	s := in.stats
+	s.Buckets = len(in.buckets)
+	return s
+}
+
+// Records are the instance's own records, one per bucket it ever saw,
+// ordered by bucket.
+func (in *Instance) Records() []BucketRecord {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	out := make([]BucketRecord, 0, len(in.records))
+	for _, k := range slices.Sorted(maps.Keys(in.records)) {
+		out = append(out, in.records[k].export(in.cfg.Name))
+	}
+	return out
+}
+
+// BucketState is what the cache holds for a bucket now.
+type BucketState struct {
+	// Strategy is the cached action's strategy; nil is the default
+	// action (no_assignment_behavior).
+	Strategy *typev3.RateLimitStrategy
+	// Assigned says Strategy is the server's assignment rather than the
+	// expired-assignment fallback.
+	Assigned bool
+	// Until is when Strategy ends, on the instance's monotonic clock.
+	Until time.Duration
+	// Tokens is what the token bucket holds, if Strategy is one.
+	Tokens float64
+}
+
+// State is bucket's cache entry now, after any expiry that fell due; false
+// if the cache does not hold it (never seen, or abandoned).
+func (in *Instance) State(bucket map[string]string) (BucketState, bool) {
+	now := in.cfg.Clock.Mono()
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	b, ok := in.buckets[key(bucket)]
+	if !ok {
+		return BucketState{}, false
+	}
+	b.settle(now)
+	st := BucketState{Strategy: b.action, Assigned: b.assigned, Until: b.expires}
+	if b.limiter != nil {
+		st.Tokens = b.limiter.tokens(seconds(now))
+	}
+	return st, true
+}
+
+// periodicReport is buildReports(): every bucket in the cache, with the
+// domain, ordered by bucket (Envoy's order is its hash map's).
+func (in *Instance) periodicReport() *rlqsv3.RateLimitQuotaUsageReports {
+	now := in.cfg.Clock.Mono()
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	msg := &rlqsv3.RateLimitQuotaUsageReports{Domain: in.cfg.Domain}
+	for _, k := range slices.Sorted(maps.Keys(in.buckets)) {
+		b := in.buckets[k]
+		b.settle(now)
+		msg.BucketQuotaUsages = append(msg.BucketQuotaUsages, b.usage(now))
+	}
+	in.stats.PeriodicReports++
+	return msg
+}
+
+// apply is onQuotaResponseImpl: each action in order, against the cache.
+func (in *Instance) apply(resp *rlqsv3.RateLimitQuotaResponse) {
+	now := in.cfg.Clock.Mono()
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.stats.Responses++
+	for _, a := range resp.GetBucketAction() {
+		if len(a.GetBucketId().GetBucket()) == 0 {
+			in.stats.Ignored++
+			continue
+		}
+		k := key(a.GetBucketId().GetBucket())
+		b, ok := in.buckets[k]
+		if !ok { // the server cannot create buckets; only reports subscribe
+			in.stats.Ignored++
+			continue
+		}
+		b.settle(now)
+		switch {
+		case a.GetQuotaAssignmentAction() != nil:
+			if b.assign(a.GetQuotaAssignmentAction(), now) {
+				in.stats.Assignments++
+			} else {
+				in.stats.Ignored++
+			}
+		case a.GetAbandonAction() != nil:
+			delete(in.buckets, k) // its unreported usage goes with it
+			in.stats.Abandoned++
+		default:
+			b.assignNothing(now)
+		}
+	}
+}
+
+func (in *Instance) count(f func(*Stats)) {
+	in.mu.Lock()
+	f(&in.stats)
+	in.mu.Unlock()
+}
