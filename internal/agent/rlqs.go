@@ -70,6 +70,11 @@ type rlqsStream struct {
 // sent: a slow Envoy gets its next refresh later.
 const rlqsOutbox = 8
 
+// maxReportedRequests caps the requests one report may claim per bucket
+// and result (a billion: more than any Envoy serves in a reporting
+// interval), so that no report overflows the demand.
+const maxReportedRequests = 1_000_000_000
+
 // allowAllTTL is the time to live of ALLOW_ALL for buckets nothing limits.
 const allowAllTTL = time.Hour
 
@@ -204,7 +209,11 @@ func (e *edgeEngine) report(st *rlqsStream, m *rlqsv3.RateLimitQuotaUsageReports
 		}
 		e.m.reported.WithLabelValues(pol.Name, "allowed").Add(float64(u.NumRequestsAllowed))
 		e.m.reported.WithLabelValues(pol.Name, "denied").Add(float64(u.NumRequestsDenied))
-		count := u.NumRequestsAllowed + u.NumRequestsDenied
+		count := min(u.NumRequestsAllowed, maxReportedRequests) + min(u.NumRequestsDenied, maxReportedRequests)
+		// The edge's demand is the region's demand too: the lease asks for
+		// it as for direct checks' (the meter), so the region's share
+		// follows the edge.
+		e.a.leaser.observe(pol.Name, s.key.id.identity, int64(min(float64(count)*float64(pol.Cost)*float64(policy.Micro), 1e18)), now)
 		var measured time.Duration
 		if !s.at.IsZero() {
 			measured = now.Sub(s.at)
