@@ -45,7 +45,7 @@ func fastEdge(c *Config) {
 func denySettings() *rlqfv3.RateLimitQuotaBucketSettings {
 	deny := &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}
 	return &rlqfv3.RateLimitQuotaBucketSettings{
-		ReportingInterval:    durationpb.New(edgeTestReport),
+		ReportingInterval: durationpb.New(edgeTestReport),
 		NoAssignmentBehavior: &rlqfv3.RateLimitQuotaBucketSettings_NoAssignmentBehavior{
 			NoAssignmentBehavior: &rlqfv3.RateLimitQuotaBucketSettings_NoAssignmentBehavior_FallbackRateLimit{FallbackRateLimit: deny}},
 	}
