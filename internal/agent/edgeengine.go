@@ -452,7 +452,10 @@ func (e *edgeEngine) push(now time.Time) {
 				s.changed = now
 			} else {
 				cur, active := k.ledger.Current(sid, now)
-				if !active || !k.ledger.Due(sid, now, e.refreshLead(k.ttl)) {
+				if !active || cur > k.want[sid] || !k.ledger.Due(sid, now, e.refreshLead(k.ttl)) {
+					// A share above what the slot may have now (its capacity
+					// fell, or it is being moved away and its change waits
+					// for ChangeEvery) is never extended: it expires.
 					continue
 				}
 				share = cur // a refresh: the same bucket, a new time to live

@@ -171,3 +171,21 @@ func checkDirect(t testing.TB, a *Agent, in admission.Request, every time.Durati
 		}
 	})
 }
+
+// gaugeValue sums every series of the gauge named name on a's registry.
+func gaugeValue(t testing.TB, a *Agent, name string) float64 {
+	t.Helper()
+	mfs, err := a.m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetGauge().GetValue()
+			}
+		}
+	}
+	return sum
+}
