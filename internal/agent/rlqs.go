@@ -164,10 +164,6 @@ func (e *edgeEngine) report(st *rlqsStream, m *rlqsv3.RateLimitQuotaUsageReports
 	now := e.a.cfg.Clock.Now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !st.paced(now, e.cfg) {
-		e.m.limited.WithLabelValues("rate").Inc()
-		return nil
-	}
 	switch {
 	case st.domain == "" && m.Domain == "":
 		return status.Error(codes.InvalidArgument, "the first usage report must name a domain")
@@ -178,6 +174,10 @@ func (e *edgeEngine) report(st *rlqsStream, m *rlqsv3.RateLimitQuotaUsageReports
 		st.domain = m.Domain
 	case m.Domain != "" && m.Domain != st.domain:
 		return status.Errorf(codes.InvalidArgument, "the stream's domain is %s, a report names %s: one stream serves one domain", policy.QuoteName(st.domain), policy.QuoteName(m.Domain))
+	}
+	if !st.paced(now, e.cfg) {
+		e.m.limited.WithLabelValues("rate").Inc()
+		return nil
 	}
 	fresh := false
 	for _, u := range m.BucketQuotaUsages {
