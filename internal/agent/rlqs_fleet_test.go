@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -128,5 +129,47 @@ func TestRLQSDegraded(t *testing.T) {
 	t.Logf("degraded: most admitted in 1s %d, the budget's %d", got, 20+20)
 	if got > 40 || got < 10 {
 		t.Errorf("%d admitted in a second on a degraded budget of 20/s (burst 20)", got)
+	}
+}
+
+// Demand moves from one region's edge to another's, back and forth, both
+// beyond the limit: the region losing share does not acknowledge its
+// smaller grant while its Envoy instances may still enforce the larger
+// one, so what both regions' edges admit together, counted from the
+// clients' records, stays within one limiter's worth in every window.
+func TestRLQSRegionsShift(t *testing.T) {
+	if testing.Short() {
+		t.Skip("moves a tenant's share between regions: 12 s")
+	}
+	k := startCoordinator(t, testenv.Prefix(t), "")
+	setPolicy(t, k.addr, strings.Replace(edgeTestPolicy, "burst: 100", "burst: 10", 1)) // little burst: an overlap would show
+	us := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, fastEdge)
+	eu := startAgent(t, "eu", startRedis(t).Addr, []string{k.addr}, fastEdge)
+	a, b := startEnvoy(t, us.grpcAddr, "us-a"), startEnvoy(t, eu.grpcAddr, "eu-a")
+	b.Allow(acme)
+	var wg sync.WaitGroup
+	phase := func(in *rlqsenvoy.Instance, d time.Duration) {
+		stop := make(chan struct{})
+		wg.Add(1)
+		go func() { defer wg.Done(); drive(in, acme, 400, stop, d) }()
+		time.Sleep(d)
+		close(stop)
+	}
+	phase(a, 4*time.Second)
+	phase(b, 8*time.Second) // the tenant's share moves to eu within it
+	wg.Wait()
+	var rec admissions
+	rec.addEnvoy(a, acme)
+	rec.addEnvoy(b, acme)
+	for _, w := range []time.Duration{500 * time.Millisecond, time.Second, 3 * time.Second} {
+		got, from := rec.most(w)
+		ref := 10 + 100*w.Seconds()
+		t.Logf("most admitted in %s: %d (from %s), the limit's %v", w, got, from.Format("15:04:05.000"), ref)
+		if float64(got) > ref*1.001 {
+			t.Errorf("%d admitted in a window of %s starting %s, more than one limiter admits (%v)", got, w, from.Format("15:04:05.000"), ref)
+		}
+	}
+	if sa, sb := a.Stats(), b.Stats(); sa.Allowed < 100 || sb.Allowed < 50 {
+		t.Fatalf("the edges admitted %d and %d: shares did not follow demand", sa.Allowed, sb.Allowed)
 	}
 }

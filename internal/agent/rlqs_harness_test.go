@@ -106,10 +106,11 @@ func assignedRate(in *rlqsenvoy.Instance, bucket map[string]string) float64 {
 }
 
 // regionRate is what region's agent a may enforce of policy name for
-// identity now, in requests per second of a policy of limit per second.
-func regionRate(a *Agent, name, identity string, limit float64) float64 {
+// tenant now, in requests per second of a policy of limit per second.
+func regionRate(a *Agent, name, tenant string, limit float64) float64 {
 	p, _ := a.policies.Policy(name)
-	amt, _ := a.leaser.Enforce(name, identity, a.cfg.Clock.Now())
+	id, _ := p.IdentityOf(map[string]string{"tenant": tenant})
+	amt, _ := a.leaser.Enforce(name, id, a.cfg.Clock.Now())
 	return limit * float64(amt) / float64(p.Limits().Amount())
 }
 
