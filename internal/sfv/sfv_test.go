@@ -14,7 +14,9 @@ import (
 func TestSerializeAsRFC9651(t *testing.T) {
 	str := func(s string) func() ([]byte, error) { return func() ([]byte, error) { return AppendString(nil, s) } }
 	num := func(n int64) func() ([]byte, error) { return func() ([]byte, error) { return AppendInteger(nil, n) } }
-	bin := func(p []byte) func() ([]byte, error) { return func() ([]byte, error) { return AppendByteSequence(nil, p), nil } }
+	bin := func(p []byte) func() ([]byte, error) {
+		return func() ([]byte, error) { return AppendByteSequence(nil, p), nil }
+	}
 	for _, c := range []struct {
 		name  string
 		got   func() ([]byte, error)
