@@ -37,50 +37,14 @@ func (c *Coordinator) SetPolicy(ctx context.Context, req *pb.SetPolicyRequest) (
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	regions := t.regionNames()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var ops []clientv3.Op
-	for _, p := range ps {
-		if err := checkFloors(p, regions); err != nil {
-			return nil, status.Error(codes.InvalidArgument, err.Error())
-		}
-		if old := t.quotas[p.Name]; old != nil {
-			if old.policy.Algorithm != p.Algorithm || old.policy.Scope != p.Scope {
-				return nil, status.Errorf(codes.FailedPrecondition,
-					"policy %q: changing algorithm or scope in place would mix units of outstanding grants; delete the policy first or use a new name", p.Name)
-			}
-			if old.policy.ShardCount() != p.ShardCount() && old.policy.Version == p.Version {
-				// The new parts would start full beside the kept part 0: a
-				// burst the bound counts only as a config change.
-				return nil, status.Errorf(codes.FailedPrecondition,
-					"policy %q: changing shards (%d to %d) starts the new parts full; change the version with it (now %d), which starts every key afresh as the bound's burst term counts", p.Name, old.policy.ShardCount(), p.ShardCount(), p.Version)
-			}
-		}
-		ops = append(ops, clientv3.OpPut(c.keys.policy(p.Name), mustJSON(p)))
-	}
-	if err := c.txn(ctx, t, ops...); err != nil {
-		return nil, status.Errorf(codes.Unavailable, "store policies: %v", err)
+	if err := c.changePolicies(ctx, t, policyChange{set: ps}); err != nil {
+		return nil, err
 	}
 	resp := &pb.SetPolicyResponse{}
 	for _, p := range ps {
-		if q := t.quotas[p.Name]; q != nil {
-			q.mu.Lock()
-			q.setPolicy(p)
-			q.mu.Unlock()
-		} else {
-			nq := newQuota(p, c.cfg.Timing, t.epoch)
-			if old := t.retired[p.Name]; old != nil {
-				old.mu.Lock()
-				n := nq.inherit(old, c.cfg.Clock.Now())
-				old.mu.Unlock()
-				delete(t.retired, p.Name)
-				c.log.Info("recreated policy starts with the deleted one's live grants reserved", "name", p.Name, "regions", n)
-			}
-			t.quotas[p.Name] = nq
-		}
 		resp.Policies = append(resp.Policies, record(p))
-		c.log.Info("policy stored", "name", p.Name, "version", p.Version)
 	}
 	return resp, nil
 }
@@ -130,15 +94,9 @@ func (c *Coordinator) DeletePolicy(ctx context.Context, req *pb.DeletePolicyRequ
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.quotas[req.Name] == nil {
-		return nil, status.Errorf(codes.NotFound, "no policy %s", policy.QuoteName(req.Name))
+	if err := c.changePolicies(ctx, t, policyChange{del: []string{req.Name}}); err != nil {
+		return nil, err
 	}
-	if err := c.txn(ctx, t, clientv3.OpDelete(c.keys.policy(req.Name)), clientv3.OpDelete(c.keys.ledgerQuota(req.Name), clientv3.WithPrefix())); err != nil {
-		return nil, status.Errorf(codes.Unavailable, "delete policy: %v", err)
-	}
-	t.retired[req.Name] = t.quotas[req.Name]
-	delete(t.quotas, req.Name)
-	c.log.Info("policy deleted", "name", req.Name)
 	return &pb.DeletePolicyResponse{}, nil
 }
 
