@@ -149,16 +149,18 @@ func (c *Client) stream(ctx context.Context, cc grpc.ClientConnInterface) (got b
 	if err := st.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: TypeURL}); err != nil {
 		return false, err
 	}
-	c.metrics.connected.Set(1)
-	defer c.metrics.connected.Set(0)
-	c.log.Info("xDS stream open", "server", c.s.Server, "node", c.s.NodeID)
+	defer c.metrics.setConnected(false)
 	acked := ""
 	for {
 		resp, err := st.Recv()
 		if err != nil {
 			return got, err
 		}
-		got = true
+		if !got {
+			got = true
+			c.metrics.setConnected(true)
+			c.log.Info("xDS stream open", "server", c.s.Server, "node", c.s.NodeID)
+		}
 		req := &discovery.DiscoveryRequest{TypeUrl: TypeURL, ResponseNonce: resp.GetNonce(), VersionInfo: acked}
 		err = c.handle(ctx, resp)
 		switch {

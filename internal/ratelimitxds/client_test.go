@@ -131,7 +131,7 @@ func TestClientSurvivesServerRestart(t *testing.T) {
 	srv.Set(t, "1", perMinute("a", 10))
 	testenv.WaitFor(t, 10*time.Second, "version 1 ACKed", func() bool { return srv.Acked("1") })
 	srv.Stop()
-	testenv.WaitFor(t, 10*time.Second, "the client sees the stream end", func() bool { return testutil.ToFloat64(m.connected) == 0 })
+	testenv.WaitFor(t, 10*time.Second, "the client sees the stream end", func() bool { return !m.Connected() })
 	before := testutil.ToFloat64(m.connects)
 	testenv.WaitFor(t, 10*time.Second, "reconnection attempts while the server is down", func() bool { return testutil.ToFloat64(m.connects) >= before+2 })
 	if _, n := r.last(); n != 1 {

@@ -2,6 +2,7 @@ package ratelimitxds
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -16,6 +17,7 @@ type Metrics struct {
 
 	mu      sync.Mutex
 	version string // the version applied label set now
+	conn    atomic.Bool
 }
 
 // NewMetrics returns unregistered metrics.
@@ -41,6 +43,25 @@ func (m *Metrics) setApplied(version string) {
 	m.applied.Reset()
 	m.applied.WithLabelValues(version).Set(1)
 	m.version = version
+}
+
+// AppliedVersion is the version_info last applied ("" before any).
+func (m *Metrics) AppliedVersion() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.version
+}
+
+// Connected reports whether a stream is open.
+func (m *Metrics) Connected() bool { return m.conn.Load() }
+
+func (m *Metrics) setConnected(on bool) {
+	m.conn.Store(on)
+	if on {
+		m.connected.Set(1)
+	} else {
+		m.connected.Set(0)
+	}
 }
 
 // Describe implements prometheus.Collector.
