@@ -1,7 +1,6 @@
 package coordinator
 
 import (
-	"crypto/tls"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -11,44 +10,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/quota-lease/quota-lease/internal/devca"
-	"github.com/quota-lease/quota-lease/internal/mtls"
-	"github.com/quota-lease/quota-lease/internal/ratelimitxds"
 	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/internal/testenv/xdsserver"
 	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
-
-// xdsTLS makes a CA, the management server's TLS (client certificates
-// required) and the coordinator's client TLS, as Envoy Gateway deploys them.
-func xdsTLS(t *testing.T) (server, client *tls.Config) {
-	t.Helper()
-	ca, err := devca.New(t.TempDir(), "xds")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc, sk, err := ca.Issue(devca.Leaf{Name: "envoy-gateway"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc, ck, err := ca.Issue(devca.Leaf{Name: "coordinator"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if server, err = mtls.Server(mtls.Files{Cert: sc, Key: sk, CA: ca.CertFile}); err != nil {
-		t.Fatal(err)
-	}
-	if client, err = mtls.Client(mtls.Files{Cert: cc, Key: ck, CA: ca.CertFile}, ""); err != nil {
-		t.Fatal(err)
-	}
-	return server, client
-}
-
-func xdsSettings(addr string, tc *tls.Config) *ratelimitxds.Settings {
-	return &ratelimitxds.Settings{Server: addr, NodeID: "envoy-ratelimit", TLS: tc, MaxMessageBytes: ratelimitxds.DefaultMaxMessageBytes,
-		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}
-}
 
 // edgeConfig is domain edge: a limit per user, and a named one per IP
 // (unlimited when ipUnlimited).
@@ -100,11 +66,11 @@ func storedSource(t *testing.T, r *replica, prefix, name string) *policySource {
 // longer sends is deleted; the same state sent again writes nothing, and a
 // new leader subscribes afresh without rewriting it either.
 func TestXDSPoliciesStored(t *testing.T) {
-	stls, ctls := xdsTLS(t)
+	stls, ctls := xdsserver.TLS(t)
 	srv := xdsserver.Start(t, "", "envoy-ratelimit", stls)
 	srv.Set(t, "1", edgeConfig(10, false))
 	prefix := testenv.Prefix(t)
-	withXDS := func(c *Config) { c.RateLimitXDS = xdsSettings(srv.Addr, ctls) }
+	withXDS := func(c *Config) { c.RateLimitXDS = xdsserver.Settings(srv.Addr, ctls) }
 	a := startReplica(t, prefix, "a", withXDS)
 	waitLeader(t, a)
 	adm, _ := admin(t, a.addr)
@@ -211,7 +177,7 @@ func TestXDSPoliciesStored(t *testing.T) {
 func TestXDSServerAwayKeepsPolicies(t *testing.T) {
 	srv := xdsserver.Start(t, "", "envoy-ratelimit", nil)
 	srv.Set(t, "1", edgeConfig(10, false))
-	a := startReplica(t, testenv.Prefix(t), "a", func(c *Config) { c.RateLimitXDS = xdsSettings(srv.Addr, nil) })
+	a := startReplica(t, testenv.Prefix(t), "a", func(c *Config) { c.RateLimitXDS = xdsserver.Settings(srv.Addr, nil) })
 	waitLeader(t, a)
 	adm, _ := admin(t, a.addr)
 	testenv.WaitFor(t, 10*time.Second, "version 1 ACKed", func() bool { return srv.Acked("1") })

@@ -1,4 +1,4 @@
-package ratelimitxds
+package ratelimitxds_test
 
 import (
 	"context"
@@ -10,8 +10,9 @@ import (
 
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"github.com/hashicorp/go-hclog"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/quota-lease/quota-lease/internal/ratelimitxds"
 	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/internal/testenv/xdsserver"
 )
@@ -19,11 +20,11 @@ import (
 // recorder is an Applier that keeps what it was given and fails as told.
 type recorder struct {
 	mu      sync.Mutex
-	applied []Config
+	applied []ratelimitxds.Config
 	fail    error
 }
 
-func (r *recorder) apply(_ context.Context, c Config) error {
+func (r *recorder) apply(_ context.Context, c ratelimitxds.Config) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.fail != nil {
@@ -33,11 +34,11 @@ func (r *recorder) apply(_ context.Context, c Config) error {
 	return nil
 }
 
-func (r *recorder) last() (Config, int) {
+func (r *recorder) last() (ratelimitxds.Config, int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.applied) == 0 {
-		return Config{}, 0
+		return ratelimitxds.Config{}, 0
 	}
 	return r.applied[len(r.applied)-1], len(r.applied)
 }
@@ -50,14 +51,13 @@ func (r *recorder) setFail(err error) {
 
 func perMinute(domain string, n uint32) *rlsconf.RateLimitConfig {
 	return &rlsconf.RateLimitConfig{Name: domain, Domain: domain, Descriptors: []*rlsconf.RateLimitDescriptor{
-		{Key: "user", RateLimit: limit(rlsconf.RateLimitUnit_MINUTE, n)}}}
+		{Key: "user", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_MINUTE, RequestsPerUnit: n}}}}
 }
 
-func startClient(t *testing.T, addr string, r *recorder) *Metrics {
+func startClient(t *testing.T, addr string, r *recorder) *ratelimitxds.Metrics {
 	t.Helper()
-	s := Settings{Server: addr, NodeID: "envoy-ratelimit", MaxMessageBytes: DefaultMaxMessageBytes, MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}
-	m := NewMetrics()
-	cl, err := NewClient(s, r.apply, hclog.NewNullLogger(), m)
+	m := ratelimitxds.NewMetrics()
+	cl, err := ratelimitxds.NewClient(*xdsserver.Settings(addr, nil), r.apply, hclog.NewNullLogger(), m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestClientAckNack(t *testing.T) {
 		t.Fatalf("a refused response was applied (%d applications)", n)
 	}
 
-	r.setFail(Reject(errors.New("policy \"a\" was set by hand")))
+	r.setFail(ratelimitxds.Reject(errors.New("policy \"a\" was set by hand")))
 	srv.Set(t, "3", perMinute("a", 30))
 	testenv.WaitFor(t, 10*time.Second, "version 3 NACKed", func() bool { _, ok := srv.Nacked("3"); return ok })
 	if detail, _ := srv.Nacked("3"); !strings.Contains(detail, "set by hand") {
@@ -113,11 +113,11 @@ func TestClientAckNack(t *testing.T) {
 		t.Fatal("a passing failure to store was NACKed")
 	}
 	for result, atLeast := range map[string]float64{"applied": 2, "rejected": 2, "failed": 1} {
-		if got := testutil.ToFloat64(m.responses.WithLabelValues(result)); got < atLeast {
+		if got := metric(t, m, "quotalease_coordinator_xds_responses_total", result); got < atLeast {
 			t.Errorf("responses{result=%q} = %v, want at least %v", result, got, atLeast)
 		}
 	}
-	if got := testutil.ToFloat64(m.applied.WithLabelValues("4")); got != 1 {
+	if got := metric(t, m, "quotalease_coordinator_xds_applied_version", "4"); got != 1 {
 		t.Errorf("applied version metric for 4 = %v", got)
 	}
 }
@@ -132,12 +132,39 @@ func TestClientSurvivesServerRestart(t *testing.T) {
 	testenv.WaitFor(t, 10*time.Second, "version 1 ACKed", func() bool { return srv.Acked("1") })
 	srv.Stop()
 	testenv.WaitFor(t, 10*time.Second, "the client sees the stream end", func() bool { return !m.Connected() })
-	before := testutil.ToFloat64(m.connects)
-	testenv.WaitFor(t, 10*time.Second, "reconnection attempts while the server is down", func() bool { return testutil.ToFloat64(m.connects) >= before+2 })
+	before := metric(t, m, "quotalease_coordinator_xds_streams_total", "")
+	testenv.WaitFor(t, 10*time.Second, "reconnection attempts while the server is down", func() bool {
+		return metric(t, m, "quotalease_coordinator_xds_streams_total", "") >= before+2
+	})
 	if _, n := r.last(); n != 1 {
 		t.Fatalf("%d applications while the server was down", n)
 	}
 	again := xdsserver.Start(t, srv.Addr, "envoy-ratelimit", nil)
 	again.Set(t, "1", perMinute("a", 15)) // a restarted server may reuse a version string
 	testenv.WaitFor(t, 10*time.Second, "the restarted server's state applied", func() bool { c, _ := r.last(); return c.Policies[0].Limit == 15 })
+}
+
+// metric sums the series of the metric named name whose one label, if it
+// has one, is value.
+func metric(t *testing.T, m *ratelimitxds.Metrics, name, value string) float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, s := range mf.GetMetric() {
+			if ls := s.GetLabel(); len(ls) > 0 && ls[0].GetValue() != value {
+				continue
+			}
+			sum += s.GetCounter().GetValue() + s.GetGauge().GetValue()
+		}
+	}
+	return sum
 }

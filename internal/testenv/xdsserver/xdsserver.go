@@ -21,6 +21,10 @@ import (
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+
+	"github.com/quota-lease/quota-lease/internal/devca"
+	"github.com/quota-lease/quota-lease/internal/mtls"
+	"github.com/quota-lease/quota-lease/internal/ratelimitxds"
 )
 
 // Server is a running management server.
@@ -141,4 +145,37 @@ func (s *Server) Streams() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.streams
+}
+
+// TLS makes a throwaway CA, a server TLS configuration requiring client
+// certificates it signed, and a client one presenting such a certificate:
+// how Envoy Gateway secures its rate limit xDS server.
+func TLS(t testing.TB) (server, client *tls.Config) {
+	t.Helper()
+	ca, err := devca.New(t.TempDir(), "xds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, sk, err := ca.Issue(devca.Leaf{Name: "envoy-gateway"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, ck, err := ca.Issue(devca.Leaf{Name: "coordinator"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if server, err = mtls.Server(mtls.Files{Cert: sc, Key: sk, CA: ca.CertFile}); err != nil {
+		t.Fatal(err)
+	}
+	if client, err = mtls.Client(mtls.Files{Cert: cc, Key: ck, CA: ca.CertFile}, ""); err != nil {
+		t.Fatal(err)
+	}
+	return server, client
+}
+
+// Settings are a client's settings for the server at addr with tc (nil:
+// plaintext), backing off briefly as tests want.
+func Settings(addr string, tc *tls.Config) *ratelimitxds.Settings {
+	return &ratelimitxds.Settings{Server: addr, NodeID: ratelimitxds.DefaultNodeID, TLS: tc, MaxMessageBytes: ratelimitxds.DefaultMaxMessageBytes,
+		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}
 }
