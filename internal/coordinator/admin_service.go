@@ -23,8 +23,12 @@ import (
 // change together; reads of policies and regions come from etcd and work
 // on any replica.
 
-func record(p *policy.Policy) *pb.PolicyRecord {
-	return &pb.PolicyRecord{Name: p.Name, Version: p.Version, Json: mustJSON(p)}
+func record(p *policy.Policy, src *policySource) *pb.PolicyRecord {
+	r := &pb.PolicyRecord{Name: p.Name, Version: p.Version, Json: mustJSON(p)}
+	if src != nil {
+		r.Source = src.String()
+	}
+	return r
 }
 
 // SetPolicy stores one or more policies: all or none, in one transaction.
@@ -44,20 +48,21 @@ func (c *Coordinator) SetPolicy(ctx context.Context, req *pb.SetPolicyRequest) (
 	}
 	resp := &pb.SetPolicyResponse{}
 	for _, p := range ps {
-		resp.Policies = append(resp.Policies, record(p))
+		resp.Policies = append(resp.Policies, record(p, nil))
 	}
 	return resp, nil
 }
 
 // GetPolicy returns one stored policy.
 func (c *Coordinator) GetPolicy(ctx context.Context, req *pb.GetPolicyRequest) (*pb.PolicyRecord, error) {
-	var resp *clientv3.GetResponse
+	var txn *clientv3.TxnResponse
 	if err := c.etcdCall(ctx, "read a policy", func(ctx context.Context) (err error) {
-		resp, err = c.cli.Get(ctx, c.keys.policy(req.Name))
+		txn, err = c.cli.Txn(ctx).Then(clientv3.OpGet(c.keys.policy(req.Name)), clientv3.OpGet(c.keys.source(req.Name))).Commit()
 		return err
 	}); err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
+	resp, srcResp := txn.Responses[0].GetResponseRange(), txn.Responses[1].GetResponseRange()
 	if len(resp.Kvs) == 0 {
 		return nil, status.Errorf(codes.NotFound, "no policy %s; 'coordinator quota list' shows the stored ones", policy.QuoteName(req.Name))
 	}
@@ -65,7 +70,14 @@ func (c *Coordinator) GetPolicy(ctx context.Context, req *pb.GetPolicyRequest) (
 	if err := json.Unmarshal(resp.Kvs[0].Value, &p); err != nil {
 		return nil, status.Errorf(codes.Internal, "policy %q in etcd: %v", req.Name, err)
 	}
-	return record(&p), nil
+	var src *policySource
+	if len(srcResp.Kvs) > 0 {
+		var err error
+		if src, err = loadSource(srcResp.Kvs[0].Value); err != nil {
+			return nil, status.Errorf(codes.Internal, "policy %q's source in etcd: %v", req.Name, err)
+		}
+	}
+	return record(&p, src), nil
 }
 
 // ListPolicies returns every stored policy, by name.
@@ -76,7 +88,7 @@ func (c *Coordinator) ListPolicies(ctx context.Context, _ *pb.ListPoliciesReques
 	}
 	resp := &pb.ListPoliciesResponse{}
 	for _, p := range st.policies {
-		resp.Policies = append(resp.Policies, record(p))
+		resp.Policies = append(resp.Policies, record(p, st.sources[p.Name]))
 	}
 	sort.Slice(resp.Policies, func(i, j int) bool { return resp.Policies[i].Name < resp.Policies[j].Name })
 	return resp, nil

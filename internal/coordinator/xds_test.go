@@ -124,6 +124,18 @@ func TestXDSPoliciesStored(t *testing.T) {
 	if src := storedSource(t, a, prefix, "edge.user"); src.Version != "3" {
 		t.Fatalf("source version %q after version 3", src.Version)
 	}
+	if rec, err := adm.GetPolicy(t.Context(), &pb.GetPolicyRequest{Name: "edge.user"}); err != nil || !strings.Contains(rec.Source, "xDS server "+srv.Addr) || !strings.Contains(rec.Source, `version "3"`) {
+		t.Fatalf("quota get's source: %v, %v", rec, err)
+	}
+	list, err := adm.ListPolicies(t.Context(), &pb.ListPoliciesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range list.Policies {
+		if (rec.Name == "mine") != (rec.Source == "") {
+			t.Errorf("quota list: policy %s has source %q", rec.Name, rec.Source)
+		}
+	}
 
 	// The same state again: acknowledged, nothing written.
 	_, writes := a.c.Stats()
