@@ -199,26 +199,7 @@ func counterValue(t testing.TB, a *Agent, name string) float64 {
 // of them for an empty label).
 func counterValueLabeled(t testing.TB, a *Agent, name, label, value string) float64 {
 	t.Helper()
-	mfs, err := a.m.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			match := label == ""
-			for _, l := range m.GetLabel() {
-				match = match || l.GetName() == label && l.GetValue() == value
-			}
-			if match {
-				sum += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return sum
+	return testenv.MetricSum(t, a.m.reg, name, label, value)
 }
 
 // startRedisBehindProxy starts a redis-server and a fault proxy in front

@@ -144,27 +144,18 @@ func TestClientSurvivesServerRestart(t *testing.T) {
 	testenv.WaitFor(t, 10*time.Second, "the restarted server's state applied", func() bool { c, _ := r.last(); return c.Policies[0].Limit == 15 })
 }
 
-// metric sums the series of the metric named name whose one label, if it
-// has one, is value.
+// metric sums m's series named name whose result or version label is
+// value (all of them for "").
 func metric(t *testing.T, m *ratelimitxds.Metrics, name, value string) float64 {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m)
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	label := "result"
+	if strings.HasSuffix(name, "_version") {
+		label = "version"
 	}
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, s := range mf.GetMetric() {
-			if ls := s.GetLabel(); len(ls) > 0 && ls[0].GetValue() != value {
-				continue
-			}
-			sum += s.GetCounter().GetValue() + s.GetGauge().GetValue()
-		}
+	if value == "" {
+		label = ""
 	}
-	return sum
+	return testenv.MetricSum(t, reg, name, label, value)
 }
