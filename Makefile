@@ -85,6 +85,7 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 10s)
 	@echo "== regional FuzzStateKey"; $(GO) test ./regional/ -run '^$$' -fuzz '^FuzzStateKey$$' -fuzztime $(FUZZTIME)
 	@echo "== sim FuzzParseScenario"; $(GO) test ./sim/ -run '^$$' -fuzz '^FuzzParseScenario$$' -fuzztime $(FUZZTIME)
 	@echo "== sfv FuzzRoundTrip"; $(GO) test ./internal/sfv/ -run '^$$' -fuzz '^FuzzRoundTrip$$' -fuzztime $(FUZZTIME)
+	@echo "== ratelimitxds FuzzConvert"; $(GO) test ./internal/ratelimitxds/ -run '^$$' -fuzz '^FuzzConvert$$' -fuzztime $(FUZZTIME)
 	@set -e; for t in FuzzAppendJSONString FuzzDecodeCheckBody; do \
 	  echo "== agent $$t"; $(GO) test ./internal/agent/ -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME); done
 
