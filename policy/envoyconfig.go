@@ -89,6 +89,9 @@ type EnvoyDescriptor struct {
 	ShadowMode     bool              `yaml:"shadow_mode"`
 	QuotaMode      bool              `yaml:"quota_mode"`
 	DetailedMetric bool              `yaml:"detailed_metric"`
+	// Returns is quota-lease's own: the limit accepts the hits Envoy
+	// returns (is_negative_hits), Policy.Returns.
+	Returns bool `yaml:"returns"`
 }
 
 // EnvoyRateLimit is a descriptor's rate_limit. Unit is one of second,
@@ -198,7 +201,7 @@ func envoyPolicy(f EnvoyConfig, path []EnvoyEntry, d EnvoyDescriptor, rl *EnvoyR
 		name = envoyPolicyName(f.Domain, path)
 	}
 	p := &Policy{Name: name, Algorithm: f.Algorithm, Limit: float64(rl.RequestsPerUnit), Period: Duration(period),
-		Scope: f.Scope, ShadowMode: d.ShadowMode, Envoy: &EnvoyMatch{Domain: f.Domain, Entries: path, Unlimited: d.RateLimit.Unlimited, Name: rl.Name, QuotaMode: d.QuotaMode}}
+		Scope: f.Scope, ShadowMode: d.ShadowMode, Returns: d.Returns, Envoy: &EnvoyMatch{Domain: f.Domain, Entries: path, Unlimited: d.RateLimit.Unlimited, Name: rl.Name, QuotaMode: d.QuotaMode}}
 	if p.Envoy.Unlimited {
 		p.Scope = ScopeRegion
 	}
