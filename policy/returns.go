@@ -27,9 +27,12 @@ import "fmt"
 //     window, then the previous window's count (which the estimate
 //     weighs by its overlap), then the current one's;
 //   - sliding log: first what has left the log, then the oldest entries;
-//   - token bucket: refill fills the oldest deficit first, so the units
-//     held beyond the bucket's deficit are already refilled; a return
-//     frees the rest, as tokens (never above the capacity).
+//   - token bucket: refill is taken to restore what the oldest charges
+//     took first, so of what is held, what refill restored since is
+//     already back; a return frees the rest, as tokens (never above the
+//     capacity). The bucket keeps what its charges took and refill has
+//     not restored (State.Unrefilled): its deficit alone would count the
+//     capacity a grown share has not filled yet as taken.
 
 // MaxHeld is where State.Held saturates: far above any capacity plus any
 // return (MaxCapacity each), so a saturated ledger still matches every
@@ -45,11 +48,30 @@ func ApplyHeld(s State, l Limits, nowMs, cost int64) (State, Decision, error) {
 	if err != nil {
 		return ns, d, err
 	}
-	ns.Held = s.Held
+	charged := int64(0)
 	if d.Allowed {
-		ns.Held = min(MaxHeld, ns.Held+cost)
+		charged = cost
+	}
+	ns.Held = min(MaxHeld, s.Held+charged)
+	if l.Algorithm == TokenBucket {
+		ns.Unrefilled = unrefilled(s, ns, l, charged)
 	}
 	return ns, d, nil
+}
+
+// unrefilled is what a token bucket's charges took that refill has not
+// restored, once its state went from s to ns charging charged: s's less
+// the refill between, which restores the oldest first, plus charged; and
+// never more than ns's deficit, which bounds what any charges can still
+// be missing from it (a shrinking capacity cuts tokens a charge took
+// before refill could). A state that did not exist has none before.
+func unrefilled(s, ns State, l Limits, charged int64) int64 {
+	u := charged
+	if s.Exists {
+		refill := ns.Tokens + charged - min(l.Capacity, s.Tokens)
+		u += max(0, s.Unrefilled-refill)
+	}
+	return min(u, l.Capacity-ns.Tokens)
 }
 
 // Return gives back units micro-units (1 to MaxCapacity) of what the
@@ -73,11 +95,14 @@ func Return(s State, l Limits, nowMs, units int64) (State, Decision, error) {
 	}
 	held := s.Held
 	ns, _ := transition(s, l, nowMs, 0) // brought to now, nothing charged
+	if l.Algorithm == TokenBucket {
+		ns.Unrefilled = unrefilled(s, ns, l, 0)
+	}
 	matched := min(units, held)
 	freed := free(&ns, l, held, matched)
 	ns.Held = held - matched
 	after, d := transition(ns, l, nowMs, 0) // what remains, as a charge would see it
-	after.Held = ns.Held
+	after.Held, after.Unrefilled = ns.Held, ns.Unrefilled
 	d.Allowed, d.RetryAfterMs, d.Matched, d.Freed = true, 0, matched, freed
 	return after, d, nil
 }
@@ -92,8 +117,9 @@ func free(s *State, l Limits, held, matched int64) int64 {
 	counted := func(c int64) int64 { return matched - min(matched, max(0, held-c)) }
 	switch l.Algorithm {
 	case TokenBucket:
-		f := counted(l.Capacity - s.Tokens)
+		f := counted(s.Unrefilled)
 		s.Tokens += f
+		s.Unrefilled -= f
 		return f
 	case FixedWindow:
 		f := counted(s.Count)

@@ -16,26 +16,31 @@ var returnLimits = []Limits{
 	{Algorithm: SlidingLog, Capacity: 10 * Micro, WindowMs: 1000},
 }
 
-type taken struct {
+// event is one decision of a sequence: a charge admitted (cost > 0), or
+// one that charged nothing (a refused charge, a return), each under the
+// limits in force then.
+type event struct {
 	at, cost int64
-	returned bool
+	l        Limits
+	returned bool // a charge that a later return gave back
 }
 
-// replay is the state the limiter would be in at now had only the charges
-// of hist that were not returned been admitted: what a return may at most
-// free. Every such charge must still be admitted (fewer charges never
-// leave less room).
-func replay(t *testing.T, l Limits, hist []taken, now int64) State {
+// replay is the state the limiter would be in at now had it made the
+// decisions of hist but admitted none of the returned charges: what
+// returns may at most free. Every other charge must still be admitted
+// (fewer charges never leave less room).
+func replay(t *testing.T, l Limits, hist []event, now int64) State {
 	t.Helper()
 	var s State
-	for _, c := range hist {
-		if c.returned {
+	for _, e := range hist {
+		if e.cost == 0 || e.returned {
+			s, _ = transition(s, e.l, e.at, 0)
 			continue
 		}
 		var d Decision
 		var err error
-		if s, d, err = Apply(s, l, c.at, c.cost); err != nil || !d.Allowed {
-			t.Fatalf("replay without the returned charges refused the charge at %d (%d): %v %v", c.at, c.cost, d, err)
+		if s, d, err = Apply(s, e.l, e.at, e.cost); err != nil || !d.Allowed {
+			t.Fatalf("replay without the returned charges refused the charge at %d (%d): %v %v", e.at, e.cost, d, err)
 		}
 	}
 	s, _ = transition(s, l, now, 0)
@@ -55,7 +60,8 @@ func remainingAt(s State, l Limits, t int64) int64 {
 // admitted the returned requests; and exactly as much when requests
 // return oldest first, but for the token bucket, which takes refill to
 // have restored the oldest held first and so frees less of a held unit
-// the longer ago it was taken. The ledger is exact throughout.
+// the longer ago it was taken. The ledger is exact throughout. The limits
+// change now and then, as a region's share does.
 func TestReturnNeverFreesMoreThanTaken(t *testing.T) {
 	for _, order := range []string{"oldest", "newest", "random"} {
 		for li, l := range returnLimits {
@@ -68,15 +74,22 @@ func TestReturnNeverFreesMoreThanTaken(t *testing.T) {
 	}
 }
 
-func checkReturns(t *testing.T, l Limits, order string, r *rand.Rand) {
+func checkReturns(t *testing.T, base Limits, order string, r *rand.Rand) {
 	var s State
-	var hist []taken
+	var hist []event
 	now := int64(1_000_000)
+	l := base
 	for step := range 120 {
 		now += r.Int64N(l.IdleMs() / 3)
+		switch r.IntN(10) { // the share changes
+		case 0:
+			l = base.Scale(int64(1+r.IntN(5)), 6)
+		case 1:
+			l = base
+		}
 		held := []int{}
-		for i, c := range hist {
-			if !c.returned {
+		for i, e := range hist {
+			if e.cost > 0 && !e.returned {
 				held = append(held, i)
 			}
 		}
@@ -95,16 +108,18 @@ func checkReturns(t *testing.T, l Limits, order string, r *rand.Rand) {
 				t.Fatalf("step %d: returning %d: %+v %v, held %d -> %d", step, hist[i].cost, d, err, before, s.Held)
 			}
 			hist[i].returned = true
+			hist = append(hist, event{at: now, l: l})
 		} else {
-			cost := (r.Int64N(3) + 1) * Micro
+			cost := min((r.Int64N(3)+1)*Micro, l.Capacity/Micro*Micro)
 			var d Decision
 			var err error
 			if s, d, err = ApplyHeld(s, l, now, cost); err != nil {
 				t.Fatal(err)
 			}
-			if d.Allowed {
-				hist = append(hist, taken{at: now, cost: cost})
+			if !d.Allowed {
+				cost = 0
 			}
+			hist = append(hist, event{at: now, cost: cost, l: l})
 		}
 		truth := replay(t, l, hist, now)
 		for _, ahead := range []int64{0, 1, l.IdleMs() / 4, l.IdleMs() / 2, l.IdleMs() - 1, l.IdleMs()} {
@@ -112,14 +127,14 @@ func checkReturns(t *testing.T, l Limits, order string, r *rand.Rand) {
 			if ours > want {
 				t.Fatalf("step %d, %d ms ahead: %d left after the returns, a limiter that never admitted the returned requests has %d", step, ahead, ours, want)
 			}
-			if order == "oldest" && l.Algorithm != TokenBucket && ours < want {
+			if order == "oldest" && l.Algorithm != TokenBucket && l == base && ours < want {
 				t.Fatalf("step %d, %d ms ahead: oldest-first returns leave %d, want %d (exact)", step, ahead, ours, want)
 			}
 		}
 		var sum int64
-		for _, c := range hist {
-			if !c.returned {
-				sum += c.cost
+		for _, e := range hist {
+			if !e.returned {
+				sum += e.cost
 			}
 		}
 		if s.Held != sum {

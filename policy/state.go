@@ -29,6 +29,12 @@ type State struct {
 	// admitted and not yet returned (ApplyHeld, Return): what a return
 	// is matched against.
 	Held int64
+	// Unrefilled is, for a token bucket that accepts returns, the
+	// micro-units its charges took that refill has not yet restored
+	// (refill taken to restore the oldest first): the part of its deficit
+	// a return may free, the rest being capacity a grown share has not
+	// yet filled.
+	Unrefilled int64
 }
 
 // LogEntry is one admitted request in a sliding log.

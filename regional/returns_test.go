@@ -49,6 +49,9 @@ func (h *harness) heldState(alg policy.Algorithm, tenant string) policy.State {
 	if u := h.rdb.HGet(context.Background(), k, "u").Val(); u != "" {
 		s.Held, _ = strconv.ParseInt(u, 10, 64)
 	}
+	if a := h.rdb.HGet(context.Background(), k, "a").Val(); a != "" && alg == policy.TokenBucket {
+		s.Unrefilled, _ = strconv.ParseInt(a, 10, 64)
+	}
 	return s
 }
 
@@ -70,7 +73,7 @@ func sameHeld(a, b policy.State) bool {
 	}
 	la, lb := perMs(a.Log), perMs(b.Log)
 	a.Log, b.Log = nil, nil
-	return equalState(a, b) && a.Held == b.Held && fmt.Sprint(la) == fmt.Sprint(lb)
+	return equalState(a, b) && a.Held == b.Held && a.Unrefilled == b.Unrefilled && fmt.Sprint(la) == fmt.Sprint(lb)
 }
 
 // TestDifferentialReturns demands that the script and the Go twin
@@ -108,8 +111,10 @@ func TestDifferentialReturns(t *testing.T) {
 					now += r.Int64N(400)
 				}
 				lim := l
-				if r.IntN(8) == 0 {
-					lim.Capacity = max(policy.Micro, lim.Capacity/2)
+				if r.IntN(6) == 0 { // another share
+					lim = l.Scale(int64(1+r.IntN(5)), 4)
+					lim.Capacity = max(policy.Micro, lim.Capacity)
+					lim.Rate = max(1, lim.Rate)
 				}
 				units := r.Int64N(max(1, lim.Capacity/policy.Micro)) + 1
 				var want, got policy.Decision

@@ -46,10 +46,12 @@ local function decide(alg, kind, ks, nk, idem_ttl, cap, param, cost, margin)
   if kind == '-' then
     allowed, remaining, retry, reset, matched, freed =
       give_back(alg, algorithms[alg], KEYS[ks], KEYS[ks + 1], now, cap, param, cost, margin, mk)
+  elseif kind == '+' then
+    allowed, remaining, retry, reset =
+      take_held(alg, algorithms[alg], KEYS[ks], KEYS[ks + 1], now, cap, param, cost, margin, mk)
   else
     allowed, remaining, retry, reset =
       algorithms[alg](KEYS[ks], KEYS[ks + 1], now, cap, param, cost, margin, mk)
-    if kind == '+' and allowed == 1 then record_held(held_key(alg, KEYS[ks], mk), cost) end
   end
   if idem_key then
     redis.call('SET', idem_key,

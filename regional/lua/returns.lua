@@ -4,8 +4,10 @@
 --
 -- The ledger is field u of the state's hash (the sliding log's meta hash):
 -- the micro-units admitted and not yet returned, kept by the decisions of
--- such a policy (decide.lua, codes ending in '+') and saturating at
--- max_held. It lives and expires with the state.
+-- such a policy (decide.lua, codes ending in '+': take_held) and
+-- saturating at max_held; a token bucket also keeps field a, what its
+-- charges took that refill has not restored. Both live and expire with
+-- the state.
 local max_held = 4503599627370496 -- 2^52, policy.MaxHeld
 
 -- held_key is the hash holding the ledger of a decision on k.
@@ -14,10 +16,37 @@ local function held_key(alg, k, mk)
   return k
 end
 
--- record_held adds an admitted cost to the ledger in hash hk.
-local function record_held(hk, cost)
-  local u = tonumber(redis.call('HGET', hk, 'u')) or 0
-  redis.call('HSET', hk, 'u', int(math.min(max_held, u + cost)))
+-- unrefilled is what a token bucket's charges took that refill has not
+-- restored, now that its key k went from tokens t0 (nil: no state) with
+-- a0 unrefilled to what it holds, charging charged: a0 less the refill
+-- between (oldest first), plus charged, at most the deficit.
+local function unrefilled(k, cap, t0, a0, charged)
+  local t = tonumber(redis.call('HGET', k, 't'))
+  local a = charged
+  if t0 ~= nil then
+    a = a + math.max(0, (a0 or 0) - (t + charged - math.min(cap, t0)))
+  end
+  return math.min(a, cap - t)
+end
+
+-- take_held decides a charge of a policy that accepts returns with the
+-- algorithm's function fn, and records what it admitted. Returns what fn
+-- does.
+local function take_held(alg, fn, k, bk, now, cap, param, cost, margin, mk)
+  local before = nil
+  if alg == 'tb' then before = redis.call('HMGET', k, 't', 'a') end
+  local allowed, remaining, retry, reset = fn(k, bk, now, cap, param, cost, margin, mk)
+  local charged = 0
+  if allowed == 1 then charged = cost end
+  if alg == 'tb' then
+    redis.call('HSET', k, 'a', int(unrefilled(k, cap, tonumber(before[1]), tonumber(before[2]), charged)))
+  end
+  if charged > 0 then
+    local hk = held_key(alg, k, mk)
+    local u = tonumber(redis.call('HGET', hk, 'u')) or 0
+    redis.call('HSET', hk, 'u', int(math.min(max_held, u + charged)))
+  end
+  return allowed, remaining, retry, reset
 end
 
 -- give_back returns units micro-units to the state of key k under the
@@ -33,6 +62,8 @@ local function give_back(alg, fn, k, bk, now, cap, param, units, margin, mk)
     return 1, cap, 0, 0, 0, 0
   end
   local held = tonumber(st[2]) or 0
+  local before = nil
+  if alg == 'tb' then before = redis.call('HMGET', k, 't', 'a') end
   fn(k, bk, now, cap, param, 0, margin, mk)
   local matched = math.min(units, held)
   -- the part of matched the state still counts, where it counts c of
@@ -40,9 +71,10 @@ local function give_back(alg, fn, k, bk, now, cap, param, units, margin, mk)
   local function counted(c) return matched - math.min(matched, math.max(0, held - c)) end
   local freed = 0
   if alg == 'tb' then
+    local a = unrefilled(k, cap, tonumber(before[1]), tonumber(before[2]), 0)
     local t = tonumber(redis.call('HGET', k, 't'))
-    freed = counted(cap - t)
-    redis.call('HSET', k, 't', int(t + freed))
+    freed = counted(a)
+    redis.call('HSET', k, 't', int(t + freed), 'a', int(a - freed))
   elseif alg == 'fw' then
     local c = tonumber(redis.call('HGET', k, 'c'))
     freed = counted(c)
