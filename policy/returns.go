@@ -10,6 +10,15 @@ import "fmt"
 // and not yet returned (State.Held, which ApplyHeld keeps), and never
 // gives back more than that: a return that matches nothing frees nothing.
 //
+// Envoy sends a request's return at its end whether or not its hits were
+// admitted (Filter::onDestroy in source/extensions/filters/http/ratelimit/
+// ratelimit.cc sends the descriptors applied on stream done once the call
+// completed, OK or OVER_LIMIT), and quota-lease never charges a refused
+// request. So a refused charge is recorded too (State.Refused), and a
+// return is matched first against those, freeing nothing: taking a return
+// for an admitted request's when it was a refused one's could free units
+// another request still holds; the other way round only frees them late.
+//
 // Of the units it matches, a return frees only the part the algorithm
 // still counts, taking the returned units to be the oldest the identity
 // holds: of everything it could be, that frees the least, because what an
@@ -34,15 +43,15 @@ import "fmt"
 //     not restored (State.Unrefilled): its deficit alone would count the
 //     capacity a grown share has not filled yet as taken.
 
-// MaxHeld is where State.Held saturates: far above any capacity plus any
+// MaxHeld is where State.Held and State.Refused saturate: far above any capacity plus any
 // return (MaxCapacity each), so a saturated ledger still matches every
 // return to units older than anything the state counts and frees nothing
 // it should not.
 const MaxHeld int64 = 1 << 52
 
 // ApplyHeld is Apply for a policy that accepts returns: an admitted cost
-// is also recorded in the state's Held (saturating at MaxHeld), for
-// returns to be matched against.
+// is also recorded in the state's Held, a refused one in its Refused
+// (saturating at MaxHeld), for returns to be matched against.
 func ApplyHeld(s State, l Limits, nowMs, cost int64) (State, Decision, error) {
 	ns, d, err := Apply(s, l, nowMs, cost)
 	if err != nil {
@@ -52,7 +61,10 @@ func ApplyHeld(s State, l Limits, nowMs, cost int64) (State, Decision, error) {
 	if d.Allowed {
 		charged = cost
 	}
-	ns.Held = min(MaxHeld, s.Held+charged)
+	ns.Held, ns.Refused = min(MaxHeld, s.Held+charged), s.Refused
+	if !d.Allowed {
+		ns.Refused = min(MaxHeld, s.Refused+cost)
+	}
 	if l.Algorithm == TokenBucket {
 		ns.Unrefilled = unrefilled(s, ns, l, charged)
 	}
@@ -98,12 +110,13 @@ func Return(s State, l Limits, nowMs, units int64) (State, Decision, error) {
 	if l.Algorithm == TokenBucket {
 		ns.Unrefilled = unrefilled(s, ns, l, 0)
 	}
-	matched := min(units, held)
+	refused := min(units, s.Refused) // a refused request's return: frees nothing
+	matched := min(units-refused, held)
 	freed := free(&ns, l, held, matched)
-	ns.Held = held - matched
+	ns.Held, ns.Refused = held-matched, s.Refused-refused
 	after, d := transition(ns, l, nowMs, 0) // what remains, as a charge would see it
-	after.Held, after.Unrefilled = ns.Held, ns.Unrefilled
-	d.Allowed, d.RetryAfterMs, d.Matched, d.Freed = true, 0, matched, freed
+	after.Held, after.Refused, after.Unrefilled = ns.Held, ns.Refused, ns.Unrefilled
+	d.Allowed, d.RetryAfterMs, d.Matched, d.Freed = true, 0, refused+matched, freed
 	return after, d, nil
 }
 

@@ -29,6 +29,11 @@ type State struct {
 	// admitted and not yet returned (ApplyHeld, Return): what a return
 	// is matched against.
 	Held int64
+	// Refused is, for a policy that accepts returns, the micro-units of
+	// charges it refused whose returns may still come (ApplyHeld):
+	// Envoy returns a request's hits at its end whether or not they were
+	// admitted, and such a return must free nothing.
+	Refused int64
 	// Unrefilled is, for a token bucket that accepts returns, the
 	// micro-units its charges took that refill has not yet restored
 	// (refill taken to restore the oldest first): the part of its deficit

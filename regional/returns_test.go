@@ -49,6 +49,9 @@ func (h *harness) heldState(alg policy.Algorithm, tenant string) policy.State {
 	if u := h.rdb.HGet(context.Background(), k, "u").Val(); u != "" {
 		s.Held, _ = strconv.ParseInt(u, 10, 64)
 	}
+	if r := h.rdb.HGet(context.Background(), k, "r").Val(); r != "" {
+		s.Refused, _ = strconv.ParseInt(r, 10, 64)
+	}
 	if a := h.rdb.HGet(context.Background(), k, "a").Val(); a != "" && alg == policy.TokenBucket {
 		s.Unrefilled, _ = strconv.ParseInt(a, 10, 64)
 	}
@@ -73,7 +76,7 @@ func sameHeld(a, b policy.State) bool {
 	}
 	la, lb := perMs(a.Log), perMs(b.Log)
 	a.Log, b.Log = nil, nil
-	return equalState(a, b) && a.Held == b.Held && a.Unrefilled == b.Unrefilled && fmt.Sprint(la) == fmt.Sprint(lb)
+	return equalState(a, b) && a.Held == b.Held && a.Refused == b.Refused && a.Unrefilled == b.Unrefilled && fmt.Sprint(la) == fmt.Sprint(lb)
 }
 
 // TestDifferentialReturns demands that the script and the Go twin

@@ -58,7 +58,8 @@ func hits(n uint64, ret bool, kv ...string) *commonrl.RateLimitDescriptor {
 
 // Returned hits (is_negative_hits) through a real gRPC client against an
 // agent on a real Redis: what they free, what they are refused, and that
-// N racers who take and return never hold more than the limit.
+// N racers who take and return never hold more than the limit, refused
+// requests returning too, as Envoy's do.
 func TestEnvoyReturns(t *testing.T) {
 	k := startCoordinator(t, testenv.Prefix(t), "")
 	for _, p := range []string{returnsConfig, racersConfig, plainPolicy} {
@@ -99,20 +100,22 @@ func TestEnvoyReturns(t *testing.T) {
 	}
 
 	t.Run("returns bring the count back, never above what was taken", func(t *testing.T) {
-		// A fixed window of 3 per second.
+		// A fixed window of 3 per second. Requests return at their end
+		// whether or not they were admitted, as Envoy's do: the refused
+		// one's return frees nothing.
 		var got []*rlsv3.RateLimitResponse_DescriptorStatus
-		var freed, unmatched float64
+		var freed, cleared, unmatched float64
 		inOneSecond(t, "count", func(user string) {
-			got, freed, unmatched = nil, returned("freed"), returned("unmatched")
-			for _, n := range []int64{1, 1, 1, 1, -1, 1, -5, -2, 1, 1, 1, 1} { // take, or return -n
+			got, freed, cleared, unmatched = nil, returned("freed"), returned("cleared"), returned("unmatched")
+			for _, n := range []int64{1, 1, 1, 1, -1, -1, 1, -5, -2, 1, 1, 1, 1} { // take, or return -n
 				got = append(got, one(t, "conc", hits(uint64(max(n, -n)), n < 0, "user", user)))
 			}
-			freed, unmatched = returned("freed")-freed, returned("unmatched")-unmatched
+			freed, cleared, unmatched = returned("freed")-freed, returned("cleared")-cleared, returned("unmatched")-unmatched
 		})
 		want := []struct {
 			code rlsv3.RateLimitResponse_Code
 			left uint32
-		}{{ok, 2}, {ok, 1}, {ok, 0}, {over, 0}, {ok, 1}, {ok, 0}, {ok, 3}, {ok, 3}, {ok, 2}, {ok, 1}, {ok, 0}, {over, 0}}
+		}{{ok, 2}, {ok, 1}, {ok, 0}, {over, 0}, {ok, 0}, {ok, 1}, {ok, 0}, {ok, 3}, {ok, 3}, {ok, 2}, {ok, 1}, {ok, 0}, {over, 0}}
 		for i, w := range want {
 			if got[i].Code != w.code || got[i].LimitRemaining != w.left || got[i].CurrentLimit.GetRequestsPerUnit() != 3 {
 				t.Fatalf("step %d: %v, want %s with %d remaining of 3", i, got[i], w.code, w.left)
@@ -120,8 +123,8 @@ func TestEnvoyReturns(t *testing.T) {
 		}
 		// Returning 5 with 3 held frees 3; returning 2 with none held
 		// frees nothing; so 3 are admitted after, no more.
-		if freed != 4 || unmatched != 4 {
-			t.Fatalf("returned units: freed %v, unmatched %v; want 4 and 4", freed, unmatched)
+		if freed != 4 || cleared != 1 || unmatched != 4 {
+			t.Fatalf("returned units: freed %v, cleared %v, unmatched %v; want 4, 1 and 4", freed, cleared, unmatched)
 		}
 	})
 
@@ -211,17 +214,19 @@ func TestEnvoyReturns(t *testing.T) {
 						t.Errorf("take: %v", err)
 						return
 					}
-					if resp.OverallCode != ok {
-						continue
-					}
-					admitted.Add(1)
-					for h := held.Add(1); ; {
-						m := most.Load()
-						if h <= m || most.CompareAndSwap(m, h) {
-							break
+					if resp.OverallCode == ok {
+						admitted.Add(1)
+						for h := held.Add(1); ; {
+							m := most.Load()
+							if h <= m || most.CompareAndSwap(m, h) {
+								break
+							}
 						}
+						time.Sleep(time.Millisecond) // the request's work, while it holds
+						held.Add(-1)                 // released before the return is sent
 					}
-					held.Add(-1) // released before the return is sent
+					// Every request returns at its end, admitted or not,
+					// as Envoy's do.
 					if _, err := client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "race", Descriptors: d(hits(1, true, "user", "u"))}); err != nil {
 						t.Errorf("return: %v", err)
 						return

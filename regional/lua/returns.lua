@@ -5,8 +5,9 @@
 -- The ledger is field u of the state's hash (the sliding log's meta hash):
 -- the micro-units admitted and not yet returned, kept by the decisions of
 -- such a policy (decide.lua, codes ending in '+': take_held) and
--- saturating at max_held; a token bucket also keeps field a, what its
--- charges took that refill has not restored. Both live and expire with
+-- saturating at max_held; field r, the micro-units of refused charges
+-- whose returns may still come; and for a token bucket field a, what its
+-- charges took that refill has not restored. They live and expire with
 -- the state.
 local max_held = 4503599627370496 -- 2^52, policy.MaxHeld
 
@@ -30,8 +31,8 @@ local function unrefilled(k, cap, t0, a0, charged)
 end
 
 -- take_held decides a charge of a policy that accepts returns with the
--- algorithm's function fn, and records what it admitted. Returns what fn
--- does.
+-- algorithm's function fn, and records what it admitted, or that it
+-- refused it. Returns what fn does.
 local function take_held(alg, fn, k, bk, now, cap, param, cost, margin, mk)
   local before = nil
   if alg == 'tb' then before = redis.call('HMGET', k, 't', 'a') end
@@ -41,11 +42,11 @@ local function take_held(alg, fn, k, bk, now, cap, param, cost, margin, mk)
   if alg == 'tb' then
     redis.call('HSET', k, 'a', int(unrefilled(k, cap, tonumber(before[1]), tonumber(before[2]), charged)))
   end
-  if charged > 0 then
-    local hk = held_key(alg, k, mk)
-    local u = tonumber(redis.call('HGET', hk, 'u')) or 0
-    redis.call('HSET', hk, 'u', int(math.min(max_held, u + charged)))
-  end
+  local field = 'u'
+  if charged == 0 then field = 'r' end
+  local hk = held_key(alg, k, mk)
+  local n = tonumber(redis.call('HGET', hk, field)) or 0
+  redis.call('HSET', hk, field, int(math.min(max_held, n + cost)))
   return allowed, remaining, retry, reset
 end
 
@@ -57,15 +58,16 @@ end
 -- reset, matched and freed.
 local function give_back(alg, fn, k, bk, now, cap, param, units, margin, mk)
   local hk = held_key(alg, k, mk)
-  local st = redis.call('HMGET', hk, 'l', 'u')
+  local st = redis.call('HMGET', hk, 'l', 'u', 'r')
   if not st[1] then
     return 1, cap, 0, 0, 0, 0
   end
-  local held = tonumber(st[2]) or 0
+  local held, refused = tonumber(st[2]) or 0, tonumber(st[3]) or 0
   local before = nil
   if alg == 'tb' then before = redis.call('HMGET', k, 't', 'a') end
   fn(k, bk, now, cap, param, 0, margin, mk)
-  local matched = math.min(units, held)
+  local ref = math.min(units, refused) -- a refused request's return: frees nothing
+  local matched = math.min(units - ref, held)
   -- the part of matched the state still counts, where it counts c of
   -- what is held: the rest of held is older than anything it counts
   local function counted(c) return matched - math.min(matched, math.max(0, held - c)) end
@@ -105,7 +107,7 @@ local function give_back(alg, fn, k, bk, now, cap, param, units, margin, mk)
     freed = freed - r
     redis.call('HSET', mk, 's', int(sum - freed))
   end
-  redis.call('HSET', hk, 'u', int(held - matched))
+  redis.call('HSET', hk, 'u', int(held - matched), 'r', int(refused - ref))
   local _, remaining, _, reset = fn(k, bk, now, cap, param, 0, margin, mk)
-  return 1, remaining, 0, reset, matched, freed
+  return 1, remaining, 0, reset, ref + matched, freed
 end
