@@ -81,60 +81,41 @@ func sameHeld(a, b policy.State) bool {
 
 // TestDifferentialReturns demands that the script and the Go twin
 // (policy.ApplyHeld, policy.Return) agree on every charge and return of
-// seeded random sequences, and on the state and the ledger after each:
-// windows rolling, buckets refilling, the clock stepping back, limits
-// lowered, returns of more than is held.
+// TestDifferential's seeded random sequences, a third of their steps made
+// returns (of up to twice the limit: more than is held, too), and on the
+// state and the ledger after each: windows rolling, buckets refilling, the
+// clock stepping back and far forward, and the share changing.
 func TestDifferentialReturns(t *testing.T) {
 	h := returnsHarness(t)
 	r := rand.New(rand.NewPCG(3, 4))
-	for i := range 40 {
-		var l policy.Limits
-		switch i % 4 {
-		case 0:
-			l = policy.Limits{Algorithm: policy.TokenBucket, Capacity: r.Int64N(20*policy.Micro) + policy.Micro, Rate: r.Int64N(10*policy.Micro) + 1000}
-		case 1:
-			l = policy.Limits{Algorithm: policy.FixedWindow, Capacity: r.Int64N(20*policy.Micro) + policy.Micro, WindowMs: r.Int64N(3000) + 1}
-		case 2:
-			l = policy.Limits{Algorithm: policy.SlidingWindow, Capacity: r.Int64N(20*policy.Micro) + policy.Micro, WindowMs: r.Int64N(3000) + 1}
-		case 3:
-			l = policy.Limits{Algorithm: policy.SlidingLog, Capacity: r.Int64N(20*policy.Micro) + policy.Micro, WindowMs: r.Int64N(3000) + 1}
-		}
-		t.Run(fmt.Sprintf("%d/%s", i, l.Algorithm), func(t *testing.T) {
+	for i, c := range randomCases(40) {
+		l := c.lim
+		t.Run(c.name, func(t *testing.T) {
 			h.t = t
 			tenant := fmt.Sprintf("ret-%d", i)
 			var s policy.State
-			now := r.Int64N(1 << 40)
-			for step := range 50 {
-				switch r.IntN(12) {
-				case 0:
-					now -= r.Int64N(2000)
-				case 1:
-					now += r.Int64N(20_000)
-				default:
-					now += r.Int64N(400)
-				}
+			for step, st := range c.steps {
 				lim := l
 				if r.IntN(6) == 0 { // another share
 					lim = l.Scale(int64(1+r.IntN(5)), 4)
-					lim.Capacity = max(policy.Micro, lim.Capacity)
-					lim.Rate = max(1, lim.Rate)
+					lim.Capacity, lim.Rate = max(policy.Micro, lim.Capacity), max(1, lim.Rate)
 				}
-				units := r.Int64N(max(1, lim.Capacity/policy.Micro)) + 1
+				units := min(st.cost, max(1, lim.Capacity/policy.Micro))
 				var want, got policy.Decision
 				var err error
 				if r.IntN(3) == 0 {
-					units = r.Int64N(2*max(1, l.Capacity/policy.Micro)) + 1 // may return more than is held
-					s, want, err = policy.Return(s, lim, now, units*policy.Micro)
-					got = h.give(now, lim, tenant, units, "")
+					units = r.Int64N(2*max(1, l.Capacity/policy.Micro)) + 1
+					s, want, err = policy.Return(s, lim, st.now, units*policy.Micro)
+					got = h.give(st.now, lim, tenant, units, "")
 				} else {
-					s, want, err = policy.ApplyHeld(s, lim, now, units*policy.Micro)
-					got = h.check(now, lim, tenant, units)
+					s, want, err = policy.ApplyHeld(s, lim, st.now, units*policy.Micro)
+					got = h.check(st.now, lim, tenant, units)
 				}
 				if err != nil {
 					t.Fatal(err)
 				}
 				if got != want {
-					t.Fatalf("step %d at %d (%d units): script %+v, Go %+v", step, now, units, got, want)
+					t.Fatalf("step %d at %d (%d units): script %+v, Go %+v", step, st.now, units, got, want)
 				}
 				if rs := h.heldState(l.Algorithm, tenant); !sameHeld(rs, s) {
 					t.Fatalf("step %d: Redis state %+v, Go %+v", step, rs, s)
