@@ -22,7 +22,9 @@ import (
 //     is never applied twice;
 //   - the over-limit cache is not used for a policy that accepts returns
 //     (Ticket.cachesRejections): a return through any instance may free
-//     what a cached rejection says is taken.
+//     what a cached rejection says is taken, and the store must record
+//     every refusal, which the refused request's return is matched
+//     against (policy.ApplyHeld).
 //
 // A keyed return is replayed like a keyed charge, apart from the charge
 // it returns (Resolve), so a retried return frees nothing again.
@@ -87,7 +89,7 @@ func (p *Pipeline) dropReturn(t *Ticket, mode lease.Mode, via Via) Outcome {
 // cachesRejections reports whether t's rejection may be remembered, and t
 // answered from the over-limit cache: a keyed request is recorded by the
 // store instead, and a policy that accepts returns has rejections a return
-// may lift at any moment.
+// may lift at any moment, each of which the store records.
 func (t *Ticket) cachesRejections() bool {
 	return t.replayKey == "" && !t.Policy.Returns
 }

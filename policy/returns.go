@@ -25,8 +25,9 @@ import "fmt"
 // older charge took is the first to leave a window or be refilled. So
 // after any returns the state counts at least what it would count had the
 // returned requests never been admitted (tested against that replay for
-// every algorithm and order of returns), and exactly that when requests
-// return in the order they were admitted:
+// every algorithm and order of returns, the share changing), and, but for
+// the token bucket, exactly that when requests return in the order they
+// were admitted and none was refused:
 //
 //   - fixed window: the units held beyond the current window's count were
 //     taken in earlier windows, which no longer limit anything: a return
@@ -41,12 +42,14 @@ import "fmt"
 //     already back; a return frees the rest, as tokens (never above the
 //     capacity). The bucket keeps what its charges took and refill has
 //     not restored (State.Unrefilled): its deficit alone would count the
-//     capacity a grown share has not filled yet as taken.
+//     capacity a grown share has not filled yet as taken. Not exact: a
+//     unit held long frees less than it would had refill restored the
+//     other charges first.
 
-// MaxHeld is where State.Held and State.Refused saturate: far above any capacity plus any
-// return (MaxCapacity each), so a saturated ledger still matches every
-// return to units older than anything the state counts and frees nothing
-// it should not.
+// MaxHeld is where State.Held and State.Refused saturate: far above any
+// capacity plus any return (MaxCapacity each), so a saturated ledger
+// still matches every return to units older than anything the state
+// counts and frees nothing it should not.
 const MaxHeld int64 = 1 << 52
 
 // ApplyHeld is Apply for a policy that accepts returns: an admitted cost
