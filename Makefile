@@ -80,10 +80,12 @@ bench-identity-scale: ## identity shares at scale: SCALE identities (default 1,0
 	QUOTALEASE_SCALE=$(SCALE) $(GO) test -run '^TestIdentityShareScale$$' -v -count=1 -timeout 40m ./internal/testenv/cluster/
 
 fuzz: ## run every fuzz target for FUZZTIME each (default 10s)
-	@set -e; for t in FuzzTokenBucket FuzzWindows FuzzParsePolicies FuzzParseEnvoyConfig; do \
+	@set -e; for t in FuzzTokenBucket FuzzWindows FuzzReturns FuzzParsePolicies FuzzParseEnvoyConfig; do \
 	  echo "== policy $$t"; $(GO) test ./policy/ -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME); done
 	@echo "== regional FuzzStateKey"; $(GO) test ./regional/ -run '^$$' -fuzz '^FuzzStateKey$$' -fuzztime $(FUZZTIME)
 	@echo "== sim FuzzParseScenario"; $(GO) test ./sim/ -run '^$$' -fuzz '^FuzzParseScenario$$' -fuzztime $(FUZZTIME)
+	@echo "== sfv FuzzRoundTrip"; $(GO) test ./internal/sfv/ -run '^$$' -fuzz '^FuzzRoundTrip$$' -fuzztime $(FUZZTIME)
+	@echo "== ratelimitxds FuzzConvert"; $(GO) test ./internal/ratelimitxds/ -run '^$$' -fuzz '^FuzzConvert$$' -fuzztime $(FUZZTIME)
 	@set -e; for t in FuzzAppendJSONString FuzzDecodeCheckBody FuzzMatchBucket; do \
 	  echo "== agent $$t"; $(GO) test ./internal/agent/ -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME); done
 

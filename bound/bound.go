@@ -37,6 +37,7 @@ const (
 	TermStoreLag        = "store-lag"
 	TermShards          = "shards"
 	TermEdge            = "edge"
+	TermReturned        = "returned"
 )
 
 // Deployment are the parameters of a deployment that enter the bound.
@@ -222,6 +223,15 @@ func Compute(p *policy.Policy, d Deployment, m Mode, w time.Duration) (Result, e
 		}
 	default:
 		return Result{}, fmt.Errorf("%w: unknown mode %q", ErrInvalid, m)
+	}
+	if p.Returns {
+		// A policy that accepts returns counts a returned unit as never
+		// admitted (policy.Return frees no more than a replay without
+		// the returned request would have left), so every term bounds
+		// the units admitted and not returned; admissions themselves may
+		// exceed the worst case by the units returned in the window. The
+		// term is named, and 0, so that the bound says what it counts.
+		r.Terms[TermReturned] = 0
 	}
 	if d.ConfigChanges > 0 {
 		// A new version starts every key full: one burst per counter that

@@ -65,11 +65,13 @@ func EnvoyAttribute(key string) string {
 	return s
 }
 
-// envoyFile is envoyproxy/ratelimit's configuration format, field for
-// field; Algorithm, Scope and Edge are quota-lease's optional additions.
-type envoyFile struct {
+// EnvoyConfig is envoyproxy/ratelimit's configuration, field for field,
+// as its YAML files write it and as its xDS RateLimitConfig resources carry
+// it; Algorithm, Scope and Edge are quota-lease's optional additions. Policies
+// maps it onto policies: the one conversion, whichever way it came.
+type EnvoyConfig struct {
 	Domain      string            `yaml:"domain"`
-	Descriptors []envoyDescriptor `yaml:"descriptors"`
+	Descriptors []EnvoyDescriptor `yaml:"descriptors"`
 	// Algorithm for every limit of the file: fixed_window (the default,
 	// what envoyproxy/ratelimit does) or any other.
 	Algorithm Algorithm `yaml:"algorithm"`
@@ -80,24 +82,34 @@ type envoyFile struct {
 	Edge *Edge `yaml:"edge"`
 }
 
-type envoyDescriptor struct {
+// EnvoyDescriptor is one descriptor of an EnvoyConfig, with those nested
+// under it.
+type EnvoyDescriptor struct {
 	Key            string            `yaml:"key"`
 	Value          string            `yaml:"value"`
-	RateLimit      *envoyRateLimit   `yaml:"rate_limit"`
-	Descriptors    []envoyDescriptor `yaml:"descriptors"`
+	RateLimit      *EnvoyRateLimit   `yaml:"rate_limit"`
+	Descriptors    []EnvoyDescriptor `yaml:"descriptors"`
 	ShadowMode     bool              `yaml:"shadow_mode"`
 	QuotaMode      bool              `yaml:"quota_mode"`
 	DetailedMetric bool              `yaml:"detailed_metric"`
+	// Returns is quota-lease's own: the limit accepts the hits Envoy
+	// returns (is_negative_hits), Policy.Returns.
+	Returns bool `yaml:"returns"`
 }
 
-type envoyRateLimit struct {
-	Unit            string `yaml:"unit"`
-	RequestsPerUnit uint32 `yaml:"requests_per_unit"`
-	Unlimited       bool   `yaml:"unlimited"`
-	Name            string `yaml:"name"`
-	Replaces        []struct {
-		Name string `yaml:"name"`
-	} `yaml:"replaces"`
+// EnvoyRateLimit is a descriptor's rate_limit. Unit is one of second,
+// minute, hour, day, week, month or year, in any case.
+type EnvoyRateLimit struct {
+	Unit            string         `yaml:"unit"`
+	RequestsPerUnit uint32         `yaml:"requests_per_unit"`
+	Unlimited       bool           `yaml:"unlimited"`
+	Name            string         `yaml:"name"`
+	Replaces        []EnvoyReplace `yaml:"replaces"`
+}
+
+// EnvoyReplace names a limit a rate_limit replaces.
+type EnvoyReplace struct {
+	Name string `yaml:"name"`
 }
 
 var envoyUnitPeriods = map[string]time.Duration{
@@ -114,30 +126,35 @@ func IsEnvoyConfig(data []byte) bool {
 	return yaml.Unmarshal(data, &probe) == nil && probe.Domain != ""
 }
 
-// ParseEnvoyConfig maps an envoyproxy/ratelimit configuration onto
-// policies: one per descriptor with a rate limit, matching the
-// descriptor's path in the file's domain (EnvoyMatch), counting by the
-// path's keys, fixed window by default. A descriptor marked unlimited
-// becomes a placeholder policy that is never enforced (EnvoyMatch.
-// Unlimited), so that it still wins over less specific descriptors, as in
-// envoyproxy/ratelimit. Every policy or an error.
+// ParseEnvoyConfig reads an envoyproxy/ratelimit configuration file and
+// maps it onto policies (EnvoyConfig.Policies). Every policy or an error.
 func ParseEnvoyConfig(data []byte) ([]*Policy, error) {
 	if len(data) > MaxPolicyFileBytes {
 		return nil, fmt.Errorf("%w: file is %d bytes, more than %d", ErrInvalidPolicy, len(data), MaxPolicyFileBytes)
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
-	var f envoyFile
+	var f EnvoyConfig
 	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("%w: envoy ratelimit config: %v", ErrInvalidPolicy, err)
 	}
+	return f.Policies()
+}
+
+// Policies maps the configuration onto policies: one per descriptor with
+// a rate limit, matching the descriptor's path in the domain (EnvoyMatch),
+// counting by the path's keys, fixed window by default. A descriptor
+// marked unlimited becomes a placeholder policy that is never enforced
+// (EnvoyMatch.Unlimited), so that it still wins over less specific
+// descriptors, as in envoyproxy/ratelimit. Every policy or an error.
+func (f EnvoyConfig) Policies() ([]*Policy, error) {
 	if f.Domain == "" {
 		return nil, fmt.Errorf("%w: envoy ratelimit config: field %q is required", ErrInvalidPolicy, "domain")
 	}
 	var out []*Policy
 	seen := map[string]bool{}
-	var walk func(path []EnvoyEntry, ds []envoyDescriptor) error
-	walk = func(path []EnvoyEntry, ds []envoyDescriptor) error {
+	var walk func(path []EnvoyEntry, ds []EnvoyDescriptor) error
+	walk = func(path []EnvoyEntry, ds []EnvoyDescriptor) error {
 		for _, d := range ds {
 			if d.Key == "" {
 				return fmt.Errorf("%w: envoy ratelimit config, domain %s: a descriptor under %s has no key", ErrInvalidPolicy, f.Domain, pathString(path))
@@ -172,12 +189,12 @@ func ParseEnvoyConfig(data []byte) ([]*Policy, error) {
 	return out, nil
 }
 
-func envoyPolicy(f envoyFile, path []EnvoyEntry, d envoyDescriptor, rl *envoyRateLimit) (*Policy, error) {
+func envoyPolicy(f EnvoyConfig, path []EnvoyEntry, d EnvoyDescriptor, rl *EnvoyRateLimit) (*Policy, error) {
 	period, ok := envoyUnitPeriods[strings.ToLower(rl.Unit)]
 	if rl.Unlimited {
 		// A placeholder limit; its name and replaces stay (an unlimited
 		// limit replaces others too, as in envoyproxy/ratelimit).
-		period, ok, rl = time.Second, true, &envoyRateLimit{Name: rl.Name, RequestsPerUnit: 1, Replaces: rl.Replaces}
+		period, ok, rl = time.Second, true, &EnvoyRateLimit{Name: rl.Name, RequestsPerUnit: 1, Replaces: rl.Replaces}
 	}
 	if !ok {
 		return nil, fmt.Errorf("%w: envoy ratelimit config: descriptor %s: unit %s; use second, minute, hour, day, week, month or year", ErrInvalidPolicy, pathString(path), QuoteName(rl.Unit))
@@ -187,7 +204,7 @@ func envoyPolicy(f envoyFile, path []EnvoyEntry, d envoyDescriptor, rl *envoyRat
 		name = envoyPolicyName(f.Domain, path)
 	}
 	p := &Policy{Name: name, Algorithm: f.Algorithm, Limit: float64(rl.RequestsPerUnit), Period: Duration(period),
-		Scope: f.Scope, ShadowMode: d.ShadowMode, Envoy: &EnvoyMatch{Domain: f.Domain, Entries: path, Unlimited: d.RateLimit.Unlimited, Name: rl.Name, QuotaMode: d.QuotaMode}}
+		Scope: f.Scope, ShadowMode: d.ShadowMode, Returns: d.Returns, Envoy: &EnvoyMatch{Domain: f.Domain, Entries: path, Unlimited: d.RateLimit.Unlimited, Name: rl.Name, QuotaMode: d.QuotaMode}}
 	if p.Envoy.Unlimited {
 		p.Scope = ScopeRegion
 	} else if f.Edge != nil {

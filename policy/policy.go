@@ -70,6 +70,15 @@ type Policy struct {
 	// Service (docs/rlqs.md): Envoy instances enforce token-bucket
 	// assignments carved out of the region's share. Global policies only.
 	Edge *Edge `yaml:"edge,omitempty" json:"edge,omitempty"`
+	// Returns declares that the policy's requests give back what they
+	// took when they end (Envoy's is_negative_hits; docs/envoy.md): a
+	// concurrency-style use, where a returned unit is one whose request
+	// is over and counts as never admitted. Only such a policy accepts a
+	// return (Return); its limit then bounds the units taken and not yet
+	// returned, and the bound holds for those (docs/bound.md). A return
+	// to any other policy is refused: there a return would admit more
+	// requests than the limit.
+	Returns bool `yaml:"returns,omitempty" json:"returns,omitempty"`
 }
 
 // DefaultIdentityShares is the most identity shares a global policy has
@@ -288,6 +297,9 @@ func (p *Policy) Validate() error {
 	}
 	if p.Shards < 0 || p.Shards > MaxShards {
 		return bad("shards", "must be 0 to %d, got %d", MaxShards, p.Shards)
+	}
+	if p.Returns && p.ShardCount() > 1 {
+		return bad("returns", "a policy with shards cannot take returns: a return would meet a shard other than the one its request took from; use one shard")
 	}
 	if sl := p.ShardLimits(l); sl.Validate() != nil || p.Cost > sl.Capacity/Micro {
 		return bad("shards", "%d shards leave each a capacity of %v, which cannot hold the default cost %d; use fewer shards", p.Shards, Units(sl.Capacity), p.Cost)

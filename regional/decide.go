@@ -128,17 +128,17 @@ func (e *Engine) group(ds []decision) [][]int {
 	return groups
 }
 
-// parseDecision reads one decision's reply (decide.lua): five integers, or
-// the reason it failed.
+// parseDecision reads one decision's reply (decide.lua): five integers
+// (seven for a return: what it matched and freed), or the reason it failed.
 func parseDecision(v any) (policy.Decision, error) {
 	switch v := v.(type) {
 	case string:
 		return policy.Decision{}, errors.New(v)
 	case []any:
-		if len(v) != 5 {
-			return policy.Decision{}, fmt.Errorf("decision script returned %d values, want 5", len(v))
+		if len(v) != 5 && len(v) != 7 {
+			return policy.Decision{}, fmt.Errorf("decision script returned %d values, want 5 or 7", len(v))
 		}
-		var n [5]int64
+		var n [7]int64
 		for i, x := range v {
 			var ok bool
 			if n[i], ok = x.(int64); !ok {
@@ -151,6 +151,8 @@ func parseDecision(v any) (policy.Decision, error) {
 			RetryAfterMs: n[2],
 			ResetAfterMs: n[3],
 			Replayed:     n[4] == 1,
+			Matched:      n[5],
+			Freed:        n[6],
 		}, nil
 	default:
 		return policy.Decision{}, fmt.Errorf("decision script returned %T, want a reply or a reason", v)

@@ -150,6 +150,9 @@ func quotaGet(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if af.json() {
 		return writeJSON(stdout, ps[0])
 	}
+	if rec.Source != "" {
+		fmt.Fprintf(stdout, "# managed by %s\n", rec.Source)
+	}
 	return yaml.NewEncoder(stdout).Encode(ps[0])
 }
 
@@ -169,7 +172,13 @@ func quotaList(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	return printPolicies(stdout, ps)
+	sources := map[string]string{}
+	for _, r := range resp.Policies {
+		if r.Source != "" {
+			sources[r.Name] = r.Source
+		}
+	}
+	return printPolicies(stdout, ps, sources)
 }
 
 func quotaDelete(ctx context.Context, args []string, stdout, stderr io.Writer) error {

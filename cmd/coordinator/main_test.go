@@ -71,6 +71,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"serve", "--listen", "0.0.0.0:0"}, 1, "pass --insecure"},
 		{[]string{"serve", "--log-level", "bogus"}, 1, "use trace, debug"},
 		{[]string{"serve", "--etcd-listen", "0.0.0.0:0"}, 1, "--etcd-listen"},
+		{[]string{"serve", "--ratelimit-xds", "10.0.0.1:18001"}, 1, "without TLS whoever answers there sets the limits"},
+		{[]string{"serve", "--ratelimit-xds", "envoy-gateway"}, 1, "want host:port"},
+		{[]string{"serve", "--ratelimit-xds", "envoy-gateway:18001", "--ratelimit-xds-tls-cert", "c.pem"}, 1, "--ratelimit-xds TLS"},
+		{[]string{"serve", "--ratelimit-xds", "127.0.0.1:18001", "--ratelimit-xds-node-id", ""}, 1, "node id is empty"},
 		{[]string{"leases", "--coordinator", "127.0.0.1:1", "--timeout", "300ms"}, 1, "coordinator 127.0.0.1:1"},
 	}
 	for _, c := range cases {

@@ -73,6 +73,7 @@ type serveOptions struct {
 	maxStep, hysteresis, leaseRate       float64
 	etcdAccess                           *etcdAccess
 	tls                                  *mtls.Files
+	xds                                  *xdsOptions
 	trustDomain, logLevel                string
 	insecure, logJSON                    bool
 }
@@ -111,6 +112,7 @@ func serveFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 	fs.Float64Var(&o.leaseRate, "lease-call-rate", coordinator.DefaultLeaseCallRate, "most Lease calls per second one region's certificate may make (burst twice that); more are refused before they touch the ledger. An agent instance renews about every third of a lease")
 	o.etcdAccess = addEtcdAccessFlags(fs)
 	o.tls = mtls.ServerFlags(fs)
+	o.xds = addXDSFlags(fs)
 	fs.StringVar(&o.trustDomain, "trust-domain", "quota-lease", "SPIFFE trust domain of the identities in client certificates (spiffe://<domain>/region/<r>, /role/admin, /role/viewer)")
 	fs.BoolVar(&o.insecure, "insecure", false, "allow listening on a non-loopback address without mutual TLS (anyone who reaches it can lease and administer)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
@@ -169,6 +171,9 @@ func (o *serveOptions) config(stderr io.Writer) (serveConfig, error) {
 	}
 	sc.listen, sc.httpListen, sc.log = o.listen, o.httpListen, log
 	sc.coord = o.coordinatorConfig(sc.tls.Mutual, log)
+	if sc.coord.RateLimitXDS, err = o.xds.settings(o.insecure, func(w string) { log.Warn(w) }); err != nil {
+		return sc, err
+	}
 	if err := coordinator.ValidateConfig(sc.coord); err != nil {
 		return sc, fmt.Errorf("coordinator config: %w", err)
 	}
@@ -249,7 +254,7 @@ func serve(ctx context.Context, sc serveConfig) error {
 		defer hsrv.Close()
 	}
 	sc.log.Info("serving", "listen", lis.Addr().String(), "advertise", sc.coord.Advertise, "etcd", strings.Join(eps, ","),
-		"tls", sc.tls.GRPC != nil, "authorization", sc.coord.TrustDomain != "")
+		"tls", sc.tls.GRPC != nil, "authorization", sc.coord.TrustDomain != "", "ratelimit_xds", xdsServer(sc.coord.RateLimitXDS))
 
 	runCtx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -47,10 +47,12 @@ func quotaValidate(_ context.Context, args []string, stdout, stderr io.Writer) e
 	if *output == "json" {
 		return writeJSON(stdout, ps)
 	}
-	return printPolicies(stdout, ps)
+	return printPolicies(stdout, ps, nil)
 }
 
-func printPolicies(w io.Writer, ps []*policy.Policy) error {
+// printPolicies prints ps as a table; sources, by policy name, says who
+// manages those an xDS server manages (a SOURCE column, when any is).
+func printPolicies(w io.Writer, ps []*policy.Policy, sources map[string]string) error {
 	// Policies from an envoyproxy/ratelimit configuration also show the
 	// descriptor they match, so both forms can be read side by side.
 	// A SHARDS column appears when a policy splits its identities.
@@ -66,6 +68,9 @@ func printPolicies(w io.Writer, ps []*policy.Policy) error {
 	}
 	if envoy {
 		header += "\tENVOY DESCRIPTOR"
+	}
+	if len(sources) > 0 {
+		header += "\tSOURCE"
 	}
 	fmt.Fprintln(tw, header)
 	for _, p := range ps {
@@ -84,6 +89,13 @@ func printPolicies(w io.Writer, ps []*policy.Policy) error {
 		}
 		if envoy {
 			fmt.Fprintf(tw, "\t%s", envoyDescriptor(p.Envoy))
+		}
+		if len(sources) > 0 {
+			src := sources[p.Name]
+			if src == "" {
+				src = "quota set"
+			}
+			fmt.Fprintf(tw, "\t%s", src)
 		}
 		fmt.Fprintln(tw)
 	}

@@ -71,6 +71,7 @@ type serveOptions struct {
 	region, instance, coordinators, policies, clusterID  string
 	grpcListen, httpListen, metricIDs, coordCA, logLevel string
 	trustDomain                                          string
+	httpRateLimitHeaders                                 string
 	redis                                                redisTarget
 	tls                                                  *mtls.Files
 	hints, envoyHeaders, shadow, insecure, logJSON       bool
@@ -120,6 +121,7 @@ func serveFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 	fs.StringVar(&o.coordCA, "coordinator-tls-ca", os.Getenv("QUOTALEASE_TLS_CA"), "PEM CA that signs the coordinators' certificates; turns TLS on toward them, presenting --tls-cert (the region's identity) as the client certificate (env QUOTALEASE_TLS_CA)")
 	fs.StringVar(&o.trustDomain, "trust-domain", "quota-lease", "SPIFFE trust domain of the coordinators (their serve --trust-domain): with --coordinator-tls-ca, a server is accepted as a coordinator only if its certificate names spiffe://<domain>/role/coordinator")
 	fs.DurationVar(&o.drain, "drain-delay", 0, "on SIGTERM, answer /readyz 503 (and gRPC health NOT_SERVING) for this long while still serving checks, before waiting for in-flight ones and closing: set it to your load balancer's probe period")
+	fs.StringVar(&o.httpRateLimitHeaders, "http-ratelimit-headers", agent.RateLimitDraft06, "the RateLimit response fields of the HTTP API, by the version of the IETF draft they follow: draft-06 (draft-ietf-httpapi-ratelimit-headers-06: RateLimit-Limit, -Remaining, -Reset and -Policy), draft-11 (draft-ietf-httpapi-ratelimit-headers-11: structured RateLimit-Policy and RateLimit, with a partition key) or none; a 429 carries Retry-After whichever")
 	fs.IntVar(&o.httpConns, "http-max-conns", agent.DefaultMaxHTTPConns, "most open HTTP connections; more wait to be accepted, so slow clients cannot exhaust file descriptors. At most half of them (and 1,024) may be still handshaking, 64 from one address, for 3 s at most")
 	fs.BoolVar(&o.insecure, "insecure", false, "allow listening on a non-loopback address without mutual TLS (anyone who reaches it can check and read metrics)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
@@ -194,6 +196,7 @@ func (o *serveOptions) config(stderr io.Writer) (serveConfig, error) {
 	cfg.Shadow, cfg.EnvoyLimitHeaders, cfg.Logger = o.shadow, o.envoyHeaders, log
 	cfg.EnvoyRetryAfter, cfg.EnvoyPolicyNames, cfg.EnvoyExactCounts = o.envoyRetryAfter, o.envoyPolicyNames, o.envoyExact
 	cfg.EnvoyQuotaMode, cfg.EnvoyDynamicMetadata = o.envoyQuotaMode, o.envoyDynamicMetadata
+	cfg.HTTPRateLimitHeaders = o.httpRateLimitHeaders
 	sc.agent = cfg
 	return sc, nil
 }

@@ -119,6 +119,10 @@ type Config struct {
 	// Edge configures the Rate Limit Quota Service Envoy instances stream
 	// to on the gRPC port (docs/rlqs.md).
 	Edge EdgeConfig
+	// HTTPRateLimitHeaders is the version of the IETF RateLimit header
+	// fields the HTTP API sends (httpratelimit.go, docs/http.md):
+	// RateLimitDraft06 by default, RateLimitDraft11 or RateLimitNone.
+	HTTPRateLimitHeaders string
 	// Shadow puts every policy in shadow mode (policy.Policy.ShadowMode):
 	// decide and count as usual, admit everything.
 	Shadow bool
@@ -153,6 +157,7 @@ func DefaultConfig() Config {
 		RedisProbeMaxInterval: 2 * time.Second,
 		IdempotencyWindow:     regional.DefaultIdempotencyWindow,
 		MetricIdentities:      IdentitiesHashed,
+		HTTPRateLimitHeaders:  RateLimitDraft06,
 		HotKeys:               10,
 		Edge:                  DefaultEdgeConfig(),
 		Clock:                 clock.System(),
@@ -200,6 +205,9 @@ func ValidateConfig(c Config) error {
 	}
 	if c.MetricIdentities != IdentitiesHashed && c.MetricIdentities != IdentitiesPlain && c.MetricIdentities != IdentitiesOff {
 		bad("metric identities %q: use hashed, plain or off", c.MetricIdentities)
+	}
+	if c.HTTPRateLimitHeaders != RateLimitDraft06 && c.HTTPRateLimitHeaders != RateLimitDraft11 && c.HTTPRateLimitHeaders != RateLimitNone {
+		bad("http ratelimit headers %q: use %s, %s or %s", c.HTTPRateLimitHeaders, RateLimitDraft06, RateLimitDraft11, RateLimitNone)
 	}
 	return errors.Join(errs...)
 }

@@ -40,7 +40,9 @@ type coord struct {
 	stop func()
 }
 
-func startCoordinator(t testing.TB, prefix string, addr string) *coord {
+// startCoordinator starts a leading replica on addr ("" for any port);
+// mods change its configuration.
+func startCoordinator(t testing.TB, prefix string, addr string, mods ...func(*coordinator.Config)) *coord {
 	t.Helper()
 	if addr == "" {
 		addr = "127.0.0.1:0"
@@ -58,6 +60,9 @@ func startCoordinator(t testing.TB, prefix string, addr string) *coord {
 	cfg.Name, cfg.Advertise, cfg.Prefix, cfg.Regions = "c", k.addr, prefix, []string{"us", "eu", "ap"}
 	cfg.Timing, cfg.SessionTTL, cfg.RebalanceInterval, cfg.FlushInterval = testTiming, 2*time.Second, 50*time.Millisecond, 200*time.Millisecond
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Error})
+	for _, mod := range mods {
+		mod(&cfg)
+	}
 	k.c, err = coordinator.New(cli, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -194,26 +199,7 @@ func counterValue(t testing.TB, a *Agent, name string) float64 {
 // of them for an empty label).
 func counterValueLabeled(t testing.TB, a *Agent, name, label, value string) float64 {
 	t.Helper()
-	mfs, err := a.m.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			match := label == ""
-			for _, l := range m.GetLabel() {
-				match = match || l.GetName() == label && l.GetValue() == value
-			}
-			if match {
-				sum += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return sum
+	return testenv.MetricSum(t, a.m.reg, name, label, value)
 }
 
 // startRedisBehindProxy starts a redis-server and a fault proxy in front

@@ -4,11 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -18,7 +16,8 @@ import (
 // The HTTP contract (docs/http.md): POST /v1/check decides one check; a
 // rejection is 429 with application/problem+json (RFC 9457), Retry-After
 // in whole seconds rounded up, Cache-Control: no-store, and the remaining
-// quota in the RateLimit-* fields of draft-ietf-httpapi-ratelimit-headers-06.
+// quota in the RateLimit fields of the draft version the deployment chose
+// (httpratelimit.go; draft-ietf-httpapi-ratelimit-headers-06 by default).
 // The body names the policy and never an internal key.
 
 // MaxCheckBody bounds a check request body.
@@ -134,25 +133,17 @@ func (a *Agent) serveCheck(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	// Canonical keys assigned directly (Header.Set would canonicalize and
-	// allocate on every answer), their values in one array.
 	h := w.Header()
-	limit := enforcedLimit(o)
-	whole := strconv.FormatInt(int64(math.Floor(limit)), 10)
-	v := make([]string, 5)
-	v[0], v[1], v[2] = whole, strconv.FormatInt(o.RemainingUnits(), 10), ceilSeconds(o.ResetAfterMs)
-	v[3] = whole + ";w=" + ceilSeconds(time.Duration(o.Policy.Period).Milliseconds())
-	h["Ratelimit-Limit"], h["Ratelimit-Remaining"], h["Ratelimit-Reset"], h["Ratelimit-Policy"] = v[0:1:1], v[1:2:2], v[2:3:3], v[3:4:4]
+	a.writeLimitFields(h, o, in.Attributes)
 	if !o.Allowed {
-		v[4] = retryAfterSeconds(o.RetryAfterMs)
-		h["Retry-After"] = v[4:5:5]
+		h["Retry-After"] = retryAfterHeader(o.RetryAfterMs)
 		writeJSON(w, http.StatusTooManyRequests, problemContentType, func(b []byte) []byte {
 			return appendRateLimited(b, o.Policy.Name, o.RetryAfterMs)
 		})
 		return
 	}
 	writeJSON(w, http.StatusOK, jsonContentType, func(b []byte) []byte {
-		return appendAnswer(b, checkAnswer{Allowed: true, Policy: o.Policy.Name, Remaining: o.RemainingUnits(), Limit: limit,
+		return appendAnswer(b, checkAnswer{Allowed: true, Policy: o.Policy.Name, Remaining: o.RemainingUnits(), Limit: enforcedLimit(o),
 			ResetMs: o.ResetAfterMs, Mode: string(o.Mode), Replayed: o.Replayed, Shadow: o.Shadow})
 	})
 }
@@ -193,9 +184,32 @@ func readBody(r io.Reader, b []byte, max int) ([]byte, error) {
 	}
 }
 
-// ceilSeconds formats ms as whole seconds, rounded up.
-func ceilSeconds(ms int64) string { return strconv.FormatInt((ms+999)/1000, 10) }
+// secondsUp is ms in whole seconds, rounded up.
+func secondsUp(ms int64) int64 { return (ms + 999) / 1000 }
 
-// retryAfterSeconds is Retry-After: whole seconds rounded up, at least 1
-// (0 would invite an immediate retry that is bound to fail).
-func retryAfterSeconds(ms int64) string { return strconv.FormatInt(max(1, (ms+999)/1000), 10) }
+// ceilSeconds formats ms as whole seconds, rounded up.
+func ceilSeconds(ms int64) string { return strconv.FormatInt(secondsUp(ms), 10) }
+
+// retryAfterSecs is the Retry-After of a wait of ms: whole seconds rounded
+// up, at least 1 (0 would invite an immediate retry that is bound to fail).
+func retryAfterSecs(ms int64) int64 { return max(1, secondsUp(ms)) }
+
+// retryAfterSeconds formats retryAfterSecs(ms).
+func retryAfterSeconds(ms int64) string { return strconv.FormatInt(retryAfterSecs(ms), 10) }
+
+// retryAfterHeader is the Retry-After header value of a wait of ms, the
+// same one for every answer with a wait of up to a minute (net/http only
+// reads header values; each has capacity 1, so an append copies it).
+func retryAfterHeader(ms int64) []string {
+	if s := retryAfterSecs(ms); s < int64(len(retryAfterValues)) {
+		return retryAfterValues[s]
+	}
+	return []string{retryAfterSeconds(ms)}
+}
+
+var retryAfterValues = func() (v [61][]string) {
+	for i := range v {
+		v[i] = []string{strconv.Itoa(i)}
+	}
+	return v
+}()

@@ -23,8 +23,12 @@ import (
 // change together; reads of policies and regions come from etcd and work
 // on any replica.
 
-func record(p *policy.Policy) *pb.PolicyRecord {
-	return &pb.PolicyRecord{Name: p.Name, Version: p.Version, Json: mustJSON(p)}
+func record(p *policy.Policy, src *policySource) *pb.PolicyRecord {
+	r := &pb.PolicyRecord{Name: p.Name, Version: p.Version, Json: mustJSON(p)}
+	if src != nil {
+		r.Source = src.String()
+	}
+	return r
 }
 
 // SetPolicy stores one or more policies: all or none, in one transaction.
@@ -37,63 +41,28 @@ func (c *Coordinator) SetPolicy(ctx context.Context, req *pb.SetPolicyRequest) (
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	regions := t.regionNames()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var ops []clientv3.Op
-	for _, p := range ps {
-		if err := checkFloors(p, regions); err != nil {
-			return nil, status.Error(codes.InvalidArgument, err.Error())
-		}
-		if old := t.quotas[p.Name]; old != nil {
-			if old.policy.Algorithm != p.Algorithm || old.policy.Scope != p.Scope {
-				return nil, status.Errorf(codes.FailedPrecondition,
-					"policy %q: changing algorithm or scope in place would mix units of outstanding grants; delete the policy first or use a new name", p.Name)
-			}
-			if old.policy.ShardCount() != p.ShardCount() && old.policy.Version == p.Version {
-				// The new parts would start full beside the kept part 0: a
-				// burst the bound counts only as a config change.
-				return nil, status.Errorf(codes.FailedPrecondition,
-					"policy %q: changing shards (%d to %d) starts the new parts full; change the version with it (now %d), which starts every key afresh as the bound's burst term counts", p.Name, old.policy.ShardCount(), p.ShardCount(), p.Version)
-			}
-		}
-		ops = append(ops, clientv3.OpPut(c.keys.policy(p.Name), mustJSON(p)))
-	}
-	if err := c.txn(ctx, t, ops...); err != nil {
-		return nil, status.Errorf(codes.Unavailable, "store policies: %v", err)
+	if err := c.changePolicies(ctx, t, policyChange{set: ps}); err != nil {
+		return nil, err
 	}
 	resp := &pb.SetPolicyResponse{}
 	for _, p := range ps {
-		if q := t.quotas[p.Name]; q != nil {
-			q.mu.Lock()
-			q.setPolicy(p)
-			q.mu.Unlock()
-		} else {
-			nq := newQuota(p, c.cfg.Timing, t.epoch)
-			if old := t.retired[p.Name]; old != nil {
-				old.mu.Lock()
-				n := nq.inherit(old, c.cfg.Clock.Now())
-				old.mu.Unlock()
-				delete(t.retired, p.Name)
-				c.log.Info("recreated policy starts with the deleted one's live grants reserved", "name", p.Name, "regions", n)
-			}
-			t.quotas[p.Name] = nq
-		}
-		resp.Policies = append(resp.Policies, record(p))
-		c.log.Info("policy stored", "name", p.Name, "version", p.Version)
+		resp.Policies = append(resp.Policies, record(p, nil))
 	}
 	return resp, nil
 }
 
 // GetPolicy returns one stored policy.
 func (c *Coordinator) GetPolicy(ctx context.Context, req *pb.GetPolicyRequest) (*pb.PolicyRecord, error) {
-	var resp *clientv3.GetResponse
+	var txn *clientv3.TxnResponse
 	if err := c.etcdCall(ctx, "read a policy", func(ctx context.Context) (err error) {
-		resp, err = c.cli.Get(ctx, c.keys.policy(req.Name))
+		txn, err = c.cli.Txn(ctx).Then(clientv3.OpGet(c.keys.policy(req.Name)), clientv3.OpGet(c.keys.source(req.Name))).Commit()
 		return err
 	}); err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
+	resp, srcResp := txn.Responses[0].GetResponseRange(), txn.Responses[1].GetResponseRange()
 	if len(resp.Kvs) == 0 {
 		return nil, status.Errorf(codes.NotFound, "no policy %s; 'coordinator quota list' shows the stored ones", policy.QuoteName(req.Name))
 	}
@@ -101,7 +70,14 @@ func (c *Coordinator) GetPolicy(ctx context.Context, req *pb.GetPolicyRequest) (
 	if err := json.Unmarshal(resp.Kvs[0].Value, &p); err != nil {
 		return nil, status.Errorf(codes.Internal, "policy %q in etcd: %v", req.Name, err)
 	}
-	return record(&p), nil
+	var src *policySource
+	if len(srcResp.Kvs) > 0 {
+		var err error
+		if src, err = loadSource(srcResp.Kvs[0].Value); err != nil {
+			return nil, status.Errorf(codes.Internal, "policy %q's source in etcd: %v", req.Name, err)
+		}
+	}
+	return record(&p, src), nil
 }
 
 // ListPolicies returns every stored policy, by name.
@@ -112,7 +88,7 @@ func (c *Coordinator) ListPolicies(ctx context.Context, _ *pb.ListPoliciesReques
 	}
 	resp := &pb.ListPoliciesResponse{}
 	for _, p := range st.policies {
-		resp.Policies = append(resp.Policies, record(p))
+		resp.Policies = append(resp.Policies, record(p, st.sources[p.Name]))
 	}
 	sort.Slice(resp.Policies, func(i, j int) bool { return resp.Policies[i].Name < resp.Policies[j].Name })
 	return resp, nil
@@ -130,15 +106,9 @@ func (c *Coordinator) DeletePolicy(ctx context.Context, req *pb.DeletePolicyRequ
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.quotas[req.Name] == nil {
-		return nil, status.Errorf(codes.NotFound, "no policy %s", policy.QuoteName(req.Name))
+	if err := c.changePolicies(ctx, t, policyChange{del: []string{req.Name}}); err != nil {
+		return nil, err
 	}
-	if err := c.txn(ctx, t, clientv3.OpDelete(c.keys.policy(req.Name)), clientv3.OpDelete(c.keys.ledgerQuota(req.Name), clientv3.WithPrefix())); err != nil {
-		return nil, status.Errorf(codes.Unavailable, "delete policy: %v", err)
-	}
-	t.retired[req.Name] = t.quotas[req.Name]
-	delete(t.quotas, req.Name)
-	c.log.Info("policy deleted", "name", req.Name)
 	return &pb.DeletePolicyResponse{}, nil
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/quota-lease/quota-lease/allocation"
 	"github.com/quota-lease/quota-lease/clock"
+	"github.com/quota-lease/quota-lease/internal/ratelimitxds"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
 )
@@ -57,6 +58,12 @@ type Config struct {
 	// when it fails over to a replica; it enters the published bound as
 	// the store-lag term. Zero where Redis does not fail over to replicas.
 	StoreLag time.Duration
+	// RateLimitXDS, when set, subscribes the leader to an xDS management
+	// server for envoyproxy/ratelimit's configuration (RateLimitConfig
+	// resources) and stores what it serves as policies, next to quota
+	// set (docs/envoy.md, "Configuration over xDS"). Give every replica
+	// the same.
+	RateLimitXDS *ratelimitxds.Settings
 	// Clock is the time source: wall time for grants and records, its
 	// monotonic reading for the leadership lease. clock.System() by
 	// default.
@@ -136,6 +143,11 @@ func ValidateConfig(c Config) error {
 	}
 	if _, err := allocation.Allocate(c.Strategy, 1, nil); err != nil {
 		errs = append(errs, err)
+	}
+	if c.RateLimitXDS != nil {
+		if err := c.RateLimitXDS.Validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	for _, r := range c.Regions {
 		if !policy.RegionNameRE.MatchString(r) {

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 
+	"github.com/quota-lease/quota-lease/internal/ratelimitxds"
 	"github.com/quota-lease/quota-lease/lease"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
@@ -42,6 +43,8 @@ type Coordinator struct {
 	clusterID atomic.Pointer[string]
 	// etcd is what this replica's etcd calls last found.
 	etcd *etcdHealth
+	// xdsMetrics count the xDS subscription's responses (Config.RateLimitXDS).
+	xdsMetrics *ratelimitxds.Metrics
 
 	mu     sync.RWMutex
 	cur    *term        // nil unless leader and ready
@@ -70,6 +73,8 @@ type term struct {
 	// with them reserved (quota.inherit), so deleting and recreating it
 	// (the way to change its algorithm) cannot grant the limit twice.
 	retired map[string]*quota
+	// sources say who manages each policy not set by hand (an xDS server).
+	sources map[string]*policySource
 	regions map[string]regionRecord
 	paused  bool
 	now     chan struct{} // rebalance now
@@ -88,6 +93,7 @@ func New(cli *clientv3.Client, cfg Config) (*Coordinator, error) {
 		etcdWrite: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "quotalease_coordinator_etcd_write_seconds",
 			Help:    "Latency of the leader's ledger transactions in etcd (a renewal that raises a mark waits for one).",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}})}
+	c.xdsMetrics = ratelimitxds.NewMetrics()
 	c.etcd = newEtcdHealth(cli.Endpoints(), cfg.Logger, cfg.Clock)
 	c.leader.Store("")
 	return c, nil
@@ -225,7 +231,7 @@ func (c *Coordinator) lead(ctx context.Context, el *concurrency.Election, ll *le
 		return err
 	}
 	t := &term{epoch: el.Rev(), leaderKey: el.Key(), leaderRev: el.Rev(), lease: ll,
-		quotas: map[string]*quota{}, retired: map[string]*quota{}, regions: st.regions, paused: st.paused, now: make(chan struct{}, 1),
+		quotas: map[string]*quota{}, retired: map[string]*quota{}, sources: map[string]*policySource{}, regions: st.regions, paused: st.paused, now: make(chan struct{}, 1),
 		claims: newInstanceClaims(c.cfg.Timing.ValidFor)}
 	if len(t.regions) == 0 && len(c.cfg.Regions) > 0 {
 		var ops []clientv3.Op
@@ -247,6 +253,9 @@ func (c *Coordinator) lead(ctx context.Context, el *concurrency.Election, ll *le
 			restored++
 		}
 		t.quotas[name] = q
+		if src := st.sources[name]; src != nil {
+			t.sources[name] = src
+		}
 	}
 	c.mu.Lock()
 	c.cur = t
@@ -255,6 +264,7 @@ func (c *Coordinator) lead(ctx context.Context, el *concurrency.Election, ll *le
 	c.log.Info("leading", "epoch", t.epoch, "policies", len(t.quotas), "regions", len(t.regions), "restored_grants", restored)
 
 	c.rebalanceAll(t)
+	defer c.runXDS(ctx, t)()
 	reb := time.NewTicker(c.cfg.RebalanceInterval)
 	defer reb.Stop()
 	flush := time.NewTicker(c.cfg.FlushInterval)

@@ -497,9 +497,13 @@ func TestFollowerRedirects(t *testing.T) {
 	// the leader: it keeps to the addresses it was given.
 	_, strict := admin(t, r2.addr)
 	strict.SetFollowHints(false)
+	// It fails with the follower's UNAVAILABLE, or runs out of time while
+	// asking it again (on a loaded machine an attempt may outlast the
+	// deadline); it never succeeds.
 	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
 	defer cancel()
-	if _, err := strict.Lease(ctx, &pb.LeaseRequest{Region: "us", Instance: "i", Nonce: "n", Quotas: []*pb.QuotaRequest{{Quota: "api", Seq: 2}}}); status.Code(err) != codes.Unavailable {
-		t.Fatalf("client with hints off: %v, want UNAVAILABLE", err)
+	_, err = strict.Lease(ctx, &pb.LeaseRequest{Region: "us", Instance: "i", Nonce: "n", Quotas: []*pb.QuotaRequest{{Quota: "api", Seq: 2}}})
+	if c := status.Code(err); c != codes.Unavailable && c != codes.DeadlineExceeded {
+		t.Fatalf("client with hints off: %v, want UNAVAILABLE (or DEADLINE_EXCEEDED)", err)
 	}
 }

@@ -82,6 +82,9 @@ func (k collector) Collect(ch chan<- prometheus.Metric) {
 func (c *Coordinator) HTTPHandler(console http.Handler) http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collector{c}, c.etcdWrite, version.Collector("coordinator"), prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	if c.cfg.RateLimitXDS != nil {
+		reg.MustRegister(c.xdsMetrics)
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })

@@ -14,6 +14,7 @@ import (
 // etcd layout, under Config.Prefix:
 //
 //	/policies/<name>           policy, JSON (normalized)
+//	/policy-sources/<name>     policySource, JSON: who manages the policy, when not quota set
 //	/regions/<name>            regionRecord, JSON
 //	/ledger/<quota>/<region>   ledgerRecord, JSON: the most the region may enforce
 //	/control/rebalance-paused  "true" or "false"
@@ -22,6 +23,8 @@ type keys struct{ prefix string }
 
 func (k keys) policies() string          { return k.prefix + "/policies/" }
 func (k keys) policy(name string) string { return k.policies() + name }
+func (k keys) sources() string           { return k.prefix + "/policy-sources/" }
+func (k keys) source(name string) string { return k.sources() + name }
 func (k keys) regions() string           { return k.prefix + "/regions/" }
 func (k keys) region(name string) string { return k.regions() + name }
 func (k keys) ledger() string            { return k.prefix + "/ledger/" }
@@ -56,6 +59,7 @@ type ledgerRecord struct {
 // state is everything a new leader loads from etcd.
 type state struct {
 	policies map[string]*policy.Policy
+	sources  map[string]*policySource
 	regions  map[string]regionRecord
 	ledger   map[string]map[string]ledgerRecord // quota -> region -> record
 	paused   bool
@@ -67,7 +71,7 @@ func loadState(ctx context.Context, cli *clientv3.Client, k keys) (*state, error
 	if err != nil {
 		return nil, fmt.Errorf("load state from etcd: %w", err)
 	}
-	s := &state{policies: map[string]*policy.Policy{}, regions: map[string]regionRecord{},
+	s := &state{policies: map[string]*policy.Policy{}, sources: map[string]*policySource{}, regions: map[string]regionRecord{},
 		ledger: map[string]map[string]ledgerRecord{}, rev: resp.Header.Revision}
 	for _, kv := range resp.Kvs {
 		key := string(kv.Key)
@@ -78,6 +82,12 @@ func loadState(ctx context.Context, cli *clientv3.Client, k keys) (*state, error
 				return nil, fmt.Errorf("etcd key %s: %w", key, err)
 			}
 			s.policies[p.Name] = &p
+		case strings.HasPrefix(key, k.sources()):
+			src, err := loadSource(kv.Value)
+			if err != nil {
+				return nil, fmt.Errorf("etcd key %s: %w", key, err)
+			}
+			s.sources[strings.TrimPrefix(key, k.sources())] = src
 		case strings.HasPrefix(key, k.regions()):
 			var r regionRecord
 			if err := json.Unmarshal(kv.Value, &r); err != nil {

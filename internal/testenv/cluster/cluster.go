@@ -92,6 +92,11 @@ type Options struct {
 	// Stores picks a region's Redis deployment by region name: StoreSingle
 	// (the default), StoreCluster or StoreSentinel.
 	Stores map[string]string
+	// AgentsPerRegion is how many agent instances each region runs (1 when
+	// 0), all on the region's Redis, each through its own fault proxies.
+	// Agents lists them region by region: region i's instance j (from 0)
+	// is Agents[i*AgentsPerRegion+j], named "<region>-<j+1>".
+	AgentsPerRegion int
 }
 
 // The Redis deployments a region can have (Options.Stores).
@@ -351,6 +356,9 @@ func Start(ctx context.Context, bins Binaries, dir string, o Options) (_ *Cluste
 	if o.CheckTimeout == 0 {
 		o.CheckTimeout = 20 * time.Millisecond
 	}
+	if o.AgentsPerRegion == 0 {
+		o.AgentsPerRegion = 1
+	}
 	c := &Cluster{Dir: dir, Opts: o, used: map[string]bool{}, RedisClusters: map[string]*redistest.Cluster{}, Sentinels: map[string]*redistest.Sentinel{}}
 	defer func() {
 		if err != nil {
@@ -438,49 +446,68 @@ func Start(ctx context.Context, bins Binaries, dir string, o Options) (_ *Cluste
 	}
 	c.admin.UseTLS(adminTLS)
 	for i, region := range o.Regions {
-		a := &AgentProcess{Region: region}
-		var via []string
-		for _, addr := range addrs {
-			px, err := faultproxy.Start(addr)
+		for j := 1; j <= o.AgentsPerRegion; j++ {
+			a, err := c.startAgent(ctx, bins, i, region, j, addrs, redisArg)
 			if err != nil {
 				return nil, err
 			}
-			a.ToCoord = append(a.ToCoord, px)
-			via = append(via, px.Addr)
+			c.Agents = append(c.Agents, a)
 		}
-		toRedis, ok := redisArg[region]
-		if !ok {
-			if a.ToRedis, err = faultproxy.Start(c.Redis[i].Addr); err != nil {
-				return nil, err
-			}
-			toRedis = a.ToRedis.Addr
-		}
-		var grpcAddr, httpAddr string
-		p, err := c.startServing(ctx, "agent-"+region, bins.Agent, func() ([]string, error) {
-			grpcAddr, _ = c.freeAddr()
-			httpAddr, _ = c.freeAddr()
-			return []string{"serve", "--region", region, "--instance", region + "-1",
-				"--redis", toRedis, "--coordinator", strings.Join(via, ","), "--grpc-listen", grpcAddr,
-				"--http-listen", httpAddr, "--check-timeout", o.CheckTimeout.String(), "--lease-margin", "50ms", "--log-level", "info",
-				"--coordinator-hints=false", // reach the coordinators only through the fault proxies
-				"--coordinator-tls-ca", c.pki.ca.CertFile,
-				"--tls-cert", c.pki.regions[region].Cert, "--tls-key", c.pki.regions[region].Key, "--tls-client-ca", c.pki.ca.CertFile}, nil
-		})
-		if err != nil {
-			return nil, err
-		}
-		p.Addr, a.Process, a.HTTP, a.web = grpcAddr, p, "https://"+httpAddr, c.web
-		service, err := grpcCreds(c.pki.service)
-		if err != nil {
-			return nil, err
-		}
-		if a.checkCon, err = grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(service)); err != nil {
-			return nil, err
-		}
-		a.Check = pb.NewCheckServiceClient(a.checkCon)
-		c.Agents = append(c.Agents, a)
 	}
 	return c, nil
+}
+
+// startAgent starts instance j (from 1) of region i's agent, reaching every
+// coordinator and (for a single redis-server) Redis through fault proxies
+// of its own.
+func (c *Cluster) startAgent(ctx context.Context, bins Binaries, i int, region string, j int, addrs []string, redisArg map[string]string) (*AgentProcess, error) {
+	o := c.Opts
+	a := &AgentProcess{Region: region}
+	var via []string
+	for _, addr := range addrs {
+		px, err := faultproxy.Start(addr)
+		if err != nil {
+			return nil, err
+		}
+		a.ToCoord = append(a.ToCoord, px)
+		via = append(via, px.Addr)
+	}
+	toRedis, ok := redisArg[region]
+	if !ok {
+		var err error
+		if a.ToRedis, err = faultproxy.Start(c.Redis[i].Addr); err != nil {
+			return nil, err
+		}
+		toRedis = a.ToRedis.Addr
+	}
+	name, instance := "agent-"+region, region+"-"+strconv.Itoa(j)
+	if j > 1 {
+		name = "agent-" + instance
+	}
+	var grpcAddr, httpAddr string
+	p, err := c.startServing(ctx, name, bins.Agent, func() ([]string, error) {
+		grpcAddr, _ = c.freeAddr()
+		httpAddr, _ = c.freeAddr()
+		return []string{"serve", "--region", region, "--instance", instance,
+			"--redis", toRedis, "--coordinator", strings.Join(via, ","), "--grpc-listen", grpcAddr,
+			"--http-listen", httpAddr, "--check-timeout", o.CheckTimeout.String(), "--lease-margin", "50ms", "--log-level", "info",
+			"--coordinator-hints=false", // reach the coordinators only through the fault proxies
+			"--coordinator-tls-ca", c.pki.ca.CertFile,
+			"--tls-cert", c.pki.regions[region].Cert, "--tls-key", c.pki.regions[region].Key, "--tls-client-ca", c.pki.ca.CertFile}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	p.Addr, a.Process, a.HTTP, a.web = grpcAddr, p, "https://"+httpAddr, c.web
+	service, err := grpcCreds(c.pki.service)
+	if err != nil {
+		return nil, err
+	}
+	if a.checkCon, err = grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(service)); err != nil {
+		return nil, err
+	}
+	a.Check = pb.NewCheckServiceClient(a.checkCon)
+	return a, nil
 }
 
 // Admin calls the leader's admin API.

@@ -372,7 +372,11 @@ type PolicyRecord struct {
 	Name    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Version int64                  `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
 	// Json is the normalized policy (defaults filled in).
-	Json          string `protobuf:"bytes,3,opt,name=json,proto3" json:"json,omitempty"`
+	Json string `protobuf:"bytes,3,opt,name=json,proto3" json:"json,omitempty"`
+	// Source says who manages the policy: empty for one set by hand (quota
+	// set); for one an xDS management server manages, "xds", the server, the
+	// RateLimitConfig resource and the version that last changed it.
+	Source        string `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -424,6 +428,13 @@ func (x *PolicyRecord) GetVersion() int64 {
 func (x *PolicyRecord) GetJson() string {
 	if x != nil {
 		return x.Json
+	}
+	return ""
+}
+
+func (x *PolicyRecord) GetSource() string {
+	if x != nil {
+		return x.Source
 	}
 	return ""
 }
@@ -1229,11 +1240,12 @@ const file_quotalease_v1_admin_proto_rawDesc = "" +
 	"\bpolicies\x18\x01 \x03(\v2\x1b.quotalease.v1.PolicyRecordR\bpolicies\")\n" +
 	"\x13DeletePolicyRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x16\n" +
-	"\x14DeletePolicyResponse\"P\n" +
+	"\x14DeletePolicyResponse\"h\n" +
 	"\fPolicyRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12\x12\n" +
-	"\x04json\x18\x03 \x01(\tR\x04json\"+\n" +
+	"\x04json\x18\x03 \x01(\tR\x04json\x12\x16\n" +
+	"\x06source\x18\x04 \x01(\tR\x06source\"+\n" +
 	"\x11ListLeasesRequest\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\"H\n" +
 	"\x12ListLeasesResponse\x122\n" +
