@@ -218,7 +218,7 @@ func (e *edgeEngine) round(ctx context.Context) {
 		}
 	} else {
 		e.syncDown.ok(e.a.cfg.Logger, sent)
-		e.synced(sent, updates, granted, others)
+		e.synced(sent, e.a.cfg.Clock.Now(), updates, granted, others)
 	}
 	now := e.a.cfg.Clock.Now()
 	e.push(now)
@@ -381,8 +381,12 @@ func (e *edgeEngine) measureDirect(now, since time.Time) {
 	}
 }
 
-// synced applies a successful sync sent at sent. e.mu is held.
-func (e *edgeEngine) synced(sent time.Time, updates []edgeUpdate, granted []int64, others map[edgeKeyID]edgeOthers) {
+// synced applies a successful sync sent at sent and answered at done.
+// Redis ran it in between: the entries' lives count from sent (they end
+// no sooner), a larger reservation's wait from done (every agent's read
+// that missed it began before done), and the others' holdings are trusted
+// from sent. e.mu is held.
+func (e *edgeEngine) synced(sent, done time.Time, updates []edgeUpdate, granted []int64, others map[edgeKeyID]edgeOthers) {
 	for i, u := range updates {
 		k := e.keys[u.key]
 		if k == nil {
@@ -396,10 +400,10 @@ func (e *edgeEngine) synced(sent time.Time, updates []edgeUpdate, granted []int6
 		case g <= k.pending:
 			k.pending = g // part of what was written then
 		default:
-			if k.pending > 0 && !sent.Before(k.pendingSince.Add(e.cfg.GrowWait)) {
+			if k.pending > 0 && !done.Before(k.pendingSince.Add(e.cfg.GrowWait)) {
 				k.visible = k.pending
 			}
-			k.pending, k.pendingSince = g, sent
+			k.pending, k.pendingSince = g, done
 		}
 		// Redis counts the entry's life from when it ran the script, after
 		// sent, on its own clock.

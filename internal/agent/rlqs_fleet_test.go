@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -131,8 +132,8 @@ func TestRLQSDegraded(t *testing.T) {
 // one, so what both regions' edges admit together, counted from the
 // clients' records, stays within one limiter's worth in every window.
 func TestRLQSRegionsShift(t *testing.T) {
-	if testing.Short() {
-		t.Skip("moves a tenant's share between regions: 12 s")
+	if os.Getenv("QUOTALEASE_RLQS_LONG") == "" {
+		t.Skip("moves a tenant's share between regions for 12 s: make test-rlqs (QUOTALEASE_RLQS_LONG=1)")
 	}
 	k := startCoordinator(t, testenv.Prefix(t), "")
 	setPolicy(t, k.addr, strings.Replace(edgeTestPolicy, "burst: 100", "burst: 10", 1)) // little burst: an overlap would show
