@@ -517,8 +517,8 @@ func (c *Cluster) Admin(ctx context.Context, fn func(pb.AdminServiceClient, ...g
 	})
 }
 
-// SetPolicies stores policies (YAML) and waits until every agent knows
-// them and is ready.
+// SetPolicies stores policies (quota-lease YAML, or an envoyproxy/ratelimit
+// configuration) and waits until every agent knows them and is ready.
 func (c *Cluster) SetPolicies(ctx context.Context, yaml string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -528,17 +528,27 @@ func (c *Cluster) SetPolicies(ctx context.Context, yaml string) error {
 	}); err != nil {
 		return fmt.Errorf("set policies: %w", err)
 	}
-	ps, err := policy.ParsePolicies([]byte(yaml))
+	for _, a := range c.Agents {
+		if err := a.WaitKnows(ctx, yaml); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WaitKnows waits until the agent is ready and knows every policy of yaml
+// (quota-lease YAML or an envoyproxy/ratelimit configuration), or ctx ends:
+// after SetPolicies, or after the agent was restarted.
+func (a *AgentProcess) WaitKnows(ctx context.Context, yaml string) error {
+	ps, err := policy.ParsePolicyFile([]byte(yaml))
 	if err != nil {
 		return err
 	}
-	for _, a := range c.Agents {
-		for !a.knows(ctx, ps) {
-			if ctx.Err() != nil {
-				return fmt.Errorf("agent %s does not know the policies; see %s", a.Region, filepath.Join(c.Dir, a.Name+".log"))
-			}
-			time.Sleep(50 * time.Millisecond)
+	for !a.knows(ctx, ps) {
+		if ctx.Err() != nil {
+			return fmt.Errorf("agent %s does not know the policies; see %s", a.Region, filepath.Join(a.dir, a.Name+".log"))
 		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	return nil
 }
