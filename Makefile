@@ -10,7 +10,7 @@ PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: help deps build test test-short test-rlqs vet fmt-check bench bench-peers record-envoy-original bench-identity-scale fuzz redis redis-stop proto demo load clean robustness certs console-screenshot images helm manifests
+.PHONY: help deps build test test-short test-rlqs test-edge-e2e vet fmt-check bench bench-peers record-envoy-original bench-identity-scale fuzz redis redis-stop proto demo load clean robustness certs console-screenshot images helm manifests
 
 # The images' registry and tag: set in deploy/images.env, the one place
 # (REGISTRY, VERSION); override on the command line.
@@ -51,6 +51,9 @@ test: deps fmt-check vet ## all tests with -race: unit, real Redis and etcd inte
 
 test-rlqs: ## the agent's RLQS tests, the slow ones too (a tenant's share moving between regions at the edge)
 	QUOTALEASE_RLQS_LONG=1 $(GO) test -race -count=1 -run 'RLQS|Edge|MatchBucket' -v ./internal/agent/
+
+test-edge-e2e: deps ## issue 26's acceptance at full size over real processes: 20 Envoy-like clients per region, 1,000 buckets, every fault (about 1 minute; make test runs a smaller one)
+	QUOTALEASE_EDGE_LONG=1 $(GO) test -race -count=1 -run '^TestEdgeE2E$$' -v ./internal/testenv/cluster/
 
 test-short: ## fast tests: go test -short, no multi-process or browser suites
 	$(GO) test -short -count=1 $(PKGS)
