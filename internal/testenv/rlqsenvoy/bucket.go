@@ -29,6 +29,9 @@ type bucket struct {
 	expires time.Duration
 	// limiter is the token bucket of a token-bucket action, else nil.
 	limiter *tokenBucket
+	// assignedOnce: the server has assigned the bucket since it was
+	// created (for Instance.FirstAssignments).
+	assignedOnce bool
 }
 
 func seconds(d time.Duration) float64 { return d.Seconds() }

@@ -109,6 +109,9 @@ type Instance struct {
 	buckets map[string]*bucket
 	records map[string]*record
 	stats   Stats
+	// firstAssign: for each bucket's first assignment, the time since the
+	// last report that carried the bucket was built.
+	firstAssign []time.Duration
 }
 
 // New starts an instance. It opens its stream with its first bucket, as
@@ -235,6 +238,19 @@ func (in *Instance) Records() []BucketRecord {
 	return out
 }
 
+// FirstAssignments are, for every bucket the server assigned since the
+// instance created it (again after an abandon), how long after the last
+// report that carried the bucket its first assignment was applied: the
+// server's report-to-assignment latency, measured from when the report
+// was built (it is written at once when the stream is up). A report the
+// server dropped (beyond its pace) counts from the next one that carried
+// the bucket.
+func (in *Instance) FirstAssignments() []time.Duration {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return slices.Clone(in.firstAssign)
+}
+
 // BucketState is what the cache holds for a bucket now.
 type BucketState struct {
 	// Strategy is the cached action's strategy; nil is the default
@@ -305,6 +321,10 @@ func (in *Instance) apply(resp *rlqsv3.RateLimitQuotaResponse) {
 		case a.GetQuotaAssignmentAction() != nil:
 			if b.assign(a.GetQuotaAssignmentAction(), now) {
 				in.stats.Assignments++
+				if !b.assignedOnce {
+					b.assignedOnce = true
+					in.firstAssign = append(in.firstAssign, now-b.lastReport)
+				}
 			} else {
 				in.stats.Ignored++
 			}

@@ -1,0 +1,18 @@
+package rlqsenvoy
+
+import (
+	"testing"
+	"time"
+)
+
+// FirstAssignments measures each bucket's first assignment from the last
+// report that carried the bucket; later assignments add nothing.
+func TestFirstAssignments(t *testing.T) {
+	f, clk, in := withBucket(t, nil)
+	clk.Set(250)
+	f.push(t, in, 0, assignment(tenantA, tbStrategy(5, 5, time.Second), ttlOf(5*time.Second)))
+	f.push(t, in, 0, assignment(tenantA, tbStrategy(5, 5, time.Second), ttlOf(5*time.Second)))
+	if got := in.FirstAssignments(); len(got) != 1 || got[0] != 250*time.Millisecond {
+		t.Fatalf("first assignments %v, want [250ms]", got)
+	}
+}
