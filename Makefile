@@ -74,7 +74,7 @@ PEERBIN := $(CURDIR)/.peers/bin
 bench-peers: deps ## quota-lease against envoyproxy/ratelimit (built here, pinned) on Envoy's API, same machine, same run; prints checks/s, p99 and the ratio
 	@test -x $(PEERBIN)/service_cmd || { echo "building envoyproxy/ratelimit $(PEER_RATELIMIT_VERSION) (about 2 minutes)"; \
 	  GOBIN=$(PEERBIN) $(GO) install github.com/envoyproxy/ratelimit/src/service_cmd@$(PEER_RATELIMIT_VERSION); }
-	QUOTALEASE_PEER_RATELIMIT=$(PEERBIN)/service_cmd $(GO) test -run '^$$' -bench EnvoyAPIPeers -benchtime 1x -v ./internal/testenv/cluster/
+	QUOTALEASE_PEER_RATELIMIT=$(PEERBIN)/service_cmd $(GO) test -run '^$$' -bench 'EnvoyAPIPeers|EdgePeers' -benchtime 1x -v ./internal/testenv/cluster/
 
 record-envoy-original: ## record envoyproxy/ratelimit's answers (built here, pinned) to the Envoy parity cases into internal/agent/testdata/envoy-original.json
 	@test -x $(PEERBIN)/service_cmd || { echo "building envoyproxy/ratelimit $(PEER_RATELIMIT_VERSION) (about 2 minutes)"; \
