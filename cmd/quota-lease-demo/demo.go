@@ -25,10 +25,13 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 Starts a whole deployment on loopback as real processes: an etcd, two
 coordinator replicas, and three regions (us, eu, ap) each with its own
-redis-server and agent. Loads two policies, drives region-shifting traffic
-through the agents' gRPC API, kills the coordinator leader, cuts ap off from
-the coordinators for a while, prints progress, then per policy a table per
-region and in total against the limit and the bound, and stops everything.
+redis-server and agent. Loads three policies, drives region-shifting traffic
+through the agents' gRPC API, and runs Envoy-like clients behind eu that
+decide one policy themselves on token buckets eu's agent assigns them
+(Envoy's Rate Limit Quota Service); kills the coordinator leader, cuts ap
+off from the coordinators for a while, prints progress, then per policy a
+table per region (and eu's Envoys) and in total against the limit and the
+bound, and stops everything.
 'make demo' builds the binaries and runs this (bin/quota-lease-demo --bin bin).
 
 Flags:

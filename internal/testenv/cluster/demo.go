@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quota-lease/quota-lease/bound"
+	"github.com/quota-lease/quota-lease/internal/testenv/rlqsenvoy"
 	"github.com/quota-lease/quota-lease/policy"
 )
 
@@ -29,21 +30,56 @@ burst: 30
 failure: {mode: last-lease, static_fraction: 0.05, decay: 10s}
 `
 
+// DemoEdgePolicy is the policy the demo serves at the edge: Envoy-like
+// clients behind eu (DemoEdgeRegion) decide its requests themselves on
+// token buckets eu's agent assigns them (Envoy's Rate Limit Quota
+// Service), and deny what no assignment covers.
+const DemoEdgePolicy = `name: edge-tenant
+identity: [tenant]
+limit: 20
+period: 1s
+burst: 20
+failure: {mode: static-share, static_fraction: 0.1}
+edge: {instances: 6, no_assignment: deny, ttl: 1s}
+`
+
+// DemoEdgeRegion is the region whose Envoy-like clients the demo runs, and
+// demoEnvoys how many.
+const (
+	DemoEdgeRegion = "eu"
+	demoEnvoys     = 6
+)
+
 // RunDemo starts a cluster in dir, drives region-shifting traffic through
 // the agents' real gRPC APIs for dur while it kills the coordinator leader
 // and partitions a region, prints progress and then a table per policy,
 // region and total against the limit and the bound, and stops everything.
+// Beside the direct checks, Envoy-like clients behind eu decide a
+// per-tenant policy at the edge (DemoEdgePolicy), also checked directly
+// from the other regions; the report counts what both admitted against
+// the bound.
 func RunDemo(ctx context.Context, bins Binaries, dir string, dur time.Duration, out io.Writer) error {
 	fmt.Fprintf(out, "starting: etcd, 2 coordinator replicas, 3 regions (us, eu, ap) each with a redis-server and an agent (data and logs in %s)\n", dir)
-	c, err := Start(ctx, bins, dir, Options{CoordinatorArgs: []string{"--console-sample", "1s", "--console-refresh", "2s"}})
+	// Leases of 4 s: an edge assignment (1 s, plus the agent's margin) is
+	// sized for the end of its life, and with leases of 2 s renewed every
+	// third the grant often ends sooner, leaving the edge the degraded
+	// budget.
+	c, err := Start(ctx, bins, dir, Options{CoordinatorArgs: []string{"--console-sample", "1s", "--console-refresh", "2s"}, LeaseDuration: 4 * time.Second})
 	if err != nil {
 		return err
 	}
 	defer func() { fmt.Fprintln(out, "stopping everything"); c.Stop() }()
-	if err := c.SetPolicies(ctx, DemoPolicies); err != nil {
+	if err := c.SetPolicies(ctx, DemoPolicies+"---\n"+DemoEdgePolicy); err != nil {
 		return err
 	}
-	fmt.Fprintln(out, "policies: api-global (60/s shared by all), per-tenant (10/s per tenant, 40 tenants, one hot)")
+	fmt.Fprintln(out, "policies: api-global (60/s shared by all), per-tenant (10/s per tenant, 40 tenants, one hot), edge-tenant (20/s per tenant, 20 tenants, one hot)")
+	edge, err := startDemoEdge(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer edge.Close()
+	fmt.Fprintf(out, "edge: %d Envoy-like clients behind %s decide edge-tenant's requests themselves, on token buckets %s's agents assign them over Envoy's Rate Limit Quota Service, reporting every 2s; us and ap check edge-tenant directly\n",
+		demoEnvoys, DemoEdgeRegion, DemoEdgeRegion)
 	if console, stop, err := c.ConsoleProxy(); err != nil {
 		fmt.Fprintf(out, "no web console: %v\n", err)
 	} else {
@@ -65,9 +101,17 @@ func RunDemo(ctx context.Context, bins Binaries, dir string, dur time.Duration, 
 		}
 		return 5
 	}}
-	d := NewDriver(c)
-	done := make(chan struct{})
-	go func() { d.Run(ctx, dur, global, tenant); close(done) }()
+	direct := Load{Policy: "edge-tenant", Attribute: "tenant", Identity: func(string, time.Duration) string { return "t-0" },
+		Rate: func(region string, _ time.Duration) float64 {
+			if region == DemoEdgeRegion {
+				return 0
+			}
+			return 10
+		}}
+	d, ed := NewDriver(c), NewEdgeDriver()
+	done, edgeDone := make(chan struct{}), make(chan struct{})
+	go func() { d.Run(ctx, dur, global, tenant, direct); close(done) }()
+	go func() { ed.Run(ctx, dur, EdgeLoad{Demand: demoEdgeDemand()}, edge); close(edgeDone) }()
 
 	start := time.Now()
 	events := []struct {
@@ -108,14 +152,48 @@ func RunDemo(ctx context.Context, bins Binaries, dir string, dur time.Duration, 
 			continue
 		}
 		lastProgress = el
-		progress(ctx, out, c, d, el, shares)
+		progress(ctx, out, c, d, ed, el, shares)
 	}
-	return report(out, c, d, shares)
+	<-edgeDone
+	return report(out, c, d, edge, shares)
+}
+
+// startDemoEdge starts the demo's Envoy-like clients behind DemoEdgeRegion,
+// configured as DemoEdgePolicy states.
+func startDemoEdge(ctx context.Context, c *Cluster) (*Edge, error) {
+	ps, err := policy.ParsePolicies([]byte(DemoEdgePolicy))
+	if err != nil {
+		return nil, err
+	}
+	const every = 2 * time.Second
+	set, err := rlqsenvoy.SettingsFor(ps[0].Edge, every)
+	if err != nil {
+		return nil, err
+	}
+	return c.StartEdge(ctx, DemoEdgeRegion, EdgeOptions{Envoys: demoEnvoys, Filters: []EdgeFilter{{Domain: "demo", Settings: set}}, ReportInterval: every})
+}
+
+// demoEdgeDemand is what each Envoy-like client asks of edge-tenant: the
+// hot tenant t-0 10/s from every client (60/s, three times its limit), and
+// each of 19 others 1/s from one client.
+func demoEdgeDemand() func(string, int, time.Duration) []EdgeDemand {
+	demand := make([][]EdgeDemand, demoEnvoys)
+	bucket := func(n int) map[string]string {
+		return map[string]string{"policy": "edge-tenant", "tenant": fmt.Sprint("t-", n)}
+	}
+	for i := range demand {
+		demand[i] = append(demand[i], EdgeDemand{Bucket: bucket(0), Rate: 10})
+		for n := 1 + i; n < 20; n += demoEnvoys {
+			demand[i] = append(demand[i], EdgeDemand{Bucket: bucket(n), Rate: 1})
+		}
+	}
+	return func(_ string, i int, _ time.Duration) []EdgeDemand { return demand[i] }
 }
 
 // progress prints one line: every region's lease on api-global (state and
-// share of the limit) and what it admitted so far.
-func progress(ctx context.Context, out io.Writer, c *Cluster, d *Driver, el time.Duration, shares map[string][]float64) {
+// share of the limit), what it admitted so far, and what the edge's
+// clients admitted of what they decided.
+func progress(ctx context.Context, out io.Writer, c *Cluster, d *Driver, ed *EdgeDriver, el time.Duration, shares map[string][]float64) {
 	line := []string{fmt.Sprintf("t=%2.0fs ", el.Seconds())}
 	lctx, cancel := context.WithTimeout(ctx, time.Second)
 	leases, err := c.Leases(lctx)
@@ -137,16 +215,18 @@ func progress(ctx context.Context, out io.Writer, c *Cluster, d *Driver, el time
 	for _, a := range c.Agents {
 		adm = append(adm, fmt.Sprintf("%s %d", a.Region, st[a.Region].Admitted))
 	}
-	fmt.Fprintf(out, "%s | api-global admitted so far: %s\n", strings.Join(line, "  "), strings.Join(adm, ", "))
+	decided, allowed := ed.Decisions()
+	fmt.Fprintf(out, "%s | api-global admitted so far: %s | %s's Envoys admitted %d of %d\n", strings.Join(line, "  "), strings.Join(adm, ", "), DemoEdgeRegion, allowed, decided)
 }
 
-func report(out io.Writer, c *Cluster, d *Driver, shares map[string][]float64) error {
-	ps, err := policy.ParsePolicies([]byte(DemoPolicies))
+func report(out io.Writer, c *Cluster, d *Driver, edge *Edge, shares map[string][]float64) error {
+	ps, err := policy.ParsePolicies([]byte(DemoPolicies + "---\n" + DemoEdgePolicy))
 	if err != nil {
 		return err
 	}
 	dep := bound.Deployment{Regions: len(c.Agents), Instances: 1, LeaseDuration: c.Opts.LeaseDuration, Drift: 1e-4}
 	const w = 5 * time.Second
+	adm := append(d.Admissions(), edge.Admissions()...)
 	for _, p := range ps {
 		b, err := bound.Compute(p, dep, bound.Leased, w+200*time.Millisecond)
 		if err != nil {
@@ -163,15 +243,31 @@ func report(out io.Writer, c *Cluster, d *Driver, shares map[string][]float64) e
 			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t\n", a.Region, s.Sent, s.Admitted, s.Rejected,
 				s.Modes["leased"], s.Modes["degraded"], s.Modes["local-fallback"], s.Modes["unleased"], shareRange(shares[p.Name+"/"+a.Region]))
 		}
+		if p.Edge != nil {
+			// Decided by the Envoy-like clients themselves: no mode.
+			s := edge.Stats()
+			total.Sent, total.Admitted, total.Rejected = total.Sent+int64(s.Allowed+s.Denied), total.Admitted+int64(s.Allowed), total.Rejected+int64(s.Denied)
+			fmt.Fprintf(tw, "%s's Envoys\t%d\t%d\t%d\t\t\t\t\t\t\n", edge.Region, s.Allowed+s.Denied, s.Allowed, s.Denied)
+		}
 		fmt.Fprintf(tw, "total\t%d\t%d\t%d\t\t\t\t\t\t\n", total.Sent, total.Admitted, total.Rejected)
 		tw.Flush()
-		got, id, _ := d.MaxWindow(p.Name, w)
+		got, id := 0, ""
+		forEachWindow(adm, p.Name, w, func(identity string, _ time.Time, n int) error {
+			if n > got {
+				got, id = n, identity
+			}
+			return nil
+		})
 		verdict := "within the bound"
 		if float64(got) > b.WorstCase {
 			verdict = "OVER THE BOUND"
 		}
-		fmt.Fprintf(out, "most admitted for one identity (%s) in any %s window: %d; one ideal global limiter admits at most %.0f (%s); bound %.0f: %s\n",
-			id, w, got, bound.Reference(p, w), referenceOf(p, w), b.WorstCase, verdict)
+		what := ""
+		if p.Edge != nil {
+			what = fmt.Sprintf(" (Envoys' own records and direct checks; the bound's edge term %g: the Envoys deny without an assignment)", b.Terms[bound.TermEdge])
+		}
+		fmt.Fprintf(out, "most admitted for one identity (%s) in any %s window%s: %d; one ideal global limiter admits at most %.0f (%s); bound %.0f: %s\n",
+			id, w, what, got, bound.Reference(p, w), referenceOf(p, w), b.WorstCase, verdict)
 	}
 	return nil
 }

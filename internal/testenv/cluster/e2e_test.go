@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -269,13 +270,19 @@ func TestDemoShort(t *testing.T) {
 	}
 	s := out.String()
 	for _, want := range []string{"killed coordinator-", "cutting ap off", "policy api-global", "policy per-tenant", "| api-global admitted so far",
-		"each progress line:", "checks decided in that mode", "(burst 60 + 60/s x 5s)"} {
+		"each progress line:", "checks decided in that mode", "(burst 60 + 60/s x 5s)",
+		"policy edge-tenant", "| eu's Envoys admitted", "eu's Envoys", "the bound's edge term 0"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, s)
 		}
 	}
-	if strings.Count(s, "within the bound") != 2 || strings.Contains(s, "OVER") {
+	if strings.Count(s, "within the bound") != 3 || strings.Contains(s, "OVER") {
 		t.Fatalf("demo verdicts:\n%s", s)
+	}
+	// The edge decided, and admitted some: the last progress line's count.
+	m := regexp.MustCompile(`eu's Envoys admitted (\d+) of (\d+)`).FindAllStringSubmatch(s, -1)
+	if len(m) == 0 || m[len(m)-1][1] == "0" {
+		t.Fatalf("eu's Envoys admitted nothing:\n%s", s)
 	}
 }
 
