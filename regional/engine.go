@@ -80,6 +80,10 @@ type Engine struct {
 	policies admission.PolicySet // for Check and CheckBatch
 	turn     atomic.Uint64       // counts checks of sharded policies, which shard spreads by it
 	marginMs any                 // cfg.TTLMargin in ms, boxed once as a script argument
+	clk      *redisClock         // the server clock as the fixed windows' counters need it
+	// scriptedWindows sends every fixed-window decision to the script, as
+	// those with an idempotency key are (tests compare both ways).
+	scriptedWindows bool
 }
 
 // NewEngine returns an engine deciding with rdb. policies are those Check
@@ -89,7 +93,7 @@ func NewEngine(rdb Client, policies []*policy.Policy, cfg Config) (*Engine, erro
 	if err := ValidateConfig(cfg); err != nil {
 		return nil, fmt.Errorf("regional engine config: %w", err)
 	}
-	e := &Engine{rdb: rdb, cfg: cfg, marginMs: cfg.TTLMargin.Milliseconds()}
+	e := &Engine{rdb: rdb, cfg: cfg, marginMs: cfg.TTLMargin.Milliseconds(), clk: newRedisClock()}
 	e.cluster, _ = rdb.(*redis.ClusterClient)
 	if err := e.SetPolicies(policies); err != nil {
 		return nil, err
@@ -269,9 +273,11 @@ func (e *Engine) prepare(t *admission.Ticket) (decision, error) {
 		param = l.WindowMs
 	}
 	return decision{
-		policy: p.Name,
-		keys:   keys,
-		args:   [6]any{algorithmCodes[l.Algorithm], idemMs, l.Capacity, param, t.Cost * policy.Micro, e.marginMs},
+		policy:   p.Name,
+		keys:     keys,
+		args:     [6]any{algorithmCodes[l.Algorithm], idemMs, l.Capacity, param, t.Cost * policy.Micro, e.marginMs},
+		counted:  l.Algorithm == policy.FixedWindow && idemMs == 0 && !e.scriptedWindows,
+		capacity: l.Capacity, windowMs: l.WindowMs, cost: t.Cost * policy.Micro,
 	}, nil
 }
 

@@ -251,14 +251,19 @@ func TestMalformedScriptCallChangesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	good := append([]any{"1000"}, d.args[:]...)
-	unknown := append([]any{"1000"}, d.args[:]...)
-	unknown[1] = "bucket"
+	good := append([]any{"1000", 0}, d.args[:]...)
+	unknown := append([]any{"1000", 0}, d.args[:]...)
+	unknown[2] = "bucket"
+	if err := decideScript.Run(t.Context(), h.rdb, d.keys, good...).Err(); err != nil {
+		t.Fatalf("the well-formed call: %v", err) // so that the others fail for their fault
+	}
+	h.rdb.FlushAll(t.Context())
 	for name, c := range map[string]scriptCall{
 		"a key missing":       {keys: d.keys[:1], args: good},
 		"a key too many":      {keys: append(d.keys, d.keys...), args: good},
 		"an argument missing": {keys: d.keys, args: good[:len(good)-1]},
-		"no decision":         {keys: nil, args: good[:1]},
+		"no floor":            {keys: d.keys, args: append([]any{"1000"}, d.args[:]...)},
+		"no decision":         {keys: nil, args: good[:2]},
 		"unknown algorithm":   {keys: d.keys, args: unknown},
 	} {
 		err := decideScript.Run(t.Context(), h.rdb, c.keys, c.args...).Err()
@@ -272,7 +277,8 @@ func TestMalformedScriptCallChangesNothing(t *testing.T) {
 }
 
 // Keys expire once they would be idle anyway: TTL = time to refill an
-// empty bucket (or the window span) plus the margin.
+// empty bucket (or the window span) plus the margin; a fixed window's
+// counter once its window has ended, plus the margin, by either path.
 func TestKeyTTL(t *testing.T) {
 	h := newHarness(t)
 	cases := []struct {
@@ -280,15 +286,23 @@ func TestKeyTTL(t *testing.T) {
 		want time.Duration
 	}{
 		{policy.Limits{Algorithm: policy.TokenBucket, Capacity: 20 * policy.Micro, Rate: 5 * policy.Micro}, 4*time.Second + time.Second},
-		{policy.Limits{Algorithm: policy.FixedWindow, Capacity: 20 * policy.Micro, WindowMs: 3000}, 3*time.Second + time.Second},
+		{policy.Limits{Algorithm: policy.FixedWindow, Capacity: 20 * policy.Micro, WindowMs: 3000}, time.Second + time.Second}, // [3 s, 6 s) at 5 s
 		{policy.Limits{Algorithm: policy.SlidingWindow, Capacity: 20 * policy.Micro, WindowMs: 3000}, 6*time.Second + time.Second},
 		{policy.Limits{Algorithm: policy.SlidingLog, Capacity: 20 * policy.Micro, WindowMs: 3000}, 3*time.Second + time.Second},
 	}
-	for _, c := range cases {
-		h.check(5000, c.l, "ttl", 1)
-		ttl := h.rdb.PTTL(t.Context(), h.key(c.l.Algorithm, "ttl")).Val()
-		if ttl <= c.want-200*time.Millisecond || ttl > c.want {
-			t.Errorf("%s: TTL %v, want about %v", c.l.Algorithm, ttl, c.want)
+	for _, path := range windowPaths {
+		h.fresh(path.scripted)
+		for _, c := range cases {
+			tenant := "ttl-" + path.name
+			h.check(5000, c.l, tenant, 1)
+			key := h.key(c.l.Algorithm, tenant)
+			if c.l.Algorithm == policy.FixedWindow {
+				key = counterKey(key, 5000/c.l.WindowMs)
+			}
+			ttl := h.rdb.PTTL(t.Context(), key).Val()
+			if ttl <= c.want-200*time.Millisecond || ttl > c.want {
+				t.Errorf("%s (%s): TTL %v, want about %v", c.l.Algorithm, path.name, ttl, c.want)
+			}
 		}
 	}
 }
