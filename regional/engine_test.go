@@ -17,19 +17,27 @@ import (
 )
 
 // 200 goroutines race for a bucket with n units left: exactly n win, for
-// every algorithm, on real Redis.
+// every algorithm (a fixed window both counted and scripted), on real
+// Redis.
 func TestConcurrentRaceForLastTokens(t *testing.T) {
 	const racers, left = 200, 37
 	h := newHarness(t)
 	h.now.Set(1_000_000) // frozen clock: no refill during the race
 	for _, l := range raceLimits {
-		t.Run(string(l.Algorithm), func(t *testing.T) {
-			h.t = t
-			h.check(1_000_000, l, "race", 100-left) // leave exactly `left`
-			if got := race(t, h.eng, l, racers); got != left {
-				t.Fatalf("%d of %d racers admitted, want exactly %d", got, racers, left)
+		for _, path := range windowPaths {
+			if path.scripted && l.Algorithm != policy.FixedWindow {
+				continue
 			}
-		})
+			t.Run(string(l.Algorithm)+"/"+path.name, func(t *testing.T) {
+				h.t = t
+				h.fresh(path.scripted)
+				tenant := "race-" + path.name
+				h.check(1_000_000, l, tenant, 100-left) // leave exactly `left`
+				if got := race(t, h.eng, l, tenant, racers); got != left {
+					t.Fatalf("%d of %d racers admitted, want exactly %d", got, racers, left)
+				}
+			})
+		}
 	}
 }
 
@@ -41,21 +49,19 @@ var raceLimits = []policy.Limits{
 	{Algorithm: policy.SlidingLog, Capacity: 100 * policy.Micro, WindowMs: 60_000},
 }
 
-// race starts racers concurrent checks of cost 1 for tenant "race" under l
-// at once and returns how many were admitted.
-func race(t *testing.T, eng *Engine, l policy.Limits, racers int) int64 {
+// race starts racers concurrent checks of cost 1 for tenant under l at
+// once and returns how many were admitted.
+func race(t *testing.T, eng *Engine, l policy.Limits, tenant string, racers int) int64 {
 	t.Helper()
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
 	start := make(chan struct{})
-	for i := 0; i < racers; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	for range racers {
+		wg.Go(func() {
 			<-start
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			d, err := eng.Check(ctx, Request{Policy: algPolicy[l.Algorithm], Attributes: map[string]string{"tenant": "race"}, Cost: 1, Limits: &l})
+			d, err := eng.Check(ctx, Request{Policy: algPolicy[l.Algorithm], Attributes: map[string]string{"tenant": tenant}, Cost: 1, Limits: &l})
 			if err != nil {
 				t.Error(err)
 				return
@@ -63,7 +69,7 @@ func race(t *testing.T, eng *Engine, l policy.Limits, racers int) int64 {
 			if d.Allowed {
 				admitted.Add(1)
 			}
-		}()
+		})
 	}
 	close(start)
 	wg.Wait()
@@ -81,7 +87,7 @@ func TestConcurrentRaceRedisTime(t *testing.T) {
 	if d, err := eng.Check(t.Context(), req); err != nil || !d.Allowed {
 		t.Fatalf("drain: %+v %v", d, err)
 	}
-	if got := race(t, eng, l, racers); got != left {
+	if got := race(t, eng, l, "race", racers); got != left {
 		t.Fatalf("%d admitted, want %d", got, left)
 	}
 }

@@ -196,18 +196,21 @@ type refund struct {
 	cost, ttl int64
 }
 
-// charge is a counted decision in flight.
+// charge is a counted decision in flight, the seq-th call of its pipeline.
 type charge struct {
 	j    int // in ds
+	seq  int
 	win  int64
 	key  string
 	incr *redis.IntCmd
 	born *redis.StringCmd
 }
 
-// scriptGroup is one decision script call in flight.
+// scriptGroup is one decision script call in flight, the seq-th call of
+// its pipeline.
 type scriptGroup struct {
 	idx []int
+	seq int
 	cmd *redis.Cmd
 }
 
@@ -230,7 +233,9 @@ func (c *nodeCall) first(ctx context.Context, idx []int) {
 	var run []int
 	flush := func() { // the script decisions asked for before the next charge
 		for _, g := range e.groupOf(c.ds, run) {
-			groups = append(groups, c.send(ctx, pipe, g, nowArg, floor))
+			sg := c.send(ctx, pipe, g, nowArg, floor)
+			sg.seq = len(groups) + len(charges)
+			groups = append(groups, sg)
 		}
 		run = nil
 	}
@@ -248,7 +253,7 @@ func (c *nodeCall) first(ctx context.Context, idx []int) {
 		}
 		win := now / d.windowMs
 		key := counterKey(d.keys[0], win)
-		charges = append(charges, charge{j: j, win: win, key: key, incr: pipe.IncrBy(ctx, key, d.cost), born: b})
+		charges = append(charges, charge{j: j, seq: len(groups) + len(charges), win: win, key: key, incr: pipe.IncrBy(ctx, key, d.cost), born: b})
 		_ = pipe.Process(ctx, pexpireNX(ctx, key, (win+1)*d.windowMs-now+margin))
 	}
 	flush()
@@ -261,6 +266,18 @@ func (c *nodeCall) first(ctx context.Context, idx []int) {
 	c.readScripts(groups)
 	if len(charges) == 0 {
 		return
+	}
+	// A script call the node did not know did not run (NOSCRIPT): the
+	// charges sent after it in its slot are taken back and decided again
+	// with it, in order, so that none is decided before a decision asked
+	// for earlier on its key.
+	unknown := map[int]int{} // slot -> the first script call that did not run
+	for _, g := range groups {
+		if redis.HasErrorPrefix(g.cmd.Err(), "NOSCRIPT") {
+			if _, ok := unknown[c.slot(g.idx[0])]; !ok {
+				unknown[c.slot(g.idx[0])] = g.seq
+			}
+		}
 	}
 	ta, tb := now, now
 	if !injected {
@@ -286,6 +303,12 @@ func (c *nodeCall) first(ctx context.Context, idx []int) {
 			} else {
 				c.out[ch.j].err = err
 			}
+			continue
+		}
+		if seq, ok := unknown[c.slot(ch.j)]; ok && ch.seq > seq {
+			c.again = append(c.again, ch.j)
+			pending[ch.key] += d.cost
+			c.refund(ch, tb)
 			continue
 		}
 		born, err := ch.born.Int64()
@@ -315,6 +338,15 @@ func (c *nodeCall) first(ctx context.Context, idx []int) {
 			c.refund(ch, tb)
 		}
 	}
+}
+
+// slot is the hash slot of decision j on a cluster; on one node, where
+// any decisions may share a script call, 0 for all.
+func (c *nodeCall) slot(j int) int {
+	if c.e.cluster == nil {
+		return 0
+	}
+	return KeySlot(c.ds[j].keys[0])
 }
 
 // refund queues the charge ch to be taken back, the server clock being at
