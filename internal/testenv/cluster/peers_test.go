@@ -21,6 +21,7 @@ import (
 
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -48,6 +49,10 @@ type peerLoad struct {
 	// system's HTTP API (/v1/check, /json) instead of gRPC.
 	descriptors int
 	hot, http   bool
+	// algorithm, when set, is one quota-lease offers beyond the original's
+	// fixed window: the load goes to quota-lease alone, to the domain
+	// whose per-tenant limit uses it (oursPolicies).
+	algorithm policy.Algorithm
 }
 
 var peerLoads = []peerLoad{
@@ -55,6 +60,53 @@ var peerLoads = []peerLoad{
 	{name: "1 descriptor", descriptors: 1},
 	{name: "16 descriptors", descriptors: 16},
 	{name: "hot rejected key", descriptors: 1, hot: true},
+	{name: "16 descriptors, token bucket", descriptors: 16, algorithm: policy.TokenBucket},
+	{name: "16 descriptors, sliding window", descriptors: 16, algorithm: policy.SlidingWindow},
+	{name: "16 descriptors, sliding log", descriptors: 16, algorithm: policy.SlidingLog},
+}
+
+// domain is the Envoy domain of l's calls.
+func (l peerLoad) domain() string {
+	if l.algorithm != "" {
+		return "bench-" + string(l.algorithm)
+	}
+	return "bench"
+}
+
+// oursPolicies are the policies the agent loads: peerConfig's, as it
+// loads that file unchanged (plus scope: region, for one agent), and the
+// per-tenant limit once more for every other algorithm, each in a domain
+// of its own (peerLoad.domain). The sliding log keeps one entry per
+// admitted request, so its limit is at most 10,000: still far above what
+// a tenant gets here.
+func oursPolicies(b *testing.B) []byte {
+	ps, err := policy.ParsePolicyFile([]byte(peerConfig + "scope: region\n"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var out []byte
+	for _, alg := range []policy.Algorithm{"", policy.TokenBucket, policy.SlidingWindow, policy.SlidingLog} {
+		for _, p := range ps {
+			if alg != "" {
+				if p.Envoy.Entries[0].Key != "tenant" {
+					continue
+				}
+				q, m := *p, *p.Envoy
+				q.Algorithm, q.Envoy, m.Domain = alg, &m, peerLoad{algorithm: alg}.domain()
+				q.Name, q.Burst = p.Name+"-"+string(alg), 0
+				if alg == policy.SlidingLog {
+					q.Limit = min(q.Limit, 10_000)
+				}
+				p = &q
+			}
+			y, err := yaml.Marshal(p)
+			if err != nil {
+				b.Fatal(err)
+			}
+			out = append(append(out, "---\n"...), y...)
+		}
+	}
+	return out
 }
 
 // request is the i-th call of l.
@@ -65,7 +117,7 @@ func (l peerLoad) request(i int) *rlsv3.RateLimitRequest {
 	if l.hot {
 		return &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*commonrl.RateLimitDescriptor{entry("hot", "abuser")}}
 	}
-	r := &rlsv3.RateLimitRequest{Domain: "bench"}
+	r := &rlsv3.RateLimitRequest{Domain: l.domain()}
 	for k := range l.descriptors {
 		r.Descriptors = append(r.Descriptors, entry("tenant", fmt.Sprint("t", (i*l.descriptors+k)%10000)))
 	}
@@ -134,7 +186,7 @@ func BenchmarkEnvoyAPIPeers(b *testing.B) {
 	}
 	dir := b.TempDir()
 	ours := filepath.Join(dir, "ours.yaml")
-	if err := os.WriteFile(ours, []byte(peerConfig+"scope: region\n"), 0o644); err != nil {
+	if err := os.WriteFile(ours, oursPolicies(b), 0o644); err != nil {
 		b.Fatal(err)
 	}
 	cfgDir := filepath.Join(dir, "runtime", "ratelimit", "config")
@@ -242,6 +294,9 @@ func BenchmarkEnvoyAPIPeers(b *testing.B) {
 		for li, l := range peerLoads {
 			for range rounds {
 				for si, s := range systems {
+					if si > 0 && l.algorithm != "" {
+						continue // the original has fixed windows only
+					}
 					runs[[2]int{li, si}] = append(runs[[2]int{li, si}], peerRound(b, s, l, callers, roundDur))
 				}
 			}
@@ -250,9 +305,13 @@ func BenchmarkEnvoyAPIPeers(b *testing.B) {
 	var out strings.Builder
 	tw := tabwriter.NewWriter(&out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "load\tsystem\tcalls/s\tdecisions/s\tp50\tp99\tp99.9\tCPU µs/decision\tof which Redis\t")
+	redisPer := map[string][2]float64{} // load name -> Redis µs per decision, by system
 	for li, l := range peerLoads {
-		var rate, cpu [2]float64
+		var rate, cpu, rcpu [2]float64
 		for si, s := range systems {
+			if si > 0 && l.algorithm != "" {
+				continue
+			}
 			var lat []time.Duration
 			var d, c, rc time.Duration
 			for _, r := range runs[[2]int{li, si}] {
@@ -267,11 +326,34 @@ func BenchmarkEnvoyAPIPeers(b *testing.B) {
 			}
 			decisions := float64(len(lat) * l.descriptors)
 			rate[si], cpu[si] = decisions/d.Seconds(), float64(c.Microseconds())/max(1, decisions)
+			rcpu[si] = float64(rc.Microseconds()) / max(1, decisions)
 			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%s\t%s\t%s\t%.1f\t%.1f\t\n", l.name, s.name, float64(len(lat))/d.Seconds(), rate[si],
-				q(.5), q(.99), q(.999), cpu[si], float64(rc.Microseconds())/max(1, decisions))
+				q(.5), q(.99), q(.999), cpu[si], rcpu[si])
 			b.ReportMetric(rate[si], strings.ReplaceAll(s.name+"/"+l.name, " ", "-")+"-decisions/s")
 		}
-		fmt.Fprintf(tw, "%s\tratio\t\t%.2f×\t\t\t\t%.2f×\t\t\n", l.name, rate[0]/rate[1], cpu[0]/cpu[1])
+		redisPer[l.name] = rcpu
+		if l.algorithm == "" {
+			fmt.Fprintf(tw, "%s\tratio\t\t%.2f×\t\t\t\t%.2f×\t%.2f×\t\n", l.name, rate[0]/rate[1], cpu[0]/cpu[1], rcpu[0]/rcpu[1])
+		}
+	}
+	tw.Flush()
+	// Redis CPU per decision of every algorithm quota-lease offers, at 16
+	// descriptors per call, beside the original's fixed window in the same
+	// run.
+	orig := redisPer["16 descriptors"][1]
+	fmt.Fprintf(&out, "\nRedis CPU µs per decision, 16 descriptors per call (envoyproxy/ratelimit, fixed window: %.1f):\n", orig)
+	tw = tabwriter.NewWriter(&out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "algorithm\tquota-lease\tratio to the original's fixed window\t")
+	for _, l := range peerLoads {
+		if l.descriptors != 16 {
+			continue
+		}
+		alg := l.algorithm
+		if alg == "" {
+			alg = policy.FixedWindow
+		}
+		fmt.Fprintf(tw, "%s\t%.1f\t%.2f×\t\n", alg, redisPer[l.name][0], redisPer[l.name][0]/max(orig, 1e-9))
+		b.ReportMetric(redisPer[l.name][0], "quota-lease/redis-µs/"+string(alg))
 	}
 	tw.Flush()
 	b.Logf("%d rounds of %v per load and system, interleaved, %d callers:\n%s", rounds, roundDur, callers, out.String())
