@@ -130,6 +130,7 @@ type peerRun struct {
 	dur      time.Duration
 	cpu      time.Duration // the server's and its Redis's CPU time in the round
 	redisCPU time.Duration // of which its Redis's
+	local    float64       // decisions the server made without Redis (its local fallback)
 }
 
 // peerSystem is one system under test: its gRPC client, its HTTP check
@@ -142,6 +143,9 @@ type peerSystem struct {
 	httpURL  string
 	httpBody func(i int) string
 	pids     []int
+	// local, when set, counts the decisions the server made so far
+	// without Redis.
+	local func() float64
 }
 
 // call makes the i-th call of l to s.
@@ -221,8 +225,14 @@ func BenchmarkEnvoyAPIPeers(b *testing.B) {
 	}
 	redisOurs, redisPeer := redistest.Start(b), redistest.Start(b)
 	agentAddr, agentHTTP := free(), free()
+	// A check timeout long enough that every decision is Redis's, as every
+	// decision of envoyproxy/ratelimit is: with the default 20 ms, checks
+	// queued on these 2 shared cores time out, the breaker opens and the
+	// local fallback decides (and rejects) without Redis. The table counts
+	// what the agent still decided locally.
 	agentPid := start("agent", nil, bins.Agent, "serve", "--region", "bench", "--policies", ours, "--redis", redisOurs.Addr,
-		"--grpc-listen", agentAddr, "--http-listen", agentHTTP, "--coordinator", "127.0.0.1:1", "--log-level", "warn")
+		"--grpc-listen", agentAddr, "--http-listen", agentHTTP, "--coordinator", "127.0.0.1:1", "--log-level", "warn",
+		"--check-timeout", "1s")
 	// The HTTP API names the policy and its attribute as the agent derives
 	// them from the Envoy configuration.
 	ps, err := policy.ParsePolicyFile([]byte(peerConfig))
@@ -243,7 +253,8 @@ func BenchmarkEnvoyAPIPeers(b *testing.B) {
 		{name: "quota-lease", pids: []int{agentPid, redisOurs.Pid()}, web: web, httpURL: "http://" + agentHTTP + "/v1/check",
 			httpBody: func(i int) string {
 				return fmt.Sprintf(`{"policy":%q,"attributes":{%q:"t%d"}}`, tenant.Name, tenant.Identity[0], i%10000)
-			}},
+			},
+			local: func() float64 { return localDecisions(b, web, "http://"+agentHTTP+"/metrics") }},
 		{name: "envoyproxy/ratelimit", pids: []int{peerPid, redisPeer.Pid()}, web: web, httpURL: "http://" + peerHTTP + "/json",
 			httpBody: func(i int) string {
 				return fmt.Sprintf(`{"domain":"bench","descriptors":[{"entries":[{"key":"tenant","value":"t%d"}]}]}`, i%10000)
@@ -304,7 +315,7 @@ func BenchmarkEnvoyAPIPeers(b *testing.B) {
 	}
 	var out strings.Builder
 	tw := tabwriter.NewWriter(&out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "load\tsystem\tcalls/s\tdecisions/s\tp50\tp99\tp99.9\tCPU µs/decision\tof which Redis\t")
+	fmt.Fprintln(tw, "load\tsystem\tcalls/s\tdecisions/s\tp50\tp99\tp99.9\tCPU µs/decision\tof which Redis\tdecided without Redis\t")
 	redisPer := map[string][2]float64{} // load name -> Redis µs per decision, by system
 	for li, l := range peerLoads {
 		var rate, cpu, rcpu [2]float64
@@ -314,8 +325,9 @@ func BenchmarkEnvoyAPIPeers(b *testing.B) {
 			}
 			var lat []time.Duration
 			var d, c, rc time.Duration
+			var local float64
 			for _, r := range runs[[2]int{li, si}] {
-				lat, d, c, rc = append(lat, r.lat...), d+r.dur, c+r.cpu, rc+r.redisCPU
+				lat, d, c, rc, local = append(lat, r.lat...), d+r.dur, c+r.cpu, rc+r.redisCPU, local+r.local
 			}
 			slices.Sort(lat)
 			q := func(p float64) string {
@@ -327,13 +339,13 @@ func BenchmarkEnvoyAPIPeers(b *testing.B) {
 			decisions := float64(len(lat) * l.descriptors)
 			rate[si], cpu[si] = decisions/d.Seconds(), float64(c.Microseconds())/max(1, decisions)
 			rcpu[si] = float64(rc.Microseconds()) / max(1, decisions)
-			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%s\t%s\t%s\t%.1f\t%.1f\t\n", l.name, s.name, float64(len(lat))/d.Seconds(), rate[si],
-				q(.5), q(.99), q(.999), cpu[si], rcpu[si])
+			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%s\t%s\t%s\t%.1f\t%.1f\t%.1f%%\t\n", l.name, s.name, float64(len(lat))/d.Seconds(), rate[si],
+				q(.5), q(.99), q(.999), cpu[si], rcpu[si], 100*local/max(1, decisions))
 			b.ReportMetric(rate[si], strings.ReplaceAll(s.name+"/"+l.name, " ", "-")+"-decisions/s")
 		}
 		redisPer[l.name] = rcpu
 		if l.algorithm == "" {
-			fmt.Fprintf(tw, "%s\tratio\t\t%.2f×\t\t\t\t%.2f×\t%.2f×\t\n", l.name, rate[0]/rate[1], cpu[0]/cpu[1], rcpu[0]/rcpu[1])
+			fmt.Fprintf(tw, "%s\tratio\t\t%.2f×\t\t\t\t%.2f×\t%.2f×\t\t\n", l.name, rate[0]/rate[1], cpu[0]/cpu[1], rcpu[0]/rcpu[1])
 		}
 	}
 	tw.Flush()
@@ -367,6 +379,10 @@ func peerRound(b *testing.B, s *peerSystem, l peerLoad, callers int, d time.Dura
 	var mu sync.Mutex
 	var lat []time.Duration
 	var wg sync.WaitGroup
+	var local0 float64
+	if s.local != nil {
+		local0 = s.local()
+	}
 	server0, redis0 := processCPU(b, s.pids[:1]), processCPU(b, s.pids[1:])
 	t0 := time.Now()
 	for g := 0; g < callers; g++ {
@@ -391,7 +407,37 @@ func peerRound(b *testing.B, s *peerSystem, l peerLoad, callers int, d time.Dura
 	}
 	wg.Wait()
 	server, redis := processCPU(b, s.pids[:1])-server0, processCPU(b, s.pids[1:])-redis0
-	return peerRun{lat: lat, dur: time.Since(t0), cpu: server + redis, redisCPU: redis}
+	run := peerRun{lat: lat, dur: time.Since(t0), cpu: server + redis, redisCPU: redis}
+	if s.local != nil {
+		run.local = s.local() - local0
+	}
+	return run
+}
+
+// localDecisions sums the agent's decisions made by its local fallback so
+// far (quotalease_agent_decisions_total{mode="local-fallback"}), from its
+// metrics at url.
+func localDecisions(b *testing.B, web *http.Client, url string) float64 {
+	resp, err := web.Get(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n float64
+	for _, line := range strings.Split(string(raw), "\n") {
+		if strings.HasPrefix(line, "quotalease_agent_decisions_total{") && strings.Contains(line, `mode="local-fallback"`) {
+			v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+			if err != nil {
+				b.Fatalf("%s: %q: %v", url, line, err)
+			}
+			n += v
+		}
+	}
+	return n
 }
 
 // processCPU is the user and system CPU time the processes used so far
