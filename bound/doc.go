@@ -15,6 +15,7 @@
 //	burst            a config change under a new version starts every key full
 //	lease-transition grants at an old, larger total still count after the quota is lowered
 //	shards           splitting an identity's limits over shards: always 0, the parts never add up to more
+//	window-clock     fixed windows on the Redis clock as agents see it: 0, unless that clock steps back
 //
 // docs/bound.md derives each term. The simulator compares every observed
 // window against this number.

@@ -291,7 +291,7 @@ func (c *Coordinator) GetBound(ctx context.Context, req *pb.GetBoundRequest) (*p
 		return nil, status.Errorf(codes.NotFound, "no policy %s", policy.QuoteName(req.Quota))
 	}
 	d := bound.Deployment{Regions: max(1, len(st.regions)), Instances: 1, LeaseDuration: c.cfg.Timing.ValidFor,
-		Drift: c.cfg.Timing.Drift, RedisOutages: true, StoreLag: c.cfg.StoreLag}
+		Drift: c.cfg.Timing.Drift, RedisOutages: true, StoreLag: c.cfg.StoreLag, ClockStep: c.cfg.RedisClockStep}
 	names := make([]string, 0, len(st.policies))
 	for n := range st.policies {
 		if req.Quota == "" || n == req.Quota {
