@@ -159,7 +159,7 @@ func (e *Engine) ticket(r Request) (*admission.Ticket, error) {
 	return &t, err
 }
 
-// Check decides one request in one atomic script run: with
+// Check decides one request in one round trip (Decide): with
 // Config.Pipelines, together with the other checks queued meanwhile.
 func (e *Engine) Check(ctx context.Context, r Request) (policy.Decision, error) {
 	t, err := e.ticket(r)
@@ -191,12 +191,15 @@ func (e *Engine) CheckBatch(ctx context.Context, rs []Request) []Result {
 	return out
 }
 
-// Decide decides tickets in one round trip, in one atomic script run (one
-// per hash slot on a cluster, and per maxScriptDecisions); a lone ticket
-// goes through the pipeliner when the engine has one. The tickets are
-// decided in order, each as if alone, so two tickets of one call for the
-// same key are decided one after the other. A ticket whose key cannot be
-// built (an identity too long) gets its error and is not sent.
+// Decide decides tickets in one round trip: in one atomic script run (one
+// per hash slot on a cluster, and per maxScriptDecisions), and fixed
+// windows without an idempotency key as charges of their counters in the
+// same pipeline (window.go; one more round trip when a charge is taken
+// back); a lone ticket goes through the pipeliner when the engine has one.
+// The tickets are decided in order, each as if alone, so two tickets of
+// one call for the same key are decided one after the other. A ticket
+// whose key cannot be built (an identity too long) gets its error and is
+// not sent.
 func (e *Engine) Decide(ctx context.Context, ts []*admission.Ticket) []Result {
 	var out []Result
 	var ds []decision
