@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -226,13 +227,15 @@ func BenchmarkEnvoyAPIPeers(b *testing.B) {
 	redisOurs, redisPeer := redistest.Start(b), redistest.Start(b)
 	agentAddr, agentHTTP := free(), free()
 	// A check timeout long enough that every decision is Redis's, as every
-	// decision of envoyproxy/ratelimit is: with the default 20 ms, checks
-	// queued on these 2 shared cores time out, the breaker opens and the
-	// local fallback decides (and rejects) without Redis. The table counts
-	// what the agent still decided locally.
+	// decision of envoyproxy/ratelimit is: with the agent's default 20 ms,
+	// checks queued on these 2 shared cores time out, the breaker opens and
+	// the local fallback decides (and rejects) without Redis. The table
+	// counts what the agent still decided locally. QUOTALEASE_PEER_CHECK_TIMEOUT
+	// sets another.
+	checkTimeout := cmp.Or(os.Getenv("QUOTALEASE_PEER_CHECK_TIMEOUT"), "1s")
 	agentPid := start("agent", nil, bins.Agent, "serve", "--region", "bench", "--policies", ours, "--redis", redisOurs.Addr,
 		"--grpc-listen", agentAddr, "--http-listen", agentHTTP, "--coordinator", "127.0.0.1:1", "--log-level", "warn",
-		"--check-timeout", "1s")
+		"--check-timeout", checkTimeout)
 	// The HTTP API names the policy and its attribute as the agent derives
 	// them from the Envoy configuration.
 	ps, err := policy.ParsePolicyFile([]byte(peerConfig))
@@ -368,7 +371,7 @@ func BenchmarkEnvoyAPIPeers(b *testing.B) {
 		b.ReportMetric(redisPer[l.name][0], "quota-lease/redis-µs/"+string(alg))
 	}
 	tw.Flush()
-	b.Logf("%d rounds of %v per load and system, interleaved, %d callers:\n%s", rounds, roundDur, callers, out.String())
+	b.Logf("%d rounds of %v per load and system, interleaved, %d callers, the agent's check timeout %s:\n%s", rounds, roundDur, callers, checkTimeout, out.String())
 }
 
 // peerRound runs callers closed loops of load l against s for d and
