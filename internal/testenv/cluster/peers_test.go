@@ -131,6 +131,7 @@ type peerRun struct {
 	dur      time.Duration
 	cpu      time.Duration // the server's and its Redis's CPU time in the round
 	redisCPU time.Duration // of which its Redis's
+	callers  time.Duration // the CPU time of this process, the callers, meanwhile
 	local    float64       // decisions the server made without Redis (its local fallback)
 }
 
@@ -179,10 +180,13 @@ func (s *peerSystem) call(ctx context.Context, l peerLoad, i int) error {
 // with its own redis-server, the same configuration and the same loads
 // (peerLoads) from 16 closed-loop callers. The systems alternate in rounds
 // (A B A B), so the machine's drift hits both; read the ratios. It prints
-// one table: calls and decisions per second, p50, p99 and p99.9, and the
-// CPU time per decision of the server and its Redis together, and of its
-// Redis alone (from /proc). `make bench-peers` builds envoyproxy/ratelimit and runs this;
-// without it (QUOTALEASE_PEER_RATELIMIT unset) it is skipped.
+// one table: calls and decisions per second, p50, p99 and p99.9, the CPU
+// time per decision of the server and its Redis together, of its Redis
+// alone and of the callers (this process), all from /proc, and the share
+// of decisions the agent made without Redis; then the Redis CPU per
+// decision of every algorithm quota-lease offers beside the original's
+// fixed window. `make bench-peers` builds envoyproxy/ratelimit and runs
+// this; without it (QUOTALEASE_PEER_RATELIMIT unset) it is skipped.
 func BenchmarkEnvoyAPIPeers(b *testing.B) {
 	testenv.SkipMultiProcess(b)
 	peerBin := os.Getenv("QUOTALEASE_PEER_RATELIMIT")
@@ -318,7 +322,7 @@ func BenchmarkEnvoyAPIPeers(b *testing.B) {
 	}
 	var out strings.Builder
 	tw := tabwriter.NewWriter(&out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "load\tsystem\tcalls/s\tdecisions/s\tp50\tp99\tp99.9\tCPU µs/decision\tof which Redis\tdecided without Redis\t")
+	fmt.Fprintln(tw, "load\tsystem\tcalls/s\tdecisions/s\tp50\tp99\tp99.9\tCPU µs/decision\tof which Redis\tcallers' CPU µs/decision\tdecided without Redis\t")
 	redisPer := map[string][2]float64{} // load name -> Redis µs per decision, by system
 	for li, l := range peerLoads {
 		var rate, cpu, rcpu [2]float64
@@ -327,10 +331,10 @@ func BenchmarkEnvoyAPIPeers(b *testing.B) {
 				continue
 			}
 			var lat []time.Duration
-			var d, c, rc time.Duration
+			var d, c, rc, cc time.Duration
 			var local float64
 			for _, r := range runs[[2]int{li, si}] {
-				lat, d, c, rc, local = append(lat, r.lat...), d+r.dur, c+r.cpu, rc+r.redisCPU, local+r.local
+				lat, d, c, rc, cc, local = append(lat, r.lat...), d+r.dur, c+r.cpu, rc+r.redisCPU, cc+r.callers, local+r.local
 			}
 			slices.Sort(lat)
 			q := func(p float64) string {
@@ -342,13 +346,13 @@ func BenchmarkEnvoyAPIPeers(b *testing.B) {
 			decisions := float64(len(lat) * l.descriptors)
 			rate[si], cpu[si] = decisions/d.Seconds(), float64(c.Microseconds())/max(1, decisions)
 			rcpu[si] = float64(rc.Microseconds()) / max(1, decisions)
-			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%s\t%s\t%s\t%.1f\t%.1f\t%.1f%%\t\n", l.name, s.name, float64(len(lat))/d.Seconds(), rate[si],
-				q(.5), q(.99), q(.999), cpu[si], rcpu[si], 100*local/max(1, decisions))
+			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.1f%%\t\n", l.name, s.name, float64(len(lat))/d.Seconds(), rate[si],
+				q(.5), q(.99), q(.999), cpu[si], rcpu[si], float64(cc.Microseconds())/max(1, decisions), 100*local/max(1, decisions))
 			b.ReportMetric(rate[si], strings.ReplaceAll(s.name+"/"+l.name, " ", "-")+"-decisions/s")
 		}
 		redisPer[l.name] = rcpu
 		if l.algorithm == "" {
-			fmt.Fprintf(tw, "%s\tratio\t\t%.2f×\t\t\t\t%.2f×\t%.2f×\t\t\n", l.name, rate[0]/rate[1], cpu[0]/cpu[1], rcpu[0]/rcpu[1])
+			fmt.Fprintf(tw, "%s\tratio\t\t%.2f×\t\t\t\t%.2f×\t%.2f×\t\t\t\n", l.name, rate[0]/rate[1], cpu[0]/cpu[1], rcpu[0]/rcpu[1])
 		}
 	}
 	tw.Flush()
@@ -391,7 +395,7 @@ func peerRound(b *testing.B, s *peerSystem, l peerLoad, callers int, d time.Dura
 	if s.local != nil {
 		local0 = s.local()
 	}
-	server0, redis0 := processCPU(b, s.pids[:1]), processCPU(b, s.pids[1:])
+	server0, redis0, callers0 := processCPU(b, s.pids[:1]), processCPU(b, s.pids[1:]), processCPU(b, []int{os.Getpid()})
 	t0 := time.Now()
 	end := t0.Add(d)
 	for g := 0; g < callers; g++ {
@@ -414,7 +418,7 @@ func peerRound(b *testing.B, s *peerSystem, l peerLoad, callers int, d time.Dura
 	}
 	wg.Wait()
 	server, redis := processCPU(b, s.pids[:1])-server0, processCPU(b, s.pids[1:])-redis0
-	run := peerRun{lat: lat, dur: time.Since(t0), cpu: server + redis, redisCPU: redis}
+	run := peerRun{lat: lat, dur: time.Since(t0), cpu: server + redis, redisCPU: redis, callers: processCPU(b, []int{os.Getpid()}) - callers0}
 	if s.local != nil {
 		run.local = s.local() - local0
 	}
