@@ -216,7 +216,10 @@ type scriptGroup struct {
 
 // first sends the decisions idx in one pipeline: each counted decision
 // as its charge, the others to the script in calls of consecutive
-// decisions, so that each decision sees what those before it charged.
+// decisions, so that each decision sees what those before it charged. A
+// script decision on a key this pipeline charges waits, with the key's
+// decisions after it, for the next round trip: a rejected charge is taken
+// back only then, and the script must not see it.
 func (c *nodeCall) first(ctx context.Context, idx []int) {
 	e := c.e
 	now, floor, injected := e.windowNow()
@@ -239,11 +242,33 @@ func (c *nodeCall) first(ctx context.Context, idx []int) {
 		}
 		run = nil
 	}
+	var charged, waiting map[string]bool // state keys charged here; whose decisions wait
+	for _, j := range idx {
+		if !c.ds[j].counted {
+			charged = map[string]bool{} // scripts among them: keep track
+			break
+		}
+	}
 	for _, j := range idx {
 		d := &c.ds[j]
+		if waiting[d.keys[0]] {
+			c.again = append(c.again, j)
+			continue
+		}
 		if !d.counted {
+			if charged[d.keys[0]] {
+				if waiting == nil {
+					waiting = map[string]bool{}
+				}
+				waiting[d.keys[0]] = true
+				c.again = append(c.again, j)
+				continue
+			}
 			run = append(run, j)
 			continue
+		}
+		if charged != nil {
+			charged[d.keys[0]] = true
 		}
 		flush()
 		b, ok := borns[d.keys[1]]

@@ -302,6 +302,42 @@ func TestWindowMixedBatchInOrder(t *testing.T) {
 	}
 }
 
+// A scripted decision after a rejected counted one on the same key, in one
+// batch, does not see the rejected charge: it waits for the refund, as the
+// decisions after it on that key do, and all agree with the twin applied in
+// order. (Before it waited, the script saw 8 + 5 of 10 and refused the 2
+// that fit.)
+func TestWindowScriptAfterRejectedCharge(t *testing.T) {
+	h := newHarness(t)
+	h.now.Set(10_000)
+	if err := h.eng.LoadScripts(t.Context()); err != nil { // else NOSCRIPT sends the script calls after the refunds anyway
+		t.Fatal(err)
+	}
+	l := policy.Limits{Algorithm: policy.FixedWindow, Capacity: 10 * policy.Micro, WindowMs: 1000}
+	req := func(tenant string, cost int64, idem string) Request {
+		return Request{Policy: "fw", Attributes: map[string]string{"tenant": tenant}, Cost: cost, Limits: &l, IdempotencyKey: idem}
+	}
+	res := h.eng.CheckBatch(t.Context(), []Request{req("a", 8, ""), req("a", 5, ""), req("b", 3, ""), req("a", 2, "k"), req("a", 1, ""), req("b", 3, "j")})
+	var sa, sb policy.State
+	for i, r := range []struct {
+		s    *policy.State
+		cost int64
+	}{{&sa, 8}, {&sa, 5}, {&sb, 3}, {&sa, 2}, {&sa, 1}, {&sb, 3}} {
+		var want policy.Decision
+		var err error
+		*r.s, want, err = policy.Apply(*r.s, l, 10_000, r.cost*policy.Micro)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res[i].Err != nil || res[i].Decision != want {
+			t.Fatalf("decision %d: %+v %v, want %+v", i, res[i].Decision, res[i].Err, want)
+		}
+	}
+	if got := h.state(policy.FixedWindow, "a"); got.Count != sa.Count {
+		t.Fatalf("counter of a %d, want %d", got.Count, sa.Count)
+	}
+}
+
 // Racers of different costs on the counted path: never more than the
 // capacity, and the counter ends holding exactly what was admitted. Until
 // a rejected charge is taken back a racer of smaller cost may be refused
