@@ -37,6 +37,7 @@ const (
 	TermStoreLag        = "store-lag"
 	TermShards          = "shards"
 	TermReturned        = "returned"
+	TermEdge            = "edge"
 )
 
 // Deployment are the parameters of a deployment that enter the bound.
@@ -199,7 +200,7 @@ func Compute(p *policy.Policy, d Deployment, m Mode, w time.Duration) (Result, e
 			if err != nil {
 				return Result{}, err
 			}
-			r.Terms[TermStoreLag] = rl.WorstCase
+			r.Terms[TermStoreLag] = rl.WorstCase - rl.Terms[TermEdge] // Envoy's fallback is no Redis path
 		}
 		// A quiet region keeps its floor: the static share it falls back to
 		// and any explicit floor.
@@ -211,6 +212,15 @@ func Compute(p *policy.Policy, d Deployment, m Mode, w time.Duration) (Result, e
 			floor = math.Max(floor, f)
 		}
 		r.Stranded = floor
+		if e := p.Edge; e != nil && p.Scope == policy.ScopeGlobal {
+			// Envoy instances without an assignment (before the first, or
+			// once one expired) follow their own fallback, which no
+			// reservation covers: per region, every instance the policy
+			// expects, each on its own (+Inf when the fallback allows all).
+			// Assignments themselves stay within the region's share and add
+			// nothing (package edge).
+			r.Terms[TermEdge] = n * float64(e.Instances) * e.FallbackWorstCase(w) * float64(p.Cost)
+		}
 	default:
 		return Result{}, fmt.Errorf("%w: unknown mode %q", ErrInvalid, m)
 	}

@@ -75,6 +75,10 @@ type Policy struct {
 	// to any other policy is refused: there a return would admit more
 	// requests than the limit.
 	Returns bool `yaml:"returns,omitempty" json:"returns,omitempty"`
+	// Edge, when set, serves the policy to Envoy's Rate Limit Quota
+	// Service (docs/rlqs.md): Envoy instances enforce token-bucket
+	// assignments carved out of the region's share. Global policies only.
+	Edge *Edge `yaml:"edge,omitempty" json:"edge,omitempty"`
 }
 
 // DefaultIdentityShares is the most identity shares a global policy has
@@ -275,6 +279,14 @@ func (p *Policy) Validate() error {
 	}
 	if err := p.Failure.validate(); err != nil {
 		return bad("failure."+err.field, "%s", err.msg)
+	}
+	if p.Edge != nil {
+		if p.Scope == ScopeRegion {
+			return bad("edge", "applies only to global policies: a region-scoped policy's checks do not consult the region's share, so they could not leave the edge its part")
+		}
+		if err := p.Edge.validate(); err != nil {
+			return bad("edge."+err.field, "%s", err.msg)
+		}
 	}
 	l, err := p.limits()
 	if err != nil {

@@ -47,6 +47,10 @@ type leaser struct {
 	// stale is called when a grant was computed from another policy than
 	// the one loaded: the policies changed, reload them now.
 	stale func()
+	// edgeHold reports whether acknowledging grant g of quota name would
+	// free what Envoy instances may still be enforcing (edgeEngine.holds):
+	// the renewal then presents the grant acknowledged before instead.
+	edgeHold func(name string, g lease.Grant, now time.Time) bool
 
 	mu        sync.Mutex
 	metricsAt time.Time // the last updateMetrics
@@ -76,6 +80,9 @@ type quotaLease struct {
 	// The coordinator sends identity shares as changes to it.
 	savedID string
 	durable lease.Grant
+	// acked is the grant the last renewal presented (durable, unless the
+	// edge held it back: edgeHold).
+	acked lease.Grant
 	// report is what the coordinator holds of this instance's identity
 	// demands, demandsTaken whether its last answer said it takes them as
 	// changes (else the agent sends whole reports, as before changes).
@@ -235,6 +242,14 @@ func (l *leaser) renew(ctx context.Context) bool {
 		if r.GrantID == "" {
 			base = lease.Grant{} // the lease asks anew (its grant was refused as stale or unknown)
 		}
+		if base.ID != "" && base.ID != q.acked.ID && l.edgeHold != nil && l.edgeHold(n, base, now) {
+			// Envoy instances may still enforce assignments of a larger
+			// share than base gives: the coordinator keeps counting the
+			// grant that covered them (or, if none is known, every grant)
+			// until they expire.
+			base = q.acked
+		}
+		q.acked = base
 		most := leaseapi.MaxIdentityDemands
 		if !q.demandsTaken { // a coordinator that takes whole reports (or none yet): send one
 			q.report, most = lease.DemandReport{}, leaseapi.MaxWholeDemands
@@ -330,6 +345,9 @@ func (l *leaser) answered(out []sentQuota, resp *pb.LeaseResponse, err error) bo
 		}
 		if refusesGrant(err) && s.q.durable.ID == s.base.ID {
 			s.q.durable = lease.Grant{} // never present it again: ask anew
+		}
+		if refusesGrant(err) && s.q.acked.ID == s.base.ID {
+			s.q.acked = lease.Grant{}
 		}
 		if errors.Is(err, lease.ErrDuplicateInstance) {
 			// Another process took this instance name while this one was
