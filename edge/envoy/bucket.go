@@ -166,7 +166,7 @@ func (b *Bucket) Count(allowed bool) {
 // reset, and the time since it in whole seconds (0 on a new bucket's first
 // report).
 func (b *Bucket) Usage(now time.Duration) (allowed, denied uint64, elapsed time.Duration) {
-	allowed, denied, elapsed = b.allowed, b.denied, (now-b.lastReport).Truncate(time.Second)
+	allowed, denied, elapsed = b.allowed, b.denied, (now - b.lastReport).Truncate(time.Second)
 	b.allowed, b.denied, b.lastReport = 0, 0, now
 	return allowed, denied, elapsed
 }
