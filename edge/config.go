@@ -1,0 +1,70 @@
+package edge
+
+import (
+	"math"
+	"time"
+)
+
+// Config tunes an agent's edge rounds: how often it plans, syncs its
+// reservations with the region's store and pushes assignments, and the
+// waits that keep the two phases safe. The agent's EdgeConfig
+// (internal/agent) carries it with its wire settings; the simulator runs
+// the agent's defaults.
+type Config struct {
+	// Tick is how often the agent syncs its reservations with the region's
+	// store (reading the other agents' too) and pushes assignments.
+	Tick time.Duration
+	// GrowWait is how long a larger reservation is held before an
+	// assignment uses it, so that every agent of the region has read it by
+	// then; the same on every agent of a region, well above Tick plus a
+	// store round trip.
+	GrowWait time.Duration
+	// Margin is added to every assignment's time to live for its delivery
+	// to Envoy (the stream, Envoy's main thread).
+	Margin time.Duration
+	// ChangeEvery is the least time between changes of one slot's
+	// assignment: a changed token bucket may start full, and its size pays
+	// for one start per ChangeEvery (Assign).
+	ChangeEvery time.Duration
+	// BurstFraction is the part of an instance's refill given up to pay
+	// for buckets that start full (Assign).
+	BurstFraction float64
+	// AbandonAfter is how long a slot reports no requests before its Envoy
+	// instance is told to drop the bucket.
+	AbandonAfter time.Duration
+	// Drift bounds every clock's rate error (the lease's).
+	Drift float64
+}
+
+// DefaultConfig is the agent's default tuning (Drift is the lease's, set
+// by the caller).
+func DefaultConfig() Config {
+	return Config{Tick: 100 * time.Millisecond, GrowWait: 500 * time.Millisecond, Margin: 500 * time.Millisecond,
+		ChangeEvery: 5 * time.Second, BurstFraction: DefaultBurstFraction, AbandonAfter: time.Minute}
+}
+
+// KeepFor is how long the region's store keeps a reservation entry past a
+// sync, for assignments that live life: twice that plus a few rounds, so
+// that entries are rewritten about once per life and pushes never wait
+// for one.
+func (c Config) KeepFor(life time.Duration) time.Duration { return 2*life + 4*c.Tick }
+
+// RefreshLead is how long before an assignment of ttl may expire it is
+// sent again: a quarter of it, or a few rounds. Later would risk a gap;
+// sooner keeps a share that is being moved away alive longer.
+func (c Config) RefreshLead(ttl time.Duration) time.Duration { return ttl / 2 }
+
+// Trust is how long a read of the region's reservations may be relied
+// on: less than GrowWait, however the clocks drift (a larger reservation
+// is used only GrowWait after it was written).
+func (c Config) Trust() time.Duration {
+	return c.GrowWait - time.Duration(math.Ceil(3*c.Drift*float64(c.GrowWait))) - time.Millisecond
+}
+
+// surely is how long after the agent sends an assignment of time to live
+// ttl Envoy surely still holds it, on the agent's clock: Envoy's clock may
+// run fast against it by up to twice the drift bound (Lifetime is the
+// latest end).
+func surely(ttl time.Duration, drift float64) time.Duration {
+	return ttl - time.Duration(math.Ceil(2*drift*float64(ttl)))
+}
