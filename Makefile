@@ -84,7 +84,7 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 10s)
 	  echo "== policy $$t"; $(GO) test ./policy/ -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME); done
 	@echo "== regional FuzzStateKey"; $(GO) test ./regional/ -run '^$$' -fuzz '^FuzzStateKey$$' -fuzztime $(FUZZTIME)
 	@echo "== sim FuzzParseScenario"; $(GO) test ./sim/ -run '^$$' -fuzz '^FuzzParseScenario$$' -fuzztime $(FUZZTIME)
-	@set -e; for t in FuzzAppendJSONString FuzzDecodeCheckBody; do \
+	@set -e; for t in FuzzAppendJSONString FuzzDecodeCheckBody FuzzMatchBucket; do \
 	  echo "== agent $$t"; $(GO) test ./internal/agent/ -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME); done
 
 redis: deps ## start a throwaway redis-server on a free loopback port; prints its address

@@ -48,6 +48,7 @@ type observer struct{ a *Agent }
 func (o observer) Observe(t admission.Ticket, out admission.Outcome) {
 	a, name := o.a, t.Policy.Name
 	a.leaser.observe(name, t.Identity, t.Cost*policy.Micro, a.cfg.Clock.Now())
+	a.edge.observeDirect(name, t.Identity, t.Cost*policy.Micro)
 	if out.Via == admission.ViaOverLimit {
 		a.m.overLimitHits.WithLabelValues(name).Inc()
 	}

@@ -29,8 +29,8 @@ type EdgeConfig struct {
 	Margin time.Duration
 	// ChangeEvery is the least time between changes of one bucket's
 	// assignment on one stream: a changed token bucket may start full, and
-	// its size pays for one start per ChangeEvery. Default 5s, Envoy's
-	// reporting interval.
+	// its size pays for one start per ChangeEvery (a shorter interval
+	// makes buckets smaller, edge.Assign). Default 1s.
 	ChangeEvery time.Duration
 	// BurstFraction is the part of an instance's refill given up to pay
 	// for buckets that start full (edge.Assign). Default 0.05.
@@ -51,7 +51,7 @@ type EdgeConfig struct {
 // DefaultEdgeConfig returns the RLQS settings' defaults.
 func DefaultEdgeConfig() EdgeConfig {
 	return EdgeConfig{Tick: 100 * time.Millisecond, GrowWait: 500 * time.Millisecond, Margin: 500 * time.Millisecond,
-		ChangeEvery: 5 * time.Second, BurstFraction: edge.DefaultBurstFraction, AbandonAfter: time.Minute,
+		ChangeEvery: time.Second, BurstFraction: edge.DefaultBurstFraction, AbandonAfter: time.Minute,
 		MaxBucketsPerStream: 10_000, ReportsPerSecond: 20, ReportBurst: 200}
 }
 

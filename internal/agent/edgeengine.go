@@ -50,6 +50,11 @@ type edgeEngine struct {
 	syncDown   outage
 	metricKeys map[string]bool // policies with edge gauges set
 
+	// directMu guards direct: the cost (micro-units) direct checks asked
+	// of policy identities the edge serves since they were last measured.
+	directMu sync.Mutex
+	direct   map[edgeKeyID]int64
+
 	view    atomic.Pointer[edgeView]
 	enabled atomic.Pointer[map[string]bool] // policies with edge settings
 	kick    chan struct{}
@@ -114,7 +119,7 @@ func newEdgeEngine(a *Agent, cfg EdgeConfig) *edgeEngine {
 	_, _ = rand.Read(b[:])
 	trust := cfg.GrowWait - time.Duration(math.Ceil(3*a.cfg.Drift*float64(cfg.GrowWait))) - time.Millisecond
 	e := &edgeEngine{a: a, cfg: cfg, m: newEdgeMetrics(a.m.reg), id: hex.EncodeToString(b[:]), trust: trust, streams: map[uint64]*rlqsStream{},
-		keys: map[edgeKeyID]*edgeKey{}, directOnly: map[edgeKeyID]int64{}, metricKeys: map[string]bool{},
+		keys: map[edgeKeyID]*edgeKey{}, direct: map[edgeKeyID]int64{}, directOnly: map[edgeKeyID]int64{}, metricKeys: map[string]bool{},
 		syncDown: outage{what: "edge reservation syncs with Redis", interval: 30 * time.Second}, kick: make(chan struct{}, 1)}
 	none := map[string]bool{}
 	e.enabled.Store(&none)
@@ -243,8 +248,8 @@ func (e *edgeEngine) keepFor(life time.Duration) time.Duration {
 func (e *edgeEngine) prepare(now time.Time) []edgeUpdate {
 	measure := now.Sub(e.directAt) >= time.Second
 	if measure {
+		e.measureDirect(now, e.directAt)
 		e.directAt = now
-		e.measureDirect(now)
 	}
 	var updates []edgeUpdate
 	for id, k := range e.keys {
@@ -334,31 +339,44 @@ func moved(now, sent int64) bool {
 	return now > sent+sent/10 || now < sent-sent/10
 }
 
-// measureDirect reads this agent's direct demand for every policy
-// identity the region serves at the edge. e.mu is held.
-func (e *edgeEngine) measureDirect(now time.Time) {
-	want := map[string]map[string]bool{}
-	add := func(id edgeKeyID) {
-		if want[id.policy] == nil {
-			want[id.policy] = map[string]bool{}
+// observeDirect counts cost (micro-units) a direct check asked of
+// identity of policy name, if the edge serves the policy: the direct part
+// of the demand the region's capacity is split by.
+func (e *edgeEngine) observeDirect(name, identity string, cost int64) {
+	if !(*e.enabled.Load())[name] {
+		return
+	}
+	e.directMu.Lock()
+	e.direct[edgeKeyID{name, identity}] += cost
+	e.directMu.Unlock()
+}
+
+// measureDirect turns the direct checks' cost since the last measure into
+// every edge key's direct demand, and notes the policy identities only
+// other agents serve at the edge that this one checks directly. e.mu is
+// held.
+func (e *edgeEngine) measureDirect(now, since time.Time) {
+	e.directMu.Lock()
+	counts := e.direct
+	e.direct = map[edgeKeyID]int64{}
+	e.directMu.Unlock()
+	secs := now.Sub(since).Seconds()
+	rate := func(id edgeKeyID) int64 {
+		p, ok := e.a.policies.Policy(id.policy)
+		if !ok || secs <= 0 {
+			return 0
 		}
-		want[id.policy][id.identity] = true
+		return p.Limits().RateAmount(int64(float64(counts[id]) / secs))
 	}
-	for id := range e.keys {
-		add(id)
+	for id, k := range e.keys {
+		k.direct = rate(id)
 	}
-	for id := range e.regionKeys {
-		add(id)
+	for id := range e.directOnly {
+		e.directOnly[id] = 0
 	}
-	for name, ids := range want {
-		rates := e.a.leaser.identityRates(name, ids, now)
-		for id := range ids {
-			kid := edgeKeyID{name, id}
-			if k := e.keys[kid]; k != nil {
-				k.direct = rates[id]
-			} else if rates[id] > 0 || e.directOnly[kid] > 0 {
-				e.directOnly[kid] = rates[id]
-			}
+	for id := range counts {
+		if _, served := e.regionKeys[id]; served && e.keys[id] == nil {
+			e.directOnly[id] = rate(id)
 		}
 	}
 }
@@ -434,7 +452,10 @@ func (e *edgeEngine) push(now time.Time) {
 				s.changed = now
 			} else {
 				cur, active := k.ledger.Current(sid, now)
-				if !active || !k.ledger.Due(sid, now, k.ttl/2) {
+				if !active || cur > k.want[sid] || !k.ledger.Due(sid, now, e.refreshLead(k.ttl)) {
+					// A share above what the slot may have now (its capacity
+					// fell, or it is being moved away and its change waits
+					// for ChangeEvery) is never extended: it expires.
 					continue
 				}
 				share = cur // a refresh: the same bucket, a new time to live
@@ -443,6 +464,13 @@ func (e *edgeEngine) push(now time.Time) {
 			s.st.pend = append(s.st.pend, assignAction(s.id, s.bucket, k.ttl))
 		}
 	}
+}
+
+// refreshLead is how long before an assignment of ttl may expire it is
+// sent again: a quarter of it, or a few rounds. Later would risk a gap;
+// sooner keeps a share that is being moved away alive longer.
+func (e *edgeEngine) refreshLead(ttl time.Duration) time.Duration {
+	return max(ttl/4, 4*e.cfg.Tick)
 }
 
 // abandon tells a bucket's Envoy instance to drop it and forgets it; what

@@ -70,6 +70,11 @@ type rlqsStream struct {
 // sent: a slow Envoy gets its next refresh later.
 const rlqsOutbox = 8
 
+// maxReportedRequests caps the requests one report may claim per bucket
+// and result (a billion: more than any Envoy serves in a reporting
+// interval), so that no report overflows the demand.
+const maxReportedRequests = 1_000_000_000
+
 // allowAllTTL is the time to live of ALLOW_ALL for buckets nothing limits.
 const allowAllTTL = time.Hour
 
@@ -159,10 +164,6 @@ func (e *edgeEngine) report(st *rlqsStream, m *rlqsv3.RateLimitQuotaUsageReports
 	now := e.a.cfg.Clock.Now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !st.paced(now, e.cfg) {
-		e.m.limited.WithLabelValues("rate").Inc()
-		return nil
-	}
 	switch {
 	case st.domain == "" && m.Domain == "":
 		return status.Error(codes.InvalidArgument, "the first usage report must name a domain")
@@ -173,6 +174,10 @@ func (e *edgeEngine) report(st *rlqsStream, m *rlqsv3.RateLimitQuotaUsageReports
 		st.domain = m.Domain
 	case m.Domain != "" && m.Domain != st.domain:
 		return status.Errorf(codes.InvalidArgument, "the stream's domain is %s, a report names %s: one stream serves one domain", policy.QuoteName(st.domain), policy.QuoteName(m.Domain))
+	}
+	if !st.paced(now, e.cfg) {
+		e.m.limited.WithLabelValues("rate").Inc()
+		return nil
 	}
 	fresh := false
 	for _, u := range m.BucketQuotaUsages {
@@ -204,7 +209,11 @@ func (e *edgeEngine) report(st *rlqsStream, m *rlqsv3.RateLimitQuotaUsageReports
 		}
 		e.m.reported.WithLabelValues(pol.Name, "allowed").Add(float64(u.NumRequestsAllowed))
 		e.m.reported.WithLabelValues(pol.Name, "denied").Add(float64(u.NumRequestsDenied))
-		count := u.NumRequestsAllowed + u.NumRequestsDenied
+		count := min(u.NumRequestsAllowed, maxReportedRequests) + min(u.NumRequestsDenied, maxReportedRequests)
+		// The edge's demand is the region's demand too: the lease asks for
+		// it as for direct checks' (the meter), so the region's share
+		// follows the edge.
+		e.a.leaser.observe(pol.Name, s.key.id.identity, int64(min(float64(count)*float64(pol.Cost)*float64(policy.Micro), 1e18)), now)
 		var measured time.Duration
 		if !s.at.IsZero() {
 			measured = now.Sub(s.at)
