@@ -40,7 +40,7 @@ type Config struct {
 // by the caller).
 func DefaultConfig() Config {
 	return Config{Tick: 100 * time.Millisecond, GrowWait: 500 * time.Millisecond, Margin: 500 * time.Millisecond,
-		ChangeEvery: 5 * time.Second, BurstFraction: DefaultBurstFraction, AbandonAfter: time.Minute}
+		ChangeEvery: time.Second, BurstFraction: DefaultBurstFraction, AbandonAfter: time.Minute}
 }
 
 // KeepFor is how long the region's store keeps a reservation entry past a
@@ -52,7 +52,7 @@ func (c Config) KeepFor(life time.Duration) time.Duration { return 2*life + 4*c.
 // RefreshLead is how long before an assignment of ttl may expire it is
 // sent again: a quarter of it, or a few rounds. Later would risk a gap;
 // sooner keeps a share that is being moved away alive longer.
-func (c Config) RefreshLead(ttl time.Duration) time.Duration { return ttl / 2 }
+func (c Config) RefreshLead(ttl time.Duration) time.Duration { return max(ttl/4, 4*c.Tick) }
 
 // Trust is how long a read of the region's reservations may be relied
 // on: less than GrowWait, however the clocks drift (a larger reservation

@@ -184,7 +184,10 @@ func (k *Key[K]) Push(now time.Time, p *policy.Policy, cfg Config) []Send[K] {
 			s.Changed = now
 		} else {
 			cur, active := k.Ledger.Current(id, now)
-			if !active || !k.Ledger.Due(id, now, cfg.RefreshLead(k.TTL)) {
+			if !active || cur > k.Want[id] || !k.Ledger.Due(id, now, cfg.RefreshLead(k.TTL)) {
+				// A share above what the slot may have now (its capacity
+				// fell, or it is being moved away and its change waits
+				// for ChangeEvery) is never extended: it expires.
 				continue
 			}
 			share = cur // a refresh: the same bucket, a new time to live

@@ -49,3 +49,11 @@ func DirectDemand(p *policy.Policy, cost int64, d time.Duration) int64 {
 	}
 	return p.Limits().RateAmount(int64(float64(cost) / d.Seconds()))
 }
+
+// ReportedCost is the cost (micro-units) count reported requests of p
+// stand for, capped far above any real report: the edge's demand is the
+// region's too, so the agent's lease meter counts it as it counts direct
+// checks', and the region's share follows the edge.
+func ReportedCost(p *policy.Policy, count uint64) int64 {
+	return int64(min(float64(count)*float64(p.Cost)*float64(policy.Micro), 1e18))
+}

@@ -50,9 +50,15 @@ type EdgeConfig struct {
 
 // DefaultEdgeConfig returns the RLQS settings' defaults.
 func DefaultEdgeConfig() EdgeConfig {
-	return EdgeConfig{Tick: 100 * time.Millisecond, GrowWait: 500 * time.Millisecond, Margin: 500 * time.Millisecond,
-		ChangeEvery: time.Second, BurstFraction: edge.DefaultBurstFraction, AbandonAfter: time.Minute,
-		MaxBucketsPerStream: 10_000, ReportsPerSecond: 20, ReportBurst: 200}
+	d := edge.DefaultConfig() // the rounds' defaults
+	return EdgeConfig{Tick: d.Tick, GrowWait: d.GrowWait, Margin: d.Margin, ChangeEvery: d.ChangeEvery, BurstFraction: d.BurstFraction,
+		AbandonAfter: d.AbandonAfter, MaxBucketsPerStream: 10_000, ReportsPerSecond: 20, ReportBurst: 200}
+}
+
+// rounds is the edge rounds' tuning, with the lease's drift bound.
+func (c EdgeConfig) rounds(drift float64) edge.Config {
+	return edge.Config{Tick: c.Tick, GrowWait: c.GrowWait, Margin: c.Margin, ChangeEvery: c.ChangeEvery,
+		BurstFraction: c.BurstFraction, AbandonAfter: c.AbandonAfter, Drift: drift}
 }
 
 func (c EdgeConfig) validate() error {
