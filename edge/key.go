@@ -124,10 +124,13 @@ func moved(now, sent int64) bool {
 	return now > sent+sent/10 || now < sent-sent/10
 }
 
-// Synced applies the store's answer to u, sent at sent: it granted
-// granted. A larger reservation becomes visible (usable) GrowWait after it
-// was written; the store keeps the entry for u.Life on its own clock.
-func (k *Key[K]) Synced(sent time.Time, u Update, granted int64, cfg Config) {
+// Synced applies the store's answer to u, sent at sent and answered at
+// done: it granted granted. The store ran it in between: the entry's life
+// counts from sent (it ends no sooner; the store keeps it for u.Life on
+// its own clock), a larger reservation's wait from done (every other
+// agent's read that missed it began before done); it becomes visible
+// (usable) GrowWait after that.
+func (k *Key[K]) Synced(sent, done time.Time, u Update, granted int64, cfg Config) {
 	k.Written, k.SentEdge, k.SentDirect = granted, u.EdgeDemand, u.Direct
 	switch {
 	case granted <= k.Visible:
@@ -135,13 +138,11 @@ func (k *Key[K]) Synced(sent time.Time, u Update, granted int64, cfg Config) {
 	case granted <= k.Pending:
 		k.Pending = granted // part of what was written then
 	default:
-		if k.Pending > 0 && !sent.Before(k.PendingSince.Add(cfg.GrowWait)) {
+		if k.Pending > 0 && !done.Before(k.PendingSince.Add(cfg.GrowWait)) {
 			k.Visible = k.Pending
 		}
-		k.Pending, k.PendingSince = granted, sent
+		k.Pending, k.PendingSince = granted, done
 	}
-	// The store counts the entry's life from when it ran the sync, after
-	// sent, on its own clock.
 	k.Covered = sent.Add(surely(u.Life, cfg.Drift))
 }
 

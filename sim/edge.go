@@ -149,7 +149,7 @@ func (x *edgeRegion) round() {
 		granted, others := x.sync(ids, updates)
 		for i, id := range ids {
 			if k := x.keys[id]; k != nil {
-				k.Synced(now, updates[i], granted[i], x.cfg)
+				k.Synced(now, now, updates[i], granted[i], x.cfg)
 			}
 		}
 		x.view = edge.NewView(now)

@@ -181,7 +181,7 @@ func (e *edgeEngine) round(ctx context.Context) {
 		}
 	} else {
 		e.syncDown.ok(e.a.cfg.Logger, sent)
-		e.synced(sent, updates, granted, others)
+		e.synced(sent, e.a.cfg.Clock.Now(), updates, granted, others)
 	}
 	now := e.a.cfg.Clock.Now()
 	e.push(now)
@@ -296,11 +296,12 @@ func (e *edgeEngine) measureDirect(now, since time.Time) {
 	}
 }
 
-// synced applies a successful sync sent at sent. e.mu is held.
-func (e *edgeEngine) synced(sent time.Time, updates []edgeUpdate, granted []int64, others map[edgeKeyID]edge.Others) {
+// synced applies a successful sync sent at sent and answered at done
+// (edge.Key.Synced says what counts from which). e.mu is held.
+func (e *edgeEngine) synced(sent, done time.Time, updates []edgeUpdate, granted []int64, others map[edgeKeyID]edge.Others) {
 	for i, u := range updates {
 		if k := e.keys[u.key]; k != nil {
-			k.Synced(sent, u.Update, granted[i], e.rc)
+			k.Synced(sent, done, u.Update, granted[i], e.rc)
 		}
 	}
 	e.regionKeys = others

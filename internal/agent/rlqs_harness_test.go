@@ -190,3 +190,17 @@ func gaugeValue(t testing.TB, a *Agent, name string) float64 {
 	}
 	return sum
 }
+
+// withinLimit fails t if rec holds, in some window of 0.5 s, 1 s or 3 s,
+// more than one limiter of burst plus rate per second admits in it.
+func withinLimit(t *testing.T, rec *admissions, burst, rate float64) {
+	t.Helper()
+	for _, w := range []time.Duration{500 * time.Millisecond, time.Second, 3 * time.Second} {
+		got, from := rec.most(w)
+		ref := burst + rate*w.Seconds()
+		t.Logf("most admitted in %s: %d (from %s), the limit's %v", w, got, from.Format("15:04:05.000"), ref)
+		if float64(got) > ref*1.001 {
+			t.Errorf("%d admitted in a window of %s starting %s, more than one limiter admits (%v)", got, w, from.Format("15:04:05.000"), ref)
+		}
+	}
+}
