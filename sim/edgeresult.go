@@ -72,7 +72,9 @@ type EdgeWindow struct {
 // Assigned90Ms is when the token buckets assigned to where the demand went
 // first refilled at 90% of the target, Admitted90Ms when they first
 // admitted that much in a second, both after AtMs and for the slowest
-// tenant (-1: not within the run or before the group's next move).
+// tenant (-1: not within the run or before the group's next move). The
+// target is read at each instant (a lease that shrinks lowers it); Target
+// is the first tenant's at the move.
 type EdgeFollow struct {
 	Group        string  `json:"group"`
 	Kind         string  `json:"kind"`
@@ -245,20 +247,20 @@ func (ft *followTracker) start(gi int, m Move) {
 		for t := 0; t < g.Tenants; t++ {
 			f.tenants[e.groupIDs[gi]+t] = &followed{}
 		}
+		f.Target = f.target(e, e.groupIDs[gi])
 		f.left = len(f.tenants)
 		ft.open = append(ft.open, f)
 	}
 }
 
-// target is what tenant id may have where f's demand went, per second.
+// target is what tenant id may have where f's demand went, per second,
+// now.
 func (f *follower) target(e *engine, id int) float64 {
 	if f.Kind == "regions" {
-		return f.Target
+		return edge.ShapeOf(e.policy, e.policy.Limits().Amount()).Rate
 	}
 	c, _ := f.region.holder.EnforceFor(e.ids.names[id], f.region.leaseTime(e.now))
-	rate := edge.ShapeOf(e.policy, c).Rate
-	f.Target = rate
-	return rate
+	return edge.ShapeOf(e.policy, c).Rate
 }
 
 // admitted notes an admission at instance in for identity.
@@ -273,7 +275,7 @@ func (ft *followTracker) admitted(in *envoyInst, id int) {
 		for len(t.admits) > 0 && t.admits[0] <= now-1000 {
 			t.admits = t.admits[1:]
 		}
-		if float64(len(t.admits)) >= 0.9*f.target(ft.e, id) {
+		if target := f.target(ft.e, id); float64(len(t.admits)) >= 0.9*target {
 			t.admitted = true
 			f.Admitted90Ms = max(f.Admitted90Ms, now-f.AtMs)
 			ft.reached(f, t)
@@ -299,7 +301,7 @@ func (ft *followTracker) assigned(in *envoyInst, id int) {
 				}
 			}
 		}
-		if rate >= 0.9*f.target(ft.e, id) {
+		if target := f.target(ft.e, id); rate >= 0.9*target {
 			t.assigned = true
 			f.Assigned90Ms = max(f.Assigned90Ms, ft.e.now-f.AtMs)
 			ft.reached(f, t)
