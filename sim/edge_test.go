@@ -98,7 +98,7 @@ func TestEdgeShiftWithinBound(t *testing.T) {
 // take the region's whole capacity, not leaving the edge its reservation,
 // let the tenants sending both ways above their limit.
 func TestEdgeRulesMatter(t *testing.T) {
-	const dur = 100 * time.Second
+	const dur = 40 * time.Second
 	ok := runEdge(t, dur, "")
 	ignored := runEdge(t, dur, "assignments")
 	if u, v := ok.Edge.Utilization, ignored.Edge.Utilization; u < 0.3 || v > 0.05 {
