@@ -202,10 +202,10 @@ func (x *edgeRegion) prepare(now time.Time) ([]int, []edge.Update) {
 			continue
 		}
 		name := x.e.ids.names[id]
-		// As the agent asks its lease (leaser.Enforce): the holder's
-		// EnforceFor at the end of the assignments' life.
+		// As the agent asks its lease (leaser.EnforceAt): the holder's
+		// EnforceAt at the end of the assignments' life.
 		capacityAt := func(t time.Time) int64 {
-			c, _ := x.r.holder.EnforceFor(name, t)
+			c, _ := x.r.holder.EnforceAt(name, t)
 			return c
 		}
 		if u, write := k.Plan(now, p, validLeft, capacityAt, k.direct, k.others, x.cfg); write {

@@ -233,7 +233,7 @@ func (e *edgeEngine) prepare(now time.Time) []edgeUpdate {
 			validLeft = until.Sub(now)
 		}
 		capacityAt := func(t time.Time) int64 {
-			c, _ := e.a.leaser.Enforce(id.policy, id.identity, t)
+			c, _ := e.a.leaser.EnforceAt(id.policy, id.identity, t)
 			return c
 		}
 		if u, write := k.Plan(now, pol, validLeft, capacityAt, k.direct, k.others, e.rc); write {
