@@ -29,10 +29,10 @@ type Tuning struct {
 	// ChangeEvery is the least time between changes of one bucket's
 	// assignment on one stream: a changed token bucket may start full, and
 	// its size pays for one start per ChangeEvery (a shorter interval
-	// makes buckets smaller, Assign). Default 1s.
+	// makes buckets smaller, Assign). Default 2s.
 	ChangeEvery time.Duration
 	// BurstFraction is the part of an instance's refill given up to pay
-	// for buckets that start full (Assign). Default 0.05.
+	// for buckets that start full (Assign). Default 0.2.
 	BurstFraction float64
 	// AbandonAfter is how long a bucket reports no requests before its
 	// Envoy instance is told to drop it (AbandonAction). Default 1m.
@@ -42,7 +42,7 @@ type Tuning struct {
 // DefaultTuning returns the defaults above.
 func DefaultTuning() Tuning {
 	return Tuning{Tick: 100 * time.Millisecond, GrowWait: 500 * time.Millisecond, Margin: 500 * time.Millisecond,
-		ChangeEvery: time.Second, BurstFraction: DefaultBurstFraction, AbandonAfter: time.Minute}
+		ChangeEvery: 2 * time.Second, BurstFraction: DefaultBurstFraction, AbandonAfter: time.Minute}
 }
 
 // Config is what an agent's edge rounds run with: its tuning and the

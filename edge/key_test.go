@@ -42,14 +42,15 @@ func TestKeyRounds(t *testing.T) {
 	}
 	now = now.Add(cfg.GrowWait)
 	got := round()
-	if len(got) != 1 || got[0].Slot != 1 || got[0].Bucket.Deny() || got[0].TTL != 5*time.Second {
-		t.Fatalf("after GrowWait: %+v, want slot 1's bucket for 5s", got)
+	if len(got) != 1 || got[0].Slot != 1 || got[0].Bucket.Deny() || got[0].TTL != p.Edge.EdgeTTL() {
+		t.Fatalf("after GrowWait: %+v, want slot 1's bucket for the policy's TTL, %s", got, p.Edge.EdgeTTL())
 	}
 	if r := got[0].Bucket.Rate(); r < 0.9*100 || r > 100 {
 		t.Fatalf("a lone slot gets nearly the whole rate: %v", r)
 	}
-	// Demand moves to slot 2 (slot 1 reports nothing).
-	now = now.Add(time.Second)
+	// Demand moves to slot 2 (slot 1 reports nothing), once slot 1's
+	// assignment may change again.
+	now = now.Add(cfg.ChangeEvery)
 	k.Slots[1].Report(p, 0, 5*time.Second, now)
 	k.Add(2, now).Report(p, 500, 5*time.Second, now)
 	got = round()
@@ -59,7 +60,7 @@ func TestKeyRounds(t *testing.T) {
 	for i := 0; i < 60 && k.Slots[2].Bucket.MaxTokens == 0; i++ {
 		now = now.Add(cfg.Tick)
 		round()
-		if k.Slots[2].Bucket.MaxTokens != 0 && now.Before(t0.Add(cfg.GrowWait).Add(Lifetime(5*time.Second, cfg.Drift, cfg.Margin))) {
+		if k.Slots[2].Bucket.MaxTokens != 0 && now.Before(t0.Add(cfg.GrowWait).Add(Lifetime(p.Edge.EdgeTTL(), cfg.Drift, cfg.Margin))) {
 			t.Fatalf("slot 2 grew at %s, before slot 1's assignment may have expired", now.Sub(t0))
 		}
 	}
