@@ -56,6 +56,7 @@ type edgeEngine struct {
 	direct   map[edgeKeyID]int64
 
 	view    atomic.Pointer[edgeView]
+	summary atomic.Pointer[map[string]edgeSummary] // per policy, as of the last round (edgesummary.go)
 	enabled atomic.Pointer[map[string]bool] // policies with edge settings
 	kick    chan struct{}
 }
@@ -513,12 +514,14 @@ func (e *edgeEngine) key(id edgeKeyID, p *policy.Policy) *edgeKey {
 	return k
 }
 
-// updateMetrics sets the per-policy edge gauges. e.mu is held.
+// updateMetrics sets the per-policy edge gauges and the summary renewals
+// report. e.mu is held.
 func (e *edgeEngine) updateMetrics(now time.Time) {
 	type agg struct {
-		streams       map[uint64]bool
-		buckets       int
-		rate, reserve float64
+		streams              map[uint64]bool
+		buckets              int
+		rate, reserve, usage float64
+		pol                  *policy.Policy
 	}
 	by := map[string]*agg{}
 	for id, k := range e.keys {
@@ -533,11 +536,22 @@ func (e *edgeEngine) updateMetrics(now time.Time) {
 			if _, active := k.ledger.Current(sid, now); active {
 				g.rate += s.bucket.Rate()
 			}
+			if s.demand > 0 {
+				g.usage += float64(s.demand)
+			}
 		}
 		if k.pol != nil {
 			g.reserve += k.pol.Limit * float64(k.written) / float64(k.pol.Limits().Amount())
+			g.pol = k.pol
 		}
 	}
+	sums := map[string]edgeSummary{}
+	for name, g := range by {
+		if g.pol != nil && len(g.streams) > 0 {
+			sums[name] = edgeSummary{instances: len(g.streams), buckets: g.buckets, assigned: edge.DemandAmount(g.pol, g.rate), usage: amountOf(g.usage)}
+		}
+	}
+	e.summary.Store(&sums)
 	for name := range e.metricKeys {
 		if by[name] == nil {
 			by[name] = &agg{}
