@@ -57,7 +57,7 @@ type edgeEngine struct {
 
 	view    atomic.Pointer[edgeView]
 	summary atomic.Pointer[map[string]edgeSummary] // per policy, as of the last round (edgesummary.go)
-	enabled atomic.Pointer[map[string]bool] // policies with edge settings
+	enabled atomic.Pointer[map[string]bool]        // policies with edge settings
 	kick    chan struct{}
 }
 
