@@ -27,9 +27,9 @@ type edgeReport struct {
 
 // record notes an instance's summary at now (a monotonic reading), kept
 // for hold; nil forgets it (none of its Envoy instances holds a bucket).
-// The amounts are capped at total, as demand is: no report weighs more
-// than the whole quota.
-func (r *edgeReports) record(region, instance string, s *pb.EdgeSummary, total int64, now, hold time.Duration) {
+// Unlike demand, usage is not capped at the quota's total: it is only
+// shown, and how far the edge asks beyond the limit is worth seeing.
+func (r *edgeReports) record(region, instance string, s *pb.EdgeSummary, now, hold time.Duration) {
 	k := instanceKey{region, instance}
 	if s == nil {
 		delete(r.by, k)
@@ -38,8 +38,7 @@ func (r *edgeReports) record(region, instance string, s *pb.EdgeSummary, total i
 	if r.by == nil {
 		r.by, r.sweep = map[instanceKey]edgeReport{}, minSweep
 	}
-	r.by[k] = edgeReport{sum: &pb.EdgeSummary{Instances: s.Instances, Buckets: s.Buckets,
-		Assigned: min(s.Assigned, total), Usage: min(s.Usage, total)}, until: now + hold}
+	r.by[k] = edgeReport{sum: &pb.EdgeSummary{Instances: s.Instances, Buckets: s.Buckets, Assigned: s.Assigned, Usage: s.Usage}, until: now + hold}
 	if len(r.by) >= r.sweep {
 		for k, v := range r.by {
 			if now >= v.until {

@@ -14,7 +14,7 @@ import (
 
 // The edge summaries agents send with their renewals reach the admin
 // API: ListLeases shows, per region, the sum over its agent instances
-// (and how many reported), capped at the quota's total per instance; an
+// (and how many reported), usage beyond the quota's total included; an
 // instance that reports none is forgotten at once, one that stops
 // renewing once its grant ends; a negative summary is refused whole and
 // changes nothing; a renewal without one (an older agent) works as before.
@@ -48,7 +48,7 @@ func TestEdgeSummariesInListLeases(t *testing.T) {
 	if err := renew("us", "us-2", &pb.EdgeSummary{Instances: 2, Buckets: 2, Assigned: 10 * M, Usage: 500 * M}); err != nil {
 		t.Fatal(err)
 	}
-	want := &pb.EdgeSummary{Instances: 5, Buckets: 9, Assigned: 50 * M, Usage: 155 * M, Agents: 2} // us-2's usage capped at 100
+	want := &pb.EdgeSummary{Instances: 5, Buckets: 9, Assigned: 50 * M, Usage: 555 * M, Agents: 2}
 	if got := edgeOf("us"); !proto.Equal(got, want) {
 		t.Fatalf("us's edge: %v, want %v", got, want)
 	}
@@ -85,7 +85,7 @@ func TestEdgeReportsPruneAndSaturate(t *testing.T) {
 	var r edgeReports
 	hold := 10 * time.Second
 	for i := range 1000 {
-		r.record("us", string(rune('a'+i%26))+time.Duration(i).String(), &pb.EdgeSummary{Instances: 1}, 100, time.Duration(i)*time.Second, hold)
+		r.record("us", string(rune('a'+i%26))+time.Duration(i).String(), &pb.EdgeSummary{Instances: 1}, time.Duration(i)*time.Second, hold)
 	}
 	if n := len(r.by); n > 2*minSweep+20 {
 		t.Fatalf("%d reports kept, most of them ended", n)
@@ -95,7 +95,7 @@ func TestEdgeReportsPruneAndSaturate(t *testing.T) {
 	}
 	var big edgeReports
 	for _, in := range []string{"a", "b"} {
-		big.record("us", in, &pb.EdgeSummary{Instances: 1 << 30, Buckets: 1 << 30, Assigned: 1 << 62, Usage: 1 << 62}, 1<<62, 0, hold)
+		big.record("us", in, &pb.EdgeSummary{Instances: 1 << 30, Buckets: 1 << 30, Assigned: 1 << 62, Usage: 1 << 62}, 0, hold)
 	}
 	if s := big.region("us", 0); s.Instances != 1<<31-1 || s.Assigned != 1<<63-1 {
 		t.Fatalf("sums wrapped: %v", s)

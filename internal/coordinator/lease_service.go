@@ -158,7 +158,7 @@ func (c *Coordinator) prepare(t *term, now time.Time, req *pb.LeaseRequest, it *
 	r := lease.Renewal{Region: req.Region, Instance: req.Instance, Nonce: req.Nonce, Seq: it.req.Seq, GrantID: it.req.GrantId, Demand: demand}
 	known := it.q.ids.Update(req.Region, req.Instance, req.Nonce, int(it.req.IdentityDemandHeld), capDemands(it.req.IdentityDemand, it.q.book.Total()))
 	it.grant.IdentityDemandTaken, it.grant.IdentityDemandReset = true, !known
-	it.q.edge.record(req.Region, req.Instance, it.req.Edge, it.q.book.Total(), c.cfg.Clock.Mono(), c.cfg.Timing.ValidFor)
+	it.q.edge.record(req.Region, req.Instance, it.req.Edge, c.cfg.Clock.Mono(), c.cfg.Timing.ValidFor)
 	aim := lease.Targets{Default: lease.Target(it.q.policy, it.q.targets, req.Region, demand), Identities: it.q.ids.Targets(req.Region)}
 	p, err := it.q.book.PrepareTargets(now, r, aim)
 	if err != nil {
