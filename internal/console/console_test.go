@@ -144,6 +144,36 @@ func TestOverviewOnTheLeader(t *testing.T) {
 	}
 }
 
+// A region whose agents report Envoy instances holding the quota's
+// buckets shows them, in the quota's units; a region without shows a
+// dash, a declared region without a lease spans the edge columns too, and
+// a quota nobody serves at the edge has no edge columns.
+func TestOverviewEdge(t *testing.T) {
+	src := leader()
+	c, _ := newConsole(t, src)
+	if _, body := get(t, c, "GET", "/"); strings.Contains(body, "edge_instances") || strings.Contains(body, "edge: Envoys") {
+		t.Fatal("a quota without an edge shows edge columns")
+	}
+	src.leases[1].Edge = &pb.EdgeSummary{Instances: 20, Buckets: 1000, Assigned: 27_500_000, Usage: 91_250_000, Agents: 2}
+	_, body := get(t, c, "GET", "/")
+	for _, want := range []string{
+		"<th class=\"n\" title=\"Envoy instances streaming to the region's agents (RLQS) with buckets of this quota\">edge: Envoys</th>",
+		`data-k="edge_instances" data-v="20" title="over 2 agent instance(s)">20<`,
+		`data-k="edge_buckets" data-v="1000">1000<`,
+		`data-k="edge_assigned" data-v="27.5">27.5 <small>(45.8%)</small>`,
+		`data-k="edge_usage" data-v="91.25">91.25<`,
+		`data-k="edge_instances" data-v="0">–<`, // eu: no edge
+		`colspan="10"`,                          // ap: no lease
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("overview lacks %s", want)
+		}
+	}
+	if t.Failed() {
+		t.Log(body)
+	}
+}
+
 func TestOverviewOnAFollower(t *testing.T) {
 	src := &fakeSource{leaderAt: "10.0.0.2:7400"}
 	c, _ := newConsole(t, src)
