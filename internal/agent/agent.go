@@ -200,7 +200,7 @@ func ValidateConfig(c Config) error {
 	if c.FallbackKeys < 1 || c.BreakerThreshold < 1 || c.HotKeys < 1 {
 		bad("fallback keys %d, breaker threshold %d and hot keys %d must be at least 1", c.FallbackKeys, c.BreakerThreshold, c.HotKeys)
 	}
-	if err := c.Edge.validate(); err != nil {
+	if err := c.Edge.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.MetricIdentities != IdentitiesHashed && c.MetricIdentities != IdentitiesPlain && c.MetricIdentities != IdentitiesOff {

@@ -55,7 +55,8 @@ func DefaultEdgeConfig() EdgeConfig {
 		MaxBucketsPerStream: 10_000, ReportsPerSecond: 20, ReportBurst: 200}
 }
 
-func (c EdgeConfig) validate() error {
+// Validate reports every setting of c that cannot work, joined.
+func (c EdgeConfig) Validate() error {
 	var errs []error
 	if c.Tick <= 0 || c.GrowWait <= 2*c.Tick {
 		errs = append(errs, fmt.Errorf("edge tick %s must be positive and the grow wait %s more than twice it", c.Tick, c.GrowWait))

@@ -54,6 +54,7 @@ type pageQuota struct {
 	Quota   string              `json:"quota"`
 	Facts   map[string]string   `json:"facts"`
 	Regions []map[string]string `json:"regions"`
+	Edge    []map[string]string `json:"edge"`
 }
 
 const readPage = `Array.from(document.querySelectorAll('section.quota')).map(function (s) {
@@ -63,7 +64,8 @@ const readPage = `Array.from(document.querySelectorAll('section.quota')).map(fun
     return o;
   };
   return { quota: s.dataset.quota, facts: kv(s.querySelector('dl.facts')),
-    regions: Array.from(s.querySelectorAll('tr[data-region]')).map(function (tr) { var o = kv(tr); o.region = tr.dataset.region; return o; }) };
+    regions: Array.from(s.querySelectorAll('tr[data-region]')).map(function (tr) { var o = kv(tr); o.region = tr.dataset.region; return o; }),
+    edge: Array.from(s.querySelectorAll('tr[data-edge-region]')).map(function (tr) { var o = kv(tr); o.region = tr.dataset.edgeRegion; return o; }) };
 })`
 
 // A coordinator with two agents; its console, opened in headless Chromium
@@ -289,24 +291,34 @@ func compare(t *testing.T, bctx context.Context, c *cluster.Cluster) string {
 		same(what+" share", row["share"], policy.Units(l.Rate))
 		same(what+" enforcing", row["enforcing"], policy.Units(l.Enforcing))
 		same(what+" reserved", row["reserved"], policy.Units(l.Reserved))
+		var edge map[string]string
+		for _, r := range byQuota[l.Quota].Edge {
+			if r["region"] == l.Region {
+				edge = r
+			}
+		}
 		if l.Quota != "edge-api" {
-			if _, shown := row["edge_instances"]; shown {
-				diffs = append(diffs, what+": edge columns for a quota not served at the edge")
+			if edge != nil {
+				diffs = append(diffs, what+": an edge row for a quota not served at the edge")
 			}
 			continue
 		}
-		// The edge: us's agent has both Envoy instances, one bucket each;
+		// The edge: us's agent has both Envoy instances, three buckets;
 		// eu's none. (What they report moves with every report: the page
 		// must show some assigned rate, not an equal one.)
+		if edge == nil {
+			diffs = append(diffs, what+": no edge row on the page")
+			continue
+		}
 		wantInstances := map[string]int32{"us": 2}[l.Region]
-		same(what+" edge instances", row["edge_instances"], float64(l.GetEdge().GetInstances()))
+		same(what+" edge instances", edge["instances"], float64(l.GetEdge().GetInstances()))
 		if l.GetEdge().GetInstances() != wantInstances {
 			diffs = append(diffs, fmt.Sprintf("%s: the API shows %d Envoy instances, want %d", what, l.GetEdge().GetInstances(), wantInstances))
 		}
 		if wantInstances > 0 {
-			same(what+" edge buckets", row["edge_buckets"], float64(l.GetEdge().GetBuckets()))
-			if v, err := strconv.ParseFloat(row["edge_assigned"], 64); err != nil || v <= 0 {
-				diffs = append(diffs, fmt.Sprintf("%s: the page shows no assigned rate (%q)", what, row["edge_assigned"]))
+			same(what+" edge buckets", edge["buckets"], float64(l.GetEdge().GetBuckets()))
+			if v, err := strconv.ParseFloat(edge["assigned"], 64); err != nil || v <= 0 {
+				diffs = append(diffs, fmt.Sprintf("%s: the page shows no assigned rate (%q)", what, edge["assigned"]))
 			}
 		}
 	}
