@@ -337,7 +337,9 @@ func startEdge(t *testing.T, ctx context.Context, c *cluster.Cluster) {
 	settings := &rlqfv3.RateLimitQuotaBucketSettings{ReportingInterval: durationpb.New(500 * time.Millisecond),
 		NoAssignmentBehavior: &rlqfv3.RateLimitQuotaBucketSettings_NoAssignmentBehavior{
 			NoAssignmentBehavior: &rlqfv3.RateLimitQuotaBucketSettings_NoAssignmentBehavior_FallbackRateLimit{FallbackRateLimit: deny}}}
-	bucket := func(tenant string) map[string]string { return map[string]string{"policy": "edge-api", "tenant": tenant} }
+	bucket := func(tenant string) map[string]string {
+		return map[string]string{"policy": "edge-api", "tenant": tenant}
+	}
 	for i, tenants := range [][]string{{"a", "b"}, {"a"}} {
 		cfg := rlqsenvoy.DefaultConfig()
 		cfg.Name, cfg.Target, cfg.Domain, cfg.Settings, cfg.ReportInterval = fmt.Sprint("envoy-", i), c.Agents[0].Addr, "console", settings, 500*time.Millisecond

@@ -61,8 +61,8 @@ type quotaView struct {
 	// Envoy instances holding its buckets: the table shows the edge.
 	Edge    bool
 	Regions []regionView
-	Chart     Chart
-	Samples   int
+	Chart   Chart
+	Samples int
 }
 
 // regionView is one region's lease on a quota, in the units of
