@@ -27,8 +27,9 @@ func TestEdgeFlags(t *testing.T) {
 	t.Setenv("QUOTALEASE_EDGE_REPORT_BURST", "50")
 	got, err := edge("--edge-tick", "50ms", "--edge-grow-wait", "300ms", "--edge-margin", "1s", "--edge-change-every", "2s",
 		"--edge-burst-fraction", "0.1", "--edge-abandon-after", "5m", "--edge-max-buckets", "500", "--edge-reports-per-second", "4")
-	want := agent.EdgeConfig{Tick: 50 * time.Millisecond, GrowWait: 300 * time.Millisecond, Margin: time.Second, ChangeEvery: 2 * time.Second,
-		BurstFraction: 0.1, AbandonAfter: 5 * time.Minute, MaxBucketsPerStream: 500, ReportsPerSecond: 4, ReportBurst: 50}
+	want := agent.DefaultEdgeConfig()
+	want.Tick, want.GrowWait, want.Margin, want.ChangeEvery = 50*time.Millisecond, 300*time.Millisecond, time.Second, 2*time.Second
+	want.BurstFraction, want.AbandonAfter, want.MaxBucketsPerStream, want.ReportsPerSecond, want.ReportBurst = 0.1, 5*time.Minute, 500, 4, 50
 	if err != nil || got != want {
 		t.Fatalf("with flags: %+v %v, want %+v", got, err, want)
 	}

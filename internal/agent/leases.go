@@ -194,6 +194,18 @@ func (l *leaser) Enforce(name, identity string, now time.Time) (int64, lease.Mod
 	return q.a.EnforceFor(identity, now)
 }
 
+// EnforceAt is Enforce as it will be at a later time, if no answer comes
+// before (lease.Holder.EnforceAt); it changes nothing.
+func (l *leaser) EnforceAt(name, identity string, at time.Time) (int64, lease.Mode) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	q := l.quotas[name]
+	if q == nil {
+		return 0, lease.ModeNone
+	}
+	return q.a.EnforceAt(identity, at)
+}
+
 // observe counts cost (micro-units) asked of policy name by identity: its
 // demand.
 func (l *leaser) observe(name, identity string, cost int64, now time.Time) {
