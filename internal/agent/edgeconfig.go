@@ -35,7 +35,8 @@ func (c EdgeConfig) rounds(drift float64) edge.Config {
 	return edge.Config{Tuning: c.Tuning, Drift: drift}
 }
 
-func (c EdgeConfig) validate() error {
+// Validate reports every setting of c that cannot work, joined.
+func (c EdgeConfig) Validate() error {
 	var errs []error
 	if c.Tick <= 0 || c.GrowWait <= 2*c.Tick {
 		errs = append(errs, fmt.Errorf("edge tick %s must be positive and the grow wait %s more than twice it", c.Tick, c.GrowWait))

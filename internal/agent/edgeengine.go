@@ -54,8 +54,9 @@ type edgeEngine struct {
 	directMu sync.Mutex
 	direct   map[edgeKeyID]int64
 
-	view    atomic.Pointer[edge.View]       // the region's reservations as last synced, for the direct path
-	enabled atomic.Pointer[map[string]bool] // policies with edge settings
+	view    atomic.Pointer[edge.View]              // the region's reservations as last synced, for the direct path
+	summary atomic.Pointer[map[string]edgeSummary] // per policy, as of the last round (edgesummary.go)
+	enabled atomic.Pointer[map[string]bool]        // policies with edge settings
 	kick    chan struct{}
 }
 
@@ -368,12 +369,14 @@ func (e *edgeEngine) key(id edgeKeyID, p *policy.Policy) *edgeKey {
 	return k
 }
 
-// updateMetrics sets the per-policy edge gauges. e.mu is held.
+// updateMetrics sets the per-policy edge gauges and the summary renewals
+// report. e.mu is held.
 func (e *edgeEngine) updateMetrics(now time.Time) {
 	type agg struct {
-		streams       map[uint64]bool
-		buckets       int
-		rate, reserve float64
+		streams              map[uint64]bool
+		buckets              int
+		rate, reserve, usage float64
+		pol                  *policy.Policy
 	}
 	by := map[string]*agg{}
 	for id, k := range e.keys {
@@ -388,11 +391,22 @@ func (e *edgeEngine) updateMetrics(now time.Time) {
 			if _, active := k.Ledger.Current(sid, now); active {
 				g.rate += s.Bucket.Rate()
 			}
+			if s.Demand > 0 {
+				g.usage += float64(s.Demand)
+			}
 		}
 		if k.pol != nil {
 			g.reserve += k.pol.Limit * float64(k.Written) / float64(k.pol.Limits().Amount())
+			g.pol = k.pol
 		}
 	}
+	sums := map[string]edgeSummary{}
+	for name, g := range by {
+		if g.pol != nil && len(g.streams) > 0 {
+			sums[name] = edgeSummary{instances: len(g.streams), buckets: g.buckets, assigned: edge.DemandAmount(g.pol, g.rate), usage: amountOf(g.usage)}
+		}
+	}
+	e.summary.Store(&sums)
 	for name := range e.metricKeys {
 		if by[name] == nil {
 			by[name] = &agg{}
