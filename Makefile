@@ -10,7 +10,7 @@ PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: help deps build test test-short vet fmt-check bench bench-peers record-envoy-original bench-identity-scale fuzz redis redis-stop proto demo load clean robustness certs console-screenshot images helm manifests
+.PHONY: help deps build test test-short test-rlqs vet fmt-check bench bench-peers record-envoy-original bench-identity-scale fuzz redis redis-stop proto demo load clean robustness certs console-screenshot images helm manifests
 
 # The images' registry and tag: set in deploy/images.env, the one place
 # (REGISTRY, VERSION); override on the command line.
@@ -49,6 +49,9 @@ vet: ## go vet
 test: deps fmt-check vet ## all tests with -race: unit, real Redis and etcd integration, fuzz seeds, end-to-end over real processes
 	PATH=$(GOBIN):$$PATH $(GO) test -race -count=1 -timeout 15m $(PKGS)
 
+test-rlqs: ## the agent's RLQS tests, the slow ones too (a tenant's share moving between regions at the edge)
+	QUOTALEASE_RLQS_LONG=1 $(GO) test -race -count=1 -run 'RLQS|Edge|MatchBucket' -v ./internal/agent/
+
 test-short: ## fast tests: go test -short, no multi-process or browser suites
 	$(GO) test -short -count=1 $(PKGS)
 
@@ -80,13 +83,13 @@ bench-identity-scale: ## identity shares at scale: SCALE identities (default 1,0
 	QUOTALEASE_SCALE=$(SCALE) $(GO) test -run '^TestIdentityShareScale$$' -v -count=1 -timeout 40m ./internal/testenv/cluster/
 
 fuzz: ## run every fuzz target for FUZZTIME each (default 10s)
-	@set -e; for t in FuzzTokenBucket FuzzWindows FuzzParsePolicies FuzzParseEnvoyConfig; do \
+	@set -e; for t in FuzzTokenBucket FuzzWindows FuzzReturns FuzzParsePolicies FuzzParseEnvoyConfig; do \
 	  echo "== policy $$t"; $(GO) test ./policy/ -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME); done
 	@echo "== regional FuzzStateKey"; $(GO) test ./regional/ -run '^$$' -fuzz '^FuzzStateKey$$' -fuzztime $(FUZZTIME)
 	@echo "== sim FuzzParseScenario"; $(GO) test ./sim/ -run '^$$' -fuzz '^FuzzParseScenario$$' -fuzztime $(FUZZTIME)
 	@echo "== sfv FuzzRoundTrip"; $(GO) test ./internal/sfv/ -run '^$$' -fuzz '^FuzzRoundTrip$$' -fuzztime $(FUZZTIME)
 	@echo "== ratelimitxds FuzzConvert"; $(GO) test ./internal/ratelimitxds/ -run '^$$' -fuzz '^FuzzConvert$$' -fuzztime $(FUZZTIME)
-	@set -e; for t in FuzzAppendJSONString FuzzDecodeCheckBody; do \
+	@set -e; for t in FuzzAppendJSONString FuzzDecodeCheckBody FuzzMatchBucket; do \
 	  echo "== agent $$t"; $(GO) test ./internal/agent/ -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME); done
 
 redis: deps ## start a throwaway redis-server on a free loopback port; prints its address

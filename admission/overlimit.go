@@ -20,6 +20,8 @@ import (
 // decided under: a changed policy or a changed share (a new grant, a
 // degraded budget) misses and goes to Redis, which also drops the entry.
 // A request of smaller cost, which might fit sooner, goes to Redis too.
+// A policy that accepts returns is never cached (Ticket.cachesRejections):
+// there a return, through any instance, frees capacity at any moment.
 //
 // At most max identities are held; when full, expired entries are swept,
 // and if none are, new rejections are not remembered (the cache only ever

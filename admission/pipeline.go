@@ -260,7 +260,7 @@ type lone struct {
 
 // run decides rs into out.
 func (p *Pipeline) run(ctx context.Context, rs []Request, out []Result) {
-	if refuseOwnLimits(rs, out) {
+	if refuseOwnLimits(rs, out) || p.refuseReturns(rs, out) {
 		return
 	}
 	now := p.cfg.Clock.Now()
@@ -330,10 +330,13 @@ func (p *Pipeline) early(t *Ticket, now time.Time) (Outcome, bool) {
 			return o, true
 		}
 	}
+	if t.noShare && t.Return {
+		return p.dropReturn(t, t.Mode, ViaNoShare), true
+	}
 	if t.noShare {
 		return p.finish(t, policy.Decision{RetryAfterMs: NoShareRetryMs}, t.Mode, ViaNoShare), true
 	}
-	if t.replayKey == "" && p.over != nil { // keyed requests go to the store, which records them
+	if p.over != nil && t.cachesRejections() {
 		if d, ok := p.over.get(t.tableKey(), t.Limits, t.Cost*policy.Micro, now); ok {
 			return p.finish(t, d, t.Mode, ViaOverLimit), true
 		}
@@ -365,7 +368,7 @@ func (p *Pipeline) decide(ctx context.Context, ts []*Ticket, idx []int, out []Re
 		asked = asked || !IsInputError(r.Err)
 		switch {
 		case r.Err == nil:
-			if p.over != nil && t.replayKey == "" && !r.Decision.Allowed {
+			if p.over != nil && t.cachesRejections() && !r.Decision.Allowed {
 				p.over.put(t.tableKey(), t.Limits, t.Cost*policy.Micro, r.Decision, sent)
 			}
 			o.Outcome = p.finish(t, r.Decision, t.Mode, ViaStore)
@@ -390,6 +393,10 @@ func (p *Pipeline) decide(ctx context.Context, ts []*Ticket, idx []int, out []Re
 // the breaker is open): after a timeout the store may still have decided,
 // so the request may be charged twice (never admitted twice).
 func (p *Pipeline) fallback(t *Ticket, storeErr error) (Outcome, error) {
+	if t.Return { // the fallback takes no returns (returns.go)
+		p.observeFallback(t, storeErr, false)
+		return p.dropReturn(t, lease.ModeLocalFallback, ViaFallback), nil
+	}
 	n := int64(1)
 	if p.cfg.Shares != nil {
 		n = int64(max(1, p.cfg.Shares.Instances()))

@@ -18,6 +18,10 @@ var (
 	ErrUnknownPolicy = errors.New("unknown policy")
 	// ErrInvalidRequest reports a malformed request.
 	ErrInvalidRequest = errors.New("invalid request")
+	// ErrReturnRefused reports a return (Request.Return) to a policy that
+	// does not accept returns (policy.Policy.Returns), or one that carries
+	// its own limit.
+	ErrReturnRefused = errors.New("return refused")
 )
 
 // MaxIdempotencyKeyBytes bounds an idempotency key.
@@ -49,6 +53,14 @@ type Request struct {
 	// is refused whole, before anything is decided or charged; a Limit
 	// of 0 refuses its request as more than the limit holds.
 	Limit *policy.OwnLimit
+	// Return gives back Cost units a request of the same identity took
+	// (Envoy's is_negative_hits) instead of taking them: decided by
+	// policy.Return, it matches what the identity holds and frees what
+	// the limit still counts of it, and is never refused by the limit. A
+	// batch holding a return to a policy that does not accept returns
+	// (policy.Policy.Returns), or a return with a Limit, is refused whole
+	// (ErrReturnRefused), before anything is decided or charged.
+	Return bool
 }
 
 // Ticket is a request resolved against its policy: validated once, with
@@ -68,6 +80,8 @@ type Ticket struct {
 	Limits policy.Limits
 	// Mode the limits come from.
 	Mode lease.Mode
+	// Return: the ticket gives Cost back (Request.Return).
+	Return bool
 
 	key       string // policy and identity: the identity's key in in-process tables (tableKey)
 	replayKey string // key and idempotency key, or ""
@@ -83,6 +97,9 @@ func Resolve(p *policy.Policy, r Request, l policy.Limits) (Ticket, error) {
 	if p.Envoy != nil && p.Envoy.Unlimited {
 		return Ticket{}, fmt.Errorf("%w: policy %q is an unlimited Envoy descriptor: it limits nothing", ErrUnknownPolicy, p.Name)
 	}
+	if r.Return && (!p.Returns || r.Limit != nil) {
+		return Ticket{}, refusedReturn(p, r)
+	}
 	cost := r.Cost
 	if cost == 0 {
 		cost = p.Cost
@@ -90,20 +107,23 @@ func Resolve(p *policy.Policy, r Request, l policy.Limits) (Ticket, error) {
 	if cost < 1 {
 		return Ticket{}, fmt.Errorf("policy %q: %w, got %d", p.Name, policy.ErrInvalidCost, cost)
 	}
-	if err := CheckCapacity(p, l, cost); err != nil {
+	if err := checkCost(p, l, cost, r.Return); err != nil {
 		return Ticket{}, fmt.Errorf("policy %q: %w", p.Name, err)
 	}
 	id, err := p.IdentityOf(r.Attributes)
 	if err != nil {
 		return Ticket{}, fmt.Errorf("policy %q: %w", p.Name, err)
 	}
-	t := Ticket{Policy: p, Identity: id, Cost: cost, Limits: l, Mode: lease.ModeRegion}
+	t := Ticket{Policy: p, Identity: id, Cost: cost, Limits: l, Mode: lease.ModeRegion, Return: r.Return}
 	if r.IdempotencyKey != "" {
 		if err := ValidIdempotencyKey(r.IdempotencyKey); err != nil {
 			return Ticket{}, fmt.Errorf("policy %q: %w", p.Name, err)
 		}
 		t.IdempotencyKey = r.IdempotencyKey
 		t.replayKey = t.tableKey() + "\x00" + r.IdempotencyKey
+		if r.Return { // apart from the charge it returns, which may carry the same key
+			t.replayKey += "\x00return"
+		}
 	}
 	return t, nil
 }
@@ -120,11 +140,12 @@ func (t *Ticket) tableKey() string {
 // Enforce puts t under the share of amount its region may enforce, which
 // came from mode: when that share cannot hold t's cost (none at all, or too
 // small: CheckCapacity), t is refused without asking the store, with
-// NoShareRetryMs, and keeps its limits for the answer.
+// NoShareRetryMs, and keeps its limits for the answer. A return needs
+// only a share (checkCost); with none it is dropped, freeing nothing.
 func (t *Ticket) Enforce(amount int64, mode lease.Mode) {
 	t.Mode = mode
 	l, ok := t.Limits.Share(amount)
-	t.noShare = !ok || CheckCapacity(t.Policy, l, t.Cost) != nil
+	t.noShare = !ok || checkCost(t.Policy, l, t.Cost, t.Return) != nil
 	if !t.noShare {
 		t.Limits = l
 	}
@@ -175,7 +196,7 @@ func ValidIdempotencyKey(idem string) error {
 // (an unknown policy, a bad cost, identity or key), as opposed to a store
 // that failed to decide it.
 func IsInputError(err error) bool {
-	for _, e := range []error{ErrUnknownPolicy, ErrInvalidRequest, policy.ErrInvalidCost, policy.ErrCostExceedsCapacity,
+	for _, e := range []error{ErrUnknownPolicy, ErrInvalidRequest, ErrReturnRefused, policy.ErrInvalidCost, policy.ErrCostExceedsCapacity,
 		policy.ErrInvalidIdentity, policy.ErrInvalidLimits, policy.ErrInvalidOwnLimit} {
 		if errors.Is(err, e) {
 			return true

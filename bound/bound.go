@@ -37,6 +37,8 @@ const (
 	TermStoreLag        = "store-lag"
 	TermShards          = "shards"
 	TermWindowClock     = "window-clock"
+	TermReturned        = "returned"
+	TermEdge            = "edge"
 )
 
 // Deployment are the parameters of a deployment that enter the bound.
@@ -225,7 +227,7 @@ func Compute(p *policy.Policy, d Deployment, m Mode, w time.Duration) (Result, e
 			if err != nil {
 				return Result{}, err
 			}
-			r.Terms[TermStoreLag] = rl.WorstCase
+			r.Terms[TermStoreLag] = rl.WorstCase - rl.Terms[TermEdge] // Envoy's fallback is no Redis path
 		}
 		// A quiet region keeps its floor: the static share it falls back to
 		// and any explicit floor.
@@ -237,8 +239,26 @@ func Compute(p *policy.Policy, d Deployment, m Mode, w time.Duration) (Result, e
 			floor = math.Max(floor, f)
 		}
 		r.Stranded = floor
+		if e := p.Edge; e != nil && p.Scope == policy.ScopeGlobal {
+			// Envoy instances without an assignment (before the first, or
+			// once one expired) follow their own fallback, which no
+			// reservation covers: per region, every instance the policy
+			// expects, each on its own (+Inf when the fallback allows all).
+			// Assignments themselves stay within the region's share and add
+			// nothing (package edge).
+			r.Terms[TermEdge] = n * float64(e.Instances) * e.FallbackWorstCase(w) * float64(p.Cost)
+		}
 	default:
 		return Result{}, fmt.Errorf("%w: unknown mode %q", ErrInvalid, m)
+	}
+	if p.Returns {
+		// A policy that accepts returns counts a returned unit as never
+		// admitted (policy.Return frees no more than a replay without
+		// the returned request would have left), so every term bounds
+		// the units admitted and not returned; admissions themselves may
+		// exceed the worst case by the units returned in the window. The
+		// term is named, and 0, so that the bound says what it counts.
+		r.Terms[TermReturned] = 0
 	}
 	if d.ConfigChanges > 0 {
 		// A new version starts every key full: one burst per counter that

@@ -17,6 +17,10 @@ type Decision struct {
 	// Replayed reports that this decision was made earlier for the same
 	// idempotency key and returned again without charging.
 	Replayed bool
+	// Matched and Freed are a return's (Return): the micro-units matched
+	// to units taken and not yet returned, and of those, the micro-units
+	// given back as capacity. Zero for a charge, and for a replayed return.
+	Matched, Freed int64
 }
 
 // RemainingUnits is Remaining in whole units, rounded down.

@@ -67,7 +67,7 @@ func EnvoyAttribute(key string) string {
 
 // EnvoyConfig is envoyproxy/ratelimit's configuration, field for field,
 // as its YAML files write it and as its xDS RateLimitConfig resources carry
-// it; Algorithm and Scope are quota-lease's optional additions. Policies
+// it; Algorithm, Scope and Edge are quota-lease's optional additions. Policies
 // maps it onto policies: the one conversion, whichever way it came.
 type EnvoyConfig struct {
 	Domain      string            `yaml:"domain"`
@@ -77,6 +77,9 @@ type EnvoyConfig struct {
 	Algorithm Algorithm `yaml:"algorithm"`
 	// Scope of every limit: global (the default) or region.
 	Scope Scope `yaml:"scope"`
+	// Edge serves every limit of the file to Envoy's Rate Limit Quota
+	// Service (Policy.Edge); unlimited ones are never served.
+	Edge *Edge `yaml:"edge"`
 }
 
 // EnvoyDescriptor is one descriptor of an EnvoyConfig, with those nested
@@ -89,6 +92,9 @@ type EnvoyDescriptor struct {
 	ShadowMode     bool              `yaml:"shadow_mode"`
 	QuotaMode      bool              `yaml:"quota_mode"`
 	DetailedMetric bool              `yaml:"detailed_metric"`
+	// Returns is quota-lease's own: the limit accepts the hits Envoy
+	// returns (is_negative_hits), Policy.Returns.
+	Returns bool `yaml:"returns"`
 }
 
 // EnvoyRateLimit is a descriptor's rate_limit. Unit is one of second,
@@ -198,9 +204,12 @@ func envoyPolicy(f EnvoyConfig, path []EnvoyEntry, d EnvoyDescriptor, rl *EnvoyR
 		name = envoyPolicyName(f.Domain, path)
 	}
 	p := &Policy{Name: name, Algorithm: f.Algorithm, Limit: float64(rl.RequestsPerUnit), Period: Duration(period),
-		Scope: f.Scope, ShadowMode: d.ShadowMode, Envoy: &EnvoyMatch{Domain: f.Domain, Entries: path, Unlimited: d.RateLimit.Unlimited, Name: rl.Name, QuotaMode: d.QuotaMode}}
+		Scope: f.Scope, ShadowMode: d.ShadowMode, Returns: d.Returns, Envoy: &EnvoyMatch{Domain: f.Domain, Entries: path, Unlimited: d.RateLimit.Unlimited, Name: rl.Name, QuotaMode: d.QuotaMode}}
 	if p.Envoy.Unlimited {
 		p.Scope = ScopeRegion
+	} else if f.Edge != nil {
+		e := *f.Edge
+		p.Edge = &e
 	}
 	if p.Algorithm == "" {
 		p.Algorithm = FixedWindow

@@ -66,6 +66,19 @@ type Policy struct {
 	// default share. Unset: DefaultIdentityShares; 0: none. Global policies
 	// only.
 	IdentityShares *int `yaml:"identity_shares,omitempty" json:"identity_shares,omitempty"`
+	// Returns declares that the policy's requests give back what they
+	// took when they end (Envoy's is_negative_hits; docs/envoy.md): a
+	// concurrency-style use, where a returned unit is one whose request
+	// is over and counts as never admitted. Only such a policy accepts a
+	// return (Return); its limit then bounds the units taken and not yet
+	// returned, and the bound holds for those (docs/bound.md). A return
+	// to any other policy is refused: there a return would admit more
+	// requests than the limit.
+	Returns bool `yaml:"returns,omitempty" json:"returns,omitempty"`
+	// Edge, when set, serves the policy to Envoy's Rate Limit Quota
+	// Service (docs/rlqs.md): Envoy instances enforce token-bucket
+	// assignments carved out of the region's share. Global policies only.
+	Edge *Edge `yaml:"edge,omitempty" json:"edge,omitempty"`
 }
 
 // DefaultIdentityShares is the most identity shares a global policy has
@@ -267,6 +280,14 @@ func (p *Policy) Validate() error {
 	if err := p.Failure.validate(); err != nil {
 		return bad("failure."+err.field, "%s", err.msg)
 	}
+	if p.Edge != nil {
+		if p.Scope == ScopeRegion {
+			return bad("edge", "applies only to global policies: a region-scoped policy's checks do not consult the region's share, so they could not leave the edge its part")
+		}
+		if err := p.Edge.validate(); err != nil {
+			return bad("edge."+err.field, "%s", err.msg)
+		}
+	}
 	l, err := p.limits()
 	if err != nil {
 		return bad("limit", "%v", err)
@@ -276,6 +297,9 @@ func (p *Policy) Validate() error {
 	}
 	if p.Shards < 0 || p.Shards > MaxShards {
 		return bad("shards", "must be 0 to %d, got %d", MaxShards, p.Shards)
+	}
+	if p.Returns && p.ShardCount() > 1 {
+		return bad("returns", "a policy with shards cannot take returns: a return would meet a shard other than the one its request took from; use one shard")
 	}
 	if sl := p.ShardLimits(l); sl.Validate() != nil || p.Cost > sl.Capacity/Micro {
 		return bad("shards", "%d shards leave each a capacity of %v, which cannot hold the default cost %d; use fewer shards", p.Shards, Units(sl.Capacity), p.Cost)

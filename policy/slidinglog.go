@@ -21,8 +21,10 @@ func slidingLog(s State, l Limits, now, cost int64) (State, Decision) {
 	copy(kept, log[i:])
 	var d Decision
 	if sum+cost <= l.Capacity {
-		kept = append(kept, LogEntry{AtMs: now, Cost: cost})
-		sum += cost
+		if cost > 0 { // a charge of 0 (Return bringing the log to now) logs nothing
+			kept = append(kept, LogEntry{AtMs: now, Cost: cost})
+			sum += cost
+		}
 		d.Allowed = true
 	} else {
 		// Wait until enough of the oldest entries have left the window.

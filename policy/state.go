@@ -25,6 +25,21 @@ type State struct {
 	Log []LogEntry
 	// Sum is the total cost in Log.
 	Sum int64
+	// Held is, for a policy that accepts returns, the micro-units
+	// admitted and not yet returned (ApplyHeld, Return): what a return
+	// is matched against.
+	Held int64
+	// Refused is, for a policy that accepts returns, the micro-units of
+	// charges it refused whose returns may still come (ApplyHeld):
+	// Envoy returns a request's hits at its end whether or not they were
+	// admitted, and such a return must free nothing.
+	Refused int64
+	// Unrefilled is, for a token bucket that accepts returns, the
+	// micro-units its charges took that refill has not yet restored
+	// (refill taken to restore the oldest first): the part of its deficit
+	// a return may free, the rest being capacity a grown share has not
+	// yet filled.
+	Unrefilled int64
 }
 
 // LogEntry is one admitted request in a sliding log.
@@ -61,19 +76,22 @@ func Apply(s State, l Limits, nowMs, cost int64) (State, Decision, error) {
 	if cost > l.Capacity {
 		return s, Decision{}, ErrCostExceedsCapacity
 	}
+	ns, d := transition(s, l, nowMs, cost)
+	return ns, d, nil
+}
+
+// transition is l's algorithm's transition, on valid arguments; a cost of
+// 0 only brings s to nowMs (Return).
+func transition(s State, l Limits, nowMs, cost int64) (State, Decision) {
 	switch l.Algorithm {
 	case TokenBucket:
-		ns, d := tokenBucket(s, l, nowMs, cost)
-		return ns, d, nil
+		return tokenBucket(s, l, nowMs, cost)
 	case FixedWindow:
-		ns, d := fixedWindow(s, l, nowMs, cost)
-		return ns, d, nil
+		return fixedWindow(s, l, nowMs, cost)
 	case SlidingWindow:
-		ns, d := slidingWindow(s, l, nowMs, cost)
-		return ns, d, nil
+		return slidingWindow(s, l, nowMs, cost)
 	default: // SlidingLog; Validate rejected anything else
-		ns, d := slidingLog(s, l, nowMs, cost)
-		return ns, d, nil
+		return slidingLog(s, l, nowMs, cost)
 	}
 }
 

@@ -23,6 +23,8 @@ type decision struct {
 	// the script to decide it when it has to.
 	counted                  bool
 	capacity, windowMs, cost int64
+	alg                      policy.Algorithm
+	ret                      bool // a return (admission.Ticket.Return)
 }
 
 // decided is the outcome of one decision.
@@ -54,11 +56,12 @@ func (e *Engine) decide(ctx context.Context, ds []decision) []decided {
 // different slots share no key. Every decision gets its own outcome.
 func (e *Engine) decideScripts(ctx context.Context, ds []decision) []decided {
 	groups := e.group(ds)
-	now, floor := e.scriptNow(ds)
+	now, floor := e.scriptNow()
 	out := make([]decided, len(ds))
 	if len(groups) == 1 { // the usual case: one call, no pipeline to build
 		c := callOf(ds, groups[0], now, floor)
 		e.read(decideScript.Run(ctx, e.rdb, c.keys, c.args...), ds, groups[0], out)
+		e.raiseFloor(ds, groups[0], out, now)
 		return out
 	}
 	calls := make([]scriptCall, len(groups))
@@ -67,28 +70,38 @@ func (e *Engine) decideScripts(ctx context.Context, ds []decision) []decided {
 	}
 	for i, cmd := range runPipelined(ctx, e.rdb, decideScript, calls) {
 		e.read(cmd, ds, groups[i], out)
+		e.raiseFloor(ds, groups[i], out, now)
 	}
 	return out
 }
 
-// scriptNow returns the time and floor arguments of a script call of ds
-// (nowArg; redisClock). With an injected clock a call with fixed windows
-// decides them at that time or the floor, whichever is later, and raises
-// the floor to it; on the server's clock only the counted decisions' TIME
-// readings raise it.
-func (e *Engine) scriptNow(ds []decision) (string, int64) {
-	floor := e.clk.floor()
-	if e.cfg.Clock == nil {
-		return "", floor
+// scriptNow returns the time and floor arguments of a script call (nowArg;
+// redisClock): the script decides fixed windows at that time or the floor,
+// whichever is later.
+func (e *Engine) scriptNow() (string, int64) {
+	return e.nowArg(), e.clk.floor()
+}
+
+// raiseFloor raises the engine's floor to the time the script decided the
+// fixed windows among the decisions g of ds at, from their outcomes, when
+// that time is the injected clock's (now): as a charge, or a return to a
+// window that holds something (a return to nothing writes nothing, and
+// leaves the time as it was). On the server's clock only the counted
+// decisions' TIME readings raise it.
+func (e *Engine) raiseFloor(ds []decision, g []int, out []decided, now string) {
+	if now == "" {
+		return
 	}
-	now := e.cfg.Clock.Now().UnixMilli()
-	for i := range ds {
-		if ds[i].args[0] == algorithmCodes[policy.FixedWindow] {
-			e.clk.raise(max(now, floor))
-			break
+	ms, err := strconv.ParseInt(now, 10, 64)
+	if err != nil {
+		return
+	}
+	for _, j := range g {
+		if ds[j].alg == policy.FixedWindow && out[j].err == nil && (!ds[j].ret || out[j].d.ResetAfterMs > 0) {
+			e.clk.raise(ms)
+			return
 		}
 	}
-	return strconv.FormatInt(now, 10), floor
 }
 
 // callOf lays out the decisions g of ds as one decideScript call, at now
@@ -173,17 +186,17 @@ func (e *Engine) groupOf(ds []decision, idx []int) [][]int {
 	return groups
 }
 
-// parseDecision reads one decision's reply (decide.lua): five integers, or
-// the reason it failed.
+// parseDecision reads one decision's reply (decide.lua): five integers
+// (seven for a return: what it matched and freed), or the reason it failed.
 func parseDecision(v any) (policy.Decision, error) {
 	switch v := v.(type) {
 	case string:
 		return policy.Decision{}, errors.New(v)
 	case []any:
-		if len(v) != 5 {
-			return policy.Decision{}, fmt.Errorf("decision script returned %d values, want 5", len(v))
+		if len(v) != 5 && len(v) != 7 {
+			return policy.Decision{}, fmt.Errorf("decision script returned %d values, want 5 or 7", len(v))
 		}
-		var n [5]int64
+		var n [7]int64
 		for i, x := range v {
 			var ok bool
 			if n[i], ok = x.(int64); !ok {
@@ -196,6 +209,8 @@ func parseDecision(v any) (policy.Decision, error) {
 			RetryAfterMs: n[2],
 			ResetAfterMs: n[3],
 			Replayed:     n[4] == 1,
+			Matched:      n[5],
+			Freed:        n[6],
 		}, nil
 	default:
 		return policy.Decision{}, fmt.Errorf("decision script returned %T, want a reply or a reason", v)

@@ -132,6 +132,8 @@ type Request struct {
 	Attributes     map[string]string
 	Cost           int64 // whole units, at least 1
 	IdempotencyKey string
+	// Return gives Cost back instead of charging it (admission.Request.Return).
+	Return bool
 	// Limits, when set, are enforced instead of the policy's full limit,
 	// as a lease's share is. The algorithm must be the policy's.
 	Limits *policy.Limits
@@ -155,7 +157,7 @@ func (e *Engine) ticket(r Request) (*admission.Ticket, error) {
 			return nil, fmt.Errorf("%w: policy %q: limits for %s, policy uses %s", admission.ErrInvalidRequest, p.Name, l.Algorithm, p.Algorithm)
 		}
 	}
-	t, err := admission.Resolve(p, admission.Request{Policy: r.Policy, Attributes: r.Attributes, Cost: r.Cost, IdempotencyKey: r.IdempotencyKey}, l)
+	t, err := admission.Resolve(p, admission.Request{Policy: r.Policy, Attributes: r.Attributes, Cost: r.Cost, IdempotencyKey: r.IdempotencyKey, Return: r.Return}, l)
 	return &t, err
 }
 
@@ -268,7 +270,7 @@ func (e *Engine) prepare(t *admission.Ticket) (decision, error) {
 	}
 	idemMs := int64(0)
 	if t.IdempotencyKey != "" {
-		keys = append(keys, idempotencyKey(key, t.IdempotencyKey))
+		keys = append(keys, ticketIdempotencyKey(key, t))
 		idemMs = e.cfg.IdempotencyWindow.Milliseconds()
 	}
 	param := l.Rate
@@ -278,8 +280,10 @@ func (e *Engine) prepare(t *admission.Ticket) (decision, error) {
 	return decision{
 		policy:   p.Name,
 		keys:     keys,
-		args:     [6]any{algorithmCodes[l.Algorithm], idemMs, l.Capacity, param, t.Cost * policy.Micro, e.marginMs},
-		counted:  l.Algorithm == policy.FixedWindow && idemMs == 0 && !e.scriptedWindows,
+		args:     [6]any{decisionCode(t, l.Algorithm), idemMs, l.Capacity, param, t.Cost * policy.Micro, e.marginMs},
+		alg:      l.Algorithm,
+		ret:      t.Return,
+		counted:  l.Algorithm == policy.FixedWindow && idemMs == 0 && !t.Return && !p.Returns && !e.scriptedWindows,
 		capacity: l.Capacity, windowMs: l.WindowMs, cost: t.Cost * policy.Micro,
 	}, nil
 }

@@ -207,10 +207,11 @@ type charge struct {
 }
 
 // scriptGroup is one decision script call in flight, the seq-th call of
-// its pipeline.
+// its pipeline, at now (scriptNow).
 type scriptGroup struct {
 	idx []int
 	seq int
+	now string
 	cmd *redis.Cmd
 }
 
@@ -223,7 +224,7 @@ type scriptGroup struct {
 func (c *nodeCall) first(ctx context.Context, idx []int) {
 	e := c.e
 	now, floor, injected := e.windowNow()
-	nowArg, _ := e.scriptNow(nil)
+	nowArg, _ := e.scriptNow()
 	margin := e.cfg.TTLMargin.Milliseconds()
 	pipe := c.rdb.Pipeline()
 	var t1, t2 *redis.TimeCmd
@@ -400,7 +401,7 @@ func (c *nodeCall) finish(ctx context.Context) {
 		c.refunds, c.borns, c.again = nil, nil, nil
 		slices.Sort(again)
 		var groups []scriptGroup
-		now, floor := c.e.scriptNow(nil)
+		now, floor := c.e.scriptNow()
 		for _, g := range c.e.groupOf(c.ds, again) {
 			groups = append(groups, c.send(ctx, pipe, g, now, floor))
 		}
@@ -416,9 +417,9 @@ func (c *nodeCall) finish(ctx context.Context) {
 func (c *nodeCall) send(ctx context.Context, pipe redis.Pipeliner, g []int, now string, floor int64) scriptGroup {
 	call := callOf(c.ds, g, now, floor)
 	if c.eval {
-		return scriptGroup{idx: g, cmd: decideScript.Eval(ctx, pipe, call.keys, call.args...)}
+		return scriptGroup{idx: g, now: now, cmd: decideScript.Eval(ctx, pipe, call.keys, call.args...)}
 	}
-	return scriptGroup{idx: g, cmd: decideScript.EvalSha(ctx, pipe, call.keys, call.args...)}
+	return scriptGroup{idx: g, now: now, cmd: decideScript.EvalSha(ctx, pipe, call.keys, call.args...)}
 }
 
 // readScripts hands the script calls' decisions their outcomes; a call
@@ -434,6 +435,7 @@ func (c *nodeCall) readScripts(groups []scriptGroup) {
 			c.moved = append(c.moved, g.idx...)
 		default:
 			c.e.read(g.cmd, c.ds, g.idx, c.out)
+			c.e.raiseFloor(c.ds, g.idx, c.out, g.now)
 		}
 	}
 }

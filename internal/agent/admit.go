@@ -46,8 +46,13 @@ func (s timedStore) Decide(ctx context.Context, ts []*admission.Ticket) []admiss
 type observer struct{ a *Agent }
 
 func (o observer) Observe(t admission.Ticket, out admission.Outcome) {
+	if t.Return { // neither a decision nor demand
+		o.a.m.observeReturn(t, out)
+		return
+	}
 	a, name := o.a, t.Policy.Name
 	a.leaser.observe(name, t.Identity, t.Cost*policy.Micro, a.cfg.Clock.Now())
+	a.edge.observeDirect(name, t.Identity, t.Cost*policy.Micro)
 	if out.Via == admission.ViaOverLimit {
 		a.m.overLimitHits.WithLabelValues(name).Inc()
 	}

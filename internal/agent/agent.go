@@ -120,6 +120,9 @@ type Config struct {
 	// fields the HTTP API sends (httpratelimit.go, docs/http.md):
 	// RateLimitDraft06 by default, RateLimitDraft11 or RateLimitNone.
 	HTTPRateLimitHeaders string
+	// Edge configures the Rate Limit Quota Service Envoy instances stream
+	// to on the gRPC port (docs/rlqs.md).
+	Edge EdgeConfig
 	// Shadow puts every policy in shadow mode (policy.Policy.ShadowMode):
 	// decide and count as usual, admit everything.
 	Shadow bool
@@ -156,6 +159,7 @@ func DefaultConfig() Config {
 		MetricIdentities:      IdentitiesHashed,
 		HTTPRateLimitHeaders:  RateLimitDraft06,
 		HotKeys:               10,
+		Edge:                  DefaultEdgeConfig(),
 		Clock:                 clock.System(),
 		Logger:                hclog.New(&hclog.LoggerOptions{Name: "agent"}),
 	}
@@ -196,6 +200,9 @@ func ValidateConfig(c Config) error {
 	if c.FallbackKeys < 1 || c.BreakerThreshold < 1 || c.HotKeys < 1 {
 		bad("fallback keys %d, breaker threshold %d and hot keys %d must be at least 1", c.FallbackKeys, c.BreakerThreshold, c.HotKeys)
 	}
+	if err := c.Edge.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.MetricIdentities != IdentitiesHashed && c.MetricIdentities != IdentitiesPlain && c.MetricIdentities != IdentitiesOff {
 		bad("metric identities %q: use hashed, plain or off", c.MetricIdentities)
 	}
@@ -226,6 +233,7 @@ type Agent struct {
 	closing  atomic.Bool
 	refresh  chan struct{} // a check named an unknown policy: reload soon
 	envoy    atomic.Pointer[envoyIndex]
+	edge     *edgeEngine // Envoy's RLQS: leases to the edge
 }
 
 // New returns an agent; Run starts its background work.
@@ -244,8 +252,10 @@ func New(cfg Config) (*Agent, error) {
 	a.httpLog = newHTTPLog(a)
 	a.leaser = newLeaser(cfg.Region, cfg.Instance, cfg.Coordinator, lease.Timing{Drift: cfg.Drift, Margin: cfg.Margin}, cfg.Clock.Now, cfg.Logger, m, a.refreshSoon)
 	a.leaser.rdb = cfg.Redis
+	a.edge = newEdgeEngine(a, cfg.Edge)
+	a.leaser.edgeHold, a.leaser.edgeSummary = a.edge.holds, a.edge.edgeSummary
 	acfg := admission.DefaultConfig()
-	acfg.Policies, acfg.Store, acfg.Shares, acfg.Observer, acfg.Clock = agentPolicies{a}, timedStore{eng, m}, a.leaser, observer{a}, cfg.Clock
+	acfg.Policies, acfg.Store, acfg.Shares, acfg.Observer, acfg.Clock = agentPolicies{a}, timedStore{eng, m}, edgeShares{a.leaser, a.edge}, observer{a}, cfg.Clock
 	acfg.StoreTimeout, acfg.FallbackKeys, acfg.OverLimitKeys, acfg.ReplayKeys = cfg.CheckTimeout, cfg.FallbackKeys, cfg.FallbackKeys, cfg.FallbackKeys
 	acfg.BreakerThreshold, acfg.BreakerCooldown = cfg.BreakerThreshold, cfg.BreakerCooldown
 	acfg.ReplayWindow, acfg.Shadow = cfg.IdempotencyWindow, cfg.Shadow
@@ -323,7 +333,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.restoreGrants(rctx, true)
 	cancel()
 	var wg sync.WaitGroup
-	wg.Add(4)
+	wg.Add(5)
+	go func() { defer wg.Done(); a.edge.run(ctx) }()
 	go func() { defer wg.Done(); a.leaseLoop(ctx) }()
 	go func() { defer wg.Done(); a.presenceLoop(ctx, &store) }()
 	go func() { defer wg.Done(); a.probeLoop(ctx) }()
@@ -418,6 +429,7 @@ func (a *Agent) installPolicies(ps []*policy.Policy) error {
 	ix := buildEnvoyIndex(ps)
 	a.envoy.Store(&ix)
 	a.leaser.setPolicies(ps)
+	a.edge.setPolicies(ps)
 	for _, p := range ps {
 		a.m.zeroPolicy(p.Name)
 	}

@@ -32,7 +32,8 @@ import (
 // policy. Every other entry is a request attribute named by
 // policy.EnvoyAttribute (remote_address is ip). A descriptor's
 // hits_addend, else the request's, is the cost (0 means the policy's
-// default).
+// default); with is_negative_hits the descriptor returns that many hits
+// instead (admission.Request.Return; envoyreturns.go).
 //
 // Descriptors are answered one by one, never by failing the call: Envoy
 // turns a failed call into "allow" (failure_mode_deny: false), so one odd
@@ -101,9 +102,10 @@ func (s *envoyServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitR
 	}
 	res := s.a.CheckBatch(ctx, ins)
 	for _, r := range res {
-		// A limit override admission cannot enforce refuses the call
-		// whole; nothing was charged.
-		if errors.Is(r.Err, policy.ErrInvalidOwnLimit) {
+		// A limit override admission cannot enforce, or a return to a
+		// limit that takes none, refuses the call whole; nothing was
+		// charged.
+		if errors.Is(r.Err, policy.ErrInvalidOwnLimit) || errors.Is(r.Err, admission.ErrReturnRefused) {
 			return nil, status.Error(codes.InvalidArgument, r.Err.Error())
 		}
 	}
@@ -113,8 +115,9 @@ func (s *envoyServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitR
 // envoyMatched is what the configuration says of one descriptor beyond
 // its admission request, for its answer: it matched an unlimited limit,
 // or the limit applied to it is in quota_mode (policy.EnvoyMatch.
-// QuotaMode; a replaced or unlimited limit is not applied, so it is not).
-type envoyMatched struct{ unlimited, quota bool }
+// QuotaMode; a replaced or unlimited limit is not applied, so it is not);
+// and whether it returns hits (is_negative_hits).
+type envoyMatched struct{ unlimited, quota, ret bool }
 
 // envoyRequests decodes req's descriptors into one admission request each
 // (a request naming no policy where no limit applies), and what the
@@ -125,10 +128,11 @@ func envoyRequests(ix envoyIndex, req *rlsv3.RateLimitRequest) ([]admission.Requ
 	matched := make([]*policy.Policy, len(req.Descriptors))
 	var replaced map[string]bool // made only when a matched limit replaces another
 	for i, d := range req.Descriptors {
-		in := admission.Request{Attributes: map[string]string{}, Cost: int64(min(req.HitsAddend, math.MaxInt32))}
+		in := admission.Request{Attributes: map[string]string{}, Cost: int64(min(req.HitsAddend, math.MaxInt32)), Return: d.GetIsNegativeHits()}
 		if h := d.GetHitsAddend(); h != nil {
 			in.Cost = int64(min(h.GetValue(), math.MaxInt32))
 		}
+		found[i].ret = in.Return
 		p, configured := ix.match(req.Domain, d.Entries)
 		for _, e := range d.Entries {
 			if !configured && (e.Key == "policy" || e.Key == "generic_key") {

@@ -41,7 +41,9 @@ import (
 //     original picks (Config.EnvoyLimitHeaders), and quota-lease's own
 //     retry-after (Config.EnvoyRetryAfter);
 //   - dynamic_metadata only when asked (Config.EnvoyDynamicMetadata, the
-//     original's RESPONSE_DYNAMIC_METADATA): envoyMetadata.
+//     original's RESPONSE_DYNAMIC_METADATA): envoyMetadata;
+//   - a descriptor returning hits (is_negative_hits, which the original
+//     does not serve) is OK: envoyReturnStatus.
 
 // envoyDescriptor is one descriptor's answer and what it adds to the
 // call's.
@@ -68,6 +70,13 @@ func envoyAnswer(cfg *Config, req *rlsv3.RateLimitRequest, res []admission.Resul
 	for i, r := range res {
 		if matched[i].unlimited {
 			out.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+			continue
+		}
+		if matched[i].ret { // never over a limit (envoyreturns.go)
+			st := envoyReturnStatus(cfg, r)
+			if out.Statuses[i] = st; st.CurrentLimit != nil && st.LimitRemaining < minRemaining {
+				closest, minRemaining = st, st.LimitRemaining
+			}
 			continue
 		}
 		d := envoyStatus(cfg, r)

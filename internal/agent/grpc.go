@@ -21,10 +21,12 @@ type checkServer struct {
 	a *Agent
 }
 
-// RegisterGRPC adds the check service and Envoy's rate-limit service to s.
+// RegisterGRPC adds the check service, Envoy's rate-limit service and
+// Envoy's Rate Limit Quota Service to s.
 func (a *Agent) RegisterGRPC(s *grpc.Server) {
 	pb.RegisterCheckServiceServer(s, &checkServer{a: a})
 	registerEnvoy(s, a)
+	registerRLQS(s, a)
 }
 
 func (s *checkServer) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error) {

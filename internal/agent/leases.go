@@ -47,6 +47,13 @@ type leaser struct {
 	// stale is called when a grant was computed from another policy than
 	// the one loaded: the policies changed, reload them now.
 	stale func()
+	// edgeHold reports whether acknowledging grant g of quota name would
+	// free what Envoy instances may still be enforcing (edgeEngine.holds):
+	// the renewal then presents the grant acknowledged before instead.
+	edgeHold func(name string, g lease.Grant, now time.Time) bool
+	// edgeSummary is what renewals report of a quota's edge, or nil
+	// (edgeEngine.edgeSummary).
+	edgeSummary func(name string) *pb.EdgeSummary
 
 	mu        sync.Mutex
 	metricsAt time.Time // the last updateMetrics
@@ -76,6 +83,9 @@ type quotaLease struct {
 	// The coordinator sends identity shares as changes to it.
 	savedID string
 	durable lease.Grant
+	// acked is the grant the last renewal presented (durable, unless the
+	// edge held it back: edgeHold).
+	acked lease.Grant
 	// report is what the coordinator holds of this instance's identity
 	// demands, demandsTaken whether its last answer said it takes them as
 	// changes (else the agent sends whole reports, as before changes).
@@ -184,6 +194,18 @@ func (l *leaser) Enforce(name, identity string, now time.Time) (int64, lease.Mod
 	return q.a.EnforceFor(identity, now)
 }
 
+// EnforceAt is Enforce as it will be at a later time, if no answer comes
+// before (lease.Holder.EnforceAt); it changes nothing.
+func (l *leaser) EnforceAt(name, identity string, at time.Time) (int64, lease.Mode) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	q := l.quotas[name]
+	if q == nil {
+		return 0, lease.ModeNone
+	}
+	return q.a.EnforceAt(identity, at)
+}
+
 // observe counts cost (micro-units) asked of policy name by identity: its
 // demand.
 func (l *leaser) observe(name, identity string, cost int64, now time.Time) {
@@ -235,13 +257,25 @@ func (l *leaser) renew(ctx context.Context) bool {
 		if r.GrantID == "" {
 			base = lease.Grant{} // the lease asks anew (its grant was refused as stale or unknown)
 		}
+		if base.ID != "" && base.ID != q.acked.ID && l.edgeHold != nil && l.edgeHold(n, base, now) {
+			// Envoy instances may still enforce assignments of a larger
+			// share than base gives: the coordinator keeps counting the
+			// grant that covered them (or, if none is known, every grant)
+			// until they expire.
+			base = q.acked
+		}
+		q.acked = base
 		most := leaseapi.MaxIdentityDemands
 		if !q.demandsTaken { // a coordinator that takes whole reports (or none yet): send one
 			q.report, most = lease.DemandReport{}, leaseapi.MaxWholeDemands
 		}
 		changes := q.report.Changes(q.identityDemand(now, l.instances), q.policy.Limits().Amount(), most)
-		pr.Quotas = append(pr.Quotas, &pb.QuotaRequest{Quota: n, GrantId: base.ID, Seq: r.Seq, Demand: demand,
-			IdentityDemand: changes, IdentityDemandHeld: int32(q.report.Len()), IdentityDeltas: true})
+		qr := &pb.QuotaRequest{Quota: n, GrantId: base.ID, Seq: r.Seq, Demand: demand,
+			IdentityDemand: changes, IdentityDemandHeld: int32(q.report.Len()), IdentityDeltas: true}
+		if l.edgeSummary != nil {
+			qr.Edge = l.edgeSummary(n)
+		}
+		pr.Quotas = append(pr.Quotas, qr)
 		out = append(out, sentQuota{n, q, r, base, changes})
 	}
 	l.mu.Unlock()
@@ -330,6 +364,9 @@ func (l *leaser) answered(out []sentQuota, resp *pb.LeaseResponse, err error) bo
 		}
 		if refusesGrant(err) && s.q.durable.ID == s.base.ID {
 			s.q.durable = lease.Grant{} // never present it again: ask anew
+		}
+		if refusesGrant(err) && s.q.acked.ID == s.base.ID {
+			s.q.acked = lease.Grant{}
 		}
 		if errors.Is(err, lease.ErrDuplicateInstance) {
 			// Another process took this instance name while this one was

@@ -32,6 +32,7 @@ type metrics struct {
 	storeLosses          prometheus.Counter
 	storeBorn            prometheus.Gauge
 	handshakeFails       *prometheus.CounterVec
+	returned             *prometheus.CounterVec // returned hits (envoyreturns.go)
 }
 
 func newMetrics() *metrics {
@@ -73,8 +74,9 @@ func newMetrics() *metrics {
 		handshakeFails: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_http_handshake_failures_total",
 			Help: "HTTP connections closed before their TLS handshake completed (in plaintext, before their first byte), by reason: timeout (not within the deadline), error (not TLS, a bad certificate, a reset), source-limit (too many pending from its address), evicted (too many pending in all: the oldest is closed)."},
 			[]string{"reason"}),
+		returned: returnedUnits(),
 	}
-	m.reg.MustRegister(version.Collector("regional-agent"), m.storeLosses, m.storeBorn, m.decisions, m.redisLatency, m.leaseShare, m.leaseState, m.degradedSeconds, m.renewFails, m.budgetAdmits,
+	m.reg.MustRegister(version.Collector("regional-agent"), m.returned, m.storeLosses, m.storeBorn, m.decisions, m.redisLatency, m.leaseShare, m.leaseState, m.degradedSeconds, m.renewFails, m.budgetAdmits,
 		m.breakerOpen, m.instances, m.fallbackAfterTimeout, m.replays, m.overLimitHits, m.handshakeFails, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	for _, reason := range []string{"unavailable", "rate-limited", "refused"} { // counters exist at zero
 		m.renewFails.WithLabelValues(reason)

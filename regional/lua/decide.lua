@@ -5,7 +5,10 @@
 -- ARGV[1]  now in ms, or '' to read the Redis server clock (now.lua)
 -- ARGV[2]  the engine's floor for fixed windows, in ms (fixed_window.lua)
 -- then six per decision:
---   algorithm   tb | fw | sw | sl
+--   algorithm   tb | fw | sw | sl, followed for a policy that accepts
+--               returns (returns.lua) by '+' (a charge, recorded in the
+--               ledger when admitted) or '-' (a return: cost is the units
+--               returned, which may exceed the capacity)
 --   idempotency window in ms; when > 0 the decision's last key is its
 --               idempotency key, and a decision already made for it is replayed
 --   capacity in micro-units
@@ -16,13 +19,14 @@
 --   sliding log's meta key (sl only); its idempotency key (window > 0 only).
 --
 -- Returns one reply per decision: {allowed (0|1), remaining, retry_after_ms,
--- reset_after_ms, replayed (0|1)}, or a string saying why that decision
+-- reset_after_ms, replayed (0|1)}, a return's (not replayed) followed by
+-- the micro-units it matched and freed, or a string saying why that decision
 -- failed. (Not an error reply: a client stops reading a reply at a nested
 -- error it does not expect, and the decisions after it would be lost.)
 local algorithms = {tb = token_bucket, fw = fixed_window, sw = sliding_window, sl = sliding_log}
 local stride = 6
 
-local function decide(alg, ks, nk, idem_ttl, cap, param, cost, margin)
+local function decide(alg, kind, ks, nk, idem_ttl, cap, param, cost, margin)
   local idem_key = nil
   if idem_ttl > 0 then
     idem_key = KEYS[ks + nk - 1]
@@ -34,18 +38,28 @@ local function decide(alg, ks, nk, idem_ttl, cap, param, cost, margin)
       end
     end
   end
-  if cost < 1 or cost > cap then
+  if cost < 1 or (cost > cap and kind ~= '-') then
     return 'ERR cost outside [1, capacity]'
   end
   local mk = nil
   if alg == 'sl' then mk = KEYS[ks + 2] end
-  local allowed, remaining, retry, reset =
-    algorithms[alg](KEYS[ks], KEYS[ks + 1], now, cap, param, cost, margin, mk)
+  local allowed, remaining, retry, reset, matched, freed
+  if kind == '-' then
+    allowed, remaining, retry, reset, matched, freed =
+      give_back(alg, algorithms[alg], KEYS[ks], KEYS[ks + 1], now, cap, param, cost, margin, mk)
+  elseif kind == '+' then
+    allowed, remaining, retry, reset =
+      take_held(alg, algorithms[alg], KEYS[ks], KEYS[ks + 1], now, cap, param, cost, margin, mk)
+  else
+    allowed, remaining, retry, reset =
+      algorithms[alg](KEYS[ks], KEYS[ks + 1], now, cap, param, cost, margin, mk)
+  end
   if idem_key then
     redis.call('SET', idem_key,
       int(allowed) .. ':' .. int(remaining) .. ':' .. int(retry) .. ':' .. int(reset),
       'PX', int(idem_ttl))
   end
+  if kind == '-' then return {allowed, remaining, retry, reset, 0, matched, freed} end
   return {allowed, remaining, retry, reset, 0}
 end
 
@@ -55,17 +69,18 @@ local n = (#ARGV - 2) / stride
 if n < 1 or n ~= math.floor(n) then
   return redis.error_reply('ERR want 2 + 6 arguments per decision, got ' .. #ARGV)
 end
-local nks, total = {}, 0
+local nks, algs, kinds, total = {}, {}, {}, 0
 for i = 1, n do
   local b = 3 + (i - 1) * stride
-  local alg, idem = ARGV[b], tonumber(ARGV[b + 1])
-  if algorithms[alg] == nil or idem == nil then
+  local alg, kind = string.match(ARGV[b], '^(%l%l)([+-]?)$')
+  local idem = tonumber(ARGV[b + 1])
+  if alg == nil or algorithms[alg] == nil or idem == nil then
     return redis.error_reply('ERR decision ' .. i .. ': bad algorithm or idempotency window')
   end
   local nk = 2
   if alg == 'sl' then nk = 3 end
   if idem > 0 then nk = nk + 1 end
-  nks[i] = nk
+  nks[i], algs[i], kinds[i] = nk, alg, kind
   total = total + nk
 end
 if total ~= #KEYS then
@@ -75,7 +90,7 @@ end
 local out, ks = {}, 1
 for i = 1, n do
   local b = 3 + (i - 1) * stride
-  local ok, res = pcall(decide, ARGV[b], ks, nks[i], tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]),
+  local ok, res = pcall(decide, algs[i], kinds[i], ks, nks[i], tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]),
     tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5]))
   if not ok then
     if type(res) == 'table' then res = res.err end

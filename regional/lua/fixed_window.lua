@@ -10,8 +10,15 @@
 -- made at an earlier time (a clock stepped back mints nothing).
 local fw_floor = tonumber(ARGV[2]) or 0
 
+-- fw_counter is the counter k's decision at now counts in, and now as the
+-- fixed window sees it (at least the floor).
+local function fw_counter(k, now, w)
+  now = math.max(now, fw_floor)
+  return k .. ':w' .. int(math.floor(now / w)), now
+end
+
 local function fixed_window(k, bk, now, cap, w, cost, margin)
-  if now < fw_floor then now = fw_floor end
+  now = math.max(now, fw_floor)
   -- A store that lost its memory at b: the window of the loss counts as
   -- used up (policy.Fresh), whatever its counter holds.
   local b = born(bk, now)
@@ -20,9 +27,8 @@ local function fixed_window(k, bk, now, cap, w, cost, margin)
     local e = (math.floor(now / w) + 1) * w
     return 0, 0, e - now, e - now
   end
-  local idx = math.floor(now / w)
-  local e = (idx + 1) * w
-  local ck = k .. ':w' .. int(idx)
+  local ck = fw_counter(k, now, w)
+  local e = (math.floor(now / w) + 1) * w
   local count = tonumber(redis.call('GET', ck)) or 0
   if count + cost <= cap then
     count = redis.call('INCRBY', ck, int(cost))

@@ -28,9 +28,11 @@ local function sliding_log(k, bk, now, cap, w, cost, margin, mk)
 
   local allowed, retry = 0, 0
   if sum + cost <= cap then
-    seq = seq + 1
-    redis.call('ZADD', k, int(now), int(now) .. ':' .. int(seq) .. ':' .. int(cost))
-    sum = sum + cost
+    if cost > 0 then -- a charge of 0 (returns.lua bringing the log to now) logs nothing
+      seq = seq + 1
+      redis.call('ZADD', k, int(now), int(now) .. ':' .. int(seq) .. ':' .. int(cost))
+      sum = sum + cost
+    end
     allowed = 1
   else
     -- The retry is when enough of the oldest entries have left the window.

@@ -1,0 +1,23 @@
+// Package edge is the pure logic of leases to the edge: the agent serving
+// Envoy's Rate Limit Quota Service (RLQS), where each Envoy instance
+// enforces a token bucket the agent assigned it for a time to live. An
+// assignment is a lease one level below the region's, so the rules are the
+// lease protocol's (docs/rlqs.md derives them):
+//
+//   - Shape and Assign: the token bucket for an instance's share whose
+//     worst case in any window, counting a bucket that starts full at
+//     every change (Envoy may start a replaced one full), stays within
+//     what that share admits in the same window;
+//   - TTL and Lifetime: whole seconds that never outlast the region's
+//     grant, and how long the agent must count an assignment it sent;
+//   - Target and Split: the region's capacity between direct checks and
+//     the agents serving the edge, and an agent's part among its Envoy
+//     instances, by demand (package allocation);
+//   - Ledger: the two phases. An assignment that grows waits until the
+//     region's reservation covers it and every agent could see that; an
+//     assignment that shrinks is pushed at once but keeps counting until
+//     it expires.
+//
+// The package links no I/O library; the agent (internal/agent) puts it on
+// the wire and in Redis.
+package edge

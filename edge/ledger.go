@@ -1,0 +1,220 @@
+package edge
+
+import (
+	"math/bits"
+	"time"
+)
+
+// Ledger is what one agent sent the Envoy instances reporting one policy
+// identity (its slots: a bucket on a stream), and so what they may still
+// be enforcing: the lease protocol's book, one level down. It carries the
+// two phases:
+//
+//   - a larger share is pushed only when the reservation every agent of the
+//     region sees for the edge (visible) covers every share that may still
+//     be enforced with it (Plan);
+//   - a smaller share is pushed at once, but the larger one keeps counting
+//     until it may have expired (Committed, Need): Envoy acknowledges
+//     nothing, so only time proves it stopped.
+//
+// It also paces changes: a slot's assignment changes at most once per
+// `every` (a changed token bucket may start full). Not safe for
+// concurrent use.
+type Ledger[K comparable] struct {
+	slots map[K]*slot
+	gone  []held // shares of removed slots that may still be enforced
+}
+
+// held is a share sent that may be enforced until end.
+type held struct {
+	share int64
+	end   time.Time
+}
+
+type slot struct {
+	cur int64 // the share last sent
+	// from: before it, Envoy surely still holds cur (its earliest expiry);
+	// end: after it, surely no longer (its Lifetime).
+	from, end time.Time
+	started   time.Time // when the slot's assignment last changed (or started again after expiring)
+	held      []held    // every share sent that may still be enforced
+}
+
+// NewLedger returns an empty ledger.
+func NewLedger[K comparable]() *Ledger[K] { return &Ledger[K]{slots: map[K]*slot{}} }
+
+// Pushed records share sent to slot k at now: Envoy holds it at least
+// until from (the time to live on a fast clock from the send) and at most
+// until end (its Lifetime).
+func (l *Ledger[K]) Pushed(k K, share int64, now, from, end time.Time) {
+	s := l.slots[k]
+	if s == nil {
+		s = &slot{}
+		l.slots[k] = s
+	}
+	if s.started.IsZero() || share != s.cur || !now.Before(s.from) {
+		s.started = now // a change, or a bucket that may have expired: it may start full
+	}
+	s.cur, s.from, s.end = share, from, end
+	for i := range s.held {
+		if s.held[i].share == share {
+			s.held[i].end = later(s.held[i].end, end)
+			return
+		}
+	}
+	s.held = append(s.held, held{share, end})
+}
+
+// Remove forgets slot k (its stream ended or its bucket was abandoned).
+// What it was sent keeps counting until it expires.
+func (l *Ledger[K]) Remove(k K) {
+	if s := l.slots[k]; s != nil {
+		l.gone = append(l.gone, s.held...)
+		delete(l.slots, k)
+	}
+}
+
+// Current returns slot k's share and whether Envoy surely still holds it.
+func (l *Ledger[K]) Current(k K, now time.Time) (int64, bool) {
+	s := l.slots[k]
+	if s == nil {
+		return 0, false
+	}
+	return s.cur, now.Before(s.from)
+}
+
+// Due reports whether slot k holds an assignment to refresh: sent, and
+// surely held for less than lead from now.
+func (l *Ledger[K]) Due(k K, now time.Time, lead time.Duration) bool {
+	s := l.slots[k]
+	return s != nil && !s.from.IsZero() && !now.Add(lead).Before(s.from)
+}
+
+// Slots is how many slots the ledger tracks.
+func (l *Ledger[K]) Slots() int { return len(l.slots) }
+
+// Empty reports whether nothing sent may still be enforced and no slot is
+// tracked: the ledger can be dropped.
+func (l *Ledger[K]) Empty(now time.Time) bool {
+	return len(l.slots) == 0 && l.Committed(now) == 0
+}
+
+// live is the largest share s may still be enforcing at now.
+func (s *slot) live(now time.Time) int64 {
+	s.held = prune(s.held, now)
+	var m int64
+	for _, h := range s.held {
+		m = max(m, h.share)
+	}
+	return m
+}
+
+// Committed is the most the sent assignments may be enforcing at now: per
+// slot the largest share it may still hold, plus what removed slots may.
+func (l *Ledger[K]) Committed(now time.Time) int64 {
+	var sum int64
+	for _, s := range l.slots {
+		sum += s.live(now)
+	}
+	l.gone = prune(l.gone, now)
+	for _, h := range l.gone {
+		sum += h.share
+	}
+	return sum
+}
+
+// Need is the reservation that lets every slot have want (a slot missing
+// from want keeps what it has): per slot the larger of what it may still
+// be enforcing and what it wants, plus what removed slots may enforce.
+func (l *Ledger[K]) Need(now time.Time, want map[K]int64) int64 {
+	sum := l.Committed(now)
+	for k, w := range want {
+		var live int64
+		if s := l.slots[k]; s != nil {
+			live = s.live(now)
+		}
+		sum += max(0, w-live)
+	}
+	return sum
+}
+
+// Plan returns the new shares to send at now, by slot, toward want, with
+// visible the reservation every agent of the region may be counting for
+// this agent's slots. A slot whose assignment changed less than every ago
+// keeps it. A smaller share is sent at once. A larger one only as far as
+// visible covers it with everything that may still be enforced: growth is
+// scaled down in proportion when it does not all fit. Unchanged shares are
+// not listed (Due says which to refresh).
+func (l *Ledger[K]) Plan(now time.Time, want map[K]int64, visible int64, every time.Duration) map[K]int64 {
+	out := map[K]int64{}
+	type grow struct {
+		k          K
+		cur        int64
+		active     bool
+		live, want int64
+	}
+	var grows []grow
+	var extra int64
+	for k, w := range want {
+		w = max(0, w)
+		s := l.slots[k]
+		var cur, live int64
+		active := false
+		if s != nil {
+			active = now.Before(s.from)
+			if active {
+				cur = s.cur
+			}
+			if active && w == cur || now.Sub(s.started) < every {
+				continue
+			}
+			live = s.live(now)
+		}
+		switch {
+		case active && w < cur, w <= live:
+			out[k] = w // counted already: what it may still enforce is at least w
+		default:
+			grows = append(grows, grow{k, cur, active, live, w})
+			extra += w - live
+		}
+	}
+	room := visible - l.Committed(now)
+	if room <= 0 || extra <= 0 {
+		return out
+	}
+	for _, g := range grows {
+		add := g.want - g.live
+		if extra > room {
+			add = mulDiv(add, room, extra) // rounded down: the growth sums to at most room
+		}
+		if n := g.live + add; n > g.cur || !g.active {
+			out[g.k] = n
+		}
+	}
+	return out
+}
+
+func prune(hs []held, now time.Time) []held {
+	keep := hs[:0]
+	for _, h := range hs {
+		if now.Before(h.end) {
+			keep = append(keep, h)
+		}
+	}
+	return keep
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// mulDiv is a×b/c rounded down, for 0 ≤ a, 0 ≤ b ≤ c, c > 0 (so the
+// result is at most a), without overflow.
+func mulDiv(a, b, c int64) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	q, _ := bits.Div64(hi, lo, uint64(c))
+	return int64(q)
+}

@@ -1,0 +1,89 @@
+package edge
+
+import (
+	"github.com/quota-lease/quota-lease/allocation"
+)
+
+// Target is an agent's part of capacity c for one policy identity at the
+// edge: c split by demand between the region's direct checks (direct: the
+// demand of HTTP, gRPC and Envoy RLS checks, summed over the agents), this
+// agent's Envoy instances (self) and the other agents' (others, when any
+// report), all in the policy's amount unit. Demand that fits is met and the
+// rest spread evenly;
+// demand that does not is served in proportion (allocation.StrategyDemand).
+func Target(c, direct, self, others int64) int64 {
+	if c <= 0 || self <= 0 {
+		return 0
+	}
+	parties := []allocation.Region{
+		{Name: "self", Weight: 1, Demand: self},
+		{Name: "direct", Weight: 1, Demand: max(0, direct)},
+	}
+	if others > 0 {
+		parties = append(parties, allocation.Region{Name: "others", Weight: 1, Demand: others})
+	}
+	out, err := allocation.Allocate(allocation.StrategyDemand, c, parties)
+	if err != nil { // inputs are checked above; never for valid ones
+		return 0
+	}
+	return out[0]
+}
+
+// Split divides amount among instances by their demand (same unit): met
+// where it fits, the rest spread evenly; in proportion otherwise. A
+// negative demand is unknown (a bucket's first report says nothing of its
+// rate): it counts as the mean of the known ones, or as all of amount when
+// none is known.
+func Split(amount int64, demand []int64) []int64 {
+	if len(demand) == 0 {
+		return nil
+	}
+	var known, sum int64
+	for _, d := range demand {
+		if d >= 0 {
+			known++
+			sum += d
+		}
+	}
+	guess := amount
+	if known > 0 {
+		guess = sum / known
+	}
+	rs := make([]allocation.Region, len(demand))
+	for i, d := range demand {
+		if d < 0 {
+			d = guess
+		}
+		rs[i] = allocation.Region{Weight: 1, Demand: d}
+	}
+	out, err := allocation.Allocate(allocation.StrategyDemand, max(0, amount), rs)
+	if err != nil {
+		return make([]int64, len(demand))
+	}
+	return out
+}
+
+// Wants splits capacity c of one policy identity for one agent's slots:
+// its part (Target) against the region's direct checks (direct) and the
+// other agents' Envoy instances (others), then among its slots by their
+// demand (Split; -1 unknown). self is the agent's edge demand: the known
+// demands, and for each unknown one the mean of the known, or all of c
+// when none is known.
+func Wants(c, direct, others int64, demands []int64) (self int64, shares []int64) {
+	var known, sum int64
+	for _, d := range demands {
+		if d >= 0 {
+			known++
+			sum += d
+		}
+	}
+	self = sum
+	if unknown := int64(len(demands)) - known; unknown > 0 {
+		guess := c
+		if known > 0 {
+			guess = sum / known
+		}
+		self += unknown * guess
+	}
+	return self, Split(Target(c, direct, self, others), demands)
+}

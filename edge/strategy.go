@@ -1,0 +1,113 @@
+package edge
+
+import (
+	"math"
+	"time"
+)
+
+// Bucket is a token-bucket assignment as Envoy enforces it: MaxTokens,
+// refilled continuously by TokensPerFill every FillInterval (whole seconds:
+// Envoy truncates the interval to seconds and divides by zero below one).
+// A zero MaxTokens is no bucket: the instance is assigned DENY_ALL.
+type Bucket struct {
+	MaxTokens     uint32
+	TokensPerFill uint32
+	FillInterval  time.Duration
+}
+
+// Deny reports whether b admits nothing (DENY_ALL).
+func (b Bucket) Deny() bool { return b.MaxTokens == 0 }
+
+// Rate is b's refill in requests per second.
+func (b Bucket) Rate() float64 {
+	if b.Deny() || b.FillInterval < time.Second {
+		return 0
+	}
+	return float64(b.TokensPerFill) / math.Trunc(b.FillInterval.Seconds())
+}
+
+// WorstCase is the most an Envoy instance admits under b in any window of
+// length w when b may start full at most once every `every`: one full
+// bucket already there, one more per start inside the window, and the
+// refill.
+func (b Bucket) WorstCase(w, every time.Duration) float64 {
+	if b.Deny() {
+		return 0
+	}
+	starts := 1.0
+	if every > 0 {
+		starts += math.Floor(float64(w) / float64(every))
+	}
+	return starts*float64(b.MaxTokens) + b.Rate()*w.Seconds()
+}
+
+// Assignment tuning.
+const (
+	// DefaultBurstFraction (δ) is the part of an instance's refill given up
+	// to pay for buckets that start full: the bucket holds δ of what its
+	// share refills over the harmonic mean of the share's period and the
+	// change interval, and refills what is left.
+	DefaultBurstFraction = 0.2
+	// fillPrecision: the fill interval is lengthened (up to maxFill) until
+	// a fill holds this many tokens, so rounding tokens down loses at most
+	// 1% of the rate.
+	fillPrecision = 100
+	maxFill       = 60 * time.Second
+)
+
+// Assign returns the token bucket for an instance whose share has shape s,
+// whose bucket may start full at most once every `every` (the least time
+// between changes of its assignment), giving up delta of the refill. prev
+// is the bucket the instance holds now (zero if none): Envoy keeps a
+// bucket whose max_tokens, tokens_per_fill and fill_interval nanoseconds
+// are unchanged, even if its fill_interval seconds changed, so Assign never
+// changes the interval alone.
+//
+// Its worst case (WorstCase(w, every)) is within s.Reference(w) for every
+// w. With m = MaxTokens and f its refill per second:
+//   - burst shares: m ≤ Burst and f ≤ Rate − m/every give
+//     m(1 + w/every) + f·w ≤ m + Rate·w ≤ Burst + Rate·w;
+//   - a sliding log (no burst): f ≤ Rate − m/every − m/Period gives, at
+//     the end of every period k ≥ 1, m + k(m·P/every + f·P − Rate·P) ≤ 0
+//     beyond k periods' worth, and within the first period at most
+//     max(m, Rate·P) with m ≤ Rate·P.
+//
+// A share too small for one token under those rules is DENY_ALL.
+func Assign(s Shape, every time.Duration, delta float64, prev Bucket) Bucket {
+	if !(s.Rate > 0) || !(s.Period > 0) || every <= 0 || math.IsInf(s.Rate, 0) {
+		return Bucket{}
+	}
+	I := every.Seconds()
+	h := s.Period * I / (s.Period + I)
+	m := math.Floor(delta * s.Rate * h)
+	m = max(1, min(m, math.MaxUint32))
+	if !s.Log && m > s.Burst {
+		if m = math.Floor(s.Burst); m < 1 {
+			return Bucket{}
+		}
+	}
+	f := s.Rate - m/I
+	if s.Log {
+		if m > s.Rate*s.Period {
+			return Bucket{}
+		}
+		f -= m / s.Period
+	}
+	if !(f > 0) {
+		return Bucket{}
+	}
+	secs := math.Min(maxFill.Seconds(), math.Max(1, math.Ceil(fillPrecision/f)))
+	n := math.Min(math.Floor(f*secs), math.MaxUint32)
+	if n < 1 {
+		return Bucket{}
+	}
+	b := Bucket{MaxTokens: uint32(m), TokensPerFill: uint32(n), FillInterval: time.Duration(secs) * time.Second}
+	if b.MaxTokens == prev.MaxTokens && b.TokensPerFill == prev.TokensPerFill && b.FillInterval != prev.FillInterval {
+		// Envoy would keep prev's rate; a token less per fill is a
+		// different bucket, and slower.
+		if b.TokensPerFill--; b.TokensPerFill == 0 {
+			return Bucket{}
+		}
+	}
+	return b
+}

@@ -1,0 +1,54 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/quota-lease/quota-lease/edge"
+)
+
+// EdgeConfig configures the agent's Rate Limit Quota Service (RLQS): the
+// Envoy instances it assigns token buckets to (docs/rlqs.md).
+type EdgeConfig struct {
+	// Tuning are the rounds' settings (edge.Tuning says each, and its
+	// default).
+	edge.Tuning
+	// MaxBucketsPerStream caps the buckets one Envoy instance may report;
+	// more are ignored and counted. Default 10,000.
+	MaxBucketsPerStream int
+	// ReportsPerSecond and ReportBurst pace the messages of one stream
+	// (Envoy sends one every reporting interval and one per new bucket);
+	// more are dropped and counted. Defaults 20 and 200.
+	ReportsPerSecond float64
+	ReportBurst      int
+}
+
+// DefaultEdgeConfig returns the RLQS settings' defaults.
+func DefaultEdgeConfig() EdgeConfig {
+	return EdgeConfig{Tuning: edge.DefaultTuning(), MaxBucketsPerStream: 10_000, ReportsPerSecond: 20, ReportBurst: 200}
+}
+
+// rounds is what the edge rounds run with: the tuning and the lease's
+// drift bound.
+func (c EdgeConfig) rounds(drift float64) edge.Config {
+	return edge.Config{Tuning: c.Tuning, Drift: drift}
+}
+
+// Validate reports every setting of c that cannot work, joined.
+func (c EdgeConfig) Validate() error {
+	var errs []error
+	if c.Tick <= 0 || c.GrowWait <= 2*c.Tick {
+		errs = append(errs, fmt.Errorf("edge tick %s must be positive and the grow wait %s more than twice it", c.Tick, c.GrowWait))
+	}
+	if c.Margin < 0 || c.ChangeEvery <= 0 || c.AbandonAfter < c.ChangeEvery {
+		errs = append(errs, fmt.Errorf("edge margin %s must not be negative, change interval %s must be positive and abandon-after %s at least it", c.Margin, c.ChangeEvery, c.AbandonAfter))
+	}
+	if math.IsNaN(c.BurstFraction) || c.BurstFraction <= 0 || c.BurstFraction >= 1 {
+		errs = append(errs, fmt.Errorf("edge burst fraction %v must be in (0, 1)", c.BurstFraction))
+	}
+	if c.MaxBucketsPerStream < 1 || c.ReportBurst < 1 || !(c.ReportsPerSecond > 0) {
+		errs = append(errs, errors.New("edge max buckets per stream, report rate and report burst must be positive"))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,42 @@
+package agent
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// edgeMetrics are the metrics of the agent's Rate Limit Quota Service, on
+// the agent's registry.
+type edgeMetrics struct {
+	streams, buckets, assignedRate, reserved *prometheus.GaugeVec
+	reported, limited, refused, over         *prometheus.CounterVec
+	dropped                                  prometheus.Counter
+}
+
+func newEdgeMetrics(reg *prometheus.Registry) *edgeMetrics {
+	m := &edgeMetrics{
+		streams: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "quotalease_agent_edge_streams",
+			Help: "Envoy RLQS streams reporting buckets of the policy to this agent."}, []string{"policy"}),
+		buckets: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "quotalease_agent_edge_buckets",
+			Help: "Buckets of the policy Envoy instances report to this agent (one per instance and identity)."}, []string{"policy"}),
+		assignedRate: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "quotalease_agent_edge_assigned_rate",
+			Help: "Requests per second the token buckets this agent assigned for the policy refill, summed over its buckets."}, []string{"policy"}),
+		reserved: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "quotalease_agent_edge_reserved",
+			Help: "What this agent reserved in the region's Redis of the policy's capacity for Envoy instances, in units per period, summed over identities."}, []string{"policy"}),
+		reported: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_edge_reported_requests_total",
+			Help: "Requests Envoy instances reported for the policy's buckets, by result: allowed or denied by Envoy."}, []string{"policy", "result"}),
+		limited: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_edge_reports_limited_total",
+			Help: "What Envoy instances sent beyond their limits, dropped: rate (a stream's usage reports beyond its pace), buckets (buckets beyond a stream's cap)."}, []string{"reason"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_edge_buckets_refused_total",
+			Help: "Buckets given no assignment, by reason: invalid (a bad bucket id), unknown-policy, identity (lacks the policy's identity attributes), no-edge (the policy has no edge settings); unlimited counts buckets a configuration does not limit (assigned ALLOW_ALL)."}, []string{"reason"}),
+		over: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_edge_instances_over_total",
+			Help: "Buckets subscribed beyond the Envoy instances the policy's edge settings expect for one identity on this agent: the bound's edge term counts only those."}, []string{"policy"}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "quotalease_agent_edge_pushes_dropped_total",
+			Help: "Assignment messages dropped because a stream's outbox was full (a slow Envoy): counted as sent, refreshed later."}),
+	}
+	reg.MustRegister(m.streams, m.buckets, m.assignedRate, m.reserved, m.reported, m.limited, m.refused, m.over, m.dropped)
+	for _, r := range []string{"rate", "buckets"} {
+		m.limited.WithLabelValues(r)
+	}
+	for _, r := range []string{"invalid", "unknown-policy", "identity", "no-edge", "unlimited"} {
+		m.refused.WithLabelValues(r)
+	}
+	return m
+}

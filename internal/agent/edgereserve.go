@@ -1,0 +1,103 @@
+package agent
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quota-lease/quota-lease/edge"
+)
+
+// The region's edge reservations in its Redis (lua/edge_sync.lua): what
+// each agent process reserved of every policy identity's capacity for the
+// Envoy instances it serves, with an expiry on Redis's clock so that a dead
+// agent's reservation ends by itself once its assignments may have expired.
+
+//go:embed lua/edge_sync.lua
+var edgeSyncLua string
+
+var edgeSyncScript = redis.NewScript(edgeSyncLua)
+
+// edgeReservationsKey is the region's hash of edge reservations (one hash
+// slot on Redis Cluster).
+func edgeReservationsKey(region string) string { return "ql:edge:{" + region + "}" }
+
+// edgeField names a policy identity in the hash.
+func edgeField(k edgeKeyID) string { return k.policy + "\x00" + k.identity }
+
+func parseEdgeField(f string) (edgeKeyID, bool) {
+	p, id, ok := strings.Cut(f, "\x00")
+	return edgeKeyID{p, id}, ok
+}
+
+// edgeUpdate is one agent's reservation for one policy identity: Want is
+// granted up to Capacity counting the other agents' (growth only; a
+// smaller want is granted whole: edge.Reserve, the script's rule), with
+// this agent's demands, kept for Life.
+type edgeUpdate struct {
+	key edgeKeyID
+	edge.Update
+}
+
+// edgeSync applies updates for agent id and returns, in order, what Redis
+// granted each, and what the other agents hold for every policy identity
+// any of them holds something for.
+func edgeSync(ctx context.Context, rdb redis.UniversalClient, region, id string, updates []edgeUpdate) ([]int64, map[edgeKeyID]edge.Others, error) {
+	args := make([]any, 0, 2+6*len(updates))
+	args = append(args, id, len(updates))
+	for _, u := range updates {
+		args = append(args, edgeField(u.key), u.Want, u.Capacity, u.EdgeDemand, u.Direct, max(1, u.Life.Milliseconds()))
+	}
+	res, err := edgeSyncScript.Run(ctx, rdb, []string{edgeReservationsKey(region)}, args...).Slice()
+	if err != nil {
+		return nil, nil, fmt.Errorf("edge reservations: %w", err)
+	}
+	if len(res) != 3 {
+		return nil, nil, fmt.Errorf("edge reservations: %d results, want 3", len(res))
+	}
+	gs, _ := res[1].([]any)
+	sums, _ := res[2].([]any)
+	if len(gs) != len(updates) || len(sums)%4 != 0 {
+		return nil, nil, fmt.Errorf("edge reservations: %d grants for %d updates, %d sums", len(gs), len(updates), len(sums))
+	}
+	granted := make([]int64, len(gs))
+	for i, g := range gs {
+		if granted[i], err = edgeInt(g); err != nil {
+			return nil, nil, err
+		}
+	}
+	others := make(map[edgeKeyID]edge.Others, len(sums)/4)
+	for i := 0; i < len(sums); i += 4 {
+		f, _ := sums[i].(string)
+		k, ok := parseEdgeField(f)
+		if !ok {
+			continue // not ours to read
+		}
+		var o edge.Others
+		var e1, e2, e3 error
+		o.Reserved, e1 = edgeInt(sums[i+1])
+		o.Edge, e2 = edgeInt(sums[i+2])
+		o.Direct, e3 = edgeInt(sums[i+3])
+		if e1 != nil || e2 != nil || e3 != nil {
+			return nil, nil, fmt.Errorf("edge reservations: field %q: bad sums", f)
+		}
+		others[k] = o
+	}
+	return granted, others, nil
+}
+
+func edgeInt(v any) (int64, error) {
+	s, ok := v.(string)
+	if !ok {
+		return 0, fmt.Errorf("edge reservations: %T where a number was expected", v)
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("edge reservations: %w", err)
+	}
+	return n, nil
+}

@@ -1,0 +1,319 @@
+package agent
+
+import (
+	"errors"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/quota-lease/quota-lease/admission"
+	"github.com/quota-lease/quota-lease/edge"
+	"github.com/quota-lease/quota-lease/policy"
+)
+
+// Envoy's Rate Limit Quota Service
+// (envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas):
+// one stream per Envoy instance and domain. Envoy reports usage per bucket
+// (at a bucket's first request, then every reporting interval); the agent
+// maps each bucket to a policy identity (matchBucket), measures its demand
+// from the reports, and pushes token-bucket assignments from the edge
+// engine's rounds (edgeEngine). The stream only translates; what to assign
+// is the engine's.
+//
+// Bad input never ends the stream but for the domain: a stream whose
+// first message names none, or that later names another, ends with
+// InvalidArgument. A bucket that names nothing (bad id, unknown policy, a
+// policy without edge settings) gets no assignment, counted by reason in
+// quotalease_agent_edge_buckets_refused_total and logged at most every 30s;
+// Envoy then follows its no_assignment_behavior. A bucket an
+// envoyproxy/ratelimit configuration's domain does not limit (no match,
+// unlimited) is assigned ALLOW_ALL, as the RLS answers OK. Messages beyond
+// the stream's pace and buckets beyond its cap are dropped and counted
+// (quotalease_agent_edge_reports_limited_total).
+type rlqsServer struct {
+	rlqsv3.UnimplementedRateLimitQuotaServiceServer
+	e *edgeEngine
+}
+
+func registerRLQS(s *grpc.Server, a *Agent) {
+	rlqsv3.RegisterRateLimitQuotaServiceServer(s, &rlqsServer{e: a.edge})
+}
+
+// rlqsStream is one Envoy instance's stream.
+type rlqsStream struct {
+	id     uint64
+	domain string
+	out    chan *rlqsv3.RateLimitQuotaResponse
+	done   chan struct{}
+	slots  map[string]*rlqsSlot // by bucketKey
+	// allowAll: buckets that nothing limits, and when ALLOW_ALL was sent.
+	allowAll map[string]time.Time
+	pend     []*rlqsv3.RateLimitQuotaResponse_BucketAction
+	tokens   float64 // the message pace's bucket
+	tokensAt time.Time
+	refused  outage // paced log of refused buckets
+}
+
+// rlqsOutbox is how many messages a stream may have waiting to be sent;
+// more are dropped (and counted), the assignments they held counted as
+// sent: a slow Envoy gets its next refresh later.
+const rlqsOutbox = 8
+
+// maxReportedRequests caps the requests one report may claim per bucket
+// and result (a billion: more than any Envoy serves in a reporting
+// interval), so that no report overflows the demand.
+const maxReportedRequests = 1_000_000_000
+
+// allowAllTTL is the time to live of ALLOW_ALL for buckets nothing limits.
+const allowAllTTL = time.Hour
+
+func (s *rlqsServer) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
+	st := s.e.open()
+	defer s.e.close(st)
+	failed := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-st.done:
+				return
+			case m := <-st.out:
+				if err := stream.Send(m); err != nil {
+					failed <- err
+					return
+				}
+			}
+		}
+	}()
+	for {
+		m, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := s.e.report(st, m); err != nil {
+			return err
+		}
+		select {
+		case err := <-failed:
+			return err
+		default:
+		}
+	}
+}
+
+// send queues m on the stream without waiting.
+func (st *rlqsStream) send(m *rlqsv3.RateLimitQuotaResponse, ms *edgeMetrics) {
+	select {
+	case st.out <- m:
+	default:
+		ms.dropped.Inc()
+	}
+}
+
+// open registers a new stream.
+func (e *edgeEngine) open() *rlqsStream {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.nextStream++
+	st := &rlqsStream{id: e.nextStream, out: make(chan *rlqsv3.RateLimitQuotaResponse, rlqsOutbox), done: make(chan struct{}),
+		slots: map[string]*rlqsSlot{}, allowAll: map[string]time.Time{}, tokens: float64(e.cfg.ReportBurst), tokensAt: e.a.cfg.Clock.Now(),
+		refused: outage{what: "RLQS buckets refused", interval: 30 * time.Second}}
+	e.streams[st.id] = st
+	return st
+}
+
+// close forgets a stream that ended; what its buckets were assigned keeps
+// counting until it expires (the Envoy instance enforces it meanwhile, and
+// may reconnect to any agent of the region).
+func (e *edgeEngine) close(st *rlqsStream) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	close(st.done)
+	for bk, s := range st.slots {
+		e.dropSlot(rlqsSlotID{st.id, bk}, s)
+	}
+	delete(e.streams, st.id)
+}
+
+// paced reports whether the stream may send one more message at now.
+func (st *rlqsStream) paced(now time.Time, cfg EdgeConfig) bool {
+	st.tokens = min(float64(cfg.ReportBurst), st.tokens+now.Sub(st.tokensAt).Seconds()*cfg.ReportsPerSecond)
+	st.tokensAt = now
+	if st.tokens < 1 {
+		return false
+	}
+	st.tokens--
+	return true
+}
+
+// report takes one usage report. An error ends the stream.
+func (e *edgeEngine) report(st *rlqsStream, m *rlqsv3.RateLimitQuotaUsageReports) error {
+	now := e.a.cfg.Clock.Now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case st.domain == "" && m.Domain == "":
+		return status.Error(codes.InvalidArgument, "the first usage report must name a domain")
+	case st.domain == "":
+		if len(m.Domain) > policy.MaxAttributeValueBytes {
+			return status.Errorf(codes.InvalidArgument, "domain of %d bytes, more than %d", len(m.Domain), policy.MaxAttributeValueBytes)
+		}
+		st.domain = m.Domain
+	case m.Domain != "" && m.Domain != st.domain:
+		return status.Errorf(codes.InvalidArgument, "the stream's domain is %s, a report names %s: one stream serves one domain", policy.QuoteName(st.domain), policy.QuoteName(m.Domain))
+	}
+	if !st.paced(now, e.cfg) {
+		e.m.limited.WithLabelValues("rate").Inc()
+		return nil
+	}
+	fresh := false
+	for _, u := range m.BucketQuotaUsages {
+		b := u.GetBucketId().GetBucket()
+		bk := bucketKey(b)
+		s := st.slots[bk]
+		if s == nil {
+			if t, ok := st.allowAll[bk]; ok {
+				if now.Sub(t) >= allowAllTTL/2 {
+					st.allowAll[bk] = now
+					st.pend = append(st.pend, allowAllAction(u.BucketId))
+					fresh = true
+				}
+				continue
+			}
+			if len(st.slots)+len(st.allowAll) >= e.cfg.MaxBucketsPerStream {
+				e.m.limited.WithLabelValues("buckets").Inc()
+				continue
+			}
+			if s = e.subscribe(st, u.BucketId, bk, now); s == nil {
+				fresh = fresh || len(st.pend) > 0
+				continue
+			}
+			fresh = true
+		}
+		pol := s.key.pol
+		if pol == nil {
+			continue
+		}
+		e.m.reported.WithLabelValues(pol.Name, "allowed").Add(float64(u.NumRequestsAllowed))
+		e.m.reported.WithLabelValues(pol.Name, "denied").Add(float64(u.NumRequestsDenied))
+		count := min(u.NumRequestsAllowed, maxReportedRequests) + min(u.NumRequestsDenied, maxReportedRequests)
+		// The edge's demand is the region's demand too: the lease asks for
+		// it as for direct checks' (the meter), so the region's share
+		// follows the edge.
+		e.a.leaser.observe(pol.Name, s.key.id.identity, edge.ReportedCost(pol, count), now)
+		s.Report(pol, count, u.GetTimeElapsed().AsDuration(), now)
+	}
+	if fresh {
+		e.kickSoon()
+	}
+	return nil
+}
+
+// subscribe maps a new bucket to what it names: a slot of a policy
+// identity (returned), ALLOW_ALL for a bucket nothing limits, or a refusal
+// counted by reason. e.mu is held.
+func (e *edgeEngine) subscribe(st *rlqsStream, id *rlqsv3.BucketId, bk string, now time.Time) *rlqsSlot {
+	var ix envoyIndex
+	if p := e.a.envoy.Load(); p != nil {
+		ix = *p
+	}
+	m, err := matchBucket(ix, agentPolicies{e.a}, st.domain, id.GetBucket())
+	var identity string
+	if err == nil && m.pol != nil {
+		switch {
+		case m.pol.Edge == nil || m.pol.Scope != policy.ScopeGlobal:
+			err = errNoEdge
+		default:
+			identity, err = m.pol.IdentityOf(m.attrs)
+		}
+	}
+	if err != nil {
+		e.m.refused.WithLabelValues(refusedReason(err)).Inc()
+		st.refused.failed(e.a.cfg.Logger, now, "domain", st.domain, "bucket", bk, "error", err)
+		return nil
+	}
+	if m.pol == nil {
+		st.allowAll[bk] = now
+		st.pend = append(st.pend, allowAllAction(id))
+		e.m.refused.WithLabelValues("unlimited").Inc()
+		return nil
+	}
+	k := e.key(edgeKeyID{m.pol.Name, identity}, m.pol)
+	sid := rlqsSlotID{st.id, bk}
+	s := &rlqsSlot{Slot: k.Add(sid, now), st: st, id: id, key: k}
+	st.slots[bk], k.slots[sid] = s, s
+	if len(k.slots) > m.pol.Edge.Instances {
+		e.m.over.WithLabelValues(m.pol.Name).Inc()
+	}
+	return s
+}
+
+// errNoEdge refuses a bucket of a policy without edge settings.
+var errNoEdge = errors.New("the policy has no edge settings: it is not served to Envoy's RLQS")
+
+// refusedReason is the metric reason of a refused bucket.
+func refusedReason(err error) string {
+	switch {
+	case errors.Is(err, errNoEdge):
+		return "no-edge"
+	case errors.Is(err, admission.ErrUnknownPolicy):
+		return "unknown-policy"
+	case errors.Is(err, policy.ErrInvalidIdentity):
+		return "identity"
+	default:
+		return "invalid"
+	}
+}
+
+// bucketKey is a bucket id's entries in a canonical form: Envoy tells
+// buckets apart by their whole map.
+func bucketKey(b map[string]string) string {
+	keys := slices.Sorted(maps.Keys(b))
+	var sb strings.Builder
+	for _, k := range keys {
+		sb.WriteString(strconv.Itoa(len(k)))
+		sb.WriteByte(':')
+		sb.WriteString(k)
+		sb.WriteString(strconv.Itoa(len(b[k])))
+		sb.WriteByte(':')
+		sb.WriteString(b[k])
+	}
+	return sb.String()
+}
+
+// assignAction assigns b (DENY_ALL when it is none) for ttl.
+func assignAction(id *rlqsv3.BucketId, b edge.Bucket, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	s := &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}
+	if !b.Deny() {
+		s.Strategy = &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
+			MaxTokens: b.MaxTokens, TokensPerFill: wrapperspb.UInt32(b.TokensPerFill), FillInterval: durationpb.New(b.FillInterval)}}
+	}
+	return strategyAction(id, s, ttl)
+}
+
+func allowAllAction(id *rlqsv3.BucketId) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	return strategyAction(id, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_ALLOW_ALL}}, allowAllTTL)
+}
+
+func strategyAction(id *rlqsv3.BucketId, s *typev3.RateLimitStrategy, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	return &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: id, BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
+		QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{AssignmentTimeToLive: durationpb.New(ttl), RateLimitStrategy: s}}}
+}
+
+func abandonAction(id *rlqsv3.BucketId) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	return &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: id, BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{
+		AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}}}
+}

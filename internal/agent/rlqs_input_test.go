@@ -1,0 +1,196 @@
+package agent
+
+import (
+	"context"
+	"math"
+	"strconv"
+	"testing"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/quota-lease/quota-lease/edge"
+	"github.com/quota-lease/quota-lease/internal/testenv"
+)
+
+// rawStream is an RLQS stream driven by hand: the messages it received
+// arrive on got, the stream's end on ended.
+type rawStream struct {
+	s     rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient
+	got   chan *rlqsv3.RateLimitQuotaResponse
+	ended chan error
+}
+
+func openRaw(t *testing.T, addr string) *rawStream {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	s, err := rlqsv3.NewRateLimitQuotaServiceClient(grpcConn(t, addr)).StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &rawStream{s: s, got: make(chan *rlqsv3.RateLimitQuotaResponse, 1000), ended: make(chan error, 1)}
+	go func() {
+		for {
+			m, err := s.Recv()
+			if err != nil {
+				r.ended <- err
+				return
+			}
+			r.got <- m
+		}
+	}()
+	return r
+}
+
+func (r *rawStream) send(t *testing.T, domain string, us ...*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage) {
+	t.Helper()
+	if err := r.s.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: domain, BucketQuotaUsages: us}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// next waits for the next action on bucket (skipping others).
+func (r *rawStream) next(t *testing.T, bucket map[string]string) (*rlqsv3.RateLimitQuotaResponse_BucketAction, time.Time) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	want := bucketKey(bucket)
+	for {
+		select {
+		case m := <-r.got:
+			for _, a := range m.BucketAction {
+				if bucketKey(a.GetBucketId().GetBucket()) == want {
+					return a, time.Now()
+				}
+			}
+		case err := <-r.ended:
+			t.Fatalf("stream ended: %v", err)
+		case <-deadline:
+			t.Fatalf("no action for %v", bucket)
+		}
+	}
+}
+
+func use(b map[string]string, elapsed time.Duration, allowed, denied uint64) *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage {
+	return &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{BucketId: &rlqsv3.BucketId{Bucket: b},
+		TimeElapsed: durationpb.New(elapsed), NumRequestsAllowed: allowed, NumRequestsDenied: denied}
+}
+
+// Every assignment's time to live is whole seconds, at least one, and its
+// life (delivery margin and drift included) ends before the region's grant
+// does, over several renewals; the token bucket refills no faster than
+// whole-second intervals allow Envoy to read.
+func TestRLQSTTLWithinGrant(t *testing.T) {
+	ra := regionAgent(t, edgeTestPolicy, fastEdge)
+	r := openRaw(t, ra.grpcAddr)
+	r.send(t, "shop", use(acme, 0, 1, 0))
+	end := time.Now().Add(3 * time.Second) // past a renewal or two of the tests' 2 s leases
+	n := 0
+	for time.Now().Before(end) {
+		r.send(t, "shop", use(acme, 0, 50, 50))
+		a, at := r.next(t, acme)
+		q := a.GetQuotaAssignmentAction()
+		if q == nil {
+			t.Fatalf("action %v, want an assignment", a)
+		}
+		ttl := q.GetAssignmentTimeToLive().AsDuration()
+		if ttl < time.Second || ttl%time.Second != 0 {
+			t.Fatalf("time to live %s: Envoy reads whole seconds, at least one", ttl)
+		}
+		until := ra.a.leaser.validUntil("api")
+		if life := edge.Lifetime(ttl, ra.a.cfg.Drift, ra.a.cfg.Edge.Margin); at.Add(life).After(until.Add(ra.a.cfg.Edge.Margin)) {
+			t.Fatalf("assignment received at %s lives %s, beyond the grant's end %s", at.Format("15:04:05.000"), life, until.Format("15:04:05.000"))
+		}
+		if tb := q.GetRateLimitStrategy().GetTokenBucket(); tb != nil {
+			if iv := tb.GetFillInterval().AsDuration(); iv < time.Second || iv%time.Second != 0 || tb.GetTokensPerFill() == nil {
+				t.Fatalf("token bucket %v: Envoy needs whole-second fill intervals and tokens per fill", tb)
+			}
+		}
+		n++
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n < 4 {
+		t.Fatalf("only %d assignments seen", n)
+	}
+}
+
+// Bad input never ends a stream but for its domain, never panics, is
+// counted by reason, and reserves nothing: unknown policies, bucket ids too
+// large, lacking or beyond the policy's identity attributes, a policy
+// without edge settings, more buckets or messages than a stream may send,
+// absurd counts. A good bucket on the same stream still gets its
+// assignment.
+func TestRLQSBadInput(t *testing.T) {
+	ra := regionAgent(t, edgeTestPolicy+"---\nname: plain\nidentity: [tenant]\nlimit: 10\nperiod: 1s\n", func(c *Config) {
+		fastEdge(c)
+		c.Edge.MaxBucketsPerStream, c.Edge.ReportsPerSecond, c.Edge.ReportBurst = 4, 2, 30
+	})
+	refused := func(reason string) float64 {
+		return counterValueLabeled(t, ra.a, "quotalease_agent_edge_buckets_refused_total", "reason", reason)
+	}
+
+	r := openRaw(t, ra.grpcAddr)
+	r.send(t, "", use(acme, 0, 1, 0))
+	if err := <-r.ended; status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("a first report without a domain ended with %v, want InvalidArgument", err)
+	}
+
+	r = openRaw(t, ra.grpcAddr)
+	big := map[string]string{"policy": "api"}
+	for i := 0; i < maxBucketEntries; i++ {
+		big["k"+strconv.Itoa(i)] = "v"
+	}
+	r.send(t, "shop",
+		use(map[string]string{"policy": "nope", "tenant": "x"}, 0, 1, 0), // unknown policy
+		use(big, 0, 1, 0), // too many entries
+		use(map[string]string{"policy": "api"}, 0, 1, 0),                           // lacks the identity
+		use(map[string]string{"policy": "api", "tenant": "x", "ip": "1"}, 0, 1, 0), // beyond it
+		use(map[string]string{"policy": "plain", "tenant": "x"}, 0, 1, 0),          // no edge settings
+		use(map[string]string{"tenant": "x"}, 0, 1, 0),                             // names no policy
+		use(nil, 0, 1, 0), // no bucket id
+	)
+	testenv.WaitFor(t, 5*time.Second, "the refusals counted", func() bool {
+		return refused("unknown-policy") == 1 && refused("invalid") == 5 && refused("no-edge") == 1
+	})
+	// The stream is still served: a good bucket gets its assignment, even
+	// with a count no Envoy sends.
+	r.send(t, "shop", use(acme, time.Second, math.MaxUint64, math.MaxUint64))
+	if a, _ := r.next(t, acme); a.GetQuotaAssignmentAction() == nil {
+		t.Fatalf("good bucket got %v", a)
+	}
+	// Buckets beyond the stream's cap are dropped and counted.
+	for i := 0; i < 6; i++ {
+		r.send(t, "shop", use(map[string]string{"policy": "api", "tenant": "t" + strconv.Itoa(i)}, 0, 1, 0))
+	}
+	testenv.WaitFor(t, 5*time.Second, "buckets beyond the cap counted", func() bool {
+		return counterValueLabeled(t, ra.a, "quotalease_agent_edge_reports_limited_total", "reason", "buckets") >= 3
+	})
+	// Messages beyond the pace are dropped and counted.
+	for i := 0; i < 60; i++ {
+		r.send(t, "shop", use(acme, 0, 1, 0))
+	}
+	testenv.WaitFor(t, 5*time.Second, "messages beyond the pace counted", func() bool {
+		return counterValueLabeled(t, ra.a, "quotalease_agent_edge_reports_limited_total", "reason", "rate") >= 20
+	})
+	// Another domain on the same stream ends it.
+	r.send(t, "other", use(acme, 0, 1, 0))
+	select {
+	case err := <-r.ended:
+		if status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("a second domain ended the stream with %v, want InvalidArgument", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a second domain did not end the stream")
+	}
+	// Nothing the refused buckets named was reserved.
+	ra.a.edge.mu.Lock()
+	defer ra.a.edge.mu.Unlock()
+	for id := range ra.a.edge.keys {
+		if id.policy != "api" || id.identity == "x" {
+			t.Errorf("a refused bucket got a key: %+v", id)
+		}
+	}
+}

@@ -1,0 +1,52 @@
+package regional
+
+import (
+	"strings"
+
+	"github.com/quota-lease/quota-lease/admission"
+	"github.com/quota-lease/quota-lease/policy"
+)
+
+// Returns (admission.Request.Return, Envoy's is_negative_hits): a policy
+// that accepts them (policy.Policy.Returns) keeps a ledger of the units
+// each identity holds, admitted and not yet returned, in its state's hash,
+// and a return frees what policy.Return says. Both are decisions of the
+// one decision script (lua/returns.lua), told apart by their code.
+
+// heldCodes and returnCodes name a charge of a policy that accepts
+// returns (recorded in the ledger when admitted) and a return, in
+// decideScript's arguments.
+var heldCodes, returnCodes = codesWith("+"), codesWith("-")
+
+func codesWith(suffix string) map[policy.Algorithm]any {
+	m := make(map[policy.Algorithm]any, len(algorithmCodes))
+	for a, c := range algorithmCodes {
+		m[a] = c.(string) + suffix
+	}
+	return m
+}
+
+// decisionCode is the code t is decided with under algorithm a.
+func decisionCode(t *admission.Ticket, a policy.Algorithm) any {
+	switch {
+	case t.Return:
+		return returnCodes[a]
+	case t.Policy.Returns:
+		return heldCodes[a]
+	}
+	return algorithmCodes[a]
+}
+
+// ticketIdempotencyKey is the key remembering t's decision: a return's
+// apart from a charge's, so that a request returning what it took under
+// the same idempotency key is not answered with its charge's decision.
+func ticketIdempotencyKey(stateKey string, t *admission.Ticket) string {
+	if t.Return {
+		var b strings.Builder
+		b.WriteString(stateKey)
+		b.WriteString(":r:")
+		policy.Escape(&b, t.IdempotencyKey)
+		return b.String()
+	}
+	return idempotencyKey(stateKey, t.IdempotencyKey)
+}
