@@ -68,7 +68,11 @@ func TestKeySlotMatchesRedisCluster(t *testing.T) {
 // master restarted empty mints no new burst for the identities it served.
 func TestClusterExactAndLosesNoBurst(t *testing.T) {
 	c, rdb, eng := clusterEngine(t, testPolicies(t))
-	ctx := t.Context()
+	// A deadline of its own: a call without one gets the pipeline's 1 s,
+	// which 180 racers under -race on a loaded machine can outlast (a
+	// timed-out check is an error here, not a decision).
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
 	const tenants, burst = 60, 20
 	limits := []policy.Limits{
 		{Algorithm: policy.TokenBucket, Capacity: burst * policy.Micro, Rate: policy.Micro / 100}, // no refill to speak of
