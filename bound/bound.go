@@ -36,8 +36,9 @@ const (
 	TermPreviousLimit   = "previous-limit"
 	TermStoreLag        = "store-lag"
 	TermShards          = "shards"
-	TermEdge            = "edge"
+	TermWindowClock     = "window-clock"
 	TermReturned        = "returned"
+	TermEdge            = "edge"
 )
 
 // Deployment are the parameters of a deployment that enter the bound.
@@ -75,6 +76,14 @@ type Deployment struct {
 	// them all: a store restarted empty is caught by its birth marker
 	// (policy.Fresh) and needs no term.
 	StoreLag time.Duration
+	// ClockStep is the most a region's Redis clock may step back within
+	// one window (a wall-clock correction made by stepping, not slewing).
+	// A fixed window's counters take the window from the Redis clock, and
+	// an agent never goes back behind the latest time it decided at, but
+	// agents that did not see the step do: the window-clock term. Zero
+	// where Redis hosts slew their clocks (chrony's and ntpd's default
+	// after boot).
+	ClockStep time.Duration
 	// Shares are the static split's fractions by region (Static mode, and
 	// for stranded capacity); empty means equal shares.
 	Shares []float64
@@ -188,6 +197,24 @@ func Compute(p *policy.Policy, d Deployment, m Mode, w time.Duration) (Result, e
 			// nothing beyond what one key would. The term is named, and 0,
 			// so that the bound says it was counted.
 			r.Terms[TermShards] = 0
+		}
+		if p.Algorithm == policy.FixedWindow {
+			// An agent charges a fixed window's counter from its estimate
+			// of the Redis clock, but the charge stands only if the Redis
+			// clock read before and after it lies in that window (regional
+			// package, window.go): the estimate's error costs a round trip,
+			// never an admission, and the term is 0. A Redis clock stepped
+			// back by S lets agents that did not see the step count in
+			// windows the others have left: at any instant the windows in
+			// use lie within S of each other, so a span W meets at most
+			// ceil((W+S)/P) + 1 of them, where the reference counts
+			// ceil(W/P) + 1. Each region steps on its own: a region-scoped
+			// policy's regions each enforce the whole limit.
+			regions := 1.0
+			if p.Scope == policy.ScopeRegion {
+				regions = n
+			}
+			r.Terms[TermWindowClock] = regions * p.Limit * (math.Ceil((w+d.ClockStep).Seconds()/period) - math.Ceil(w.Seconds()/period))
 		}
 		if d.StoreLag > 0 {
 			// A failover to a replica StoreLag behind forgets what the
@@ -308,8 +335,8 @@ func (d Deployment) validate() error {
 		return fmt.Errorf("%w: drift must be in [0, 0.01), got %v", ErrInvalid, d.Drift)
 	case math.IsNaN(d.FallbackFraction) || d.FallbackFraction > 1:
 		return fmt.Errorf("%w: fallback fraction must be at most 1, got %v", ErrInvalid, d.FallbackFraction)
-	case d.ConfigChanges < 0 || d.QuotaDecrease < 0 || math.IsNaN(d.QuotaDecrease) || d.PolicyDelay < 0 || d.StoreLag < 0:
-		return fmt.Errorf("%w: config changes, quota decrease, policy delay and store lag must not be negative", ErrInvalid)
+	case d.ConfigChanges < 0 || d.QuotaDecrease < 0 || math.IsNaN(d.QuotaDecrease) || d.PolicyDelay < 0 || d.StoreLag < 0 || d.ClockStep < 0:
+		return fmt.Errorf("%w: config changes, quota decrease, policy delay, store lag and clock step must not be negative", ErrInvalid)
 	case len(d.Shares) > 0 && len(d.Shares) != d.Regions:
 		return fmt.Errorf("%w: %d shares for %d regions", ErrInvalid, len(d.Shares), d.Regions)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/quota-lease/quota-lease/internal/testenv"
+	"github.com/quota-lease/quota-lease/policy"
 )
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-6*math.Max(1, math.Abs(b)) }
@@ -185,5 +186,43 @@ func TestShardsTermIsZero(t *testing.T) {
 	}
 	if !near(r4.WorstCase, r1.WorstCase) {
 		t.Fatalf("sharded worst case %v, one key's %v: want the same", r4.WorstCase, r1.WorstCase)
+	}
+}
+
+// A fixed window lists a window-clock term: 0 on a Redis clock that does
+// not step back (the agents' estimate of it adds nothing), and one more
+// window's limit per region counter when it may step back within a window;
+// other algorithms list none.
+func TestWindowClockTerm(t *testing.T) {
+	fw := testenv.MustPolicy(t, "name: api\nidentity: [tenant]\nalgorithm: fixed_window\nlimit: 100\nperiod: 1m\n")
+	region := testenv.MustPolicy(t, "name: api\nidentity: [tenant]\nalgorithm: fixed_window\nlimit: 100\nperiod: 1m\nscope: region\n")
+	tb := testenv.MustPolicy(t, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1m\n")
+	d := Deployment{Regions: 3, Instances: 2, LeaseDuration: 10 * time.Second, Drift: 1e-4}
+	for _, c := range []struct {
+		p    *policy.Policy
+		step time.Duration
+		w    time.Duration
+		want float64
+		ok   bool
+	}{
+		{fw, 0, 0, 0, true},
+		{fw, time.Second, 0, 100, true},               // a period's span meets 3 windows, not 2
+		{fw, time.Second, 30 * time.Second, 0, true},  // half a period plus a second still meets 2
+		{fw, 2 * time.Minute, time.Minute, 200, true}, // a step of two windows: two more
+		{region, time.Second, 0, 300, true},           // each of the 3 regions its own limit
+		{tb, time.Second, 0, 0, false},
+	} {
+		d.ClockStep = c.step
+		r, err := Compute(c.p, d, Leased, c.w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, ok := r.Terms[TermWindowClock]; ok != c.ok || !near(v, c.want) {
+			t.Errorf("%s, step %v, window %v: term %v (listed %v), want %v (listed %v)", c.p.Algorithm, c.step, c.w, v, ok, c.want, c.ok)
+		}
+	}
+	d.ClockStep = -time.Second
+	if _, err := Compute(fw, d, Leased, 0); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("a negative clock step: %v", err)
 	}
 }

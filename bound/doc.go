@@ -15,8 +15,9 @@
 //	burst            a config change under a new version starts every key full
 //	lease-transition grants at an old, larger total still count after the quota is lowered
 //	shards           splitting an identity's limits over shards: always 0, the parts never add up to more
-//	edge             Envoy instances following their own fallback without an assignment (RLQS); +Inf under allow
+//	window-clock     fixed windows on the Redis clock as agents see it: 0, unless that clock steps back
 //	returned         a policy that accepts returns: always 0; the bound counts units admitted and not returned
+//	edge             Envoy instances following their own fallback without an assignment (RLQS); +Inf under allow
 //
 // docs/bound.md derives each term. The simulator compares every observed
 // window against this number.

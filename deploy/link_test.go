@@ -78,7 +78,7 @@ func TestPureLogicLinksNoIO(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("no go command to list packages with")
 	}
-	pure := []string{"policy", "lease", "allocation", "bound", "admission", "clock", "edge"}
+	pure := []string{"policy", "lease", "allocation", "bound", "admission", "clock", "edge", "edge/envoy"}
 	args := []string{"list", "-deps"}
 	for _, p := range pure {
 		args = append(args, "../"+p)

@@ -62,3 +62,28 @@ func Split(amount int64, demand []int64) []int64 {
 	}
 	return out
 }
+
+// Wants splits capacity c of one policy identity for one agent's slots:
+// its part (Target) against the region's direct checks (direct) and the
+// other agents' Envoy instances (others), then among its slots by their
+// demand (Split; -1 unknown). self is the agent's edge demand: the known
+// demands, and for each unknown one the mean of the known, or all of c
+// when none is known.
+func Wants(c, direct, others int64, demands []int64) (self int64, shares []int64) {
+	var known, sum int64
+	for _, d := range demands {
+		if d >= 0 {
+			known++
+			sum += d
+		}
+	}
+	self = sum
+	if unknown := int64(len(demands)) - known; unknown > 0 {
+		guess := c
+		if known > 0 {
+			guess = sum / known
+		}
+		self += unknown * guess
+	}
+	return self, Split(Target(c, direct, self, others), demands)
+}

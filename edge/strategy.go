@@ -47,7 +47,7 @@ const (
 	// to pay for buckets that start full: the bucket holds δ of what its
 	// share refills over the harmonic mean of the share's period and the
 	// change interval, and refills what is left.
-	DefaultBurstFraction = 0.05
+	DefaultBurstFraction = 0.2
 	// fillPrecision: the fill interval is lengthened (up to maxFill) until
 	// a fill holds this many tokens, so rounding tokens down loses at most
 	// 1% of the rate.

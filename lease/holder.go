@@ -228,7 +228,19 @@ func (a *Holder) Enforce(now time.Time) (int64, Mode) {
 // degraded budget falling back from that.
 func (a *Holder) EnforceFor(identity string, now time.Time) (int64, Mode) {
 	a.advance(now)
-	switch a.state {
+	return a.enforceIn(a.state, identity, now)
+}
+
+// EnforceAt is what EnforceFor will return at a later time at, if no
+// answer arrives before: the edge sizes assignments that outlive now by
+// it. Unlike EnforceFor it changes nothing, so looking ahead past the
+// grant's validity does not make the holder degraded now.
+func (a *Holder) EnforceAt(identity string, at time.Time) (int64, Mode) {
+	return a.enforceIn(a.stateAt(at), identity, at)
+}
+
+func (a *Holder) enforceIn(state State, identity string, now time.Time) (int64, Mode) {
+	switch state {
 	case Requested:
 		if a.tried {
 			return DegradedBudget(a.failure, a.total, 0, 0), ModeDegraded
@@ -247,13 +259,16 @@ func (a *Holder) EnforceFor(identity string, now time.Time) (int64, Mode) {
 	}
 }
 
-func (a *Holder) advance(now time.Time) {
+func (a *Holder) advance(now time.Time) { a.state = a.stateAt(now) }
+
+// stateAt is the state at now, the grant's validity having run its course
+// if now is past it.
+func (a *Holder) stateAt(now time.Time) State {
 	if a.grant.ID == "" || now.Before(a.validUntil) {
-		return
+		return a.state
 	}
 	if now.Sub(a.validUntil) < a.timing.AgentDegradedFor() {
-		a.state = Degraded
-	} else {
-		a.state = Expired
+		return Degraded
 	}
+	return Expired
 }

@@ -51,3 +51,21 @@ func TestRaiseDrift(t *testing.T) {
 		}
 	}
 }
+
+// Looking ahead past a grant's validity (the edge sizes assignments that
+// outlive now) changes nothing: the grant is still enforced now, whole,
+// also under fail-open, whose degraded budget is larger than the share.
+func TestEnforceAtChangesNothing(t *testing.T) {
+	tm := Timing{ValidFor: 9 * time.Second, DegradedTimeout: time.Minute}
+	t0 := time.Unix(1000, 0)
+	a := NewHolder(tm, policy.Failure{Mode: policy.FailOpen, OpenFraction: 0.5}, 1000)
+	req := a.Sending(t0)
+	a.Granted(req, Grant{ID: "1", Amount: 100, ValidFor: tm.ValidFor})
+	_, until := a.Grant()
+	if amt, mode := a.EnforceAt("", until.Add(time.Second)); mode != ModeDegraded || amt != 500 {
+		t.Fatalf("after the grant: %d %v, want the open budget 500, degraded", amt, mode)
+	}
+	if amt, mode := a.EnforceFor("", t0.Add(time.Second)); mode != ModeLeased || amt != 100 {
+		t.Fatalf("now, after looking ahead: %d %v, want the grant's 100, leased", amt, mode)
+	}
+}

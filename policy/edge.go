@@ -55,7 +55,7 @@ type EdgeExpired struct {
 
 // Edge defaults and limits.
 const (
-	DefaultEdgeTTL   = 5 * time.Second
+	DefaultEdgeTTL   = 4 * time.Second
 	MaxEdgeTTL       = time.Hour
 	MaxEdgeInstances = 100_000
 )

@@ -66,10 +66,6 @@ type Policy struct {
 	// default share. Unset: DefaultIdentityShares; 0: none. Global policies
 	// only.
 	IdentityShares *int `yaml:"identity_shares,omitempty" json:"identity_shares,omitempty"`
-	// Edge, when set, serves the policy to Envoy's Rate Limit Quota
-	// Service (docs/rlqs.md): Envoy instances enforce token-bucket
-	// assignments carved out of the region's share. Global policies only.
-	Edge *Edge `yaml:"edge,omitempty" json:"edge,omitempty"`
 	// Returns declares that the policy's requests give back what they
 	// took when they end (Envoy's is_negative_hits; docs/envoy.md): a
 	// concurrency-style use, where a returned unit is one whose request
@@ -79,6 +75,10 @@ type Policy struct {
 	// to any other policy is refused: there a return would admit more
 	// requests than the limit.
 	Returns bool `yaml:"returns,omitempty" json:"returns,omitempty"`
+	// Edge, when set, serves the policy to Envoy's Rate Limit Quota
+	// Service (docs/rlqs.md): Envoy instances enforce token-bucket
+	// assignments carved out of the region's share. Global policies only.
+	Edge *Edge `yaml:"edge,omitempty" json:"edge,omitempty"`
 }
 
 // DefaultIdentityShares is the most identity shares a global policy has

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 
@@ -16,6 +17,14 @@ type decision struct {
 	policy string
 	keys   []string
 	args   [6]any
+	// counted marks a fixed-window decision the engine makes without the
+	// script, on its window's counter (window.go), with these limits and
+	// cost in micro-units. The keys and arguments still describe it, for
+	// the script to decide it when it has to.
+	counted                  bool
+	capacity, windowMs, cost int64
+	alg                      policy.Algorithm
+	ret                      bool // a return (admission.Ticket.Return)
 }
 
 // decided is the outcome of one decision.
@@ -29,40 +38,83 @@ type decided struct {
 // is split rather than stall every other client for milliseconds.
 const maxScriptDecisions = 32
 
-// decide runs ds in as few script calls as it can, sent as one round trip:
-// one call per group of up to maxScriptDecisions, and on a cluster per hash
-// slot, since a script may only touch the keys of one slot. Decisions keep
-// their order within a slot, which is all that matters: decisions in
-// different slots share no key. Every decision gets its own outcome.
+// decide decides ds in as few round trips as it can: with counted fixed
+// windows among them, as decideCounted does; else as decideScripts.
 func (e *Engine) decide(ctx context.Context, ds []decision) []decided {
+	for i := range ds {
+		if ds[i].counted {
+			return e.decideCounted(ctx, ds)
+		}
+	}
+	return e.decideScripts(ctx, ds)
+}
+
+// decideScripts runs ds in as few script calls as it can, sent as one round
+// trip: one call per group of up to maxScriptDecisions, and on a cluster per
+// hash slot, since a script may only touch the keys of one slot. Decisions
+// keep their order within a slot, which is all that matters: decisions in
+// different slots share no key. Every decision gets its own outcome.
+func (e *Engine) decideScripts(ctx context.Context, ds []decision) []decided {
 	groups := e.group(ds)
-	now := e.nowArg()
+	now, floor := e.scriptNow()
 	out := make([]decided, len(ds))
 	if len(groups) == 1 { // the usual case: one call, no pipeline to build
-		c := callOf(ds, groups[0], now)
+		c := callOf(ds, groups[0], now, floor)
 		e.read(decideScript.Run(ctx, e.rdb, c.keys, c.args...), ds, groups[0], out)
+		e.raiseFloor(ds, groups[0], out, now)
 		return out
 	}
 	calls := make([]scriptCall, len(groups))
 	for i, g := range groups {
-		calls[i] = callOf(ds, g, now)
+		calls[i] = callOf(ds, g, now, floor)
 	}
 	for i, cmd := range runPipelined(ctx, e.rdb, decideScript, calls) {
 		e.read(cmd, ds, groups[i], out)
+		e.raiseFloor(ds, groups[i], out, now)
 	}
 	return out
 }
 
-// callOf lays out the decisions g of ds as one decideScript call.
-func callOf(ds []decision, g []int, now string) scriptCall {
-	c := scriptCall{keys: ds[g[0]].keys, args: make([]any, 0, 1+len(g)*len(ds[0].args))}
+// scriptNow returns the time and floor arguments of a script call (nowArg;
+// redisClock): the script decides fixed windows at that time or the floor,
+// whichever is later.
+func (e *Engine) scriptNow() (string, int64) {
+	return e.nowArg(), e.clk.floor()
+}
+
+// raiseFloor raises the engine's floor to the time the script decided the
+// fixed windows among the decisions g of ds at, from their outcomes, when
+// that time is the injected clock's (now): as a charge, or a return to a
+// window that holds something (a return to nothing writes nothing, and
+// leaves the time as it was). On the server's clock only the counted
+// decisions' TIME readings raise it.
+func (e *Engine) raiseFloor(ds []decision, g []int, out []decided, now string) {
+	if now == "" {
+		return
+	}
+	ms, err := strconv.ParseInt(now, 10, 64)
+	if err != nil {
+		return
+	}
+	for _, j := range g {
+		if ds[j].alg == policy.FixedWindow && out[j].err == nil && (!ds[j].ret || out[j].d.ResetAfterMs > 0) {
+			e.clk.raise(ms)
+			return
+		}
+	}
+}
+
+// callOf lays out the decisions g of ds as one decideScript call, at now
+// (scriptNow) with the engine's fixed-window floor.
+func callOf(ds []decision, g []int, now string, floor int64) scriptCall {
+	c := scriptCall{keys: ds[g[0]].keys, args: make([]any, 0, 2+len(g)*len(ds[0].args))}
 	if len(g) > 1 {
 		c.keys = nil
 		for _, j := range g {
 			c.keys = append(c.keys, ds[j].keys...)
 		}
 	}
-	c.args = append(c.args, now)
+	c.args = append(c.args, now, floor)
 	for _, j := range g {
 		c.args = append(c.args, ds[j].args[:]...)
 	}
@@ -103,20 +155,26 @@ func (e *Engine) group(ds []decision) [][]int {
 	if e.cluster == nil && len(ds) <= maxScriptDecisions {
 		return inOrder[len(ds)]
 	}
+	all := make([]int, len(ds))
+	for i := range all {
+		all[i] = i
+	}
+	return e.groupOf(ds, all)
+}
+
+// groupOf splits the decisions idx of ds (in order) into script calls: up
+// to maxScriptDecisions each, and on a cluster one hash slot each.
+func (e *Engine) groupOf(ds []decision, idx []int) [][]int {
 	var groups [][]int
 	if e.cluster == nil {
-		for i := 0; i < len(ds); i += maxScriptDecisions {
-			g := make([]int, 0, min(maxScriptDecisions, len(ds)-i))
-			for j := i; j < len(ds) && j < i+maxScriptDecisions; j++ {
-				g = append(g, j)
-			}
-			groups = append(groups, g)
+		for i := 0; i < len(idx); i += maxScriptDecisions {
+			groups = append(groups, idx[i:min(len(idx), i+maxScriptDecisions):min(len(idx), i+maxScriptDecisions)])
 		}
 		return groups
 	}
 	open := map[int]int{} // slot -> index of its group still taking decisions
-	for i, d := range ds {
-		slot := KeySlot(d.keys[0])
+	for _, i := range idx {
+		slot := KeySlot(ds[i].keys[0])
 		g, ok := open[slot]
 		if !ok || len(groups[g]) == maxScriptDecisions {
 			g = len(groups)

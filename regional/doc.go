@@ -9,6 +9,12 @@
 // identical by the differential tests. Time is the Redis server clock
 // (TIME), never the caller's.
 //
+// A fixed window without an idempotency key is the exception, because the
+// Lua interpreter costs Redis more than the decision: it is a charge of the
+// window's counter (INCRBY, PEXPIRE NX) between two reads of the server
+// clock, settled by the engine and taken back when rejected or made outside
+// its window (window.go).
+//
 // The package owns the Engine, the scripts and the key layout (StateKey,
 // the birth markers, Redis Cluster slots). The parameters of a bucket
 // (capacity, rate, window) are inputs to the script rather than stored

@@ -80,6 +80,10 @@ type Engine struct {
 	policies admission.PolicySet // for Check and CheckBatch
 	turn     atomic.Uint64       // counts checks of sharded policies, which shard spreads by it
 	marginMs any                 // cfg.TTLMargin in ms, boxed once as a script argument
+	clk      *redisClock         // the server clock as the fixed windows' counters need it
+	// scriptedWindows sends every fixed-window decision to the script, as
+	// those with an idempotency key are (tests compare both ways).
+	scriptedWindows bool
 }
 
 // NewEngine returns an engine deciding with rdb. policies are those Check
@@ -89,7 +93,7 @@ func NewEngine(rdb Client, policies []*policy.Policy, cfg Config) (*Engine, erro
 	if err := ValidateConfig(cfg); err != nil {
 		return nil, fmt.Errorf("regional engine config: %w", err)
 	}
-	e := &Engine{rdb: rdb, cfg: cfg, marginMs: cfg.TTLMargin.Milliseconds()}
+	e := &Engine{rdb: rdb, cfg: cfg, marginMs: cfg.TTLMargin.Milliseconds(), clk: newRedisClock()}
 	e.cluster, _ = rdb.(*redis.ClusterClient)
 	if err := e.SetPolicies(policies); err != nil {
 		return nil, err
@@ -157,7 +161,7 @@ func (e *Engine) ticket(r Request) (*admission.Ticket, error) {
 	return &t, err
 }
 
-// Check decides one request in one atomic script run: with
+// Check decides one request in one round trip (Decide): with
 // Config.Pipelines, together with the other checks queued meanwhile.
 func (e *Engine) Check(ctx context.Context, r Request) (policy.Decision, error) {
 	t, err := e.ticket(r)
@@ -189,12 +193,15 @@ func (e *Engine) CheckBatch(ctx context.Context, rs []Request) []Result {
 	return out
 }
 
-// Decide decides tickets in one round trip, in one atomic script run (one
-// per hash slot on a cluster, and per maxScriptDecisions); a lone ticket
-// goes through the pipeliner when the engine has one. The tickets are
-// decided in order, each as if alone, so two tickets of one call for the
-// same key are decided one after the other. A ticket whose key cannot be
-// built (an identity too long) gets its error and is not sent.
+// Decide decides tickets in one round trip: in one atomic script run (one
+// per hash slot on a cluster, and per maxScriptDecisions), and fixed
+// windows without an idempotency key as charges of their counters in the
+// same pipeline (window.go; one more round trip when a charge is taken
+// back); a lone ticket goes through the pipeliner when the engine has one.
+// The tickets are decided in order, each as if alone, so two tickets of
+// one call for the same key are decided one after the other. A ticket
+// whose key cannot be built (an identity too long) gets its error and is
+// not sent.
 func (e *Engine) Decide(ctx context.Context, ts []*admission.Ticket) []Result {
 	var out []Result
 	var ds []decision
@@ -271,9 +278,13 @@ func (e *Engine) prepare(t *admission.Ticket) (decision, error) {
 		param = l.WindowMs
 	}
 	return decision{
-		policy: p.Name,
-		keys:   keys,
-		args:   [6]any{decisionCode(t, l.Algorithm), idemMs, l.Capacity, param, t.Cost * policy.Micro, e.marginMs},
+		policy:   p.Name,
+		keys:     keys,
+		args:     [6]any{decisionCode(t, l.Algorithm), idemMs, l.Capacity, param, t.Cost * policy.Micro, e.marginMs},
+		alg:      l.Algorithm,
+		ret:      t.Return,
+		counted:  l.Algorithm == policy.FixedWindow && idemMs == 0 && !t.Return && !p.Returns && !e.scriptedWindows,
+		capacity: l.Capacity, windowMs: l.WindowMs, cost: t.Cost * policy.Micro,
 	}, nil
 }
 

@@ -17,19 +17,27 @@ import (
 )
 
 // 200 goroutines race for a bucket with n units left: exactly n win, for
-// every algorithm, on real Redis.
+// every algorithm (a fixed window both counted and scripted), on real
+// Redis.
 func TestConcurrentRaceForLastTokens(t *testing.T) {
 	const racers, left = 200, 37
 	h := newHarness(t)
 	h.now.Set(1_000_000) // frozen clock: no refill during the race
 	for _, l := range raceLimits {
-		t.Run(string(l.Algorithm), func(t *testing.T) {
-			h.t = t
-			h.check(1_000_000, l, "race", 100-left) // leave exactly `left`
-			if got := race(t, h.eng, l, racers); got != left {
-				t.Fatalf("%d of %d racers admitted, want exactly %d", got, racers, left)
+		for _, path := range windowPaths {
+			if path.scripted && l.Algorithm != policy.FixedWindow {
+				continue
 			}
-		})
+			t.Run(string(l.Algorithm)+"/"+path.name, func(t *testing.T) {
+				h.t = t
+				h.fresh(path.scripted)
+				tenant := "race-" + path.name
+				h.check(1_000_000, l, tenant, 100-left) // leave exactly `left`
+				if got := race(t, h.eng, l, tenant, racers); got != left {
+					t.Fatalf("%d of %d racers admitted, want exactly %d", got, racers, left)
+				}
+			})
+		}
 	}
 }
 
@@ -41,21 +49,19 @@ var raceLimits = []policy.Limits{
 	{Algorithm: policy.SlidingLog, Capacity: 100 * policy.Micro, WindowMs: 60_000},
 }
 
-// race starts racers concurrent checks of cost 1 for tenant "race" under l
-// at once and returns how many were admitted.
-func race(t *testing.T, eng *Engine, l policy.Limits, racers int) int64 {
+// race starts racers concurrent checks of cost 1 for tenant under l at
+// once and returns how many were admitted.
+func race(t *testing.T, eng *Engine, l policy.Limits, tenant string, racers int) int64 {
 	t.Helper()
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
 	start := make(chan struct{})
-	for i := 0; i < racers; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	for range racers {
+		wg.Go(func() {
 			<-start
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			d, err := eng.Check(ctx, Request{Policy: algPolicy[l.Algorithm], Attributes: map[string]string{"tenant": "race"}, Cost: 1, Limits: &l})
+			d, err := eng.Check(ctx, Request{Policy: algPolicy[l.Algorithm], Attributes: map[string]string{"tenant": tenant}, Cost: 1, Limits: &l})
 			if err != nil {
 				t.Error(err)
 				return
@@ -63,7 +69,7 @@ func race(t *testing.T, eng *Engine, l policy.Limits, racers int) int64 {
 			if d.Allowed {
 				admitted.Add(1)
 			}
-		}()
+		})
 	}
 	close(start)
 	wg.Wait()
@@ -81,7 +87,7 @@ func TestConcurrentRaceRedisTime(t *testing.T) {
 	if d, err := eng.Check(t.Context(), req); err != nil || !d.Allowed {
 		t.Fatalf("drain: %+v %v", d, err)
 	}
-	if got := race(t, eng, l, racers); got != left {
+	if got := race(t, eng, l, "race", racers); got != left {
 		t.Fatalf("%d admitted, want %d", got, left)
 	}
 }
@@ -251,14 +257,19 @@ func TestMalformedScriptCallChangesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	good := append([]any{"1000"}, d.args[:]...)
-	unknown := append([]any{"1000"}, d.args[:]...)
-	unknown[1] = "bucket"
+	good := append([]any{"1000", 0}, d.args[:]...)
+	unknown := append([]any{"1000", 0}, d.args[:]...)
+	unknown[2] = "bucket"
+	if err := decideScript.Run(t.Context(), h.rdb, d.keys, good...).Err(); err != nil {
+		t.Fatalf("the well-formed call: %v", err) // so that the others fail for their fault
+	}
+	h.rdb.FlushAll(t.Context())
 	for name, c := range map[string]scriptCall{
 		"a key missing":       {keys: d.keys[:1], args: good},
 		"a key too many":      {keys: append(d.keys, d.keys...), args: good},
 		"an argument missing": {keys: d.keys, args: good[:len(good)-1]},
-		"no decision":         {keys: nil, args: good[:1]},
+		"no floor":            {keys: d.keys, args: append([]any{"1000"}, d.args[:]...)},
+		"no decision":         {keys: nil, args: good[:2]},
 		"unknown algorithm":   {keys: d.keys, args: unknown},
 	} {
 		err := decideScript.Run(t.Context(), h.rdb, c.keys, c.args...).Err()
@@ -272,7 +283,8 @@ func TestMalformedScriptCallChangesNothing(t *testing.T) {
 }
 
 // Keys expire once they would be idle anyway: TTL = time to refill an
-// empty bucket (or the window span) plus the margin.
+// empty bucket (or the window span) plus the margin; a fixed window's
+// counter once its window has ended, plus the margin, by either path.
 func TestKeyTTL(t *testing.T) {
 	h := newHarness(t)
 	cases := []struct {
@@ -280,15 +292,23 @@ func TestKeyTTL(t *testing.T) {
 		want time.Duration
 	}{
 		{policy.Limits{Algorithm: policy.TokenBucket, Capacity: 20 * policy.Micro, Rate: 5 * policy.Micro}, 4*time.Second + time.Second},
-		{policy.Limits{Algorithm: policy.FixedWindow, Capacity: 20 * policy.Micro, WindowMs: 3000}, 3*time.Second + time.Second},
+		{policy.Limits{Algorithm: policy.FixedWindow, Capacity: 20 * policy.Micro, WindowMs: 3000}, time.Second + time.Second}, // [3 s, 6 s) at 5 s
 		{policy.Limits{Algorithm: policy.SlidingWindow, Capacity: 20 * policy.Micro, WindowMs: 3000}, 6*time.Second + time.Second},
 		{policy.Limits{Algorithm: policy.SlidingLog, Capacity: 20 * policy.Micro, WindowMs: 3000}, 3*time.Second + time.Second},
 	}
-	for _, c := range cases {
-		h.check(5000, c.l, "ttl", 1)
-		ttl := h.rdb.PTTL(t.Context(), h.key(c.l.Algorithm, "ttl")).Val()
-		if ttl <= c.want-200*time.Millisecond || ttl > c.want {
-			t.Errorf("%s: TTL %v, want about %v", c.l.Algorithm, ttl, c.want)
+	for _, path := range windowPaths {
+		h.fresh(path.scripted)
+		for _, c := range cases {
+			tenant := "ttl-" + path.name
+			h.check(5000, c.l, tenant, 1)
+			key := h.key(c.l.Algorithm, tenant)
+			if c.l.Algorithm == policy.FixedWindow {
+				key = counterKey(key, 5000/c.l.WindowMs)
+			}
+			ttl := h.rdb.PTTL(t.Context(), key).Val()
+			if ttl <= c.want-200*time.Millisecond || ttl > c.want {
+				t.Errorf("%s (%s): TTL %v, want about %v", c.l.Algorithm, path.name, ttl, c.want)
+			}
 		}
 	}
 }

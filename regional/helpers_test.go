@@ -61,9 +61,26 @@ func newHarness(t testing.TB) *harness {
 	t.Helper()
 	srv := redistest.Start(t)
 	h := &harness{t: t, rdb: srv.Client(t)}
-	h.eng = newEngine(t, h.rdb, testPolicies(t), Config{Clock: &h.now})
+	h.fresh(false)
 	return h
 }
+
+// fresh gives h a new engine, on the same Redis and clock: its fixed
+// windows start with no floor, as a key's state starts with no time, so
+// that a case on a new key does not inherit the times of cases before it.
+// scripted sends every fixed-window decision to the script.
+func (h *harness) fresh(scripted bool) {
+	h.t.Helper()
+	h.eng = newEngine(h.t, h.rdb, testPolicies(h.t), Config{Clock: &h.now})
+	h.eng.scriptedWindows = scripted
+}
+
+// windowPaths are the two ways a fixed window is decided, for the tests
+// that run every algorithm through both.
+var windowPaths = []struct {
+	name     string
+	scripted bool
+}{{"counted", false}, {"scripted", true}}
 
 // check runs one request at time nowMs with the given limits.
 func (h *harness) check(nowMs int64, l policy.Limits, tenant string, cost int64) policy.Decision {
@@ -114,6 +131,9 @@ func (h *harness) state(alg policy.Algorithm, tenant string) policy.State {
 		}
 		return s
 	}
+	if alg == policy.FixedWindow {
+		return h.windowState(key)
+	}
 	m := h.rdb.HGetAll(ctx, key).Val()
 	if len(m) == 0 {
 		return policy.State{}
@@ -127,6 +147,36 @@ func (h *harness) state(alg policy.Algorithm, tenant string) policy.State {
 	case policy.SlidingWindow:
 		s.Window, s.Prev, s.Count = num(m, "w"), num(m, "p"), num(m, "c")
 	}
+	return s
+}
+
+// windowState reads the fixed-window counters of state key key as a
+// State: the latest window with a counter and its count, at the engine's
+// floor (the counters keep no time of their own).
+func (h *harness) windowState(key string) policy.State {
+	h.t.Helper()
+	ctx := context.Background()
+	counters, err := h.rdb.Keys(ctx, key+":w*").Result()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	s := policy.State{Window: -1}
+	for _, c := range counters {
+		w, err := strconv.ParseInt(strings.TrimPrefix(c, key+":w"), 10, 64)
+		if err != nil {
+			h.t.Fatalf("counter %s: %v", c, err)
+		}
+		if w > s.Window {
+			s.Window = w
+			if s.Count, err = h.rdb.Get(ctx, c).Int64(); err != nil {
+				h.t.Fatalf("counter %s: %v", c, err)
+			}
+		}
+	}
+	if s.Window < 0 {
+		return policy.State{}
+	}
+	s.Exists, s.LastMs = true, h.eng.clk.floor()
 	return s
 }
 

@@ -10,7 +10,8 @@ import (
 // together: a sender takes the first call queued, adds every other call
 // already queued (it never waits for more, so an idle engine adds no
 // latency), and decides them in one round trip (Engine.decide: one script
-// run per maxScriptDecisions, per hash slot on a cluster); calls that queue
+// run per maxScriptDecisions, per hash slot on a cluster, and the fixed
+// windows' charges beside them); calls that queue
 // meanwhile go out with the next. The decisions run in queue order, each as
 // if alone, so nothing about a decision changes but the round trips and
 // what Redis spends on them.

@@ -53,7 +53,7 @@ func TestPipelinedChecksShareRoundTripsAndStayExact(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := cc.trips.Load()
-		got := race(t, eng, l, racers)
+		got := race(t, eng, l, "race", racers)
 		calls += racers
 		if got != left {
 			t.Fatalf("%s: %d of %d racers admitted, want exactly %d", l.Algorithm, got, racers, left)

@@ -16,14 +16,20 @@ import (
 func returnsHarness(t *testing.T) *harness {
 	t.Helper()
 	h := newHarness(t)
+	h.freshReturns()
+	return h
+}
+
+// freshReturns gives h a new engine whose policies accept returns (see
+// harness.fresh).
+func (h *harness) freshReturns() {
 	var ps []*policy.Policy
-	for _, p := range testPolicies(t) {
+	for _, p := range testPolicies(h.t) {
 		q := *p
 		q.Returns = true
 		ps = append(ps, &q)
 	}
-	h.eng = newEngine(t, h.rdb, ps, Config{Clock: &h.now})
-	return h
+	h.eng = newEngine(h.t, h.rdb, ps, Config{Clock: &h.now})
 }
 
 // give returns cost units at nowMs under l.
@@ -92,6 +98,7 @@ func TestDifferentialReturns(t *testing.T) {
 		l := c.lim
 		t.Run(c.name, func(t *testing.T) {
 			h.t = t
+			h.freshReturns()
 			tenant := fmt.Sprintf("ret-%d", i)
 			var s policy.State
 			for step, st := range c.steps {

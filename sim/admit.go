@@ -9,6 +9,7 @@ import (
 
 	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/clock"
+	"github.com/quota-lease/quota-lease/edge"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
 )
@@ -68,7 +69,12 @@ func (p simPolicies) Policy(name string) (*policy.Policy, bool) {
 type simShares struct{ r *region }
 
 func (s simShares) Enforce(_, identity string, now time.Time) (int64, lease.Mode) {
-	return s.r.holder.EnforceFor(identity, now)
+	amount, mode := s.r.holder.EnforceFor(identity, now)
+	if s.r.edge == nil || s.r.edge.e.breakEdge == "reservations" {
+		return amount, mode
+	}
+	// The agent's edgeShares: direct checks leave the edge its part.
+	return edge.DirectShare(amount, s.r.edge.reserved(identity, now)), mode
 }
 func (s simShares) Instances() int { return 1 }
 

@@ -118,6 +118,9 @@ type region struct {
 	// fallback, as the agent's, is never reset, neither when Redis returns
 	// nor on a version bump.
 	admit admitter
+	// edge is the region's Envoy instances and its agent's side of them
+	// (nil without an edge).
+	edge *edgeRegion
 }
 
 func (r *region) clock(t int64) int64 {
@@ -162,6 +165,11 @@ type engine struct {
 	// wrap, when set, wraps each region's admission pipeline (tests
 	// compare it with the agent's on Redis).
 	wrap func(r *region, sim admitter) admitter
+	// breakEdge, set by tests, makes the edge ignore one of its rules so
+	// that they can show they would notice: "assignments" (Envoy never
+	// applies one) or "reservations" (direct checks take the region's whole
+	// capacity).
+	breakEdge string
 
 	book      *lease.Book
 	targets   map[string]int64
@@ -176,7 +184,13 @@ type engine struct {
 	central, oracle map[int]policy.State
 	centralDelay    int64
 
-	res    *Result
+	res *Result
+	// The edge's results, its windows and the moves watched (with an
+	// edge).
+	edgeRes *EdgeResult
+	edgeWin *edgeWindows
+	follow  *followTracker
+
 	track  map[string]*windowMax
 	series *series
 	out    *bufio.Writer
@@ -233,6 +247,14 @@ func (e *engine) run(decisions io.Writer) (*Result, error) {
 	}
 	e.res.Modes = append(e.res.Modes, &ModeResult{Mode: ideal})
 	e.beginEpoch(e.policy, false)
+	if s.Edge != nil {
+		for _, r := range e.regions {
+			r.edge = e.newEdge(r)
+		}
+		e.edgeRes = &EdgeResult{Instances: s.Edge.Instances}
+		e.edgeWin = &edgeWindows{w: wMs, sums: map[int][2]int64{}, ids: e.ids}
+		e.follow = &followTracker{e: e}
+	}
 	if decisions != nil {
 		e.out = bufio.NewWriterSize(decisions, 1<<20)
 	}
@@ -254,6 +276,10 @@ func (e *engine) run(decisions io.Writer) (*Result, error) {
 			return nil, err
 		}
 		e.at(0, e.generateGroups)
+		if s.Edge != nil {
+			e.startEdges()
+			e.watchMoves()
+		}
 	} else {
 		for i := 0; i < s.Tenants; i++ {
 			if _, err := e.ids.add("tenant-" + strconv.Itoa(i)); err != nil {
@@ -315,7 +341,12 @@ func (e *engine) schedule(durMs int64) {
 		case "redis-restart": // down for 'for', then back empty
 			e.outages = true
 			e.at(at, func() { r.redisDown = true })
-			e.at(end, func() { r.redisDown, r.store, r.bornMs = false, map[int]policy.State{}, -1 })
+			e.at(end, func() {
+				r.redisDown, r.store, r.bornMs = false, map[int]policy.State{}, -1
+				if r.edge != nil {
+					r.edge.res = map[int]map[int]reservation{}
+				}
+			})
 		case "redis-flap": // down for 'down' at the start of every 'period'
 			e.outages = true
 			period, down := time.Duration(ev.Period).Milliseconds(), time.Duration(ev.Down).Milliseconds()
@@ -330,6 +361,12 @@ func (e *engine) schedule(durMs int64) {
 			e.at(at, func() { r.anchorRegion, r.anchorTrue, r.rate = r.clock(e.now), e.now, ev.Rate })
 		case "config-change":
 			e.at(at, func() { e.reconfigure(ev) })
+		case "agent-outage":
+			e.at(at, r.edge.down)
+			e.at(end, r.edge.back)
+		case "edge-partition":
+			e.at(at, func() { r.edge.cut = true; r.edge.endStreams() })
+			e.at(end, func() { r.edge.cut = false })
 		}
 	}
 }
@@ -387,7 +424,7 @@ func poisson(r *rand.Rand, mean float64) int {
 func (e *engine) tick() {
 	for _, r := range e.regions {
 		rt := r.leaseTime(e.now)
-		if !r.holder.NeedsRenewal(rt) || e.now-r.lastSend < 500 {
+		if !r.holder.NeedsRenewal(rt) || e.now-r.lastSend < 500 || r.edge != nil && !r.edge.up {
 			continue
 		}
 		r.lastSend = e.now
@@ -396,7 +433,11 @@ func (e *engine) tick() {
 		e.leaseMsgs++
 		demand := e.full.RateAmount(r.meter.Rate(e.now))
 		changes := r.report.Changes(e.identityDemands(r), e.book.Total(), lease.MaxDemandChanges)
-		renewal := lease.Renewal{Region: r.name, Instance: r.name, Nonce: r.nonce, Seq: req.Seq, GrantID: req.GrantID, Demand: demand,
+		grantID := req.GrantID
+		if r.edge != nil {
+			grantID = r.edge.present(req, rt)
+		}
+		renewal := lease.Renewal{Region: r.name, Instance: r.name, Nonce: r.nonce, Seq: req.Seq, GrantID: grantID, Demand: demand,
 			Identities: changes, IdentitiesHeld: r.report.Len()}
 		sentAt := e.now
 		e.at(sentAt+1000, func() { e.timeout(r, req) })
@@ -547,22 +588,11 @@ func (e *engine) arrive(a arrival) {
 	best := e.decide(e.oracle, a.identity, full, e.now, cost)
 	e.record(len(systems), a, best.Allowed, best.Allowed, e.now)
 
-	// quota-lease: the agent's admission pipeline on the region's store.
-	o, err := r.admit.Check(context.Background(), admission.Request{Policy: e.policy.Name, Attributes: e.ids.attrs[a.identity], Cost: a.cost})
-	d, mode := o.Decision, string(o.Mode)
-	if err != nil {
-		if !errors.Is(err, policy.ErrCostExceedsCapacity) {
-			e.fail(fmt.Errorf("region %s, identity %s: %w", r.name, e.ids.names[a.identity], err))
-			return
-		}
-		// A cost the policy's limit cannot hold (a trace's, after a config
-		// change): the agent refuses it as bad input; counted as rejected.
-		d, mode = policy.Decision{}, "refused"
-	}
-	if g, _ := r.holder.Grant(); g.Owns(e.ids.names[a.identity]) {
-		r.meter.AddOwn(a.identity, cost, e.now) // its own shares serve it, not the default
-	} else {
-		r.meter.Add(a.identity, cost, e.now)
+	// quota-lease: an Envoy instance's bucket, or the agent's admission
+	// pipeline on the region's store.
+	d, mode, ok := e.leased(r, a, best.Allowed)
+	if !ok {
+		return
 	}
 	e.record(0, a, d.Allowed, best.Allowed, e.now)
 	e.res.Modes[0].countMode(mode)
@@ -576,11 +606,68 @@ func (e *engine) arrive(a arrival) {
 	e.record(2, a, e.decide(r.static, a.identity, full.Scale(1, int64(len(e.regions))), rms, cost).Allowed, best.Allowed, e.now)
 	// Central: one counter across regions, reached after a one-way delay;
 	// unreachable from a partitioned region or while it is down.
-	ok := false
+	ok = false
 	if !r.partitioned && e.coordUp {
 		ok = e.decide(e.central, a.identity, full, e.now+e.centralDelay, cost).Allowed
 	}
 	e.record(3, a, ok, best.Allowed, e.now+e.centralDelay)
+}
+
+// leased decides a under quota-lease: by the Envoy instance it arrived at,
+// or by the region's agent (refused while the agent is down); ideal is the
+// ideal limiter's decision. ok is false when the run must stop (e.err says
+// why).
+func (e *engine) leased(r *region, a arrival, ideal bool) (d policy.Decision, mode string, ok bool) {
+	cost := a.cost * policy.Micro
+	if a.envoy > 0 {
+		in := r.edge.envoys[a.envoy-1]
+		d.Allowed, mode = in.decide(a.identity), "edge"
+		e.edgeRes.Requests++
+		if ideal {
+			e.edgeRes.IdealAdmitted++
+		}
+		if d.Allowed {
+			e.edgeRes.Admitted++
+			e.edgeWin.add(a.identity, e.now, cost, true)
+			e.follow.admitted(in, a.identity)
+		}
+		return d, mode, true
+	}
+	if r.edge != nil && !r.edge.up {
+		return policy.Decision{}, "agent-down", true
+	}
+	o, err := r.admit.Check(context.Background(), admission.Request{Policy: e.policy.Name, Attributes: e.ids.attrs[a.identity], Cost: a.cost})
+	d, mode = o.Decision, string(o.Mode)
+	if err != nil {
+		if !errors.Is(err, policy.ErrCostExceedsCapacity) {
+			e.fail(fmt.Errorf("region %s, identity %s: %w", r.name, e.ids.names[a.identity], err))
+			return d, mode, false
+		}
+		// A cost the policy's limit cannot hold (a trace's, after a config
+		// change): the agent refuses it as bad input; counted as rejected.
+		d, mode = policy.Decision{}, "refused"
+	}
+	e.observe(r, a.identity, cost)
+	if r.edge != nil {
+		r.edge.direct[a.identity] += cost // the agent's observer: the direct part of the demand
+		e.edgeRes.DirectRequests++
+		if d.Allowed {
+			e.edgeRes.DirectAdmitted++
+			e.edgeWin.add(a.identity, e.now, cost, false)
+		}
+	}
+	return d, mode, true
+}
+
+// observe counts cost asked by identity in region r as its agent's lease
+// meter does (leaser.observe): against the identity's own share where the
+// grant gives it one, else the default.
+func (e *engine) observe(r *region, id int, cost int64) {
+	if g, _ := r.holder.Grant(); g.Owns(e.ids.names[id]) {
+		r.meter.AddOwn(id, cost, e.now) // its own shares serve it, not the default
+	} else {
+		r.meter.Add(id, cost, e.now)
+	}
 }
 
 func (e *engine) decide(m map[int]policy.State, id int, l policy.Limits, nowMs, cost int64) policy.Decision {
@@ -683,6 +770,10 @@ func (e *engine) finish() (*Result, error) {
 		}
 	}
 	e.res.Modes[0].LeaseMessages = e.leaseMsgs
+	if e.edgeRes != nil {
+		e.finishEdge(e.res.Modes[0])
+		e.res.Edge = e.edgeRes
+	}
 	e.res.Modes[3].AddedLatencyMs = float64(2 * e.centralDelay)
 	e.res.Series = e.series.finish(e, ref, w)
 	return e.res, nil

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"math/rand/v2"
 	"strconv"
 	"time"
 
@@ -40,6 +41,9 @@ func (e *engine) generateGroups() {
 			for k := 0; k < n; k++ {
 				id := e.groupIDs[gi] + e.rng.IntN(g.Tenants)
 				a := arrival{t: time.Duration(sec+e.rng.Int64N(1000)) * time.Millisecond, region: ri, identity: id, cost: 1}
+				if g.Edge > 0 && e.rng.Float64() < g.Edge {
+					a.envoy = 1 + pick(e.rng, g.instanceWeights(mid), e.s.Edge.Instances)
+				}
 				e.at(a.t.Milliseconds(), func() { e.arrive(a) })
 			}
 		}
@@ -52,4 +56,42 @@ func (e *engine) generateGroups() {
 func (e *engine) identityDemands(r *region) map[string]int64 {
 	g, _ := r.holder.Grant()
 	return lease.IdentityDemands(r.meter, e.now, g, e.full, 1, func(id int) string { return e.ids.names[id] })
+}
+
+// pick draws one of n instances by weights (nil: alike; missing: 0).
+func pick(r *rand.Rand, weights []float64, n int) int {
+	if weights == nil {
+		return r.IntN(n)
+	}
+	var sum float64
+	for _, w := range weights {
+		sum += w
+	}
+	x := r.Float64() * sum
+	last := 0
+	for i, w := range weights {
+		if w <= 0 {
+			continue
+		}
+		if x < w {
+			return i
+		}
+		x -= w
+		last = i
+	}
+	return last
+}
+
+// watchMoves schedules the follow tracker at every move of a group that
+// sends through the edge.
+func (e *engine) watchMoves() {
+	for gi, g := range e.s.Groups {
+		if g.Edge <= 0 {
+			continue
+		}
+		for _, m := range g.Moves {
+			gi, m := gi, m
+			e.at(time.Duration(m.At).Milliseconds(), func() { e.follow.start(gi, m) })
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // RunToDir simulates s and writes dir/summary.json, dir/plot.svg,
@@ -119,8 +120,35 @@ baselines: independent regional limits, a static split, and a central counter.</
 <h2>The hottest identity over time</h2>
 <img src="plot.svg" alt="admitted per region under quota-lease, against the limit and the bound">
 <img src="modes.svg" alt="admitted by each way of limiting, against the limit">
-</body></html>
+%[9]s</body></html>
 `, html.EscapeString(s.Name), html.EscapeString(s.Description), html.EscapeString(res.Duration), s.Seed,
-		html.EscapeString(strings.Join(s.Regions, ", ")), html.EscapeString(res.Window), html.EscapeString(table), terms.String())
+		html.EscapeString(strings.Join(s.Regions, ", ")), html.EscapeString(res.Window), html.EscapeString(table), terms.String(), edgeReport(res.Edge))
 	return err
+}
+
+// edgeReport is the report's edge section: per window, the identity with
+// the most admitted at the edge and directly against the leased bound;
+// per move of demand, how fast the edge followed.
+func edgeReport(x *EdgeResult) string {
+	if x == nil {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("<h2>The edge</h2>\n<p>Per window, the identity with the most admitted under quota-lease, by its Envoy instances and by direct checks, against the leased bound (its edge term included).</p>\n")
+	b.WriteString("<table><tr><th>window from</th><th>identity</th><th>edge</th><th>direct</th><th>total</th><th>bound</th></tr>\n")
+	for _, w := range x.Windows {
+		fmt.Fprintf(&b, "<tr><td>%s</td><td>%s</td><td>%.4g</td><td>%.4g</td><td>%.4g</td><td>%.4g</td></tr>\n",
+			time.Duration(w.StartMs)*time.Millisecond, html.EscapeString(w.Identity), w.Edge, w.Direct, w.Total, w.Bound)
+	}
+	b.WriteString("</table>\n")
+	if len(x.Follow) > 0 {
+		b.WriteString("<p>Per move of a group's demand: when the token buckets where it went first refilled at 90% of the target (assigned), and first admitted that much in a second (admitted), for the slowest tenant.</p>\n")
+		b.WriteString("<table><tr><th>at</th><th>group</th><th>moved</th><th>region</th><th>target/s</th><th>assigned</th><th>admitted</th></tr>\n")
+		for _, f := range x.Follow {
+			fmt.Fprintf(&b, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%.4g</td><td>%s</td><td>%s</td></tr>\n",
+				time.Duration(f.AtMs)*time.Millisecond, html.EscapeString(f.Group), f.Kind, html.EscapeString(f.Region), f.Target, followTime(f.Assigned90Ms), followTime(f.Admitted90Ms))
+		}
+		b.WriteString("</table>\n")
+	}
+	return b.String()
 }

@@ -19,7 +19,9 @@ type Result struct {
 	Window      string        `json:"window"`
 	Regions     []string      `json:"regions"`
 	Modes       []*ModeResult `json:"modes"`
-	Series      *Series       `json:"-"`
+	// Edge is what the Envoy instances did (scenarios with an edge).
+	Edge   *EdgeResult `json:"edge,omitempty"`
+	Series *Series     `json:"-"`
 }
 
 // ModeResult is what one mode did over the scenario.
@@ -110,12 +112,15 @@ func (r *Result) WriteTable(w io.Writer) error {
 		}
 		fmt.Fprintln(w)
 	}
+	if r.Edge != nil {
+		r.Edge.writeTable(w)
+	}
 	return nil
 }
 
 func sortedTerms(m map[string]float64) []string {
 	keys := make([]string, 0, len(m))
-	for _, k := range []string{bound.TermReference, bound.TermBurst, bound.TermLeaseTransition, bound.TermDrift, bound.TermDegraded, bound.TermFallback, bound.TermIndependent} {
+	for _, k := range []string{bound.TermReference, bound.TermBurst, bound.TermLeaseTransition, bound.TermDrift, bound.TermDegraded, bound.TermFallback, bound.TermEdge, bound.TermIndependent} {
 		if _, ok := m[k]; ok {
 			keys = append(keys, k)
 		}

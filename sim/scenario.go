@@ -59,6 +59,10 @@ type Scenario struct {
 	// Window is the length of the windows admissions are measured over;
 	// default the policy's period.
 	Window policy.Duration `yaml:"window"`
+	// Edge, when set, puts Envoy instances behind every region, served by
+	// the region's agent as an RLQS server (sim/edge.go); groups send
+	// through them the part of their requests their Edge field says.
+	Edge *EdgeSpec `yaml:"edge"`
 
 	policy *policy.Policy
 	dir    string
@@ -91,20 +95,41 @@ type Group struct {
 	Rate    float64            `yaml:"rate"`
 	Regions map[string]float64 `yaml:"regions"`
 	Moves   []Move             `yaml:"moves"`
+	// Edge is the part of the group's requests (0 to 1) that arrive
+	// through the region's Envoy instances (the scenario's edge); the rest
+	// are direct checks of the region's agent.
+	Edge float64 `yaml:"edge"`
+	// Instances are weights over a region's Envoy instances (the first
+	// len(Instances) of them; default all alike): where the group's edge
+	// requests arrive in every region.
+	Instances []float64 `yaml:"instances"`
 }
 
-// Move is a group's new regional weights from At on.
+// Move is a group's new regional weights, or Envoy instance weights, or
+// both, from At on; what it leaves out stays as it was.
 type Move struct {
-	At      policy.Duration    `yaml:"at"`
-	Regions map[string]float64 `yaml:"regions"`
+	At        policy.Duration    `yaml:"at"`
+	Regions   map[string]float64 `yaml:"regions"`
+	Instances []float64          `yaml:"instances"`
 }
 
 // weights returns g's regional weights at t.
 func (g *Group) weights(t time.Duration) map[string]float64 {
 	w := g.Regions
 	for _, m := range g.Moves {
-		if t >= time.Duration(m.At) {
+		if t >= time.Duration(m.At) && m.Regions != nil {
 			w = m.Regions
+		}
+	}
+	return w
+}
+
+// instanceWeights returns g's Envoy instance weights at t (nil: all alike).
+func (g *Group) instanceWeights(t time.Duration) []float64 {
+	w := g.Instances
+	for _, m := range g.Moves {
+		if t >= time.Duration(m.At) && m.Instances != nil {
+			w = m.Instances
 		}
 	}
 	return w
@@ -116,7 +141,10 @@ type Event struct {
 	// coordinator-crash, redis-outage, redis-restart (an outage after
 	// which the region's Redis is back empty), redis-flap (Redis slow past
 	// the check timeout for Down at the start of every Period), clock-drift,
-	// config-change, failover (region's traffic moves to To).
+	// config-change, failover (region's traffic moves to To); with an edge,
+	// agent-outage (the region's agent is down for For and comes back with
+	// no edge state) and edge-partition (the region's Envoy instances
+	// cannot reach its agent for For).
 	Kind   string          `yaml:"kind"`
 	Region string          `yaml:"region"`
 	At     policy.Duration `yaml:"at"`
@@ -205,6 +233,13 @@ func (s *Scenario) defaults() {
 	if s.Tenants == 0 {
 		s.Tenants = 1
 	}
+	if s.Edge != nil {
+		def(&s.Edge.Delay, time.Millisecond)
+		def(&s.Edge.ReportInterval, EnvoyReportInterval)
+		if s.Edge.Instances == 0 && s.policy.Edge != nil {
+			s.Edge.Instances = s.policy.Edge.Instances
+		}
+	}
 	for i := range s.Traffic {
 		if s.Traffic[i].Shape == "" {
 			s.Traffic[i].Shape = "constant"
@@ -285,11 +320,18 @@ func (s *Scenario) validate() error {
 			if !known[e.Region] || !known[e.To] || e.Region == e.To {
 				return bad("event %d (failover): needs two different known regions (region, to)", i)
 			}
+		case "agent-outage", "edge-partition":
+			if s.Edge == nil || !known[e.Region] || e.For <= 0 {
+				return bad("event %d (%s): needs an edge, a known region and a positive 'for'", i, e.Kind)
+			}
 		default:
 			return bad("event %d: unknown kind %q", i, e.Kind)
 		}
 	}
 	if err := s.validateGroups(known); err != nil {
+		return bad("%v", err)
+	}
+	if err := s.validateEdge(); err != nil {
 		return bad("%v", err)
 	}
 	if len(s.Traffic) == 0 && s.Trace == "" && len(s.Groups) == 0 {
@@ -342,10 +384,75 @@ func (s *Scenario) validateGroups(known map[string]bool) error {
 				return fmt.Errorf("group %q: move %d must come after the one before", g.Name, j)
 			}
 			last = m.At
+			if m.Regions == nil && m.Instances == nil {
+				return fmt.Errorf("group %q move %d: moves nothing (give regions, instances or both)", g.Name, j)
+			}
+			if m.Regions == nil {
+				continue
+			}
 			if err := weights(fmt.Sprintf("group %q move %d", g.Name, j), m.Regions); err != nil {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// validateEdge checks the edge and the groups' edge traffic: the policy
+// states edge settings (what Envoy does without an assignment, and how
+// many instances the bound counts), the region runs no more instances
+// than that, and only groups send through it.
+func (s *Scenario) validateEdge() error {
+	sends := false
+	for _, g := range s.Groups {
+		if math.IsNaN(g.Edge) || g.Edge < 0 || g.Edge > 1 {
+			return fmt.Errorf("group %q: edge must be in [0, 1], got %v", g.Name, g.Edge)
+		}
+		sends = sends || g.Edge > 0
+		ws := [][]float64{g.Instances}
+		for _, m := range g.Moves {
+			ws = append(ws, m.Instances)
+		}
+		for _, w := range ws {
+			if w == nil {
+				continue
+			}
+			if s.Edge == nil || len(w) > s.Edge.Instances {
+				return fmt.Errorf("group %q: instance weights need an edge with at least %d instances", g.Name, len(w))
+			}
+			var sum float64
+			for _, v := range w {
+				if math.IsNaN(v) || v < 0 || v > 1e6 {
+					return fmt.Errorf("group %q: instance weight %v not in [0, 1e6]", g.Name, v)
+				}
+				sum += v
+			}
+			if sum <= 0 {
+				return fmt.Errorf("group %q: no instance with a positive weight", g.Name)
+			}
+		}
+	}
+	if s.Edge == nil {
+		if sends {
+			return errors.New("a group sends through the edge, but the scenario has none")
+		}
+		return nil
+	}
+	e := s.policy.Edge
+	if e == nil {
+		return errors.New("edge: the policy has no edge settings (policy.edge: instances, no_assignment, ...)")
+	}
+	if s.Edge.Instances < 1 || s.Edge.Instances > min(e.Instances, MaxEdgeInstances) {
+		return fmt.Errorf("edge: 1 to %d instances per region (the policy's edge.instances, which the bound counts), got %d", min(e.Instances, MaxEdgeInstances), s.Edge.Instances)
+	}
+	if s.Edge.Delay < 0 || s.Edge.ReportInterval < policy.Duration(time.Second) {
+		return fmt.Errorf("edge: delay must not be negative and report_interval at least 1s")
+	}
+	if s.Edge.ChangeEvery < 0 || math.IsNaN(s.Edge.BurstFraction) || s.Edge.BurstFraction < 0 || s.Edge.BurstFraction >= 1 {
+		return fmt.Errorf("edge: change_every must not be negative and burst_fraction must be in [0, 1) (0: the agent's default)")
+	}
+	if len(s.Groups) == 0 || !sends {
+		return errors.New("edge: no group sends through it (groups with edge > 0)")
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ type arrival struct {
 	region   int
 	identity int // index into the identity table
 	cost     int64
+	envoy    int // 1 + the Envoy instance it arrives at; 0: a direct check
 }
 
 // MaxTraceLines bounds a trace file.

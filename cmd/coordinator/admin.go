@@ -210,7 +210,7 @@ func percent(part, whole int64) string {
 }
 
 func leasesList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("leases", "[--region R] [--identities]", "Lists every region's lease on every quota. SHARE is the granted share,\nENFORCING what the region may be enforcing now (an unacknowledged larger\nold grant, or a lapsed region's degraded budget), RESERVED the degraded\nbudget kept for a lapsed region. Shares are in units per period (token\nbucket: per second; windows: per window) and as a part of the limit.\nWith --identities, the identities with shares of their own instead: each\nregion's share of the identity's limit (docs/identity-shares.md).", stderr)
+	fs := newFlags("leases", "[--region R] [--identities]", "Lists every region's lease on every quota. SHARE is the granted share,\nENFORCING what the region may be enforcing now (an unacknowledged larger\nold grant, or a lapsed region's degraded budget), RESERVED the degraded\nbudget kept for a lapsed region. Shares are in units per period (token\nbucket: per second; windows: per window) and as a part of the limit.\nENVOYS, BUCKETS, ASSIGNED and USAGE are the edge: the Envoy instances\nstreaming to the region's agents (Rate Limit Quota Service), their buckets,\nthe refill assigned to them and the rate they report, in the same units,\nas of each agent's last renewal (docs/rlqs-server.md); - for none.\nWith --identities, the identities with shares of their own instead: each\nregion's share of the identity's limit (docs/identity-shares.md).", stderr)
 	af := addAdminFlags(fs)
 	region := fs.String("region", "", "show only this region")
 	identities := fs.Bool("identities", false, "list the identities with shares of their own, and where")
@@ -227,13 +227,23 @@ func leasesList(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return printIdentityShares(stdout, resp.Leases)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUOTA\tREGION\tINSTANCE\tSTATE\tSHARE\tENFORCING\tRESERVED\tEXPIRES IN\tDEMAND")
+	fmt.Fprintln(tw, "QUOTA\tREGION\tINSTANCE\tSTATE\tSHARE\tENFORCING\tRESERVED\tEXPIRES IN\tDEMAND\tENVOYS\tBUCKETS\tASSIGNED\tUSAGE")
 	for _, l := range resp.Leases {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s (%s)\t%s\t%s\t%s\t%s\n", l.Quota, l.Region, l.Instance, l.State,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s (%s)\t%s\t%s\t%s\t%s\t%s\n", l.Quota, l.Region, l.Instance, l.State,
 			units(l.Rate), percent(l.Rate, l.Limit), units(l.Enforcing), units(l.Reserved),
-			(time.Duration(l.ExpiresInMs) * time.Millisecond).String(), units(l.Demand))
+			(time.Duration(l.ExpiresInMs) * time.Millisecond).String(), units(l.Demand), edgeColumns(l))
 	}
 	return tw.Flush()
+}
+
+// edgeColumns are a lease's edge columns: Envoy instances, buckets, the
+// assigned refill (and its part of the limit) and the reported usage.
+func edgeColumns(l *pb.LeaseRecord) string {
+	e := l.Edge
+	if e == nil {
+		return "-\t-\t-\t-"
+	}
+	return fmt.Sprintf("%d\t%d\t%s (%s)\t%s", e.Instances, e.Buckets, units(e.Assigned), percent(e.Assigned, l.Limit), units(e.Usage))
 }
 
 // printIdentityShares lists, per quota and identity with shares of its

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
@@ -20,6 +21,7 @@ import (
 // micro-units and -o json shows in units.
 var microFields = map[protoreflect.FullName]map[protoreflect.Name]bool{
 	"quotalease.v1.LeaseRecord": {"rate": true, "enforcing": true, "reserved": true, "demand": true, "limit": true},
+	"quotalease.v1.EdgeSummary": {"assigned": true, "usage": true},
 }
 
 // renamedFields are fields whose JSON key says better what they hold.
@@ -121,6 +123,9 @@ func scalar(fd protoreflect.FieldDescriptor, v protoreflect.Value, micro bool) (
 	case protoreflect.Uint64Kind, protoreflect.Fixed64Kind, protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
 		return v.Uint(), nil
 	case protoreflect.DoubleKind, protoreflect.FloatKind:
+		if f := v.Float(); math.IsInf(f, 0) || math.IsNaN(f) {
+			return nil, nil // JSON has no infinity: an unbounded worst case is null
+		}
 		return v.Float(), nil
 	case protoreflect.BoolKind:
 		return v.Bool(), nil

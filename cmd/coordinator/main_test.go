@@ -102,6 +102,10 @@ func TestServeAndAdminCommands(t *testing.T) {
 			"--session-ttl", "2s", "--lease-duration", "2s", "--log-level", "warn", "--http-listen", httpAddr}, &bytes.Buffer{}, &serveErr)
 	}()
 	c := "--coordinator=" + addr
+	edgeFile := filepath.Join(t.TempDir(), "edge.yaml")
+	if err := os.WriteFile(edgeFile, []byte(edgePolicies), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		if code, _, _ := runCmd(t, "regions", "list", c); code == 0 {
@@ -137,6 +141,12 @@ func TestServeAndAdminCommands(t *testing.T) {
 		{[]string{"bound", c}, 0, "fallback="},
 		{[]string{"bound", c}, 0, "REFERENCE: the most one ideal global limiter admits"},
 		{[]string{"bound", "nope", c}, 1, "no policy"},
+		{[]string{"quota", "set", "-f", edgeFile, c}, 0, "stored policy edge-open"},
+		// 4 regions (us, eu, ap, sa) × 4 instances × ((1 + 1 start) × 3 tokens + 2/s × 1s) × cost 1
+		{[]string{"bound", "edge-bucket", c}, 0, "edge=128 "},
+		{[]string{"bound", "edge-deny", c}, 0, "edge=0 "},
+		{[]string{"bound", "edge-open", c}, 0, "edge=+Inf"},
+		{[]string{"bound", "edge-open", "-o", "json", c}, 0, `"edge": null`},
 	}
 	for _, s := range steps {
 		code, out, errs := runCmd(t, s.args...)
@@ -167,6 +177,28 @@ func TestServeAndAdminCommands(t *testing.T) {
 	}
 }
 
+// edgePolicies are policies served at the edge, one per kind of edge
+// term: none (Envoy denies), a token bucket's and none at all (Envoy
+// allows).
+const edgePolicies = `name: edge-deny
+identity: [tenant]
+limit: 10
+period: 1s
+edge: {instances: 4, no_assignment: deny}
+---
+name: edge-bucket
+identity: [tenant]
+limit: 10
+period: 1s
+edge: {instances: 4, no_assignment: deny, expired: {rule: token_bucket, max_tokens: 3, tokens_per_second: 2, timeout: 10s}}
+---
+name: edge-open
+identity: [tenant]
+limit: 10
+period: 1s
+edge: {instances: 4, no_assignment: allow}
+`
+
 // checkJSONStyle runs every command with -o json and checks the one style
 // (docs/cli.md): it parses, every key is snake_case (map keys, which are
 // data such as term or region names, aside), no number is a string, and
@@ -179,12 +211,51 @@ func checkJSONStyle(t *testing.T, c string) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
+	// Its agent reports an edge: 3 Envoy instances with 7 buckets,
+	// assigned 12.5/s, asking 80/s; ap's agent reports none.
 	if _, err := cl.Lease(t.Context(), &pb.LeaseRequest{Region: "us", Instance: "us-1", Nonce: "n1",
+		Quotas: []*pb.QuotaRequest{{Quota: "api-per-tenant", Seq: 1, Demand: 10 * policy.Micro,
+			Edge: &pb.EdgeSummary{Instances: 3, Buckets: 7, Assigned: 12_500_000, Usage: 80 * policy.Micro}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Lease(t.Context(), &pb.LeaseRequest{Region: "ap", Instance: "ap-1", Nonce: "n1",
 		Quotas: []*pb.QuotaRequest{{Quota: "api-per-tenant", Seq: 1, Demand: 10 * policy.Micro}}}); err != nil {
 		t.Fatal(err)
 	}
-	if code, out, _ := runCmd(t, "leases", "-o", "json", c); code != 0 || !strings.Contains(out, `"limit": 50,`) {
+	code, out, _ := runCmd(t, "leases", "-o", "json", c)
+	if code != 0 || !strings.Contains(out, `"limit": 50,`) {
 		t.Errorf("leases -o json: the limit is not 50 units:\n%s", out)
+	}
+	var leases struct {
+		Leases []struct {
+			Region string
+			Edge   map[string]float64
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &leases); err != nil {
+		t.Fatal(err)
+	}
+	edges := map[string]map[string]float64{}
+	for _, l := range leases.Leases {
+		edges[l.Region] = l.Edge
+	}
+	if e := edges["us"]; e["instances"] != 3 || e["buckets"] != 7 || e["assigned"] != 12.5 || e["usage"] != 80 || e["agents"] != 1 {
+		t.Errorf("leases -o json: us's edge is %v, want 3 instances, 7 buckets, assigned 12.5, usage 80 (units), 1 agent:\n%s", e, out)
+	}
+	if e := edges["ap"]; e["instances"] != 0 || e["agents"] != 0 {
+		t.Errorf("leases -o json: ap, without an edge, shows %v", e)
+	}
+	code, out, _ = runCmd(t, "leases", c)
+	rows := map[string][]string{}
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[0] == "api-per-tenant" {
+			rows[f[1]] = f
+		}
+	}
+	us, ap := rows["us"], rows["ap"]
+	if code != 0 || !strings.Contains(strings.Join(strings.Fields(out), " "), "ENVOYS BUCKETS ASSIGNED USAGE") || len(us) < 5 ||
+		strings.Join(us[len(us)-5:], " ") != "3 7 12.5 (25%) 80" || len(ap) < 4 || strings.Join(ap[len(ap)-4:], " ") != "- - - -" {
+		t.Errorf("leases: the edge columns are not 3 7 12.5 (25%%) 80 for us and - for ap:\n%s", out)
 	}
 	for _, args := range [][]string{
 		{"quota", "list"}, {"quota", "get", "api-per-tenant"}, {"quota", "validate", "-f", "../../examples/policies.yaml"},

@@ -62,20 +62,20 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 // serveOptions are serve's flags as given (or preset from the environment
 // and --config).
 type serveOptions struct {
-	listen, httpListen, advertise, name  string
-	withConsole                          bool
-	console                              console.Config
-	etcdMode, dataDir, etcdListen        string
-	endpoints, prefix, regions, strategy string
-	timing                               lease.Timing
-	sessionTTL, rebalance, flush, lag    time.Duration
-	etcdTimeout                          time.Duration
-	maxStep, hysteresis, leaseRate       float64
-	etcdAccess                           *etcdAccess
-	tls                                  *mtls.Files
-	xds                                  *xdsOptions
-	trustDomain, logLevel                string
-	insecure, logJSON                    bool
+	listen, httpListen, advertise, name          string
+	withConsole                                  bool
+	console                                      console.Config
+	etcdMode, dataDir, etcdListen                string
+	endpoints, prefix, regions, strategy         string
+	timing                                       lease.Timing
+	sessionTTL, rebalance, flush, lag, clockStep time.Duration
+	etcdTimeout                                  time.Duration
+	maxStep, hysteresis, leaseRate               float64
+	etcdAccess                                   *etcdAccess
+	tls                                          *mtls.Files
+	xds                                          *xdsOptions
+	trustDomain, logLevel                        string
+	insecure, logJSON                            bool
 }
 
 // serveFlags defines serve's flags and parses args over the environment
@@ -108,6 +108,7 @@ func serveFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 	fs.StringVar(&o.strategy, "strategy", string(allocation.StrategyMaxMinFair), "allocation strategy: static, demand or max-min-fair")
 	fs.Float64Var(&o.maxStep, "max-step", coordinator.DefaultMaxStep, "most a share moves per rebalancing round, as a fraction of the quota")
 	fs.Float64Var(&o.hysteresis, "hysteresis", coordinator.DefaultHysteresis, "share changes smaller than this fraction of the quota are not made")
+	fs.DurationVar(&o.clockStep, "redis-clock-step", 0, "most a region's Redis clock may step back within one window (a wall-clock step, not a slew); enters the published bound of fixed-window policies as the window-clock term. 0 where Redis hosts slew their clocks")
 	fs.DurationVar(&o.lag, "store-lag", 0, "most recent writes a region's Redis may lose when it fails over to a replica (its replication lag); enters the published bound as the store-lag term. 0 where Redis does not fail over to replicas")
 	fs.Float64Var(&o.leaseRate, "lease-call-rate", coordinator.DefaultLeaseCallRate, "most Lease calls per second one region's certificate may make (burst twice that); more are refused before they touch the ledger. An agent instance renews about every third of a lease")
 	o.etcdAccess = addEtcdAccessFlags(fs)
@@ -219,7 +220,7 @@ func (o *serveOptions) coordinatorConfig(mutual bool, log hclog.Logger) coordina
 	cfg.Timing, cfg.SessionTTL, cfg.RebalanceInterval, cfg.FlushInterval = o.timing, o.sessionTTL, o.rebalance, o.flush
 	cfg.EtcdTimeout = o.etcdTimeout
 	cfg.Strategy, cfg.MaxStep, cfg.Hysteresis = allocation.Strategy(o.strategy), o.maxStep, o.hysteresis
-	cfg.StoreLag, cfg.LeaseCallRate, cfg.Logger = o.lag, o.leaseRate, log
+	cfg.StoreLag, cfg.RedisClockStep, cfg.LeaseCallRate, cfg.Logger = o.lag, o.clockStep, o.leaseRate, log
 	return cfg
 }
 

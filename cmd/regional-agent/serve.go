@@ -35,7 +35,9 @@ Runs the agent of one region. It loads the policies from the coordinator
 (or --policies FILE), leases a share of every global policy, and answers
 checks against the region's Redis over:
   gRPC  quotalease.v1.CheckService and Envoy's
-        envoy.service.ratelimit.v3.RateLimitService (--grpc-listen)
+        envoy.service.ratelimit.v3.RateLimitService (--grpc-listen),
+        and Envoy's Rate Limit Quota Service (RLQS) for policies with edge
+        settings: token buckets assigned to Envoy instances (--edge-*)
   HTTP  POST /v1/check, GET /metrics, /healthz, /readyz (--http-listen)
 
 When its lease may have expired and cannot be renewed it enforces the
@@ -80,6 +82,7 @@ type serveOptions struct {
 	skew, checkTimeout, margin, policyRefresh, drain     time.Duration
 	pipelines, fallbackKeys, httpConns                   int
 	drift                                                float64
+	edge                                                 agent.EdgeConfig
 }
 
 // serveFlags defines serve's flags and parses args over the environment
@@ -117,6 +120,7 @@ func serveFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 	fs.BoolVar(&o.envoyExact, "envoy-exact-counts", false, "quota-lease extra: Envoy answers report what is left of a limit also when over it (envoyproxy/ratelimit reports 0) and duration_until_reset to the millisecond (it reports whole seconds)")
 	fs.BoolVar(&o.shadow, "shadow-mode", false, "shadow mode for every policy: decide and count as usual, admit everything (rejections are counted as result=\"shadow\"); for watching limits before enforcing them")
 	fs.StringVar(&o.metricIDs, "metric-identities", agent.IdentitiesHashed, "how the hot-identity metric names identities (tenants, IPs): hashed (sha256:<12 hex>), plain (opt in to the names) or off")
+	edgeFlags(fs, &o.edge)
 	o.tls = mtls.ServerFlags(fs)
 	fs.StringVar(&o.coordCA, "coordinator-tls-ca", os.Getenv("QUOTALEASE_TLS_CA"), "PEM CA that signs the coordinators' certificates; turns TLS on toward them, presenting --tls-cert (the region's identity) as the client certificate (env QUOTALEASE_TLS_CA)")
 	fs.StringVar(&o.trustDomain, "trust-domain", "quota-lease", "SPIFFE trust domain of the coordinators (their serve --trust-domain): with --coordinator-tls-ca, a server is accepted as a coordinator only if its certificate names spiffe://<domain>/role/coordinator")
@@ -197,6 +201,10 @@ func (o *serveOptions) config(stderr io.Writer) (serveConfig, error) {
 	cfg.EnvoyRetryAfter, cfg.EnvoyPolicyNames, cfg.EnvoyExactCounts = o.envoyRetryAfter, o.envoyPolicyNames, o.envoyExact
 	cfg.EnvoyQuotaMode, cfg.EnvoyDynamicMetadata = o.envoyQuotaMode, o.envoyDynamicMetadata
 	cfg.HTTPRateLimitHeaders = o.httpRateLimitHeaders
+	if err := o.edge.Validate(); err != nil {
+		return sc, fmt.Errorf("the --edge-* flags: %w", err)
+	}
+	cfg.Edge = o.edge
 	sc.agent = cfg
 	return sc, nil
 }

@@ -116,13 +116,13 @@ type Config struct {
 	// call's domain, descriptors, hits and quota-mode violations), as
 	// envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA does.
 	EnvoyDynamicMetadata bool
-	// Edge configures the Rate Limit Quota Service Envoy instances stream
-	// to on the gRPC port (docs/rlqs.md).
-	Edge EdgeConfig
 	// HTTPRateLimitHeaders is the version of the IETF RateLimit header
 	// fields the HTTP API sends (httpratelimit.go, docs/http.md):
 	// RateLimitDraft06 by default, RateLimitDraft11 or RateLimitNone.
 	HTTPRateLimitHeaders string
+	// Edge configures the Rate Limit Quota Service Envoy instances stream
+	// to on the gRPC port (docs/rlqs.md).
+	Edge EdgeConfig
 	// Shadow puts every policy in shadow mode (policy.Policy.ShadowMode):
 	// decide and count as usual, admit everything.
 	Shadow bool
@@ -200,7 +200,7 @@ func ValidateConfig(c Config) error {
 	if c.FallbackKeys < 1 || c.BreakerThreshold < 1 || c.HotKeys < 1 {
 		bad("fallback keys %d, breaker threshold %d and hot keys %d must be at least 1", c.FallbackKeys, c.BreakerThreshold, c.HotKeys)
 	}
-	if err := c.Edge.validate(); err != nil {
+	if err := c.Edge.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.MetricIdentities != IdentitiesHashed && c.MetricIdentities != IdentitiesPlain && c.MetricIdentities != IdentitiesOff {
@@ -253,7 +253,7 @@ func New(cfg Config) (*Agent, error) {
 	a.leaser = newLeaser(cfg.Region, cfg.Instance, cfg.Coordinator, lease.Timing{Drift: cfg.Drift, Margin: cfg.Margin}, cfg.Clock.Now, cfg.Logger, m, a.refreshSoon)
 	a.leaser.rdb = cfg.Redis
 	a.edge = newEdgeEngine(a, cfg.Edge)
-	a.leaser.edgeHold = a.edge.holds
+	a.leaser.edgeHold, a.leaser.edgeSummary = a.edge.holds, a.edge.edgeSummary
 	acfg := admission.DefaultConfig()
 	acfg.Policies, acfg.Store, acfg.Shares, acfg.Observer, acfg.Clock = agentPolicies{a}, timedStore{eng, m}, edgeShares{a.leaser, a.edge}, observer{a}, cfg.Clock
 	acfg.StoreTimeout, acfg.FallbackKeys, acfg.OverLimitKeys, acfg.ReplayKeys = cfg.CheckTimeout, cfg.FallbackKeys, cfg.FallbackKeys, cfg.FallbackKeys

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"time"
 
 	"github.com/quota-lease/quota-lease/edge"
 )
@@ -12,32 +11,9 @@ import (
 // EdgeConfig configures the agent's Rate Limit Quota Service (RLQS): the
 // Envoy instances it assigns token buckets to (docs/rlqs.md).
 type EdgeConfig struct {
-	// Tick is how often the agent syncs its edge reservations with the
-	// region's Redis (reading the other agents' too) and pushes
-	// assignments. Default 100ms.
-	Tick time.Duration
-	// GrowWait is how long a larger reservation is held before an
-	// assignment uses it, so that every agent of the region has read it
-	// by then (each reads every Tick; one whose last read is older than
-	// GrowWait leaves the edge's policies nothing for direct checks). It
-	// must be the same on every agent of a region, and well above Tick
-	// plus a Redis round trip. Default 500ms.
-	GrowWait time.Duration
-	// Margin is added to every assignment's time to live for its delivery
-	// to Envoy (the stream, Envoy's main thread): the agent counts an
-	// assignment that long after it sent it. Default 500ms.
-	Margin time.Duration
-	// ChangeEvery is the least time between changes of one bucket's
-	// assignment on one stream: a changed token bucket may start full, and
-	// its size pays for one start per ChangeEvery (a shorter interval
-	// makes buckets smaller, edge.Assign). Default 1s.
-	ChangeEvery time.Duration
-	// BurstFraction is the part of an instance's refill given up to pay
-	// for buckets that start full (edge.Assign). Default 0.05.
-	BurstFraction float64
-	// AbandonAfter is how long a bucket reports no requests before its
-	// Envoy instance is told to drop it (AbandonAction). Default 1m.
-	AbandonAfter time.Duration
+	// Tuning are the rounds' settings (edge.Tuning says each, and its
+	// default).
+	edge.Tuning
 	// MaxBucketsPerStream caps the buckets one Envoy instance may report;
 	// more are ignored and counted. Default 10,000.
 	MaxBucketsPerStream int
@@ -50,12 +26,17 @@ type EdgeConfig struct {
 
 // DefaultEdgeConfig returns the RLQS settings' defaults.
 func DefaultEdgeConfig() EdgeConfig {
-	return EdgeConfig{Tick: 100 * time.Millisecond, GrowWait: 500 * time.Millisecond, Margin: 500 * time.Millisecond,
-		ChangeEvery: time.Second, BurstFraction: edge.DefaultBurstFraction, AbandonAfter: time.Minute,
-		MaxBucketsPerStream: 10_000, ReportsPerSecond: 20, ReportBurst: 200}
+	return EdgeConfig{Tuning: edge.DefaultTuning(), MaxBucketsPerStream: 10_000, ReportsPerSecond: 20, ReportBurst: 200}
 }
 
-func (c EdgeConfig) validate() error {
+// rounds is what the edge rounds run with: the tuning and the lease's
+// drift bound.
+func (c EdgeConfig) rounds(drift float64) edge.Config {
+	return edge.Config{Tuning: c.Tuning, Drift: drift}
+}
+
+// Validate reports every setting of c that cannot work, joined.
+func (c EdgeConfig) Validate() error {
 	var errs []error
 	if c.Tick <= 0 || c.GrowWait <= 2*c.Tick {
 		errs = append(errs, fmt.Errorf("edge tick %s must be positive and the grow wait %s more than twice it", c.Tick, c.GrowWait))

@@ -5,9 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"maps"
-	"math"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,16 +19,18 @@ import (
 // edgeEngine is the agent's side of leases to the edge (docs/rlqs.md): per
 // policy identity that Envoy instances report (an edgeKey), what of the
 // region's capacity this agent reserves for them in the region's Redis,
-// and the token buckets it assigns them, through the two phases of
-// edge.Ledger. Every Tick a round: compute each key's capacity, target
-// and split (edge.Target, edge.Split), sync the reservations with Redis
-// (edgeSync: growth granted within the capacity, the other agents' read),
-// then push what the reservations every agent can see allow. The direct
-// path reads what the edge holds through reserved (edgeShares). It is safe
-// for concurrent use.
+// and the token buckets it assigns them. What to plan, reserve and push is
+// package edge's (edge.Key: the simulator runs the same rounds); this puts
+// it on the wire and in Redis. Every Tick a round: plan each key
+// (edge.Key.Plan or Release), sync the reservations with Redis (edgeSync:
+// growth granted within the capacity, the other agents' read), then push
+// what the reservations every agent can see allow (edge.Key.Push). The
+// direct path reads what the edge holds through reserved (edgeShares). It
+// is safe for concurrent use.
 type edgeEngine struct {
 	a   *Agent
 	cfg EdgeConfig
+	rc  edge.Config // the rounds' tuning: cfg's, with the lease's drift
 	m   *edgeMetrics
 	id  string // this process's name in the region's reservations
 	// trust is how long a read of the reservations may be relied on: less
@@ -45,8 +44,8 @@ type edgeEngine struct {
 	// directOnly are policy identities other agents serve at the edge and
 	// this one only checks directly: its direct demand, as last written.
 	directOnly map[edgeKeyID]int64
-	regionKeys map[edgeKeyID]edgeOthers // the other agents' holdings, from the last sync
-	directAt   time.Time                // when direct demands were last measured
+	regionKeys map[edgeKeyID]edge.Others // the other agents' holdings, from the last sync
+	directAt   time.Time                 // when direct demands were last measured
 	syncDown   outage
 	metricKeys map[string]bool // policies with edge gauges set
 
@@ -55,8 +54,9 @@ type edgeEngine struct {
 	directMu sync.Mutex
 	direct   map[edgeKeyID]int64
 
-	view    atomic.Pointer[edgeView]
-	enabled atomic.Pointer[map[string]bool] // policies with edge settings
+	view    atomic.Pointer[edge.View]              // the region's reservations as last synced, for the direct path
+	summary atomic.Pointer[map[string]edgeSummary] // per policy, as of the last round (edgesummary.go)
+	enabled atomic.Pointer[map[string]bool]        // policies with edge settings
 	kick    chan struct{}
 }
 
@@ -70,55 +70,36 @@ type rlqsSlotID struct {
 	bucket string
 }
 
-// edgeKey is one policy identity the edge serves from this agent.
+// edgeKey is one policy identity the edge serves from this agent: its
+// rounds' state (edge.Key, over slots named by rlqsSlotID) and the wire
+// side of its slots.
 type edgeKey struct {
+	*edge.Key[rlqsSlotID]
 	id     edgeKeyID
 	pol    *policy.Policy // nil: no longer served (policy gone or without edge settings)
-	ledger *edge.Ledger[rlqsSlotID]
 	slots  map[rlqsSlotID]*rlqsSlot
-
-	// This round's plan.
-	want      map[rlqsSlotID]int64
-	ttl, life time.Duration
-	capacity  int64
-	self      int64 // this agent's edge demand
-
-	// The reservation. written is what the region's Redis holds for this
-	// agent (confirmed by a sync); visible what every agent may be
-	// counting (written for GrowWait); pending a larger written amount
-	// waiting for that since pendingSince; covered until when Redis keeps
-	// the entry, on this agent's clock.
-	written, visible, pending int64
-	pendingSince, covered     time.Time
-	others                    edgeOthers
-	direct                    int64 // this agent's direct demand
-	sentEdge, sentDirect      int64 // the demands last written
+	others edge.Others // the other agents' holdings, from the last sync
+	direct int64       // this agent's direct demand
 }
 
-// rlqsSlot is a bucket an Envoy instance reports.
+// rlqsSlot is a bucket an Envoy instance reports: the key's edge.Slot of
+// it, and where to send its actions.
 type rlqsSlot struct {
-	st      *rlqsStream
-	id      *rlqsv3.BucketId
-	key     *edgeKey
-	demand  int64     // amount units per policy period; -1 unknown
-	at      time.Time // last report
-	busy    time.Time // last report with requests (or its first)
-	bucket  edge.Bucket
-	changed time.Time // when its bucket last changed
+	*edge.Slot
+	st  *rlqsStream
+	id  *rlqsv3.BucketId
+	key *edgeKey
 }
 
-// edgeView is the region's edge reservations as last synced, for the
-// direct path: per policy and identity, what every agent reserved.
-type edgeView struct {
-	readAt   time.Time
-	byPolicy map[string]map[string]int64
+func compareSlots(a, b rlqsSlotID) int {
+	return cmp.Or(cmp.Compare(a.stream, b.stream), cmp.Compare(a.bucket, b.bucket))
 }
 
 func newEdgeEngine(a *Agent, cfg EdgeConfig) *edgeEngine {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	trust := cfg.GrowWait - time.Duration(math.Ceil(3*a.cfg.Drift*float64(cfg.GrowWait))) - time.Millisecond
-	e := &edgeEngine{a: a, cfg: cfg, m: newEdgeMetrics(a.m.reg), id: hex.EncodeToString(b[:]), trust: trust, streams: map[uint64]*rlqsStream{},
+	rc := cfg.rounds(a.cfg.Drift)
+	e := &edgeEngine{a: a, cfg: cfg, rc: rc, m: newEdgeMetrics(a.m.reg), id: hex.EncodeToString(b[:]), trust: rc.Trust(), streams: map[uint64]*rlqsStream{},
 		keys: map[edgeKeyID]*edgeKey{}, direct: map[edgeKeyID]int64{}, directOnly: map[edgeKeyID]int64{}, metricKeys: map[string]bool{},
 		syncDown: outage{what: "edge reservation syncs with Redis", interval: 30 * time.Second}, kick: make(chan struct{}, 1)}
 	none := map[string]bool{}
@@ -144,11 +125,7 @@ func (e *edgeEngine) reserved(name, identity string, now time.Time) int64 {
 	if !(*e.enabled.Load())[name] {
 		return 0
 	}
-	v := e.view.Load()
-	if v == nil || now.After(v.readAt.Add(e.trust)) {
-		return math.MaxInt64
-	}
-	return v.byPolicy[name][identity]
+	return e.view.Load().Reserved(name, identity, now, e.trust)
 }
 
 // holds reports whether acknowledging g, a grant of policy name, would let
@@ -160,20 +137,7 @@ func (e *edgeEngine) holds(name string, g lease.Grant, now time.Time) bool {
 	if !(*e.enabled.Load())[name] {
 		return false
 	}
-	v := e.view.Load()
-	if v == nil {
-		return false // never synced: nothing was assigned
-	}
-	ids := v.byPolicy[name]
-	if now.After(v.readAt.Add(e.trust)) {
-		return len(ids) > 0 // unknown now: keep what covered them
-	}
-	for id, r := range ids {
-		if r > g.AmountFor(id) {
-			return true
-		}
-	}
-	return false
+	return e.view.Load().Holds(name, g, now, e.trust)
 }
 
 // run does a round every Tick, and soon after a new bucket appears, until
@@ -236,13 +200,6 @@ func (e *edgeEngine) idle() bool {
 	return len(e.keys) == 0 && len(e.directOnly) == 0 && len(e.streams) == 0
 }
 
-// keepFor is how long the region's Redis keeps a reservation entry past a
-// sync: twice the longest life of an assignment plus a few rounds, so that
-// entries are rewritten about once per life and pushes never wait for one.
-func (e *edgeEngine) keepFor(life time.Duration) time.Duration {
-	return 2*life + 4*e.cfg.Tick
-}
-
 // prepare computes every key's plan at now and the updates to write.
 // e.mu is held.
 func (e *edgeEngine) prepare(now time.Time) []edgeUpdate {
@@ -264,14 +221,11 @@ func (e *edgeEngine) prepare(now time.Time) []edgeUpdate {
 		}
 		k.pol = pol
 		if pol == nil || len(k.slots) == 0 {
-			k.want = nil
-			need := k.ledger.Committed(now)
-			if need == 0 && k.written == 0 && k.ledger.Empty(now) {
+			u, write, drop := k.Release(now, k.direct, e.rc)
+			if drop {
 				delete(e.keys, id)
-				continue
-			}
-			if need != k.written || k.direct != k.sentDirect {
-				updates = append(updates, edgeUpdate{key: id, want: need, direct: k.direct, life: e.keepFor(max(k.life, time.Second))})
+			} else if write {
+				updates = append(updates, edgeUpdate{key: id, Update: u})
 			}
 			continue
 		}
@@ -279,43 +233,12 @@ func (e *edgeEngine) prepare(now time.Time) []edgeUpdate {
 		if until := e.a.leaser.validUntil(id.policy); until.After(now) {
 			validLeft = until.Sub(now)
 		}
-		k.ttl, _ = edge.TTL(pol.Edge.EdgeTTL(), validLeft, e.a.cfg.Drift, e.cfg.Margin)
-		k.life = edge.Lifetime(k.ttl, e.a.cfg.Drift, e.cfg.Margin)
-		// The least the region may enforce over the assignment's life: at
-		// its end, since no grant's capacity grows while nothing is renewed
-		// (a grant, then its degraded budget, which only decays), and a
-		// renewal that shrinks it is not acknowledged while the edge may
-		// enforce more (holds).
-		k.capacity, _ = e.a.leaser.Enforce(id.policy, id.identity, now.Add(k.life))
-		ids := slices.SortedFunc(maps.Keys(k.slots), func(a, b rlqsSlotID) int {
-			return cmp.Or(cmp.Compare(a.stream, b.stream), cmp.Compare(a.bucket, b.bucket))
-		})
-		demands := make([]int64, len(ids))
-		var known, sum int64
-		for i, sid := range ids {
-			demands[i] = k.slots[sid].demand
-			if demands[i] >= 0 {
-				known++
-				sum += demands[i]
-			}
+		capacityAt := func(t time.Time) int64 {
+			c, _ := e.a.leaser.EnforceAt(id.policy, id.identity, t)
+			return c
 		}
-		k.self = sum
-		if unknown := int64(len(ids)) - known; unknown > 0 {
-			guess := k.capacity
-			if known > 0 {
-				guess = sum / known
-			}
-			k.self += unknown * guess
-		}
-		target := edge.Target(k.capacity, k.others.direct+k.direct, k.self, k.others.edge)
-		shares := edge.Split(target, demands)
-		k.want = make(map[rlqsSlotID]int64, len(ids))
-		for i, sid := range ids {
-			k.want[sid] = shares[i]
-		}
-		need := k.ledger.Need(now, k.want)
-		if need != k.written || now.Add(k.life+2*e.cfg.Tick).After(k.covered) || moved(k.self, k.sentEdge) || k.direct != k.sentDirect {
-			updates = append(updates, edgeUpdate{key: id, want: need, capacity: k.capacity, edgeDemand: k.self, direct: k.direct, life: e.keepFor(k.life)})
+		if u, write := k.Plan(now, pol, validLeft, capacityAt, k.direct, k.others, e.rc); write {
+			updates = append(updates, edgeUpdate{key: id, Update: u})
 		}
 	}
 	for id, d := range e.directOnly {
@@ -324,19 +247,13 @@ func (e *edgeEngine) prepare(now time.Time) []edgeUpdate {
 			continue
 		}
 		if measure {
-			updates = append(updates, edgeUpdate{key: id, direct: d, life: e.keepFor(5 * time.Second)})
+			updates = append(updates, edgeUpdate{key: id, Update: edge.Update{Direct: d, Life: e.rc.KeepFor(5 * time.Second)}})
 			if d == 0 {
 				delete(e.directOnly, id)
 			}
 		}
 	}
 	return updates
-}
-
-// moved reports whether a demand moved by more than a tenth since it was
-// last written.
-func moved(now, sent int64) bool {
-	return now > sent+sent/10 || now < sent-sent/10
 }
 
 // observeDirect counts cost (micro-units) a direct check asked of
@@ -360,13 +277,12 @@ func (e *edgeEngine) measureDirect(now, since time.Time) {
 	counts := e.direct
 	e.direct = map[edgeKeyID]int64{}
 	e.directMu.Unlock()
-	secs := now.Sub(since).Seconds()
 	rate := func(id edgeKeyID) int64 {
 		p, ok := e.a.policies.Policy(id.policy)
-		if !ok || secs <= 0 {
+		if !ok {
 			return 0
 		}
-		return p.Limits().RateAmount(int64(float64(counts[id]) / secs))
+		return edge.DirectDemand(p, counts[id], now.Sub(since))
 	}
 	for id, k := range e.keys {
 		k.direct = rate(id)
@@ -381,100 +297,40 @@ func (e *edgeEngine) measureDirect(now, since time.Time) {
 	}
 }
 
-// synced applies a successful sync sent at sent and answered at done.
-// Redis ran it in between: the entries' lives count from sent (they end
-// no sooner), a larger reservation's wait from done (every agent's read
-// that missed it began before done), and the others' holdings are trusted
-// from sent. e.mu is held.
-func (e *edgeEngine) synced(sent, done time.Time, updates []edgeUpdate, granted []int64, others map[edgeKeyID]edgeOthers) {
+// synced applies a successful sync sent at sent and answered at done
+// (edge.Key.Synced says what counts from which). e.mu is held.
+func (e *edgeEngine) synced(sent, done time.Time, updates []edgeUpdate, granted []int64, others map[edgeKeyID]edge.Others) {
 	for i, u := range updates {
-		k := e.keys[u.key]
-		if k == nil {
-			continue
+		if k := e.keys[u.key]; k != nil {
+			k.Synced(sent, done, u.Update, granted[i], e.rc)
 		}
-		g := granted[i]
-		k.written, k.sentEdge, k.sentDirect = g, u.edgeDemand, u.direct
-		switch {
-		case g <= k.visible:
-			k.visible, k.pending = g, 0
-		case g <= k.pending:
-			k.pending = g // part of what was written then
-		default:
-			if k.pending > 0 && !done.Before(k.pendingSince.Add(e.cfg.GrowWait)) {
-				k.visible = k.pending
-			}
-			k.pending, k.pendingSince = g, done
-		}
-		// Redis counts the entry's life from when it ran the script, after
-		// sent, on its own clock.
-		k.covered = sent.Add(u.life - time.Duration(math.Ceil(2*e.a.cfg.Drift*float64(u.life))))
 	}
 	e.regionKeys = others
-	v := &edgeView{readAt: sent, byPolicy: map[string]map[string]int64{}}
-	add := func(id edgeKeyID, r int64) {
-		if r <= 0 {
-			return
-		}
-		m := v.byPolicy[id.policy]
-		if m == nil {
-			m = map[string]int64{}
-			v.byPolicy[id.policy] = m
-		}
-		m[id.identity] += r
-	}
+	v := edge.NewView(sent)
 	for id, o := range others {
-		add(id, o.reserved)
+		v.Add(id.policy, id.identity, o.Reserved)
 	}
 	for id, k := range e.keys {
 		k.others = others[id]
-		add(id, k.written)
+		v.Add(id.policy, id.identity, k.Written)
 	}
 	e.view.Store(v)
 }
 
 // push sends, on every key's slots, the changes its ledger allows and the
-// refreshes due, and abandons idle buckets. e.mu is held.
+// refreshes due, and abandons idle buckets (edge.Key.Push). e.mu is held.
 func (e *edgeEngine) push(now time.Time) {
 	for _, k := range e.keys {
-		if k.pending > 0 && !now.Before(k.pendingSince.Add(e.cfg.GrowWait)) {
-			k.visible, k.pending = max(k.visible, k.pending), 0
-		}
-		k.visible = min(k.visible, k.written)
-		if k.pol == nil || k.want == nil || now.Add(k.life).After(k.covered) {
-			continue // nothing served, or Redis keeps no entry long enough for one more push
-		}
-		changes := k.ledger.Plan(now, k.want, k.visible, e.cfg.ChangeEvery)
-		from := now.Add(k.ttl - time.Duration(math.Ceil(2*e.a.cfg.Drift*float64(k.ttl))))
-		for sid, s := range k.slots {
-			if now.Sub(s.busy) >= e.cfg.AbandonAfter && now.Sub(s.changed) >= e.cfg.ChangeEvery {
-				e.abandon(sid, s)
+		for _, a := range k.Push(now, k.pol, e.rc) {
+			s := k.slots[a.Slot]
+			if a.Abandon {
+				s.st.pend = append(s.st.pend, abandonAction(s.id))
+				e.dropSlot(a.Slot, s)
 				continue
 			}
-			share, change := changes[sid]
-			if change {
-				s.bucket = edge.Assign(edge.ShapeOf(k.pol, share), e.cfg.ChangeEvery, e.cfg.BurstFraction, s.bucket)
-				s.changed = now
-			} else {
-				cur, active := k.ledger.Current(sid, now)
-				if !active || cur > k.want[sid] || !k.ledger.Due(sid, now, e.refreshLead(k.ttl)) {
-					// A share above what the slot may have now (its capacity
-					// fell, or it is being moved away and its change waits
-					// for ChangeEvery) is never extended: it expires.
-					continue
-				}
-				share = cur // a refresh: the same bucket, a new time to live
-			}
-			k.ledger.Pushed(sid, share, now, from, now.Add(k.life))
-			s.st.pend = append(s.st.pend, assignAction(s.id, s.bucket, k.ttl))
+			s.st.pend = append(s.st.pend, assignAction(s.id, a.Bucket, a.TTL))
 		}
 	}
-}
-
-// refreshLead is how long before an assignment of ttl may expire it is
-// sent again: a quarter of it, or a few rounds. Later would risk a gap;
-// sooner keeps a share that is being moved away alive longer.
-func (e *edgeEngine) refreshLead(ttl time.Duration) time.Duration {
-	return max(ttl/4, 4*e.cfg.Tick)
 }
 
 // abandon tells a bucket's Envoy instance to drop it and forgets it; what
@@ -485,7 +341,7 @@ func (e *edgeEngine) abandon(sid rlqsSlotID, s *rlqsSlot) {
 }
 
 func (e *edgeEngine) dropSlot(sid rlqsSlotID, s *rlqsSlot) {
-	s.key.ledger.Remove(sid)
+	s.key.Remove(sid)
 	delete(s.key.slots, sid)
 	delete(s.st.slots, sid.bucket)
 }
@@ -507,18 +363,20 @@ func (e *edgeEngine) collect() map[*rlqsStream]*rlqsv3.RateLimitQuotaResponse {
 func (e *edgeEngine) key(id edgeKeyID, p *policy.Policy) *edgeKey {
 	k := e.keys[id]
 	if k == nil {
-		k = &edgeKey{id: id, pol: p, ledger: edge.NewLedger[rlqsSlotID](), slots: map[rlqsSlotID]*rlqsSlot{}}
+		k = &edgeKey{Key: edge.NewKey(compareSlots), id: id, pol: p, slots: map[rlqsSlotID]*rlqsSlot{}}
 		e.keys[id] = k
 	}
 	return k
 }
 
-// updateMetrics sets the per-policy edge gauges. e.mu is held.
+// updateMetrics sets the per-policy edge gauges and the summary renewals
+// report. e.mu is held.
 func (e *edgeEngine) updateMetrics(now time.Time) {
 	type agg struct {
-		streams       map[uint64]bool
-		buckets       int
-		rate, reserve float64
+		streams              map[uint64]bool
+		buckets              int
+		rate, reserve, usage float64
+		pol                  *policy.Policy
 	}
 	by := map[string]*agg{}
 	for id, k := range e.keys {
@@ -530,14 +388,25 @@ func (e *edgeEngine) updateMetrics(now time.Time) {
 		for sid, s := range k.slots {
 			g.streams[sid.stream] = true
 			g.buckets++
-			if _, active := k.ledger.Current(sid, now); active {
-				g.rate += s.bucket.Rate()
+			if _, active := k.Ledger.Current(sid, now); active {
+				g.rate += s.Bucket.Rate()
+			}
+			if s.Demand > 0 {
+				g.usage += float64(s.Demand)
 			}
 		}
 		if k.pol != nil {
-			g.reserve += k.pol.Limit * float64(k.written) / float64(k.pol.Limits().Amount())
+			g.reserve += k.pol.Limit * float64(k.Written) / float64(k.pol.Limits().Amount())
+			g.pol = k.pol
 		}
 	}
+	sums := map[string]edgeSummary{}
+	for name, g := range by {
+		if g.pol != nil && len(g.streams) > 0 {
+			sums[name] = edgeSummary{instances: len(g.streams), buckets: g.buckets, assigned: edge.DemandAmount(g.pol, g.rate), usage: amountOf(g.usage)}
+		}
+	}
+	e.summary.Store(&sums)
 	for name := range e.metricKeys {
 		if by[name] == nil {
 			by[name] = &agg{}

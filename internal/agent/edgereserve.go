@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quota-lease/quota-lease/edge"
 )
 
 // The region's edge reservations in its Redis (lua/edge_sync.lua): what
@@ -33,29 +34,23 @@ func parseEdgeField(f string) (edgeKeyID, bool) {
 	return edgeKeyID{p, id}, ok
 }
 
-// edgeUpdate is one agent's reservation for one policy identity: want is
-// granted up to capacity counting the other agents' (growth only; a
-// smaller want is granted whole), with this agent's demands, kept for
-// life.
+// edgeUpdate is one agent's reservation for one policy identity: Want is
+// granted up to Capacity counting the other agents' (growth only; a
+// smaller want is granted whole: edge.Reserve, the script's rule), with
+// this agent's demands, kept for Life.
 type edgeUpdate struct {
-	key                edgeKeyID
-	want, capacity     int64
-	edgeDemand, direct int64
-	life               time.Duration
+	key edgeKeyID
+	edge.Update
 }
-
-// edgeOthers is what the other live agents of the region hold for one
-// policy identity.
-type edgeOthers struct{ reserved, edge, direct int64 }
 
 // edgeSync applies updates for agent id and returns, in order, what Redis
 // granted each, and what the other agents hold for every policy identity
 // any of them holds something for.
-func edgeSync(ctx context.Context, rdb redis.UniversalClient, region, id string, updates []edgeUpdate) ([]int64, map[edgeKeyID]edgeOthers, error) {
+func edgeSync(ctx context.Context, rdb redis.UniversalClient, region, id string, updates []edgeUpdate) ([]int64, map[edgeKeyID]edge.Others, error) {
 	args := make([]any, 0, 2+6*len(updates))
 	args = append(args, id, len(updates))
 	for _, u := range updates {
-		args = append(args, edgeField(u.key), u.want, u.capacity, u.edgeDemand, u.direct, max(1, u.life.Milliseconds()))
+		args = append(args, edgeField(u.key), u.Want, u.Capacity, u.EdgeDemand, u.Direct, max(1, u.Life.Milliseconds()))
 	}
 	res, err := edgeSyncScript.Run(ctx, rdb, []string{edgeReservationsKey(region)}, args...).Slice()
 	if err != nil {
@@ -75,18 +70,18 @@ func edgeSync(ctx context.Context, rdb redis.UniversalClient, region, id string,
 			return nil, nil, err
 		}
 	}
-	others := make(map[edgeKeyID]edgeOthers, len(sums)/4)
+	others := make(map[edgeKeyID]edge.Others, len(sums)/4)
 	for i := 0; i < len(sums); i += 4 {
 		f, _ := sums[i].(string)
 		k, ok := parseEdgeField(f)
 		if !ok {
 			continue // not ours to read
 		}
-		var o edgeOthers
+		var o edge.Others
 		var e1, e2, e3 error
-		o.reserved, e1 = edgeInt(sums[i+1])
-		o.edge, e2 = edgeInt(sums[i+2])
-		o.direct, e3 = edgeInt(sums[i+3])
+		o.Reserved, e1 = edgeInt(sums[i+1])
+		o.Edge, e2 = edgeInt(sums[i+2])
+		o.Direct, e3 = edgeInt(sums[i+3])
 		if e1 != nil || e2 != nil || e3 != nil {
 			return nil, nil, fmt.Errorf("edge reservations: field %q: bad sums", f)
 		}

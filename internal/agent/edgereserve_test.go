@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quota-lease/quota-lease/edge"
 	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/lease"
 )
@@ -31,7 +32,7 @@ func TestEdgeReservationsOnRedis(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for round := 0; round < 20; round++ {
-				g, _, err := edgeSync(ctx, rdb, "us", string(rune('a'+i)), []edgeUpdate{{key: id, want: capacity, capacity: capacity, edgeDemand: 5, life: time.Minute}})
+				g, _, err := edgeSync(ctx, rdb, "us", string(rune('a'+i)), []edgeUpdate{{key: id, Update: edge.Update{Want: capacity, Capacity: capacity, EdgeDemand: 5, Life: time.Minute}}})
 				if err != nil {
 					t.Error(err)
 					return
@@ -53,21 +54,21 @@ func TestEdgeReservationsOnRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o := others[id]; o.reserved != sum-granted[0] || o.edge != 5*7 {
+	if o := others[id]; o.Reserved != sum-granted[0] || o.Edge != 5*7 {
 		t.Fatalf("agent a sees %+v, want the others' %d reserved and 35 edge demand", o, sum-granted[0])
 	}
 	// Shrinking is granted whole; an agent holding for a short life is
 	// gone once it ran out.
-	g, _, _ := edgeSync(ctx, rdb, "us", "a", []edgeUpdate{{key: id, want: 0, capacity: capacity, life: time.Minute}})
+	g, _, _ := edgeSync(ctx, rdb, "us", "a", []edgeUpdate{{key: id, Update: edge.Update{Want: 0, Capacity: capacity, Life: time.Minute}}})
 	if g[0] != 0 {
 		t.Fatalf("shrink to 0 granted %d", g[0])
 	}
-	if _, _, err := edgeSync(ctx, rdb, "us", "b", []edgeUpdate{{key: id, want: granted[1], capacity: capacity, life: 300 * time.Millisecond}}); err != nil {
+	if _, _, err := edgeSync(ctx, rdb, "us", "b", []edgeUpdate{{key: id, Update: edge.Update{Want: granted[1], Capacity: capacity, Life: 300 * time.Millisecond}}}); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 5*time.Second, "b's reservation expiring", func() bool {
 		_, others, err := edgeSync(ctx, rdb, "us", "a", nil)
-		return err == nil && others[id].reserved == sum-granted[0]-granted[1]
+		return err == nil && others[id].Reserved == sum-granted[0]-granted[1]
 	})
 	if ttl := rdb.PTTL(ctx, edgeReservationsKey("us")).Val(); ttl <= 0 || ttl > time.Minute {
 		t.Fatalf("the region's hash expires in %s, want within the longest life", ttl)
@@ -84,7 +85,9 @@ func TestEdgeHoldsShrinkingGrant(t *testing.T) {
 	on := map[string]bool{"api": true}
 	e.enabled.Store(&on)
 	now := time.Now()
-	e.view.Store(&edgeView{readAt: now, byPolicy: map[string]map[string]int64{"api": {"acme": 500}}})
+	v := edge.NewView(now)
+	v.Add("api", "acme", 500)
+	e.view.Store(v)
 	for _, c := range []struct {
 		g    lease.Grant
 		at   time.Time

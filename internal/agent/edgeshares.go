@@ -3,6 +3,7 @@ package agent
 import (
 	"time"
 
+	"github.com/quota-lease/quota-lease/edge"
 	"github.com/quota-lease/quota-lease/lease"
 )
 
@@ -21,7 +22,7 @@ func (s edgeShares) Enforce(name, identity string, now time.Time) (int64, lease.
 	if amount <= 0 {
 		return amount, mode
 	}
-	return max(0, amount-s.e.reserved(name, identity, now)), mode
+	return edge.DirectShare(amount, s.e.reserved(name, identity, now)), mode
 }
 
 func (s edgeShares) Instances() int { return s.l.Instances() }

@@ -51,6 +51,9 @@ type leaser struct {
 	// free what Envoy instances may still be enforcing (edgeEngine.holds):
 	// the renewal then presents the grant acknowledged before instead.
 	edgeHold func(name string, g lease.Grant, now time.Time) bool
+	// edgeSummary is what renewals report of a quota's edge, or nil
+	// (edgeEngine.edgeSummary).
+	edgeSummary func(name string) *pb.EdgeSummary
 
 	mu        sync.Mutex
 	metricsAt time.Time // the last updateMetrics
@@ -191,6 +194,18 @@ func (l *leaser) Enforce(name, identity string, now time.Time) (int64, lease.Mod
 	return q.a.EnforceFor(identity, now)
 }
 
+// EnforceAt is Enforce as it will be at a later time, if no answer comes
+// before (lease.Holder.EnforceAt); it changes nothing.
+func (l *leaser) EnforceAt(name, identity string, at time.Time) (int64, lease.Mode) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	q := l.quotas[name]
+	if q == nil {
+		return 0, lease.ModeNone
+	}
+	return q.a.EnforceAt(identity, at)
+}
+
 // observe counts cost (micro-units) asked of policy name by identity: its
 // demand.
 func (l *leaser) observe(name, identity string, cost int64, now time.Time) {
@@ -255,8 +270,12 @@ func (l *leaser) renew(ctx context.Context) bool {
 			q.report, most = lease.DemandReport{}, leaseapi.MaxWholeDemands
 		}
 		changes := q.report.Changes(q.identityDemand(now, l.instances), q.policy.Limits().Amount(), most)
-		pr.Quotas = append(pr.Quotas, &pb.QuotaRequest{Quota: n, GrantId: base.ID, Seq: r.Seq, Demand: demand,
-			IdentityDemand: changes, IdentityDemandHeld: int32(q.report.Len()), IdentityDeltas: true})
+		qr := &pb.QuotaRequest{Quota: n, GrantId: base.ID, Seq: r.Seq, Demand: demand,
+			IdentityDemand: changes, IdentityDemandHeld: int32(q.report.Len()), IdentityDeltas: true}
+		if l.edgeSummary != nil {
+			qr.Edge = l.edgeSummary(n)
+		}
+		pr.Quotas = append(pr.Quotas, qr)
 		out = append(out, sentQuota{n, q, r, base, changes})
 	}
 	l.mu.Unlock()

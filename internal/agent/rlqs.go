@@ -213,18 +213,8 @@ func (e *edgeEngine) report(st *rlqsStream, m *rlqsv3.RateLimitQuotaUsageReports
 		// The edge's demand is the region's demand too: the lease asks for
 		// it as for direct checks' (the meter), so the region's share
 		// follows the edge.
-		e.a.leaser.observe(pol.Name, s.key.id.identity, int64(min(float64(count)*float64(pol.Cost)*float64(policy.Micro), 1e18)), now)
-		var measured time.Duration
-		if !s.at.IsZero() {
-			measured = now.Sub(s.at)
-		}
-		if r, ok := edge.Rate(count, u.GetTimeElapsed().AsDuration(), measured); ok {
-			s.demand = edge.DemandAmount(pol, r)
-		}
-		s.at = now
-		if count > 0 {
-			s.busy = now
-		}
+		e.a.leaser.observe(pol.Name, s.key.id.identity, edge.ReportedCost(pol, count), now)
+		s.Report(pol, count, u.GetTimeElapsed().AsDuration(), now)
 	}
 	if fresh {
 		e.kickSoon()
@@ -263,7 +253,7 @@ func (e *edgeEngine) subscribe(st *rlqsStream, id *rlqsv3.BucketId, bk string, n
 	}
 	k := e.key(edgeKeyID{m.pol.Name, identity}, m.pol)
 	sid := rlqsSlotID{st.id, bk}
-	s := &rlqsSlot{st: st, id: id, key: k, demand: -1, busy: now}
+	s := &rlqsSlot{Slot: k.Add(sid, now), st: st, id: id, key: k}
 	st.slots[bk], k.slots[sid] = s, s
 	if len(k.slots) > m.pol.Edge.Instances {
 		e.m.over.WithLabelValues(m.pol.Name).Inc()

@@ -16,10 +16,15 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	rlqfv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/internal/testenv/cluster"
+	"github.com/quota-lease/quota-lease/internal/testenv/rlqsenvoy"
 	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
@@ -33,6 +38,13 @@ algorithm: fixed_window
 limit: 1000
 period: 1m
 failure: {mode: static-share, static_fraction: 0.2}
+---
+name: edge-api
+identity: [tenant]
+limit: 100
+period: 1s
+failure: {mode: static-share, static_fraction: 0.2}
+edge: {instances: 4, no_assignment: deny}
 `
 
 // pageQuota is what the test reads off one quota's section of the page:
@@ -42,6 +54,7 @@ type pageQuota struct {
 	Quota   string              `json:"quota"`
 	Facts   map[string]string   `json:"facts"`
 	Regions []map[string]string `json:"regions"`
+	Edge    []map[string]string `json:"edge"`
 }
 
 const readPage = `Array.from(document.querySelectorAll('section.quota')).map(function (s) {
@@ -51,7 +64,8 @@ const readPage = `Array.from(document.querySelectorAll('section.quota')).map(fun
     return o;
   };
   return { quota: s.dataset.quota, facts: kv(s.querySelector('dl.facts')),
-    regions: Array.from(s.querySelectorAll('tr[data-region]')).map(function (tr) { var o = kv(tr); o.region = tr.dataset.region; return o; }) };
+    regions: Array.from(s.querySelectorAll('tr[data-region]')).map(function (tr) { var o = kv(tr); o.region = tr.dataset.region; return o; }),
+    edge: Array.from(s.querySelectorAll('tr[data-edge-region]')).map(function (tr) { var o = kv(tr); o.region = tr.dataset.edgeRegion; return o; }) };
 })`
 
 // A coordinator with two agents; its console, opened in headless Chromium
@@ -87,6 +101,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	defer stopTraffic()
 	go cluster.NewDriver(c).Run(traffic, time.Minute, cluster.Load{Policy: "api-global", Attribute: "api", Identities: 1,
 		Rate: func(region string, _ time.Duration) float64 { return map[string]float64{"us": 40, "eu": 20}[region] }})
+	// Two Envoy-like instances stream edge-api's buckets to us's agent.
+	startEdge(t, traffic, c)
 
 	bctx := openBrowser(t, browser)
 	nctx, cancel := context.WithTimeout(bctx, time.Minute)
@@ -240,7 +256,7 @@ func compare(t *testing.T, bctx context.Context, c *cluster.Cluster) string {
 	for _, q := range page {
 		byQuota[q.Quota] = q
 	}
-	const quotas, regions = 3, 2
+	const quotas, regions = 4, 2
 	if len(page) != quotas || len(bounds) != quotas || len(leases) != quotas*regions {
 		return fmt.Sprintf("page has %d quotas, API %d bounds and %d leases; want %d quotas of %d regions", len(page), len(bounds), len(leases), quotas, regions)
 	}
@@ -275,8 +291,79 @@ func compare(t *testing.T, bctx context.Context, c *cluster.Cluster) string {
 		same(what+" share", row["share"], policy.Units(l.Rate))
 		same(what+" enforcing", row["enforcing"], policy.Units(l.Enforcing))
 		same(what+" reserved", row["reserved"], policy.Units(l.Reserved))
+		var edge map[string]string
+		for _, r := range byQuota[l.Quota].Edge {
+			if r["region"] == l.Region {
+				edge = r
+			}
+		}
+		if l.Quota != "edge-api" {
+			if edge != nil {
+				diffs = append(diffs, what+": an edge row for a quota not served at the edge")
+			}
+			continue
+		}
+		// The edge: us's agent has both Envoy instances, three buckets;
+		// eu's none. (What they report moves with every report: the page
+		// must show some assigned rate, not an equal one.)
+		if edge == nil {
+			diffs = append(diffs, what+": no edge row on the page")
+			continue
+		}
+		wantInstances := map[string]int32{"us": 2}[l.Region]
+		same(what+" edge instances", edge["instances"], float64(l.GetEdge().GetInstances()))
+		if l.GetEdge().GetInstances() != wantInstances {
+			diffs = append(diffs, fmt.Sprintf("%s: the API shows %d Envoy instances, want %d", what, l.GetEdge().GetInstances(), wantInstances))
+		}
+		if wantInstances > 0 {
+			same(what+" edge buckets", edge["buckets"], float64(l.GetEdge().GetBuckets()))
+			if v, err := strconv.ParseFloat(edge["assigned"], 64); err != nil || v <= 0 {
+				diffs = append(diffs, fmt.Sprintf("%s: the page shows no assigned rate (%q)", what, edge["assigned"]))
+			}
+		}
 	}
 	return strings.Join(diffs, "; ")
+}
+
+// startEdge streams edge-api's buckets to us's agent from two Envoy-like
+// instances (tenants a and b, both on one, a on the other), each asking
+// 20 requests/s per bucket until ctx ends.
+func startEdge(t *testing.T, ctx context.Context, c *cluster.Cluster) {
+	tlsCfg, err := c.ClientTLS("service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deny := &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}
+	settings := &rlqfv3.RateLimitQuotaBucketSettings{ReportingInterval: durationpb.New(500 * time.Millisecond),
+		NoAssignmentBehavior: &rlqfv3.RateLimitQuotaBucketSettings_NoAssignmentBehavior{
+			NoAssignmentBehavior: &rlqfv3.RateLimitQuotaBucketSettings_NoAssignmentBehavior_FallbackRateLimit{FallbackRateLimit: deny}}}
+	bucket := func(tenant string) map[string]string {
+		return map[string]string{"policy": "edge-api", "tenant": tenant}
+	}
+	for i, tenants := range [][]string{{"a", "b"}, {"a"}} {
+		cfg := rlqsenvoy.DefaultConfig()
+		cfg.Name, cfg.Target, cfg.Domain, cfg.Settings, cfg.ReportInterval = fmt.Sprint("envoy-", i), c.Agents[0].Addr, "console", settings, 500*time.Millisecond
+		cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg))}
+		in, err := rlqsenvoy.New(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { in.Close() })
+		go func() {
+			tk := time.NewTicker(50 * time.Millisecond)
+			defer tk.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tk.C:
+					for _, tn := range tenants {
+						in.Allow(bucket(tn))
+					}
+				}
+			}
+		}()
+	}
 }
 
 // pageState is every quota/region's mode as the page shows it.

@@ -144,6 +144,41 @@ func TestOverviewOnTheLeader(t *testing.T) {
 	}
 }
 
+// A region whose agents report Envoy instances holding the quota's
+// buckets shows them in the quota's edge table, in the quota's units; a
+// region without says so; a region without a lease has no row, and a
+// quota nobody serves at the edge has no edge table.
+func TestOverviewEdge(t *testing.T) {
+	src := leader()
+	c, _ := newConsole(t, src)
+	if _, body := get(t, c, "GET", "/"); strings.Contains(body, "data-edge-region") {
+		t.Fatal("a quota without an edge shows an edge table")
+	}
+	src.leases[1].Edge = &pb.EdgeSummary{Instances: 20, Buckets: 1000, Assigned: 27_500_000, Usage: 91_250_000, Agents: 2}
+	_, body := get(t, c, "GET", "/")
+	for _, want := range []string{
+		`<th class="n">assigned <small>per second</small></th>`,
+		`<tr data-edge-region="us">`,
+		`data-k="instances" data-v="20">20<`,
+		`data-k="buckets" data-v="1000">1000<`,
+		`data-k="assigned" data-v="27.5">27.5 <small>(45.8%)</small>`,
+		`data-k="usage" data-v="91.25">91.25<`,
+		`data-k="agents" data-v="2">2<`,
+		`<tr data-edge-region="eu">`,
+		`data-k="instances" data-v="0" colspan="5">no Envoy instance streams`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("overview lacks %s", want)
+		}
+	}
+	if strings.Contains(body, `data-edge-region="ap"`) {
+		t.Error("a region without a lease has an edge row")
+	}
+	if t.Failed() {
+		t.Log(body)
+	}
+}
+
 func TestOverviewOnAFollower(t *testing.T) {
 	src := &fakeSource{leaderAt: "10.0.0.2:7400"}
 	c, _ := newConsole(t, src)

@@ -57,9 +57,12 @@ type quotaView struct {
 	// PerRegion: scope region, every region enforces the whole limit and
 	// holds no share.
 	PerRegion bool
-	Regions   []regionView
-	Chart     Chart
-	Samples   int
+	// Edge: the policy is served to Envoy's RLQS, or a region reports
+	// Envoy instances holding its buckets: the table shows the edge.
+	Edge    bool
+	Regions []regionView
+	Chart   Chart
+	Samples int
 }
 
 // regionView is one region's lease on a quota, in the units of
@@ -77,6 +80,26 @@ type regionView struct {
 	// NoLease: a declared region that holds no lease on the quota (its
 	// agents never asked, or the lease was released and forgotten).
 	NoLease bool
+	// Edge is what the Envoy instances streaming to the region's agents
+	// hold of the quota; nil when none reported any.
+	Edge *edgeView
+}
+
+// edgeView is a region's edge on a quota (pb.EdgeSummary) in the units of
+// `coordinator leases`.
+type edgeView struct {
+	Instances, Buckets, Agents int32
+	Assigned, AssignedPct      float64
+	Usage                      float64
+}
+
+func newEdgeView(l *pb.LeaseRecord) *edgeView {
+	e := l.Edge
+	if e == nil {
+		return nil
+	}
+	return &edgeView{Instances: e.Instances, Buckets: e.Buckets, Agents: e.Agents, Assigned: policy.Units(e.Assigned),
+		AssignedPct: 100 * fraction(e.Assigned, l.Limit), Usage: policy.Units(e.Usage)}
 }
 
 // policyView is one policy's page.
@@ -154,7 +177,8 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	defer c.mu.Unlock()
 	for _, p := range policies {
 		q := quotaView{Name: p.Name, Algorithm: p.Algorithm, Scope: p.Scope, Limit: limitText(p), Unit: unitOf(p),
-			Bound: bounds[p.Name], Leased: leased, PerRegion: p.Scope == policy.ScopeRegion, Chart: c.hist.Chart(p.Name, c.cfg.ChartPoints), Samples: c.hist.Len()}
+			Bound: bounds[p.Name], Leased: leased, PerRegion: p.Scope == policy.ScopeRegion, Edge: p.Edge != nil,
+			Chart: c.hist.Chart(p.Name, c.cfg.ChartPoints), Samples: c.hist.Len()}
 		var enforcing, total int64
 		for _, l := range leases {
 			if l.Quota != p.Name {
@@ -164,7 +188,8 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 			q.Regions = append(q.Regions, regionView{Region: l.Region, Instance: l.Instance, State: lease.State(l.State),
 				Share: policy.Units(l.Rate), SharePct: 100 * fraction(l.Rate, l.Limit), Enforcing: policy.Units(l.Enforcing),
 				Reserved: policy.Units(l.Reserved), Demand: policy.Units(l.Demand),
-				ExpiresIn: time.Duration(l.ExpiresInMs) * time.Millisecond, Since: since})
+				ExpiresIn: time.Duration(l.ExpiresInMs) * time.Millisecond, Since: since, Edge: newEdgeView(l)})
+			q.Edge = q.Edge || l.Edge != nil
 			enforcing += l.Enforcing
 			total = l.Limit
 		}

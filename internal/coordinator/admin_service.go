@@ -131,7 +131,7 @@ func (c *Coordinator) ListLeases(ctx context.Context, req *pb.ListLeasesRequest)
 	quotas := t.quotas
 	t.mu.RUnlock()
 	sort.Strings(names)
-	now := c.cfg.Clock.Now()
+	now, mono := c.cfg.Clock.Now(), c.cfg.Clock.Mono()
 	resp := &pb.ListLeasesResponse{}
 	for _, n := range names {
 		q := quotas[n]
@@ -142,7 +142,8 @@ func (c *Coordinator) ListLeases(ctx context.Context, req *pb.ListLeasesRequest)
 			}
 			resp.Leases = append(resp.Leases, &pb.LeaseRecord{Quota: n, Region: s.Region, Instance: s.Instance, GrantId: s.GrantID,
 				State: string(s.State), Rate: s.Amount, Enforcing: s.Enforcing, Reserved: s.Reserved,
-				ExpiresInMs: max(0, s.ExpiresIn.Milliseconds()), Demand: s.Demand, Limit: q.book.Total(), Identities: s.Identities})
+				ExpiresInMs: max(0, s.ExpiresIn.Milliseconds()), Demand: s.Demand, Limit: q.book.Total(), Identities: s.Identities,
+				Edge: q.edge.region(s.Region, mono)})
 		}
 		q.mu.Unlock()
 	}
@@ -291,7 +292,7 @@ func (c *Coordinator) GetBound(ctx context.Context, req *pb.GetBoundRequest) (*p
 		return nil, status.Errorf(codes.NotFound, "no policy %s", policy.QuoteName(req.Quota))
 	}
 	d := bound.Deployment{Regions: max(1, len(st.regions)), Instances: 1, LeaseDuration: c.cfg.Timing.ValidFor,
-		Drift: c.cfg.Timing.Drift, RedisOutages: true, StoreLag: c.cfg.StoreLag}
+		Drift: c.cfg.Timing.Drift, RedisOutages: true, StoreLag: c.cfg.StoreLag, ClockStep: c.cfg.RedisClockStep}
 	names := make([]string, 0, len(st.policies))
 	for n := range st.policies {
 		if req.Quota == "" || n == req.Quota {

@@ -58,6 +58,11 @@ type Config struct {
 	// when it fails over to a replica; it enters the published bound as
 	// the store-lag term. Zero where Redis does not fail over to replicas.
 	StoreLag time.Duration
+	// RedisClockStep is the most a region's Redis clock may step back
+	// within one window; it enters the published bound of fixed-window
+	// policies as the window-clock term. Zero where Redis hosts slew their
+	// clocks.
+	RedisClockStep time.Duration
 	// RateLimitXDS, when set, subscribes the leader to an xDS management
 	// server for envoyproxy/ratelimit's configuration (RateLimitConfig
 	// resources) and stores what it serves as policies, next to quota
@@ -134,6 +139,9 @@ func ValidateConfig(c Config) error {
 	}
 	if c.StoreLag < 0 {
 		errs = append(errs, fmt.Errorf("store lag %s is negative", c.StoreLag))
+	}
+	if c.RedisClockStep < 0 {
+		errs = append(errs, fmt.Errorf("Redis clock step %s is negative", c.RedisClockStep))
 	}
 	if c.RebalanceInterval <= 0 || c.FlushInterval <= 0 {
 		errs = append(errs, errors.New("rebalance and flush intervals must be positive"))

@@ -158,6 +158,7 @@ func (c *Coordinator) prepare(t *term, now time.Time, req *pb.LeaseRequest, it *
 	r := lease.Renewal{Region: req.Region, Instance: req.Instance, Nonce: req.Nonce, Seq: it.req.Seq, GrantID: it.req.GrantId, Demand: demand}
 	known := it.q.ids.Update(req.Region, req.Instance, req.Nonce, int(it.req.IdentityDemandHeld), capDemands(it.req.IdentityDemand, it.q.book.Total()))
 	it.grant.IdentityDemandTaken, it.grant.IdentityDemandReset = true, !known
+	it.q.edge.record(req.Region, req.Instance, it.req.Edge, c.cfg.Clock.Mono(), c.cfg.Timing.ValidFor)
 	aim := lease.Targets{Default: lease.Target(it.q.policy, it.q.targets, req.Region, demand), Identities: it.q.ids.Targets(req.Region)}
 	p, err := it.q.book.PrepareTargets(now, r, aim)
 	if err != nil {
@@ -216,6 +217,9 @@ func (c *Coordinator) validateLease(t *term, req *pb.LeaseRequest) error {
 			if id == "" || len(id) > policy.MaxIdentityBytes {
 				return bad("quota %q: an identity must be 1-%d bytes", q.Quota, policy.MaxIdentityBytes)
 			}
+		}
+		if !validEdge(q.Edge) {
+			return bad("quota %q: the edge summary's counts and amounts must not be negative", q.Quota)
 		}
 	}
 	return nil

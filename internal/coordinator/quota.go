@@ -21,6 +21,7 @@ type quota struct {
 	book    *lease.Book
 	targets map[string]int64
 	ids     *lease.IdentityPlan // the identities with shares of their own
+	edge    edgeReports         // what each agent instance's Envoy instances hold
 }
 
 func newQuota(p *policy.Policy, t lease.Timing, epoch int64) *quota {

@@ -3,6 +3,7 @@
 -- alone: a later decision on the same key sees what an earlier one charged.
 --
 -- ARGV[1]  now in ms, or '' to read the Redis server clock (now.lua)
+-- ARGV[2]  the engine's floor for fixed windows, in ms (fixed_window.lua)
 -- then six per decision:
 --   algorithm   tb | fw | sw | sl, followed for a policy that accepts
 --               returns (returns.lua) by '+' (a charge, recorded in the
@@ -64,13 +65,13 @@ end
 
 -- Check the call's shape before deciding anything, so that a malformed
 -- call changes nothing.
-local n = (#ARGV - 1) / stride
+local n = (#ARGV - 2) / stride
 if n < 1 or n ~= math.floor(n) then
-  return redis.error_reply('ERR want 1 + 6 arguments per decision, got ' .. #ARGV)
+  return redis.error_reply('ERR want 2 + 6 arguments per decision, got ' .. #ARGV)
 end
 local nks, algs, kinds, total = {}, {}, {}, 0
 for i = 1, n do
-  local b = 2 + (i - 1) * stride
+  local b = 3 + (i - 1) * stride
   local alg, kind = string.match(ARGV[b], '^(%l%l)([+-]?)$')
   local idem = tonumber(ARGV[b + 1])
   if alg == nil or algorithms[alg] == nil or idem == nil then
@@ -88,7 +89,7 @@ end
 
 local out, ks = {}, 1
 for i = 1, n do
-  local b = 2 + (i - 1) * stride
+  local b = 3 + (i - 1) * stride
   local ok, res = pcall(decide, algs[i], kinds[i], ks, nks[i], tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]),
     tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5]))
   if not ok then

@@ -1,33 +1,41 @@
 -- fixed_window.lua: aligned fixed windows; mirrors fixedWindow in fixedwindow.go.
--- Key k: hash {l = last ms, w = window index, c = count}; bk the birth
--- marker; w the window in ms. Returns allowed, remaining, retry ms, reset ms.
+-- Each window of a key has a counter of its own, k .. ':w' .. <window
+-- index>, an integer of micro-units: the same counters the engine charges
+-- without this script (regional/window.go), so that both kinds of decision
+-- count in one place. The counter is built from the state key k, so it has
+-- k's hash tag and slot. bk is the birth marker; w the window in ms.
+-- Returns allowed, remaining, retry ms, reset ms.
+--
+-- ARGV[2] is the engine's floor: no fixed-window decision of the engine is
+-- made at an earlier time (a clock stepped back mints nothing).
+local fw_floor = tonumber(ARGV[2]) or 0
+
+-- fw_counter is the counter k's decision at now counts in, and now as the
+-- fixed window sees it (at least the floor).
+local function fw_counter(k, now, w)
+  now = math.max(now, fw_floor)
+  return k .. ':w' .. int(math.floor(now / w)), now
+end
+
 local function fixed_window(k, bk, now, cap, w, cost, margin)
-  local st = redis.call('HMGET', k, 'l', 'w', 'c')
-  local last, sw, sc = tonumber(st[1]), tonumber(st[2]), tonumber(st[3])
-  local exists = last ~= nil and sw ~= nil and sc ~= nil
-  if not exists then
-    local b = born(bk, now)
-    if young(b, now, w) then -- Holding(born, 0): the window of the loss was used up
-      exists = true; last = b; sw = math.floor(b / w); sc = cap
-    end
+  now = math.max(now, fw_floor)
+  -- A store that lost its memory at b: the window of the loss counts as
+  -- used up (policy.Fresh), whatever its counter holds.
+  local b = born(bk, now)
+  if b > 0 and math.max(now, b) < (math.floor(b / w) + 1) * w then
+    now = math.max(now, b)
+    local e = (math.floor(now / w) + 1) * w
+    return 0, 0, e - now, e - now
   end
-  if exists and now < last then now = last end
-  local idx = math.floor(now / w)
-  local count = 0
-  if exists and sw >= idx then
-    idx = sw; count = sc
-  end
-  local window_end = (idx + 1) * w
-  local allowed, retry = 0, 0
+  local ck = fw_counter(k, now, w)
+  local e = (math.floor(now / w) + 1) * w
+  local count = tonumber(redis.call('GET', ck)) or 0
   if count + cost <= cap then
-    count = count + cost
-    allowed = 1
-  else
-    retry = window_end - now
+    count = redis.call('INCRBY', ck, int(cost))
+    redis.call('PEXPIRE', ck, int(e - now + margin), 'NX')
+    return 1, cap - count, 0, e - now
   end
   local remaining = cap - count
   if remaining < 0 then remaining = 0 end
-  redis.call('HSET', k, 'l', int(now), 'w', int(idx), 'c', int(count))
-  redis.call('PEXPIRE', k, int(w + margin))
-  return allowed, remaining, retry, window_end - now
+  return 0, remaining, e - now, e - now
 end

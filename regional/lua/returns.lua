@@ -2,7 +2,9 @@
 -- them; mirrors ApplyHeld and Return in policy/returns.go, which says why
 -- a return frees what it frees.
 --
--- The ledger is field u of the state's hash (the sliding log's meta hash):
+-- The ledger is field u of the state's hash (the sliding log's meta hash;
+-- a fixed window's, whose counts are its counters, holds only the ledger
+-- and the time, l, and lives a window past its last decision):
 -- the micro-units admitted and not yet returned, kept by the decisions of
 -- such a policy (decide.lua, codes ending in '+': take_held) and
 -- saturating at max_held; field r, the micro-units of refused charges
@@ -15,6 +17,15 @@ local max_held = 4503599627370496 -- 2^52, policy.MaxHeld
 local function held_key(alg, k, mk)
   if alg == 'sl' then return mk end
   return k
+end
+
+-- touch_window keeps a fixed window's hash k, which holds the ledger
+-- beside its counters: the time of its last decision (at least the
+-- engine's floor) and a TTL of a window w past it.
+local function touch_window(k, now, w, margin)
+  local _, at = fw_counter(k, now, w)
+  redis.call('HSET', k, 'l', int(at))
+  redis.call('PEXPIRE', k, int(w + margin))
 end
 
 -- unrefilled is what a token bucket's charges took that refill has not
@@ -42,6 +53,7 @@ local function take_held(alg, fn, k, bk, now, cap, param, cost, margin, mk)
   if alg == 'tb' then
     redis.call('HSET', k, 'a', int(unrefilled(k, cap, tonumber(before[1]), tonumber(before[2]), charged)))
   end
+  if alg == 'fw' then touch_window(k, now, param, margin) end
   local field = 'u'
   if charged == 0 then field = 'r' end
   local hk = held_key(alg, k, mk)
@@ -78,9 +90,10 @@ local function give_back(alg, fn, k, bk, now, cap, param, units, margin, mk)
     freed = counted(a)
     redis.call('HSET', k, 't', int(t + freed), 'a', int(a - freed))
   elseif alg == 'fw' then
-    local c = tonumber(redis.call('HGET', k, 'c'))
-    freed = counted(c)
-    redis.call('HSET', k, 'c', int(c - freed))
+    local ck = fw_counter(k, now, param)
+    freed = counted(tonumber(redis.call('GET', ck)) or 0)
+    if freed > 0 then redis.call('DECRBY', ck, int(freed)) end
+    touch_window(k, now, param, margin)
   elseif alg == 'sw' then
     local pc = redis.call('HMGET', k, 'p', 'c')
     local p, c = tonumber(pc[1]), tonumber(pc[2])

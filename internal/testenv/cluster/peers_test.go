@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -21,6 +22,7 @@ import (
 
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -48,6 +50,10 @@ type peerLoad struct {
 	// system's HTTP API (/v1/check, /json) instead of gRPC.
 	descriptors int
 	hot, http   bool
+	// algorithm, when set, is one quota-lease offers beyond the original's
+	// fixed window: the load goes to quota-lease alone, to the domain
+	// whose per-tenant limit uses it (oursPolicies).
+	algorithm policy.Algorithm
 }
 
 var peerLoads = []peerLoad{
@@ -55,6 +61,53 @@ var peerLoads = []peerLoad{
 	{name: "1 descriptor", descriptors: 1},
 	{name: "16 descriptors", descriptors: 16},
 	{name: "hot rejected key", descriptors: 1, hot: true},
+	{name: "16 descriptors, token bucket", descriptors: 16, algorithm: policy.TokenBucket},
+	{name: "16 descriptors, sliding window", descriptors: 16, algorithm: policy.SlidingWindow},
+	{name: "16 descriptors, sliding log", descriptors: 16, algorithm: policy.SlidingLog},
+}
+
+// domain is the Envoy domain of l's calls.
+func (l peerLoad) domain() string {
+	if l.algorithm != "" {
+		return "bench-" + string(l.algorithm)
+	}
+	return "bench"
+}
+
+// oursPolicies are the policies the agent loads: peerConfig's, as it
+// loads that file unchanged (plus scope: region, for one agent), and the
+// per-tenant limit once more for every other algorithm, each in a domain
+// of its own (peerLoad.domain). The sliding log keeps one entry per
+// admitted request, so its limit is at most 10,000: still far above what
+// a tenant gets here.
+func oursPolicies(b *testing.B) []byte {
+	ps, err := policy.ParsePolicyFile([]byte(peerConfig + "scope: region\n"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var out []byte
+	for _, alg := range []policy.Algorithm{"", policy.TokenBucket, policy.SlidingWindow, policy.SlidingLog} {
+		for _, p := range ps {
+			if alg != "" {
+				if p.Envoy.Entries[0].Key != "tenant" {
+					continue
+				}
+				q, m := *p, *p.Envoy
+				q.Algorithm, q.Envoy, m.Domain = alg, &m, peerLoad{algorithm: alg}.domain()
+				q.Name, q.Burst = p.Name+"-"+string(alg), 0
+				if alg == policy.SlidingLog {
+					q.Limit = min(q.Limit, 10_000)
+				}
+				p = &q
+			}
+			y, err := yaml.Marshal(p)
+			if err != nil {
+				b.Fatal(err)
+			}
+			out = append(append(out, "---\n"...), y...)
+		}
+	}
+	return out
 }
 
 // request is the i-th call of l.
@@ -65,7 +118,7 @@ func (l peerLoad) request(i int) *rlsv3.RateLimitRequest {
 	if l.hot {
 		return &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*commonrl.RateLimitDescriptor{entry("hot", "abuser")}}
 	}
-	r := &rlsv3.RateLimitRequest{Domain: "bench"}
+	r := &rlsv3.RateLimitRequest{Domain: l.domain()}
 	for k := range l.descriptors {
 		r.Descriptors = append(r.Descriptors, entry("tenant", fmt.Sprint("t", (i*l.descriptors+k)%10000)))
 	}
@@ -78,6 +131,8 @@ type peerRun struct {
 	dur      time.Duration
 	cpu      time.Duration // the server's and its Redis's CPU time in the round
 	redisCPU time.Duration // of which its Redis's
+	callers  time.Duration // the CPU time of this process, the callers, meanwhile
+	local    float64       // decisions the server made without Redis (its local fallback)
 }
 
 // peerSystem is one system under test: its gRPC client, its HTTP check
@@ -90,6 +145,9 @@ type peerSystem struct {
 	httpURL  string
 	httpBody func(i int) string
 	pids     []int
+	// local, when set, counts the decisions the server made so far
+	// without Redis.
+	local func() float64
 }
 
 // call makes the i-th call of l to s.
@@ -122,10 +180,13 @@ func (s *peerSystem) call(ctx context.Context, l peerLoad, i int) error {
 // with its own redis-server, the same configuration and the same loads
 // (peerLoads) from 16 closed-loop callers. The systems alternate in rounds
 // (A B A B), so the machine's drift hits both; read the ratios. It prints
-// one table: calls and decisions per second, p50, p99 and p99.9, and the
-// CPU time per decision of the server and its Redis together, and of its
-// Redis alone (from /proc). `make bench-peers` builds envoyproxy/ratelimit and runs this;
-// without it (QUOTALEASE_PEER_RATELIMIT unset) it is skipped.
+// one table: calls and decisions per second, p50, p99 and p99.9, the CPU
+// time per decision of the server and its Redis together, of its Redis
+// alone and of the callers (this process), all from /proc, and the share
+// of decisions the agent made without Redis; then the Redis CPU per
+// decision of every algorithm quota-lease offers beside the original's
+// fixed window. `make bench-peers` builds envoyproxy/ratelimit and runs
+// this; without it (QUOTALEASE_PEER_RATELIMIT unset) it is skipped.
 func BenchmarkEnvoyAPIPeers(b *testing.B) {
 	testenv.SkipMultiProcess(b)
 	peerBin := os.Getenv("QUOTALEASE_PEER_RATELIMIT")
@@ -134,7 +195,7 @@ func BenchmarkEnvoyAPIPeers(b *testing.B) {
 	}
 	dir := b.TempDir()
 	ours := filepath.Join(dir, "ours.yaml")
-	if err := os.WriteFile(ours, []byte(peerConfig+"scope: region\n"), 0o644); err != nil {
+	if err := os.WriteFile(ours, oursPolicies(b), 0o644); err != nil {
 		b.Fatal(err)
 	}
 	cfgDir := filepath.Join(dir, "runtime", "ratelimit", "config")
@@ -169,8 +230,16 @@ func BenchmarkEnvoyAPIPeers(b *testing.B) {
 	}
 	redisOurs, redisPeer := redistest.Start(b), redistest.Start(b)
 	agentAddr, agentHTTP := free(), free()
+	// A check timeout long enough that every decision is Redis's, as every
+	// decision of envoyproxy/ratelimit is: with the agent's default 20 ms,
+	// checks queued on these 2 shared cores time out, the breaker opens and
+	// the local fallback decides (and rejects) without Redis. The table
+	// counts what the agent still decided locally. QUOTALEASE_PEER_CHECK_TIMEOUT
+	// sets another.
+	checkTimeout := cmp.Or(os.Getenv("QUOTALEASE_PEER_CHECK_TIMEOUT"), "1s")
 	agentPid := start("agent", nil, bins.Agent, "serve", "--region", "bench", "--policies", ours, "--redis", redisOurs.Addr,
-		"--grpc-listen", agentAddr, "--http-listen", agentHTTP, "--coordinator", "127.0.0.1:1", "--log-level", "warn")
+		"--grpc-listen", agentAddr, "--http-listen", agentHTTP, "--coordinator", "127.0.0.1:1", "--log-level", "warn",
+		"--check-timeout", checkTimeout)
 	// The HTTP API names the policy and its attribute as the agent derives
 	// them from the Envoy configuration.
 	ps, err := policy.ParsePolicyFile([]byte(peerConfig))
@@ -191,7 +260,8 @@ func BenchmarkEnvoyAPIPeers(b *testing.B) {
 		{name: "quota-lease", pids: []int{agentPid, redisOurs.Pid()}, web: web, httpURL: "http://" + agentHTTP + "/v1/check",
 			httpBody: func(i int) string {
 				return fmt.Sprintf(`{"policy":%q,"attributes":{%q:"t%d"}}`, tenant.Name, tenant.Identity[0], i%10000)
-			}},
+			},
+			local: func() float64 { return localDecisions(b, web, "http://"+agentHTTP+"/metrics") }},
 		{name: "envoyproxy/ratelimit", pids: []int{peerPid, redisPeer.Pid()}, web: web, httpURL: "http://" + peerHTTP + "/json",
 			httpBody: func(i int) string {
 				return fmt.Sprintf(`{"domain":"bench","descriptors":[{"entries":[{"key":"tenant","value":"t%d"}]}]}`, i%10000)
@@ -242,6 +312,9 @@ func BenchmarkEnvoyAPIPeers(b *testing.B) {
 		for li, l := range peerLoads {
 			for range rounds {
 				for si, s := range systems {
+					if si > 0 && l.algorithm != "" {
+						continue // the original has fixed windows only
+					}
 					runs[[2]int{li, si}] = append(runs[[2]int{li, si}], peerRound(b, s, l, callers, roundDur))
 				}
 			}
@@ -249,14 +322,19 @@ func BenchmarkEnvoyAPIPeers(b *testing.B) {
 	}
 	var out strings.Builder
 	tw := tabwriter.NewWriter(&out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "load\tsystem\tcalls/s\tdecisions/s\tp50\tp99\tp99.9\tCPU µs/decision\tof which Redis\t")
+	fmt.Fprintln(tw, "load\tsystem\tcalls/s\tdecisions/s\tp50\tp99\tp99.9\tCPU µs/decision\tof which Redis\tcallers' CPU µs/decision\tdecided without Redis\t")
+	redisPer := map[string][2]float64{} // load name -> Redis µs per decision, by system
 	for li, l := range peerLoads {
-		var rate, cpu [2]float64
+		var rate, cpu, rcpu [2]float64
 		for si, s := range systems {
+			if si > 0 && l.algorithm != "" {
+				continue
+			}
 			var lat []time.Duration
-			var d, c, rc time.Duration
+			var d, c, rc, cc time.Duration
+			var local float64
 			for _, r := range runs[[2]int{li, si}] {
-				lat, d, c, rc = append(lat, r.lat...), d+r.dur, c+r.cpu, rc+r.redisCPU
+				lat, d, c, rc, cc, local = append(lat, r.lat...), d+r.dur, c+r.cpu, rc+r.redisCPU, cc+r.callers, local+r.local
 			}
 			slices.Sort(lat)
 			q := func(p float64) string {
@@ -267,37 +345,68 @@ func BenchmarkEnvoyAPIPeers(b *testing.B) {
 			}
 			decisions := float64(len(lat) * l.descriptors)
 			rate[si], cpu[si] = decisions/d.Seconds(), float64(c.Microseconds())/max(1, decisions)
-			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%s\t%s\t%s\t%.1f\t%.1f\t\n", l.name, s.name, float64(len(lat))/d.Seconds(), rate[si],
-				q(.5), q(.99), q(.999), cpu[si], float64(rc.Microseconds())/max(1, decisions))
+			rcpu[si] = float64(rc.Microseconds()) / max(1, decisions)
+			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.1f%%\t\n", l.name, s.name, float64(len(lat))/d.Seconds(), rate[si],
+				q(.5), q(.99), q(.999), cpu[si], rcpu[si], float64(cc.Microseconds())/max(1, decisions), 100*local/max(1, decisions))
 			b.ReportMetric(rate[si], strings.ReplaceAll(s.name+"/"+l.name, " ", "-")+"-decisions/s")
 		}
-		fmt.Fprintf(tw, "%s\tratio\t\t%.2f×\t\t\t\t%.2f×\t\t\n", l.name, rate[0]/rate[1], cpu[0]/cpu[1])
+		redisPer[l.name] = rcpu
+		if l.algorithm == "" {
+			fmt.Fprintf(tw, "%s\tratio\t\t%.2f×\t\t\t\t%.2f×\t%.2f×\t\t\t\n", l.name, rate[0]/rate[1], cpu[0]/cpu[1], rcpu[0]/rcpu[1])
+		}
 	}
 	tw.Flush()
-	b.Logf("%d rounds of %v per load and system, interleaved, %d callers:\n%s", rounds, roundDur, callers, out.String())
+	// Redis CPU per decision of every algorithm quota-lease offers, at 16
+	// descriptors per call, beside the original's fixed window in the same
+	// run.
+	orig := redisPer["16 descriptors"][1]
+	fmt.Fprintf(&out, "\nRedis CPU µs per decision, 16 descriptors per call (envoyproxy/ratelimit, fixed window: %.1f):\n", orig)
+	tw = tabwriter.NewWriter(&out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "algorithm\tquota-lease\tratio to the original's fixed window\t")
+	for _, l := range peerLoads {
+		if l.descriptors != 16 {
+			continue
+		}
+		alg := l.algorithm
+		if alg == "" {
+			alg = policy.FixedWindow
+		}
+		fmt.Fprintf(tw, "%s\t%.1f\t%.2f×\t\n", alg, redisPer[l.name][0], redisPer[l.name][0]/max(orig, 1e-9))
+		b.ReportMetric(redisPer[l.name][0], "quota-lease/redis-µs/"+string(alg))
+	}
+	tw.Flush()
+	b.Logf("%d rounds of %v per load and system, interleaved, %d callers, the agent's check timeout %s:\n%s", rounds, roundDur, callers, checkTimeout, out.String())
 }
 
 // peerRound runs callers closed loops of load l against s for d and
 // measures them, with the CPU time s's processes spent meanwhile.
+//
+// A caller starts no call after d, and lets the one in flight finish: a
+// call cancelled at the round's end would be an error to the server (the
+// agent counts it as a failure of Redis, and enough in a row open its
+// breaker into the next round), and would not be counted here.
 func peerRound(b *testing.B, s *peerSystem, l peerLoad, callers int, d time.Duration) peerRun {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
+	ctx, cancel := context.WithTimeout(context.Background(), d+30*time.Second)
 	defer cancel()
 	var mu sync.Mutex
 	var lat []time.Duration
 	var wg sync.WaitGroup
-	server0, redis0 := processCPU(b, s.pids[:1]), processCPU(b, s.pids[1:])
+	var local0 float64
+	if s.local != nil {
+		local0 = s.local()
+	}
+	server0, redis0, callers0 := processCPU(b, s.pids[:1]), processCPU(b, s.pids[1:]), processCPU(b, []int{os.Getpid()})
 	t0 := time.Now()
+	end := t0.Add(d)
 	for g := 0; g < callers; g++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			var mine []time.Duration
-			for i := g; ctx.Err() == nil && len(mine) < 2_000_000; i += callers {
+			for i := g; time.Now().Before(end) && len(mine) < 2_000_000; i += callers {
 				st := time.Now()
 				if err := s.call(ctx, l, i); err != nil {
-					if !ending(ctx) {
-						b.Error(err)
-					}
+					b.Error(err)
 					break
 				}
 				mine = append(mine, time.Since(st))
@@ -309,7 +418,37 @@ func peerRound(b *testing.B, s *peerSystem, l peerLoad, callers int, d time.Dura
 	}
 	wg.Wait()
 	server, redis := processCPU(b, s.pids[:1])-server0, processCPU(b, s.pids[1:])-redis0
-	return peerRun{lat: lat, dur: time.Since(t0), cpu: server + redis, redisCPU: redis}
+	run := peerRun{lat: lat, dur: time.Since(t0), cpu: server + redis, redisCPU: redis, callers: processCPU(b, []int{os.Getpid()}) - callers0}
+	if s.local != nil {
+		run.local = s.local() - local0
+	}
+	return run
+}
+
+// localDecisions sums the agent's decisions made by its local fallback so
+// far (quotalease_agent_decisions_total{mode="local-fallback"}), from its
+// metrics at url.
+func localDecisions(b *testing.B, web *http.Client, url string) float64 {
+	resp, err := web.Get(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n float64
+	for _, line := range strings.Split(string(raw), "\n") {
+		if strings.HasPrefix(line, "quotalease_agent_decisions_total{") && strings.Contains(line, `mode="local-fallback"`) {
+			v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+			if err != nil {
+				b.Fatalf("%s: %q: %v", url, line, err)
+			}
+			n += v
+		}
+	}
+	return n
 }
 
 // processCPU is the user and system CPU time the processes used so far

@@ -7,67 +7,29 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/quota-lease/quota-lease/edge/envoy"
 )
 
-// bucket is one entry of Envoy's bucket cache (quota_bucket_cache.h,
-// CachedBucket), with its timers kept as deadlines on the monotonic clock.
+// bucket is one entry of Envoy's bucket cache: what Envoy does with it is
+// package edge/envoy's (the simulator plays the same model); this adds the
+// wire: its BucketId and the strategies as Envoy received them.
 type bucket struct {
 	id  *rlqsv3.BucketId
 	set *settings
-
-	// Usage since the last report (QuotaUsage).
-	allowed, denied uint64
-	lastReport      time.Duration
-
-	// action is the cached action's strategy: an assignment (assigned) or
-	// the expired-assignment fallback; nil means the default action
-	// (no_assignment_behavior).
-	action   *typev3.RateLimitStrategy
-	assigned bool
-	// expires is when action ends: the assignment's TTL or the fallback's
-	// timeout, counted from when it began.
-	expires time.Duration
-	// limiter is the token bucket of a token-bucket action, else nil.
-	limiter *tokenBucket
-	// assignedOnce: the server has assigned the bucket since it was
+	m   *envoy.Bucket
+	// assigned is the last applied assignment's strategy, as received
+	// (State shows it while the model's phase is Assigned).
+	assigned *typev3.RateLimitStrategy
+	// reported is when the last report carrying the bucket was built, and
+	// assignedOnce whether the server has assigned it since it was
 	// created (for Instance.FirstAssignments).
+	reported     time.Duration
 	assignedOnce bool
 }
 
-func seconds(d time.Duration) float64 { return d.Seconds() }
-
-// settle applies, in order and each at the instant it fell due, the timer
-// events Envoy would have run by now: an expired assignment moves to the
-// fallback (onActionExpirationTimer) or to the default action; an expired
-// fallback moves to the default action (onFallbackExpirationTimer).
-func (b *bucket) settle(now time.Duration) {
-	for range 2 { // an assignment, then its fallback: at most two events
-		if b.action == nil || now < b.expires {
-			return
-		}
-		at := b.expires
-		if !b.assigned || b.set.fallback == nil {
-			b.action, b.assigned, b.limiter = nil, false, nil
-			continue
-		}
-		fb := b.set.fallback
-		var lim *tokenBucket
-		if tb := fb.GetTokenBucket(); tb != nil {
-			lim = b.limiterFor(tb, at)
-		}
-		b.action, b.assigned, b.expires, b.limiter = fb, false, at+b.set.fallbackFor, lim
-	}
-}
-
-// limiterFor is the limiter a token-bucket strategy tb gets at instant at:
-// the current one when the current action is a token bucket of the same
-// configuration (shouldReplaceTokenBucket false), else a new one started
-// from the current one's fill ratio, or full when there is none.
-func (b *bucket) limiterFor(tb *typev3.TokenBucket, at time.Duration) *tokenBucket {
-	if cur := b.action.GetTokenBucket(); cur != nil && b.limiter != nil && sameConfig(tb, cur) {
-		return b.limiter
-	}
-	return newTokenBucket(tb, seconds(at), b.limiter)
+func newBucket(id *rlqsv3.BucketId, set *settings, now time.Duration) *bucket {
+	return &bucket{id: id, set: set, m: envoy.New(&set.model, now), reported: now}
 }
 
 // assign applies a quota assignment received at now (onQuotaResponseImpl)
@@ -75,15 +37,10 @@ func (b *bucket) limiterFor(tb *typev3.TokenBucket, at time.Duration) *tokenBuck
 // strategy are ignored: the bucket keeps its action and its deadline.
 func (b *bucket) assign(qa *rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction, now time.Duration) bool {
 	s := qa.GetRateLimitStrategy()
-	var lim *tokenBucket
-	switch x := s.GetStrategy().(type) {
-	case *typev3.RateLimitStrategy_BlanketRule_:
-	case *typev3.RateLimitStrategy_TokenBucket:
-		lim = b.limiterFor(x.TokenBucket, now)
-	default:
+	if !b.m.Assign(strategy(s), qa.GetAssignmentTimeToLive().AsDuration(), now) {
 		return false
 	}
-	b.action, b.assigned, b.expires, b.limiter = s, true, now+ttl(qa.GetAssignmentTimeToLive()), lim
+	b.assigned = s
 	return true
 }
 
@@ -91,52 +48,51 @@ func (b *bucket) assign(qa *rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssi
 // abandon: Envoy caches it as an action without a strategy, which allows
 // all and, its TTL reading as zero, expires at once.
 func (b *bucket) assignNothing(now time.Duration) {
-	b.action, b.assigned, b.expires, b.limiter = &typev3.RateLimitStrategy{}, true, now, nil
+	b.m.AssignNothing(now)
+	b.assigned = &typev3.RateLimitStrategy{}
 }
 
-// ttl is startActionExpirationTimer's duration: the whole seconds of
-// assignment_time_to_live; unset, sub-second or negative is zero.
-func ttl(d *durationpb.Duration) time.Duration {
-	return time.Duration(max(d.GetSeconds(), 0)) * time.Second
-}
-
-// allow decides one request of a known bucket (shouldAllowRequest).
-func (b *bucket) allow(now time.Duration) bool {
-	s := b.action
-	if s == nil {
-		s = b.set.noAssignment
+// state is the bucket's cache entry at now, with its strategy as Envoy
+// received it.
+func (b *bucket) state(now time.Duration) BucketState {
+	st := b.m.State(now)
+	out := BucketState{Assigned: st.Phase == envoy.Assigned, Until: st.Until, Tokens: st.Tokens}
+	switch st.Phase {
+	case envoy.Assigned:
+		out.Strategy = b.assigned
+	case envoy.Fallback:
+		out.Strategy = b.set.fallback
 	}
-	switch x := s.GetStrategy().(type) {
-	case *typev3.RateLimitStrategy_BlanketRule_:
-		return x.BlanketRule != typev3.RateLimitStrategy_DENY_ALL
-	case *typev3.RateLimitStrategy_TokenBucket:
-		if b.limiter == nil { // only a default-action token bucket, which parseSettings refuses
-			return true
-		}
-		return b.limiter.consume(seconds(now))
-	default: // requests_per_time_unit ("not yet supported") and unset allow all
-		return true
-	}
-}
-
-// count adds one decided request to the usage since the last report.
-func (b *bucket) count(allowed bool) {
-	if allowed {
-		b.allowed++
-	} else {
-		b.denied++
-	}
+	return out
 }
 
 // usage is getUsageFromBucket: the counts since the last report, then
 // reset, and the time since it in whole seconds.
 func (b *bucket) usage(now time.Duration) *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage {
-	u := &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+	allowed, denied, elapsed := b.m.Usage(now)
+	b.reported = now
+	return &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
 		BucketId:           proto.Clone(b.id).(*rlqsv3.BucketId),
-		TimeElapsed:        &durationpb.Duration{Seconds: int64((now - b.lastReport) / time.Second)},
-		NumRequestsAllowed: b.allowed,
-		NumRequestsDenied:  b.denied,
+		TimeElapsed:        &durationpb.Duration{Seconds: int64(elapsed / time.Second)},
+		NumRequestsAllowed: allowed,
+		NumRequestsDenied:  denied,
 	}
-	b.allowed, b.denied, b.lastReport = 0, 0, now
-	return u
+}
+
+// strategy is s as Envoy reads it: requests_per_time_unit and an unset
+// strategy are Unsupported; a token bucket's unset tokens_per_fill is 0.
+func strategy(s *typev3.RateLimitStrategy) envoy.Strategy {
+	switch x := s.GetStrategy().(type) {
+	case *typev3.RateLimitStrategy_BlanketRule_:
+		if x.BlanketRule == typev3.RateLimitStrategy_DENY_ALL {
+			return envoy.Strategy{Kind: envoy.DenyAll}
+		}
+		return envoy.Strategy{Kind: envoy.AllowAll}
+	case *typev3.RateLimitStrategy_TokenBucket:
+		tb := x.TokenBucket
+		return envoy.Strategy{Kind: envoy.TokenBucket, Bucket: envoy.TokenBucketConfig{MaxTokens: tb.GetMaxTokens(),
+			TokensPerFill: tb.GetTokensPerFill().GetValue(), FillInterval: tb.GetFillInterval().AsDuration()}}
+	default:
+		return envoy.Strategy{Kind: envoy.Unsupported}
+	}
 }

@@ -160,15 +160,13 @@ func (in *Instance) Allow(id map[string]string) Decision {
 	var allowed bool
 	var first *rlqsv3.RateLimitQuotaUsageReports
 	if ok {
-		b.settle(now)
-		allowed = b.allow(now)
-		b.count(allowed)
+		allowed = b.m.Allow(now)
 	} else {
 		// A new bucket: decided by no_assignment_behavior, counted, and
 		// reported at once, alone (createBucketImpl).
-		allowed = in.set.firstAllowed()
-		b = &bucket{id: &rlqsv3.BucketId{Bucket: maps.Clone(id)}, set: in.set, lastReport: now}
-		b.count(allowed)
+		allowed = in.set.model.FirstAllowed()
+		b = newBucket(&rlqsv3.BucketId{Bucket: maps.Clone(id)}, in.set, now)
+		b.m.Count(allowed)
 		in.buckets[k] = b
 		first = &rlqsv3.RateLimitQuotaUsageReports{Domain: in.cfg.Domain,
 			BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{b.usage(now)}}
@@ -275,12 +273,7 @@ func (in *Instance) State(bucket map[string]string) (BucketState, bool) {
 	if !ok {
 		return BucketState{}, false
 	}
-	b.settle(now)
-	st := BucketState{Strategy: b.action, Assigned: b.assigned, Until: b.expires}
-	if b.limiter != nil {
-		st.Tokens = b.limiter.tokens(seconds(now))
-	}
-	return st, true
+	return b.state(now), true
 }
 
 // periodicReport is buildReports(): every bucket in the cache, with the
@@ -292,7 +285,7 @@ func (in *Instance) periodicReport() *rlqsv3.RateLimitQuotaUsageReports {
 	msg := &rlqsv3.RateLimitQuotaUsageReports{Domain: in.cfg.Domain}
 	for _, k := range slices.Sorted(maps.Keys(in.buckets)) {
 		b := in.buckets[k]
-		b.settle(now)
+		b.m.Settle(now)
 		msg.BucketQuotaUsages = append(msg.BucketQuotaUsages, b.usage(now))
 	}
 	in.stats.PeriodicReports++
@@ -316,14 +309,14 @@ func (in *Instance) apply(resp *rlqsv3.RateLimitQuotaResponse) {
 			in.stats.Ignored++
 			continue
 		}
-		b.settle(now)
+		b.m.Settle(now)
 		switch {
 		case a.GetQuotaAssignmentAction() != nil:
 			if b.assign(a.GetQuotaAssignmentAction(), now) {
 				in.stats.Assignments++
 				if !b.assignedOnce {
 					b.assignedOnce = true
-					in.firstAssign = append(in.firstAssign, now-b.lastReport)
+					in.firstAssign = append(in.firstAssign, now-b.reported)
 				}
 			} else {
 				in.stats.Ignored++

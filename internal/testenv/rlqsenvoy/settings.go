@@ -8,6 +8,8 @@ import (
 
 	rlqfv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+
+	"github.com/quota-lease/quota-lease/edge/envoy"
 )
 
 // settings is what Envoy takes from a bucket's matched
@@ -26,6 +28,8 @@ type settings struct {
 	// denyStatus is the HTTP status of a denial (429 unless
 	// deny_response_settings.http_status says otherwise).
 	denyStatus int
+	// model is the same, as package edge/envoy's buckets read it.
+	model envoy.Settings
 }
 
 // parseSettings reads s as Envoy does. A nil s is Envoy's behaviour with
@@ -55,19 +59,15 @@ func parseSettings(s *rlqfv3.RateLimitQuotaBucketSettings) (*settings, error) {
 	if code := s.GetDenyResponseSettings().GetHttpStatus().GetCode(); code != 0 {
 		out.denyStatus = int(code)
 	}
+	out.model = envoy.Settings{FallbackFor: out.fallbackFor}
+	if out.noAssignment != nil {
+		out.model.NoAssignment = strategy(out.noAssignment)
+	}
+	if out.fallback != nil {
+		fb := strategy(out.fallback)
+		out.model.Fallback = &fb
+	}
 	return out, nil
-}
-
-// firstAllowed is noAssignmentBehaviorShouldAllow: a bucket's first
-// request is denied only by a DENY_ALL blanket rule, whatever else the
-// no-assignment strategy is.
-func (s *settings) firstAllowed() bool {
-	return !isDenyAll(s.noAssignment)
-}
-
-func isDenyAll(s *typev3.RateLimitStrategy) bool {
-	r, ok := s.GetStrategy().(*typev3.RateLimitStrategy_BlanketRule_)
-	return ok && r.BlanketRule == typev3.RateLimitStrategy_DENY_ALL
 }
 
 // ValidateSettings says whether this client (and Envoy) can run with

@@ -551,7 +551,12 @@ type LeaseRecord struct {
 	// Identities are the identities with shares of their own in the region's
 	// current grant, each its share (as rate); every other identity gets
 	// rate. See docs/identity-shares.md.
-	Identities    map[string]int64 `protobuf:"bytes,12,rep,name=identities,proto3" json:"identities,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Identities map[string]int64 `protobuf:"bytes,12,rep,name=identities,proto3" json:"identities,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Edge is what the Envoy instances streaming to the region's agents
+	// hold of the quota, summed over the agent instances whose grants are
+	// still valid (each as of its last renewal); unset when none reported
+	// any. See docs/rlqs-server.md.
+	Edge          *EdgeSummary `protobuf:"bytes,13,opt,name=edge,proto3" json:"edge,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -666,6 +671,13 @@ func (x *LeaseRecord) GetLimit() int64 {
 func (x *LeaseRecord) GetIdentities() map[string]int64 {
 	if x != nil {
 		return x.Identities
+	}
+	return nil
+}
+
+func (x *LeaseRecord) GetEdge() *EdgeSummary {
+	if x != nil {
+		return x.Edge
 	}
 	return nil
 }
@@ -1228,7 +1240,7 @@ var File_quotalease_v1_admin_proto protoreflect.FileDescriptor
 
 const file_quotalease_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x19quotalease/v1/admin.proto\x12\rquotalease.v1\"&\n" +
+	"\x19quotalease/v1/admin.proto\x12\rquotalease.v1\x1a\x19quotalease/v1/lease.proto\"&\n" +
 	"\x10SetPolicyRequest\x12\x12\n" +
 	"\x04yaml\x18\x01 \x01(\tR\x04yaml\"L\n" +
 	"\x11SetPolicyResponse\x127\n" +
@@ -1249,7 +1261,7 @@ const file_quotalease_v1_admin_proto_rawDesc = "" +
 	"\x11ListLeasesRequest\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\"H\n" +
 	"\x12ListLeasesResponse\x122\n" +
-	"\x06leases\x18\x01 \x03(\v2\x1a.quotalease.v1.LeaseRecordR\x06leases\"\xb3\x03\n" +
+	"\x06leases\x18\x01 \x03(\v2\x1a.quotalease.v1.LeaseRecordR\x06leases\"\xe3\x03\n" +
 	"\vLeaseRecord\x12\x14\n" +
 	"\x05quota\x18\x01 \x01(\tR\x05quota\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x1a\n" +
@@ -1265,7 +1277,8 @@ const file_quotalease_v1_admin_proto_rawDesc = "" +
 	"\x05limit\x18\v \x01(\x03R\x05limit\x12J\n" +
 	"\n" +
 	"identities\x18\f \x03(\v2*.quotalease.v1.LeaseRecord.IdentitiesEntryR\n" +
-	"identities\x1a=\n" +
+	"identities\x12.\n" +
+	"\x04edge\x18\r \x01(\v2\x1a.quotalease.v1.EdgeSummaryR\x04edge\x1a=\n" +
 	"\x0fIdentitiesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"D\n" +
@@ -1363,41 +1376,43 @@ var file_quotalease_v1_admin_proto_goTypes = []any{
 	(*BoundRecord)(nil),           // 22: quotalease.v1.BoundRecord
 	nil,                           // 23: quotalease.v1.LeaseRecord.IdentitiesEntry
 	nil,                           // 24: quotalease.v1.BoundRecord.TermsEntry
+	(*EdgeSummary)(nil),           // 25: quotalease.v1.EdgeSummary
 }
 var file_quotalease_v1_admin_proto_depIdxs = []int32{
 	8,  // 0: quotalease.v1.SetPolicyResponse.policies:type_name -> quotalease.v1.PolicyRecord
 	8,  // 1: quotalease.v1.ListPoliciesResponse.policies:type_name -> quotalease.v1.PolicyRecord
 	11, // 2: quotalease.v1.ListLeasesResponse.leases:type_name -> quotalease.v1.LeaseRecord
 	23, // 3: quotalease.v1.LeaseRecord.identities:type_name -> quotalease.v1.LeaseRecord.IdentitiesEntry
-	15, // 4: quotalease.v1.ListRegionsResponse.regions:type_name -> quotalease.v1.RegionRecord
-	0,  // 5: quotalease.v1.RebalanceRequest.action:type_name -> quotalease.v1.RebalanceRequest.Action
-	22, // 6: quotalease.v1.GetBoundResponse.bounds:type_name -> quotalease.v1.BoundRecord
-	24, // 7: quotalease.v1.BoundRecord.terms:type_name -> quotalease.v1.BoundRecord.TermsEntry
-	1,  // 8: quotalease.v1.AdminService.SetPolicy:input_type -> quotalease.v1.SetPolicyRequest
-	3,  // 9: quotalease.v1.AdminService.GetPolicy:input_type -> quotalease.v1.GetPolicyRequest
-	4,  // 10: quotalease.v1.AdminService.ListPolicies:input_type -> quotalease.v1.ListPoliciesRequest
-	6,  // 11: quotalease.v1.AdminService.DeletePolicy:input_type -> quotalease.v1.DeletePolicyRequest
-	9,  // 12: quotalease.v1.AdminService.ListLeases:input_type -> quotalease.v1.ListLeasesRequest
-	12, // 13: quotalease.v1.AdminService.ReleaseRegion:input_type -> quotalease.v1.ReleaseRegionRequest
-	14, // 14: quotalease.v1.AdminService.SetRegion:input_type -> quotalease.v1.SetRegionRequest
-	16, // 15: quotalease.v1.AdminService.ListRegions:input_type -> quotalease.v1.ListRegionsRequest
-	18, // 16: quotalease.v1.AdminService.Rebalance:input_type -> quotalease.v1.RebalanceRequest
-	20, // 17: quotalease.v1.AdminService.GetBound:input_type -> quotalease.v1.GetBoundRequest
-	2,  // 18: quotalease.v1.AdminService.SetPolicy:output_type -> quotalease.v1.SetPolicyResponse
-	8,  // 19: quotalease.v1.AdminService.GetPolicy:output_type -> quotalease.v1.PolicyRecord
-	5,  // 20: quotalease.v1.AdminService.ListPolicies:output_type -> quotalease.v1.ListPoliciesResponse
-	7,  // 21: quotalease.v1.AdminService.DeletePolicy:output_type -> quotalease.v1.DeletePolicyResponse
-	10, // 22: quotalease.v1.AdminService.ListLeases:output_type -> quotalease.v1.ListLeasesResponse
-	13, // 23: quotalease.v1.AdminService.ReleaseRegion:output_type -> quotalease.v1.ReleaseRegionResponse
-	15, // 24: quotalease.v1.AdminService.SetRegion:output_type -> quotalease.v1.RegionRecord
-	17, // 25: quotalease.v1.AdminService.ListRegions:output_type -> quotalease.v1.ListRegionsResponse
-	19, // 26: quotalease.v1.AdminService.Rebalance:output_type -> quotalease.v1.RebalanceResponse
-	21, // 27: quotalease.v1.AdminService.GetBound:output_type -> quotalease.v1.GetBoundResponse
-	18, // [18:28] is the sub-list for method output_type
-	8,  // [8:18] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	25, // 4: quotalease.v1.LeaseRecord.edge:type_name -> quotalease.v1.EdgeSummary
+	15, // 5: quotalease.v1.ListRegionsResponse.regions:type_name -> quotalease.v1.RegionRecord
+	0,  // 6: quotalease.v1.RebalanceRequest.action:type_name -> quotalease.v1.RebalanceRequest.Action
+	22, // 7: quotalease.v1.GetBoundResponse.bounds:type_name -> quotalease.v1.BoundRecord
+	24, // 8: quotalease.v1.BoundRecord.terms:type_name -> quotalease.v1.BoundRecord.TermsEntry
+	1,  // 9: quotalease.v1.AdminService.SetPolicy:input_type -> quotalease.v1.SetPolicyRequest
+	3,  // 10: quotalease.v1.AdminService.GetPolicy:input_type -> quotalease.v1.GetPolicyRequest
+	4,  // 11: quotalease.v1.AdminService.ListPolicies:input_type -> quotalease.v1.ListPoliciesRequest
+	6,  // 12: quotalease.v1.AdminService.DeletePolicy:input_type -> quotalease.v1.DeletePolicyRequest
+	9,  // 13: quotalease.v1.AdminService.ListLeases:input_type -> quotalease.v1.ListLeasesRequest
+	12, // 14: quotalease.v1.AdminService.ReleaseRegion:input_type -> quotalease.v1.ReleaseRegionRequest
+	14, // 15: quotalease.v1.AdminService.SetRegion:input_type -> quotalease.v1.SetRegionRequest
+	16, // 16: quotalease.v1.AdminService.ListRegions:input_type -> quotalease.v1.ListRegionsRequest
+	18, // 17: quotalease.v1.AdminService.Rebalance:input_type -> quotalease.v1.RebalanceRequest
+	20, // 18: quotalease.v1.AdminService.GetBound:input_type -> quotalease.v1.GetBoundRequest
+	2,  // 19: quotalease.v1.AdminService.SetPolicy:output_type -> quotalease.v1.SetPolicyResponse
+	8,  // 20: quotalease.v1.AdminService.GetPolicy:output_type -> quotalease.v1.PolicyRecord
+	5,  // 21: quotalease.v1.AdminService.ListPolicies:output_type -> quotalease.v1.ListPoliciesResponse
+	7,  // 22: quotalease.v1.AdminService.DeletePolicy:output_type -> quotalease.v1.DeletePolicyResponse
+	10, // 23: quotalease.v1.AdminService.ListLeases:output_type -> quotalease.v1.ListLeasesResponse
+	13, // 24: quotalease.v1.AdminService.ReleaseRegion:output_type -> quotalease.v1.ReleaseRegionResponse
+	15, // 25: quotalease.v1.AdminService.SetRegion:output_type -> quotalease.v1.RegionRecord
+	17, // 26: quotalease.v1.AdminService.ListRegions:output_type -> quotalease.v1.ListRegionsResponse
+	19, // 27: quotalease.v1.AdminService.Rebalance:output_type -> quotalease.v1.RebalanceResponse
+	21, // 28: quotalease.v1.AdminService.GetBound:output_type -> quotalease.v1.GetBoundResponse
+	19, // [19:29] is the sub-list for method output_type
+	9,  // [9:19] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_quotalease_v1_admin_proto_init() }
@@ -1405,6 +1420,7 @@ func file_quotalease_v1_admin_proto_init() {
 	if File_quotalease_v1_admin_proto != nil {
 		return
 	}
+	file_quotalease_v1_lease_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

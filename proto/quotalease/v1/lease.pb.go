@@ -193,8 +193,15 @@ type QuotaRequest struct {
 	// IdentityDeltas says the agent reads a grant's identity shares as
 	// changes to the grant it presents (QuotaGrant.identity_base).
 	IdentityDeltas bool `protobuf:"varint,8,opt,name=identity_deltas,json=identityDeltas,proto3" json:"identity_deltas,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Edge summarises what the Envoy instances streaming to this agent's
+	// Rate Limit Quota Service hold of the quota, as of the renewal (for
+	// the console and `coordinator leases`; it plays no part in any grant).
+	// Unset: none (or an agent that does not report it). The coordinator
+	// keeps the latest per region and instance until the instance's grant
+	// ends.
+	Edge          *EdgeSummary `protobuf:"bytes,9,opt,name=edge,proto3" json:"edge,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QuotaRequest) Reset() {
@@ -276,6 +283,101 @@ func (x *QuotaRequest) GetIdentityDeltas() bool {
 	return false
 }
 
+func (x *QuotaRequest) GetEdge() *EdgeSummary {
+	if x != nil {
+		return x.Edge
+	}
+	return nil
+}
+
+// EdgeSummary is what Envoy instances hold of one quota at the edge
+// (docs/rlqs-server.md): in a QuotaRequest, those streaming to one agent
+// instance; in a LeaseRecord, summed over the region's agent instances.
+type EdgeSummary struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Instances is how many Envoy instances (RLQS streams) report buckets of
+	// the quota.
+	Instances int32 `protobuf:"varint,1,opt,name=instances,proto3" json:"instances,omitempty"`
+	// Buckets is how many buckets they report (one per instance and identity).
+	Buckets int32 `protobuf:"varint,2,opt,name=buckets,proto3" json:"buckets,omitempty"`
+	// Assigned is the refill of the token buckets assigned to them, summed,
+	// in the quota's amount unit (as QuotaRequest.demand).
+	Assigned int64 `protobuf:"varint,3,opt,name=assigned,proto3" json:"assigned,omitempty"`
+	// Usage is the rate of requests (allowed and denied) they last
+	// reported, summed, in the same unit.
+	Usage int64 `protobuf:"varint,4,opt,name=usage,proto3" json:"usage,omitempty"`
+	// Agents is, in a LeaseRecord, how many of the region's agent instances
+	// reported the sums; unset in a QuotaRequest.
+	Agents        int32 `protobuf:"varint,5,opt,name=agents,proto3" json:"agents,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EdgeSummary) Reset() {
+	*x = EdgeSummary{}
+	mi := &file_quotalease_v1_lease_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EdgeSummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EdgeSummary) ProtoMessage() {}
+
+func (x *EdgeSummary) ProtoReflect() protoreflect.Message {
+	mi := &file_quotalease_v1_lease_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EdgeSummary.ProtoReflect.Descriptor instead.
+func (*EdgeSummary) Descriptor() ([]byte, []int) {
+	return file_quotalease_v1_lease_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *EdgeSummary) GetInstances() int32 {
+	if x != nil {
+		return x.Instances
+	}
+	return 0
+}
+
+func (x *EdgeSummary) GetBuckets() int32 {
+	if x != nil {
+		return x.Buckets
+	}
+	return 0
+}
+
+func (x *EdgeSummary) GetAssigned() int64 {
+	if x != nil {
+		return x.Assigned
+	}
+	return 0
+}
+
+func (x *EdgeSummary) GetUsage() int64 {
+	if x != nil {
+		return x.Usage
+	}
+	return 0
+}
+
+func (x *EdgeSummary) GetAgents() int32 {
+	if x != nil {
+		return x.Agents
+	}
+	return 0
+}
+
 type LeaseResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Epoch is the leader's election revision; it grows with every new leader.
@@ -291,7 +393,7 @@ type LeaseResponse struct {
 
 func (x *LeaseResponse) Reset() {
 	*x = LeaseResponse{}
-	mi := &file_quotalease_v1_lease_proto_msgTypes[2]
+	mi := &file_quotalease_v1_lease_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -303,7 +405,7 @@ func (x *LeaseResponse) String() string {
 func (*LeaseResponse) ProtoMessage() {}
 
 func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quotalease_v1_lease_proto_msgTypes[2]
+	mi := &file_quotalease_v1_lease_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -316,7 +418,7 @@ func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
 func (*LeaseResponse) Descriptor() ([]byte, []int) {
-	return file_quotalease_v1_lease_proto_rawDescGZIP(), []int{2}
+	return file_quotalease_v1_lease_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *LeaseResponse) GetEpoch() int64 {
@@ -401,7 +503,7 @@ type QuotaGrant struct {
 
 func (x *QuotaGrant) Reset() {
 	*x = QuotaGrant{}
-	mi := &file_quotalease_v1_lease_proto_msgTypes[3]
+	mi := &file_quotalease_v1_lease_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -413,7 +515,7 @@ func (x *QuotaGrant) String() string {
 func (*QuotaGrant) ProtoMessage() {}
 
 func (x *QuotaGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_quotalease_v1_lease_proto_msgTypes[3]
+	mi := &file_quotalease_v1_lease_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -426,7 +528,7 @@ func (x *QuotaGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuotaGrant.ProtoReflect.Descriptor instead.
 func (*QuotaGrant) Descriptor() ([]byte, []int) {
-	return file_quotalease_v1_lease_proto_rawDescGZIP(), []int{3}
+	return file_quotalease_v1_lease_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *QuotaGrant) GetQuota() string {
@@ -550,7 +652,7 @@ const file_quotalease_v1_lease_proto_rawDesc = "" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x1a\n" +
 	"\binstance\x18\x02 \x01(\tR\binstance\x12\x14\n" +
 	"\x05nonce\x18\x03 \x01(\tR\x05nonce\x123\n" +
-	"\x06quotas\x18\x04 \x03(\v2\x1b.quotalease.v1.QuotaRequestR\x06quotas\"\xed\x02\n" +
+	"\x06quotas\x18\x04 \x03(\v2\x1b.quotalease.v1.QuotaRequestR\x06quotas\"\x9d\x03\n" +
 	"\fQuotaRequest\x12\x14\n" +
 	"\x05quota\x18\x01 \x01(\tR\x05quota\x12\x19\n" +
 	"\bgrant_id\x18\x02 \x01(\tR\agrantId\x12\x16\n" +
@@ -558,10 +660,17 @@ const file_quotalease_v1_lease_proto_rawDesc = "" +
 	"\x03seq\x18\x05 \x01(\x04R\x03seq\x12X\n" +
 	"\x0fidentity_demand\x18\x06 \x03(\v2/.quotalease.v1.QuotaRequest.IdentityDemandEntryR\x0eidentityDemand\x120\n" +
 	"\x14identity_demand_held\x18\a \x01(\x05R\x12identityDemandHeld\x12'\n" +
-	"\x0fidentity_deltas\x18\b \x01(\bR\x0eidentityDeltas\x1aA\n" +
+	"\x0fidentity_deltas\x18\b \x01(\bR\x0eidentityDeltas\x12.\n" +
+	"\x04edge\x18\t \x01(\v2\x1a.quotalease.v1.EdgeSummaryR\x04edge\x1aA\n" +
 	"\x13IdentityDemandEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01J\x04\b\x04\x10\x05R\x04used\"}\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01J\x04\b\x04\x10\x05R\x04used\"\x8f\x01\n" +
+	"\vEdgeSummary\x12\x1c\n" +
+	"\tinstances\x18\x01 \x01(\x05R\tinstances\x12\x18\n" +
+	"\abuckets\x18\x02 \x01(\x05R\abuckets\x12\x1a\n" +
+	"\bassigned\x18\x03 \x01(\x03R\bassigned\x12\x14\n" +
+	"\x05usage\x18\x04 \x01(\x03R\x05usage\x12\x16\n" +
+	"\x06agents\x18\x05 \x01(\x05R\x06agents\"}\n" +
 	"\rLeaseResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x03R\x05epoch\x121\n" +
 	"\x06grants\x18\x02 \x03(\v2\x19.quotalease.v1.QuotaGrantR\x06grants\x12#\n" +
@@ -612,29 +721,31 @@ func file_quotalease_v1_lease_proto_rawDescGZIP() []byte {
 }
 
 var file_quotalease_v1_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_quotalease_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_quotalease_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_quotalease_v1_lease_proto_goTypes = []any{
 	(GrantError)(0),       // 0: quotalease.v1.GrantError
 	(*LeaseRequest)(nil),  // 1: quotalease.v1.LeaseRequest
 	(*QuotaRequest)(nil),  // 2: quotalease.v1.QuotaRequest
-	(*LeaseResponse)(nil), // 3: quotalease.v1.LeaseResponse
-	(*QuotaGrant)(nil),    // 4: quotalease.v1.QuotaGrant
-	nil,                   // 5: quotalease.v1.QuotaRequest.IdentityDemandEntry
-	nil,                   // 6: quotalease.v1.QuotaGrant.IdentityAmountsEntry
+	(*EdgeSummary)(nil),   // 3: quotalease.v1.EdgeSummary
+	(*LeaseResponse)(nil), // 4: quotalease.v1.LeaseResponse
+	(*QuotaGrant)(nil),    // 5: quotalease.v1.QuotaGrant
+	nil,                   // 6: quotalease.v1.QuotaRequest.IdentityDemandEntry
+	nil,                   // 7: quotalease.v1.QuotaGrant.IdentityAmountsEntry
 }
 var file_quotalease_v1_lease_proto_depIdxs = []int32{
 	2, // 0: quotalease.v1.LeaseRequest.quotas:type_name -> quotalease.v1.QuotaRequest
-	5, // 1: quotalease.v1.QuotaRequest.identity_demand:type_name -> quotalease.v1.QuotaRequest.IdentityDemandEntry
-	4, // 2: quotalease.v1.LeaseResponse.grants:type_name -> quotalease.v1.QuotaGrant
-	0, // 3: quotalease.v1.QuotaGrant.code:type_name -> quotalease.v1.GrantError
-	6, // 4: quotalease.v1.QuotaGrant.identity_amounts:type_name -> quotalease.v1.QuotaGrant.IdentityAmountsEntry
-	1, // 5: quotalease.v1.LeaseService.Lease:input_type -> quotalease.v1.LeaseRequest
-	3, // 6: quotalease.v1.LeaseService.Lease:output_type -> quotalease.v1.LeaseResponse
-	6, // [6:7] is the sub-list for method output_type
-	5, // [5:6] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	6, // 1: quotalease.v1.QuotaRequest.identity_demand:type_name -> quotalease.v1.QuotaRequest.IdentityDemandEntry
+	3, // 2: quotalease.v1.QuotaRequest.edge:type_name -> quotalease.v1.EdgeSummary
+	5, // 3: quotalease.v1.LeaseResponse.grants:type_name -> quotalease.v1.QuotaGrant
+	0, // 4: quotalease.v1.QuotaGrant.code:type_name -> quotalease.v1.GrantError
+	7, // 5: quotalease.v1.QuotaGrant.identity_amounts:type_name -> quotalease.v1.QuotaGrant.IdentityAmountsEntry
+	1, // 6: quotalease.v1.LeaseService.Lease:input_type -> quotalease.v1.LeaseRequest
+	4, // 7: quotalease.v1.LeaseService.Lease:output_type -> quotalease.v1.LeaseResponse
+	7, // [7:8] is the sub-list for method output_type
+	6, // [6:7] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_quotalease_v1_lease_proto_init() }
@@ -648,7 +759,7 @@ func file_quotalease_v1_lease_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quotalease_v1_lease_proto_rawDesc), len(file_quotalease_v1_lease_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   6,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

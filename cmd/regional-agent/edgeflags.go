@@ -1,0 +1,23 @@
+package main
+
+import (
+	"flag"
+
+	"github.com/quota-lease/quota-lease/internal/agent"
+)
+
+// edgeFlags defines the flags of the agent's Rate Limit Quota Service
+// (Envoy's RLQS, docs/rlqs-server.md) into e, defaulting to
+// agent.DefaultEdgeConfig.
+func edgeFlags(fs *flag.FlagSet, e *agent.EdgeConfig) {
+	d := agent.DefaultEdgeConfig()
+	fs.DurationVar(&e.Tick, "edge-tick", d.Tick, "RLQS: how often the agent syncs its edge reservations with the region's Redis (reading the other agents') and pushes assignments to Envoy")
+	fs.DurationVar(&e.GrowWait, "edge-grow-wait", d.GrowWait, "RLQS: how long a larger edge reservation waits before an assignment uses it, so that every agent of the region has read it; the same on every agent of a region, more than twice --edge-tick")
+	fs.DurationVar(&e.Margin, "edge-margin", d.Margin, "RLQS: added to every assignment's time to live for its delivery to Envoy (the agent counts an assignment this much longer)")
+	fs.DurationVar(&e.ChangeEvery, "edge-change-every", d.ChangeEvery, "RLQS: least time between changes of one bucket's assignment on one Envoy instance; shorter makes token buckets smaller (each change may start one full)")
+	fs.Float64Var(&e.BurstFraction, "edge-burst-fraction", d.BurstFraction, "RLQS: part of an Envoy instance's refill given up to pay for token buckets that start full, in (0, 1)")
+	fs.DurationVar(&e.AbandonAfter, "edge-abandon-after", d.AbandonAfter, "RLQS: tell Envoy to drop a bucket (AbandonAction) that reported no requests for this long; at least --edge-change-every")
+	fs.IntVar(&e.MaxBucketsPerStream, "edge-max-buckets", d.MaxBucketsPerStream, "RLQS: most buckets one Envoy instance may report; more are ignored and counted (quotalease_agent_edge_reports_limited_total{reason=\"buckets\"})")
+	fs.Float64Var(&e.ReportsPerSecond, "edge-reports-per-second", d.ReportsPerSecond, "RLQS: pace of one Envoy stream's usage reports (Envoy sends one every reporting interval and one per new bucket); more are dropped and counted (reason=\"rate\")")
+	fs.IntVar(&e.ReportBurst, "edge-report-burst", d.ReportBurst, "RLQS: reports one Envoy stream may send at once above --edge-reports-per-second")
+}

@@ -1,0 +1,200 @@
+package edge
+
+import (
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/quota-lease/quota-lease/policy"
+)
+
+// Key is one policy identity an agent serves at the edge: the slots
+// (Envoy instances' buckets) that report it, keyed by K, their ledger,
+// this round's plan, and the agent's reservation in the region's store.
+// An agent round, every Config.Tick, is: Plan (or Release when the
+// identity is no longer served) for the update to write; the store's
+// answer to Synced; Push for what to send. Not safe for concurrent use.
+type Key[K comparable] struct {
+	Ledger *Ledger[K]
+	// Slots are the slots reporting the identity now.
+	Slots map[K]*Slot
+	order func(a, b K) int
+
+	// This round's plan: each slot's share (nil when nothing is served),
+	// the assignments' time to live and life (Lifetime), the capacity of
+	// the region they come from, and this agent's edge demand.
+	Want           map[K]int64
+	TTL, Life      time.Duration
+	Capacity, Self int64
+
+	// The reservation. Written is what the region's store holds for this
+	// agent (confirmed by a sync); Visible what every agent may be
+	// counting (written GrowWait ago); Pending a larger written amount
+	// waiting for that since PendingSince; Covered until when the store
+	// keeps the entry, on this agent's clock; SentEdge and SentDirect the
+	// demands last written.
+	Written, Visible, Pending int64
+	PendingSince, Covered     time.Time
+	SentEdge, SentDirect      int64
+}
+
+// NewKey returns a key with no slots; order sorts slot keys (splits and
+// pushes go through slots in that order).
+func NewKey[K comparable](order func(a, b K) int) *Key[K] {
+	return &Key[K]{Ledger: NewLedger[K](), Slots: map[K]*Slot{}, order: order}
+}
+
+// Add starts slot id at now (its bucket's first report), demand unknown.
+func (k *Key[K]) Add(id K, now time.Time) *Slot {
+	s := &Slot{Demand: -1, Busy: now}
+	k.Slots[id] = s
+	return s
+}
+
+// Remove forgets slot id (its stream ended, or its bucket was abandoned);
+// what it was sent keeps counting until it may have expired.
+func (k *Key[K]) Remove(id K) {
+	k.Ledger.Remove(id)
+	delete(k.Slots, id)
+}
+
+// Others is what the other agents of the region hold for one policy
+// identity, as the store returns it.
+type Others struct{ Reserved, Edge, Direct int64 }
+
+// Update is what an agent writes to the region's store for one policy
+// identity: the reservation it wants (growth granted up to Capacity
+// counting the other agents'; a smaller one whole), its edge and direct
+// demand, the entry kept for Life.
+type Update struct {
+	Want, Capacity     int64
+	EdgeDemand, Direct int64
+	Life               time.Duration
+}
+
+// Plan is a round's plan at now for an identity of p (with edge settings)
+// that slots report: the time to live from what is left of the region's
+// grant (validLeft; TTL), the capacity at the end of the assignments' life
+// (capacityAt: no grant's capacity grows while nothing is renewed, and a
+// renewal that shrinks it is not acknowledged while the edge may enforce
+// more), split by demand between direct checks (this agent's direct and
+// the others'), the others' Envoy instances and this agent's (Wants). It
+// returns the update to write, if the store needs one.
+func (k *Key[K]) Plan(now time.Time, p *policy.Policy, validLeft time.Duration, capacityAt func(time.Time) int64, direct int64, others Others, cfg Config) (Update, bool) {
+	k.TTL, _ = TTL(p.Edge.EdgeTTL(), validLeft, cfg.Drift, cfg.Margin)
+	k.Life = Lifetime(k.TTL, cfg.Drift, cfg.Margin)
+	k.Capacity = capacityAt(now.Add(k.Life))
+	ids := slices.SortedFunc(maps.Keys(k.Slots), k.order)
+	demands := make([]int64, len(ids))
+	for i, id := range ids {
+		demands[i] = k.Slots[id].Demand
+	}
+	var shares []int64
+	k.Self, shares = Wants(k.Capacity, others.Direct+direct, others.Edge, demands)
+	k.Want = make(map[K]int64, len(ids))
+	for i, id := range ids {
+		k.Want[id] = shares[i]
+	}
+	need := k.Ledger.Need(now, k.Want)
+	if need != k.Written || now.Add(k.Life+2*cfg.Tick).After(k.Covered) || moved(k.Self, k.SentEdge) || direct != k.SentDirect {
+		return Update{Want: need, Capacity: k.Capacity, EdgeDemand: k.Self, Direct: direct, Life: cfg.KeepFor(k.Life)}, true
+	}
+	return Update{}, false
+}
+
+// Release is a round at now for an identity no longer served (no slot, or
+// its policy gone or without edge settings): the reservation follows what
+// the assignments sent may still enforce. drop says the key can be
+// forgotten: nothing is reserved or may be enforced.
+func (k *Key[K]) Release(now time.Time, direct int64, cfg Config) (u Update, write, drop bool) {
+	k.Want = nil
+	need := k.Ledger.Committed(now)
+	if need == 0 && k.Written == 0 && k.Ledger.Empty(now) {
+		return Update{}, false, true
+	}
+	if need != k.Written || direct != k.SentDirect {
+		return Update{Want: need, Direct: direct, Life: cfg.KeepFor(max(k.Life, time.Second))}, true, false
+	}
+	return Update{}, false, false
+}
+
+// moved reports whether a demand moved by more than a tenth since it was
+// last written.
+func moved(now, sent int64) bool {
+	return now > sent+sent/10 || now < sent-sent/10
+}
+
+// Synced applies the store's answer to u, sent at sent and answered at
+// done: it granted granted. The store ran it in between: the entry's life
+// counts from sent (it ends no sooner; the store keeps it for u.Life on
+// its own clock), a larger reservation's wait from done (every other
+// agent's read that missed it began before done); it becomes visible
+// (usable) GrowWait after that.
+func (k *Key[K]) Synced(sent, done time.Time, u Update, granted int64, cfg Config) {
+	k.Written, k.SentEdge, k.SentDirect = granted, u.EdgeDemand, u.Direct
+	switch {
+	case granted <= k.Visible:
+		k.Visible, k.Pending = granted, 0
+	case granted <= k.Pending:
+		k.Pending = granted // part of what was written then
+	default:
+		if k.Pending > 0 && !done.Before(k.PendingSince.Add(cfg.GrowWait)) {
+			k.Visible = k.Pending
+		}
+		k.Pending, k.PendingSince = granted, done
+	}
+	k.Covered = sent.Add(surely(u.Life, cfg.Drift))
+}
+
+// Send is one action for one slot: an assignment of Bucket for TTL, or an
+// abandon (the slot is then removed).
+type Send[K comparable] struct {
+	Slot    K
+	Abandon bool
+	Bucket  Bucket
+	TTL     time.Duration
+}
+
+// Push returns, at now, the actions for the slots of an identity of p (nil
+// when not served): the changes the ledger allows within the visible
+// reservation (Ledger.Plan; a changed share gets a new bucket, Assign),
+// the refreshes due, and abandons of slots idle for AbandonAfter. Nothing
+// is pushed while the store may not keep the reservation for one more
+// assignment's life.
+func (k *Key[K]) Push(now time.Time, p *policy.Policy, cfg Config) []Send[K] {
+	if k.Pending > 0 && !now.Before(k.PendingSince.Add(cfg.GrowWait)) {
+		k.Visible, k.Pending = max(k.Visible, k.Pending), 0
+	}
+	k.Visible = min(k.Visible, k.Written)
+	if p == nil || k.Want == nil || now.Add(k.Life).After(k.Covered) {
+		return nil
+	}
+	changes := k.Ledger.Plan(now, k.Want, k.Visible, cfg.ChangeEvery)
+	from := now.Add(surely(k.TTL, cfg.Drift))
+	var out []Send[K]
+	for _, id := range slices.SortedFunc(maps.Keys(k.Slots), k.order) {
+		s := k.Slots[id]
+		if now.Sub(s.Busy) >= cfg.AbandonAfter && now.Sub(s.Changed) >= cfg.ChangeEvery {
+			k.Remove(id)
+			out = append(out, Send[K]{Slot: id, Abandon: true})
+			continue
+		}
+		share, change := changes[id]
+		if change {
+			s.Bucket = Assign(ShapeOf(p, share), cfg.ChangeEvery, cfg.BurstFraction, s.Bucket)
+			s.Changed = now
+		} else {
+			cur, active := k.Ledger.Current(id, now)
+			if !active || cur > k.Want[id] || !k.Ledger.Due(id, now, cfg.RefreshLead(k.TTL)) {
+				// A share above what the slot may have now (its capacity
+				// fell, or it is being moved away and its change waits
+				// for ChangeEvery) is never extended: it expires.
+				continue
+			}
+			share = cur // a refresh: the same bucket, a new time to live
+		}
+		k.Ledger.Pushed(id, share, now, from, now.Add(k.Life))
+		out = append(out, Send[K]{Slot: id, Bucket: s.Bucket, TTL: k.TTL})
+	}
+	return out
+}

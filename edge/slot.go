@@ -1,0 +1,59 @@
+package edge
+
+import (
+	"time"
+
+	"github.com/quota-lease/quota-lease/policy"
+)
+
+// Slot is one Envoy instance's bucket of a policy identity as an agent
+// tracks it: the demand its reports show and the token bucket it was
+// assigned.
+type Slot struct {
+	// Demand is the reported demand in the policy's amount unit; -1 while
+	// unknown (a bucket's first report says nothing of its rate).
+	Demand int64
+	// At is when the last report came; Busy the last one with requests
+	// (or the first).
+	At, Busy time.Time
+	// Bucket is the token bucket last assigned (zero: none or DENY_ALL),
+	// Changed when it last changed.
+	Bucket  Bucket
+	Changed time.Time
+}
+
+// Report takes a usage report of the slot received at now: count
+// requests (allowed and denied) over elapsed, Envoy's time_elapsed. The
+// rate is measured between the reports as they arrived when there was an
+// earlier one (Rate).
+func (s *Slot) Report(p *policy.Policy, count uint64, elapsed time.Duration, now time.Time) {
+	var measured time.Duration
+	if !s.At.IsZero() {
+		measured = now.Sub(s.At)
+	}
+	if r, ok := Rate(count, elapsed, measured); ok {
+		s.Demand = DemandAmount(p, r)
+	}
+	s.At = now
+	if count > 0 {
+		s.Busy = now
+	}
+}
+
+// DirectDemand is the demand of direct checks (HTTP, gRPC, Envoy's RLS)
+// that asked cost (micro-units) of one identity of p over d, in p's amount
+// unit.
+func DirectDemand(p *policy.Policy, cost int64, d time.Duration) int64 {
+	if d <= 0 || cost <= 0 {
+		return 0
+	}
+	return p.Limits().RateAmount(int64(float64(cost) / d.Seconds()))
+}
+
+// ReportedCost is the cost (micro-units) count reported requests of p
+// stand for, capped far above any real report: the edge's demand is the
+// region's too, so the agent's lease meter counts it as it counts direct
+// checks', and the region's share follows the edge.
+func ReportedCost(p *policy.Policy, count uint64) int64 {
+	return int64(min(float64(count)*float64(p.Cost)*float64(policy.Micro), 1e18))
+}

@@ -1,0 +1,45 @@
+package agent
+
+import (
+	"math"
+
+	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
+)
+
+// edgeSummary is what the Envoy instances streaming to this agent hold of
+// one policy: renewals report it to the coordinator (QuotaRequest.edge),
+// which shows it per region in `coordinator leases` and the console. It
+// plays no part in any grant.
+type edgeSummary struct {
+	instances, buckets int   // streams with a bucket of the policy; their buckets
+	assigned, usage    int64 // assigned refill and reported rate, amount units
+}
+
+// edgeSummary returns what renewals report of policy name's edge, nil
+// when no Envoy instance holds a bucket of it (or the policy is no longer
+// served at the edge: a summary of a round before that would be stale).
+func (e *edgeEngine) edgeSummary(name string) *pb.EdgeSummary {
+	if !(*e.enabled.Load())[name] {
+		return nil
+	}
+	p := e.summary.Load()
+	if p == nil {
+		return nil
+	}
+	s, ok := (*p)[name]
+	if !ok {
+		return nil
+	}
+	return &pb.EdgeSummary{Instances: clampInt32(s.instances), Buckets: clampInt32(s.buckets), Assigned: s.assigned, Usage: s.usage}
+}
+
+// amountOf is a sum of amounts, kept in a float64 so that it cannot wrap,
+// as an amount: at most math.MaxInt64.
+func amountOf(sum float64) int64 {
+	if sum >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(sum)
+}
+
+func clampInt32(n int) int32 { return int32(min(n, math.MaxInt32)) }

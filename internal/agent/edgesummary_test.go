@@ -1,0 +1,66 @@
+package agent
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/quota-lease/quota-lease/internal/testenv"
+	"github.com/quota-lease/quota-lease/policy"
+	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
+)
+
+// What Envoy instances hold at the edge reaches the coordinator's admin
+// API with the agent's renewals: two instances streaming to the agent,
+// three buckets of two tenants, show as the region's edge in ListLeases,
+// its assigned rate the agent's own gauge and its usage what they ask; once
+// they are gone, the next renewal clears it.
+func TestEdgeSummaryReachesListLeases(t *testing.T) {
+	k := startCoordinator(t, testenv.Prefix(t), "")
+	setPolicy(t, k.addr, edgeTestPolicy)
+	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, fastEdge)
+	a, b := startEnvoy(t, ra.grpcAddr, "a"), startEnvoy(t, ra.grpcAddr, "b")
+	globex := map[string]string{"policy": "api", "tenant": "globex"}
+	stop := make(chan struct{})
+	go drive(a, acme, 150, stop, 20*time.Second)
+	go drive(b, acme, 50, stop, 20*time.Second)
+	go drive(b, globex, 50, stop, 20*time.Second)
+	edgeOf := func() *pb.EdgeSummary {
+		resp, err := k.c.ListLeases(t.Context(), &pb.ListLeasesRequest{Region: "us"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range resp.Leases {
+			if l.Quota == "api" {
+				return l.Edge
+			}
+		}
+		return nil
+	}
+	var got *pb.EdgeSummary
+	testenv.WaitFor(t, 15*time.Second, "the edge in ListLeases", func() bool {
+		got = edgeOf()
+		return got != nil && got.Instances == 2 && got.Buckets == 3 && got.Assigned > 0 && got.Usage >= 200*policy.Micro
+	})
+	t.Logf("ListLeases: %v", got)
+	if got.Agents != 1 {
+		t.Errorf("%d agents reported, want 1", got.Agents)
+	}
+	// The summary and the gauge are set by the same round; a round may
+	// come between reading one and the other.
+	testenv.WaitFor(t, 5*time.Second, "the renewal's assigned rate equal to the gauge", func() bool {
+		own := ra.a.edge.edgeSummary("api")
+		gauge := gaugeValue(t, ra.a, "quotalease_agent_edge_assigned_rate")
+		return own != nil && math.Abs(policy.Units(own.Assigned)-gauge) <= 1e-6*gauge
+	})
+	if lim := 100 * policy.Micro; got.Assigned > lim {
+		t.Errorf("assigned %d, more than the limit %d", got.Assigned, lim)
+	}
+	if got.Usage > 400*policy.Micro {
+		t.Errorf("usage %d, twice what the instances ask", got.Usage)
+	}
+	close(stop)
+	a.Close()
+	b.Close()
+	testenv.WaitFor(t, 15*time.Second, "the edge gone from ListLeases", func() bool { return edgeOf() == nil })
+}
