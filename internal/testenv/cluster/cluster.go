@@ -87,8 +87,9 @@ type Options struct {
 	LeaseDuration time.Duration
 	SessionTTL    time.Duration
 	CheckTimeout  time.Duration
-	// CoordinatorArgs are added to every coordinator's command line.
-	CoordinatorArgs []string
+	// CoordinatorArgs are added to every coordinator's command line, and
+	// AgentArgs to every agent's.
+	CoordinatorArgs, AgentArgs []string
 	// Stores picks a region's Redis deployment by region name: StoreSingle
 	// (the default), StoreCluster or StoreSentinel.
 	Stores map[string]string
@@ -488,12 +489,12 @@ func (c *Cluster) startAgent(ctx context.Context, bins Binaries, i int, region s
 	p, err := c.startServing(ctx, name, bins.Agent, func() ([]string, error) {
 		grpcAddr, _ = c.freeAddr()
 		httpAddr, _ = c.freeAddr()
-		return []string{"serve", "--region", region, "--instance", instance,
+		return append([]string{"serve", "--region", region, "--instance", instance,
 			"--redis", toRedis, "--coordinator", strings.Join(via, ","), "--grpc-listen", grpcAddr,
 			"--http-listen", httpAddr, "--check-timeout", o.CheckTimeout.String(), "--lease-margin", "50ms", "--log-level", "info",
 			"--coordinator-hints=false", // reach the coordinators only through the fault proxies
 			"--coordinator-tls-ca", c.pki.ca.CertFile,
-			"--tls-cert", c.pki.regions[region].Cert, "--tls-key", c.pki.regions[region].Key, "--tls-client-ca", c.pki.ca.CertFile}, nil
+			"--tls-cert", c.pki.regions[region].Cert, "--tls-key", c.pki.regions[region].Key, "--tls-client-ca", c.pki.ca.CertFile}, o.AgentArgs...), nil
 	})
 	if err != nil {
 		return nil, err
