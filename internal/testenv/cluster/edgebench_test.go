@@ -4,15 +4,11 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"text/tabwriter"
 	"time"
@@ -24,7 +20,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/quota-lease/quota-lease/internal/testenv"
-	"github.com/quota-lease/quota-lease/internal/testenv/redistest"
 	"github.com/quota-lease/quota-lease/internal/testenv/rlqsenvoy"
 	"github.com/quota-lease/quota-lease/policy"
 )
@@ -126,7 +121,7 @@ func BenchmarkEdgePeers(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer cc.Close()
-	peerAddr, peer := startRatelimit(b, dir, peerBin, edgeBenchConfig("bench", 100000, ""))
+	peerAddr, _, peer := startRatelimit(b, dir, peerBin, edgeBenchConfig("bench", 100000, ""))
 	pc, err := grpc.NewClient(peerAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		b.Fatal(err)
@@ -395,46 +390,6 @@ func waitAnswers(b *testing.B, name string, client rlsv3.RateLimitServiceClient)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// startRatelimit starts envoyproxy/ratelimit (bin) with its own
-// redis-server and configuration cfg, stopped at the end of b; it returns
-// its gRPC address and its and its Redis's process IDs.
-func startRatelimit(b *testing.B, dir, bin, cfg string) (string, []int) {
-	cfgDir := filepath.Join(dir, "runtime", "ratelimit", "config")
-	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(cfgDir, "config.yaml"), []byte(cfg), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	free := func() string {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer l.Close()
-		_, p, _ := net.SplitHostPort(l.Addr().String())
-		return p
-	}
-	rs := redistest.Start(b)
-	grpcPort := free()
-	log, err := os.Create(filepath.Join(dir, "ratelimit.log"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), "USE_STATSD=false", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+rs.Addr,
-		"RUNTIME_ROOT="+filepath.Join(dir, "runtime"), "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_APPDIRECTORY=config",
-		"RUNTIME_WATCH_ROOT=false", "LOG_LEVEL=warn", "HOST=127.0.0.1", "PORT="+free(), "GRPC_HOST=127.0.0.1", "GRPC_PORT="+grpcPort,
-		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+free())
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait(); log.Close() })
-	return "127.0.0.1:" + grpcPort, []int{cmd.Process.Pid, rs.Pid()}
 }
 
 // scrapeMetric sums every series of the metric name on agent's /metrics.

@@ -187,6 +187,46 @@ func (s *peerSystem) call(ctx context.Context, l peerLoad, i int) error {
 // decision of every algorithm quota-lease offers beside the original's
 // fixed window. `make bench-peers` builds envoyproxy/ratelimit and runs
 // this; without it (QUOTALEASE_PEER_RATELIMIT unset) it is skipped.
+// startProcess starts bin with args and env added to this process's,
+// logging to dir/name.log, in a process group killed at the end of b; it
+// returns the process ID.
+func startProcess(b *testing.B, dir, name string, env []string, bin string, args ...string) int {
+	log, err := os.Create(filepath.Join(dir, name+".log"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env, cmd.Stdout, cmd.Stderr = append(os.Environ(), env...), log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait(); log.Close() })
+	return cmd.Process.Pid
+}
+
+// startRatelimit starts envoyproxy/ratelimit (bin) with its own
+// redis-server and configuration cfg, stopped at the end of b; it returns
+// its gRPC and HTTP addresses, and its and its Redis's process IDs.
+func startRatelimit(b *testing.B, dir, bin, cfg string) (grpcAddr, httpAddr string, pids []int) {
+	cfgDir := filepath.Join(dir, "runtime", "ratelimit", "config")
+	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cfgDir, "config.yaml"), []byte(cfg), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	port := func(addr string) string { _, p, _ := net.SplitHostPort(addr); return p }
+	rs := redistest.Start(b)
+	grpcAddr, httpAddr, debug := testenv.FreeAddr(b), testenv.FreeAddr(b), testenv.FreeAddr(b)
+	pid := startProcess(b, dir, "ratelimit", []string{"USE_STATSD=false", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + rs.Addr,
+		"RUNTIME_ROOT=" + filepath.Join(dir, "runtime"), "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_APPDIRECTORY=config",
+		"RUNTIME_WATCH_ROOT=false", "LOG_LEVEL=warn",
+		"HOST=127.0.0.1", "PORT=" + port(httpAddr), "GRPC_HOST=127.0.0.1", "GRPC_PORT=" + port(grpcAddr),
+		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + port(debug)}, bin)
+	return grpcAddr, httpAddr, []int{pid, rs.Pid()}
+}
+
 func BenchmarkEnvoyAPIPeers(b *testing.B) {
 	testenv.SkipMultiProcess(b)
 	peerBin := os.Getenv("QUOTALEASE_PEER_RATELIMIT")
@@ -198,38 +238,8 @@ func BenchmarkEnvoyAPIPeers(b *testing.B) {
 	if err := os.WriteFile(ours, oursPolicies(b), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	cfgDir := filepath.Join(dir, "runtime", "ratelimit", "config")
-	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(cfgDir, "config.yaml"), []byte(peerConfig), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	free := func() string {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer l.Close()
-		return l.Addr().String()
-	}
-	port := func(addr string) string { _, p, _ := net.SplitHostPort(addr); return p }
-	start := func(name string, env []string, bin string, args ...string) int {
-		log, err := os.Create(filepath.Join(dir, name+".log"))
-		if err != nil {
-			b.Fatal(err)
-		}
-		cmd := exec.Command(bin, args...)
-		cmd.Env, cmd.Stdout, cmd.Stderr = append(os.Environ(), env...), log, log
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait(); log.Close() })
-		return cmd.Process.Pid
-	}
-	redisOurs, redisPeer := redistest.Start(b), redistest.Start(b)
-	agentAddr, agentHTTP := free(), free()
+	redisOurs := redistest.Start(b)
+	agentAddr, agentHTTP := testenv.FreeAddr(b), testenv.FreeAddr(b)
 	// A check timeout long enough that every decision is Redis's, as every
 	// decision of envoyproxy/ratelimit is: with the agent's default 20 ms,
 	// checks queued on these 2 shared cores time out, the breaker opens and
@@ -237,7 +247,7 @@ func BenchmarkEnvoyAPIPeers(b *testing.B) {
 	// counts what the agent still decided locally. QUOTALEASE_PEER_CHECK_TIMEOUT
 	// sets another.
 	checkTimeout := cmp.Or(os.Getenv("QUOTALEASE_PEER_CHECK_TIMEOUT"), "1s")
-	agentPid := start("agent", nil, bins.Agent, "serve", "--region", "bench", "--policies", ours, "--redis", redisOurs.Addr,
+	agentPid := startProcess(b, dir, "agent", nil, bins.Agent, "serve", "--region", "bench", "--policies", ours, "--redis", redisOurs.Addr,
 		"--grpc-listen", agentAddr, "--http-listen", agentHTTP, "--coordinator", "127.0.0.1:1", "--log-level", "warn",
 		"--check-timeout", checkTimeout)
 	// The HTTP API names the policy and its attribute as the agent derives
@@ -247,12 +257,7 @@ func BenchmarkEnvoyAPIPeers(b *testing.B) {
 		b.Fatalf("peer configuration: %v", err)
 	}
 	tenant := ps[0]
-	peerAddr, peerHTTP, peerDebug := free(), free(), free()
-	peerPid := start("ratelimit", []string{"USE_STATSD=false", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redisPeer.Addr,
-		"RUNTIME_ROOT=" + filepath.Join(dir, "runtime"), "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_APPDIRECTORY=config",
-		"RUNTIME_WATCH_ROOT=false", "LOG_LEVEL=warn",
-		"HOST=127.0.0.1", "PORT=" + port(peerHTTP), "GRPC_HOST=127.0.0.1", "GRPC_PORT=" + port(peerAddr),
-		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + port(peerDebug)}, peerBin)
+	peerAddr, peerHTTP, peerPids := startRatelimit(b, dir, peerBin, peerConfig)
 
 	web := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 10 * time.Second}
 	b.Cleanup(web.CloseIdleConnections)
@@ -262,7 +267,7 @@ func BenchmarkEnvoyAPIPeers(b *testing.B) {
 				return fmt.Sprintf(`{"policy":%q,"attributes":{%q:"t%d"}}`, tenant.Name, tenant.Identity[0], i%10000)
 			},
 			local: func() float64 { return localDecisions(b, web, "http://"+agentHTTP+"/metrics") }},
-		{name: "envoyproxy/ratelimit", pids: []int{peerPid, redisPeer.Pid()}, web: web, httpURL: "http://" + peerHTTP + "/json",
+		{name: "envoyproxy/ratelimit", pids: peerPids, web: web, httpURL: "http://" + peerHTTP + "/json",
 			httpBody: func(i int) string {
 				return fmt.Sprintf(`{"domain":"bench","descriptors":[{"entries":[{"key":"tenant","value":"t%d"}]}]}`, i%10000)
 			}},
