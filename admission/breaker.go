@@ -15,6 +15,9 @@ type breaker struct {
 	threshold int
 	cooldown  time.Duration
 	now       func() time.Time
+	// opened is signalled when the breaker opens, for a prober to wait on
+	// rather than poll.
+	opened chan struct{}
 
 	mu       sync.Mutex
 	failures int
@@ -24,7 +27,7 @@ type breaker struct {
 }
 
 func newBreaker(threshold int, cooldown time.Duration, now func() time.Time) *breaker {
-	return &breaker{threshold: threshold, cooldown: cooldown, now: now}
+	return &breaker{threshold: threshold, cooldown: cooldown, now: now, opened: make(chan struct{}, 1)}
 }
 
 // allow reports whether a call to Redis may be made now.
@@ -63,6 +66,12 @@ func (b *breaker) result(ok bool) {
 	}
 	b.failures++
 	if b.probing || b.failures >= b.threshold {
+		if !b.open {
+			select {
+			case b.opened <- struct{}{}:
+			default:
+			}
+		}
 		b.open, b.probing, b.openedAt = true, false, b.now()
 	}
 }

@@ -208,6 +208,16 @@ func New(cfg Config) (*Pipeline, error) {
 // BreakerOpen reports whether requests currently bypass the store.
 func (p *Pipeline) BreakerOpen() bool { return p.br != nil && p.br.isOpen() }
 
+// BreakerOpened is signalled when the breaker in front of the store opens
+// (nil without one, which never opens): a prober waits on it instead of
+// polling BreakerOpen.
+func (p *Pipeline) BreakerOpened() <-chan struct{} {
+	if p.br == nil {
+		return nil
+	}
+	return p.br.opened
+}
+
 // ProbeStore lets the caller probe the store while the breaker is open, so
 // that the breaker closes when the store answers again although no request
 // comes to probe it: an idle agent, or one its load balancer stopped

@@ -11,16 +11,17 @@ import (
 // EdgeConfig (internal/agent) carries them with its wire settings; the
 // simulator runs the defaults.
 type Tuning struct {
-	// Tick is how often the agent syncs its edge reservations with the
-	// region's Redis (reading the other agents' too) and pushes
-	// assignments. Default 100ms.
+	// Tick is how often, at most, the agent plans the identities that
+	// need it (Key.Next, or changed inputs) and pushes assignments. It
+	// writes a growing reservation to the region's store at once and
+	// reads the store every ReadEvery. Default 100ms.
 	Tick time.Duration
 	// GrowWait is how long a larger reservation is held before an
 	// assignment uses it, so that every agent of the region has read it
-	// by then (each reads every Tick; one whose last read is older than
-	// GrowWait leaves the edge's policies nothing for direct checks). It
-	// must be the same on every agent of a region, and well above Tick
-	// plus a Redis round trip. Default 500ms.
+	// by then (each reads every ReadEvery, about half of it; one whose
+	// last read is older than Trust leaves the edge's policies nothing
+	// for direct checks). It must be the same on every agent of a
+	// region, and well above Tick plus a Redis round trip. Default 500ms.
 	GrowWait time.Duration
 	// Margin is added to every assignment's time to live for its delivery
 	// to Envoy (the stream, Envoy's main thread): the agent counts an
@@ -60,12 +61,20 @@ func DefaultConfig() Config { return Config{Tuning: DefaultTuning()} }
 // sync, for assignments that live life: twice that plus a few rounds, so
 // that entries are rewritten about once per life and pushes never wait
 // for one.
-func (c Tuning) KeepFor(life time.Duration) time.Duration { return 2*life + 4*c.Tick }
+func (c Config) KeepFor(life time.Duration) time.Duration { return 2*life + 4*c.Tick + c.ReadEvery() }
 
 // RefreshLead is how long before an assignment of ttl may expire it is
-// sent again: a quarter of it, or a few rounds. Later would risk a gap;
-// sooner keeps a share that is being moved away alive longer.
-func (c Tuning) RefreshLead(ttl time.Duration) time.Duration { return max(ttl/4, 4*c.Tick) }
+// sent again: a quarter of it, or a few rounds, and more than the longest
+// wait for a round (ReadEvery). Later would risk a gap; sooner keeps a
+// share that is being moved away alive longer.
+func (c Config) RefreshLead(ttl time.Duration) time.Duration {
+	return max(ttl/4, 4*c.Tick, c.ReadEvery()+c.Tick)
+}
+
+// AlongLead is how long before an assignment of ttl may expire it is sent
+// again along with another message to the same Envoy instance (Key.PushAlong):
+// half of it, so that an instance's refreshes gather in one message.
+func (c Config) AlongLead(ttl time.Duration) time.Duration { return max(ttl/2, c.RefreshLead(ttl)) }
 
 // Trust is how long a read of the region's reservations may be relied
 // on: less than GrowWait, however the clocks drift (a larger reservation
@@ -81,3 +90,13 @@ func (c Config) Trust() time.Duration {
 func surely(ttl time.Duration, drift float64) time.Duration {
 	return ttl - time.Duration(math.Ceil(2*drift*float64(ttl)))
 }
+
+// ReadEvery is how often the agent must read the region's reservations
+// when it has nothing to write (a growth is written at once): half of
+// Trust, so that a read that takes a while still lands before the last
+// one may no longer be relied on, and never more often than every Tick.
+func (c Config) ReadEvery() time.Duration { return max(c.Tick, c.Trust()/2) }
+
+// ReadDue reports whether a round at now must read the region's
+// reservations, the last read having been sent at readAt.
+func (c Config) ReadDue(readAt, now time.Time) bool { return now.Sub(readAt) >= c.ReadEvery() }

@@ -36,6 +36,8 @@ type Key[K comparable] struct {
 	Written, Visible, Pending int64
 	PendingSince, Covered     time.Time
 	SentEdge, SentDirect      int64
+
+	changed time.Time // the last push that changed or abandoned an assignment
 }
 
 // NewKey returns a key with no slots; order sorts slot keys (splits and
@@ -91,16 +93,52 @@ func (k *Key[K]) Plan(now time.Time, p *policy.Policy, validLeft time.Duration, 
 	}
 	var shares []int64
 	k.Self, shares = Wants(k.Capacity, others.Direct+direct, others.Edge, demands)
+	shares = k.keep(now, ids, shares, k.Capacity-others.Reserved)
 	k.Want = make(map[K]int64, len(ids))
 	for i, id := range ids {
 		k.Want[id] = shares[i]
 	}
 	need := k.Ledger.Need(now, k.Want)
-	if need != k.Written || now.Add(k.Life+2*cfg.Tick).After(k.Covered) || moved(k.Self, k.SentEdge) || direct != k.SentDirect {
+	if need != k.Written || now.After(k.rewriteAt(cfg)) || moved(k.Self, k.SentEdge) || direct != k.SentDirect {
 		return Update{Want: need, Capacity: k.Capacity, EdgeDemand: k.Self, Direct: direct, Life: cfg.KeepFor(k.Life)}, true
 	}
 	return Update{}, false
 }
+
+// keep returns shares with each slot's current share kept where the split
+// moved it by at most a 64th: a change costs a message and may start the
+// bucket full, so demand that wavers does not change assignments. Kept
+// shares never total more than the split's total and a 64th, nor limit
+// (the capacity less the other agents' reservations), so a capacity that
+// falls still shrinks them.
+func (k *Key[K]) keep(now time.Time, ids []K, shares []int64, limit int64) []int64 {
+	out := slices.Clone(shares)
+	var sum, kept int64
+	for i, id := range ids {
+		if cur, active := k.Ledger.Current(id, now); active && max(shares[i]-cur, cur-shares[i]) <= cur/64 {
+			out[i] = cur
+		}
+		sum, kept = sum+shares[i], kept+out[i]
+	}
+	if kept > sum+sum/64 || kept > limit {
+		return shares
+	}
+	return out
+}
+
+// rewriteAt is when the reservation entry wants rewriting: early enough
+// that one more assignment's life fits in what the store keeps, with a
+// few rounds and a wait for the next read (Config.ReadEvery) to spare.
+func (k *Key[K]) rewriteAt(cfg Config) time.Time {
+	return k.Covered.Add(-k.Life - 2*cfg.Tick - cfg.ReadEvery())
+}
+
+// Urgent reports whether u, the update a round planned, should be written
+// at once rather than with the next read (Config.ReadEvery): it grows the
+// reservation, which assignments wait for. Whatever else it changes can
+// wait, as the reservation written stays at least what the assignments
+// sent may enforce.
+func (k *Key[K]) Urgent(u Update) bool { return u.Want > k.Written }
 
 // Release is a round at now for an identity no longer served (no slot, or
 // its policy gone or without edge settings): the reservation follows what
@@ -162,6 +200,19 @@ type Send[K comparable] struct {
 // is pushed while the store may not keep the reservation for one more
 // assignment's life.
 func (k *Key[K]) Push(now time.Time, p *policy.Policy, cfg Config) []Send[K] {
+	return k.push(now, p, cfg, cfg.RefreshLead(k.TTL))
+}
+
+// PushAlong is Push for a key whose round is not due (Next), when an
+// Envoy instance it assigns to gets a message anyway: it also refreshes
+// every assignment due within AlongLead, so that the refreshes of one
+// instance's buckets come together, one message per assignment's life,
+// instead of one message for each.
+func (k *Key[K]) PushAlong(now time.Time, p *policy.Policy, cfg Config) []Send[K] {
+	return k.push(now, p, cfg, cfg.AlongLead(k.TTL))
+}
+
+func (k *Key[K]) push(now time.Time, p *policy.Policy, cfg Config, lead time.Duration) []Send[K] {
 	if k.Pending > 0 && !now.Before(k.PendingSince.Add(cfg.GrowWait)) {
 		k.Visible, k.Pending = max(k.Visible, k.Pending), 0
 	}
@@ -176,16 +227,17 @@ func (k *Key[K]) Push(now time.Time, p *policy.Policy, cfg Config) []Send[K] {
 		s := k.Slots[id]
 		if now.Sub(s.Busy) >= cfg.AbandonAfter && now.Sub(s.Changed) >= cfg.ChangeEvery {
 			k.Remove(id)
+			k.changed = now
 			out = append(out, Send[K]{Slot: id, Abandon: true})
 			continue
 		}
 		share, change := changes[id]
 		if change {
 			s.Bucket = Assign(ShapeOf(p, share), cfg.ChangeEvery, cfg.BurstFraction, s.Bucket)
-			s.Changed = now
+			s.Changed, k.changed = now, now
 		} else {
 			cur, active := k.Ledger.Current(id, now)
-			if !active || cur > k.Want[id] || !k.Ledger.Due(id, now, cfg.RefreshLead(k.TTL)) {
+			if !active || cur > k.Want[id] || !k.Ledger.Due(id, now, lead) {
 				// A share above what the slot may have now (its capacity
 				// fell, or it is being moved away and its change waits
 				// for ChangeEvery) is never extended: it expires.

@@ -3,6 +3,8 @@ package edge
 import (
 	"math"
 	"time"
+
+	"github.com/quota-lease/quota-lease/policy"
 )
 
 // Lifetime is how long after the agent sends an assignment of time to live
@@ -28,4 +30,18 @@ func TTL(want, validLeft time.Duration, drift float64, margin time.Duration) (tt
 		}
 	}
 	return want, false
+}
+
+// SteadyUntil is until when a round of an identity of p gets the same
+// time to live and capacity from the region's grant, valid until
+// validUntil, as long as that grant stays: while one whole assignment's
+// Lifetime still ends within it (TTL shortens nothing, and the capacity at
+// the end of that life is the grant's). The zero validUntil (no grant)
+// is never steady.
+func SteadyUntil(p *policy.Policy, validUntil time.Time, cfg Config) time.Time {
+	if validUntil.IsZero() {
+		return time.Time{}
+	}
+	ttl, _ := TTL(p.Edge.EdgeTTL(), time.Duration(math.MaxInt64), cfg.Drift, cfg.Margin)
+	return validUntil.Add(-Lifetime(ttl, cfg.Drift, cfg.Margin))
 }

@@ -22,6 +22,9 @@ func NewView(readAt time.Time) *View {
 	return &View{ReadAt: readAt, ByPolicy: map[string]map[string]int64{}}
 }
 
+// ReadAgain is v read again at readAt and found unchanged.
+func (v *View) ReadAgain(readAt time.Time) *View { return &View{ReadAt: readAt, ByPolicy: v.ByPolicy} }
+
 // Add counts r reserved for identity of policy name.
 func (v *View) Add(name, identity string, r int64) {
 	if r <= 0 {

@@ -206,10 +206,17 @@ func (a *Holder) State(now time.Time) State {
 // NeedsRenewal reports whether a renewal is due at now: no grant yet, or
 // the grant's RenewAfter passed (by default a third of its validity).
 func (a *Holder) NeedsRenewal(now time.Time) bool {
+	at := a.RenewAt()
+	return at.IsZero() || !now.Before(at)
+}
+
+// RenewAt is when a renewal falls due (NeedsRenewal); the zero time when
+// it is due whatever the time: no grant yet, or a restored one.
+func (a *Holder) RenewAt() time.Time {
 	if a.grant.ID == "" || a.restored {
-		return true
+		return time.Time{}
 	}
-	return !now.Before(a.sentAt.Add(a.RenewInterval()))
+	return a.sentAt.Add(a.RenewInterval())
 }
 
 // Enforce returns the amount the region may enforce at now and the mode:

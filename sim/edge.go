@@ -85,6 +85,7 @@ type edgeRegion struct {
 	streams    map[uint64]int  // open streams: the instance at the other end
 	nextStream uint64
 	view       *edge.View
+	readAt     time.Time // the last sync (edge.Config.ReadDue)
 	trust      time.Duration
 	direct     map[int]int64 // direct checks' cost (micro-units) since directAt
 	directAt   time.Time
@@ -145,7 +146,14 @@ func (x *edgeRegion) round() {
 	}
 	now := x.r.leaseTime(x.e.now)
 	ids, updates := x.prepare(now)
-	if !x.r.redisDown {
+	urgent := false
+	for i, id := range ids {
+		urgent = urgent || x.keys[id].Urgent(updates[i])
+	}
+	// As the agent: a growth is written at once, the rest with the next
+	// read (the keys are planned again then).
+	if !x.r.redisDown && (urgent || x.cfg.ReadDue(x.readAt, now)) {
+		x.readAt = now
 		granted, others := x.sync(ids, updates)
 		for i, id := range ids {
 			if k := x.keys[id]; k != nil {

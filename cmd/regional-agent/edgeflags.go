@@ -11,7 +11,7 @@ import (
 // agent.DefaultEdgeConfig.
 func edgeFlags(fs *flag.FlagSet, e *agent.EdgeConfig) {
 	d := agent.DefaultEdgeConfig()
-	fs.DurationVar(&e.Tick, "edge-tick", d.Tick, "RLQS: how often the agent syncs its edge reservations with the region's Redis (reading the other agents') and pushes assignments to Envoy")
+	fs.DurationVar(&e.Tick, "edge-tick", d.Tick, "RLQS: how often, at most, the agent plans the identities whose reports, capacity or assignments call for it and pushes assignments to Envoy; it writes a growing edge reservation to the region's Redis at once, and reads the region's (the other agents') about every half --edge-grow-wait")
 	fs.DurationVar(&e.GrowWait, "edge-grow-wait", d.GrowWait, "RLQS: how long a larger edge reservation waits before an assignment uses it, so that every agent of the region has read it; the same on every agent of a region, more than twice --edge-tick")
 	fs.DurationVar(&e.Margin, "edge-margin", d.Margin, "RLQS: added to every assignment's time to live for its delivery to Envoy (the agent counts an assignment this much longer)")
 	fs.DurationVar(&e.ChangeEvery, "edge-change-every", d.ChangeEvery, "RLQS: least time between changes of one bucket's assignment on one Envoy instance; shorter makes token buckets smaller (each change may start one full)")

@@ -66,8 +66,9 @@ type Config struct {
 	// drift (it says so in every answer) wins: the agent then uses that.
 	Drift  float64
 	Margin time.Duration
-	// RenewTick is how often leases are looked at for renewal (jittered by
-	// up to half). Default 100ms.
+	// RenewTick is the least time between two looks at the leases for
+	// renewal (jittered by up to half): the agent looks when the next
+	// renewal falls due, and at least once a second. Default 100ms.
 	RenewTick time.Duration
 	// FallbackKeys bounds the local fallback's table, and the replay cache
 	// of idempotency keys. Default 100,000.
@@ -79,7 +80,8 @@ type Config struct {
 	// RedisProbeInterval is how soon after the breaker opens the agent
 	// pings Redis itself to close it, without waiting for a check (an idle
 	// or unready agent gets none); each failed ping doubles the wait, up to
-	// RedisProbeMaxInterval. Defaults 250ms and 2s.
+	// RedisProbeMaxInterval. While the breaker is closed nothing is pinged
+	// (the prober waits for it to open). Defaults 250ms and 2s.
 	RedisProbeInterval, RedisProbeMaxInterval time.Duration
 	// IdempotencyWindow for the engine and the agent's own replay cache.
 	// Default 10s.
@@ -446,12 +448,20 @@ func (a *Agent) leaseLoop(ctx context.Context) {
 		rctx, cancel := context.WithTimeout(ctx, max(a.cfg.RenewTick*5, a.leaser.renewInterval()))
 		a.leaser.renew(rctx)
 		cancel()
-		a.leaser.updateMetrics(a.cfg.Clock.Now())
-		jitter := time.Duration(float64(a.cfg.RenewTick) * (0.5 + rand.Float64()))
+		now := a.cfg.Clock.Now()
+		a.leaser.updateMetrics(now)
+		// Until the next renewal falls due, at most a second (new policies,
+		// metrics), at least about a RenewTick: an idle agent wakes about
+		// once a second, not ten times.
+		wait := time.Second
+		if at, ok := a.leaser.renewAt(); ok {
+			wait = min(wait, at.Sub(now))
+		}
+		wait = max(wait, time.Duration(float64(a.cfg.RenewTick)*(0.5+rand.Float64())))
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(jitter):
+		case <-time.After(wait):
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,7 +47,14 @@ type edgeEngine struct {
 	directOnly map[edgeKeyID]int64
 	regionKeys map[edgeKeyID]edge.Others // the other agents' holdings, from the last sync
 	directAt   time.Time                 // when direct demands were last measured
+	readAt     time.Time                 // when the last sync that succeeded was sent
 	syncDown   outage
+	visited    []*edgeKey // the keys this round plans and pushes
+	nextGrow   time.Time  // when the first pending growth becomes usable
+	// fps are the fingerprints of the policies last loaded: a reload that
+	// changed nothing plans no key again.
+	fps        map[*policy.Policy]uint64
+	metricsAt  time.Time       // when the gauges were last set
 	metricKeys map[string]bool // policies with edge gauges set
 
 	// directMu guards direct: the cost (micro-units) direct checks asked
@@ -80,6 +88,18 @@ type edgeKey struct {
 	slots  map[rlqsSlotID]*rlqsSlot
 	others edge.Others // the other agents' holdings, from the last sync
 	direct int64       // this agent's direct demand
+
+	// A key is planned in a round only when an input changed (dirty: a
+	// report, a slot added or dropped, the others' holdings or the direct
+	// demand), when its policy or grant did (validUntil is the grant's
+	// validity its last round planned with), when due (edge.Key.Next), or
+	// when its last update waits for the next read (unwritten): an agent
+	// serving many identities pays for those that move.
+	dirty, unwritten bool
+	due              time.Time
+	validUntil       time.Time
+	fp               uint64    // pol's fingerprint
+	pushed           time.Time // the round it last pushed in
 }
 
 // rlqsSlot is a bucket an Envoy instance reports: the key's edge.Slot of
@@ -109,13 +129,17 @@ func newEdgeEngine(a *Agent, cfg EdgeConfig) *edgeEngine {
 
 // setPolicies notes which policies the edge serves.
 func (e *edgeEngine) setPolicies(ps []*policy.Policy) {
-	m := map[string]bool{}
+	m, fps := map[string]bool{}, map[*policy.Policy]uint64{}
 	for _, p := range ps {
 		if p.Edge != nil && p.Scope == policy.ScopeGlobal {
 			m[p.Name] = true
+			fps[p] = p.Fingerprint()
 		}
 	}
 	e.enabled.Store(&m)
+	e.mu.Lock()
+	e.fps = fps
+	e.mu.Unlock()
 }
 
 // reserved is what direct checks of policy name must leave the edge of
@@ -140,10 +164,13 @@ func (e *edgeEngine) holds(name string, g lease.Grant, now time.Time) bool {
 	return e.view.Load().Holds(name, g, now, e.trust)
 }
 
-// run does a round every Tick, and soon after a new bucket appears, until
-// ctx ends.
+// run does a round with every read of the region's reservations (about
+// every ReadEvery), when a larger reservation becomes usable (new buckets
+// wait for it), and soon after a new bucket appears, at most every Tick,
+// until ctx ends. Keys due between rounds wait for the next one: their
+// times (edge.Key.Next) leave room for that.
 func (e *edgeEngine) run(ctx context.Context) {
-	t := time.NewTicker(e.cfg.Tick)
+	t := time.NewTimer(e.cfg.Tick)
 	defer t.Stop()
 	for {
 		select {
@@ -152,7 +179,8 @@ func (e *edgeEngine) run(ctx context.Context) {
 		case <-t.C:
 		case <-e.kick:
 		}
-		e.round(ctx)
+		next := e.round(ctx).Sub(e.a.cfg.Clock.Now())
+		t.Reset(min(max(next, e.cfg.Tick), e.rc.ReadEvery()))
 	}
 }
 
@@ -163,35 +191,35 @@ func (e *edgeEngine) kickSoon() {
 	}
 }
 
-// round plans, syncs the reservations and pushes.
-func (e *edgeEngine) round(ctx context.Context) {
+// round plans, syncs the reservations and pushes, and returns when the
+// next round is wanted (run). A report or a closed stream waits for it.
+func (e *edgeEngine) round(ctx context.Context) time.Time {
 	if len(*e.enabled.Load()) == 0 && e.idle() {
-		return // no policy is served at the edge: nothing to reserve or read
+		return e.a.cfg.Clock.Now().Add(time.Second) // no policy is served at the edge: nothing to reserve or read
 	}
 	e.mu.Lock()
-	updates := e.prepare(e.a.cfg.Clock.Now())
+	updates, sync := e.prepare(e.a.cfg.Clock.Now())
+	e.m.rounds.Inc()
+	e.m.plans.Add(float64(len(e.visited)))
 	e.mu.Unlock()
-	sent := e.a.cfg.Clock.Now()
-	sctx, cancel := context.WithTimeout(ctx, e.cfg.GrowWait)
-	granted, others, err := edgeSync(sctx, e.a.cfg.Redis, e.a.cfg.Region, e.id, updates)
-	cancel()
-	e.mu.Lock()
-	if err != nil {
-		if ctx.Err() == nil {
-			e.syncDown.failed(e.a.cfg.Logger, sent, "error", err)
-		}
-	} else {
-		e.syncDown.ok(e.a.cfg.Logger, sent)
-		e.synced(sent, e.a.cfg.Clock.Now(), updates, granted, others)
+	if sync {
+		e.m.syncs.Inc()
+		e.sync(ctx, updates)
 	}
+	e.mu.Lock()
 	now := e.a.cfg.Clock.Now()
 	e.push(now)
 	out := e.collect()
-	e.updateMetrics(now)
+	if now.Sub(e.metricsAt) >= time.Second {
+		e.updateMetrics(now)
+		e.metricsAt = now
+	}
+	next := earliest(e.nextGrow, e.readAt.Add(e.rc.ReadEvery()))
 	e.mu.Unlock()
 	for st, m := range out {
 		st.send(m, e.m)
 	}
+	return next
 }
 
 func (e *edgeEngine) idle() bool {
@@ -200,44 +228,62 @@ func (e *edgeEngine) idle() bool {
 	return len(e.keys) == 0 && len(e.directOnly) == 0 && len(e.streams) == 0
 }
 
-// prepare computes every key's plan at now and the updates to write.
-// e.mu is held.
-func (e *edgeEngine) prepare(now time.Time) []edgeUpdate {
-	measure := now.Sub(e.directAt) >= time.Second
-	if measure {
+// prepare plans, at now, the keys that need it (edgeKey.dirty) and
+// returns the updates to write, and whether to sync with Redis: when an
+// update grows a reservation (assignments wait for it), or when the
+// region's reservations are due to be read again (edge.Config.ReadEvery:
+// the direct path relies on the last read only so long). Other updates
+// wait for that read; their keys are planned again then. e.mu is held.
+func (e *edgeEngine) prepare(now time.Time) ([]edgeUpdate, bool) {
+	read := e.rc.ReadDue(e.readAt, now)
+	if read && now.Sub(e.directAt) >= time.Second {
 		e.measureDirect(now, e.directAt)
 		e.directAt = now
 	}
+	type served struct {
+		pol   *policy.Policy // nil: no longer served at the edge
+		until time.Time      // its grant's validity
+	}
+	policies := map[string]served{} // looked up once a round
 	var updates []edgeUpdate
+	urgent := false
+	e.visited, e.nextGrow = e.visited[:0], time.Time{}
 	for id, k := range e.keys {
-		pol, ok := e.a.policies.Policy(id.policy)
-		if !ok || pol.Edge == nil || pol.Scope != policy.ScopeGlobal {
-			pol = nil
+		sv, ok := policies[id.policy]
+		if !ok {
+			sv.pol, ok = e.a.policies.Policy(id.policy)
+			if !ok || sv.pol.Edge == nil || sv.pol.Scope != policy.ScopeGlobal {
+				sv.pol = nil
+			}
+			sv.until = e.a.leaser.validUntil(id.policy)
+			policies[id.policy] = sv
+		}
+		pol, until := sv.pol, sv.until
+		if !e.needsRound(k, pol, until, now, read) {
+			e.nextGrow = earliest(e.nextGrow, k.growAt(e.rc))
+			continue
 		}
 		if k.pol != nil && pol == nil {
 			for sid, s := range k.slots {
 				e.abandon(sid, s)
 			}
 		}
-		k.pol = pol
+		k.pol, k.fp, k.validUntil, k.dirty, k.unwritten = pol, e.fps[pol], until, false, false
+		e.visited = append(e.visited, k)
+		var u edge.Update
+		var write, drop bool
 		if pol == nil || len(k.slots) == 0 {
-			u, write, drop := k.Release(now, k.direct, e.rc)
-			if drop {
-				delete(e.keys, id)
-			} else if write {
-				updates = append(updates, edgeUpdate{key: id, Update: u})
-			}
-			continue
+			u, write, drop = k.Release(now, k.direct, e.rc)
+		} else {
+			// Planned now, pushed after the sync: as if pushed at the latest.
+			at := now.Add(e.pushSlack())
+			u, write = k.Plan(now, pol, max(0, until.Sub(at)), e.capacityAt(id, e.pushSlack()), k.direct, k.others, e.rc)
 		}
-		validLeft := time.Duration(0)
-		if until := e.a.leaser.validUntil(id.policy); until.After(now) {
-			validLeft = until.Sub(now)
-		}
-		capacityAt := func(t time.Time) int64 {
-			c, _ := e.a.leaser.EnforceAt(id.policy, id.identity, t)
-			return c
-		}
-		if u, write := k.Plan(now, pol, validLeft, capacityAt, k.direct, k.others, e.rc); write {
+		switch {
+		case drop:
+			delete(e.keys, id)
+		case write:
+			urgent = urgent || k.Urgent(u)
 			updates = append(updates, edgeUpdate{key: id, Update: u})
 		}
 	}
@@ -246,14 +292,48 @@ func (e *edgeEngine) prepare(now time.Time) []edgeUpdate {
 			delete(e.directOnly, id)
 			continue
 		}
-		if measure {
+		if read {
 			updates = append(updates, edgeUpdate{key: id, Update: edge.Update{Direct: d, Life: e.rc.KeepFor(5 * time.Second)}})
 			if d == 0 {
 				delete(e.directOnly, id)
 			}
 		}
 	}
-	return updates
+	if read || urgent {
+		return updates, true
+	}
+	for _, u := range updates {
+		if k := e.keys[u.key]; k != nil {
+			k.unwritten = true // planned again, and written, with the next read
+		}
+	}
+	return nil, false
+}
+
+// sync writes updates to the region's reservations and reads the other
+// agents', applying the answer; a key whose update did not land is
+// planned again next round.
+func (e *edgeEngine) sync(ctx context.Context, updates []edgeUpdate) {
+	sent := e.a.cfg.Clock.Now()
+	sctx, cancel := context.WithTimeout(ctx, e.cfg.GrowWait)
+	granted, others, err := edgeSync(sctx, e.a.cfg.Redis, e.a.cfg.Region, e.id, updates)
+	cancel()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err != nil {
+		if ctx.Err() == nil {
+			e.syncDown.failed(e.a.cfg.Logger, sent, "error", err)
+		}
+		for _, u := range updates {
+			if k := e.keys[u.key]; k != nil {
+				k.dirty = true
+			}
+		}
+		return
+	}
+	e.syncDown.ok(e.a.cfg.Logger, sent)
+	e.readAt = sent
+	e.synced(sent, e.a.cfg.Clock.Now(), updates, granted, others)
 }
 
 // observeDirect counts cost (micro-units) a direct check asked of
@@ -285,7 +365,9 @@ func (e *edgeEngine) measureDirect(now, since time.Time) {
 		return edge.DirectDemand(p, counts[id], now.Sub(since))
 	}
 	for id, k := range e.keys {
-		k.direct = rate(id)
+		if d := rate(id); d != k.direct {
+			k.direct, k.dirty = d, true
+		}
 	}
 	for id := range e.directOnly {
 		e.directOnly[id] = 0
@@ -300,10 +382,16 @@ func (e *edgeEngine) measureDirect(now, since time.Time) {
 // synced applies a successful sync sent at sent and answered at done
 // (edge.Key.Synced says what counts from which). e.mu is held.
 func (e *edgeEngine) synced(sent, done time.Time, updates []edgeUpdate, granted []int64, others map[edgeKeyID]edge.Others) {
+	changed := false
 	for i, u := range updates {
 		if k := e.keys[u.key]; k != nil {
+			changed = changed || granted[i] != k.Written
 			k.Synced(sent, done, u.Update, granted[i], e.rc)
 		}
+	}
+	if old := e.view.Load(); old != nil && !changed && maps.Equal(others, e.regionKeys) {
+		e.view.Store(old.ReadAgain(sent)) // the same reservations, read again
+		return
 	}
 	e.regionKeys = others
 	v := edge.NewView(sent)
@@ -311,26 +399,54 @@ func (e *edgeEngine) synced(sent, done time.Time, updates []edgeUpdate, granted 
 		v.Add(id.policy, id.identity, o.Reserved)
 	}
 	for id, k := range e.keys {
-		k.others = others[id]
+		if o := others[id]; o != k.others {
+			k.others, k.dirty = o, true
+		}
 		v.Add(id.policy, id.identity, k.Written)
 	}
 	e.view.Store(v)
 }
 
-// push sends, on every key's slots, the changes its ledger allows and the
-// refreshes due, and abandons idle buckets (edge.Key.Push). e.mu is held.
+// push sends, on the slots of every key this round planned, the changes
+// its ledger allows and the refreshes due, abandons idle buckets
+// (edge.Key.Push), and notes when the key is next due (edge.Key.Next).
+// e.mu is held.
 func (e *edgeEngine) push(now time.Time) {
-	for _, k := range e.keys {
-		for _, a := range k.Push(now, k.pol, e.rc) {
-			s := k.slots[a.Slot]
-			if a.Abandon {
-				s.st.pend = append(s.st.pend, abandonAction(s.id))
-				e.dropSlot(a.Slot, s)
-				continue
-			}
-			s.st.pend = append(s.st.pend, assignAction(s.id, a.Bucket, a.TTL))
+	for _, k := range e.visited {
+		if e.keys[k.id] == k { // not dropped this round
+			e.send(k, k.Push(now, k.pol, e.rc), now)
 		}
 	}
+	// Refreshes ride along: an Envoy instance that gets a message this
+	// round also gets the refreshes of its other buckets due soon
+	// (edge.Key.PushAlong), so that its refreshes come in one message.
+	for _, st := range e.streams {
+		if len(st.pend) == 0 {
+			continue
+		}
+		for bk, s := range st.slots {
+			k := s.key
+			if !k.pushed.Equal(now) && k.pol != nil && e.steady(k.pol, k.validUntil, now) && k.Ledger.Due(rlqsSlotID{st.id, bk}, now, e.rc.AlongLead(k.TTL)) {
+				e.send(k, k.PushAlong(now, k.pol, e.rc), now)
+			}
+		}
+	}
+}
+
+// send queues a key's actions on their streams and notes when the key is
+// next due. e.mu is held.
+func (e *edgeEngine) send(k *edgeKey, acts []edge.Send[rlqsSlotID], now time.Time) {
+	for _, a := range acts {
+		s := k.slots[a.Slot]
+		if a.Abandon {
+			s.st.pend = append(s.st.pend, abandonAction(s.id))
+			e.dropSlot(a.Slot, s)
+			continue
+		}
+		s.st.pend = append(s.st.pend, assignAction(s.id, a.Bucket, a.TTL))
+	}
+	k.pushed, k.due = now, k.Next(now, e.rc)
+	e.nextGrow = earliest(e.nextGrow, k.growAt(e.rc))
 }
 
 // abandon tells a bucket's Envoy instance to drop it and forgets it; what
@@ -341,6 +457,7 @@ func (e *edgeEngine) abandon(sid rlqsSlotID, s *rlqsSlot) {
 }
 
 func (e *edgeEngine) dropSlot(sid rlqsSlotID, s *rlqsSlot) {
+	s.key.dirty = true
 	s.key.Remove(sid)
 	delete(s.key.slots, sid)
 	delete(s.st.slots, sid.bucket)
@@ -363,7 +480,7 @@ func (e *edgeEngine) collect() map[*rlqsStream]*rlqsv3.RateLimitQuotaResponse {
 func (e *edgeEngine) key(id edgeKeyID, p *policy.Policy) *edgeKey {
 	k := e.keys[id]
 	if k == nil {
-		k = &edgeKey{Key: edge.NewKey(compareSlots), id: id, pol: p, slots: map[rlqsSlotID]*rlqsSlot{}}
+		k = &edgeKey{Key: edge.NewKey(compareSlots), id: id, pol: p, slots: map[rlqsSlotID]*rlqsSlot{}, others: e.regionKeys[id], dirty: true}
 		e.keys[id] = k
 	}
 	return k

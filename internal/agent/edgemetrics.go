@@ -7,7 +7,7 @@ import "github.com/prometheus/client_golang/prometheus"
 type edgeMetrics struct {
 	streams, buckets, assignedRate, reserved *prometheus.GaugeVec
 	reported, limited, refused, over         *prometheus.CounterVec
-	dropped                                  prometheus.Counter
+	dropped, messages, rounds, plans, syncs  prometheus.Counter
 }
 
 func newEdgeMetrics(reg *prometheus.Registry) *edgeMetrics {
@@ -30,8 +30,16 @@ func newEdgeMetrics(reg *prometheus.Registry) *edgeMetrics {
 			Help: "Buckets subscribed beyond the Envoy instances the policy's edge settings expect for one identity on this agent: the bound's edge term counts only those."}, []string{"policy"}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "quotalease_agent_edge_pushes_dropped_total",
 			Help: "Assignment messages dropped because a stream's outbox was full (a slow Envoy): counted as sent, refreshed later."}),
+		messages: prometheus.NewCounter(prometheus.CounterOpts{Name: "quotalease_agent_edge_messages_total",
+			Help: "Messages of assignments and abandons sent to Envoy instances (each carries the actions of one round for one instance)."}),
+		rounds: prometheus.NewCounter(prometheus.CounterOpts{Name: "quotalease_agent_edge_rounds_total",
+			Help: "Edge rounds: every 100ms (--edge-tick) at most, every read of the region's reservations at least."}),
+		plans: prometheus.NewCounter(prometheus.CounterOpts{Name: "quotalease_agent_edge_identity_plans_total",
+			Help: "Policy identities planned by edge rounds: only those whose reports, buckets, capacity or neighbours changed, or whose assignments want refreshing or changing; what the edge costs the agent follows it."}),
+		syncs: prometheus.NewCounter(prometheus.CounterOpts{Name: "quotalease_agent_edge_syncs_total",
+			Help: "Syncs of the edge reservations with the region's Redis: when a reservation grows, and a read about every quarter second (--edge-grow-wait / 2)."}),
 	}
-	reg.MustRegister(m.streams, m.buckets, m.assignedRate, m.reserved, m.reported, m.limited, m.refused, m.over, m.dropped)
+	reg.MustRegister(m.streams, m.buckets, m.assignedRate, m.reserved, m.reported, m.limited, m.refused, m.over, m.dropped, m.messages, m.rounds, m.plans, m.syncs)
 	for _, r := range []string{"rate", "buckets"} {
 		m.limited.WithLabelValues(r)
 	}

@@ -139,6 +139,27 @@ func (l *leaser) setPolicies(ps []*policy.Policy) {
 	}
 }
 
+// renewAt is when the next renewal falls due: the earliest of the
+// leases' (lease.Holder.RenewAt; the zero time: now), not before a
+// refusal's back-off ends. ok is false when nothing is leased.
+func (l *leaser) renewAt() (at time.Time, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, q := range l.quotas {
+		r := q.a.RenewAt()
+		if r.IsZero() {
+			return l.heldUntil, true
+		}
+		if !ok || r.Before(at) {
+			at, ok = r, true
+		}
+	}
+	if ok && at.Before(l.heldUntil) {
+		at = l.heldUntil
+	}
+	return at, ok
+}
+
 // firstRoundTimeout bounds a lease round before any grant says how often
 // to renew.
 const firstRoundTimeout = 3 * time.Second

@@ -17,6 +17,14 @@ import (
 func (a *Agent) probeLoop(ctx context.Context) {
 	wait := a.cfg.RedisProbeInterval
 	for {
+		if !a.admit.BreakerOpen() { // closed: nothing to probe until it opens
+			select {
+			case <-ctx.Done():
+				return
+			case <-a.admit.BreakerOpened():
+			}
+			wait = a.cfg.RedisProbeInterval
+		}
 		select { // jittered by up to a quarter, so that a region's agents do not probe in step
 		case <-ctx.Done():
 			return

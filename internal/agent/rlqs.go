@@ -118,6 +118,7 @@ func (s *rlqsServer) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_S
 func (st *rlqsStream) send(m *rlqsv3.RateLimitQuotaResponse, ms *edgeMetrics) {
 	select {
 	case st.out <- m:
+		ms.messages.Inc()
 	default:
 		ms.dropped.Inc()
 	}
@@ -215,6 +216,7 @@ func (e *edgeEngine) report(st *rlqsStream, m *rlqsv3.RateLimitQuotaUsageReports
 		// follows the edge.
 		e.a.leaser.observe(pol.Name, s.key.id.identity, edge.ReportedCost(pol, count), now)
 		s.Report(pol, count, u.GetTimeElapsed().AsDuration(), now)
+		s.key.dirty = true
 	}
 	if fresh {
 		e.kickSoon()

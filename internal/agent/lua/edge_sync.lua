@@ -69,10 +69,16 @@ for i = 0, n - 1 do
   granted[#granted + 1] = num(r)
 end
 
-local sums, all = {}, redis.call('HGETALL', key)
+local sums, all, mine = {}, redis.call('HGETALL', key), me .. ' '
 for i = 1, #all, 2 do
-  local field, live, sr, se, sd, dead = all[i], {}, 0, 0, 0, false
-  for _, e in ipairs(parse(all[i + 1])) do
+  local field, v, live, sr, se, sd, dead = all[i], all[i + 1], {}, 0, 0, 0, false
+  -- A field holding only the caller's entry has nothing to sum, and the
+  -- caller rewrites or drops it: skipped without parsing (most fields,
+  -- where each identity is served by one agent).
+  if string.sub(v, 1, #mine) == mine and not string.find(v, '\n', 1, true) then
+    v = nil
+  end
+  for _, e in ipairs(parse(v)) do
     if e[5] > now then
       live[#live + 1] = e
       if e[1] ~= me then

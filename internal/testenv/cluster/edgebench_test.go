@@ -295,7 +295,7 @@ func fleetReports(b *testing.B, c *Cluster, agent *AgentProcess, cfg string) {
 
 // edgeSettings are the bucket settings of an Envoy configured as the edge
 // settings of configuration cfg state.
-func edgeSettings(b *testing.B, cfg string) *rlqfv3.RateLimitQuotaBucketSettings {
+func edgeSettings(b testing.TB, cfg string) *rlqfv3.RateLimitQuotaBucketSettings {
 	ps, err := policy.ParsePolicyFile([]byte(cfg))
 	if err != nil || len(ps) == 0 {
 		b.Fatalf("%v: %s", err, cfg)
@@ -309,7 +309,7 @@ func edgeSettings(b *testing.B, cfg string) *rlqfv3.RateLimitQuotaBucketSettings
 
 // waitAssigned waits until e's instances hold n assigned buckets, all of
 // them assigned at least once.
-func waitAssigned(b *testing.B, e *Edge, n int, limit time.Duration) {
+func waitAssigned(b testing.TB, e *Edge, n int, limit time.Duration) {
 	deadline := time.Now().Add(limit)
 	for {
 		got := 0
@@ -393,7 +393,7 @@ func waitAnswers(b *testing.B, name string, client rlsv3.RateLimitServiceClient)
 }
 
 // scrapeMetric sums every series of the metric name on agent's /metrics.
-func scrapeMetric(b *testing.B, a *AgentProcess, name string) float64 {
+func scrapeMetric(b testing.TB, a *AgentProcess, name string) float64 {
 	resp, err := a.web.Get(a.HTTP + "/metrics")
 	if err != nil {
 		b.Fatal(err)
