@@ -23,6 +23,10 @@ import (
 type Ledger[K comparable] struct {
 	slots map[K]*slot
 	gone  []held // shares of removed slots that may still be enforced
+	// ended is the latest end of a share no longer counted (pruned), so
+	// that Key.Next sees a share that stopped counting after a round
+	// planned, during its push.
+	ended time.Time
 }
 
 // held is a share sent that may be enforced until end.
@@ -38,6 +42,7 @@ type slot struct {
 	from, end time.Time
 	started   time.Time // when the slot's assignment last changed (or started again after expiring)
 	held      []held    // every share sent that may still be enforced
+	ended     time.Time // the latest end of a share pruned from held
 }
 
 // NewLedger returns an empty ledger.
@@ -101,7 +106,7 @@ func (l *Ledger[K]) Empty(now time.Time) bool {
 
 // live is the largest share s may still be enforcing at now.
 func (s *slot) live(now time.Time) int64 {
-	s.held = prune(s.held, now)
+	s.held = prune(s.held, now, &s.ended)
 	var m int64
 	for _, h := range s.held {
 		m = max(m, h.share)
@@ -116,7 +121,7 @@ func (l *Ledger[K]) Committed(now time.Time) int64 {
 	for _, s := range l.slots {
 		sum += s.live(now)
 	}
-	l.gone = prune(l.gone, now)
+	l.gone = prune(l.gone, now, &l.ended)
 	for _, h := range l.gone {
 		sum += h.share
 	}
@@ -194,11 +199,15 @@ func (l *Ledger[K]) Plan(now time.Time, want map[K]int64, visible int64, every t
 	return out
 }
 
-func prune(hs []held, now time.Time) []held {
+// prune drops the shares of hs that no longer count at now, noting the
+// latest end of those in ended.
+func prune(hs []held, now time.Time, ended *time.Time) []held {
 	keep := hs[:0]
 	for _, h := range hs {
 		if now.Before(h.end) {
 			keep = append(keep, h)
+		} else {
+			*ended = later(*ended, h.end)
 		}
 	}
 	return keep

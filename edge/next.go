@@ -12,8 +12,9 @@ import "time"
 // policy, the capacity and time to live the region's grant gives, the
 // other agents' holdings, the direct demand) plans, writes and pushes
 // nothing new, so an agent serving many identities plans only those whose
-// inputs changed or whose Next came. Call it after the round's Push.
-// The zero time means never.
+// inputs changed or whose Next came. Call it after the round's Push, with
+// now the time the round planned (a push may come a little later). The
+// zero time means never.
 func (k *Key[K]) Next(now time.Time, cfg Config) time.Time {
 	n := next{now: now}
 	k.Ledger.next(&n, cfg.RefreshLead(k.TTL), cfg.ChangeEvery)
@@ -27,7 +28,7 @@ func (k *Key[K]) Next(now time.Time, cfg Config) time.Time {
 		n.add(s.Busy.Add(cfg.AbandonAfter))
 		n.add(s.Changed.Add(cfg.ChangeEvery))
 	}
-	if k.changed.Equal(now) {
+	if !k.changed.Before(now) {
 		// A round that changed or abandoned an assignment: the slots that
 		// may change, and the room their growth shares, are not what they
 		// were, so the next round may change another (Ledger.Plan).
@@ -48,16 +49,18 @@ func (n *next) add(t time.Time) {
 // next adds the times at which the ledger's answers change: each slot's
 // share stops being surely held (from), wants refreshing (lead before
 // that) or may change again (every after it started), and each share sent
-// stops counting.
+// stops counting (or stopped since now: pruned during the push).
 func (l *Ledger[K]) next(n *next, lead, every time.Duration) {
 	for _, s := range l.slots {
 		n.add(s.from)
 		n.add(s.from.Add(-lead))
 		n.add(s.started.Add(every))
+		n.add(s.ended)
 		for _, h := range s.held {
 			n.add(h.end)
 		}
 	}
+	n.add(l.ended)
 	for _, h := range l.gone {
 		n.add(h.end)
 	}

@@ -16,7 +16,9 @@ import (
 // demand and the other agents' holdings changing, every round it skips is
 // one in which a copy of it, planned then, writes nothing the store would
 // take (only a growth the store already refused, asked again) and pushes
-// nothing.
+// nothing. As in the agent, a planned round pushes up to 90 ms after its
+// plan (the store's sync comes between) and is next due from its plan
+// time.
 func TestKeySkipsOnlyIdleRounds(t *testing.T) {
 	p := edgePolicy(t)
 	cfg := DefaultConfig()
@@ -47,18 +49,20 @@ func TestKeySkipsOnlyIdleRounds(t *testing.T) {
 			case x < 15:
 				others, dirty = Others{Reserved: r.Int64N(limit / 2), Edge: r.Int64N(limit), Direct: r.Int64N(limit)}, true
 			}
-			plan := k
+			plan, gap := k, time.Duration(0)
 			if !dirty && now.Before(due) {
 				plan = cloneKey(k) // what planning now would do
+			} else {
+				gap = time.Duration(r.IntN(90)) * time.Millisecond
 			}
 			u, write := plan.Plan(now, p, time.Minute, capAt, direct, others, cfg)
 			granted := Reserve(u.Want, plan.Written, u.Capacity, others.Reserved)
 			retry := write && granted == plan.Written && u.Want > granted && !now.After(plan.rewriteAt(cfg)) &&
 				!moved(u.EdgeDemand, plan.SentEdge) && u.Direct == plan.SentDirect
 			if write {
-				plan.Synced(now, now, u, granted, cfg)
+				plan.Synced(now, now.Add(gap), u, granted, cfg)
 			}
-			sends := plan.Push(now, p, cfg)
+			sends := plan.Push(now.Add(gap), p, cfg)
 			if plan != k {
 				skipped++
 				if write && !retry || len(sends) > 0 {

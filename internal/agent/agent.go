@@ -234,6 +234,7 @@ type Agent struct {
 	inflight atomic.Int64 // checks being decided (a counter: checks may start while Drain waits)
 	closing  atomic.Bool
 	refresh  chan struct{} // a check named an unknown policy: reload soon
+	renew    chan struct{} // policies were installed: look at the leases now
 	envoy    atomic.Pointer[envoyIndex]
 	edge     *edgeEngine // Envoy's RLQS: leases to the edge
 }
@@ -250,7 +251,7 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, engine: eng, m: m, hot: map[string]*topK{}, refresh: make(chan struct{}, 1), health: newRedisHealth(cfg.Logger, cfg.Clock.Now)}
+	a := &Agent{cfg: cfg, engine: eng, m: m, hot: map[string]*topK{}, refresh: make(chan struct{}, 1), renew: make(chan struct{}, 1), health: newRedisHealth(cfg.Logger, cfg.Clock.Now)}
 	a.httpLog = newHTTPLog(a)
 	a.leaser = newLeaser(cfg.Region, cfg.Instance, cfg.Coordinator, lease.Timing{Drift: cfg.Drift, Margin: cfg.Margin}, cfg.Clock.Now, cfg.Logger, m, a.refreshSoon)
 	a.leaser.rdb = cfg.Redis
@@ -432,6 +433,10 @@ func (a *Agent) installPolicies(ps []*policy.Policy) error {
 	a.envoy.Store(&ix)
 	a.leaser.setPolicies(ps)
 	a.edge.setPolicies(ps)
+	select { // a new policy wants its lease now, not at the next look
+	case a.renew <- struct{}{}:
+	default:
+	}
 	for _, p := range ps {
 		a.m.zeroPolicy(p.Name)
 	}
@@ -450,9 +455,10 @@ func (a *Agent) leaseLoop(ctx context.Context) {
 		cancel()
 		now := a.cfg.Clock.Now()
 		a.leaser.updateMetrics(now)
-		// Until the next renewal falls due, at most a second (new policies,
-		// metrics), at least about a RenewTick: an idle agent wakes about
-		// once a second, not ten times.
+		// Until the next renewal falls due, or policies are installed (a
+		// new one wants its lease), at most a second (metrics), at least
+		// about a RenewTick: an idle agent wakes about once a second, not
+		// ten times.
 		wait := time.Second
 		if at, ok := a.leaser.renewAt(); ok {
 			wait = min(wait, at.Sub(now))
@@ -462,6 +468,7 @@ func (a *Agent) leaseLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-time.After(wait):
+		case <-a.renew:
 		}
 	}
 }

@@ -47,10 +47,13 @@ type edgeEngine struct {
 	directOnly map[edgeKeyID]int64
 	regionKeys map[edgeKeyID]edge.Others // the other agents' holdings, from the last sync
 	directAt   time.Time                 // when direct demands were last measured
-	readAt     time.Time                 // when the last sync that succeeded was sent
-	syncDown   outage
-	visited    []*edgeKey // the keys this round plans and pushes
-	nextGrow   time.Time  // when the first pending growth becomes usable
+	// readRoundAt is when the last round that read the reservations (and
+	// wrote what waited for it) planned: reads come every ReadEvery, even
+	// between urgent syncs. planAt is when this round planned.
+	readRoundAt, planAt time.Time
+	syncDown            outage
+	visited             []*edgeKey // the keys this round plans and pushes
+	nextGrow            time.Time  // when the first pending growth becomes usable
 	// fps are the fingerprints of the policies last loaded: a reload that
 	// changed nothing plans no key again.
 	fps        map[*policy.Policy]uint64
@@ -166,7 +169,7 @@ func (e *edgeEngine) holds(name string, g lease.Grant, now time.Time) bool {
 
 // run does a round with every read of the region's reservations (about
 // every ReadEvery), when a larger reservation becomes usable (new buckets
-// wait for it), and soon after a new bucket appears, at most every Tick,
+// wait for it), at most every Tick, and at once when a new bucket appears,
 // until ctx ends. Keys due between rounds wait for the next one: their
 // times (edge.Key.Next) leave room for that.
 func (e *edgeEngine) run(ctx context.Context) {
@@ -208,13 +211,22 @@ func (e *edgeEngine) round(ctx context.Context) time.Time {
 	}
 	e.mu.Lock()
 	now := e.a.cfg.Clock.Now()
+	if now.Sub(e.planAt) > e.pushSlack() {
+		// The sync outlasted what the plans allowed for (their time to
+		// live and capacity count on a push within pushSlack): plan
+		// again rather than push them late.
+		for _, k := range e.visited {
+			k.dirty = true
+		}
+		e.visited = e.visited[:0]
+	}
 	e.push(now)
 	out := e.collect()
 	if now.Sub(e.metricsAt) >= time.Second {
 		e.updateMetrics(now)
 		e.metricsAt = now
 	}
-	next := earliest(e.nextGrow, e.readAt.Add(e.rc.ReadEvery()))
+	next := earliest(e.nextGrow, e.readRoundAt.Add(e.rc.ReadEvery()))
 	e.mu.Unlock()
 	for st, m := range out {
 		st.send(m, e.m)
@@ -235,8 +247,13 @@ func (e *edgeEngine) idle() bool {
 // the direct path relies on the last read only so long). Other updates
 // wait for that read; their keys are planned again then. e.mu is held.
 func (e *edgeEngine) prepare(now time.Time) ([]edgeUpdate, bool) {
-	read := e.rc.ReadDue(e.readAt, now)
-	if read && now.Sub(e.directAt) >= time.Second {
+	e.planAt = now
+	read := e.rc.ReadDue(e.readRoundAt, now)
+	measured := read && now.Sub(e.directAt) >= time.Second
+	if read {
+		e.readRoundAt = now
+	}
+	if measured {
 		e.measureDirect(now, e.directAt)
 		e.directAt = now
 	}
@@ -292,7 +309,7 @@ func (e *edgeEngine) prepare(now time.Time) ([]edgeUpdate, bool) {
 			delete(e.directOnly, id)
 			continue
 		}
-		if read {
+		if measured {
 			updates = append(updates, edgeUpdate{key: id, Update: edge.Update{Direct: d, Life: e.rc.KeepFor(5 * time.Second)}})
 			if d == 0 {
 				delete(e.directOnly, id)
@@ -329,10 +346,10 @@ func (e *edgeEngine) sync(ctx context.Context, updates []edgeUpdate) {
 				k.dirty = true
 			}
 		}
+		e.readRoundAt = time.Time{} // read again next round
 		return
 	}
 	e.syncDown.ok(e.a.cfg.Logger, sent)
-	e.readAt = sent
 	e.synced(sent, e.a.cfg.Clock.Now(), updates, granted, others)
 }
 
@@ -415,6 +432,9 @@ func (e *edgeEngine) push(now time.Time) {
 	for _, k := range e.visited {
 		if e.keys[k.id] == k { // not dropped this round
 			e.send(k, k.Push(now, k.pol, e.rc), now)
+			// Due from the plan on: a time that passed during the sync
+			// makes the next round plan the key.
+			k.due = k.Next(e.planAt, e.rc)
 		}
 	}
 	// Refreshes ride along: an Envoy instance that gets a message this
@@ -425,16 +445,24 @@ func (e *edgeEngine) push(now time.Time) {
 			continue
 		}
 		for bk, s := range st.slots {
-			k := s.key
-			if !k.pushed.Equal(now) && k.pol != nil && e.steady(k.pol, k.validUntil, now) && k.Ledger.Due(rlqsSlotID{st.id, bk}, now, e.rc.AlongLead(k.TTL)) {
+			if k := s.key; e.alongOK(k, now) && k.Ledger.Due(rlqsSlotID{st.id, bk}, now, e.rc.AlongLead(k.TTL)) {
 				e.send(k, k.PushAlong(now, k.pol, e.rc), now)
+				k.due = earliest(k.due, k.Next(now, e.rc))
 			}
 		}
 	}
 }
 
-// send queues a key's actions on their streams and notes when the key is
-// next due. e.mu is held.
+// alongOK reports whether key k, not planned this round, may push along
+// at now: its last plan still holds (nothing changed, nothing due, no
+// update waiting) and its assignments get the whole time to live of its
+// grant. e.mu is held.
+func (e *edgeEngine) alongOK(k *edgeKey, now time.Time) bool {
+	return !k.pushed.Equal(now) && k.pol != nil && !k.dirty && !k.unwritten &&
+		(k.due.IsZero() || now.Before(k.due)) && e.steady(k.pol, k.validUntil, now)
+}
+
+// send queues a key's actions on their streams. e.mu is held.
 func (e *edgeEngine) send(k *edgeKey, acts []edge.Send[rlqsSlotID], now time.Time) {
 	for _, a := range acts {
 		s := k.slots[a.Slot]
@@ -445,7 +473,7 @@ func (e *edgeEngine) send(k *edgeKey, acts []edge.Send[rlqsSlotID], now time.Tim
 		}
 		s.st.pend = append(s.st.pend, assignAction(s.id, a.Bucket, a.TTL))
 	}
-	k.pushed, k.due = now, k.Next(now, e.rc)
+	k.pushed = now
 	e.nextGrow = earliest(e.nextGrow, k.growAt(e.rc))
 }
 
