@@ -38,6 +38,7 @@ type Key[K comparable] struct {
 	SentEdge, SentDirect      int64
 
 	changed time.Time // the last push that changed or abandoned an assignment
+	ids     []K       // the slots' keys in order (sorted), nil after Add or Remove
 }
 
 // NewKey returns a key with no slots; order sorts slot keys (splits and
@@ -50,6 +51,7 @@ func NewKey[K comparable](order func(a, b K) int) *Key[K] {
 func (k *Key[K]) Add(id K, now time.Time) *Slot {
 	s := &Slot{Demand: -1, Busy: now}
 	k.Slots[id] = s
+	k.ids = nil
 	return s
 }
 
@@ -58,6 +60,16 @@ func (k *Key[K]) Add(id K, now time.Time) *Slot {
 func (k *Key[K]) Remove(id K) {
 	k.Ledger.Remove(id)
 	delete(k.Slots, id)
+	k.ids = nil
+}
+
+// sorted returns the slots' keys in order, sorted again only after Add or
+// Remove. The caller must not change the slice.
+func (k *Key[K]) sorted() []K {
+	if k.ids == nil {
+		k.ids = slices.SortedFunc(maps.Keys(k.Slots), k.order)
+	}
+	return k.ids
 }
 
 // Others is what the other agents of the region hold for one policy
@@ -86,7 +98,7 @@ func (k *Key[K]) Plan(now time.Time, p *policy.Policy, validLeft time.Duration, 
 	k.TTL, _ = TTL(p.Edge.EdgeTTL(), validLeft, cfg.Drift, cfg.Margin)
 	k.Life = Lifetime(k.TTL, cfg.Drift, cfg.Margin)
 	k.Capacity = capacityAt(now.Add(k.Life))
-	ids := slices.SortedFunc(maps.Keys(k.Slots), k.order)
+	ids := k.sorted()
 	demands := make([]int64, len(ids))
 	for i, id := range ids {
 		demands[i] = k.Slots[id].Demand
@@ -223,7 +235,7 @@ func (k *Key[K]) push(now time.Time, p *policy.Policy, cfg Config, lead time.Dur
 	changes := k.Ledger.Plan(now, k.Want, k.Visible, cfg.ChangeEvery)
 	from := now.Add(surely(k.TTL, cfg.Drift))
 	var out []Send[K]
-	for _, id := range slices.SortedFunc(maps.Keys(k.Slots), k.order) {
+	for _, id := range k.sorted() {
 		s := k.Slots[id]
 		if now.Sub(s.Busy) >= cfg.AbandonAfter && now.Sub(s.Changed) >= cfg.ChangeEvery {
 			k.Remove(id)
