@@ -16,7 +16,7 @@ import (
 // demand and the other agents' holdings changing, every round it skips is
 // one in which a copy of it, planned then, writes nothing the store would
 // take (only a growth the store already refused, asked again) and pushes
-// nothing. As in the agent, a planned round pushes up to 90 ms after its
+// nothing. As in the agent, a planned round pushes up to 600 ms after its
 // plan (the store's sync comes between) and is next due from its plan
 // time.
 func TestKeySkipsOnlyIdleRounds(t *testing.T) {
@@ -53,7 +53,7 @@ func TestKeySkipsOnlyIdleRounds(t *testing.T) {
 			if !dirty && now.Before(due) {
 				plan = cloneKey(k) // what planning now would do
 			} else {
-				gap = time.Duration(r.IntN(90)) * time.Millisecond
+				gap = time.Duration(r.IntN(600)) * time.Millisecond
 			}
 			u, write := plan.Plan(now, p, time.Minute, capAt, direct, others, cfg)
 			granted := Reserve(u.Want, plan.Written, u.Capacity, others.Reserved)
@@ -88,6 +88,7 @@ func TestKeySkipsOnlyIdleRounds(t *testing.T) {
 			}
 			planned++
 			due, dirty = k.Next(now, cfg), false
+			now = now.Add(gap) // the next round comes after this one's push
 		}
 	}
 	t.Logf("%d rounds planned, %d skipped (%d of them would only ask again for a refused growth)", planned, skipped, retries)
@@ -99,7 +100,9 @@ func TestKeySkipsOnlyIdleRounds(t *testing.T) {
 // cloneKey is a deep copy of k.
 func cloneKey(k *Key[int]) *Key[int] {
 	c := *k
-	c.Ledger = &Ledger[int]{slots: map[int]*slot{}, gone: slices.Clone(k.Ledger.gone)}
+	l := *k.Ledger
+	l.slots, l.gone = map[int]*slot{}, slices.Clone(k.Ledger.gone)
+	c.Ledger = &l
 	for id, s := range k.Ledger.slots {
 		cs := *s
 		cs.held = slices.Clone(s.held)

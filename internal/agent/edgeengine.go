@@ -213,12 +213,18 @@ func (e *edgeEngine) round(ctx context.Context) time.Time {
 	now := e.a.cfg.Clock.Now()
 	if now.Sub(e.planAt) > e.pushSlack() {
 		// The sync outlasted what the plans allowed for (their time to
-		// live and capacity count on a push within pushSlack): plan
-		// again rather than push them late.
+		// live and capacity count on a push within pushSlack): push the
+		// keys whose plan still holds now (the capacity at the end of an
+		// assignment's life no less than planned), plan the rest again.
+		holds := e.visited[:0]
 		for _, k := range e.visited {
-			k.dirty = true
+			if k.pol == nil || e.capacityAt(k.id, 0)(now.Add(k.Life)) >= k.Capacity {
+				holds = append(holds, k)
+			} else {
+				k.dirty = true
+			}
 		}
-		e.visited = e.visited[:0]
+		e.visited = holds
 	}
 	e.push(now)
 	out := e.collect()
