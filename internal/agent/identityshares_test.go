@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -131,9 +132,22 @@ func (c *ackChecker) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.Lease
 		c.acks.Add(1)
 		var g savedGrant
 		b, err := c.rdb.HGet(ctx, savedGrantsKey(c.region), q.Quota).Bytes()
-		if err != nil || json.Unmarshal(b, &g) != nil || g.ID != q.GrantId {
+		if err != nil || json.Unmarshal(b, &g) != nil || !notOlder(g.ID, q.GrantId) {
 			c.unsaved.Add(1)
 		}
 	}
 	return c.LeaseClient.Lease(ctx, req)
+}
+
+// notOlder reports whether grant id saved ("epoch.seq") is acked or a later
+// one: the agent's presence loop may save a newer grant between the
+// renewal's save and its send, which still means acked was saved first.
+func notOlder(saved, acked string) bool {
+	var se, ss, ae, as int64
+	_, err1 := fmt.Sscanf(saved, "%d.%d", &se, &ss)
+	_, err2 := fmt.Sscanf(acked, "%d.%d", &ae, &as)
+	if err1 != nil || err2 != nil {
+		return saved == acked
+	}
+	return se > ae || se == ae && ss >= as
 }
