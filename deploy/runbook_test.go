@@ -87,13 +87,20 @@ func markedBlocks(t *testing.T, path, name string) []string {
 	return out
 }
 
-// freePorts maps each port the runbook names to a free one on loopback.
+// freePorts maps each port the runbook names to a free one on loopback,
+// all different: each is held open until all are picked (one picked and
+// closed at a time could come twice, and did: the agent's HTTP port was the
+// coordinator's).
 func freePorts(t *testing.T, names ...string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	for _, n := range names {
-		_, port, _ := net.SplitHostPort(testenv.FreeAddr(t))
-		out[n] = port
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		_, out[n], _ = net.SplitHostPort(l.Addr().String())
 	}
 	return out
 }
