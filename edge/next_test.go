@@ -66,19 +66,6 @@ func TestKeySkipsOnlyIdleRounds(t *testing.T) {
 			if plan != k {
 				skipped++
 				if write && !retry || len(sends) > 0 {
-					for id, ls := range k.Ledger.slots {
-						for _, h := range ls.held {
-							t.Logf("slot %d held %d until %v", id, h.share, h.end.Sub(now))
-						}
-						t.Logf("slot %d: cur %d from %v started %v", id, ls.cur, ls.from.Sub(now), ls.started.Sub(now))
-					}
-					for id, ss := range k.Slots {
-						t.Logf("Slot %d: %+v busy %v changed %v", id, ss.Demand, ss.Busy.Sub(now), ss.Changed.Sub(now))
-					}
-					for _, h := range k.Ledger.gone {
-						t.Logf("gone %d until %v", h.share, h.end.Sub(now))
-					}
-					t.Logf("due %v covered %v pending %d since %v visible %d want %v", due.Sub(now), k.Covered.Sub(now), k.Pending, k.PendingSince.Sub(now), k.Visible, k.Want)
 					t.Fatalf("seed %d step %d: skipped a round that writes %+v (granted %d, written %d) and pushes %+v", seed, step, u, granted, plan.Written, sends)
 				}
 				if retry {

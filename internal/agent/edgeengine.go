@@ -473,8 +473,7 @@ func (e *edgeEngine) send(k *edgeKey, acts []edge.Send[rlqsSlotID], now time.Tim
 	for _, a := range acts {
 		s := k.slots[a.Slot]
 		if a.Abandon {
-			s.st.pend = append(s.st.pend, abandonAction(s.id))
-			e.dropSlot(a.Slot, s)
+			e.abandon(a.Slot, s)
 			continue
 		}
 		s.st.pend = append(s.st.pend, assignAction(s.id, a.Bucket, a.TTL))

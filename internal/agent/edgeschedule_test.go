@@ -22,6 +22,7 @@ import (
 // second. A round slowed down by load plans more of them each, but not
 // more often: the test fails only if both are high.
 func TestEdgePlansOnlyWhatMoves(t *testing.T) {
+	testenv.SkipSlow(t, "watches an agent's rounds for over 10 s")
 	k := startCoordinator(t, testenv.Prefix(t), "", func(c *coordinator.Config) { c.Timing = lease.DefaultTiming })
 	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 1000\nperiod: 1s\nburst: 1000\nedge: {instances: 4, no_assignment: deny}\n")
 	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, func(c *Config) { c.Drift, c.Margin = lease.DefaultTiming.Drift, lease.DefaultTiming.Margin })
