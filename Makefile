@@ -86,7 +86,7 @@ bench-identity-scale: ## identity shares at scale: SCALE identities (default 1,0
 	QUOTALEASE_SCALE=$(SCALE) $(GO) test -run '^TestIdentityShareScale$$' -v -count=1 -timeout 40m ./internal/testenv/cluster/
 
 fuzz: ## run every fuzz target for FUZZTIME each (default 10s)
-	@set -e; for t in FuzzTokenBucket FuzzWindows FuzzReturns FuzzParsePolicies FuzzParseEnvoyConfig; do \
+	@set -e; for t in FuzzTokenBucket FuzzWindows FuzzReturns FuzzPostHoc FuzzParsePolicies FuzzParseEnvoyConfig; do \
 	  echo "== policy $$t"; $(GO) test ./policy/ -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME); done
 	@echo "== regional FuzzStateKey"; $(GO) test ./regional/ -run '^$$' -fuzz '^FuzzStateKey$$' -fuzztime $(FUZZTIME)
 	@echo "== sim FuzzParseScenario"; $(GO) test ./sim/ -run '^$$' -fuzz '^FuzzParseScenario$$' -fuzztime $(FUZZTIME)

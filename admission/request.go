@@ -42,6 +42,11 @@ type Request struct {
 	Attributes map[string]string
 	// Cost in whole units; 0 means the policy's default.
 	Cost int64
+	// Check asks whether the identity is within its limit without
+	// charging anything (Envoy's hits_addend 0, sent before a request
+	// whose cost is known only when it ends): a charge of 0, admitted
+	// until the identity's usage exceeds its limit. Cost must be 0.
+	Check bool
 	// IdempotencyKey, when set, makes a retried request get the decision
 	// already made for it, uncharged.
 	IdempotencyKey string
@@ -70,7 +75,10 @@ type Ticket struct {
 	Policy *policy.Policy
 	// Identity is whom the request counts against (policy.IdentityOf).
 	Identity string
-	// Cost in whole units, at least 1 and within the policy's capacity.
+	// Cost in whole units: 0 for a check (Request.Check); else at least 1
+	// and within the policy's capacity, or for a policy that takes charges
+	// after the fact (policy.Policy.PostHoc) any cost up to
+	// policy.MaxCapacity's units.
 	Cost int64
 	// IdempotencyKey as asked (valid), or "".
 	IdempotencyKey string
@@ -100,11 +108,14 @@ func Resolve(p *policy.Policy, r Request, l policy.Limits) (Ticket, error) {
 	if r.Return && (!p.Returns || r.Limit != nil) {
 		return Ticket{}, refusedReturn(p, r)
 	}
+	if r.Check && (r.Return || r.Cost != 0) {
+		return Ticket{}, fmt.Errorf("%w: policy %q: a check charges nothing: it carries no cost and returns nothing", ErrInvalidRequest, p.Name)
+	}
 	cost := r.Cost
-	if cost == 0 {
+	if cost == 0 && !r.Check {
 		cost = p.Cost
 	}
-	if cost < 1 {
+	if cost < 0 || cost == 0 && !r.Check {
 		return Ticket{}, fmt.Errorf("policy %q: %w, got %d", p.Name, policy.ErrInvalidCost, cost)
 	}
 	if err := checkCost(p, l, cost, r.Return); err != nil {
@@ -167,13 +178,19 @@ func CheckCapacity(p *policy.Policy, l policy.Limits, cost int64) error {
 	return nil
 }
 
-// holds reports why limits l can never admit cost whole units, or nil.
+// holds reports why limits l can never decide cost whole units, or nil:
+// invalid limits, a cost above the capacity (unless l counts charges after
+// the fact, which counts such a charge and refuses it), or above the
+// largest capacity (policy.Limits.CheckCost).
 func holds(l policy.Limits, cost int64) error {
 	if err := l.Validate(); err != nil {
 		return err
 	}
-	if cost > l.Capacity/policy.Micro {
+	if cost > l.Capacity/policy.Micro && !l.PostHoc {
 		return fmt.Errorf("%w (cost %d, capacity %s)", policy.ErrCostExceedsCapacity, cost, formatUnits(l.Capacity))
+	}
+	if cost > policy.MaxCapacity/policy.Micro {
+		return fmt.Errorf("%w: %d units, more than %d", policy.ErrInvalidCost, cost, policy.MaxCapacity/policy.Micro)
 	}
 	return nil
 }

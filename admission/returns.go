@@ -88,8 +88,10 @@ func (p *Pipeline) dropReturn(t *Ticket, mode lease.Mode, via Via) Outcome {
 
 // cachesRejections reports whether t's rejection may be remembered, and t
 // answered from the over-limit cache: a keyed request is recorded by the
-// store instead, and a policy that accepts returns has rejections a return
-// may lift at any moment, each of which the store records.
+// store instead, a policy that accepts returns has rejections a return
+// may lift at any moment, each of which the store records, and a charge
+// after the fact (policy.Limits.PostHoc) is counted even when refused, so
+// only the store can take it (the checks of such a policy are cached).
 func (t *Ticket) cachesRejections() bool {
-	return t.replayKey == "" && !t.Policy.Returns
+	return t.replayKey == "" && !t.Policy.Returns && (t.Cost == 0 || !t.Limits.PostHoc)
 }

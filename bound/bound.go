@@ -39,6 +39,7 @@ const (
 	TermWindowClock     = "window-clock"
 	TermReturned        = "returned"
 	TermEdge            = "edge"
+	TermPostHoc         = "post-hoc"
 )
 
 // Deployment are the parameters of a deployment that enter the bound.
@@ -260,6 +261,9 @@ func Compute(p *policy.Policy, d Deployment, m Mode, w time.Duration) (Result, e
 		// term is named, and 0, so that the bound says what it counts.
 		r.Terms[TermReturned] = 0
 	}
+	if p.PostHoc {
+		r.Terms[TermPostHoc] = PostHoc(p)
+	}
 	if d.ConfigChanges > 0 {
 		// A new version starts every key full: one burst per counter that
 		// enforces the limit on its own (each region's, when independent or
@@ -278,6 +282,23 @@ func Compute(p *policy.Policy, d Deployment, m Mode, w time.Duration) (Result, e
 		r.Ratio = r.Overshoot / r.Limit
 	}
 	return r, nil
+}
+
+// PostHoc is the post-hoc term of a policy that takes charges after the
+// fact (policy.Policy.PostHoc): every request a check admitted while the
+// identity was within its limit is charged when it ends, whether or not
+// its cost still fits, so beyond everything the other terms bound, what
+// was in flight when the limit ran out is charged too: at most
+// MaxInFlight requests of at most MaxCost each, in any window. +Inf when
+// the policy does not declare both: nothing then bounds what is charged.
+func PostHoc(p *policy.Policy) float64 {
+	if !p.PostHoc {
+		return 0
+	}
+	if p.MaxCost == 0 || p.MaxInFlight == 0 {
+		return math.Inf(1)
+	}
+	return float64(p.MaxInFlight) * float64(p.MaxCost)
 }
 
 // TransitionSpan is how long after a change of policy windows can still

@@ -80,6 +80,20 @@ type EnvoyConfig struct {
 	// Edge serves every limit of the file to Envoy's Rate Limit Quota
 	// Service (Policy.Edge); unlimited ones are never served.
 	Edge *Edge `yaml:"edge"`
+	// PostHoc: every limit of the file counts every hit, admitted or not,
+	// as envoyproxy/ratelimit's counters do (Policy.PostHoc): the default;
+	// false counts only admitted hits. A limit that takes returns never
+	// does. MaxCost and MaxInFlight size the overshoot for the bound
+	// (Policy.MaxCost).
+	PostHoc     *bool `yaml:"post_hoc"`
+	MaxCost     int64 `yaml:"max_cost"`
+	MaxInFlight int64 `yaml:"max_in_flight"`
+}
+
+// postHoc reports whether a limit of f that does or does not take returns
+// counts charges after the fact.
+func (f EnvoyConfig) postHoc(returns bool) bool {
+	return !returns && (f.PostHoc == nil || *f.PostHoc)
 }
 
 // EnvoyDescriptor is one descriptor of an EnvoyConfig, with those nested
@@ -204,7 +218,7 @@ func envoyPolicy(f EnvoyConfig, path []EnvoyEntry, d EnvoyDescriptor, rl *EnvoyR
 		name = envoyPolicyName(f.Domain, path)
 	}
 	p := &Policy{Name: name, Algorithm: f.Algorithm, Limit: float64(rl.RequestsPerUnit), Period: Duration(period),
-		Scope: f.Scope, ShadowMode: d.ShadowMode, Returns: d.Returns, Envoy: &EnvoyMatch{Domain: f.Domain, Entries: path, Unlimited: d.RateLimit.Unlimited, Name: rl.Name, QuotaMode: d.QuotaMode}}
+		Scope: f.Scope, ShadowMode: d.ShadowMode, Returns: d.Returns, PostHoc: f.postHoc(d.Returns), Envoy: &EnvoyMatch{Domain: f.Domain, Entries: path, Unlimited: d.RateLimit.Unlimited, Name: rl.Name, QuotaMode: d.QuotaMode}}
 	if p.Envoy.Unlimited {
 		p.Scope = ScopeRegion
 	} else if f.Edge != nil {
@@ -213,6 +227,9 @@ func envoyPolicy(f EnvoyConfig, path []EnvoyEntry, d EnvoyDescriptor, rl *EnvoyR
 	}
 	if p.Algorithm == "" {
 		p.Algorithm = FixedWindow
+	}
+	if p.PostHoc {
+		p.MaxCost, p.MaxInFlight = f.MaxCost, f.MaxInFlight
 	}
 	seen := map[string]bool{}
 	for _, e := range path {

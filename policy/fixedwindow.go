@@ -4,7 +4,10 @@ package policy
 //
 // Windows are aligned to multiples of WindowMs on the enforcement clock. A
 // rejected request may retry when the next window starts; since cost never
-// exceeds the limit, an empty window always admits it.
+// exceeds the limit, an empty window always admits it. Under limits that
+// count charges after the fact (Limits.PostHoc) a charge that does not fit
+// is counted all the same, over the limit, as envoyproxy/ratelimit counts
+// every hit: the window then refuses every charge and check until it ends.
 func fixedWindow(s State, l Limits, now, cost int64) (State, Decision) {
 	if s.Exists && now < s.LastMs {
 		now = s.LastMs
@@ -16,16 +19,14 @@ func fixedWindow(s State, l Limits, now, cost int64) (State, Decision) {
 	}
 	end := (idx + 1) * l.WindowMs
 	var d Decision
-	if count+cost <= l.Capacity {
-		count += cost
-		d.Allowed = true
-	} else {
+	fits := count+cost <= l.Capacity
+	if l.counts(fits) {
+		count = min(count+cost, l.Capacity+MaxDebt)
+	}
+	if d.Allowed = fits; !fits {
 		d.RetryAfterMs = end - now
 	}
-	d.Remaining = l.Capacity - count
-	if d.Remaining < 0 {
-		d.Remaining = 0 // the limit was lowered below what this window used
-	}
+	d.SetLeft(l.Capacity - count) // negative once over: the limit lowered, or charges after the fact
 	d.ResetAfterMs = end - now
 	return State{Exists: true, LastMs: now, Window: idx, Count: count}, d
 }

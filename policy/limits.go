@@ -41,6 +41,13 @@ type Limits struct {
 	// WindowMs is the window length of the window algorithms.
 	// Unused by the token bucket.
 	WindowMs int64
+	// PostHoc counts every charge, whether or not it fits (a policy that
+	// takes charges after the fact, Policy.PostHoc): a charge that does not
+	// fit is refused and still counted, so a window's count goes over the
+	// limit and a token bucket into debt, and a check (a charge of 0)
+	// is refused until the key is back within its limit. Without it a
+	// refused charge counts nothing.
+	PostHoc bool
 }
 
 // ErrInvalidLimits reports limits outside the range the fixed-point

@@ -75,6 +75,25 @@ type Policy struct {
 	// to any other policy is refused: there a return would admit more
 	// requests than the limit.
 	Returns bool `yaml:"returns,omitempty" json:"returns,omitempty"`
+	// PostHoc declares that the policy takes charges after the fact: a
+	// request whose cost is known only when it ends (an LLM's tokens) is
+	// checked when it starts (a charge of 0: admitted while the identity
+	// is within its limit) and charged when it ends, and that charge is
+	// counted whether or not it fits (Limits.PostHoc), as
+	// envoyproxy/ratelimit counts every hit: a window goes over its limit,
+	// a token bucket into debt, and checks are refused until it is repaid
+	// (docs/post-hoc.md). On by default for policies from an
+	// envoyproxy/ratelimit configuration. Not with Returns.
+	PostHoc bool `yaml:"post_hoc,omitempty" json:"post_hoc,omitempty"`
+	// MaxCost and MaxInFlight size a post-hoc policy's overshoot for the
+	// bound (docs/bound.md, "Charges after the fact"): the largest cost one
+	// request is charged, in units, and the most requests of one identity,
+	// across all regions, admitted by a check and not yet charged at once.
+	// What checks admit while the identity is within its limit is charged
+	// later, so the identity can be charged up to MaxInFlight × MaxCost
+	// beyond its limit. 0: not declared, and the bound cannot say.
+	MaxCost     int64 `yaml:"max_cost,omitempty" json:"max_cost,omitempty"`
+	MaxInFlight int64 `yaml:"max_in_flight,omitempty" json:"max_in_flight,omitempty"`
 	// Edge, when set, serves the policy to Envoy's Rate Limit Quota
 	// Service (docs/rlqs.md): Envoy instances enforce token-bucket
 	// assignments carved out of the region's share. Global policies only.
@@ -301,6 +320,9 @@ func (p *Policy) Validate() error {
 	if p.Returns && p.ShardCount() > 1 {
 		return bad("returns", "a policy with shards cannot take returns: a return would meet a shard other than the one its request took from; use one shard")
 	}
+	if err := p.validatePostHoc(); err != nil {
+		return bad(err.field, "%s", err.msg)
+	}
 	if sl := p.ShardLimits(l); sl.Validate() != nil || p.Cost > sl.Capacity/Micro {
 		return bad("shards", "%d shards leave each a capacity of %v, which cannot hold the default cost %d; use fewer shards", p.Shards, Units(sl.Capacity), p.Cost)
 	}
@@ -334,6 +356,24 @@ func (p *Policy) ShardLimits(l Limits) Limits {
 }
 
 type fieldError struct{ field, msg string }
+
+// MaxInFlight is the most requests in flight a post-hoc policy may declare.
+const MaxInFlight = 1_000_000
+
+// validatePostHoc checks the settings of charges after the fact.
+func (p *Policy) validatePostHoc() *fieldError {
+	switch {
+	case p.PostHoc && p.Returns:
+		return &fieldError{"post_hoc", "a policy that takes returns (a concurrency limit) cannot take charges after the fact; use one or the other"}
+	case !p.PostHoc && (p.MaxCost != 0 || p.MaxInFlight != 0):
+		return &fieldError{"max_cost", "max_cost and max_in_flight size charges after the fact; set post_hoc: true or remove them"}
+	case p.MaxCost < 0 || p.MaxCost > MaxCapacity/Micro:
+		return &fieldError{"max_cost", fmt.Sprintf("must be 0 (not declared) to %d units, got %d", MaxCapacity/Micro, p.MaxCost)}
+	case p.MaxInFlight < 0 || p.MaxInFlight > MaxInFlight:
+		return &fieldError{"max_in_flight", fmt.Sprintf("must be 0 (not declared) to %d requests, got %d", MaxInFlight, p.MaxInFlight)}
+	}
+	return nil
+}
 
 func (f Failure) validate() *fieldError {
 	fraction := func(field, of string, v float64, allowZero bool) *fieldError {
@@ -394,7 +434,7 @@ func (p *Policy) limits() (Limits, error) {
 	if !ok {
 		return Limits{}, fmt.Errorf("%v is too large", p.Limit)
 	}
-	l := Limits{Algorithm: p.Algorithm}
+	l := Limits{Algorithm: p.Algorithm, PostHoc: p.PostHoc}
 	if p.Algorithm == TokenBucket {
 		burst, ok := toMicro(p.Burst)
 		if !ok {

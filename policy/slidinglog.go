@@ -6,6 +6,12 @@ package policy
 // admitted at t stops counting at t+WindowMs. Each entry costs at least one
 // unit and the sum never exceeds the limit, so the log never holds more
 // than Capacity/Micro entries.
+//
+// Under limits that count charges after the fact (Limits.PostHoc) a charge
+// that does not fit is logged all the same, and the sum goes over the
+// limit. The log then holds at most MaxLogEntries entries: a charge that
+// finds it full takes the newest entry into its own, at now, which counts
+// that entry's cost longer than it would have been, never less.
 func slidingLog(s State, l Limits, now, cost int64) (State, Decision) {
 	if s.Exists && now < s.LastMs {
 		now = s.LastMs
@@ -20,27 +26,30 @@ func slidingLog(s State, l Limits, now, cost int64) (State, Decision) {
 	kept := make([]LogEntry, len(log)-i, len(log)-i+1)
 	copy(kept, log[i:])
 	var d Decision
-	if sum+cost <= l.Capacity {
-		if cost > 0 { // a charge of 0 (Return bringing the log to now) logs nothing
-			kept = append(kept, LogEntry{AtMs: now, Cost: cost})
-			sum += cost
+	fits := sum+cost <= l.Capacity
+	owed := cost                    // what must still fit for the retry: nothing once counted
+	if l.counts(fits) && cost > 0 { // a charge of 0 (a check, Return bringing the log to now) logs nothing
+		e := LogEntry{AtMs: now, Cost: min(cost, l.Capacity+MaxDebt-sum)}
+		sum += e.Cost
+		if n := len(kept); n >= int(MaxLogEntries) {
+			e.Cost += kept[n-1].Cost
+			kept = kept[:n-1]
 		}
-		d.Allowed = true
-	} else {
+		kept = append(kept, e)
+		owed = 0
+	}
+	if d.Allowed = fits; !fits {
 		// Wait until enough of the oldest entries have left the window.
 		free := sum
 		for _, e := range kept {
 			free -= e.Cost
-			if free+cost <= l.Capacity {
+			if free+owed <= l.Capacity {
 				d.RetryAfterMs = e.AtMs + l.WindowMs - now
 				break
 			}
 		}
 	}
-	d.Remaining = l.Capacity - sum
-	if d.Remaining < 0 {
-		d.Remaining = 0
-	}
+	d.SetLeft(l.Capacity - sum)
 	if n := len(kept); n > 0 {
 		d.ResetAfterMs = kept[n-1].AtMs + l.WindowMs - now
 	}

@@ -5,7 +5,11 @@ package policy
 //
 // The usage of the window ending now is estimated as the current fixed
 // window's count plus the previous window's count weighted by how much of
-// it still overlaps, rounded up so the estimate never undercounts.
+// it still overlaps, rounded up so the estimate never undercounts. Under
+// limits that count charges after the fact (Limits.PostHoc) a charge that
+// does not fit is counted all the same: the estimate goes over the limit,
+// and nothing is admitted until it is back within it (two windows on at
+// the latest).
 func slidingWindow(s State, l Limits, now, cost int64) (State, Decision) {
 	w := l.WindowMs
 	if s.Exists && now < s.LastMs {
@@ -24,17 +28,18 @@ func slidingWindow(s State, l Limits, now, cost int64) (State, Decision) {
 	elapsed := now - idx*w
 	est := mulDiv(prev, w-elapsed, w, true) + count
 	var d Decision
-	if est+cost <= l.Capacity {
-		count += cost
-		est += cost
-		d.Allowed = true
-	} else {
-		d.RetryAfterMs = slidingRetry(prev, count, elapsed, l.Capacity-cost, w)
+	fits := est+cost <= l.Capacity
+	room := l.Capacity - cost // for the retry: what the window must come down to
+	if l.counts(fits) {
+		added := min(cost, l.Capacity+MaxDebt-count)
+		count += added
+		est += added
+		room = l.Capacity // counted: a check is the next to fit
 	}
-	d.Remaining = l.Capacity - est
-	if d.Remaining < 0 {
-		d.Remaining = 0
+	if d.Allowed = fits; !fits {
+		d.RetryAfterMs = slidingRetry(prev, count, elapsed, room, w)
 	}
+	d.SetLeft(l.Capacity - est)
 	switch {
 	case count > 0:
 		d.ResetAfterMs = 2*w - elapsed

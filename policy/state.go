@@ -59,10 +59,22 @@ var ErrInvalidCost = errors.New("cost must be a positive number of units")
 // delay is given.
 var ErrCostExceedsCapacity = errors.New("cost exceeds capacity: the request can never be admitted")
 
+// MaxDebt is the most a key may be over its limit, in micro-units: what
+// keeps a token bucket's deficit and a window's estimate within the exact
+// range of the Lua arithmetic (below 2^53). A charge after the fact
+// (Limits.PostHoc) that would take a key further is counted up to it.
+const MaxDebt int64 = 2 * MaxCapacity
+
 // Apply is the pure transition of one decision: from the key's state s at
 // time nowMs, charge cost micro-units under limits l. It returns the state
 // to persist and the decision. It performs exactly the arithmetic of the
 // Lua scripts; invalid input returns an error and s unchanged.
+//
+// A cost of 0 is a check (Envoy's hits_addend 0): it charges nothing and
+// is admitted while the key is within its limit, as envoyproxy/ratelimit
+// answers it (over only once the count exceeds the limit). Under limits
+// that count charges after the fact (Limits.PostHoc) a cost may exceed the
+// capacity: such a charge is refused and counted.
 func Apply(s State, l Limits, nowMs, cost int64) (State, Decision, error) {
 	if err := l.Validate(); err != nil {
 		return s, Decision{}, err
@@ -70,18 +82,29 @@ func Apply(s State, l Limits, nowMs, cost int64) (State, Decision, error) {
 	if nowMs < 0 || nowMs > MaxTimeMs {
 		return s, Decision{}, fmt.Errorf("time %d ms outside [0, %d]", nowMs, MaxTimeMs)
 	}
-	if cost < 1 {
-		return s, Decision{}, ErrInvalidCost
-	}
-	if cost > l.Capacity {
-		return s, Decision{}, ErrCostExceedsCapacity
+	if err := l.CheckCost(cost); err != nil {
+		return s, Decision{}, err
 	}
 	ns, d := transition(s, l, nowMs, cost)
 	return ns, d, nil
 }
 
-// transition is l's algorithm's transition, on valid arguments; a cost of
-// 0 only brings s to nowMs (Return).
+// CheckCost reports why a charge of cost micro-units can never be decided
+// under l: a negative cost, one above MaxCapacity, or, unless l counts
+// charges after the fact, one above the capacity (which could never be
+// admitted). 0, a check, is always valid.
+func (l Limits) CheckCost(cost int64) error {
+	switch {
+	case cost < 0 || cost > MaxCapacity:
+		return fmt.Errorf("%w: %d micro-units outside [0, %d]", ErrInvalidCost, cost, MaxCapacity)
+	case cost > l.Capacity && !l.PostHoc:
+		return ErrCostExceedsCapacity
+	}
+	return nil
+}
+
+// transition is l's algorithm's transition, on valid arguments. A cost of
+// 0 is a check (Apply); Return uses it to bring s to nowMs.
 func transition(s State, l Limits, nowMs, cost int64) (State, Decision) {
 	switch l.Algorithm {
 	case TokenBucket:
@@ -94,6 +117,10 @@ func transition(s State, l Limits, nowMs, cost int64) (State, Decision) {
 		return slidingLog(s, l, nowMs, cost)
 	}
 }
+
+// counts reports whether a charge that fits or not is counted under l:
+// every charge after the fact is; a refused one otherwise is not.
+func (l Limits) counts(fits bool) bool { return fits || l.PostHoc }
 
 // Holding returns the state of a key that, at nowMs, has fraction frac (in
 // [0, 1]) of l's capacity left, as if the rest had just been used: a

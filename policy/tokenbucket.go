@@ -8,6 +8,12 @@ package policy
 // also keeps the arithmetic small after long idle periods. A rejection
 // still persists the refilled tokens and the new time, so the same elapsed
 // interval is never counted twice.
+//
+// Under limits that count charges after the fact (Limits.PostHoc) a charge
+// that does not fit takes its cost all the same: the tokens go negative, a
+// debt that refill repays before anything is admitted again. The retry
+// delay is the same in every case: until the tokens are back at the cost
+// (for a charge counted in debt, at zero again).
 func tokenBucket(s State, l Limits, now, cost int64) (State, Decision) {
 	tokens, last := l.Capacity, now
 	if s.Exists {
@@ -27,13 +33,15 @@ func tokenBucket(s State, l Limits, now, cost int64) (State, Decision) {
 		}
 	}
 	var d Decision
-	if cost <= tokens {
-		tokens -= cost
-		d.Allowed = true
-	} else {
+	fits := cost <= tokens
+	if !fits {
 		d.RetryAfterMs = mulDiv(cost-tokens, 1000, l.Rate, true)
 	}
-	d.Remaining = tokens
+	if l.counts(fits) {
+		tokens = max(tokens-cost, -MaxDebt)
+	}
+	d.Allowed = fits
+	d.SetLeft(tokens)
 	d.ResetAfterMs = mulDiv(l.Capacity-tokens, 1000, l.Rate, true)
 	return State{Exists: true, LastMs: now, Tokens: tokens}, d
 }

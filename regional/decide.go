@@ -25,6 +25,7 @@ type decision struct {
 	capacity, windowMs, cost int64
 	alg                      policy.Algorithm
 	ret                      bool // a return (admission.Ticket.Return)
+	postHoc                  bool // counted whether or not it fits (policy.Limits.PostHoc)
 }
 
 // decided is the outcome of one decision.
@@ -187,7 +188,8 @@ func (e *Engine) groupOf(ds []decision, idx []int) [][]int {
 }
 
 // parseDecision reads one decision's reply (decide.lua): five integers
-// (seven for a return: what it matched and freed), or the reason it failed.
+// (seven for a return: what it matched and freed), the remaining negative
+// for a key over its limit (its Debt), or the reason it failed.
 func parseDecision(v any) (policy.Decision, error) {
 	switch v := v.(type) {
 	case string:
@@ -205,7 +207,8 @@ func parseDecision(v any) (policy.Decision, error) {
 		}
 		return policy.Decision{
 			Allowed:      n[0] == 1,
-			Remaining:    n[1],
+			Remaining:    max(0, n[1]),
+			Debt:         max(0, -n[1]),
 			RetryAfterMs: n[2],
 			ResetAfterMs: n[3],
 			Replayed:     n[4] == 1,

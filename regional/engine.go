@@ -128,9 +128,11 @@ func (e *Engine) Policy(name string) (*policy.Policy, bool) {
 // fields of an admission.Request, and limits to enforce instead of the
 // policy's.
 type Request struct {
-	Policy         string
-	Attributes     map[string]string
-	Cost           int64 // whole units, at least 1
+	Policy     string
+	Attributes map[string]string
+	Cost       int64 // whole units, at least 1; 0 with Check
+	// Check charges nothing (admission.Request.Check).
+	Check          bool
 	IdempotencyKey string
 	// Return gives Cost back instead of charging it (admission.Request.Return).
 	Return bool
@@ -148,7 +150,7 @@ func (e *Engine) ticket(r Request) (*admission.Ticket, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w %q", admission.ErrUnknownPolicy, r.Policy)
 	}
-	if r.Cost < 1 {
+	if r.Cost < 1 && !r.Check {
 		return nil, fmt.Errorf("policy %q: %w, got %d", p.Name, policy.ErrInvalidCost, r.Cost)
 	}
 	l := p.Limits()
@@ -157,7 +159,7 @@ func (e *Engine) ticket(r Request) (*admission.Ticket, error) {
 			return nil, fmt.Errorf("%w: policy %q: limits for %s, policy uses %s", admission.ErrInvalidRequest, p.Name, l.Algorithm, p.Algorithm)
 		}
 	}
-	t, err := admission.Resolve(p, admission.Request{Policy: r.Policy, Attributes: r.Attributes, Cost: r.Cost, IdempotencyKey: r.IdempotencyKey, Return: r.Return}, l)
+	t, err := admission.Resolve(p, admission.Request{Policy: r.Policy, Attributes: r.Attributes, Cost: r.Cost, Check: r.Check, IdempotencyKey: r.IdempotencyKey, Return: r.Return}, l)
 	return &t, err
 }
 
@@ -280,11 +282,11 @@ func (e *Engine) prepare(t *admission.Ticket) (decision, error) {
 	return decision{
 		policy:   p.Name,
 		keys:     keys,
-		args:     [6]any{decisionCode(t, l.Algorithm), idemMs, l.Capacity, param, t.Cost * policy.Micro, e.marginMs},
+		args:     [6]any{decisionCode(t, l), idemMs, l.Capacity, param, t.Cost * policy.Micro, e.marginMs},
 		alg:      l.Algorithm,
 		ret:      t.Return,
 		counted:  l.Algorithm == policy.FixedWindow && idemMs == 0 && !t.Return && !p.Returns && !e.scriptedWindows,
-		capacity: l.Capacity, windowMs: l.WindowMs, cost: t.Cost * policy.Micro,
+		capacity: l.Capacity, windowMs: l.WindowMs, cost: t.Cost * policy.Micro, postHoc: l.PostHoc,
 	}, nil
 }
 

@@ -88,7 +88,7 @@ func (h *harness) check(nowMs int64, l policy.Limits, tenant string, cost int64)
 	h.now.Set(nowMs)
 	d, err := h.eng.Check(context.Background(), Request{
 		Policy: algPolicy[l.Algorithm], Attributes: map[string]string{"tenant": tenant},
-		Cost: cost, Limits: &l,
+		Cost: cost, Check: cost == 0, Limits: &l,
 	})
 	if err != nil {
 		h.t.Fatalf("check at %d: %v", nowMs, err)

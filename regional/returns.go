@@ -18,6 +18,10 @@ import (
 // decideScript's arguments.
 var heldCodes, returnCodes = codesWith("+"), codesWith("-")
 
+// postHocCodes name a charge of a policy that takes charges after the
+// fact (policy.Limits.PostHoc): counted whether or not it fits.
+var postHocCodes = codesWith("!")
+
 func codesWith(suffix string) map[policy.Algorithm]any {
 	m := make(map[policy.Algorithm]any, len(algorithmCodes))
 	for a, c := range algorithmCodes {
@@ -26,15 +30,17 @@ func codesWith(suffix string) map[policy.Algorithm]any {
 	return m
 }
 
-// decisionCode is the code t is decided with under algorithm a.
-func decisionCode(t *admission.Ticket, a policy.Algorithm) any {
+// decisionCode is the code t is decided with under limits l.
+func decisionCode(t *admission.Ticket, l policy.Limits) any {
 	switch {
 	case t.Return:
-		return returnCodes[a]
+		return returnCodes[l.Algorithm]
 	case t.Policy.Returns:
-		return heldCodes[a]
+		return heldCodes[l.Algorithm]
+	case l.PostHoc:
+		return postHocCodes[l.Algorithm]
 	}
-	return algorithmCodes[a]
+	return algorithmCodes[l.Algorithm]
 }
 
 // ticketIdempotencyKey is the key remembering t's decision: a return's

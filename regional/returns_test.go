@@ -94,7 +94,7 @@ func sameHeld(a, b policy.State) bool {
 func TestDifferentialReturns(t *testing.T) {
 	h := returnsHarness(t)
 	r := rand.New(rand.NewPCG(3, 4))
-	for i, c := range randomCases(40) {
+	for i, c := range randomCases(40, false) {
 		l := c.lim
 		t.Run(c.name, func(t *testing.T) {
 			h.t = t

@@ -65,45 +65,47 @@ func (e *Engine) windowNow() (now, floor int64, injected bool) {
 }
 
 // windowSettled is what a counted decision's round trip leaves to do.
-type windowSettled int
-
-const (
-	windowAdmitted windowSettled = iota
-	windowRejected               // take the charge back
-	windowLost                   // take it back, and record the birth marker, which was missing
-	windowMissed                 // take it back and decide again, with the script
-)
+type windowSettled struct {
+	missed bool // it ran outside its window: take the charge back and decide again, with the script
+	refund bool // refused and not counted: take the charge back
+	lost   bool // the birth marker was missing: record it
+}
 
 // settleWindow decides a counted fixed-window decision from its round
 // trip: sent for window win, of w ms, with this capacity and cost; the
 // server clock read before (t1) and after (t2) its charge, at least the
 // engine's floor; the counter after the charge (n), of which pending are
 // the charges of the call's earlier decisions on it that are to be taken
-// back; and the store's birth marker (hasBorn false: missing).
+// back; the store's birth marker (hasBorn false: missing); and whether a
+// charge that does not fit is counted all the same (postHoc).
 //
 // It is policy's fixedWindow, with the state a counter per window: a store
-// born in the current window (policy.Fresh) admits nothing in it, and the
-// rest is the counter against the capacity.
-func settleWindow(capacity, w, cost, win, t1, t2, n, pending, born int64, hasBorn bool) (policy.Decision, windowSettled) {
+// born in the current window (policy.Fresh) counts it used up, on top of
+// its counter, and the rest is the counter against the capacity.
+func settleWindow(capacity, w, cost, win, t1, t2, n, pending, born int64, hasBorn, postHoc bool) (policy.Decision, windowSettled) {
 	if t1/w != win || t2/w != win {
-		return policy.Decision{}, windowMissed
+		return policy.Decision{}, windowSettled{missed: true, refund: true}
 	}
-	now := t1
+	var s windowSettled
+	now, used := t1, int64(0)
 	if !hasBorn || born > 0 && max(now, born) < (born/w+1)*w {
-		s := windowRejected
 		if !hasBorn {
-			born, s = now, windowLost // the first to find it missing records now
+			born, s.lost = now, true // the first to find it missing records now
 		}
-		now = max(now, born)
-		end := (now/w + 1) * w
-		return policy.Decision{RetryAfterMs: end - now, ResetAfterMs: end - now}, s
+		now, used = max(now, born), capacity
 	}
-	end := (win + 1) * w
-	before := n - cost - pending
-	if before+cost <= capacity {
-		return policy.Decision{Allowed: true, Remaining: capacity - before - cost, ResetAfterMs: end - now}, windowAdmitted
+	end := (now/w + 1) * w
+	before := used + n - cost - pending
+	d := policy.Decision{Allowed: before+cost <= capacity, ResetAfterMs: end - now}
+	after := before + cost
+	if s.refund = !d.Allowed && !postHoc; s.refund {
+		after = before
 	}
-	return policy.Decision{Remaining: max(0, capacity-before), RetryAfterMs: end - now, ResetAfterMs: end - now}, windowRejected
+	if !d.Allowed {
+		d.RetryAfterMs = end - now
+	}
+	d.SetLeft(capacity - after)
+	return d, s
 }
 
 // decideCounted decides ds, some of them counted fixed windows: on one
@@ -344,22 +346,21 @@ func (c *nodeCall) first(ctx context.Context, idx []int) {
 			c.refund(ch, tb)
 			continue
 		}
-		dec, s := settleWindow(d.capacity, d.windowMs, d.cost, ch.win, ta, tb, n, pending[ch.key], born, hasBorn)
-		switch s {
-		case windowMissed:
+		dec, s := settleWindow(d.capacity, d.windowMs, d.cost, ch.win, ta, tb, n, pending[ch.key], born, hasBorn, d.postHoc)
+		if s.missed {
 			c.again = append(c.again, ch.j)
-		case windowLost:
+		} else {
+			c.out[ch.j].d = dec
+		}
+		if s.lost {
 			if c.borns == nil {
 				c.borns = map[string]int64{}
 			}
 			if _, ok := c.borns[d.keys[1]]; !ok {
 				c.borns[d.keys[1]] = ta
 			}
-			fallthrough
-		default:
-			c.out[ch.j].d = dec
 		}
-		if s != windowAdmitted {
+		if s.refund {
 			pending[ch.key] += d.cost
 			c.refund(ch, tb)
 		}

@@ -17,35 +17,50 @@ import (
 
 // settleWindow's arithmetic, case by case: a charge within the capacity
 // admitted, one beyond rejected without counting itself or the call's
-// earlier rejections, a charge read outside its window decided again, and
-// a store that lost its memory admitting nothing in the window of the loss.
+// earlier rejections, a charge read outside its window decided again, a
+// store that lost its memory admitting nothing in the window of the loss;
+// a charge after the fact (postHoc) counted over the limit, and checks
+// (cost 0) admitted while the window is within its limit.
 func TestSettleWindow(t *testing.T) {
 	const m = policy.Micro
+	var (
+		kept   = windowSettled{}
+		refund = windowSettled{refund: true}
+		missed = windowSettled{missed: true, refund: true}
+		lost   = windowSettled{refund: true, lost: true}
+	)
 	cases := []struct {
 		name                 string
 		cost, t1, t2, n, pen int64
 		born                 int64
-		hasBorn              bool
+		hasBorn, postHoc     bool
 		want                 policy.Decision
 		settled              windowSettled
 	}{
-		{"admitted", 3 * m, 5100, 5101, 7 * m, 0, 0, true, policy.Decision{Allowed: true, Remaining: 3 * m, ResetAfterMs: 900}, windowAdmitted},
-		{"the last that fits", 3 * m, 5100, 5100, 10 * m, 0, 0, true, policy.Decision{Allowed: true, ResetAfterMs: 900}, windowAdmitted},
-		{"over: its own charge not counted", 3 * m, 5100, 5100, 11 * m, 0, 0, true, policy.Decision{Remaining: 2 * m, RetryAfterMs: 900, ResetAfterMs: 900}, windowRejected},
-		{"an earlier rejection of the call not counted", 2 * m, 5100, 5100, 13 * m, 3 * m, 0, true, policy.Decision{Allowed: true, ResetAfterMs: 900}, windowAdmitted},
-		{"more than the capacity charged before a lowered limit", m, 5100, 5100, 13 * m, 0, 0, true, policy.Decision{RetryAfterMs: 900, ResetAfterMs: 900}, windowRejected},
-		{"read before its window", m, 4999, 5001, m, 0, 0, true, policy.Decision{}, windowMissed},
-		{"read after its window", m, 5998, 6000, m, 0, 0, true, policy.Decision{}, windowMissed},
-		{"marker missing: the loss is now", m, 5100, 5100, m, 0, 0, false, policy.Decision{RetryAfterMs: 900, ResetAfterMs: 900}, windowLost},
-		{"born in this window", m, 5100, 5100, m, 0, 5050, true, policy.Decision{RetryAfterMs: 900, ResetAfterMs: 900}, windowRejected},
-		{"born after now: from the birth", m, 5100, 5100, m, 0, 5300, true, policy.Decision{RetryAfterMs: 700, ResetAfterMs: 700}, windowRejected},
-		{"born in the window before", m, 5100, 5100, m, 0, 4999, true, policy.Decision{Allowed: true, Remaining: 9 * m, ResetAfterMs: 900}, windowAdmitted},
-		{"a new store", m, 5100, 5100, m, 0, 0, true, policy.Decision{Allowed: true, Remaining: 9 * m, ResetAfterMs: 900}, windowAdmitted},
+		{"admitted", 3 * m, 5100, 5101, 7 * m, 0, 0, true, false, policy.Decision{Allowed: true, Remaining: 3 * m, ResetAfterMs: 900}, kept},
+		{"the last that fits", 3 * m, 5100, 5100, 10 * m, 0, 0, true, false, policy.Decision{Allowed: true, ResetAfterMs: 900}, kept},
+		{"over: its own charge not counted", 3 * m, 5100, 5100, 11 * m, 0, 0, true, false, policy.Decision{Remaining: 2 * m, RetryAfterMs: 900, ResetAfterMs: 900}, refund},
+		{"an earlier rejection of the call not counted", 2 * m, 5100, 5100, 13 * m, 3 * m, 0, true, false, policy.Decision{Allowed: true, ResetAfterMs: 900}, kept},
+		{"more than the capacity charged before a lowered limit", m, 5100, 5100, 13 * m, 0, 0, true, false, policy.Decision{Debt: 2 * m, RetryAfterMs: 900, ResetAfterMs: 900}, refund},
+		{"read before its window", m, 4999, 5001, m, 0, 0, true, false, policy.Decision{}, missed},
+		{"read after its window", m, 5998, 6000, m, 0, 0, true, false, policy.Decision{}, missed},
+		{"marker missing: the loss is now", m, 5100, 5100, m, 0, 0, false, false, policy.Decision{RetryAfterMs: 900, ResetAfterMs: 900}, lost},
+		{"born in this window", m, 5100, 5100, m, 0, 5050, true, false, policy.Decision{RetryAfterMs: 900, ResetAfterMs: 900}, refund},
+		{"born after now: from the birth", m, 5100, 5100, m, 0, 5300, true, false, policy.Decision{RetryAfterMs: 700, ResetAfterMs: 700}, refund},
+		{"born in the window before", m, 5100, 5100, m, 0, 4999, true, false, policy.Decision{Allowed: true, Remaining: 9 * m, ResetAfterMs: 900}, kept},
+		{"a new store", m, 5100, 5100, m, 0, 0, true, false, policy.Decision{Allowed: true, Remaining: 9 * m, ResetAfterMs: 900}, kept},
+		{"after the fact: over, counted", 3 * m, 5100, 5100, 11 * m, 0, 0, true, true, policy.Decision{Debt: m, RetryAfterMs: 900, ResetAfterMs: 900}, kept},
+		{"after the fact: larger than the limit, counted", 15 * m, 5100, 5100, 15 * m, 0, 0, true, true, policy.Decision{Debt: 5 * m, RetryAfterMs: 900, ResetAfterMs: 900}, kept},
+		{"after the fact in the window of a loss: counted", m, 5100, 5100, m, 0, 5050, true, true, policy.Decision{Debt: m, RetryAfterMs: 900, ResetAfterMs: 900}, kept},
+		{"after the fact, marker missing", m, 5100, 5100, m, 0, 0, false, true, policy.Decision{Debt: m, RetryAfterMs: 900, ResetAfterMs: 900}, windowSettled{lost: true}},
+		{"a check at the limit", 0, 5100, 5100, 10 * m, 0, 0, true, true, policy.Decision{Allowed: true, ResetAfterMs: 900}, kept},
+		{"a check over the limit", 0, 5100, 5100, 11 * m, 0, 0, true, true, policy.Decision{Debt: m, RetryAfterMs: 900, ResetAfterMs: 900}, kept},
+		{"a check in the window of a loss, nothing charged since", 0, 5100, 5100, 0, 0, 5050, true, false, policy.Decision{Allowed: true, ResetAfterMs: 900}, kept},
 	}
 	for _, c := range cases {
-		got, s := settleWindow(10*m, 1000, c.cost, 5, c.t1, c.t2, c.n, c.pen, c.born, c.hasBorn)
+		got, s := settleWindow(10*m, 1000, c.cost, 5, c.t1, c.t2, c.n, c.pen, c.born, c.hasBorn, c.postHoc)
 		if got != c.want || s != c.settled {
-			t.Errorf("%s: %+v %d, want %+v %d", c.name, got, s, c.want, c.settled)
+			t.Errorf("%s: %+v %+v, want %+v %+v", c.name, got, s, c.want, c.settled)
 		}
 	}
 }

@@ -120,7 +120,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 
 func sortedTerms(m map[string]float64) []string {
 	keys := make([]string, 0, len(m))
-	for _, k := range []string{bound.TermReference, bound.TermBurst, bound.TermLeaseTransition, bound.TermDrift, bound.TermDegraded, bound.TermFallback, bound.TermEdge, bound.TermIndependent} {
+	for _, k := range []string{bound.TermReference, bound.TermBurst, bound.TermLeaseTransition, bound.TermDrift, bound.TermDegraded, bound.TermFallback, bound.TermEdge, bound.TermPostHoc, bound.TermIndependent} {
 		if _, ok := m[k]; ok {
 			keys = append(keys, k)
 		}

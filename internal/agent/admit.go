@@ -56,6 +56,9 @@ func (o observer) Observe(t admission.Ticket, out admission.Outcome) {
 	if out.Via == admission.ViaOverLimit {
 		a.m.overLimitHits.WithLabelValues(name).Inc()
 	}
+	if t.Limits.PostHoc && t.Cost > 0 && (!out.Allowed || out.Shadow) && (out.Via == admission.ViaStore || out.Via == admission.ViaFallback) {
+		a.m.overCharged.WithLabelValues(name).Add(float64(t.Cost)) // refused, and counted
+	}
 	result := "rejected"
 	switch {
 	case out.Shadow:

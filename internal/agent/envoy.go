@@ -31,9 +31,12 @@ import (
 // (or Envoy's generic_key, as set by a generic_key action) names the
 // policy. Every other entry is a request attribute named by
 // policy.EnvoyAttribute (remote_address is ip). A descriptor's
-// hits_addend, else the request's, is the cost (0 means the policy's
-// default); with is_negative_hits the descriptor returns that many hits
-// instead (admission.Request.Return; envoyreturns.go).
+// hits_addend, else the request's, is the cost (the request's 0 means the
+// policy's default); a descriptor's hits_addend set to 0 is a pure check
+// (admission.Request.Check: OVER_LIMIT once the limit's count exceeds it,
+// nothing charged), as Envoy Gateway sends before a response whose cost
+// it charges when the response ends; with is_negative_hits the descriptor
+// returns that many hits instead (admission.Request.Return; envoyreturns.go).
 //
 // Descriptors are answered one by one, never by failing the call: Envoy
 // turns a failed call into "allow" (failure_mode_deny: false), so one odd
@@ -130,7 +133,10 @@ func envoyRequests(ix envoyIndex, req *rlsv3.RateLimitRequest) ([]admission.Requ
 	for i, d := range req.Descriptors {
 		in := admission.Request{Attributes: map[string]string{}, Cost: int64(min(req.HitsAddend, math.MaxInt32)), Return: d.GetIsNegativeHits()}
 		if h := d.GetHitsAddend(); h != nil {
+			// Set to 0: a pure check, as the original answers it (the
+			// request's 0 means 1, as there).
 			in.Cost = int64(min(h.GetValue(), math.MaxInt32))
+			in.Check = in.Cost == 0 && !in.Return
 		}
 		found[i].ret = in.Return
 		p, configured := ix.match(req.Domain, d.Entries)

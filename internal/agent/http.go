@@ -36,6 +36,9 @@ type checkBody struct {
 	Attributes     map[string]string `json:"attributes"`
 	Cost           int64             `json:"cost"`
 	IdempotencyKey string            `json:"idempotency_key"`
+	// Check asks without charging (admission.Request.Check): a request
+	// whose cost is charged when it ends, to a post_hoc policy.
+	Check bool `json:"check"`
 }
 
 // checkAnswer is the JSON answer of an admitted check.
@@ -124,7 +127,7 @@ func (a *Agent) serveCheck(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, http.StatusBadRequest, "the body must be JSON: {\"policy\": ..., \"attributes\": {...}, \"cost\": 1}: "+err.Error())
 		return
 	}
-	o, err := a.Check(r.Context(), admission.Request{Policy: in.Policy, Attributes: in.Attributes, Cost: in.Cost, IdempotencyKey: in.IdempotencyKey})
+	o, err := a.Check(r.Context(), admission.Request{Policy: in.Policy, Attributes: in.Attributes, Cost: in.Cost, Check: in.Check, IdempotencyKey: in.IdempotencyKey})
 	if err != nil && !admission.IsInputError(err) { // nothing decided it: not the caller's fault
 		writeProblem(w, problem{Type: ProblemUnavailable, Title: http.StatusText(http.StatusServiceUnavailable), Status: http.StatusServiceUnavailable, Detail: err.Error()})
 		return

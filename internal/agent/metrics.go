@@ -33,6 +33,9 @@ type metrics struct {
 	storeBorn            prometheus.Gauge
 	handshakeFails       *prometheus.CounterVec
 	returned             *prometheus.CounterVec // returned hits (envoyreturns.go)
+	// overCharged counts the units of charges after the fact counted
+	// though they no longer fitted (policy.Limits.PostHoc).
+	overCharged *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -75,8 +78,11 @@ func newMetrics() *metrics {
 			Help: "HTTP connections closed before their TLS handshake completed (in plaintext, before their first byte), by reason: timeout (not within the deadline), error (not TLS, a bad certificate, a reset), source-limit (too many pending from its address), evicted (too many pending in all: the oldest is closed)."},
 			[]string{"reason"}),
 		returned: returnedUnits(),
+		overCharged: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_post_hoc_over_limit_units_total",
+			Help: "Units of charges after the fact (a post_hoc policy: a response's tokens) that no longer fitted the limit and were counted all the same, putting the identity over its limit (a window) or into debt (a token bucket): what checks let through before the limit ran out. Bounded by the policy's post-hoc term."},
+			[]string{"policy"}),
 	}
-	m.reg.MustRegister(version.Collector("regional-agent"), m.returned, m.storeLosses, m.storeBorn, m.decisions, m.redisLatency, m.leaseShare, m.leaseState, m.degradedSeconds, m.renewFails, m.budgetAdmits,
+	m.reg.MustRegister(version.Collector("regional-agent"), m.returned, m.overCharged, m.storeLosses, m.storeBorn, m.decisions, m.redisLatency, m.leaseShare, m.leaseState, m.degradedSeconds, m.renewFails, m.budgetAdmits,
 		m.breakerOpen, m.instances, m.fallbackAfterTimeout, m.replays, m.overLimitHits, m.handshakeFails, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	for _, reason := range []string{"unavailable", "rate-limited", "refused"} { // counters exist at zero
 		m.renewFails.WithLabelValues(reason)
@@ -97,6 +103,7 @@ func (m *metrics) zeroPolicy(policy string) {
 	m.fallbackAfterTimeout.WithLabelValues(policy)
 	m.replays.WithLabelValues(policy)
 	m.overLimitHits.WithLabelValues(policy)
+	m.overCharged.WithLabelValues(policy)
 }
 
 var hotDesc = prometheus.NewDesc("quotalease_agent_hot_identity_cost",

@@ -8,7 +8,9 @@
 --   algorithm   tb | fw | sw | sl, followed for a policy that accepts
 --               returns (returns.lua) by '+' (a charge, recorded in the
 --               ledger when admitted) or '-' (a return: cost is the units
---               returned, which may exceed the capacity)
+--               returned, which may exceed the capacity), for one that
+--               takes charges after the fact by '!' (a charge counted
+--               whether or not it fits, which may exceed the capacity)
 --   idempotency window in ms; when > 0 the decision's last key is its
 --               idempotency key, and a decision already made for it is replayed
 --   capacity in micro-units
@@ -18,7 +20,8 @@
 -- KEYS, per decision in order: its state key; the store's birth marker; the
 --   sliding log's meta key (sl only); its idempotency key (window > 0 only).
 --
--- Returns one reply per decision: {allowed (0|1), remaining, retry_after_ms,
+-- Returns one reply per decision: {allowed (0|1), remaining (negative when
+-- the key is over its limit: policy.Decision.Debt), retry_after_ms,
 -- reset_after_ms, replayed (0|1)}, a return's (not replayed) followed by
 -- the micro-units it matched and freed, or a string saying why that decision
 -- failed. (Not an error reply: a client stops reading a reply at a nested
@@ -32,14 +35,14 @@ local function decide(alg, kind, ks, nk, idem_ttl, cap, param, cost, margin)
     idem_key = KEYS[ks + nk - 1]
     local prev = redis.call('GET', idem_key)
     if prev then
-      local a, r, ra, rs = string.match(prev, '^(%d+):(%d+):(%d+):(%d+)$')
+      local a, r, ra, rs = string.match(prev, '^(%d+):(%-?%d+):(%d+):(%d+)$')
       if a then
         return {tonumber(a), tonumber(r), tonumber(ra), tonumber(rs), 1}
       end
     end
   end
-  if cost < 1 or (cost > cap and kind ~= '-') then
-    return 'ERR cost outside [1, capacity]'
+  if cost < 0 or (cost < 1 and kind == '-') or (cost > cap and kind ~= '-' and kind ~= '!') then
+    return 'ERR cost outside [0, capacity]'
   end
   local mk = nil
   if alg == 'sl' then mk = KEYS[ks + 2] end
@@ -52,7 +55,7 @@ local function decide(alg, kind, ks, nk, idem_ttl, cap, param, cost, margin)
       take_held(alg, algorithms[alg], KEYS[ks], KEYS[ks + 1], now, cap, param, cost, margin, mk)
   else
     allowed, remaining, retry, reset =
-      algorithms[alg](KEYS[ks], KEYS[ks + 1], now, cap, param, cost, margin, mk)
+      algorithms[alg](KEYS[ks], KEYS[ks + 1], now, cap, param, cost, margin, mk, kind == '!')
   end
   if idem_key then
     redis.call('SET', idem_key,
@@ -72,7 +75,7 @@ end
 local nks, algs, kinds, total = {}, {}, {}, 0
 for i = 1, n do
   local b = 3 + (i - 1) * stride
-  local alg, kind = string.match(ARGV[b], '^(%l%l)([+-]?)$')
+  local alg, kind = string.match(ARGV[b], '^(%l%l)([+!-]?)$')
   local idem = tonumber(ARGV[b + 1])
   if alg == nil or algorithms[alg] == nil or idem == nil then
     return redis.error_reply('ERR decision ' .. i .. ': bad algorithm or idempotency window')

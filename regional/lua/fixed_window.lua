@@ -3,8 +3,10 @@
 -- index>, an integer of micro-units: the same counters the engine charges
 -- without this script (regional/window.go), so that both kinds of decision
 -- count in one place. The counter is built from the state key k, so it has
--- k's hash tag and slot. bk is the birth marker; w the window in ms.
--- Returns allowed, remaining, retry ms, reset ms.
+-- k's hash tag and slot. bk is the birth marker; w the window in ms;
+-- force: count a charge that does not fit too, over the limit (a policy
+-- taking charges after the fact). Returns allowed, remaining (negative:
+-- the count over the limit), retry ms, reset ms.
 --
 -- ARGV[2] is the engine's floor: no fixed-window decision of the engine is
 -- made at an earlier time (a clock stepped back mints nothing).
@@ -17,25 +19,24 @@ local function fw_counter(k, now, w)
   return k .. ':w' .. int(math.floor(now / w)), now
 end
 
-local function fixed_window(k, bk, now, cap, w, cost, margin)
+local function fixed_window(k, bk, now, cap, w, cost, margin, _, force)
   now = math.max(now, fw_floor)
   -- A store that lost its memory at b: the window of the loss counts as
-  -- used up (policy.Fresh), whatever its counter holds.
+  -- used up (policy.Fresh), on top of what its counter holds.
+  local used = 0
   local b = born(bk, now)
   if b > 0 and math.max(now, b) < (math.floor(b / w) + 1) * w then
     now = math.max(now, b)
-    local e = (math.floor(now / w) + 1) * w
-    return 0, 0, e - now, e - now
+    used = cap
   end
   local ck = fw_counter(k, now, w)
   local e = (math.floor(now / w) + 1) * w
-  local count = tonumber(redis.call('GET', ck)) or 0
-  if count + cost <= cap then
-    count = redis.call('INCRBY', ck, int(cost))
+  local count = used + (tonumber(redis.call('GET', ck)) or 0)
+  local fits = count + cost <= cap
+  if fits or force then -- a check (cost 0) counts nothing, and starts the window's counter
+    count = used + redis.call('INCRBY', ck, int(math.min(cost, cap + max_debt - count)))
     redis.call('PEXPIRE', ck, int(e - now + margin), 'NX')
-    return 1, cap - count, 0, e - now
   end
-  local remaining = cap - count
-  if remaining < 0 then remaining = 0 end
-  return 0, remaining, e - now, e - now
+  if fits then return 1, cap - count, 0, e - now end
+  return 0, cap - count, e - now, e - now
 end

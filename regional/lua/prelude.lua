@@ -27,6 +27,10 @@ end
 
 local function int(x) return string.format('%.0f', x) end
 
+-- max_debt is the most a key may be over its limit (policy.MaxDebt): a
+-- charge after the fact that would take it further counts up to it.
+local max_debt = 2000000000000000
+
 -- born is when this store's memory began, from the marker key bk: 0 for a
 -- store the agent found new (Engine.InitStore). A missing marker means the
 -- store lost what it held (a restart without persistence), so the first

@@ -1,13 +1,17 @@
 -- sliding_log.lua: exact sliding log; mirrors slidingLog in slidinglog.go.
 -- Key k: sorted set of admitted requests, member "<ms>:<seq>:<cost>", score
 -- ms; mk: hash {l = last ms, s = sum of costs, n = sequence}; bk the birth
--- marker; w the window in ms. Returns allowed, remaining, retry ms, reset ms.
+-- marker; w the window in ms; force: log a charge that does not fit too (a
+-- policy taking charges after the fact), the newest entry taken into it
+-- when the log is full (max_log entries). Returns allowed, remaining
+-- (negative: the sum over the limit), retry ms, reset ms.
+local max_log = 10000 -- policy.MaxLogEntries
 
 local function entry_cost(member)
   return tonumber(string.match(member, ':(%d+)$'))
 end
 
-local function sliding_log(k, bk, now, cap, w, cost, margin, mk)
+local function sliding_log(k, bk, now, cap, w, cost, margin, mk, force)
   local st = redis.call('HMGET', mk, 'l', 's', 'n')
   local last, sum, seq = tonumber(st[1]), tonumber(st[2]), tonumber(st[3])
   if last == nil or sum == nil or seq == nil then
@@ -27,24 +31,33 @@ local function sliding_log(k, bk, now, cap, w, cost, margin, mk)
   if #gone > 0 then redis.call('ZREMRANGEBYSCORE', k, '-inf', int(now - w)) end
 
   local allowed, retry = 0, 0
-  if sum + cost <= cap then
-    if cost > 0 then -- a charge of 0 (returns.lua bringing the log to now) logs nothing
-      seq = seq + 1
-      redis.call('ZADD', k, int(now), int(now) .. ':' .. int(seq) .. ':' .. int(cost))
-      sum = sum + cost
+  local fits = sum + cost <= cap
+  local owed = cost -- what must still fit for the retry: nothing once logged
+  if (fits or force) and cost > 0 then -- a charge of 0 (a check, returns.lua bringing the log to now) logs nothing
+    local c = math.min(cost, cap + max_debt - sum)
+    sum = sum + c
+    if force and redis.call('ZCARD', k) >= max_log then
+      local newest = redis.call('ZRANGE', k, -1, -1)
+      redis.call('ZREM', k, newest[1])
+      c = c + entry_cost(newest[1])
     end
+    seq = seq + 1
+    redis.call('ZADD', k, int(now), int(now) .. ':' .. int(seq) .. ':' .. int(c))
+    owed = 0
+  end
+  if fits then
     allowed = 1
   else
     -- The retry is when enough of the oldest entries have left the window.
     -- Read them oldest first, in pages that double, so a rejection reads
-    -- the entries it needs rather than the whole log (10,000 at most).
+    -- the entries it needs rather than the whole log.
     local free, from, page, found = sum, 0, 16, false
     while not found do
       local kept = redis.call('ZRANGE', k, from, from + page - 1, 'WITHSCORES')
       if #kept == 0 then break end
       for i = 1, #kept, 2 do
         free = free - entry_cost(kept[i])
-        if free + cost <= cap then
+        if free + owed <= cap then
           retry = tonumber(kept[i + 1]) + w - now
           found = true
           break
@@ -54,7 +67,6 @@ local function sliding_log(k, bk, now, cap, w, cost, margin, mk)
     end
   end
   local remaining = cap - sum
-  if remaining < 0 then remaining = 0 end
   local reset = 0
   local newest = redis.call('ZRANGE', k, -1, -1, 'WITHSCORES')
   if #newest > 0 then reset = tonumber(newest[2]) + w - now end

@@ -1,7 +1,9 @@
 -- token_bucket.lua: the token bucket; mirrors tokenBucket in tokenbucket.go.
 -- Key k: hash {t = tokens, l = last ms}; bk the birth marker; rate in
--- micro-units/s. Returns allowed (0|1), remaining, retry ms, reset ms.
-local function token_bucket(k, bk, now, cap, rate, cost, margin)
+-- micro-units/s; force: count a charge that does not fit too (a policy
+-- taking charges after the fact), into debt. Returns allowed (0|1),
+-- remaining (negative: the debt), retry ms, reset ms.
+local function token_bucket(k, bk, now, cap, rate, cost, margin, _, force)
   local st = redis.call('HMGET', k, 't', 'l')
   local tokens, last = tonumber(st[1]), tonumber(st[2])
   if tokens == nil or last == nil then
@@ -23,12 +25,13 @@ local function token_bucket(k, bk, now, cap, rate, cost, margin)
     end
   end
   local allowed, retry = 0, 0
-  if cost <= tokens then
-    tokens = tokens - cost
+  local fits = cost <= tokens
+  if fits then
     allowed = 1
   else
     retry = muldiv(cost - tokens, 1000, rate, true)
   end
+  if fits or force then tokens = math.max(tokens - cost, -max_debt) end
   local reset = muldiv(cap - tokens, 1000, rate, true)
   redis.call('HSET', k, 't', int(tokens), 'l', int(now))
   redis.call('PEXPIRE', k, int(muldiv(cap, 1000, rate, true) + margin))

@@ -1,0 +1,117 @@
+package admission
+
+import (
+	"context"
+	"testing"
+
+	"github.com/quota-lease/quota-lease/clock"
+	"github.com/quota-lease/quota-lease/lease"
+	"github.com/quota-lease/quota-lease/policy"
+)
+
+// postHocPipeline is a pipeline over store with one global fixed window
+// "tokens" (1000 a minute) that takes charges after the fact, leased in
+// full.
+func postHocPipeline(t *testing.T, store Store, clk *clock.Manual) *Pipeline {
+	t.Helper()
+	ps, err := policy.ParsePolicies([]byte("name: tokens\nidentity: [tenant]\nalgorithm: fixed_window\nlimit: 1000\nperiod: 1m\npost_hoc: true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var set PolicySet
+	if err := set.Set(ps); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Policies, cfg.Store, cfg.Clock = &set, store, clk
+	cfg.Shares = &fixedShares{amount: ps[0].Limits().Amount(), mode: lease.ModeLeased}
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// A check carries no cost and returns nothing; it reaches the store as a
+// ticket of cost 0. A charge after the fact larger than the whole limit
+// is valid, and every charge reaches the store (never the over-limit
+// cache), while checks may be answered from it.
+func TestChecksAndChargesAfterTheFact(t *testing.T) {
+	var clk clock.Manual
+	clk.Set(1_000_000)
+	var state policy.State
+	store := &fakeStore{decide: func(tk *Ticket) Decided {
+		ns, d, err := policy.Apply(state, tk.Limits, clk.Now().UnixMilli(), tk.Cost*policy.Micro)
+		state = ns
+		return Decided{Decision: d, Err: err}
+	}}
+	p := postHocPipeline(t, store, &clk)
+	ctx := context.Background()
+	for _, bad := range []Request{
+		{Policy: "tokens", Attributes: tenant, Check: true, Cost: 5},
+		{Policy: "tokens", Attributes: tenant, Check: true, Return: true},
+	} {
+		if _, err := p.Check(ctx, bad); !IsInputError(err) {
+			t.Errorf("%+v: %v, want bad input", bad, err)
+		}
+	}
+	if store.asked != 0 || state.Exists {
+		t.Fatalf("bad input reached the store (%d) or changed state %+v", store.asked, state)
+	}
+	check := func() Outcome {
+		t.Helper()
+		o, err := p.Check(ctx, Request{Policy: "tokens", Attributes: tenant, Check: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	charge := func(n int64) Outcome {
+		t.Helper()
+		o, err := p.Check(ctx, Request{Policy: "tokens", Attributes: tenant, Cost: n})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	if o := check(); !o.Allowed || state.Count != 0 {
+		t.Fatalf("a check: %+v, count %d, want admitted and nothing counted", o, state.Count)
+	}
+	if o := charge(1500); o.Allowed || o.Via != ViaStore || state.Count != 1500*policy.Micro {
+		t.Fatalf("a charge of 1500 against 1000: %+v, count %d, want refused by the store and counted", o, state.Count)
+	}
+	asked := store.asked
+	if o := check(); o.Allowed || o.Debt != 500*policy.Micro {
+		t.Fatalf("a check in debt: %+v, want refused with a debt of 500", o)
+	}
+	if o := check(); o.Allowed || o.Via != ViaOverLimit || store.asked != asked+1 {
+		t.Fatalf("a second check: %+v (store asked %d more), want answered from the over-limit cache", o, store.asked-asked)
+	}
+	for range 3 {
+		if o := charge(100); o.Allowed || o.Via != ViaStore {
+			t.Fatalf("a charge while over: %+v, want refused by the store, which counts it", o)
+		}
+	}
+	if state.Count != 1800*policy.Micro {
+		t.Fatalf("count %d after the charges, want 1800 units: every one counted", state.Count)
+	}
+}
+
+// The local fallback counts charges after the fact too: while the store
+// is down a charge that no longer fits puts the fallback's budget into
+// debt, and its checks are refused.
+func TestFallbackCountsChargesAfterTheFact(t *testing.T) {
+	var clk clock.Manual
+	clk.Set(1_000_000)
+	store := &fakeStore{decide: func(*Ticket) Decided { return Decided{Err: errDown} }}
+	p := postHocPipeline(t, store, &clk)
+	ctx := context.Background()
+	o, err := p.Check(ctx, Request{Policy: "tokens", Attributes: tenant, Cost: 5000})
+	if err != nil || o.Via != ViaFallback || o.Allowed || o.Debt == 0 {
+		t.Fatalf("a charge beyond the fallback's budget: %+v %v, want refused by the fallback, in debt", o, err)
+	}
+	o, err = p.Check(ctx, Request{Policy: "tokens", Attributes: tenant, Check: true})
+	if err != nil || o.Allowed {
+		t.Fatalf("a check after it: %+v %v, want refused", o, err)
+	}
+}
