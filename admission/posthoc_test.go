@@ -115,3 +115,51 @@ func TestFallbackCountsChargesAfterTheFact(t *testing.T) {
 		t.Fatalf("a check after it: %+v %v, want refused", o, err)
 	}
 }
+
+// A region without a share refuses checks without asking the store, but a
+// charge after the fact is for a request already admitted: it reaches the
+// store under the least limits, refused there and counted, so the region
+// holds the debt on its own key.
+func TestChargeWithoutShareIsCounted(t *testing.T) {
+	var clk clock.Manual
+	clk.Set(1_000_000)
+	var state policy.State
+	store := &fakeStore{decide: func(tk *Ticket) Decided {
+		ns, d, err := policy.Apply(state, tk.Limits, clk.Now().UnixMilli(), tk.Cost*policy.Micro)
+		state = ns
+		return Decided{Decision: d, Err: err}
+	}}
+	p := postHocPipeline(t, store, &clk)
+	p.cfg.Shares = &fixedShares{mode: lease.ModeLeased} // nothing
+	ctx := context.Background()
+	o, err := p.Check(ctx, Request{Policy: "tokens", Attributes: tenant, Check: true})
+	if err != nil || o.Allowed || store.asked != 0 {
+		t.Fatalf("a check without a share: %+v %v (store asked %d), want refused without the store", o, err, store.asked)
+	}
+	o, err = p.Check(ctx, Request{Policy: "tokens", Attributes: tenant, Cost: 300})
+	if err != nil || o.Allowed || o.Via != ViaStore || state.Count != 300*policy.Micro {
+		t.Fatalf("a charge without a share: %+v %v, count %d, want refused by the store and counted", o, err, state.Count)
+	}
+}
+
+// A refused check of a post-hoc policy shows its policy's max_cost as
+// demand (its request's cost is unknown); everything else its cost.
+func TestDemand(t *testing.T) {
+	p := &policy.Policy{Cost: 1, PostHoc: true, MaxCost: 600}
+	for _, c := range []struct {
+		p       *policy.Policy
+		cost    int64
+		allowed bool
+		want    int64
+	}{
+		{p, 0, false, 600},
+		{p, 0, true, 0},
+		{p, 250, false, 250},
+		{&policy.Policy{Cost: 1, PostHoc: true}, 0, false, 1},
+		{&policy.Policy{Cost: 1}, 0, false, 0},
+	} {
+		if got := Demand(c.p, c.cost, c.allowed); got != c.want*policy.Micro {
+			t.Errorf("%+v cost %d allowed %v: %d, want %d units", *c.p, c.cost, c.allowed, got, c.want)
+		}
+	}
+}

@@ -152,10 +152,16 @@ func (t *Ticket) tableKey() string {
 // came from mode: when that share cannot hold t's cost (none at all, or too
 // small: CheckCapacity), t is refused without asking the store, with
 // NoShareRetryMs, and keeps its limits for the answer. A return needs
-// only a share (checkCost); with none it is dropped, freeing nothing.
+// only a share (checkCost); with none it is dropped, freeing nothing. A
+// charge after the fact (a post-hoc policy's cost) is for a request a
+// check already admitted: without a share it goes to the store under the
+// least limits (policy.Limits.Least), refused there and still counted.
 func (t *Ticket) Enforce(amount int64, mode lease.Mode) {
 	t.Mode = mode
 	l, ok := t.Limits.Share(amount)
+	if !ok && t.Limits.PostHoc && t.Cost > 0 && !t.Return {
+		l, ok = t.Limits.Least(), true
+	}
 	t.noShare = !ok || checkCost(t.Policy, l, t.Cost, t.Return) != nil
 	if !t.noShare {
 		t.Limits = l

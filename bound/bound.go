@@ -262,7 +262,11 @@ func Compute(p *policy.Policy, d Deployment, m Mode, w time.Duration) (Result, e
 		r.Terms[TermReturned] = 0
 	}
 	if p.PostHoc {
-		r.Terms[TermPostHoc] = PostHoc(p)
+		counters := d.Regions // each region's key crosses its share on its own
+		if m == Central {
+			counters = 1
+		}
+		r.Terms[TermPostHoc] = PostHoc(p, counters, w)
 	}
 	if d.ConfigChanges > 0 {
 		// A new version starts every key full: one burst per counter that
@@ -284,21 +288,34 @@ func Compute(p *policy.Policy, d Deployment, m Mode, w time.Duration) (Result, e
 	return r, nil
 }
 
-// PostHoc is the post-hoc term of a policy that takes charges after the
-// fact (policy.Policy.PostHoc): every request a check admitted while the
-// identity was within its limit is charged when it ends, whether or not
-// its cost still fits, so beyond everything the other terms bound, what
-// was in flight when the limit ran out is charged too: at most
-// MaxInFlight requests of at most MaxCost each, in any window. +Inf when
-// the policy does not declare both: nothing then bounds what is charged.
-func PostHoc(p *policy.Policy) float64 {
+// PostHoc is the post-hoc term over windows of length w of a policy that
+// takes charges after the fact (policy.Policy.PostHoc), enforced on
+// counters keys of each identity (one per region, or one central counter).
+// Every request a check admitted while its counter was within its limit is
+// charged when it ends, whether or not its cost still fits: a counter ends
+// a window at most at its limit, as of its last admitted check, plus what
+// was in flight then, at most MaxInFlight requests of at most MaxCost
+// each. The counters reach that point at different times, so each can be
+// over by the whole of it (the identity's requests may move between
+// regions). It happens once per counter window: per fixed (or sliding)
+// window, ceil(w/P)+1 of which meet a span w; per period of a sliding log,
+// ceil(w/P); once for a token bucket, whose debt holds every later check
+// until it is repaid. +Inf when the policy does not declare both: nothing
+// then bounds what is charged.
+func PostHoc(p *policy.Policy, counters int, w time.Duration) float64 {
 	if !p.PostHoc {
 		return 0
 	}
 	if p.MaxCost == 0 || p.MaxInFlight == 0 {
 		return math.Inf(1)
 	}
-	return float64(p.MaxInFlight) * float64(p.MaxCost)
+	windows := 1.0
+	if n := math.Ceil(w.Seconds() / time.Duration(p.Period).Seconds()); p.Algorithm == policy.SlidingLog {
+		windows = n
+	} else if p.Algorithm != policy.TokenBucket {
+		windows = n + 1
+	}
+	return float64(counters) * windows * float64(p.MaxInFlight) * float64(p.MaxCost)
 }
 
 // TransitionSpan is how long after a change of policy windows can still

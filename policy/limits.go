@@ -106,6 +106,20 @@ func (l Limits) Amount() int64 {
 	return l.Capacity
 }
 
+// Least returns the smallest limits of l's algorithm and window: one
+// micro-unit of capacity, refilled (a token bucket) at one micro-unit a
+// second. A region without a share counts a charge after the fact on them:
+// the charge is refused and still counted, as a debt on the region's own
+// key, which its later share repays.
+func (l Limits) Least() Limits {
+	s := l
+	s.Capacity = 1
+	if l.Algorithm == TokenBucket {
+		s.Rate = 1
+	}
+	return s
+}
+
 // Share returns the limits a region enforces for a share of amount out of
 // l, the full limits: rate and capacity scaled together (Scale), rounded
 // down. ok is false when the share is too small to admit anything.

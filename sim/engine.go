@@ -190,6 +190,8 @@ type engine struct {
 	edgeRes *EdgeResult
 	edgeWin *edgeWindows
 	follow  *followTracker
+	// conv is the conversations in flight (scenarios with conversations).
+	conv *conversing
 
 	track  map[string]*windowMax
 	series *series
@@ -254,6 +256,9 @@ func (e *engine) run(decisions io.Writer) (*Result, error) {
 		e.edgeRes = &EdgeResult{Instances: s.Edge.Instances}
 		e.edgeWin = &edgeWindows{w: wMs, sums: map[int][2]int64{}, ids: e.ids}
 		e.follow = &followTracker{e: e}
+	}
+	if s.Conversations != nil {
+		e.startConversations()
 	}
 	if decisions != nil {
 		e.out = bufio.NewWriterSize(decisions, 1<<20)
@@ -577,8 +582,13 @@ func (e *engine) reconfigure(ev Event) {
 	}
 }
 
-// arrive decides one request in every mode.
+// arrive decides one request in every mode (with conversations, starts
+// one).
 func (e *engine) arrive(a arrival) {
+	if e.conv != nil {
+		e.converse(a)
+		return
+	}
 	r := e.regions[a.region]
 	cost := a.cost * policy.Micro
 	rms := r.clock(e.now)
@@ -671,7 +681,7 @@ func (e *engine) observe(r *region, id int, cost int64) {
 }
 
 func (e *engine) decide(m map[int]policy.State, id int, l policy.Limits, nowMs, cost int64) policy.Decision {
-	if l.Validate() != nil || cost > l.Capacity {
+	if l.Validate() != nil || cost > l.Capacity && !l.PostHoc { // a charge after the fact is counted whatever it costs
 		return policy.Decision{RetryAfterMs: 1000}
 	}
 	s, d, err := policy.Apply(m[id], l, nowMs, cost)
@@ -740,6 +750,19 @@ func (e *engine) deployment() bound.Deployment {
 		RedisOutages: e.outages}
 }
 
+// utilization is what m admitted over what the ideal limiter admitted:
+// requests, or with conversations the tokens charged.
+func (e *engine) utilization(m *ModeResult) float64 {
+	best := e.res.Modes[len(e.res.Modes)-1]
+	if e.conv != nil && best.Conversations.Tokens > 0 {
+		return float64(m.Conversations.Tokens) / float64(best.Conversations.Tokens)
+	}
+	if best.Admitted > 0 {
+		return float64(m.Admitted) / float64(best.Admitted)
+	}
+	return 0
+}
+
 // finish computes the bounds and the summary.
 func (e *engine) finish() (*Result, error) {
 	s := e.s
@@ -764,10 +787,7 @@ func (e *engine) finish() (*Result, error) {
 		}
 		m.MaxOvershoot = overshoot
 		m.WithinBound = within
-		idealAdmitted := e.res.Modes[len(e.res.Modes)-1].Admitted
-		if idealAdmitted > 0 {
-			m.Utilization = float64(m.Admitted) / float64(idealAdmitted)
-		}
+		m.Utilization = e.utilization(m)
 	}
 	e.res.Modes[0].LeaseMessages = e.leaseMsgs
 	if e.edgeRes != nil {

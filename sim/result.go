@@ -45,7 +45,8 @@ type ModeResult struct {
 	MaxOvershoot      float64 `json:"max_overshoot"`
 	WithinBound       bool    `json:"within_bound"`
 	// Utilization is admitted / what the ideal global limiter admitted
-	// (= min(demand, limit) request by request).
+	// (= min(demand, limit) request by request); with conversations, the
+	// tokens charged / the ideal limiter's.
 	Utilization float64 `json:"utilization"`
 	// RejectedWhileFree counts valid requests rejected that the ideal
 	// global limiter admitted: global capacity was free.
@@ -59,6 +60,9 @@ type ModeResult struct {
 	// transition after each change. MaxOvershoot, Bound and WithinBound
 	// above are the worst over them.
 	Epochs []EpochResult `json:"epochs"`
+	// Conversations: with them, Requests and Admitted count checks, and
+	// the windows, MaxWindow and Utilization the tokens charged.
+	Conversations *ConversationResult `json:"conversations,omitempty"`
 }
 
 func (m *ModeResult) countMode(mode string) {
@@ -111,6 +115,11 @@ func (r *Result) WriteTable(w io.Writer) error {
 			fmt.Fprintf(w, " %s=%.4g", k, l.BoundTerms[k])
 		}
 		fmt.Fprintln(w)
+	}
+	if len(r.Modes) > 0 && r.Modes[0].Conversations != nil {
+		if err := writeConversations(w, r.Modes); err != nil {
+			return err
+		}
 	}
 	if r.Edge != nil {
 		r.Edge.writeTable(w)

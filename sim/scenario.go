@@ -63,6 +63,10 @@ type Scenario struct {
 	// the region's agent as an RLQS server (sim/edge.go); groups send
 	// through them the part of their requests their Edge field says.
 	Edge *EdgeSpec `yaml:"edge"`
+	// Conversations, when set, makes every arrival a request whose cost
+	// is known only when it ends, under a policy that takes charges after
+	// the fact: a check, then a charge (sim/conversation.go).
+	Conversations *Conversations `yaml:"conversations"`
 
 	policy *policy.Policy
 	dir    string
@@ -240,6 +244,7 @@ func (s *Scenario) defaults() {
 			s.Edge.Instances = s.policy.Edge.Instances
 		}
 	}
+	s.defaultConversations()
 	for i := range s.Traffic {
 		if s.Traffic[i].Shape == "" {
 			s.Traffic[i].Shape = "constant"
@@ -332,6 +337,9 @@ func (s *Scenario) validate() error {
 		return bad("%v", err)
 	}
 	if err := s.validateEdge(); err != nil {
+		return bad("%v", err)
+	}
+	if err := s.validateConversations(); err != nil {
 		return bad("%v", err)
 	}
 	if len(s.Traffic) == 0 && s.Trace == "" && len(s.Groups) == 0 {

@@ -23,8 +23,8 @@ func shipped(t testing.TB) []string {
 
 // For every shipped scenario, every mode's largest admitted total in any
 // window is within what bound computes for it; with a static-share policy
-// (degraded budget reserved) and no Redis outage or config change,
-// leasing's overshoot is zero.
+// (degraded budget reserved), no Redis outage or config change and no
+// charges after the fact, leasing's overshoot is zero.
 func TestShippedScenariosWithinBound(t *testing.T) {
 	for _, f := range shipped(t) {
 		t.Run(filepath.Base(f), func(t *testing.T) {
@@ -49,7 +49,9 @@ func TestShippedScenariosWithinBound(t *testing.T) {
 			for _, e := range s.Events {
 				disturbed = disturbed || e.Kind == "redis-outage" || e.Kind == "config-change"
 			}
-			if s.policy.Failure.Mode == policy.StaticShare && !disturbed && leased.MaxOvershoot != 0 {
+			// Charges after the fact go over the limit by design, within
+			// the post-hoc term (TestLLMTokens).
+			if s.policy.Failure.Mode == policy.StaticShare && !disturbed && !s.policy.PostHoc && leased.MaxOvershoot != 0 {
 				t.Errorf("static-share, reserved: leased overshoot %v, want 0", leased.MaxOvershoot)
 			}
 			if strings.HasPrefix(s.Name, "partition") && leased.DecisionModes["degraded"] == 0 {

@@ -51,8 +51,9 @@ func (o observer) Observe(t admission.Ticket, out admission.Outcome) {
 		return
 	}
 	a, name := o.a, t.Policy.Name
-	a.leaser.observe(name, t.Identity, t.Cost*policy.Micro, a.cfg.Clock.Now())
-	a.edge.observeDirect(name, t.Identity, t.Cost*policy.Micro)
+	demand := admission.Demand(t.Policy, t.Cost, out.Allowed)
+	a.leaser.observe(name, t.Identity, demand, a.cfg.Clock.Now())
+	a.edge.observeDirect(name, t.Identity, demand)
 	if out.Via == admission.ViaOverLimit {
 		a.m.overLimitHits.WithLabelValues(name).Inc()
 	}

@@ -133,8 +133,11 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatalf("the page does not show eu degraded %v after the partition: %v", time.Since(cut).Round(time.Second), pageState(bctx))
 	}
 	t.Logf("eu shown degraded %v after the partition", time.Since(cut).Round(100*time.Millisecond))
-	if st := pageState(bctx); st["api-global/us"] != "active" {
-		t.Fatalf("us should stay active: %v", st)
+	// us keeps a live lease: active, or shrinking for the moment between
+	// a smaller grant (eu's lapsed share is reserved, identity shares move)
+	// and its acknowledgement at us's next renewal.
+	if st := pageState(bctx); st["api-global/us"] != "active" && st["api-global/us"] != "shrinking" {
+		t.Fatalf("us should keep its lease: %v", st)
 	}
 	time.Sleep(2 * time.Second) // a few samples of the degraded stretch on the chart
 	bands, err := chromedp.Run(bctx, chromedp.Evaluate[int](`document.querySelectorAll('section[data-quota="api-global"] svg rect.band').length`))
