@@ -88,6 +88,7 @@ bench-identity-scale: ## identity shares at scale: SCALE identities (default 1,0
 fuzz: ## run every fuzz target for FUZZTIME each (default 10s)
 	@set -e; for t in FuzzTokenBucket FuzzWindows FuzzReturns FuzzPostHoc FuzzParsePolicies FuzzParseEnvoyConfig; do \
 	  echo "== policy $$t"; $(GO) test ./policy/ -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME); done
+	@echo "== admission FuzzParseReservation"; $(GO) test ./admission/ -run '^$$' -fuzz '^FuzzParseReservation$$' -fuzztime $(FUZZTIME)
 	@echo "== regional FuzzStateKey"; $(GO) test ./regional/ -run '^$$' -fuzz '^FuzzStateKey$$' -fuzztime $(FUZZTIME)
 	@echo "== sim FuzzParseScenario"; $(GO) test ./sim/ -run '^$$' -fuzz '^FuzzParseScenario$$' -fuzztime $(FUZZTIME)
 	@echo "== sfv FuzzRoundTrip"; $(GO) test ./internal/sfv/ -run '^$$' -fuzz '^FuzzRoundTrip$$' -fuzztime $(FUZZTIME)

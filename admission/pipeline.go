@@ -96,6 +96,9 @@ type Outcome struct {
 	Shadow bool
 	// Via is the stage that decided it.
 	Via Via
+	// Reservation names an admitted reservation (Request.Reserve), for
+	// its settlement; "" for any other outcome.
+	Reservation string
 }
 
 // Result is one result of CheckBatch: an outcome or a refused request.
@@ -412,13 +415,15 @@ func (p *Pipeline) fallback(t *Ticket, storeErr error) (Outcome, error) {
 		n = int64(max(1, p.cfg.Shares.Instances()))
 	}
 	l := t.Limits.Scale(1, n)
-	if holds(l, t.Cost) != nil {
+	if holds(l, t.Charged()) != nil {
 		p.observeFallback(t, storeErr, false)
 		return p.finish(t, policy.Decision{RetryAfterMs: NoShareRetryMs}, lease.ModeLocalFallback, ViaFallback), nil
 	}
 	now := p.cfg.Clock.Now()
 	nowMs := now.Sub(p.start).Milliseconds() + 1_000_000 // monotonic, never negative
-	d, full, err := p.fb.decide(t.tableKey(), l, t.Policy.Failure.FallbackStart, nowMs, t.Cost*policy.Micro)
+	// A settlement charges only its excess here: the fallback holds no
+	// reservation to give back to.
+	d, full, err := p.fb.decide(t.tableKey(), l, t.Policy.Failure.FallbackStart, nowMs, t.Charged()*policy.Micro)
 	p.observeFallback(t, storeErr, full)
 	if err != nil {
 		return Outcome{Policy: t.Policy}, fmt.Errorf("local fallback: %w", err)
@@ -434,6 +439,9 @@ func (p *Pipeline) finish(t *Ticket, d policy.Decision, mode lease.Mode, via Via
 		d.Allowed, d.RetryAfterMs = true, 0
 	}
 	o := Outcome{Decision: d, Mode: mode, Policy: t.Policy, Limits: t.Limits, Shadow: shadow, Via: via}
+	if d.Allowed {
+		o.Reservation = t.Reservation()
+	}
 	if t.replayKey != "" && p.replay != nil {
 		p.replay.put(t.replayKey, o, p.cfg.Clock.Now())
 	}

@@ -66,6 +66,19 @@ type Request struct {
 	// (policy.Policy.Returns), or a return with a Limit, is refused whole
 	// (ErrReturnRefused), before anything is decided or charged.
 	Return bool
+	// Reserve makes the request a reservation of Cost units, its
+	// estimated cost, under a policy that takes charges after the fact
+	// (reservation.go): admitted only if that fits, counted only when
+	// admitted, and named in the outcome (Outcome.Reservation) for the
+	// request's settlement. IdempotencyKey, when set, names it too (a
+	// retried reservation is answered again); else a random key does.
+	Reserve bool
+	// Settle names the reservation (an Outcome.Reservation) this request
+	// settles with Cost, its actual cost, 0 or more: what it exceeds the
+	// estimate by is charged, counted whether or not it fits; what it
+	// falls short by is given back. Settled once: a retry is answered
+	// again.
+	Settle string
 }
 
 // Ticket is a request resolved against its policy: validated once, with
@@ -90,6 +103,13 @@ type Ticket struct {
 	Mode lease.Mode
 	// Return: the ticket gives Cost back (Request.Return).
 	Return bool
+	// Reserve: the ticket is a reservation (Request.Reserve) under
+	// IdempotencyKey, enforced under Limits that count only what fits.
+	Reserve bool
+	// Estimate is, for a settlement (Request.Settle), the units its
+	// reservation named, and IdempotencyKey the reservation's key; 0 for
+	// any other ticket.
+	Estimate int64
 
 	key       string // policy and identity: the identity's key in in-process tables (tableKey)
 	replayKey string // key and idempotency key, or ""
@@ -111,29 +131,40 @@ func Resolve(p *policy.Policy, r Request, l policy.Limits) (Ticket, error) {
 	if r.Check && (r.Return || r.Cost != 0) {
 		return Ticket{}, fmt.Errorf("%w: policy %q: a check charges nothing: it carries no cost and returns nothing", ErrInvalidRequest, p.Name)
 	}
+	settles := r.Settle != ""
 	cost := r.Cost
-	if cost == 0 && !r.Check {
+	if cost == 0 && !r.Check && !settles {
 		cost = p.Cost
 	}
-	if cost < 0 || cost == 0 && !r.Check {
+	if cost < 0 || cost == 0 && !r.Check && !settles {
 		return Ticket{}, fmt.Errorf("policy %q: %w, got %d", p.Name, policy.ErrInvalidCost, cost)
 	}
-	if err := checkCost(p, l, cost, r.Return); err != nil {
+	if r.IdempotencyKey != "" {
+		if err := ValidIdempotencyKey(r.IdempotencyKey); err != nil {
+			return Ticket{}, fmt.Errorf("policy %q: %w", p.Name, err)
+		}
+	}
+	t := Ticket{Policy: p, Cost: cost, Limits: l, Mode: lease.ModeRegion, Return: r.Return, IdempotencyKey: r.IdempotencyKey}
+	if r.Reserve || settles {
+		if err := resolveReservation(p, r, &t); err != nil {
+			return Ticket{}, err
+		}
+	}
+	if err := checkCost(p, t.Limits, cost, r.Return); err != nil {
 		return Ticket{}, fmt.Errorf("policy %q: %w", p.Name, err)
 	}
 	id, err := p.IdentityOf(r.Attributes)
 	if err != nil {
 		return Ticket{}, fmt.Errorf("policy %q: %w", p.Name, err)
 	}
-	t := Ticket{Policy: p, Identity: id, Cost: cost, Limits: l, Mode: lease.ModeRegion, Return: r.Return}
-	if r.IdempotencyKey != "" {
-		if err := ValidIdempotencyKey(r.IdempotencyKey); err != nil {
-			return Ticket{}, fmt.Errorf("policy %q: %w", p.Name, err)
-		}
-		t.IdempotencyKey = r.IdempotencyKey
-		t.replayKey = t.tableKey() + "\x00" + r.IdempotencyKey
-		if r.Return { // apart from the charge it returns, which may carry the same key
+	t.Identity = id
+	if t.IdempotencyKey != "" {
+		t.replayKey = t.tableKey() + "\x00" + t.IdempotencyKey
+		switch {
+		case r.Return: // apart from the charge it returns, which may carry the same key
 			t.replayKey += "\x00return"
+		case settles: // apart from the reservation it settles
+			t.replayKey += "\x00settle"
 		}
 	}
 	return t, nil
@@ -159,7 +190,7 @@ func (t *Ticket) tableKey() string {
 func (t *Ticket) Enforce(amount int64, mode lease.Mode) {
 	t.Mode = mode
 	l, ok := t.Limits.Share(amount)
-	if !ok && t.Limits.PostHoc && t.Cost > 0 && !t.Return {
+	if !ok && t.Limits.PostHoc && (t.Cost > 0 || t.Estimate > 0) && !t.Return {
 		l, ok = t.Limits.Least(), true
 	}
 	t.noShare = !ok || checkCost(t.Policy, l, t.Cost, t.Return) != nil

@@ -35,6 +35,10 @@ type Config struct {
 	// IdempotencyWindow is how long a decision made for an idempotency key
 	// is replayed. Default 10s.
 	IdempotencyWindow time.Duration
+	// ReservationTTL is how long a reservation (admission.Request.Reserve)
+	// waits for its settlement; one never settled keeps its estimate.
+	// Default 10m.
+	ReservationTTL time.Duration
 	// TTLMargin is added to every key's TTL beyond the time it needs to
 	// return to its idle state. Default 1s.
 	TTLMargin time.Duration
@@ -49,19 +53,20 @@ type Config struct {
 // Defaults for Config.
 const (
 	DefaultIdempotencyWindow = 10 * time.Second
+	DefaultReservationTTL    = 10 * time.Minute
 	DefaultTTLMargin         = time.Second
 )
 
 // DefaultConfig returns a Config with every setting at its default.
 func DefaultConfig() Config {
-	return Config{IdempotencyWindow: DefaultIdempotencyWindow, TTLMargin: DefaultTTLMargin}
+	return Config{IdempotencyWindow: DefaultIdempotencyWindow, ReservationTTL: DefaultReservationTTL, TTLMargin: DefaultTTLMargin}
 }
 
 // ValidateConfig reports every setting of c that cannot work, joined.
 func ValidateConfig(c Config) error {
 	var errs []error
-	if c.IdempotencyWindow <= 0 || c.TTLMargin <= 0 {
-		errs = append(errs, fmt.Errorf("idempotency window %s and TTL margin %s must be positive", c.IdempotencyWindow, c.TTLMargin))
+	if c.IdempotencyWindow <= 0 || c.ReservationTTL <= 0 || c.TTLMargin <= 0 {
+		errs = append(errs, fmt.Errorf("idempotency window %s, reservation TTL %s and TTL margin %s must be positive", c.IdempotencyWindow, c.ReservationTTL, c.TTLMargin))
 	}
 	if c.Pipelines < 0 {
 		errs = append(errs, fmt.Errorf("pipelines %d is negative", c.Pipelines))
@@ -233,12 +238,14 @@ func (e *Engine) Decide(ctx context.Context, ts []*admission.Ticket) []Result {
 		}
 		if sent || err != nil {
 			out[idx[0]] = result(ds[0], res)
+			e.settleUnrecorded(ctx, ts, out)
 			return out
 		}
 	}
 	for j, res := range e.decide(ctx, ds) {
 		out[idx[j]] = result(ds[j], res)
 	}
+	e.settleUnrecorded(ctx, ts, out)
 	return out
 }
 
@@ -270,10 +277,16 @@ func (e *Engine) prepare(t *admission.Ticket) (decision, error) {
 	if l.Algorithm == policy.SlidingLog {
 		keys = append(keys, key+":m")
 	}
+	if t.Estimate > 0 { // a settlement reads its reservation's record
+		keys = append(keys, idempotencyKey(key, t.IdempotencyKey))
+	}
 	idemMs := int64(0)
 	if t.IdempotencyKey != "" {
 		keys = append(keys, ticketIdempotencyKey(key, t))
 		idemMs = e.cfg.IdempotencyWindow.Milliseconds()
+		if t.Reserve { // its record lives as long as the reservation
+			idemMs = e.cfg.ReservationTTL.Milliseconds()
+		}
 	}
 	param := l.Rate
 	if l.Algorithm != policy.TokenBucket {

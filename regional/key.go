@@ -14,7 +14,9 @@ import (
 //
 //	rl:{<policy>:<identity>}:v<version>          state (hash, or sorted set for sliding_log)
 //	rl:{<policy>:<identity>}:v<version>:m        sliding_log metadata
-//	rl:{<policy>:<identity>}:v<version>:i:<key>  a remembered idempotent decision
+//	rl:{<policy>:<identity>}:v<version>:i:<key>  a remembered idempotent decision (a reservation's: its record)
+//	rl:{<policy>:<identity>}:v<version>:r:<key>  a remembered return
+//	rl:{<policy>:<identity>}:v<version>:s:<key>  a remembered settlement of reservation <key>
 //
 // A policy with shards (policy.Policy.Shards) keeps shard 0 of an identity
 // under these keys and shard k > 0 under {<policy>:<identity>#<k>}: its own

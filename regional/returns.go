@@ -22,6 +22,10 @@ var heldCodes, returnCodes = codesWith("+"), codesWith("-")
 // fact (policy.Limits.PostHoc): counted whether or not it fits.
 var postHocCodes = codesWith("!")
 
+// reserveCodes and settleCodes name a reservation and its settlement
+// (admission.Request.Reserve and Settle; lua/reservation.lua).
+var reserveCodes, settleCodes = codesWith("^"), codesWith("=")
+
 func codesWith(suffix string) map[policy.Algorithm]any {
 	m := make(map[policy.Algorithm]any, len(algorithmCodes))
 	for a, c := range algorithmCodes {
@@ -33,6 +37,10 @@ func codesWith(suffix string) map[policy.Algorithm]any {
 // decisionCode is the code t is decided with under limits l.
 func decisionCode(t *admission.Ticket, l policy.Limits) any {
 	switch {
+	case t.Reserve:
+		return reserveCodes[l.Algorithm]
+	case t.Estimate > 0:
+		return settleCodes[l.Algorithm]
 	case t.Return:
 		return returnCodes[l.Algorithm]
 	case t.Policy.Returns:
@@ -44,15 +52,22 @@ func decisionCode(t *admission.Ticket, l policy.Limits) any {
 }
 
 // ticketIdempotencyKey is the key remembering t's decision: a return's
-// apart from a charge's, so that a request returning what it took under
-// the same idempotency key is not answered with its charge's decision.
+// and a settlement's apart from a charge's (or reservation's), so that a
+// request returning or settling what it took under the same idempotency
+// key is not answered with its charge's decision.
 func ticketIdempotencyKey(stateKey string, t *admission.Ticket) string {
-	if t.Return {
-		var b strings.Builder
-		b.WriteString(stateKey)
-		b.WriteString(":r:")
-		policy.Escape(&b, t.IdempotencyKey)
-		return b.String()
+	var kind string
+	switch {
+	case t.Return:
+		kind = ":r:"
+	case t.Estimate > 0:
+		kind = ":s:"
+	default:
+		return idempotencyKey(stateKey, t.IdempotencyKey)
 	}
-	return idempotencyKey(stateKey, t.IdempotencyKey)
+	var b strings.Builder
+	b.WriteString(stateKey)
+	b.WriteString(kind)
+	policy.Escape(&b, t.IdempotencyKey)
+	return b.String()
 }

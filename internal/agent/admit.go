@@ -51,14 +51,14 @@ func (o observer) Observe(t admission.Ticket, out admission.Outcome) {
 		return
 	}
 	a, name := o.a, t.Policy.Name
-	demand := admission.Demand(t.Policy, t.Cost, out.Allowed)
+	demand := admission.Demand(t.Policy, t.Charged(), out.Allowed)
 	a.leaser.observe(name, t.Identity, demand, a.cfg.Clock.Now())
 	a.edge.observeDirect(name, t.Identity, demand)
 	if out.Via == admission.ViaOverLimit {
 		a.m.overLimitHits.WithLabelValues(name).Inc()
 	}
-	if t.Limits.PostHoc && t.Cost > 0 && (!out.Allowed || out.Shadow) && (out.Via == admission.ViaStore || out.Via == admission.ViaFallback) {
-		a.m.overCharged.WithLabelValues(name).Add(float64(t.Cost)) // refused, and counted
+	if t.Limits.PostHoc && t.Charged() > 0 && (!out.Allowed || out.Shadow) && (out.Via == admission.ViaStore || out.Via == admission.ViaFallback) {
+		a.m.overCharged.WithLabelValues(name).Add(float64(t.Charged())) // refused, and counted
 	}
 	result := "rejected"
 	switch {

@@ -61,7 +61,8 @@ func (s *checkServer) CheckBatch(ctx context.Context, req *pb.CheckBatchRequest)
 }
 
 func input(r *pb.CheckRequest) admission.Request {
-	return admission.Request{Policy: r.Policy, Attributes: r.Attributes, Cost: r.Cost, IdempotencyKey: r.IdempotencyKey}
+	return admission.Request{Policy: r.Policy, Attributes: r.Attributes, Cost: r.Cost, IdempotencyKey: r.IdempotencyKey,
+		Check: r.Check, Reserve: r.Reserve, Settle: r.Settle}
 }
 
 // enforcedLimit is the limit an outcome enforced, in whole units per the
@@ -73,5 +74,5 @@ func enforcedLimit(o admission.Outcome) float64 {
 func response(o admission.Outcome) *pb.CheckResponse {
 	return &pb.CheckResponse{Allowed: o.Allowed, Remaining: o.RemainingUnits(), RetryAfterMs: o.RetryAfterMs,
 		ResetMs: o.ResetAfterMs, Policy: o.Policy.Name, Mode: string(o.Mode), Limit: enforcedLimit(o),
-		PeriodMs: time.Duration(o.Policy.Period).Milliseconds(), Replayed: o.Replayed, Shadow: o.Shadow}
+		PeriodMs: time.Duration(o.Policy.Period).Milliseconds(), Replayed: o.Replayed, Shadow: o.Shadow, Reservation: o.Reservation}
 }

@@ -39,6 +39,13 @@ type checkBody struct {
 	// Check asks without charging (admission.Request.Check): a request
 	// whose cost is charged when it ends, to a post_hoc policy.
 	Check bool `json:"check"`
+	// Reserve reserves cost, the request's estimated cost, to be settled
+	// when it ends (admission.Request.Reserve); the answer names the
+	// reservation.
+	Reserve bool `json:"reserve"`
+	// Settle names the reservation this request settles with cost, its
+	// actual cost (admission.Request.Settle).
+	Settle string `json:"settle"`
 }
 
 // checkAnswer is the JSON answer of an admitted check.
@@ -52,6 +59,7 @@ type checkAnswer struct {
 	Replayed     bool    `json:"replayed,omitempty"`
 	Shadow       bool    `json:"shadow,omitempty"`
 	RetryAfterMs int64   `json:"retry_after_ms,omitempty"`
+	Reservation  string  `json:"reservation,omitempty"`
 }
 
 // problem is an RFC 9457 problem detail.
@@ -127,7 +135,8 @@ func (a *Agent) serveCheck(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, http.StatusBadRequest, "the body must be JSON: {\"policy\": ..., \"attributes\": {...}, \"cost\": 1}: "+err.Error())
 		return
 	}
-	o, err := a.Check(r.Context(), admission.Request{Policy: in.Policy, Attributes: in.Attributes, Cost: in.Cost, Check: in.Check, IdempotencyKey: in.IdempotencyKey})
+	o, err := a.Check(r.Context(), admission.Request{Policy: in.Policy, Attributes: in.Attributes, Cost: in.Cost, Check: in.Check,
+		IdempotencyKey: in.IdempotencyKey, Reserve: in.Reserve, Settle: in.Settle})
 	if err != nil && !admission.IsInputError(err) { // nothing decided it: not the caller's fault
 		writeProblem(w, problem{Type: ProblemUnavailable, Title: http.StatusText(http.StatusServiceUnavailable), Status: http.StatusServiceUnavailable, Detail: err.Error()})
 		return
@@ -147,7 +156,7 @@ func (a *Agent) serveCheck(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, jsonContentType, func(b []byte) []byte {
 		return appendAnswer(b, checkAnswer{Allowed: true, Policy: o.Policy.Name, Remaining: o.RemainingUnits(), Limit: enforcedLimit(o),
-			ResetMs: o.ResetAfterMs, Mode: string(o.Mode), Replayed: o.Replayed, Shadow: o.Shadow})
+			ResetMs: o.ResetAfterMs, Mode: string(o.Mode), Replayed: o.Replayed, Shadow: o.Shadow, Reservation: o.Reservation})
 	})
 }
 

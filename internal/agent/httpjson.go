@@ -43,6 +43,10 @@ func appendAnswer(b []byte, a checkAnswer) []byte {
 		b = append(b, `,"retry_after_ms":`...)
 		b = strconv.AppendInt(b, a.RetryAfterMs, 10)
 	}
+	if a.Reservation != "" {
+		b = append(b, `,"reservation":`...)
+		b = appendJSONString(b, a.Reservation)
+	}
 	return append(b, "}\n"...)
 }
 

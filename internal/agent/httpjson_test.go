@@ -138,6 +138,7 @@ func TestAppendAnswerMatchesEncodingJSON(t *testing.T) {
 		{Allowed: true, Policy: "a.b-c_1", Remaining: 0, Limit: 1e-7, ResetMs: 0, Mode: "local-fallback", Replayed: true, Shadow: true, RetryAfterMs: 12},
 		{Allowed: false, Policy: "x", Remaining: -1, Limit: 2.5e21, Mode: "region"},
 		{Allowed: true, Policy: "x", Limit: 0, Mode: "degraded"},
+		{Allowed: true, Policy: "llm", Limit: 1000, Mode: "leased", Reservation: `600.k"<&>\\`},
 	} {
 		var want bytes.Buffer
 		json.NewEncoder(&want).Encode(a)

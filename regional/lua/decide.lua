@@ -10,21 +10,27 @@
 --               ledger when admitted) or '-' (a return: cost is the units
 --               returned, which may exceed the capacity), for one that
 --               takes charges after the fact by '!' (a charge counted
---               whether or not it fits, which may exceed the capacity)
+--               whether or not it fits, which may exceed the capacity),
+--               '^' (a reservation: a charge that must fit, recorded under
+--               its idempotency key for its settlement) or '=' (a
+--               settlement: cost is the actual cost; reservation.lua)
 --   idempotency window in ms; when > 0 the decision's last key is its
 --               idempotency key, and a decision already made for it is replayed
+--               (a reservation's: its lifetime; required for '^' and '=')
 --   capacity in micro-units
 --   refill rate in micro-units/s (tb) or window in ms
 --   cost in micro-units
 --   margin added to every key's TTL, in ms
 -- KEYS, per decision in order: its state key; the store's birth marker; the
---   sliding log's meta key (sl only); its idempotency key (window > 0 only).
+--   sliding log's meta key (sl only); a settlement's reservation record (the
+--   reservation's idempotency key; '=' only); its idempotency key (window >
+--   0 only).
 --
 -- Returns one reply per decision: {allowed (0|1), remaining (negative when
 -- the key is over its limit: policy.Decision.Debt), retry_after_ms,
 -- reset_after_ms, replayed (0|1)}, a return's (not replayed) followed by
 -- the micro-units it matched and freed, or a string saying why that decision
--- failed. (Not an error reply: a client stops reading a reply at a nested
+-- failed ('ERR no reservation' for a settlement whose record is gone). (Not an error reply: a client stops reading a reply at a nested
 -- error it does not expect, and the decisions after it would be lost.)
 local algorithms = {tb = token_bucket, fw = fixed_window, sw = sliding_window, sl = sliding_log}
 local stride = 6
@@ -35,32 +41,36 @@ local function decide(alg, kind, ks, nk, idem_ttl, cap, param, cost, margin)
     idem_key = KEYS[ks + nk - 1]
     local prev = redis.call('GET', idem_key)
     if prev then
-      local a, r, ra, rs = string.match(prev, '^(%d+):(%-?%d+):(%d+):(%d+)$')
+      local a, r, ra, rs = string.match(prev, '^(%d+):(%-?%d+):(%d+):(%d+)')
       if a then
         return {tonumber(a), tonumber(r), tonumber(ra), tonumber(rs), 1}
       end
     end
   end
-  if cost < 0 or (cost < 1 and kind == '-') or (cost > cap and kind ~= '-' and kind ~= '!') then
+  if cost < 0 or (cost < 1 and kind == '-') or (cost > cap and kind ~= '-' and kind ~= '!' and kind ~= '=') then
     return 'ERR cost outside [0, capacity]'
   end
   local mk = nil
   if alg == 'sl' then mk = KEYS[ks + 2] end
-  local allowed, remaining, retry, reset, matched, freed
-  if kind == '-' then
+  local allowed, remaining, retry, reset, matched, freed, at
+  if kind == '=' then
+    allowed, remaining, retry, reset =
+      settle(alg, algorithms[alg], KEYS[ks], KEYS[ks + 1], now, cap, param, cost, margin, mk, KEYS[ks + nk - 2])
+    if allowed == nil then return 'ERR no reservation' end
+  elseif kind == '-' then
     allowed, remaining, retry, reset, matched, freed =
       give_back(alg, algorithms[alg], KEYS[ks], KEYS[ks + 1], now, cap, param, cost, margin, mk)
   elseif kind == '+' then
     allowed, remaining, retry, reset =
       take_held(alg, algorithms[alg], KEYS[ks], KEYS[ks + 1], now, cap, param, cost, margin, mk)
   else
-    allowed, remaining, retry, reset =
+    allowed, remaining, retry, reset, at =
       algorithms[alg](KEYS[ks], KEYS[ks + 1], now, cap, param, cost, margin, mk, kind == '!')
   end
   if idem_key then
-    redis.call('SET', idem_key,
-      int(allowed) .. ':' .. int(remaining) .. ':' .. int(retry) .. ':' .. int(reset),
-      'PX', int(idem_ttl))
+    local rec = int(allowed) .. ':' .. int(remaining) .. ':' .. int(retry) .. ':' .. int(reset)
+    if kind == '^' and allowed == 1 then rec = rec .. rsv_suffix(cost, at) end
+    redis.call('SET', idem_key, rec, 'PX', int(idem_ttl))
   end
   if kind == '-' then return {allowed, remaining, retry, reset, 0, matched, freed} end
   return {allowed, remaining, retry, reset, 0}
@@ -75,13 +85,14 @@ end
 local nks, algs, kinds, total = {}, {}, {}, 0
 for i = 1, n do
   local b = 3 + (i - 1) * stride
-  local alg, kind = string.match(ARGV[b], '^(%l%l)([+!-]?)$')
+  local alg, kind = string.match(ARGV[b], '^(%l%l)([+!^=-]?)$')
   local idem = tonumber(ARGV[b + 1])
-  if alg == nil or algorithms[alg] == nil or idem == nil then
+  if alg == nil or algorithms[alg] == nil or idem == nil or ((kind == '^' or kind == '=') and idem <= 0) then
     return redis.error_reply('ERR decision ' .. i .. ': bad algorithm or idempotency window')
   end
   local nk = 2
   if alg == 'sl' then nk = 3 end
+  if kind == '=' then nk = nk + 1 end
   if idem > 0 then nk = nk + 1 end
   nks[i], algs[i], kinds[i] = nk, alg, kind
   total = total + nk

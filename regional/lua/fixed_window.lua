@@ -6,7 +6,8 @@
 -- k's hash tag and slot. bk is the birth marker; w the window in ms;
 -- force: count a charge that does not fit too, over the limit (a policy
 -- taking charges after the fact). Returns allowed, remaining (negative:
--- the count over the limit), retry ms, reset ms.
+-- the count over the limit), retry ms, reset ms and the time it decided
+-- at (now, at least the floor).
 --
 -- ARGV[2] is the engine's floor: no fixed-window decision of the engine is
 -- made at an earlier time (a clock stepped back mints nothing).
@@ -37,6 +38,6 @@ local function fixed_window(k, bk, now, cap, w, cost, margin, _, force)
     count = used + redis.call('INCRBY', ck, int(math.min(cost, cap + max_debt - count)))
     redis.call('PEXPIRE', ck, int(e - now + margin), 'NX')
   end
-  if fits then return 1, cap - count, 0, e - now end
-  return 0, cap - count, e - now, e - now
+  if fits then return 1, cap - count, 0, e - now, now end
+  return 0, cap - count, e - now, e - now, now
 end

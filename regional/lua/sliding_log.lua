@@ -4,7 +4,8 @@
 -- marker; w the window in ms; force: log a charge that does not fit too (a
 -- policy taking charges after the fact), the newest entry taken into it
 -- when the log is full (max_log entries). Returns allowed, remaining
--- (negative: the sum over the limit), retry ms, reset ms.
+-- (negative: the sum over the limit), retry ms, reset ms and the time it
+-- decided at (now, held to the key's last).
 local max_log = 10000 -- policy.MaxLogEntries
 
 local function entry_cost(member)
@@ -73,5 +74,5 @@ local function sliding_log(k, bk, now, cap, w, cost, margin, mk, force)
   redis.call('HSET', mk, 'l', int(now), 's', int(sum), 'n', int(seq))
   redis.call('PEXPIRE', k, int(w + margin))
   redis.call('PEXPIRE', mk, int(w + margin))
-  return allowed, remaining, retry, reset
+  return allowed, remaining, retry, reset, now
 end

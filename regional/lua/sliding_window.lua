@@ -2,7 +2,8 @@
 -- Key k: hash {l = last ms, w = window index, p = previous count, c = count};
 -- bk the birth marker; w the window in ms; force: count a charge that does
 -- not fit too (a policy taking charges after the fact). Returns allowed,
--- remaining (negative: the estimate over the limit), retry ms, reset ms.
+-- remaining (negative: the estimate over the limit), retry ms, reset ms
+-- and the time it decided at (now, held to the key's last).
 
 -- smallest x in [lo, w] with ceil(p*(w-x)/w) + c <= room (true at x = w)
 local function first_fit(w, lo, p, c, room)
@@ -58,5 +59,5 @@ local function sliding_window(k, bk, now, cap, w, cost, margin, _, force)
   if count > 0 then reset = 2 * w - elapsed elseif prev > 0 then reset = w - elapsed end
   redis.call('HSET', k, 'l', int(now), 'w', int(idx), 'p', int(prev), 'c', int(count))
   redis.call('PEXPIRE', k, int(2 * w + margin))
-  return allowed, remaining, retry, reset
+  return allowed, remaining, retry, reset, now
 end

@@ -2,7 +2,8 @@
 -- Key k: hash {t = tokens, l = last ms}; bk the birth marker; rate in
 -- micro-units/s; force: count a charge that does not fit too (a policy
 -- taking charges after the fact), into debt. Returns allowed (0|1),
--- remaining (negative: the debt), retry ms, reset ms.
+-- remaining (negative: the debt), retry ms, reset ms and the time it
+-- decided at (now, held to the key's last).
 local function token_bucket(k, bk, now, cap, rate, cost, margin, _, force)
   local st = redis.call('HMGET', k, 't', 'l')
   local tokens, last = tonumber(st[1]), tonumber(st[2])
@@ -35,5 +36,5 @@ local function token_bucket(k, bk, now, cap, rate, cost, margin, _, force)
   local reset = muldiv(cap - tokens, 1000, rate, true)
   redis.call('HSET', k, 't', int(tokens), 'l', int(now))
   redis.call('PEXPIRE', k, int(muldiv(cap, 1000, rate, true) + margin))
-  return allowed, tokens, retry, reset
+  return allowed, tokens, retry, reset, now
 end

@@ -33,8 +33,21 @@ type CheckRequest struct {
 	// IdempotencyKey makes a retried request get the same decision,
 	// uncharged, within the agent's idempotency window.
 	IdempotencyKey string `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Check asks whether the identity is within its limit without charging
+	// anything: a request whose cost is charged when it ends, under a policy
+	// with post_hoc: true. Cost must be 0.
+	Check bool `protobuf:"varint,5,opt,name=check,proto3" json:"check,omitempty"`
+	// Reserve reserves cost, the request's estimated cost, under a policy
+	// with post_hoc: true: admitted only if it fits; the response names the
+	// reservation, which the request settles when it ends.
+	Reserve bool `protobuf:"varint,6,opt,name=reserve,proto3" json:"reserve,omitempty"`
+	// Settle names the reservation (a response's reservation) this request
+	// settles with cost, its actual cost (0 or more): what it exceeds the
+	// estimate by is charged, counted even if it no longer fits; what it
+	// falls short by is given back. Settled once; a retry is answered again.
+	Settle        string `protobuf:"bytes,7,opt,name=settle,proto3" json:"settle,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CheckRequest) Reset() {
@@ -95,6 +108,27 @@ func (x *CheckRequest) GetIdempotencyKey() string {
 	return ""
 }
 
+func (x *CheckRequest) GetCheck() bool {
+	if x != nil {
+		return x.Check
+	}
+	return false
+}
+
+func (x *CheckRequest) GetReserve() bool {
+	if x != nil {
+		return x.Reserve
+	}
+	return false
+}
+
+func (x *CheckRequest) GetSettle() string {
+	if x != nil {
+		return x.Settle
+	}
+	return ""
+}
+
 type CheckResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Allowed bool                   `protobuf:"varint,1,opt,name=allowed,proto3" json:"allowed,omitempty"`
@@ -117,7 +151,10 @@ type CheckResponse struct {
 	Replayed bool `protobuf:"varint,9,opt,name=replayed,proto3" json:"replayed,omitempty"`
 	// Shadow: the policy (or the agent) is in shadow mode and would have
 	// rejected this request; it is allowed.
-	Shadow        bool `protobuf:"varint,10,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	Shadow bool `protobuf:"varint,10,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	// Reservation names an admitted reservation (reserve), for its
+	// settlement.
+	Reservation   string `protobuf:"bytes,11,opt,name=reservation,proto3" json:"reservation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -220,6 +257,13 @@ func (x *CheckResponse) GetShadow() bool {
 		return x.Shadow
 	}
 	return false
+}
+
+func (x *CheckResponse) GetReservation() string {
+	if x != nil {
+		return x.Reservation
+	}
+	return ""
 }
 
 type CheckBatchRequest struct {
@@ -368,17 +412,20 @@ var File_quotalease_v1_check_proto protoreflect.FileDescriptor
 
 const file_quotalease_v1_check_proto_rawDesc = "" +
 	"\n" +
-	"\x19quotalease/v1/check.proto\x12\rquotalease.v1\"\xef\x01\n" +
+	"\x19quotalease/v1/check.proto\x12\rquotalease.v1\"\xb7\x02\n" +
 	"\fCheckRequest\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12K\n" +
 	"\n" +
 	"attributes\x18\x02 \x03(\v2+.quotalease.v1.CheckRequest.AttributesEntryR\n" +
 	"attributes\x12\x12\n" +
 	"\x04cost\x18\x03 \x01(\x03R\x04cost\x12'\n" +
-	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x1a=\n" +
+	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12\x14\n" +
+	"\x05check\x18\x05 \x01(\bR\x05check\x12\x18\n" +
+	"\areserve\x18\x06 \x01(\bR\areserve\x12\x16\n" +
+	"\x06settle\x18\a \x01(\tR\x06settle\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9b\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbd\x02\n" +
 	"\rCheckResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x1c\n" +
 	"\tremaining\x18\x02 \x01(\x03R\tremaining\x12$\n" +
@@ -390,7 +437,8 @@ const file_quotalease_v1_check_proto_rawDesc = "" +
 	"\tperiod_ms\x18\b \x01(\x03R\bperiodMs\x12\x1a\n" +
 	"\breplayed\x18\t \x01(\bR\breplayed\x12\x16\n" +
 	"\x06shadow\x18\n" +
-	" \x01(\bR\x06shadow\"H\n" +
+	" \x01(\bR\x06shadow\x12 \n" +
+	"\vreservation\x18\v \x01(\tR\vreservation\"H\n" +
 	"\x11CheckBatchRequest\x123\n" +
 	"\x06checks\x18\x01 \x03(\v2\x1b.quotalease.v1.CheckRequestR\x06checks\"J\n" +
 	"\x12CheckBatchResponse\x124\n" +
