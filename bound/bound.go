@@ -266,6 +266,9 @@ func Compute(p *policy.Policy, d Deployment, m Mode, w time.Duration) (Result, e
 		if m == Central {
 			counters = 1
 		}
+		if m == Leased && d.RedisOutages && d.FallbackFraction >= 0 {
+			counters += d.Instances // and so does each instance's local fallback
+		}
 		r.Terms[TermPostHoc] = PostHoc(p, counters, w)
 	}
 	if d.ConfigChanges > 0 {

@@ -70,3 +70,19 @@ func TestPostHocTermPerWindow(t *testing.T) {
 		}
 	}
 }
+
+// With Redis outages, every instance's local fallback is one more counter
+// that can end a window over its limit by what was in flight.
+func TestPostHocTermCountsFallbacks(t *testing.T) {
+	p := &policy.Policy{Name: "llm", Identity: []string{"user"}, Algorithm: policy.TokenBucket, Limit: 1000, Period: policy.Duration(time.Minute),
+		PostHoc: true, MaxCost: 600, MaxInFlight: 5}
+	p.Normalize()
+	d := Deployment{Regions: 2, Instances: 6, LeaseDuration: 10 * time.Second, RedisOutages: true}
+	r, err := Compute(p, d, Leased, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (2 + 6) * 3000.0; r.Terms[TermPostHoc] != want {
+		t.Errorf("post-hoc term %v, want %v: two regions' keys and six fallbacks", r.Terms[TermPostHoc], want)
+	}
+}

@@ -37,7 +37,8 @@ type Verdict struct {
 	Worst WindowCount
 }
 
-// WindowCount is one identity's admissions in the window ending at End.
+// WindowCount is the units admitted to one identity (each check one, a
+// charge after the fact its cost) in the window ending at End.
 type WindowCount struct {
 	Identity string
 	End      time.Time

@@ -71,7 +71,8 @@ var failureModes = []struct{ name, yaml string }{
 // seed: leaders killed and paused, agents killed, Redis restarted empty,
 // paused in short cycles and slowed around the check timeout, regions
 // partitioned, limits raised and lowered, failure modes switched (also
-// while a leader is down or a region cut off). The checker recounts each
+// while a leader is down or a region cut off); beside the changing policy,
+// a token budget charged after the fact (tokensPolicy). The checker recounts each
 // identity's admissions in every window from the client's records and
 // compares each with the bound of the policies in force then (the
 // transition bound around changes). Print a seed's schedule with -v; run
@@ -106,6 +107,20 @@ func faultSummary(m map[FaultKind]int) string {
 // initialLimit is the policy's limit before any change-limit fault.
 const initialLimit = 15
 
+// tokensPolicy is a token budget charged after the fact (docs/post-hoc.md),
+// run beside the changing policy under the same faults; the gateway
+// driving it keeps its max_in_flight (Conversations).
+const tokensPolicy = `name: robust-tokens
+identity: [tenant]
+algorithm: fixed_window
+limit: 100
+period: 1s
+post_hoc: true
+max_cost: 20
+max_in_flight: 8
+failure: {mode: static-share, static_fraction: 0.1}
+`
+
 func robustnessSeed(t *testing.T, seed uint64, dur time.Duration) robustnessRun {
 	// The seed picks the failure mode the run starts with; change-failure
 	// faults switch to the others.
@@ -117,7 +132,7 @@ func robustnessSeed(t *testing.T, seed uint64, dur time.Duration) robustnessRun 
 	policy := func(limit float64, failure string) string {
 		return fmt.Sprintf("name: robust\nidentity: [tenant]\nlimit: %v\nperiod: 1s\nburst: %v\nfailure: %s\n", limit, limit, failure)
 	}
-	c := start(t, policy(initialLimit, failures[0]))
+	c := start(t, policy(initialLimit, failures[0])+"---\n"+tokensPolicy)
 	faults := Schedule(seed, dur, []string{"us", "eu", "ap"})
 	for _, f := range faults {
 		t.Logf("scheduled %s", f)
@@ -142,7 +157,12 @@ func robustnessSeed(t *testing.T, seed uint64, dur time.Duration) robustnessRun 
 			}
 			return "home-" + region
 		}}
-	d.Run(ctx, dur, load, homed)
+	// A token budget charged after the fact, by one tenant from every
+	// region: about 300 tokens a second asked of 100, so its windows run
+	// out and what is in flight then is charged beyond them.
+	tokens := Load{Policy: "robust-tokens", Attribute: "tenant", Identities: 1, Rate: func(string, time.Duration) float64 { return 10 },
+		Conversations: &Conversations{MaxCost: 20, MaxInFlight: 8, Think: 300 * time.Millisecond}}
+	d.Run(ctx, dur, load, homed, tokens)
 	<-done
 
 	history := append([]PolicyChange{{Policy: policyOf(t, policy(initialLimit, failures[0]))}}, in.Changes()...)
@@ -158,6 +178,17 @@ func robustnessSeed(t *testing.T, seed uint64, dur time.Duration) robustnessRun 
 	v, err := k.Check(adm)
 	if err != nil {
 		t.Fatal(err)
+	}
+	kt := k
+	kt.Policy, kt.History = "robust-tokens", []PolicyChange{{Policy: policyOf(t, tokensPolicy)}}
+	vt, err := kt.Check(adm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tst := d.Stats("robust-tokens")
+	t.Logf("seed %d: robust-tokens (charged after the fact): %v; %d windows judged, worst %s", seed, tst, vt.Windows, vt.Worst)
+	if vt.Windows == 0 || vt.Violations > 0 {
+		t.Errorf("seed %d: robust-tokens: %d windows judged, %d above their bound; worst %s", seed, vt.Windows, vt.Violations, vt.Worst)
 	}
 	run := robustnessRun{seed: seed, failure: failureModes[first].name, faults: in.Ran(), admitted: len(adm), modes: map[string]int64{}, verdict: v}
 	for _, st := range d.Stats("robust") {

@@ -28,9 +28,27 @@ type Load struct {
 	// Identity, when set, names the identity of every request region sends
 	// at elapsed instead (tenants with a home), Identities and Hot unused.
 	Identity func(region string, elapsed time.Duration) string
+	// Conversations, when set, makes every request one whose cost is
+	// charged when it ends, to a post_hoc policy.
+	Conversations *Conversations
 }
 
-// Admission is one admitted request, as the client saw it.
+// Conversations are requests as an AI gateway sends them: a check (cost
+// 0) when the request starts and, if admitted, a charge of its cost, 1 to
+// MaxCost units, when it ends, Think later (uniform in [Think/4, Think]),
+// to the same agent. The charge is counted whatever its answer, so it is
+// recorded as an admission of its cost. At most MaxInFlight requests of
+// the load are checked and not yet charged, across all regions: an
+// arrival beyond them is turned away before its check, as the gateway's
+// concurrency limit would (the policy's max_in_flight).
+type Conversations struct {
+	MaxCost     int64
+	MaxInFlight int
+	Think       time.Duration
+}
+
+// Admission is one admitted request, as the client saw it: a check of
+// cost 1, or a charge after the fact of its cost.
 type Admission struct {
 	At       time.Time
 	Region   string
@@ -40,7 +58,12 @@ type Admission struct {
 	// Took is how long the check took: the system decided it somewhere
 	// between At and At+Took.
 	Took time.Duration
+	// Cost is the units it took: 0 means 1.
+	Cost int64
 }
+
+// units is what a counts for: its cost.
+func (a Admission) units() int64 { return max(1, a.Cost) }
 
 // Stats counts one region's outcomes for one policy.
 type Stats struct {
@@ -78,20 +101,71 @@ func (d *Driver) Run(ctx context.Context, dur time.Duration, loads ...Load) {
 	}
 	start := d.start
 	d.mu.Unlock()
-	var wg sync.WaitGroup
+	var wg, charges sync.WaitGroup
 	for li, l := range loads {
+		var flight chan struct{}
+		if l.Conversations != nil {
+			flight = make(chan struct{}, l.Conversations.MaxInFlight)
+		}
 		for ai, a := range d.c.Agents {
 			wg.Add(1)
 			go func(seed uint64, l Load, a *AgentProcess) {
 				defer wg.Done()
-				d.loop(ctx, start, rand.New(rand.NewPCG(seed, 7)), l, a)
+				r := rand.New(rand.NewPCG(seed, 7))
+				d.loop(ctx, start, r, l, a, func(identity string) {
+					if flight != nil {
+						d.converse(ctx, r, l, a, identity, flight, &charges)
+						return
+					}
+					d.check(ctx, l.Policy, a, &pb.CheckRequest{Policy: l.Policy, Attributes: map[string]string{l.Attribute: identity}})
+				})
 			}(uint64(li*100+ai+1), l, a)
 		}
 	}
 	wg.Wait()
+	charges.Wait() // every admitted conversation is charged, also past the end
 }
 
-func (d *Driver) loop(ctx context.Context, start time.Time, r *rand.Rand, l Load, a *AgentProcess) {
+// check sends one request to a and records its answer.
+func (d *Driver) check(ctx context.Context, pol string, a *AgentProcess, req *pb.CheckRequest) *pb.CheckResponse {
+	// A generous deadline: a check that never answers is a failure, a slow
+	// one on a loaded machine is not (tests assert no wall-clock speed;
+	// Describe reports the slowest).
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	sent := time.Now()
+	resp, err := a.Check.Check(cctx, req)
+	cancel()
+	d.record(pol, a.Region, req, sent, time.Since(sent), resp, err, ending(ctx))
+	return resp
+}
+
+// converse starts one conversation of l at a: a check, and if admitted a
+// charge in the background, holding a place in flight until then.
+func (d *Driver) converse(ctx context.Context, r *rand.Rand, l Load, a *AgentProcess, identity string, flight chan struct{}, charges *sync.WaitGroup) {
+	select {
+	case flight <- struct{}{}:
+	default:
+		return // the gateway turns it away
+	}
+	attrs := map[string]string{l.Attribute: identity}
+	resp := d.check(ctx, l.Policy, a, &pb.CheckRequest{Policy: l.Policy, Attributes: attrs, Check: true})
+	if resp == nil || !resp.Allowed {
+		<-flight
+		return
+	}
+	c := l.Conversations
+	think := c.Think/4 + time.Duration(r.Int64N(int64(c.Think-c.Think/4)+1))
+	cost := 1 + r.Int64N(c.MaxCost)
+	charges.Go(func() {
+		defer func() { <-flight }()
+		time.Sleep(think) // bounded: the request runs, then ends
+		// Not the run's context: an admitted request is charged when it
+		// ends, also after the run; a failed charge is an error.
+		d.check(context.WithoutCancel(ctx), l.Policy, a, &pb.CheckRequest{Policy: l.Policy, Attributes: attrs, Cost: cost})
+	})
+}
+
+func (d *Driver) loop(ctx context.Context, start time.Time, r *rand.Rand, l Load, a *AgentProcess, send func(identity string)) {
 	next := time.Now()
 	for ctx.Err() == nil {
 		rate := l.Rate(a.Region, time.Since(start))
@@ -120,14 +194,7 @@ func (d *Driver) loop(ctx context.Context, start time.Time, r *rand.Rand, l Load
 		if l.Identity != nil {
 			identity = l.Identity(a.Region, time.Since(start))
 		}
-		// A generous deadline: a check that never answers is a failure, a slow
-		// one on a loaded machine is not (tests assert no wall-clock speed;
-		// Describe reports the slowest).
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		sent := time.Now()
-		resp, err := a.Check.Check(cctx, &pb.CheckRequest{Policy: l.Policy, Attributes: map[string]string{l.Attribute: identity}})
-		cancel()
-		d.record(l.Policy, a.Region, identity, sent, time.Since(sent), resp, err, ending(ctx))
+		send(identity)
 	}
 }
 
@@ -142,7 +209,11 @@ func ending(ctx context.Context) bool {
 	return ok && !time.Now().Before(dl)
 }
 
-func (d *Driver) record(policy, region, identity string, at time.Time, took time.Duration, resp *pb.CheckResponse, err error, ending bool) {
+// record counts req's answer: an admission when admitted, and a charge
+// after the fact (a cost with no check) whatever its answer, since it is
+// counted all the same; a check (cost 0) admits nothing to count.
+func (d *Driver) record(policy, region string, req *pb.CheckRequest, at time.Time, took time.Duration, resp *pb.CheckResponse, err error, ending bool) {
+	identity := req.Attributes[firstKey(req.Attributes)]
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	key := policy + "/" + region
@@ -162,14 +233,29 @@ func (d *Driver) record(policy, region, identity string, at time.Time, took time
 			st.Errors++
 			st.LastError = err.Error()
 		}
-	case resp.Allowed:
+	case req.Check && resp.Allowed:
 		st.Admitted++
 		st.Modes[resp.Mode]++
-		d.admissions = append(d.admissions, Admission{At: at, Region: region, Policy: policy, Identity: identity, Mode: resp.Mode, Took: took})
+	case resp.Allowed || req.Cost > 0:
+		if resp.Allowed {
+			st.Admitted++
+		} else {
+			st.Rejected++
+		}
+		st.Modes[resp.Mode]++
+		d.admissions = append(d.admissions, Admission{At: at, Region: region, Policy: policy, Identity: identity, Mode: resp.Mode, Took: took, Cost: req.Cost})
 	default:
 		st.Rejected++
 		st.Modes[resp.Mode]++
 	}
+}
+
+// firstKey is the one attribute the driver's requests carry.
+func firstKey(m map[string]string) string {
+	for k := range m {
+		return k
+	}
+	return ""
 }
 
 // Admissions returns a copy of every admission recorded so far.
@@ -211,12 +297,13 @@ func (d *Driver) MaxWindow(policy string, w time.Duration) (max int, identity st
 
 // forEachWindow calls fn for every window of length w that ends at an
 // admission of policy: per identity (in name order), the admissions in
-// (end-w, end] by the client's send times. It stops at fn's first error.
+// (end-w, end] by the client's send times, in units (Admission.Cost). It
+// stops at fn's first error.
 func forEachWindow(adm []Admission, policy string, w time.Duration, fn func(identity string, end time.Time, count int) error) error {
-	byID := map[string][]time.Time{}
+	byID := map[string][]Admission{}
 	for _, a := range adm {
 		if a.Policy == policy {
-			byID[a.Identity] = append(byID[a.Identity], a.At)
+			byID[a.Identity] = append(byID[a.Identity], a)
 		}
 	}
 	ids := make([]string, 0, len(byID))
@@ -225,14 +312,16 @@ func forEachWindow(adm []Admission, policy string, w time.Duration, fn func(iden
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		ts := byID[id]
-		sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
-		lo := 0
-		for hi, end := range ts {
-			for end.Sub(ts[lo]) >= w {
+		as := byID[id]
+		sort.SliceStable(as, func(i, j int) bool { return as[i].At.Before(as[j].At) })
+		lo, units := 0, int64(0)
+		for _, a := range as {
+			units += a.units()
+			for a.At.Sub(as[lo].At) >= w {
+				units -= as[lo].units()
 				lo++
 			}
-			if err := fn(id, end, hi-lo+1); err != nil {
+			if err := fn(id, a.At, int(units)); err != nil {
 				return err
 			}
 		}
