@@ -32,6 +32,16 @@ func postHocPipeline(t *testing.T, store Store, clk *clock.Manual) *Pipeline {
 	return p
 }
 
+// applyingStore decides every ticket on one state with the pure
+// transitions, at clk's time.
+func applyingStore(state *policy.State, clk *clock.Manual) *fakeStore {
+	return &fakeStore{decide: func(tk *Ticket) Decided {
+		ns, d, err := policy.Apply(*state, tk.Limits, clk.Now().UnixMilli(), tk.Cost*policy.Micro)
+		*state = ns
+		return Decided{Decision: d, Err: err}
+	}}
+}
+
 // A check carries no cost and returns nothing; it reaches the store as a
 // ticket of cost 0. A charge after the fact larger than the whole limit
 // is valid, and every charge reaches the store (never the over-limit
@@ -40,11 +50,7 @@ func TestChecksAndChargesAfterTheFact(t *testing.T) {
 	var clk clock.Manual
 	clk.Set(1_000_000)
 	var state policy.State
-	store := &fakeStore{decide: func(tk *Ticket) Decided {
-		ns, d, err := policy.Apply(state, tk.Limits, clk.Now().UnixMilli(), tk.Cost*policy.Micro)
-		state = ns
-		return Decided{Decision: d, Err: err}
-	}}
+	store := applyingStore(&state, &clk)
 	p := postHocPipeline(t, store, &clk)
 	ctx := context.Background()
 	for _, bad := range []Request{
@@ -124,11 +130,7 @@ func TestChargeWithoutShareIsCounted(t *testing.T) {
 	var clk clock.Manual
 	clk.Set(1_000_000)
 	var state policy.State
-	store := &fakeStore{decide: func(tk *Ticket) Decided {
-		ns, d, err := policy.Apply(state, tk.Limits, clk.Now().UnixMilli(), tk.Cost*policy.Micro)
-		state = ns
-		return Decided{Decision: d, Err: err}
-	}}
+	store := applyingStore(&state, &clk)
 	p := postHocPipeline(t, store, &clk)
 	p.cfg.Shares = &fixedShares{mode: lease.ModeLeased} // nothing
 	ctx := context.Background()

@@ -85,17 +85,7 @@ func randomCases(n int, postHoc bool) []diffCase {
 	r := rand.New(rand.NewPCG(1, seed))
 	var cases []diffCase
 	for i := 0; i < n; i++ {
-		var l policy.Limits
-		switch i % 4 {
-		case 0:
-			l = policy.Limits{Algorithm: policy.TokenBucket, Capacity: r.Int64N(50*policy.Micro) + policy.Micro, Rate: r.Int64N(20*policy.Micro) + 1000}
-		case 1:
-			l = policy.Limits{Algorithm: policy.FixedWindow, Capacity: r.Int64N(50*policy.Micro) + policy.Micro, WindowMs: r.Int64N(5000) + 1}
-		case 2:
-			l = policy.Limits{Algorithm: policy.SlidingWindow, Capacity: r.Int64N(50*policy.Micro) + policy.Micro, WindowMs: r.Int64N(5000) + 1}
-		case 3:
-			l = policy.Limits{Algorithm: policy.SlidingLog, Capacity: r.Int64N(30*policy.Micro) + policy.Micro, WindowMs: r.Int64N(5000) + 1}
-		}
+		l := randomLimits(r, i)
 		now := r.Int64N(1 << 40)
 		l.PostHoc = postHoc
 		c := diffCase{name: fmt.Sprintf("random-%d/%s", i, l.Algorithm), lim: l}
@@ -123,6 +113,20 @@ func randomCases(n int, postHoc bool) []diffCase {
 		cases = append(cases, c)
 	}
 	return cases
+}
+
+// randomLimits are random limits of the algorithm i picks in turn.
+func randomLimits(r *rand.Rand, i int) policy.Limits {
+	switch i % 4 {
+	case 0:
+		return policy.Limits{Algorithm: policy.TokenBucket, Capacity: r.Int64N(50*policy.Micro) + policy.Micro, Rate: r.Int64N(20*policy.Micro) + 1000}
+	case 1:
+		return policy.Limits{Algorithm: policy.FixedWindow, Capacity: r.Int64N(50*policy.Micro) + policy.Micro, WindowMs: r.Int64N(5000) + 1}
+	case 2:
+		return policy.Limits{Algorithm: policy.SlidingWindow, Capacity: r.Int64N(50*policy.Micro) + policy.Micro, WindowMs: r.Int64N(5000) + 1}
+	default:
+		return policy.Limits{Algorithm: policy.SlidingLog, Capacity: r.Int64N(30*policy.Micro) + policy.Micro, WindowMs: r.Int64N(5000) + 1}
+	}
 }
 
 // paths returns the ways the cases of l's algorithm are decided: a fixed

@@ -43,17 +43,7 @@ func TestDifferentialReservations(t *testing.T) {
 	h := newHarness(t)
 	for i := range 24 {
 		r := rand.New(rand.NewPCG(uint64(i), 11))
-		var l policy.Limits
-		switch i % 4 {
-		case 0:
-			l = policy.Limits{Algorithm: policy.TokenBucket, Capacity: r.Int64N(50*policy.Micro) + policy.Micro, Rate: r.Int64N(20*policy.Micro) + 1000}
-		case 1:
-			l = policy.Limits{Algorithm: policy.FixedWindow, Capacity: r.Int64N(50*policy.Micro) + policy.Micro, WindowMs: r.Int64N(5000) + 1}
-		case 2:
-			l = policy.Limits{Algorithm: policy.SlidingWindow, Capacity: r.Int64N(50*policy.Micro) + policy.Micro, WindowMs: r.Int64N(5000) + 1}
-		case 3:
-			l = policy.Limits{Algorithm: policy.SlidingLog, Capacity: r.Int64N(30*policy.Micro) + policy.Micro, WindowMs: r.Int64N(5000) + 1}
-		}
+		l := randomLimits(r, i)
 		l.PostHoc = true
 		t.Run(fmt.Sprintf("%d/%s", i, l.Algorithm), func(t *testing.T) {
 			h.t = t
@@ -114,9 +104,6 @@ func TestDifferentialReservations(t *testing.T) {
 				}
 				if err != nil {
 					t.Fatalf("step %d: pure: %v", j, err)
-				}
-				if testing.Verbose() {
-					t.Logf("step %d t=%d %+v", j, now, *tk)
 				}
 				got := h.decideTicket(now, tk)
 				if got != want {

@@ -78,13 +78,7 @@ func TestPostHoc(t *testing.T) {
 	// test checks that it never decided).
 	c := startWith(t, yaml, Options{Regions: []string{"us", "eu"}, Coordinators: 1, CheckTimeout: 2 * time.Second})
 	ctx := t.Context()
-	tlsCfg, err := c.ClientTLS("service")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := &http.Transport{TLSClientConfig: tlsCfg, MaxIdleConnsPerHost: 64}
-	t.Cleanup(tr.CloseIdleConnections)
-	web := &http.Client{Transport: tr}
+	web := serviceClient(t, c)
 
 	// Every region holds a lease of every policy before the traffic starts
 	// (unleased, a region has no share, and would refuse charges without
@@ -159,6 +153,19 @@ func TestPostHoc(t *testing.T) {
 			checkPostHoc(t, c, web, p, dep, rec, poll)
 		})
 	}
+}
+
+// serviceClient is an HTTPS client of c's agents with the service
+// certificate.
+func serviceClient(t *testing.T, c *Cluster) *http.Client {
+	t.Helper()
+	tlsCfg, err := c.ClientTLS("service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &http.Transport{TLSClientConfig: tlsCfg, MaxIdleConnsPerHost: 64}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
 }
 
 // postHocSettle is how long after a fixed window's end its counters are

@@ -44,13 +44,7 @@ func TestReservationsEndToEnd(t *testing.T) {
 	yaml := fmt.Sprintf("name: llm-reserved\nidentity: [user]\nalgorithm: fixed_window\nlimit: %d\nperiod: %s\npost_hoc: true\nmax_cost: 720\nmax_in_flight: 10\nfailure: {mode: static-share, static_fraction: 0.1}\n", limit, period)
 	c := startWith(t, yaml, Options{Regions: []string{"us", "eu"}, Coordinators: 1, CheckTimeout: 2 * time.Second})
 	ctx := t.Context()
-	tlsCfg, err := c.ClientTLS("service")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := &http.Transport{TLSClientConfig: tlsCfg, MaxIdleConnsPerHost: 64}
-	t.Cleanup(tr.CloseIdleConnections)
-	web := &http.Client{Transport: tr}
+	web := serviceClient(t, c)
 	for _, a := range c.Agents {
 		testenv.WaitFor(t, 30*time.Second, "llm-reserved leased in "+a.Region, func() bool {
 			ans := postHocCall(ctx, web, a, "llm-reserved", "probe", 0)
