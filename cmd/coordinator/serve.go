@@ -68,7 +68,7 @@ type serveOptions struct {
 	etcdMode, dataDir, etcdListen                string
 	endpoints, prefix, regions, strategy         string
 	timing                                       lease.Timing
-	sessionTTL, rebalance, flush, lag, clockStep time.Duration
+	sessionTTL, rebalance, flush, compaction, lag, clockStep time.Duration
 	etcdTimeout                                  time.Duration
 	maxStep, hysteresis, leaseRate               float64
 	etcdAccess                                   *etcdAccess
@@ -105,6 +105,8 @@ func serveFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 	fs.DurationVar(&o.etcdTimeout, "etcd-timeout", coordinator.DefaultEtcdTimeout, "most any etcd call may take; past it etcd counts as unreachable, which the log, /readyz and admin commands say")
 	fs.DurationVar(&o.rebalance, "rebalance-interval", coordinator.DefaultRebalanceInterval, "how often shares are recomputed")
 	fs.DurationVar(&o.flush, "flush-interval", coordinator.DefaultFlushInterval, "how often lowered ledger marks are written to etcd")
+	fs.DurationVar(&o.compaction, "etcd-compaction-interval", coordinator.DefaultCompactionInterval,
+		"how often the leader compacts etcd's history, keeping one to two intervals of it, so etcd does not fill up (0: off, for an etcd compacted another way; docs/runbook.md)")
 	fs.StringVar(&o.strategy, "strategy", string(allocation.StrategyMaxMinFair), "allocation strategy: static, demand or max-min-fair")
 	fs.Float64Var(&o.maxStep, "max-step", coordinator.DefaultMaxStep, "most a share moves per rebalancing round, as a fraction of the quota")
 	fs.Float64Var(&o.hysteresis, "hysteresis", coordinator.DefaultHysteresis, "share changes smaller than this fraction of the quota are not made")
@@ -218,6 +220,7 @@ func (o *serveOptions) coordinatorConfig(mutual bool, log hclog.Logger) coordina
 		cfg.TrustDomain = o.trustDomain
 	}
 	cfg.Timing, cfg.SessionTTL, cfg.RebalanceInterval, cfg.FlushInterval = o.timing, o.sessionTTL, o.rebalance, o.flush
+	cfg.CompactionInterval = o.compaction
 	cfg.EtcdTimeout = o.etcdTimeout
 	cfg.Strategy, cfg.MaxStep, cfg.Hysteresis = allocation.Strategy(o.strategy), o.maxStep, o.hysteresis
 	cfg.StoreLag, cfg.RedisClockStep, cfg.LeaseCallRate, cfg.Logger = o.lag, o.clockStep, o.leaseRate, log

@@ -40,6 +40,10 @@ type Config struct {
 	RebalanceInterval time.Duration
 	// FlushInterval is how often lowered ledger marks are written.
 	FlushInterval time.Duration
+	// CompactionInterval is how often the leader compacts etcd's history
+	// up to the revision it read one interval earlier (compaction.go);
+	// 0 turns compaction off, for an etcd compacted another way.
+	CompactionInterval time.Duration
 	// Strategy allocates shares.
 	Strategy allocation.Strategy
 	// MaxStep and Hysteresis, as fractions of a quota's total, damp
@@ -79,14 +83,15 @@ type Config struct {
 
 // Defaults for Config.
 const (
-	DefaultPrefix            = "/quota-lease"
-	DefaultSessionTTL        = 5 * time.Second
-	DefaultEtcdTimeout       = 3 * time.Second
-	DefaultRebalanceInterval = time.Second
-	DefaultFlushInterval     = time.Second
-	DefaultMaxStep           = 0.1
-	DefaultHysteresis        = 0.01
-	DefaultLeaseCallRate     = 100
+	DefaultPrefix             = "/quota-lease"
+	DefaultSessionTTL         = 5 * time.Second
+	DefaultEtcdTimeout        = 3 * time.Second
+	DefaultRebalanceInterval  = time.Second
+	DefaultFlushInterval      = time.Second
+	DefaultCompactionInterval = 5 * time.Minute
+	DefaultMaxStep            = 0.1
+	DefaultHysteresis         = 0.01
+	DefaultLeaseCallRate      = 100
 )
 
 // DefaultConfig returns a Config with every field at its default: start
@@ -95,18 +100,19 @@ const (
 // Hysteresis 0 means no hysteresis.
 func DefaultConfig() Config {
 	return Config{
-		Prefix:            DefaultPrefix,
-		Timing:            lease.DefaultTiming,
-		SessionTTL:        DefaultSessionTTL,
-		EtcdTimeout:       DefaultEtcdTimeout,
-		RebalanceInterval: DefaultRebalanceInterval,
-		FlushInterval:     DefaultFlushInterval,
-		Strategy:          allocation.StrategyMaxMinFair,
-		MaxStep:           DefaultMaxStep,
-		Hysteresis:        DefaultHysteresis,
-		LeaseCallRate:     DefaultLeaseCallRate,
-		Clock:             clock.System(),
-		Logger:            hclog.New(&hclog.LoggerOptions{Name: "coordinator"}),
+		Prefix:             DefaultPrefix,
+		Timing:             lease.DefaultTiming,
+		SessionTTL:         DefaultSessionTTL,
+		EtcdTimeout:        DefaultEtcdTimeout,
+		RebalanceInterval:  DefaultRebalanceInterval,
+		FlushInterval:      DefaultFlushInterval,
+		CompactionInterval: DefaultCompactionInterval,
+		Strategy:           allocation.StrategyMaxMinFair,
+		MaxStep:            DefaultMaxStep,
+		Hysteresis:         DefaultHysteresis,
+		LeaseCallRate:      DefaultLeaseCallRate,
+		Clock:              clock.System(),
+		Logger:             hclog.New(&hclog.LoggerOptions{Name: "coordinator"}),
 	}
 }
 
@@ -145,6 +151,9 @@ func ValidateConfig(c Config) error {
 	}
 	if c.RebalanceInterval <= 0 || c.FlushInterval <= 0 {
 		errs = append(errs, errors.New("rebalance and flush intervals must be positive"))
+	}
+	if c.CompactionInterval < 0 {
+		errs = append(errs, fmt.Errorf("etcd compaction interval %s is negative (0 turns compaction off)", c.CompactionInterval))
 	}
 	if c.MaxStep <= 0 || c.MaxStep > 1 || c.Hysteresis < 0 || c.Hysteresis >= 1 {
 		errs = append(errs, fmt.Errorf("max step %v must be in (0, 1] and hysteresis %v in [0, 1)", c.MaxStep, c.Hysteresis))

@@ -52,6 +52,8 @@ type Coordinator struct {
 
 	grants   atomic.Int64 // lease answers given, for metrics and benchmarks
 	persists atomic.Int64 // ledger writes made
+	// compacted is the etcd revision this replica last compacted up to.
+	compacted atomic.Int64
 }
 
 // term is one period of leadership.
@@ -269,6 +271,9 @@ func (c *Coordinator) lead(ctx context.Context, el *concurrency.Election, ll *le
 	defer reb.Stop()
 	flush := time.NewTicker(c.cfg.FlushInterval)
 	defer flush.Stop()
+	compactions, stopCompactions := compactTicker(c.cfg.CompactionInterval)
+	defer stopCompactions()
+	var cp compactor
 	for {
 		select {
 		case <-ctx.Done():
@@ -283,6 +288,8 @@ func (c *Coordinator) lead(ctx context.Context, el *concurrency.Election, ll *le
 			if err := c.flush(ctx, t); err != nil && ctx.Err() == nil {
 				c.log.Warn("ledger flush failed; will retry", "error", err)
 			}
+		case <-compactions:
+			c.compact(ctx, &cp)
 		}
 	}
 }

@@ -43,6 +43,10 @@ func (e *EtcdError) GRPCStatus() *status.Status { return status.New(codes.Unavai
 // operator, and what to do about it.
 func etcdProblem(err error) (problem, action string) {
 	switch {
+	case errors.Is(err, rpctypes.ErrNoSpace):
+		return "etcd is out of space (its NOSPACE alarm is raised)", "compact and defragment etcd, then disarm the alarm " +
+			"(etcdctl compact, etcdctl defrag, etcdctl alarm disarm; docs/runbook.md, \"etcd's space\"); until then etcd " +
+			"stores nothing: no policy change, no new grant, and agents ride out on their leases, then their degraded budgets"
 	case errors.Is(err, rpctypes.ErrAuthFailed), errors.Is(err, rpctypes.ErrPermissionDenied),
 		errors.Is(err, rpctypes.ErrInvalidAuthToken), errors.Is(err, rpctypes.ErrUserEmpty):
 		return "etcd refuses this coordinator", "give it an etcd user with read and write access to --prefix " +

@@ -33,6 +33,10 @@ type Config struct {
 	// ClientCAFile then also requires client certificates. Tests of the
 	// coordinator's etcd TLS use them.
 	CertFile, KeyFile, ClientCAFile string
+	// QuotaBackendBytes is the size etcd's database may reach before etcd
+	// raises its NOSPACE alarm and stores nothing more. 0: etcd's default,
+	// 2 GiB. The coordinator compacts the history that fills it.
+	QuotaBackendBytes int64
 }
 
 // Start runs etcd and waits until it serves, or ctx ends.
@@ -63,6 +67,7 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*peer}, []url.URL{*peer}
 	cfg.InitialCluster = cfg.Name + "=" + peer.String()
 	cfg.LogLevel = c.LogLevel
+	cfg.QuotaBackendBytes = c.QuotaBackendBytes
 	cfg.LogOutputs = []string{filepath.Join(c.Dir, "etcd.log")}
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
