@@ -62,20 +62,20 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 // serveOptions are serve's flags as given (or preset from the environment
 // and --config).
 type serveOptions struct {
-	listen, httpListen, advertise, name          string
-	withConsole                                  bool
-	console                                      console.Config
-	etcdMode, dataDir, etcdListen                string
-	endpoints, prefix, regions, strategy         string
-	timing                                       lease.Timing
+	listen, httpListen, advertise, name                      string
+	withConsole                                              bool
+	console                                                  console.Config
+	etcdMode, dataDir, etcdListen                            string
+	endpoints, prefix, regions, strategy                     string
+	timing                                                   lease.Timing
 	sessionTTL, rebalance, flush, compaction, lag, clockStep time.Duration
-	etcdTimeout                                  time.Duration
-	maxStep, hysteresis, leaseRate               float64
-	etcdAccess                                   *etcdAccess
-	tls                                          *mtls.Files
-	xds                                          *xdsOptions
-	trustDomain, logLevel                        string
-	insecure, logJSON                            bool
+	etcdTimeout                                              time.Duration
+	maxStep, hysteresis, leaseRate                           float64
+	etcdAccess                                               *etcdAccess
+	tls                                                      *mtls.Files
+	xds                                                      *xdsOptions
+	trustDomain, logLevel                                    string
+	insecure, logJSON                                        bool
 }
 
 // serveFlags defines serve's flags and parses args over the environment
