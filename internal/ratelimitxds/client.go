@@ -151,6 +151,7 @@ func (c *Client) stream(ctx context.Context, cc grpc.ClientConnInterface) (got b
 	}
 	defer c.metrics.setConnected(false)
 	acked := ""
+	nacks := nackPacer{min: c.s.MinBackoff, max: c.s.MaxBackoff}
 	for {
 		resp, err := st.Recv()
 		if err != nil {
@@ -169,10 +170,21 @@ func (c *Client) stream(ctx context.Context, cc grpc.ClientConnInterface) (got b
 			req.VersionInfo = acked
 			c.metrics.responses.WithLabelValues("applied").Inc()
 			c.metrics.setApplied(acked)
+			nacks.reset()
 		case IsRejection(err):
 			req.ErrorDetail = &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: err.Error()}
 			c.metrics.responses.WithLabelValues("rejected").Inc()
-			c.log.Warn("xDS response rejected (NACK); the last applied configuration stays", "version", resp.GetVersionInfo(), "applied", acked, "error", err)
+			wait, repeated := nacks.rejected(err.Error())
+			if repeated == 0 {
+				c.log.Warn("xDS response rejected (NACK); the last applied configuration stays", "version", resp.GetVersionInfo(), "applied", acked, "error", err)
+			} else if repeated&(repeated-1) == 0 { // the 1st, 2nd, 4th, 8th ... repetition
+				c.log.Warn("xDS server keeps sending a configuration that was rejected; NACKs are paced", "version", resp.GetVersionInfo(), "times", repeated+1, "next_nack_in", wait, "error", err)
+			}
+			select {
+			case <-ctx.Done():
+				return got, ctx.Err()
+			case <-time.After(wait):
+			}
 		default:
 			c.metrics.responses.WithLabelValues("failed").Inc()
 			return got, fmt.Errorf("apply version %q: %w", resp.GetVersionInfo(), err)
@@ -182,6 +194,35 @@ func (c *Client) stream(ctx context.Context, cc grpc.ClientConnInterface) (got b
 		}
 	}
 }
+
+// nackPacer paces the NACKs of one stream: a server that answers every
+// NACK by sending the rejected configuration again would otherwise loop
+// as fast as both can convert (tens of thousands a minute, each logged).
+// The first NACK goes at once; while rejections follow one another each
+// waits twice as long as the one before, from min up to max. An applied
+// response starts it again.
+type nackPacer struct {
+	min, max time.Duration
+	wait     time.Duration // before the next NACK
+	last     string        // the last rejection's error
+	repeated int           // how many rejections in a row gave it
+}
+
+// rejected records a rejection with error msg and returns how long to wait
+// before NACKing it, and how many times in a row before it msg was given
+// (0: a new error, to be logged).
+func (p *nackPacer) rejected(msg string) (wait time.Duration, repeated int) {
+	if msg == p.last {
+		p.repeated++
+	} else {
+		p.last, p.repeated = msg, 0
+	}
+	wait = p.wait
+	p.wait = min(max(2*p.wait, p.min), p.max)
+	return wait, p.repeated
+}
+
+func (p *nackPacer) reset() { p.wait, p.last, p.repeated = 0, "", 0 }
 
 // handle converts and applies one response.
 func (c *Client) handle(ctx context.Context, resp *discovery.DiscoveryResponse) error {
