@@ -75,6 +75,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"serve", "--ratelimit-xds", "envoy-gateway"}, 1, "want host:port"},
 		{[]string{"serve", "--ratelimit-xds", "envoy-gateway:18001", "--ratelimit-xds-tls-cert", "c.pem"}, 1, "--ratelimit-xds TLS"},
 		{[]string{"serve", "--ratelimit-xds", "127.0.0.1:18001", "--ratelimit-xds-node-id", ""}, 1, "node id is empty"},
+		{[]string{"serve", "--ratelimit-xds", "127.0.0.1:18001", "--ratelimit-xds-server-id", "spiffe://qd/role/xds"}, 1, "needs TLS"},
 		{[]string{"leases", "--coordinator", "127.0.0.1:1", "--timeout", "300ms"}, 1, "coordinator 127.0.0.1:1"},
 	}
 	for _, c := range cases {

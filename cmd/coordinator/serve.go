@@ -174,7 +174,7 @@ func (o *serveOptions) config(stderr io.Writer) (serveConfig, error) {
 	}
 	sc.listen, sc.httpListen, sc.log = o.listen, o.httpListen, log
 	sc.coord = o.coordinatorConfig(sc.tls.Mutual, log)
-	if sc.coord.RateLimitXDS, err = o.xds.settings(o.insecure, func(w string) { log.Warn(w) }); err != nil {
+	if sc.coord.RateLimitXDS, err = o.xds.settings(o.insecure, o.tls.CA, func(w string) { log.Warn(w) }); err != nil {
 		return sc, err
 	}
 	if err := coordinator.ValidateConfig(sc.coord); err != nil {
