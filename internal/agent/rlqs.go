@@ -183,6 +183,11 @@ func (e *edgeEngine) report(st *rlqsStream, m *rlqsv3.RateLimitQuotaUsageReports
 	fresh := false
 	for _, u := range m.BucketQuotaUsages {
 		b := u.GetBucketId().GetBucket()
+		if err := boundedBucket(b); err != nil { // before its key is built, kept or logged
+			e.m.refused.WithLabelValues(refusedReason(err)).Inc()
+			st.refused.failed(e.a.cfg.Logger, now, "domain", st.domain, "error", err)
+			continue
+		}
 		bk := bucketKey(b)
 		s := st.slots[bk]
 		if s == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -151,9 +152,10 @@ func TestRLQSBadInput(t *testing.T) {
 		use(map[string]string{"policy": "plain", "tenant": "x"}, 0, 1, 0),          // no edge settings
 		use(map[string]string{"tenant": "x"}, 0, 1, 0),                             // names no policy
 		use(nil, 0, 1, 0), // no bucket id
+		use(map[string]string{"policy": "api", "tenant": "x", "pad": strings.Repeat("v", 200<<10)}, 0, 1, 0), // a 200 KB value
 	)
 	testenv.WaitFor(t, 5*time.Second, "the refusals counted", func() bool {
-		return refused("unknown-policy") == 1 && refused("invalid") == 5 && refused("no-edge") == 1
+		return refused("unknown-policy") == 1 && refused("invalid") == 6 && refused("no-edge") == 1
 	})
 	// The stream is still served: a good bucket gets its assignment, even
 	// with a count no Envoy sends.

@@ -25,10 +25,15 @@ import (
 // identity's attributes are refused, so that each Envoy instance holds one
 // bucket (one fallback) per identity, as the bound's edge term counts.
 
-// Caps on a bucket id, checked before anything else.
+// Caps on a bucket id, checked before anything else (boundedBucket): the
+// agent keeps each bucket id it serves whole (an assignment names it as
+// Envoy sent it), so these bound what one stream's buckets hold
+// (maxBucketBytes × EdgeConfig.MaxBucketsPerStream). A value longer than
+// policy.MaxAttributeValueBytes counts by its hash (envoyValue).
 const (
 	maxBucketEntries  = 16
 	maxBucketKeyBytes = 128
+	maxBucketBytes    = 4096 // keys and values together
 )
 
 // errBadBucket refuses a bucket id that cannot name anything.
@@ -45,13 +50,8 @@ type rlqsMatch struct {
 // policies and Envoy index given. An error says why it names none
 // (errBadBucket, admission.ErrUnknownPolicy, policy.ErrInvalidIdentity).
 func matchBucket(ix envoyIndex, policies admission.Policies, domain string, b map[string]string) (rlqsMatch, error) {
-	if len(b) == 0 || len(b) > maxBucketEntries {
-		return rlqsMatch{}, fmt.Errorf("%w: %d entries, want 1-%d", errBadBucket, len(b), maxBucketEntries)
-	}
-	for k := range b {
-		if k == "" || len(k) > maxBucketKeyBytes {
-			return rlqsMatch{}, fmt.Errorf("%w: a key is empty or longer than %d bytes", errBadBucket, maxBucketKeyBytes)
-		}
+	if err := boundedBucket(b); err != nil {
+		return rlqsMatch{}, err
 	}
 	if p, configured := ix.matchMap(domain, b); configured {
 		if p == nil || p.Envoy.Unlimited {
@@ -75,6 +75,26 @@ func matchBucket(ix envoyIndex, policies admission.Policies, domain string, b ma
 		return rlqsMatch{}, fmt.Errorf("%w: policy %s counts by %s; the bucket's other entries must be exactly those", errBadBucket, policy.QuoteName(p.Name), strings.Join(p.Identity, ", "))
 	}
 	return rlqsMatch{pol: p, attrs: attrs}, nil
+}
+
+// boundedBucket refuses a bucket id beyond the caps: no entries or more
+// than maxBucketEntries, a key empty or over maxBucketKeyBytes, more than
+// maxBucketBytes in all.
+func boundedBucket(b map[string]string) error {
+	if len(b) == 0 || len(b) > maxBucketEntries {
+		return fmt.Errorf("%w: %d entries, want 1-%d", errBadBucket, len(b), maxBucketEntries)
+	}
+	size := 0
+	for k, v := range b {
+		if k == "" || len(k) > maxBucketKeyBytes {
+			return fmt.Errorf("%w: a key is empty or longer than %d bytes", errBadBucket, maxBucketKeyBytes)
+		}
+		size += len(k) + len(v)
+	}
+	if size > maxBucketBytes {
+		return fmt.Errorf("%w: %d bytes of keys and values, more than %d", errBadBucket, size, maxBucketBytes)
+	}
+	return nil
 }
 
 // bucketAttributes are b's entries but skip as request attributes.
