@@ -410,6 +410,10 @@ func (p *Pipeline) fallback(t *Ticket, storeErr error) (Outcome, error) {
 		p.observeFallback(t, storeErr, false)
 		return p.dropReturn(t, lease.ModeLocalFallback, ViaFallback), nil
 	}
+	if t.Estimate > 0 && t.Charged() == 0 { // a settlement with nothing to charge, and nothing here to give back to
+		p.observeFallback(t, storeErr, false)
+		return p.finish(t, policy.Decision{Allowed: true}, lease.ModeLocalFallback, ViaFallback), nil
+	}
 	n := int64(1)
 	if p.cfg.Shares != nil {
 		n = int64(max(1, p.cfg.Shares.Instances()))

@@ -267,7 +267,10 @@ func Compute(p *policy.Policy, d Deployment, m Mode, w time.Duration) (Result, e
 			counters = 1
 		}
 		if m == Leased && d.RedisOutages && d.FallbackFraction >= 0 {
-			counters += d.Instances // and so does each instance's local fallback
+			counters += d.Regions * d.Instances // and so does each instance's local fallback
+		}
+		if m == Leased {
+			counters *= int(p.ShardCount()) // every shard of an identity is a key of its own
 		}
 		r.Terms[TermPostHoc] = PostHoc(p, counters, w)
 	}

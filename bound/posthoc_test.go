@@ -82,7 +82,11 @@ func TestPostHocTermCountsFallbacks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (2 + 6) * 3000.0; r.Terms[TermPostHoc] != want {
-		t.Errorf("post-hoc term %v, want %v: two regions' keys and six fallbacks", r.Terms[TermPostHoc], want)
+	if want := (2 + 2*6) * 3000.0; r.Terms[TermPostHoc] != want {
+		t.Errorf("post-hoc term %v, want %v: two regions' keys and six fallbacks in each", r.Terms[TermPostHoc], want)
+	}
+	p.Shards = 4
+	if r, _ = Compute(p, d, Leased, 0); r.Terms[TermPostHoc] != 4*(2+2*6)*3000.0 {
+		t.Errorf("four shards: post-hoc term %v, want every shard's key counted", r.Terms[TermPostHoc])
 	}
 }

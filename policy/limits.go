@@ -158,3 +158,14 @@ func (l Limits) ttlMs(marginMs int64) int64 {
 		return l.WindowMs + marginMs
 	}
 }
+
+// IdleAfter is how long after its last decision a key in state s under l
+// is back at its idle state: IdleMs, but for a token bucket in debt
+// (charges after the fact), which refills its debt first. Forgetting the
+// key sooner would forgive the debt.
+func (l Limits) IdleAfter(s State) int64 {
+	if l.Algorithm == TokenBucket && s.Tokens < 0 {
+		return mulDiv(l.Capacity-s.Tokens, 1000, l.Rate, true)
+	}
+	return l.IdleMs()
+}

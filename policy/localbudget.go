@@ -20,7 +20,7 @@ type LocalBudget[K comparable] struct {
 
 type localEntry struct {
 	s      State
-	idleMs int64 // the limits' IdleMs at the last decision
+	idleMs int64 // the limits' IdleAfter the last decision
 }
 
 // NewLocalBudget returns an empty table.
@@ -43,7 +43,7 @@ func (b *LocalBudget[K]) Decide(key K, l Limits, start float64, nowMs, cost int6
 	if err != nil {
 		return Decision{}, err
 	}
-	b.keys[key] = localEntry{s: ns, idleMs: l.IdleMs()}
+	b.keys[key] = localEntry{s: ns, idleMs: l.IdleAfter(ns)}
 	return d, nil
 }
 

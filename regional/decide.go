@@ -60,14 +60,14 @@ func (e *Engine) decideScripts(ctx context.Context, ds []decision) []decided {
 	now, floor := e.scriptNow()
 	out := make([]decided, len(ds))
 	if len(groups) == 1 { // the usual case: one call, no pipeline to build
-		c := callOf(ds, groups[0], now, floor)
+		c := callOf(ds, groups[0], now, floor, e.cfg.ReservationTTL.Milliseconds())
 		e.read(decideScript.Run(ctx, e.rdb, c.keys, c.args...), ds, groups[0], out)
 		e.raiseFloor(ds, groups[0], out, now)
 		return out
 	}
 	calls := make([]scriptCall, len(groups))
 	for i, g := range groups {
-		calls[i] = callOf(ds, g, now, floor)
+		calls[i] = callOf(ds, g, now, floor, e.cfg.ReservationTTL.Milliseconds())
 	}
 	for i, cmd := range runPipelined(ctx, e.rdb, decideScript, calls) {
 		e.read(cmd, ds, groups[i], out)
@@ -106,16 +106,17 @@ func (e *Engine) raiseFloor(ds []decision, g []int, out []decided, now string) {
 }
 
 // callOf lays out the decisions g of ds as one decideScript call, at now
-// (scriptNow) with the engine's fixed-window floor.
-func callOf(ds []decision, g []int, now string, floor int64) scriptCall {
-	c := scriptCall{keys: ds[g[0]].keys, args: make([]any, 0, 2+len(g)*len(ds[0].args))}
+// (scriptNow) with the engine's fixed-window floor and reservations living
+// rsvMs.
+func callOf(ds []decision, g []int, now string, floor, rsvMs int64) scriptCall {
+	c := scriptCall{keys: ds[g[0]].keys, args: make([]any, 0, 3+len(g)*len(ds[0].args))}
 	if len(g) > 1 {
 		c.keys = nil
 		for _, j := range g {
 			c.keys = append(c.keys, ds[j].keys...)
 		}
 	}
-	c.args = append(c.args, now, floor)
+	c.args = append(c.args, now, floor, rsvMs)
 	for _, j := range g {
 		c.args = append(c.args, ds[j].args[:]...)
 	}

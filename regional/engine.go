@@ -283,10 +283,7 @@ func (e *Engine) prepare(t *admission.Ticket) (decision, error) {
 	idemMs := int64(0)
 	if t.IdempotencyKey != "" {
 		keys = append(keys, ticketIdempotencyKey(key, t))
-		idemMs = e.cfg.IdempotencyWindow.Milliseconds()
-		if t.Reserve { // its record lives as long as the reservation
-			idemMs = e.cfg.ReservationTTL.Milliseconds()
-		}
+		idemMs = e.cfg.IdempotencyWindow.Milliseconds() // an admitted reservation's and a settlement's: ReservationTTL (lua/reservation.lua)
 	}
 	param := l.Rate
 	if l.Algorithm != policy.TokenBucket {

@@ -257,9 +257,9 @@ func TestMalformedScriptCallChangesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	good := append([]any{"1000", 0}, d.args[:]...)
-	unknown := append([]any{"1000", 0}, d.args[:]...)
-	unknown[2] = "bucket"
+	good := append([]any{"1000", 0, 600_000}, d.args[:]...)
+	unknown := append([]any{"1000", 0, 600_000}, d.args[:]...)
+	unknown[3] = "bucket"
 	if err := decideScript.Run(t.Context(), h.rdb, d.keys, good...).Err(); err != nil {
 		t.Fatalf("the well-formed call: %v", err) // so that the others fail for their fault
 	}
@@ -268,8 +268,9 @@ func TestMalformedScriptCallChangesNothing(t *testing.T) {
 		"a key missing":       {keys: d.keys[:1], args: good},
 		"a key too many":      {keys: append(d.keys, d.keys...), args: good},
 		"an argument missing": {keys: d.keys, args: good[:len(good)-1]},
-		"no floor":            {keys: d.keys, args: append([]any{"1000"}, d.args[:]...)},
-		"no decision":         {keys: nil, args: good[:2]},
+		"no floor":            {keys: d.keys, args: append([]any{"1000", 600_000}, d.args[:]...)},
+		"no reservation TTL":  {keys: d.keys, args: append([]any{"1000", 0, 0}, d.args[:]...)},
+		"no decision":         {keys: nil, args: good[:3]},
 		"unknown algorithm":   {keys: d.keys, args: unknown},
 	} {
 		err := decideScript.Run(t.Context(), h.rdb, c.keys, c.args...).Err()

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/quota-lease/quota-lease/policy"
 )
@@ -67,5 +68,28 @@ func TestPostHocRacedChargesAllCounted(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A token bucket in debt lives in Redis until its debt is repaid and it is
+// full again: expiring after the time a full refill takes would forgive
+// the debt.
+func TestTokenBucketDebtOutlivesItsRefill(t *testing.T) {
+	h := newHarness(t)
+	h.now.Set(1_000_000)
+	l := policy.Limits{Algorithm: policy.TokenBucket, Capacity: 1000 * policy.Micro, Rate: 1000 * policy.Micro, PostHoc: true}
+	if d := h.check(1_000_000, l, "debtor", 5000); d.Allowed || d.Debt != 4000*policy.Micro {
+		t.Fatalf("a charge of 5000 into a bucket of 1000: %+v, want refused, 4000 in debt", d)
+	}
+	// 5 s to repay the debt and refill, where a full refill takes 1 s.
+	if ttl := h.rdb.PTTL(context.Background(), h.key(policy.TokenBucket, "debtor")).Val(); ttl < 5*time.Second {
+		t.Fatalf("the key expires in %v, before its debt is repaid (5 s)", ttl)
+	}
+	b := policy.NewLocalBudget[string]()
+	if _, err := b.Decide("debtor", l, 0, 1_000_000, 5000*policy.Micro); err != nil {
+		t.Fatal(err)
+	}
+	if b.Prune(1_000_000 + 2_200); !b.Has("debtor") {
+		t.Fatal("the local fallback forgot a bucket in debt after 2.2 s, forgiving what it owed")
 	}
 }

@@ -23,8 +23,10 @@ const noReservation = "ERR no reservation"
 // settleUnrecorded decides again the settlements among ts (out[i] is
 // ts[i]'s result) whose reservation the store no longer holds: as charges
 // after the fact of what the actual cost exceeds the named estimate by,
-// nothing given back. One more round trip, for a settlement that came too
-// late or to another region.
+// nothing given back, remembered under the settlement's key; one that
+// exceeds nothing is admitted, with what a check finds left, and nothing
+// to remember. One more round trip, for a settlement that came too late
+// or to another region.
 func (e *Engine) settleUnrecorded(ctx context.Context, ts []*admission.Ticket, out []Result) {
 	var ds []decision
 	var idx []int
@@ -38,6 +40,9 @@ func (e *Engine) settleUnrecorded(ctx context.Context, ts []*admission.Ticket, o
 		}
 		rec := len(d.keys) - 2 // the record's key, before the settlement's own
 		d.keys = append(d.keys[:rec:rec], d.keys[rec+1])
+		if t.Charged() == 0 {
+			d.keys, d.args[1] = d.keys[:rec], int64(0)
+		}
 		d.args[0] = postHocCodes[d.alg]
 		d.args[4] = t.Charged() * policy.Micro
 		d.cost = t.Charged() * policy.Micro

@@ -142,3 +142,47 @@ func TestSettlementWithoutReservation(t *testing.T) {
 		t.Fatalf("the settlement retried: %+v, want it answered again, nothing charged", again)
 	}
 }
+
+// A settlement is answered again, uncharged, as long as its reservation's
+// record may live, and a reservation retried after its settlement is
+// answered from its record, reserving nothing more; a refused reservation
+// is remembered only for the idempotency window, and its settlement (in
+// shadow mode, where it was admitted) charges the whole actual cost; a
+// settlement of a reservation the store never held that exceeds nothing
+// is admitted, and again when retried.
+func TestReservationRecords(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	l := policy.Limits{Algorithm: policy.FixedWindow, Capacity: 100 * policy.Micro, WindowMs: 3_600_000, PostHoc: true}
+	at := int64(3_600_000 * 1000)
+	key := h.key(policy.FixedWindow, "rec")
+	if d := h.decideTicket(at, h.reservationTicket(l, "rec", "r1", 60, 0, true)); !d.Allowed {
+		t.Fatalf("a reservation of 60: %+v", d)
+	}
+	if d := h.decideTicket(at+1, h.reservationTicket(l, "rec", "r1", 40, 60, false)); !d.Allowed || d.Remaining != 60*policy.Micro {
+		t.Fatalf("settled at 40: %+v, want 60 left", d)
+	}
+	if ttl := h.rdb.PTTL(ctx, key+":s:r1").Val(); ttl <= DefaultIdempotencyWindow {
+		t.Errorf("the settlement is remembered %v, no longer than the idempotency window: a later retry would charge again", ttl)
+	}
+	if d := h.decideTicket(at+2, h.reservationTicket(l, "rec", "r1", 60, 0, true)); !d.Allowed || !d.Replayed {
+		t.Errorf("the reservation retried after its settlement: %+v, want it answered again", d)
+	}
+	if d := h.decideTicket(at+3, h.reservationTicket(l, "rec", "r2", 90, 0, true)); d.Allowed {
+		t.Fatalf("a reservation of 90 with 60 left: %+v, want refused", d)
+	}
+	if ttl := h.rdb.PTTL(ctx, key+":i:r2").Val(); ttl > DefaultIdempotencyWindow {
+		t.Errorf("a refused reservation is remembered %v, beyond the idempotency window", ttl)
+	}
+	if d := h.decideTicket(at+4, h.reservationTicket(l, "rec", "r2", 30, 90, false)); !d.Allowed || d.Remaining != 30*policy.Micro {
+		t.Errorf("a refused reservation settled at 30: %+v, want the 30 charged (30 left)", d)
+	}
+	for i := range 2 {
+		if d := h.decideTicket(at+5, h.reservationTicket(l, "rec", "never", 10, 50, false)); !d.Allowed {
+			t.Errorf("try %d: a settlement below the estimate of a reservation never made: %+v, want admitted", i, d)
+		}
+	}
+	if st := h.state(policy.FixedWindow, "rec"); st.Count != 70*policy.Micro {
+		t.Errorf("count %d, want 70: 40 settled and 30 charged", st.Count)
+	}
+}

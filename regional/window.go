@@ -416,7 +416,7 @@ func (c *nodeCall) finish(ctx context.Context) {
 
 // send adds the decisions g as one script call to pipe.
 func (c *nodeCall) send(ctx context.Context, pipe redis.Pipeliner, g []int, now string, floor int64) scriptGroup {
-	call := callOf(c.ds, g, now, floor)
+	call := callOf(c.ds, g, now, floor, c.e.cfg.ReservationTTL.Milliseconds())
 	if c.eval {
 		return scriptGroup{idx: g, now: now, cmd: decideScript.Eval(ctx, pipe, call.keys, call.args...)}
 	}

@@ -4,6 +4,7 @@
 --
 -- ARGV[1]  now in ms, or '' to read the Redis server clock (now.lua)
 -- ARGV[2]  the engine's floor for fixed windows, in ms (fixed_window.lua)
+-- ARGV[3]  a reservation's lifetime in ms (reservation.lua)
 -- then six per decision:
 --   algorithm   tb | fw | sw | sl, followed for a policy that accepts
 --               returns (returns.lua) by '+' (a charge, recorded in the
@@ -16,7 +17,8 @@
 --               settlement: cost is the actual cost; reservation.lua)
 --   idempotency window in ms; when > 0 the decision's last key is its
 --               idempotency key, and a decision already made for it is replayed
---               (a reservation's: its lifetime; required for '^' and '=')
+--               (required for '^' and '='; an admitted reservation's record
+--               and a settlement's answer live ARGV[3] instead)
 --   capacity in micro-units
 --   refill rate in micro-units/s (tb) or window in ms
 --   cost in micro-units
@@ -34,6 +36,8 @@
 -- error it does not expect, and the decisions after it would be lost.)
 local algorithms = {tb = token_bucket, fw = fixed_window, sw = sliding_window, sl = sliding_log}
 local stride = 6
+
+local rsv_ttl = tonumber(ARGV[3])
 
 local function decide(alg, kind, ks, nk, idem_ttl, cap, param, cost, margin)
   local idem_key = nil
@@ -69,8 +73,17 @@ local function decide(alg, kind, ks, nk, idem_ttl, cap, param, cost, margin)
   end
   if idem_key then
     local rec = int(allowed) .. ':' .. int(remaining) .. ':' .. int(retry) .. ':' .. int(reset)
-    if kind == '^' and allowed == 1 then rec = rec .. rsv_suffix(cost, at) end
-    redis.call('SET', idem_key, rec, 'PX', int(idem_ttl))
+    local ttl = idem_ttl
+    if kind == '^' then
+      -- admitted, the record waits for the settlement; refused (admitted
+      -- by shadow mode at most), it reserved nothing, and a settlement
+      -- charges the whole actual cost
+      if allowed == 1 then rec = rec .. rsv_suffix(cost, at); ttl = rsv_ttl
+      else rec = rec .. rsv_suffix(0, at) end
+    elseif kind == '=' then
+      ttl = rsv_ttl -- answered again while its reservation's record may live
+    end
+    redis.call('SET', idem_key, rec, 'PX', int(ttl))
   end
   if kind == '-' then return {allowed, remaining, retry, reset, 0, matched, freed} end
   return {allowed, remaining, retry, reset, 0}
@@ -78,13 +91,13 @@ end
 
 -- Check the call's shape before deciding anything, so that a malformed
 -- call changes nothing.
-local n = (#ARGV - 2) / stride
-if n < 1 or n ~= math.floor(n) then
-  return redis.error_reply('ERR want 2 + 6 arguments per decision, got ' .. #ARGV)
+local n = (#ARGV - 3) / stride
+if n < 1 or n ~= math.floor(n) or rsv_ttl == nil or rsv_ttl < 1 then
+  return redis.error_reply('ERR want 3 + 6 arguments per decision, got ' .. #ARGV)
 end
 local nks, algs, kinds, total = {}, {}, {}, 0
 for i = 1, n do
-  local b = 3 + (i - 1) * stride
+  local b = 4 + (i - 1) * stride
   local alg, kind = string.match(ARGV[b], '^(%l%l)([+!^=-]?)$')
   local idem = tonumber(ARGV[b + 1])
   if alg == nil or algorithms[alg] == nil or idem == nil or ((kind == '^' or kind == '=') and idem <= 0) then
@@ -103,7 +116,7 @@ end
 
 local out, ks = {}, 1
 for i = 1, n do
-  local b = 3 + (i - 1) * stride
+  local b = 4 + (i - 1) * stride
   local ok, res = pcall(decide, algs[i], kinds[i], ks, nks[i], tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]),
     tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5]))
   if not ok then

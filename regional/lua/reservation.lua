@@ -5,9 +5,10 @@
 -- A reservation is a charge that must fit, decided with an idempotency
 -- key (the reservation's id): its record, kept for the reservation's
 -- lifetime, is the decision's idempotency record followed by the
--- reservation's cost and the time it counted at (rsv_suffix). A
--- settlement deletes the record, so it settles once, and answers under
--- an idempotency key of its own.
+-- reservation's cost and the time it counted at (rsv_suffix; a cost of 0
+-- for a refused one). A settlement marks the record settled (a retried
+-- reservation is still answered from it) and answers under an
+-- idempotency key of its own, which lives as long as the record may.
 
 -- rsv_suffix is what an admitted reservation of cost at time at adds to
 -- its idempotency record.
@@ -58,13 +59,14 @@ end
 -- above the reservation's cost the difference is charged by fn, counted
 -- whether or not it fits; below it, the difference is given back. Returns
 -- what a decision returns, or nil when rk holds no reservation (never
--- made, settled already, or expired: its estimate stands).
+-- made, expired, or settled already, whose answer the settlement's own
+-- idempotency record gives first).
 local function settle(alg, fn, k, bk, now, cap, param, actual, margin, mk, rk)
   local rec = redis.call('GET', rk)
   local e, at = nil, nil
-  if rec then e, at = string.match(rec, '^1:%-?%d+:%d+:%d+:(%d+):(%d+)$') end
+  if rec then e, at = string.match(rec, '^[01]:%-?%d+:%d+:%d+:(%d+):(%d+)$') end
   if e == nil then return nil end
-  redis.call('DEL', rk)
+  redis.call('SET', rk, rec .. ':settled', 'KEEPTTL')
   e, at = tonumber(e), tonumber(at)
   if actual > e then
     return fn(k, bk, now, cap, param, actual - e, margin, mk, true)

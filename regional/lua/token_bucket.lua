@@ -35,6 +35,8 @@ local function token_bucket(k, bk, now, cap, rate, cost, margin, _, force)
   if fits or force then tokens = math.max(tokens - cost, -max_debt) end
   local reset = muldiv(cap - tokens, 1000, rate, true)
   redis.call('HSET', k, 't', int(tokens), 'l', int(now))
-  redis.call('PEXPIRE', k, int(muldiv(cap, 1000, rate, true) + margin))
+  -- until full again, debt included (policy.Limits.IdleAfter): expiring
+  -- sooner would forgive the debt
+  redis.call('PEXPIRE', k, int(muldiv(cap - math.min(tokens, 0), 1000, rate, true) + margin))
   return allowed, tokens, retry, reset, now
 end

@@ -116,7 +116,18 @@ func TestReservationsEndToEnd(t *testing.T) {
 	}
 	t.Logf("%d requests reserved and settled: %d tokens actually used, Redis counted %d (at most %d: each request's larger of estimate and actual)",
 		len(reqs), actual, counted, largest)
-	if len(reqs) < 20 || counted < actual || counted > largest {
+	if len(reqs) < 20 {
+		t.Errorf("only %d requests reserved and settled: the run proves little", len(reqs))
+	}
+	// Every decision was Redis's: the local fallback counts where the
+	// Redis sums cannot see.
+	for _, a := range c.Agents {
+		m := postHocMetrics(t, web, a, p.Name)
+		if fb := m[`quotalease_agent_decisions_total|mode="local-fallback"`] + m["quotalease_agent_fallback_after_timeout_total"]; fb > 0 {
+			t.Errorf("%s: %v decisions by the local fallback; the Redis accounting cannot see them", a.Region, fb)
+		}
+	}
+	if counted < actual || counted > largest {
 		t.Errorf("Redis counted %d tokens; want at least the %d used and at most %d", counted, actual, largest)
 	}
 
