@@ -170,8 +170,10 @@ func serviceClient(t *testing.T, c *Cluster) *http.Client {
 
 // postHocSettle is how long after a fixed window's end its counters are
 // read as final: a charge the agent sent for a window it had already left
-// is taken back in a second round trip (regional/window.go).
-const postHocSettle = 500 * time.Millisecond
+// is taken back in a second round trip (regional/window.go), within
+// milliseconds. A counter lives until its window's end plus the agents'
+// TTL margin (1 s): the poller has the 750 ms between to read it.
+const postHocSettle = 250 * time.Millisecond
 
 // postHocCharge is one charge as the client saw it.
 type postHocCharge struct {
