@@ -18,6 +18,8 @@ func edgeFlags(fs *flag.FlagSet, e *agent.EdgeConfig) {
 	fs.Float64Var(&e.BurstFraction, "edge-burst-fraction", d.BurstFraction, "RLQS: part of an Envoy instance's refill given up to pay for token buckets that start full, in (0, 1)")
 	fs.DurationVar(&e.AbandonAfter, "edge-abandon-after", d.AbandonAfter, "RLQS: tell Envoy to drop a bucket (AbandonAction) that reported no requests for this long; at least --edge-change-every")
 	fs.IntVar(&e.MaxBucketsPerStream, "edge-max-buckets", d.MaxBucketsPerStream, "RLQS: most buckets one Envoy instance may report; more are ignored and counted (quotalease_agent_edge_reports_limited_total{reason=\"buckets\"})")
+	fs.IntVar(&e.MaxStreams, "edge-max-streams", d.MaxStreams, "RLQS: most streams (Envoy instances and domains) the agent serves at once; one more is refused with RESOURCE_EXHAUSTED, and Envoy retries ({reason=\"streams\"})")
+	fs.IntVar(&e.MaxBuckets, "edge-max-agent-buckets", d.MaxBuckets, "RLQS: most buckets of all streams together; more are ignored and counted ({reason=\"agent-buckets\"})")
 	fs.Float64Var(&e.ReportsPerSecond, "edge-reports-per-second", d.ReportsPerSecond, "RLQS: pace of one Envoy stream's usage reports (Envoy sends one every reporting interval and one per new bucket); more are dropped and counted (reason=\"rate\")")
 	fs.IntVar(&e.ReportBurst, "edge-report-burst", d.ReportBurst, "RLQS: reports one Envoy stream may send at once above --edge-reports-per-second")
 }

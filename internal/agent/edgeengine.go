@@ -40,6 +40,7 @@ type edgeEngine struct {
 
 	mu         sync.Mutex
 	streams    map[uint64]*rlqsStream
+	buckets    int // the streams' slots and ALLOW_ALL buckets together (MaxBuckets)
 	keys       map[edgeKeyID]*edgeKey
 	nextStream uint64
 	// directOnly are policy identities other agents serve at the edge and
@@ -494,6 +495,7 @@ func (e *edgeEngine) dropSlot(sid rlqsSlotID, s *rlqsSlot) {
 	s.key.Remove(sid)
 	delete(s.key.slots, sid)
 	delete(s.st.slots, sid.bucket)
+	e.buckets--
 }
 
 // collect takes every stream's pending actions as one message each. e.mu

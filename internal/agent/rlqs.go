@@ -80,6 +80,9 @@ const allowAllTTL = time.Hour
 
 func (s *rlqsServer) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
 	st := s.e.open()
+	if st == nil {
+		return status.Errorf(codes.ResourceExhausted, "this agent serves %d RLQS streams, its most (--edge-max-streams): connect to another agent of the region, or retry", s.e.cfg.MaxStreams)
+	}
 	defer s.e.close(st)
 	failed := make(chan error, 1)
 	go func() {
@@ -128,6 +131,10 @@ func (st *rlqsStream) send(m *rlqsv3.RateLimitQuotaResponse, ms *edgeMetrics) {
 func (e *edgeEngine) open() *rlqsStream {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if len(e.streams) >= e.cfg.MaxStreams {
+		e.m.limited.WithLabelValues("streams").Inc()
+		return nil
+	}
 	e.nextStream++
 	st := &rlqsStream{id: e.nextStream, out: make(chan *rlqsv3.RateLimitQuotaResponse, rlqsOutbox), done: make(chan struct{}),
 		slots: map[string]*rlqsSlot{}, allowAll: map[string]time.Time{}, tokens: float64(e.cfg.ReportBurst), tokensAt: e.a.cfg.Clock.Now(),
@@ -146,6 +153,7 @@ func (e *edgeEngine) close(st *rlqsStream) {
 	for bk, s := range st.slots {
 		e.dropSlot(rlqsSlotID{st.id, bk}, s)
 	}
+	e.buckets -= len(st.allowAll)
 	delete(e.streams, st.id)
 }
 
@@ -203,6 +211,10 @@ func (e *edgeEngine) report(st *rlqsStream, m *rlqsv3.RateLimitQuotaUsageReports
 				e.m.limited.WithLabelValues("buckets").Inc()
 				continue
 			}
+			if e.buckets >= e.cfg.MaxBuckets {
+				e.m.limited.WithLabelValues("agent-buckets").Inc()
+				continue
+			}
 			if s = e.subscribe(st, u.BucketId, bk, now); s == nil {
 				fresh = fresh || len(st.pend) > 0
 				continue
@@ -254,6 +266,7 @@ func (e *edgeEngine) subscribe(st *rlqsStream, id *rlqsv3.BucketId, bk string, n
 	}
 	if m.pol == nil {
 		st.allowAll[bk] = now
+		e.buckets++
 		st.pend = append(st.pend, allowAllAction(id))
 		e.m.refused.WithLabelValues("unlimited").Inc()
 		return nil
@@ -262,6 +275,7 @@ func (e *edgeEngine) subscribe(st *rlqsStream, id *rlqsv3.BucketId, bk string, n
 	sid := rlqsSlotID{st.id, bk}
 	s := &rlqsSlot{Slot: k.Add(sid, now), st: st, id: id, key: k}
 	st.slots[bk], k.slots[sid] = s, s
+	e.buckets++
 	if len(k.slots) > m.pol.Edge.Instances {
 		e.m.over.WithLabelValues(m.pol.Name).Inc()
 	}

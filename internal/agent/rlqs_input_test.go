@@ -196,3 +196,53 @@ func TestRLQSBadInput(t *testing.T) {
 		}
 	}
 }
+
+// The agent's own budgets hold whatever its callers open: a stream beyond
+// its most is refused with ResourceExhausted, a bucket beyond the most of
+// all streams together is ignored, each counted; a stream that ends gives
+// its place and its buckets back.
+func TestRLQSAgentBudgets(t *testing.T) {
+	ra := regionAgent(t, edgeTestPolicy, func(c *Config) {
+		fastEdge(c)
+		c.Edge.MaxStreams, c.Edge.MaxBuckets = 2, 3
+	})
+	limited := func(reason string) float64 {
+		return counterValueLabeled(t, ra.a, "quotalease_agent_edge_reports_limited_total", "reason", reason)
+	}
+	tenant := func(n string) map[string]string { return map[string]string{"policy": "api", "tenant": n} }
+	first, second := openRaw(t, ra.grpcAddr), openRaw(t, ra.grpcAddr)
+	first.send(t, "shop", use(tenant("a"), 0, 1, 0), use(tenant("b"), 0, 1, 0))
+	first.next(t, tenant("b"))
+	second.send(t, "shop", use(tenant("c"), 0, 1, 0), use(tenant("d"), 0, 1, 0))
+	second.next(t, tenant("c"))
+	testenv.WaitFor(t, 5*time.Second, "the fourth bucket ignored", func() bool { return limited("agent-buckets") >= 1 })
+
+	third := openRaw(t, ra.grpcAddr)
+	third.send(t, "shop", use(tenant("e"), 0, 1, 0))
+	select {
+	case err := <-third.ended:
+		if status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("a third stream ended with %v, want ResourceExhausted", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a third stream was served beyond the agent's most")
+	}
+	if limited("streams") < 1 {
+		t.Error("the refused stream was not counted")
+	}
+
+	if err := first.s.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	<-first.ended
+	testenv.WaitFor(t, 5*time.Second, "the first stream's place freed", func() bool {
+		ra.a.edge.mu.Lock()
+		defer ra.a.edge.mu.Unlock()
+		return len(ra.a.edge.streams) == 1 && ra.a.edge.buckets == 1
+	})
+	again := openRaw(t, ra.grpcAddr)
+	again.send(t, "shop", use(tenant("e"), 0, 1, 0))
+	if a, _ := again.next(t, tenant("e")); a.GetQuotaAssignmentAction() == nil {
+		t.Fatalf("a stream opened after one ended: %v, want an assignment", a)
+	}
+}
