@@ -135,15 +135,21 @@ func TestTTL(t *testing.T) {
 
 func TestSplitFollowsDemand(t *testing.T) {
 	got := Split(1000, []int64{3000, 1000, 0})
-	if got[0] != 750 || got[1] != 250 || got[2] != 0 {
-		t.Fatalf("split by demand beyond the amount: %v", got)
+	if got[0] != 500 || got[1] != 500 || got[2] != 0 {
+		t.Fatalf("split by demand beyond the amount (max-min fair): %v", got)
+	}
+	// An instance inflating its reports takes what the others leave, never
+	// what they ask within an equal part.
+	got = Split(1000, []int64{1 << 60, 200, 300})
+	if got[1] != 200 || got[2] != 300 || got[0] != 500 {
+		t.Fatalf("an inflated report beside honest ones: %v", got)
 	}
 	got = Split(1000, []int64{100, 300})
 	if got[0] < 100 || got[1] < 300 || got[0]+got[1] != 1000 {
 		t.Fatalf("demand that fits is met and the rest spread: %v", got)
 	}
 	got = Split(1000, []int64{-1, 600, 200})
-	if got[0] != 333 || got[0]+got[1]+got[2] != 1000 { // 400 of 1,200 asked
+	if got[0] != 400 || got[2] != 200 || got[0]+got[1]+got[2] != 1000 { // 400 of 1,200 asked
 		t.Fatalf("an unknown demand counts as the mean of the known: %v", got)
 	}
 	if got := Split(1000, []int64{-1}); got[0] != 1000 {
@@ -174,8 +180,14 @@ func TestTarget(t *testing.T) {
 	if got := Target(1000, 0, 5000, 0); got != 1000 {
 		t.Fatalf("the only demand gets the whole capacity, got %d", got)
 	}
-	if got := Target(1000, 1000, 1000, 2000); got != 250 {
+	if got := Target(1000, 500, 1000, 500); got != 500 {
 		t.Fatalf("demand beyond capacity is served in proportion, got %d", got)
+	}
+	if got := Target(1000, 1000, 1000, 2000); got < 333 || got > 334 {
+		t.Fatalf("no party counts for more than the capacity, got %d", got)
+	}
+	if got := Target(1000, 500, 1<<60, 0); got < 666 || got > 667 {
+		t.Fatalf("an inflated edge demand beside direct checks, got %d", got)
 	}
 	if got := Target(1000, 0, 0, 500); got != 0 {
 		t.Fatalf("no demand of its own, got %d", got)

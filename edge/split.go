@@ -8,19 +8,21 @@ import (
 // edge: c split by demand between the region's direct checks (direct: the
 // demand of HTTP, gRPC and Envoy RLS checks, summed over the agents), this
 // agent's Envoy instances (self) and the other agents' (others, when any
-// report), all in the policy's amount unit. Demand that fits is met and the
-// rest spread evenly;
-// demand that does not is served in proportion (allocation.StrategyDemand).
+// report), all in the policy's amount unit. Demand that fits is met and
+// the rest spread evenly; demand that does not is served in proportion
+// (allocation.StrategyDemand), each party's counted at most c: no party
+// can use more, so Envoy's reports (the caller's word) inflated without
+// end take at most their part in proportion to c, never all of it.
 func Target(c, direct, self, others int64) int64 {
 	if c <= 0 || self <= 0 {
 		return 0
 	}
 	parties := []allocation.Region{
-		{Name: "self", Weight: 1, Demand: self},
-		{Name: "direct", Weight: 1, Demand: max(0, direct)},
+		{Name: "self", Weight: 1, Demand: min(self, c)},
+		{Name: "direct", Weight: 1, Demand: min(max(0, direct), c)},
 	}
 	if others > 0 {
-		parties = append(parties, allocation.Region{Name: "others", Weight: 1, Demand: others})
+		parties = append(parties, allocation.Region{Name: "others", Weight: 1, Demand: min(others, c)})
 	}
 	out, err := allocation.Allocate(allocation.StrategyDemand, c, parties)
 	if err != nil { // inputs are checked above; never for valid ones
@@ -30,10 +32,13 @@ func Target(c, direct, self, others int64) int64 {
 }
 
 // Split divides amount among instances by their demand (same unit): met
-// where it fits, the rest spread evenly; in proportion otherwise. A
-// negative demand is unknown (a bucket's first report says nothing of its
-// rate): it counts as the mean of the known ones, or as all of amount when
-// none is known.
+// where it fits, the rest spread evenly; max-min fair otherwise (water
+// filled: an instance asking less than an equal part gets what it asks),
+// so that one instance reporting more than it uses, whether a slow
+// measure or a caller inflating its counts, cannot push the others of
+// the same identity toward nothing. A negative demand is unknown (a
+// bucket's first report says nothing of its rate): it counts as the mean
+// of the known ones, or as all of amount when none is known.
 func Split(amount int64, demand []int64) []int64 {
 	if len(demand) == 0 {
 		return nil
@@ -56,7 +61,7 @@ func Split(amount int64, demand []int64) []int64 {
 		}
 		rs[i] = allocation.Region{Weight: 1, Demand: d}
 	}
-	out, err := allocation.Allocate(allocation.StrategyDemand, max(0, amount), rs)
+	out, err := allocation.Allocate(allocation.StrategyMaxMinFair, max(0, amount), rs)
 	if err != nil {
 		return make([]int64, len(demand))
 	}

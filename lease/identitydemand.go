@@ -13,8 +13,10 @@ func (g Grant) Owns(identity string) bool {
 // identities whose rate on m is over the instance's part of the default
 // share (the default divided by the region's live instances, since the
 // coordinator sums their reports), and those g gives shares of their own
-// (0 when not asked for lately). name names m's keys. Nil before any grant.
-func IdentityDemands[K comparable](m *Meter[K], nowMs int64, g Grant, full policy.Limits, instances int, name func(K) string) map[string]int64 {
+// (0 when not asked for lately), at most most in all (the hottest, and
+// every one g gives a share: HeldFor's Instance is what a coordinator
+// holds). name names m's keys. Nil before any grant.
+func IdentityDemands[K comparable](m *Meter[K], nowMs int64, g Grant, full policy.Limits, instances, most int, name func(K) string) map[string]int64 {
 	if g.ID == "" {
 		return nil
 	}
@@ -30,5 +32,5 @@ func IdentityDemands[K comparable](m *Meter[K], nowMs int64, g Grant, full polic
 	for id, r := range rates {
 		out[name(id)] = full.RateAmount(r)
 	}
-	return out
+	return hottestDemands(out, g.Owns, most)
 }

@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -35,7 +34,9 @@ const identityIdleRounds = 30
 // share. It is pure and not safe for concurrent use.
 type IdentityPlan struct {
 	max     int
+	held    Held                        // the most demands held per instance and per region
 	reports map[instanceOf]*report      // each agent instance's last report
+	regions map[string]int              // demands held per region, over its instances
 	demand  map[string]map[string]int64 // identity -> region -> demand, summed over the region's instances
 	targets map[string]map[string]int64 // identity -> region -> target
 	// quiet are the planned identities within the default share
@@ -57,6 +58,9 @@ type IdentityPlan struct {
 	// Unfit counts the identities that asked for shares of their own in the
 	// last round and did not get them: max was reached.
 	Unfit int
+	// Ignored counts the identity demands not taken since the plan began:
+	// new identities beyond what an instance or its region may hold (Held).
+	Ignored int64
 }
 
 // instanceOf names one agent instance of a region.
@@ -75,10 +79,12 @@ type report struct {
 // that stopped renewing soon does not.
 const reportRounds = 30
 
-// NewIdentityPlan returns an empty plan of at most max identity shares.
+// NewIdentityPlan returns an empty plan of at most max identity shares,
+// holding at most HeldFor(max) demands.
 func NewIdentityPlan(max int) *IdentityPlan {
-	return &IdentityPlan{max: max, reports: map[instanceOf]*report{}, demand: map[string]map[string]int64{},
-		targets: map[string]map[string]int64{}, quiet: map[string]int64{}, waiting: map[string]bool{}, dirty: map[string]bool{}, byRegion: map[string]map[string]int64{}}
+	return &IdentityPlan{max: max, held: HeldFor(max), reports: map[instanceOf]*report{}, regions: map[string]int{},
+		demand: map[string]map[string]int64{}, targets: map[string]map[string]int64{}, quiet: map[string]int64{},
+		waiting: map[string]bool{}, dirty: map[string]bool{}, byRegion: map[string]map[string]int64{}}
 }
 
 // Update applies an agent instance's changed identity demands (amount
@@ -91,6 +97,11 @@ func NewIdentityPlan(max int) *IdentityPlan {
 // again. A region's demand for an identity is the sum over its instances,
 // as its demand for the quota is (each instance sees part of the region's
 // traffic).
+//
+// A new identity beyond what the instance or its region may hold (Held) is
+// not taken, and counted in Ignored, so a report's cost and the plan's
+// size stay bounded whatever a caller sends; the answer is then false, as
+// the instance no longer holds what it believes.
 func (p *IdentityPlan) Update(region, instance, nonce string, held int, changes map[string]int64) bool {
 	in := instanceOf{region, instance}
 	r := p.reports[in]
@@ -103,11 +114,22 @@ func (p *IdentityPlan) Update(region, instance, nonce string, held int, changes 
 	r.age = 0
 	for id, d := range changes {
 		d = max(d, 0)
-		p.add(id, region, d-r.demands[id])
-		if d == 0 {
+		old, had := r.demands[id]
+		if !had && d > 0 && (len(r.demands) >= p.held.Instance || p.regions[region] >= p.held.Region) {
+			p.Ignored++
+			known = false
+			continue
+		}
+		p.add(id, region, d-old)
+		switch {
+		case d == 0 && had:
 			delete(r.demands, id)
-		} else {
+			p.regions[region]--
+		case d > 0:
 			r.demands[id] = d
+			if !had {
+				p.regions[region]++
+			}
 		}
 	}
 	return known
@@ -118,6 +140,9 @@ func (p *IdentityPlan) forget(in instanceOf) {
 	if old := p.reports[in]; old != nil {
 		for id, d := range old.demands {
 			p.add(id, in.region, -d)
+		}
+		if p.regions[in.region] -= len(old.demands); p.regions[in.region] <= 0 {
+			delete(p.regions, in.region)
 		}
 		delete(p.reports, in)
 	}
@@ -179,11 +204,9 @@ func (p *IdentityPlan) Plan(total, useful int64, defaults map[string]int64) {
 			p.drop(id)
 		}
 	}
-	want := slices.Collect(maps.Keys(p.waiting))
-	slices.SortFunc(want, func(a, b string) int { return cmp.Or(cmp.Compare(p.hottest(b), p.hottest(a)), cmp.Compare(a, b)) })
 	room := max(0, p.max-len(p.targets))
-	p.Unfit = max(0, len(want)-room)
-	for _, id := range want[:min(room, len(want))] {
+	p.Unfit = max(0, len(p.waiting)-room)
+	for _, id := range p.hottestWaiting(room) {
 		p.targets[id] = nil
 		delete(p.waiting, id)
 	}
@@ -342,8 +365,19 @@ func (p *IdentityPlan) Targets(region string) map[string]int64 {
 }
 
 // SetMax changes the most identities that may hold shares of their own (a
-// policy change). Identities above a lowered max keep theirs until idle.
-func (p *IdentityPlan) SetMax(max int) { p.max = max }
+// policy change), and with it the most demands held (HeldFor). Identities
+// above a lowered max keep theirs until idle, and reports above a lowered
+// hold keep what they hold until it is gone.
+func (p *IdentityPlan) SetMax(max int) { p.max, p.held = max, HeldFor(max) }
+
+// Held is how many identity demands the plan holds, over every instance.
+func (p *IdentityPlan) Held() int {
+	n := 0
+	for _, c := range p.regions {
+		n += c
+	}
+	return n
+}
 
 // Len is how many identities hold shares of their own.
 func (p *IdentityPlan) Len() int { return len(p.targets) }

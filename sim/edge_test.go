@@ -186,9 +186,13 @@ func TestEdgeStoreAsTheScript(t *testing.T) {
 			args = append(args, strconv.Itoa(id), u.Want, u.Capacity, u.EdgeDemand, u.Direct, u.Life.Milliseconds())
 		}
 		granted, others := x.sync(idx, ups)
+		args = append(args, "0", 1000) // read the whole hash: three fields are one page
 		got, err := script.Run(ctx, rdb, []string{"ql:edge:{us}"}, append([]any{strconv.Itoa(x.gen), len(idx)}, args...)...).Slice()
 		if err != nil {
 			t.Fatal(err)
+		}
+		if got[3] != "0" {
+			t.Fatalf("step %d: the read did not end in one page (cursor %v)", step, got[3])
 		}
 		if want := fmt.Sprint(got[1]); fmt.Sprint(strs(granted)) != want {
 			t.Fatalf("step %d, agent %d: the model granted %v, the script %v", step, x.gen, granted, want)

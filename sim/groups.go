@@ -55,7 +55,8 @@ func (e *engine) generateGroups() {
 // own demand (lease.IdentityDemands; the region runs one instance).
 func (e *engine) identityDemands(r *region) map[string]int64 {
 	g, _ := r.holder.Grant()
-	return lease.IdentityDemands(r.meter, e.now, g, e.full, 1, func(id int) string { return e.ids.names[id] })
+	most := lease.HeldFor(e.policy.IdentityShareLimit()).Instance
+	return lease.IdentityDemands(r.meter, e.now, g, e.full, 1, most, func(id int) string { return e.ids.names[id] })
 }
 
 // pick draws one of n instances by weights (nil: alike; missing: 0).

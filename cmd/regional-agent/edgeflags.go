@@ -20,6 +20,7 @@ func edgeFlags(fs *flag.FlagSet, e *agent.EdgeConfig) {
 	fs.IntVar(&e.MaxBucketsPerStream, "edge-max-buckets", d.MaxBucketsPerStream, "RLQS: most buckets one Envoy instance may report; more are ignored and counted (quotalease_agent_edge_reports_limited_total{reason=\"buckets\"})")
 	fs.IntVar(&e.MaxStreams, "edge-max-streams", d.MaxStreams, "RLQS: most streams (Envoy instances and domains) the agent serves at once; one more is refused with RESOURCE_EXHAUSTED, and Envoy retries ({reason=\"streams\"})")
 	fs.IntVar(&e.MaxBuckets, "edge-max-agent-buckets", d.MaxBuckets, "RLQS: most buckets of all streams together; more are ignored and counted ({reason=\"agent-buckets\"})")
+	fs.IntVar(&e.MaxIdentities, "edge-max-identities", d.MaxIdentities, "RLQS: most policy identities (e.g. tenants) the agent serves at the edge at once; each is a field of the region's edge reservations in Redis, which every agent reads every half --edge-grow-wait (about 6 µs of Redis each), so this bounds that read; a bucket of one more is ignored and counted ({reason=\"identities\"})")
 	fs.Float64Var(&e.ReportsPerSecond, "edge-reports-per-second", d.ReportsPerSecond, "RLQS: pace of one Envoy stream's usage reports (Envoy sends one every reporting interval and one per new bucket); more are dropped and counted (reason=\"rate\")")
 	fs.IntVar(&e.ReportBurst, "edge-report-burst", d.ReportBurst, "RLQS: reports one Envoy stream may send at once above --edge-reports-per-second")
 }

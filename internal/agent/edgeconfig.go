@@ -22,6 +22,12 @@ type EdgeConfig struct {
 	// buckets of all its streams together; more are ignored and counted.
 	// Defaults 1,000 and 100,000: at most 4 KiB a bucket id, 400 MB.
 	MaxStreams, MaxBuckets int
+	// MaxIdentities caps the policy identities the agent serves at the
+	// edge at once: each is a field of the region's reservations, which
+	// every agent of the region reads every ReadEvery (about 6 µs of
+	// Redis a field: 10,000 take 60 ms every 250 ms). A bucket of one more
+	// is ignored and counted. Default 10,000.
+	MaxIdentities int
 	// ReportsPerSecond and ReportBurst pace the messages of one stream
 	// (Envoy sends one every reporting interval and one per new bucket);
 	// more are dropped and counted. Defaults 20 and 200.
@@ -31,7 +37,7 @@ type EdgeConfig struct {
 
 // DefaultEdgeConfig returns the RLQS settings' defaults.
 func DefaultEdgeConfig() EdgeConfig {
-	return EdgeConfig{Tuning: edge.DefaultTuning(), MaxBucketsPerStream: 10_000, MaxStreams: 1_000, MaxBuckets: 100_000, ReportsPerSecond: 20, ReportBurst: 200}
+	return EdgeConfig{Tuning: edge.DefaultTuning(), MaxBucketsPerStream: 10_000, MaxStreams: 1_000, MaxBuckets: 100_000, MaxIdentities: 10_000, ReportsPerSecond: 20, ReportBurst: 200}
 }
 
 // rounds is what the edge rounds run with: the tuning and the lease's
@@ -52,8 +58,8 @@ func (c EdgeConfig) Validate() error {
 	if math.IsNaN(c.BurstFraction) || c.BurstFraction <= 0 || c.BurstFraction >= 1 {
 		errs = append(errs, fmt.Errorf("edge burst fraction %v must be in (0, 1)", c.BurstFraction))
 	}
-	if c.MaxBucketsPerStream < 1 || c.MaxStreams < 1 || c.MaxBuckets < 1 || c.ReportBurst < 1 || !(c.ReportsPerSecond > 0) {
-		errs = append(errs, errors.New("edge max buckets per stream, max streams, max buckets, report rate and report burst must be positive"))
+	if c.MaxBucketsPerStream < 1 || c.MaxStreams < 1 || c.MaxBuckets < 1 || c.MaxIdentities < 1 || c.ReportBurst < 1 || !(c.ReportsPerSecond > 0) {
+		errs = append(errs, errors.New("edge max buckets per stream, max streams, max buckets, max identities, report rate and report burst must be positive"))
 	}
 	return errors.Join(errs...)
 }

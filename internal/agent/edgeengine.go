@@ -202,13 +202,13 @@ func (e *edgeEngine) round(ctx context.Context) time.Time {
 		return e.a.cfg.Clock.Now().Add(time.Second) // no policy is served at the edge: nothing to reserve or read
 	}
 	e.mu.Lock()
-	updates, sync := e.prepare(e.a.cfg.Clock.Now())
+	updates, sync, read := e.prepare(e.a.cfg.Clock.Now())
 	e.m.rounds.Inc()
 	e.m.plans.Add(float64(len(e.visited)))
 	e.mu.Unlock()
 	if sync {
 		e.m.syncs.Inc()
-		e.sync(ctx, updates)
+		e.sync(ctx, updates, read)
 	}
 	e.mu.Lock()
 	now := e.a.cfg.Clock.Now()
@@ -250,12 +250,13 @@ func (e *edgeEngine) idle() bool {
 // prepare plans, at now, the keys that need it (edgeKey.dirty) and
 // returns the updates to write, and whether to sync with Redis: when an
 // update grows a reservation (assignments wait for it), or when the
-// region's reservations are due to be read again (edge.Config.ReadEvery:
-// the direct path relies on the last read only so long). Other updates
-// wait for that read; their keys are planned again then. e.mu is held.
-func (e *edgeEngine) prepare(now time.Time) ([]edgeUpdate, bool) {
+// region's reservations are due to be read again (read;
+// edge.Config.ReadEvery: the direct path relies on the last read only so
+// long). Other updates wait for that read; their keys are planned again
+// then. e.mu is held.
+func (e *edgeEngine) prepare(now time.Time) (updates []edgeUpdate, sync, read bool) {
 	e.planAt = now
-	read := e.rc.ReadDue(e.readRoundAt, now)
+	read = e.rc.ReadDue(e.readRoundAt, now)
 	measured := read && now.Sub(e.directAt) >= time.Second
 	if read {
 		e.readRoundAt = now
@@ -269,7 +270,6 @@ func (e *edgeEngine) prepare(now time.Time) ([]edgeUpdate, bool) {
 		until time.Time      // its grant's validity
 	}
 	policies := map[string]served{} // looked up once a round
-	var updates []edgeUpdate
 	urgent := false
 	e.visited, e.nextGrow = e.visited[:0], time.Time{}
 	for id, k := range e.keys {
@@ -324,23 +324,26 @@ func (e *edgeEngine) prepare(now time.Time) ([]edgeUpdate, bool) {
 		}
 	}
 	if read || urgent {
-		return updates, true
+		return updates, true, read
 	}
 	for _, u := range updates {
 		if k := e.keys[u.key]; k != nil {
 			k.unwritten = true // planned again, and written, with the next read
 		}
 	}
-	return nil, false
+	return nil, false, false
 }
 
-// sync writes updates to the region's reservations and reads the other
-// agents', applying the answer; a key whose update did not land is
-// planned again next round.
-func (e *edgeEngine) sync(ctx context.Context, updates []edgeUpdate) {
+// sync writes updates to the region's reservations and, when read, reads
+// the other agents', applying the answer; a key whose update did not land
+// is planned again next round. The read may take as long as it may be
+// trusted (edge.Config.Trust: it counts from when it was sent).
+func (e *edgeEngine) sync(ctx context.Context, updates []edgeUpdate, read bool) {
 	sent := e.a.cfg.Clock.Now()
 	sctx, cancel := context.WithTimeout(ctx, e.cfg.GrowWait)
-	granted, others, err := edgeSync(sctx, e.a.cfg.Redis, e.a.cfg.Region, e.id, updates)
+	rctx, rcancel := context.WithTimeout(ctx, e.rc.Trust())
+	granted, others, err := edgeSync(sctx, rctx, e.a.cfg.Redis, e.a.cfg.Region, e.id, updates, read)
+	rcancel()
 	cancel()
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -404,7 +407,8 @@ func (e *edgeEngine) measureDirect(now, since time.Time) {
 }
 
 // synced applies a successful sync sent at sent and answered at done
-// (edge.Key.Synced says what counts from which). e.mu is held.
+// (edge.Key.Synced says what counts from which); others is nil when it
+// read nothing, and the view keeps the last read's. e.mu is held.
 func (e *edgeEngine) synced(sent, done time.Time, updates []edgeUpdate, granted []int64, others map[edgeKeyID]edge.Others) {
 	changed := false
 	for i, u := range updates {
@@ -413,12 +417,22 @@ func (e *edgeEngine) synced(sent, done time.Time, updates []edgeUpdate, granted 
 			k.Synced(sent, done, u.Update, granted[i], e.rc)
 		}
 	}
-	if old := e.view.Load(); old != nil && !changed && maps.Equal(others, e.regionKeys) {
+	readAt := sent
+	old := e.view.Load()
+	if others == nil {
+		if !changed {
+			return
+		}
+		others, readAt = e.regionKeys, time.Time{}
+		if old != nil {
+			readAt = old.ReadAt
+		}
+	} else if old != nil && !changed && maps.Equal(others, e.regionKeys) {
 		e.view.Store(old.ReadAgain(sent)) // the same reservations, read again
 		return
 	}
 	e.regionKeys = others
-	v := edge.NewView(sent)
+	v := edge.NewView(readAt)
 	for id, o := range others {
 		v.Add(id.policy, id.identity, o.Reserved)
 	}

@@ -6,7 +6,7 @@ import "github.com/prometheus/client_golang/prometheus"
 // the agent's registry.
 type edgeMetrics struct {
 	streams, buckets, assignedRate, reserved *prometheus.GaugeVec
-	reported, limited, refused, over         *prometheus.CounterVec
+	reported, limited, refused               *prometheus.CounterVec
 	dropped, messages, rounds, plans, syncs  prometheus.Counter
 }
 
@@ -23,11 +23,9 @@ func newEdgeMetrics(reg *prometheus.Registry) *edgeMetrics {
 		reported: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_edge_reported_requests_total",
 			Help: "Requests Envoy instances reported for the policy's buckets, by result: allowed or denied by Envoy."}, []string{"policy", "result"}),
 		limited: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_edge_reports_limited_total",
-			Help: "What Envoy instances sent beyond their limits, dropped: rate (a stream's usage reports beyond its pace), buckets (buckets beyond a stream's cap)."}, []string{"reason"}),
+			Help: "What Envoy instances sent beyond their limits, dropped: rate (a stream's usage reports beyond its pace), buckets (buckets beyond a stream's cap), streams (streams beyond the agent's), agent-buckets (buckets beyond the agent's), identities (identities beyond the agent's)."}, []string{"reason"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_edge_buckets_refused_total",
-			Help: "Buckets given no assignment, by reason: invalid (a bad bucket id), unknown-policy, identity (lacks the policy's identity attributes), no-edge (the policy has no edge settings); unlimited counts buckets a configuration does not limit (assigned ALLOW_ALL)."}, []string{"reason"}),
-		over: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_edge_instances_over_total",
-			Help: "Buckets subscribed beyond the Envoy instances the policy's edge settings expect for one identity on this agent: the bound's edge term counts only those."}, []string{"policy"}),
+			Help: "Buckets given no assignment, by reason: invalid (a bad bucket id), unknown-policy, identity (lacks the policy's identity attributes), no-edge (the policy has no edge settings), second-bucket (a stream's second bucket id of one identity), instances (beyond the policy's edge instances, divided among the region's agents); unlimited counts buckets a configuration does not limit (assigned ALLOW_ALL)."}, []string{"reason"}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "quotalease_agent_edge_pushes_dropped_total",
 			Help: "Assignment messages dropped because a stream's outbox was full (a slow Envoy): counted as sent, refreshed later."}),
 		messages: prometheus.NewCounter(prometheus.CounterOpts{Name: "quotalease_agent_edge_messages_total",
@@ -39,7 +37,7 @@ func newEdgeMetrics(reg *prometheus.Registry) *edgeMetrics {
 		syncs: prometheus.NewCounter(prometheus.CounterOpts{Name: "quotalease_agent_edge_syncs_total",
 			Help: "Syncs of the edge reservations with the region's Redis: when a reservation grows, and a read about every quarter second (--edge-grow-wait / 2)."}),
 	}
-	reg.MustRegister(m.streams, m.buckets, m.assignedRate, m.reserved, m.reported, m.limited, m.refused, m.over, m.dropped, m.messages, m.rounds, m.plans, m.syncs)
+	reg.MustRegister(m.streams, m.buckets, m.assignedRate, m.reserved, m.reported, m.limited, m.refused, m.dropped, m.messages, m.rounds, m.plans, m.syncs)
 	for _, r := range []string{"rate", "buckets"} {
 		m.limited.WithLabelValues(r)
 	}

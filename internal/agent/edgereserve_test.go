@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -32,7 +33,7 @@ func TestEdgeReservationsOnRedis(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for round := 0; round < 20; round++ {
-				g, _, err := edgeSync(ctx, rdb, "us", string(rune('a'+i)), []edgeUpdate{{key: id, Update: edge.Update{Want: capacity, Capacity: capacity, EdgeDemand: 5, Life: time.Minute}}})
+				g, _, err := edgeSync(ctx, ctx, rdb, "us", string(rune('a'+i)), []edgeUpdate{{key: id, Update: edge.Update{Want: capacity, Capacity: capacity, EdgeDemand: 5, Life: time.Minute}}}, true)
 				if err != nil {
 					t.Error(err)
 					return
@@ -50,7 +51,7 @@ func TestEdgeReservationsOnRedis(t *testing.T) {
 		t.Fatalf("agents hold %v, %d in all, of a capacity of %d", granted, sum, capacity)
 	}
 	// The others see what each holds.
-	_, others, err := edgeSync(ctx, rdb, "us", "a", nil)
+	_, others, err := edgeSync(ctx, ctx, rdb, "us", "a", nil, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,19 +60,55 @@ func TestEdgeReservationsOnRedis(t *testing.T) {
 	}
 	// Shrinking is granted whole; an agent holding for a short life is
 	// gone once it ran out.
-	g, _, _ := edgeSync(ctx, rdb, "us", "a", []edgeUpdate{{key: id, Update: edge.Update{Want: 0, Capacity: capacity, Life: time.Minute}}})
+	g, _, _ := edgeSync(ctx, ctx, rdb, "us", "a", []edgeUpdate{{key: id, Update: edge.Update{Want: 0, Capacity: capacity, Life: time.Minute}}}, true)
 	if g[0] != 0 {
 		t.Fatalf("shrink to 0 granted %d", g[0])
 	}
-	if _, _, err := edgeSync(ctx, rdb, "us", "b", []edgeUpdate{{key: id, Update: edge.Update{Want: granted[1], Capacity: capacity, Life: 300 * time.Millisecond}}}); err != nil {
+	if _, _, err := edgeSync(ctx, ctx, rdb, "us", "b", []edgeUpdate{{key: id, Update: edge.Update{Want: granted[1], Capacity: capacity, Life: 300 * time.Millisecond}}}, true); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 5*time.Second, "b's reservation expiring", func() bool {
-		_, others, err := edgeSync(ctx, rdb, "us", "a", nil)
+		_, others, err := edgeSync(ctx, ctx, rdb, "us", "a", nil, true)
 		return err == nil && others[id].Reserved == sum-granted[0]-granted[1]
 	})
 	if ttl := rdb.PTTL(ctx, edgeReservationsKey("us")).Val(); ttl <= 0 || ttl > time.Minute {
 		t.Fatalf("the region's hash expires in %s, want within the longest life", ttl)
+	}
+}
+
+// A region's hash of many identities is written and read in short calls:
+// updates in batches, the read a page at a time, and a whole read still
+// sees every identity the other agents hold.
+func TestEdgeReservationsInPages(t *testing.T) {
+	rs := startRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
+	defer rdb.Close()
+	ctx := context.Background()
+	const n = 5 * edgePage
+	updates := make([]edgeUpdate, n)
+	for i := range updates {
+		updates[i] = edgeUpdate{key: edgeKeyID{"api", fmt.Sprint("tenant-", i)}, Update: edge.Update{Want: 10, Capacity: 100, EdgeDemand: 1, Life: time.Minute}}
+	}
+	g, others, err := edgeSync(ctx, ctx, rdb, "us", "b", updates, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g) != n || g[n-1] != 10 || others != nil {
+		t.Fatalf("%d grants (the last %d), others %v; want %d of 10 and no read", len(g), g[n-1], others, n)
+	}
+	_, page, next, err := edgeCall(ctx, rdb, "us", "a", nil, "0", edgePage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next == "0" || len(page) == 0 || len(page) > 2*edgePage {
+		t.Fatalf("one call read %d of %d identities (next cursor %q): want one page", len(page), n, next)
+	}
+	_, others, err = edgeSync(ctx, ctx, rdb, "us", "a", nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(others) != n || others[edgeKeyID{"api", "tenant-7"}].Reserved != 10 {
+		t.Fatalf("a whole read saw %d of %d identities", len(others), n)
 	}
 }
 
@@ -110,5 +147,43 @@ func TestEdgeHoldsShrinkingGrant(t *testing.T) {
 	}
 	if r := e.reserved("api", "acme", now.Add(time.Minute)); r < 1<<62 {
 		t.Errorf("a stale view leaves direct checks %d reserved, want everything", r)
+	}
+}
+
+// BenchmarkEdgeRead reads a region's hash of 100,000 identities held by
+// another agent, page by page (as the agent does) and in one call (as it
+// did), and reports the longest call: how long a decision's script may
+// wait behind the read.
+func BenchmarkEdgeRead(b *testing.B) {
+	rs := startRedis(b)
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
+	defer rdb.Close()
+	ctx := context.Background()
+	updates := make([]edgeUpdate, 100_000)
+	for i := range updates {
+		updates[i] = edgeUpdate{key: edgeKeyID{"api", fmt.Sprint("tenant-", i)}, Update: edge.Update{Want: 10, Capacity: 100, EdgeDemand: 1, Life: time.Hour}}
+	}
+	if _, _, err := edgeSync(ctx, ctx, rdb, "us", "b", updates, false); err != nil {
+		b.Fatal(err)
+	}
+	for _, page := range []int{edgePage, 1 << 30} {
+		name := map[bool]string{true: "pages", false: "one-call"}[page == edgePage]
+		b.Run(name, func(b *testing.B) {
+			var longest time.Duration
+			for b.Loop() {
+				for cursor := "0"; ; {
+					start := time.Now()
+					_, _, next, err := edgeCall(ctx, rdb, "us", "a", nil, cursor, page)
+					longest = max(longest, time.Since(start))
+					if err != nil {
+						b.Fatal(err)
+					}
+					if cursor = next; cursor == "0" {
+						break
+					}
+				}
+			}
+			b.ReportMetric(float64(longest.Microseconds())/1000, "longest-call-ms")
+		})
 	}
 }

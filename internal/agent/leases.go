@@ -521,7 +521,8 @@ func (q *quotaLease) identityDemand(now time.Time, instances int) map[string]int
 	g, _ := q.a.Grant()
 	q.meter.mu.Lock()
 	defer q.meter.mu.Unlock()
-	return lease.IdentityDemands(q.meter.m, now.UnixMilli(), g, q.policy.Limits(), instances, func(id string) string { return id })
+	most := lease.HeldFor(q.policy.IdentityShareLimit()).Instance
+	return lease.IdentityDemands(q.meter.m, now.UnixMilli(), g, q.policy.Limits(), instances, most, func(id string) string { return id })
 }
 
 // meter is a lease.Meter (the hottest identity's demand) safe for the

@@ -271,25 +271,60 @@ func (e *edgeEngine) subscribe(st *rlqsStream, id *rlqsv3.BucketId, bk string, n
 		e.m.refused.WithLabelValues("unlimited").Inc()
 		return nil
 	}
-	k := e.key(edgeKeyID{m.pol.Name, identity}, m.pol)
+	kid := edgeKeyID{m.pol.Name, identity}
+	k := e.keys[kid]
+	switch {
+	case k == nil && len(e.keys) >= e.cfg.MaxIdentities:
+		e.m.limited.WithLabelValues("identities").Inc()
+		return nil
+	case k != nil && k.onStream(st.id):
+		err = errSecondBucket
+	case k != nil && len(k.slots) >= edge.MostInstances(m.pol, e.a.leaser.Instances()):
+		err = errInstances
+	}
+	if err != nil {
+		e.m.refused.WithLabelValues(refusedReason(err)).Inc()
+		st.refused.failed(e.a.cfg.Logger, now, "domain", st.domain, "bucket", bk, "policy", m.pol.Name, "error", err)
+		return nil
+	}
+	k = e.key(kid, m.pol)
 	sid := rlqsSlotID{st.id, bk}
 	s := &rlqsSlot{Slot: k.Add(sid, now), st: st, id: id, key: k}
 	st.slots[bk], k.slots[sid] = s, s
 	e.buckets++
-	if len(k.slots) > m.pol.Edge.Instances {
-		e.m.over.WithLabelValues(m.pol.Name).Inc()
-	}
 	return s
 }
 
-// errNoEdge refuses a bucket of a policy without edge settings.
-var errNoEdge = errors.New("the policy has no edge settings: it is not served to Envoy's RLQS")
+// onStream reports whether stream already holds a bucket of k: one
+// instance gets one bucket of an identity, whatever spelling of it its
+// bucket ids use, as the bound's edge term counts one fallback each.
+func (k *edgeKey) onStream(stream uint64) bool {
+	for sid := range k.slots {
+		if sid.stream == stream {
+			return true
+		}
+	}
+	return false
+}
+
+// Refusals of a bucket the agent would serve otherwise: a policy without
+// edge settings, a second bucket id for an identity one stream already
+// reports, and instances beyond the policy's (edge.MostInstances).
+var (
+	errNoEdge       = errors.New("the policy has no edge settings: it is not served to Envoy's RLQS")
+	errSecondBucket = errors.New("the stream already reports a bucket of this identity under another bucket id: one Envoy instance gets one bucket per identity")
+	errInstances    = errors.New("the policy's edge instances (per region, divided among its agents) already report this identity: this one gets no assignment and keeps the policy's no_assignment behaviour")
+)
 
 // refusedReason is the metric reason of a refused bucket.
 func refusedReason(err error) string {
 	switch {
 	case errors.Is(err, errNoEdge):
 		return "no-edge"
+	case errors.Is(err, errSecondBucket):
+		return "second-bucket"
+	case errors.Is(err, errInstances):
+		return "instances"
 	case errors.Is(err, admission.ErrUnknownPolicy):
 		return "unknown-policy"
 	case errors.Is(err, policy.ErrInvalidIdentity):

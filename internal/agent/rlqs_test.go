@@ -11,16 +11,17 @@ import (
 
 var acme = map[string]string{"policy": "api", "tenant": "acme"}
 
-// Two Envoy instances report one tenant's bucket, one asking three times
-// what the other does, both beyond the limit: their token buckets split
-// the region's capacity 3:1, and together refill no more than it.
+// Two Envoy instances report one tenant's bucket, together beyond the
+// limit, one asking less than an equal part (25 of 100 a second): it gets
+// what it asks and the other the rest (max-min fair, edge.Split), a 3:1
+// split, and together they refill no more than the region's capacity.
 func TestRLQSSplitFollowsDemand(t *testing.T) {
 	ra := regionAgent(t, edgeTestPolicy, fastEdge)
 	a, b := startEnvoy(t, ra.grpcAddr, "a"), startEnvoy(t, ra.grpcAddr, "b")
 	stop := make(chan struct{})
 	defer close(stop)
 	go drive(a, acme, 300, stop, 20*time.Second)
-	go drive(b, acme, 100, stop, 20*time.Second)
+	go drive(b, acme, 25, stop, 20*time.Second)
 	testenv.WaitFor(t, 10*time.Second, "a 3:1 split", func() bool {
 		ra, rb := assignedRate(a, acme), assignedRate(b, acme)
 		return rb > 0 && ra/rb > 2.6 && ra/rb < 3.4

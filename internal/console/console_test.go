@@ -161,7 +161,8 @@ func TestOverviewEdge(t *testing.T) {
 		`<tr data-edge-region="us">`,
 		`data-k="instances" data-v="20">20<`,
 		`data-k="buckets" data-v="1000">1000<`,
-		`data-k="assigned" data-v="27.5">27.5 <small>(45.8%)</small>`,
+		// api's limit is each tenant's: the sum over tenants is no part of it.
+		`data-k="assigned" data-v="27.5" title="summed over the identities' buckets; the limit is each identity's">27.5 <small>(all identities)</small>`,
 		`data-k="usage" data-v="91.25">91.25<`,
 		`data-k="agents" data-v="2">2<`,
 		`<tr data-edge-region="eu">`,

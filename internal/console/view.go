@@ -86,20 +86,25 @@ type regionView struct {
 }
 
 // edgeView is a region's edge on a quota (pb.EdgeSummary) in the units of
-// `coordinator leases`.
+// `coordinator leases`. AssignedPct is the assigned refill's part of the
+// limit, only for a policy without identity attributes (OfLimit): with
+// them the limit is each identity's, and the buckets' sum over identities
+// says nothing against it (25 tenants' buckets showed 281% of one
+// tenant's limit).
 type edgeView struct {
 	Instances, Buckets, Agents int32
 	Assigned, AssignedPct      float64
+	OfLimit                    bool
 	Usage                      float64
 }
 
-func newEdgeView(l *pb.LeaseRecord) *edgeView {
+func newEdgeView(l *pb.LeaseRecord, perIdentity bool) *edgeView {
 	e := l.Edge
 	if e == nil {
 		return nil
 	}
 	return &edgeView{Instances: e.Instances, Buckets: e.Buckets, Agents: e.Agents, Assigned: policy.Units(e.Assigned),
-		AssignedPct: 100 * fraction(e.Assigned, l.Limit), Usage: policy.Units(e.Usage)}
+		AssignedPct: 100 * fraction(e.Assigned, l.Limit), OfLimit: !perIdentity, Usage: policy.Units(e.Usage)}
 }
 
 // policyView is one policy's page.
@@ -188,7 +193,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 			q.Regions = append(q.Regions, regionView{Region: l.Region, Instance: l.Instance, State: lease.State(l.State),
 				Share: policy.Units(l.Rate), SharePct: 100 * fraction(l.Rate, l.Limit), Enforcing: policy.Units(l.Enforcing),
 				Reserved: policy.Units(l.Reserved), Demand: policy.Units(l.Demand),
-				ExpiresIn: time.Duration(l.ExpiresInMs) * time.Millisecond, Since: since, Edge: newEdgeView(l)})
+				ExpiresIn: time.Duration(l.ExpiresInMs) * time.Millisecond, Since: since, Edge: newEdgeView(l, len(p.Identity) > 0)})
 			q.Edge = q.Edge || l.Edge != nil
 			enforcing += l.Enforcing
 			total = l.Limit

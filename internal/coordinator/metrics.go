@@ -22,13 +22,16 @@ var (
 	descEnforced = prometheus.NewDesc("quotalease_coordinator_region_enforcing_ratio", "What a region may be enforcing now, as a fraction of the quota.", []string{"quota", "region"}, nil)
 	descIDShares = prometheus.NewDesc("quotalease_coordinator_identity_shares", "Identities of a quota holding shares of their own.", []string{"quota"}, nil)
 	descIDUnfit  = prometheus.NewDesc("quotalease_coordinator_identity_shares_unfit", "Identities that asked for shares of their own in the last planning round and did not fit under the most a quota may have.", []string{"quota"}, nil)
+	descIDHeld   = prometheus.NewDesc("quotalease_coordinator_identity_demands_held", "Identity demands the agents' reports hold now, over every instance.", []string{"quota"}, nil)
+	descIDIgnore = prometheus.NewDesc("quotalease_coordinator_identity_demands_ignored_total",
+		"Identity demands not taken since this replica began leading: new identities beyond what an agent instance (2 x identity_shares + 2,000) or its region (4 such instances) may report.", []string{"quota"}, nil)
 )
 
 // collector reads the coordinator's state at scrape time.
 type collector struct{ c *Coordinator }
 
 func (k collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descLeader, descEpoch, descGrants, descWrites, descBooked, descEnforced, descRefused, descIDShares, descIDUnfit} {
+	for _, d := range []*prometheus.Desc{descLeader, descEpoch, descGrants, descWrites, descBooked, descEnforced, descRefused, descIDShares, descIDUnfit, descIDHeld, descIDIgnore} {
 		ch <- d
 	}
 }
@@ -66,6 +69,8 @@ func (k collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descBooked, prometheus.GaugeValue, float64(q.book.MostBooked(now))/total, name)
 		ch <- prometheus.MustNewConstMetric(descIDShares, prometheus.GaugeValue, float64(q.ids.Len()), name)
 		ch <- prometheus.MustNewConstMetric(descIDUnfit, prometheus.GaugeValue, float64(q.ids.Unfit), name)
+		ch <- prometheus.MustNewConstMetric(descIDHeld, prometheus.GaugeValue, float64(q.ids.Held()), name)
+		ch <- prometheus.MustNewConstMetric(descIDIgnore, prometheus.CounterValue, float64(q.ids.Ignored), name)
 		for _, s := range q.book.Statuses(now) {
 			ch <- prometheus.MustNewConstMetric(descEnforced, prometheus.GaugeValue, float64(s.Enforcing)/total, name, s.Region)
 		}

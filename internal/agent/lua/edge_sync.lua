@@ -4,14 +4,22 @@
 -- expiry on this server's clock. The script applies one agent's updates
 -- and returns what every other live agent holds, atomically, so that two
 -- agents growing at once never reserve more than the capacity between them.
+-- Its cost is bounded by the caller, never by the hash's size: at most the
+-- updates it is given, and one page of the hash read (HSCAN), so that a
+-- decision's script never waits long behind it; a whole read is as many
+-- calls as pages, each with the cursor the previous one returned.
 --
 -- KEYS[1]  the region's hash
 -- ARGV[1]  the calling agent's id
 -- ARGV[2]  n, the number of updates, then 6 per update:
 --          field, wanted reservation, capacity (growth stops at it, counting
 --          the others), edge demand, direct demand, lifetime in ms
+-- then     the read's cursor ('' for no read: the updates alone) and the
+--          page's size (HSCAN's COUNT)
 -- Returns {now ms, {granted reservation per update}, {field, others'
--- reserved, others' edge demand, others' direct demand, ...}}.
+-- reserved, others' edge demand, others' direct demand, ...} for the
+-- fields the page read, the next cursor ('0' when the read is done, ''
+-- when there was none)}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local key, me, n = KEYS[1], ARGV[1], tonumber(ARGV[2])
@@ -69,7 +77,15 @@ for i = 0, n - 1 do
   granted[#granted + 1] = num(r)
 end
 
-local sums, all, mine = {}, redis.call('HGETALL', key), me .. ' '
+local cursor, page = ARGV[3 + n * 6], tonumber(ARGV[4 + n * 6])
+if longest > 0 and redis.call('PTTL', key) < longest then
+  redis.call('PEXPIRE', key, longest)
+end
+if cursor == nil or cursor == '' then
+  return {num(now), granted, {}, ''}
+end
+local scan = redis.call('HSCAN', key, cursor, 'COUNT', page)
+local sums, all, mine = {}, scan[2], me .. ' '
 for i = 1, #all, 2 do
   local field, v, live, sr, se, sd, dead = all[i], all[i + 1], {}, 0, 0, 0, false
   -- A field holding only the caller's entry has nothing to sum, and the
@@ -98,7 +114,4 @@ for i = 1, #all, 2 do
     sums[#sums + 1] = num(sd)
   end
 end
-if longest > 0 and redis.call('PTTL', key) < longest then
-  redis.call('PEXPIRE', key, longest)
-end
-return {num(now), granted, sums}
+return {num(now), granted, sums, scan[1]}

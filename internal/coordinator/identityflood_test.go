@@ -1,0 +1,99 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quota-lease/quota-lease/internal/leaseapi"
+	"github.com/quota-lease/quota-lease/lease"
+	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
+)
+
+// A region's certificate flooding Lease calls with new identity demands,
+// under several instance names, gets no more held than its region may
+// hold (lease.HeldFor), and another region renewing meanwhile never fails
+// a renewal: planning stays bounded however much is sent.
+func TestIdentityDemandFlood(t *testing.T) {
+	r := startReplica(t, fmt.Sprintf("/flood-%d", time.Now().UnixNano()), "c1", nil)
+	waitLeader(t, r)
+	adm, cl := admin(t, r.addr)
+	ctx := t.Context()
+	if _, err := adm.SetPolicy(ctx, &pb.SetPolicyRequest{Yaml: policy100}); err != nil {
+		t.Fatal(err)
+	}
+	eu := newTestAgent(t, cl, "eu", "api", 100)
+	if err := eu.renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	failed := make(chan error, 1)
+	var slowest time.Duration
+	go func() { // eu renews every 50 ms while the flood lasts, each within its grant's validity
+		defer close(failed)
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			rctx, cancel := context.WithTimeout(ctx, testTiming.ValidFor)
+			start := time.Now()
+			err := eu.renew(rctx)
+			slowest = max(slowest, time.Since(start))
+			cancel()
+			if err != nil {
+				failed <- err
+				return
+			}
+		}
+	}()
+	const workers, calls = 3, 40
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range calls {
+				ids := make(map[string]int64, leaseapi.MaxIdentityDemands)
+				for j := range leaseapi.MaxIdentityDemands {
+					ids[fmt.Sprintf("tenant=f%d-%d-%d", w, i, j)] = 1 << 62
+				}
+				// Each call claims the plan holds all it sent before.
+				held := int32(i * leaseapi.MaxIdentityDemands)
+				req := &pb.LeaseRequest{Region: "us", Instance: fmt.Sprint("flood-", w), Nonce: "n",
+					Quotas: []*pb.QuotaRequest{{Quota: "api", Demand: 1 << 62, IdentityDemand: ids, IdentityDemandHeld: held, IdentityDeltas: true}}}
+				if _, err := cl.Lease(ctx, req); err != nil {
+					t.Errorf("flood call %d: %v", i, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(done)
+	if err := <-failed; err != nil {
+		t.Fatalf("eu's renewal failed during the flood: %v", err)
+	}
+	held, ignored := identityDemandsHeld(r.c, "api")
+	if most := lease.HeldFor(1000).Region; held > most {
+		t.Errorf("the plan holds %d identity demands, more than a region may (%d)", held, most)
+	}
+	if ignored == 0 {
+		t.Error("no identity demand was counted as ignored")
+	}
+	t.Logf("%d calls of %d identities: %d held, %d ignored; eu renewed %d times, the slowest in %v", workers*calls, leaseapi.MaxIdentityDemands, held, ignored, eu.renewals.Load(), slowest)
+}
+
+// identityDemandsHeld reads quota's plan: the demands held and ignored.
+func identityDemandsHeld(c *Coordinator, quota string) (held int, ignored int64) {
+	t := c.term()
+	t.mu.RLock()
+	q := t.quotas[quota]
+	t.mu.RUnlock()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.ids.Held(), q.ids.Ignored
+}

@@ -1,0 +1,114 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+)
+
+// floodPolicy is a per-tenant policy served at the edge and checked
+// directly, as the runbook's deployments serve api-per-tenant.
+const floodPolicy = `name: api
+identity: [tenant]
+limit: 1000
+period: 1s
+edge: {instances: 20, no_assignment: deny, ttl: 2s}
+`
+
+// Envoy-like clients holding the service certificate flood an agent with
+// buckets of distinct tenants (20 streams of 2,500 each, reported every
+// second: five times the identities an agent serves at the edge), while a quiet
+// tenant is checked directly through the same agent. The quiet tenant's
+// checks stay decided by the region's Redis, the agent stays ready and
+// small: the edge's budgets refuse what exceeds them, and the region's
+// reservations are written and read in short calls, so no direct check
+// waits behind them.
+func TestRLQSFloodLeavesDirectChecks(t *testing.T) {
+	c := startWith(t, floodPolicy, Options{Regions: []string{"us"}, Coordinators: 1})
+	agent := c.Agents[0]
+	ctx := t.Context()
+	if err := agent.WaitKnows(ctx, floodPolicy); err != nil {
+		t.Fatal(err)
+	}
+	quiet := Load{Policy: "api", Attribute: "tenant", Identities: 1, Rate: func(string, time.Duration) float64 { return 100 }}
+	checks := func(d *Driver, dur time.Duration) (fallback float64, p99 time.Duration, n int) {
+		d.Run(ctx, dur, quiet)
+		var took []time.Duration
+		local := 0
+		for _, a := range d.Admissions() {
+			took = append(took, a.Took)
+			if a.Mode == "local-fallback" {
+				local++
+			}
+		}
+		if len(took) == 0 {
+			t.Fatal("no direct check was admitted")
+		}
+		slices.Sort(took)
+		return float64(local) / float64(len(took)), took[len(took)*99/100], len(took)
+	}
+	baseFallback, baseP99, baseN := checks(NewDriver(c), 4*time.Second)
+
+	const streams, buckets = 20, 2500
+	e, err := c.StartEdge(ctx, "us", EdgeOptions{Envoys: streams, Filters: []EdgeFilter{{Domain: "shop", Settings: edgeSettings(t, floodPolicy)}},
+		ReportInterval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	for i, in := range e.Instances(0) {
+		for j := range buckets {
+			in.Allow(map[string]string{"policy": "api", "tenant": fmt.Sprintf("flood-%d-%d", i, j)})
+		}
+	}
+	notReady := make(chan int, 1)
+	probe, stopProbe := context.WithCancel(ctx)
+	go func() { notReady <- pollReady(probe, agent) }()
+	time.Sleep(3 * time.Second) // the first reports of every bucket reach the agent
+	fallback, p99, n := checks(NewDriver(c), 8*time.Second)
+	stopProbe()
+	rss := procStatus(t, agent.Pid(), "VmRSS") / 1024 // MB
+	limited := scrapeMetric(t, agent, "quotalease_agent_edge_reports_limited_total")
+	t.Logf("unloaded: %d checks, %.2f%% by the local fallback, p99 %v; flooded (%d streams x %d tenants): %d checks, %.2f%% by the local fallback, p99 %v; agent RSS %d MB; %.0f reports limited",
+		baseN, 100*baseFallback, baseP99, streams, buckets, n, 100*fallback, p99, rss, limited)
+	if fallback > max(0.01, baseFallback+0.01) {
+		t.Errorf("%.2f%% of the quiet tenant's checks went to the local fallback under the flood (%.2f%% unloaded), want at most 1%% more", 100*fallback, 100*baseFallback)
+	}
+	if k := <-notReady; k > 0 {
+		t.Errorf("the agent was not ready %d times during the flood", k)
+	}
+	if rss >= 512 {
+		t.Errorf("agent RSS %d MB, want under 512", rss)
+	}
+	if limited == 0 {
+		t.Error("no bucket beyond the agent's identities was counted")
+	}
+}
+
+// pollReady polls a's /readyz every 200 ms until ctx ends and returns how
+// many answers were not 200.
+func pollReady(ctx context.Context, a *AgentProcess) int {
+	bad := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return bad
+		case <-time.After(200 * time.Millisecond):
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, a.HTTP+"/readyz", nil)
+		resp, err := a.web.Do(req)
+		if err != nil {
+			if ctx.Err() == nil {
+				bad++
+			}
+			continue
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			bad++
+		}
+	}
+}
