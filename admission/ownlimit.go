@@ -2,10 +2,10 @@ package admission
 
 import (
 	"fmt"
-	"math/bits"
 	"time"
 
 	"github.com/quota-lease/quota-lease/policy"
+	"github.com/quota-lease/quota-lease/scale"
 )
 
 // prepareOwn resolves r, which carries its own limit, under that limit
@@ -35,9 +35,7 @@ func scaleAmount(amount, of, to int64) int64 {
 	if amount <= 0 || of <= 0 || to <= 0 {
 		return 0
 	}
-	hi, lo := bits.Mul64(uint64(min(amount, of)), uint64(to))
-	q, _ := bits.Div64(hi, lo, uint64(of))
-	return int64(q)
+	return scale.Down(min(amount, of), to, of)
 }
 
 // refuseOwnLimits validates the own limits of a batch's requests

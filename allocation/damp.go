@@ -1,6 +1,6 @@
 package allocation
 
-import "math/bits"
+import "github.com/quota-lease/quota-lease/scale"
 
 // Damping slows rebalancing down to what operators expect: shares that
 // move a bounded amount per round and stay put for small changes.
@@ -55,7 +55,7 @@ func Damp(prev, ideal []int64, floors []int64, total int64, d Damping) []int64 {
 	if room := max(total-fixed, 0); inc > room {
 		for i := range next {
 			if p := at(prev, i); next[i] > p {
-				next[i] = p + scale(next[i]-p, room, inc)
+				next[i] = p + scale.Down(next[i]-p, room, inc)
 			}
 		}
 	}
@@ -85,12 +85,4 @@ func abs(x int64) int64 {
 		return -x
 	}
 	return x
-}
-
-// scale returns x*num/den rounded down without overflow, for
-// 0 <= num <= den.
-func scale(x, num, den int64) int64 {
-	hi, lo := bits.Mul64(uint64(x), uint64(num))
-	q, _ := bits.Div64(hi, lo, uint64(den))
-	return int64(q)
 }

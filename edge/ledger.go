@@ -1,8 +1,9 @@
 package edge
 
 import (
-	"math/bits"
 	"time"
+
+	"github.com/quota-lease/quota-lease/scale"
 )
 
 // Ledger is what one agent sent the Envoy instances reporting one policy
@@ -190,7 +191,7 @@ func (l *Ledger[K]) Plan(now time.Time, want map[K]int64, visible int64, every t
 	for _, g := range grows {
 		add := g.want - g.live
 		if extra > room {
-			add = mulDiv(add, room, extra) // rounded down: the growth sums to at most room
+			add = scale.Down(add, room, extra) // rounded down: the growth sums to at most room
 		}
 		if n := g.live + add; n > g.cur || !g.active {
 			out[g.k] = n
@@ -218,12 +219,4 @@ func later(a, b time.Time) time.Time {
 		return b
 	}
 	return a
-}
-
-// mulDiv is a×b/c rounded down, for 0 ≤ a, 0 ≤ b ≤ c, c > 0 (so the
-// result is at most a), without overflow.
-func mulDiv(a, b, c int64) int64 {
-	hi, lo := bits.Mul64(uint64(a), uint64(b))
-	q, _ := bits.Div64(hi, lo, uint64(c))
-	return int64(q)
 }

@@ -1,10 +1,10 @@
 package lease
 
 import (
-	"math/bits"
 	"time"
 
 	"github.com/quota-lease/quota-lease/policy"
+	"github.com/quota-lease/quota-lease/scale"
 )
 
 // Grant is a region's share of one quota for a bounded time.
@@ -130,14 +130,5 @@ func RegionFloor(p *policy.Policy, region string, active bool) int64 {
 // request of p's default cost.
 func UsefulShare(p *policy.Policy) int64 {
 	full := p.Limits()
-	return min(full.Amount(), mulDivUp(p.Cost*policy.Micro, full.Amount(), full.Capacity))
-}
-
-func mulDivUp(a, b, c int64) int64 {
-	hi, lo := bits.Mul64(uint64(a), uint64(b))
-	q, r := bits.Div64(hi, lo, uint64(c))
-	if r != 0 {
-		q++
-	}
-	return int64(q)
+	return min(full.Amount(), scale.Up(p.Cost*policy.Micro, full.Amount(), full.Capacity))
 }

@@ -1,6 +1,6 @@
 package policy
 
-import "math/bits"
+import "github.com/quota-lease/quota-lease/scale"
 
 // Micro is the number of micro-units in one unit of quota: a request of
 // cost 1 consumes Micro micro-units. Quota state is kept in micro-units so
@@ -28,20 +28,13 @@ const (
 	MaxWindowMs int64 = 24 * 3600 * 1000
 )
 
-// mulDiv returns a*m/d rounded down, or up when up is true. It is exact for
-// any non-negative int64 inputs with d > 0 whose result fits in an int64.
-// The Lua scripts compute the same value by splitting a on d, which is
-// exact under the bounds above.
-func mulDiv(a, m, d int64, up bool) int64 {
-	hi, lo := bits.Mul64(uint64(a), uint64(m))
-	q, r := bits.Div64(hi, lo, uint64(d))
-	if up && r != 0 {
-		q++
-	}
-	return int64(q)
-}
+// Products such as a limit in micro-units times a window in milliseconds
+// overflow an int64; every a·m/d of this package is scale.Down or
+// scale.Up, exact for non-negative inputs whose result fits. The Lua
+// scripts compute the same values by splitting a on d, which is exact
+// under the bounds above.
 
 // ceilDiv returns a/d rounded up for a >= 0, d > 0.
 func ceilDiv(a, d int64) int64 {
-	return mulDiv(a, 1, d, true)
+	return scale.Up(a, 1, d)
 }

@@ -3,6 +3,8 @@ package policy
 import (
 	"errors"
 	"fmt"
+
+	"github.com/quota-lease/quota-lease/scale"
 )
 
 // Algorithm names a rate-limiting algorithm a policy can select.
@@ -68,7 +70,7 @@ func (l Limits) Validate() error {
 		if l.Rate < 1 || l.Rate > MaxRate {
 			return bad("rate %d micro-units/s outside [1, %d]", l.Rate, MaxRate)
 		}
-		if fill := mulDiv(l.Capacity, 1000, l.Rate, true); fill > MaxFillMs {
+		if fill := scale.Up(l.Capacity, 1000, l.Rate); fill > MaxFillMs {
 			return bad("an empty bucket would take %d ms to refill, more than %d", fill, MaxFillMs)
 		}
 	case FixedWindow, SlidingWindow, SlidingLog:
@@ -90,8 +92,8 @@ func (l Limits) Validate() error {
 // treat such a share as "admit nothing".
 func (l Limits) Scale(num, den int64) Limits {
 	s := l
-	s.Capacity = mulDiv(l.Capacity, num, den, false)
-	s.Rate = mulDiv(l.Rate, num, den, false)
+	s.Capacity = scale.Down(l.Capacity, num, den)
+	s.Rate = scale.Down(l.Rate, num, den)
 	return s
 }
 
@@ -151,7 +153,7 @@ func (l Limits) RateAmount(rate int64) int64 {
 func (l Limits) ttlMs(marginMs int64) int64 {
 	switch l.Algorithm {
 	case TokenBucket:
-		return mulDiv(l.Capacity, 1000, l.Rate, true) + marginMs
+		return scale.Up(l.Capacity, 1000, l.Rate) + marginMs
 	case SlidingWindow:
 		return 2*l.WindowMs + marginMs
 	default:
@@ -165,7 +167,7 @@ func (l Limits) ttlMs(marginMs int64) int64 {
 // key sooner would forgive the debt.
 func (l Limits) IdleAfter(s State) int64 {
 	if l.Algorithm == TokenBucket && s.Tokens < 0 {
-		return mulDiv(l.Capacity-s.Tokens, 1000, l.Rate, true)
+		return scale.Up(l.Capacity-s.Tokens, 1000, l.Rate)
 	}
 	return l.IdleMs()
 }

@@ -8,6 +8,8 @@ import (
 	"math"
 	"regexp"
 	"time"
+
+	"github.com/quota-lease/quota-lease/scale"
 )
 
 // Policy is one rate limit as an operator writes it: whom it counts
@@ -442,7 +444,7 @@ func (p *Policy) limits() (Limits, error) {
 		}
 		l.Capacity = burst
 		// micro-units per second, rounded down: never faster than written.
-		l.Rate = mulDiv(limit, 1000, periodMs, false)
+		l.Rate = scale.Down(limit, 1000, periodMs)
 	} else {
 		l.Capacity = limit
 		l.WindowMs = periodMs

@@ -1,6 +1,10 @@
 package policy
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/quota-lease/quota-lease/scale"
+)
 
 // Reservations: a request whose cost is known only when it ends (a policy
 // that takes charges after the fact) may reserve an estimate when it
@@ -92,7 +96,7 @@ func giveBack(s *State, l Limits, r Reserved, u int64) {
 			}
 		}
 	case TokenBucket:
-		refilled := mulDiv(max(0, s.LastMs-r.AtMs), l.Rate, 1000, true)
+		refilled := scale.Up(max(0, s.LastMs-r.AtMs), l.Rate, 1000)
 		if free := min(u-refilled, l.Capacity-s.Tokens); free > 0 {
 			s.Tokens += free
 		}

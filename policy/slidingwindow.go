@@ -1,5 +1,7 @@
 package policy
 
+import "github.com/quota-lease/quota-lease/scale"
+
 // slidingWindow is the sliding window counter transition
 // (lua/sliding_window.lua).
 //
@@ -26,7 +28,7 @@ func slidingWindow(s State, l Limits, now, cost int64) (State, Decision) {
 		}
 	}
 	elapsed := now - idx*w
-	est := mulDiv(prev, w-elapsed, w, true) + count
+	est := scale.Up(prev, w-elapsed, w) + count
 	var d Decision
 	fits := est+cost <= l.Capacity
 	room := l.Capacity - cost // for the retry: what the window must come down to
@@ -57,7 +59,7 @@ func slidingWindow(s State, l Limits, now, cost int64) (State, Decision) {
 // exact estimate, which is monotone in the offset; the Lua script searches
 // the same way, so both round identically.
 func slidingRetry(prev, count, elapsed, room, w int64) int64 {
-	fits := func(p, c, x int64) bool { return mulDiv(p, w-x, w, true)+c <= room }
+	fits := func(p, c, x int64) bool { return scale.Up(p, w-x, w)+c <= room }
 	if count <= room {
 		return firstFit(elapsed+1, w, func(x int64) bool { return fits(prev, count, x) }) - elapsed
 	}

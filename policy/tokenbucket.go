@@ -1,5 +1,7 @@
 package policy
 
+import "github.com/quota-lease/quota-lease/scale"
+
 // tokenBucket is the token bucket transition (lua/token_bucket.lua).
 //
 // A new key starts full. Refill is elapsed*Rate/1000 rounded down, so at
@@ -26,22 +28,22 @@ func tokenBucket(s State, l Limits, now, cost int64) (State, Decision) {
 		tokens = l.Capacity
 	}
 	if missing, elapsed := l.Capacity-tokens, now-last; missing > 0 && elapsed > 0 {
-		if elapsed >= mulDiv(missing, 1000, l.Rate, true) {
+		if elapsed >= scale.Up(missing, 1000, l.Rate) {
 			tokens = l.Capacity
 		} else {
-			tokens += mulDiv(elapsed, l.Rate, 1000, false)
+			tokens += scale.Down(elapsed, l.Rate, 1000)
 		}
 	}
 	var d Decision
 	fits := cost <= tokens
 	if !fits {
-		d.RetryAfterMs = mulDiv(cost-tokens, 1000, l.Rate, true)
+		d.RetryAfterMs = scale.Up(cost-tokens, 1000, l.Rate)
 	}
 	if l.counts(fits) {
 		tokens = max(tokens-cost, -MaxDebt)
 	}
 	d.Allowed = fits
 	d.SetLeft(tokens)
-	d.ResetAfterMs = mulDiv(l.Capacity-tokens, 1000, l.Rate, true)
+	d.ResetAfterMs = scale.Up(l.Capacity-tokens, 1000, l.Rate)
 	return State{Exists: true, LastMs: now, Tokens: tokens}, d
 }

@@ -202,15 +202,34 @@ func TestWindowEstimateOffStaysExact(t *testing.T) {
 // Checks across many window boundaries on the server clock, from four
 // callers: no window's counter holds more than the capacity, and all of
 // them together hold exactly what was admitted (no charge of a rejection,
-// or of a decision sent for the wrong window, is left).
+// or of a decision sent for the wrong window, is left). The callers check
+// until the server clock has crossed four windows (at most 5,000 checks
+// each, and 5 s): a fast machine finished a fixed number of checks within
+// two.
 func TestWindowBoundariesOnServerClock(t *testing.T) {
 	rdb, eng := serverClockEngine(t)
 	l := policy.Limits{Algorithm: policy.FixedWindow, Capacity: 3 * policy.Micro, WindowMs: 20}
+	start, err := rdb.Time(t.Context()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
 	var admitted atomic.Int64
+	var done atomic.Bool
 	var wg sync.WaitGroup
+	wg.Go(func() { // the server clock's watch: done after four windows
+		deadline := time.Now().Add(5 * time.Second)
+		for !done.Load() && time.Now().Before(deadline) {
+			now, err := rdb.Time(t.Context()).Result()
+			if err == nil && now.Sub(start) >= 4*time.Duration(l.WindowMs)*time.Millisecond {
+				break
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		done.Store(true)
+	})
 	for range 4 {
 		wg.Go(func() {
-			for range 150 {
+			for i := 0; i < 5000 && !done.Load(); i++ {
 				d, err := eng.Check(t.Context(), Request{Policy: "fw", Attributes: map[string]string{"tenant": "edges"}, Cost: 1, Limits: &l})
 				if err != nil {
 					t.Error(err)

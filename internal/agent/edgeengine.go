@@ -336,8 +336,9 @@ func (e *edgeEngine) prepare(now time.Time) (updates []edgeUpdate, sync, read bo
 
 // sync writes updates to the region's reservations and, when read, reads
 // the other agents', applying the answer; a key whose update did not land
-// is planned again next round. The read may take as long as it may be
-// trusted (edge.Config.Trust: it counts from when it was sent).
+// is planned again next round, and what landed counts. The read may take
+// as long as it may be trusted (edge.Config.Trust: it counts from when it
+// was sent).
 func (e *edgeEngine) sync(ctx context.Context, updates []edgeUpdate, read bool) {
 	sent := e.a.cfg.Clock.Now()
 	sctx, cancel := context.WithTimeout(ctx, e.cfg.GrowWait)
@@ -351,12 +352,15 @@ func (e *edgeEngine) sync(ctx context.Context, updates []edgeUpdate, read bool) 
 		if ctx.Err() == nil {
 			e.syncDown.failed(e.a.cfg.Logger, sent, "error", err)
 		}
-		for _, u := range updates {
+		e.synced(sent, e.a.cfg.Clock.Now(), updates[:len(granted)], granted, nil) // the batches that landed
+		for _, u := range updates[len(granted):] {
 			if k := e.keys[u.key]; k != nil {
 				k.dirty = true
 			}
 		}
-		e.readRoundAt = time.Time{} // read again next round
+		if read {
+			e.readRoundAt = time.Time{} // read again next round
+		}
 		return
 	}
 	e.syncDown.ok(e.a.cfg.Logger, sent)

@@ -56,24 +56,26 @@ const edgeBatch, edgePage = 256, 128
 // granted each; when read, also what the other agents hold for every
 // policy identity any of them holds something for (nil when not read),
 // read page by page after the updates. ctx bounds the updates; readCtx
-// the read.
-func edgeSync(ctx, readCtx context.Context, rdb redis.UniversalClient, region, id string, updates []edgeUpdate, read bool) ([]int64, map[edgeKeyID]edge.Others, error) {
-	granted := make([]int64, 0, len(updates))
+// the read. On an error, granted holds what the batches that landed
+// granted, the first len(granted) updates, so that a sync too large for
+// its time still makes progress.
+func edgeSync(ctx, readCtx context.Context, rdb redis.UniversalClient, region, id string, updates []edgeUpdate, read bool) (granted []int64, others map[edgeKeyID]edge.Others, err error) {
+	granted = make([]int64, 0, len(updates))
 	for start := 0; start < len(updates); start += edgeBatch {
 		g, _, _, err := edgeCall(ctx, rdb, region, id, updates[start:min(len(updates), start+edgeBatch)], "", 0)
 		if err != nil {
-			return nil, nil, err
+			return granted, nil, err
 		}
 		granted = append(granted, g...)
 	}
 	if !read {
 		return granted, nil, nil
 	}
-	others := map[edgeKeyID]edge.Others{}
+	others = map[edgeKeyID]edge.Others{}
 	for cursor := "0"; ; {
 		_, sums, next, err := edgeCall(readCtx, rdb, region, id, nil, cursor, edgePage)
 		if err != nil {
-			return nil, nil, err
+			return granted, nil, err
 		}
 		maps.Copy(others, sums)
 		if cursor = next; cursor == "0" {

@@ -7,6 +7,9 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/quota-lease/quota-lease/internal/testenv"
+	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
 // floodPolicy is a per-tenant policy served at the edge and checked
@@ -19,8 +22,8 @@ edge: {instances: 20, no_assignment: deny, ttl: 2s}
 `
 
 // Envoy-like clients holding the service certificate flood an agent with
-// buckets of distinct tenants (20 streams of 2,500 each, reported every
-// second: five times the identities an agent serves at the edge), while a quiet
+// buckets of distinct tenants (20 streams of 2,000 each, reported every
+// 2 s: four times the identities an agent serves at the edge), while a quiet
 // tenant is checked directly through the same agent. The quiet tenant's
 // checks stay decided by the region's Redis, the agent stays ready and
 // small: the edge's budgets refuse what exceeds them, and the region's
@@ -33,6 +36,10 @@ func TestRLQSFloodLeavesDirectChecks(t *testing.T) {
 	if err := agent.WaitKnows(ctx, floodPolicy); err != nil {
 		t.Fatal(err)
 	}
+	testenv.WaitFor(t, 30*time.Second, "us leased", func() bool {
+		resp, err := agent.Check.Check(ctx, &pb.CheckRequest{Policy: "api", Attributes: map[string]string{"tenant": "probe"}})
+		return err == nil && resp.Mode == "leased"
+	})
 	quiet := Load{Policy: "api", Attribute: "tenant", Identities: 1, Rate: func(string, time.Duration) float64 { return 100 }}
 	checks := func(d *Driver, dur time.Duration) (fallback float64, p99 time.Duration, n int) {
 		d.Run(ctx, dur, quiet)
@@ -52,9 +59,9 @@ func TestRLQSFloodLeavesDirectChecks(t *testing.T) {
 	}
 	baseFallback, baseP99, baseN := checks(NewDriver(c), 4*time.Second)
 
-	const streams, buckets = 20, 2500
+	const streams, buckets = 20, 2000
 	e, err := c.StartEdge(ctx, "us", EdgeOptions{Envoys: streams, Filters: []EdgeFilter{{Domain: "shop", Settings: edgeSettings(t, floodPolicy)}},
-		ReportInterval: time.Second})
+		ReportInterval: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
