@@ -1,0 +1,108 @@
+package cluster
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quota-lease/quota-lease/bound"
+	"github.com/quota-lease/quota-lease/internal/testenv"
+	"github.com/quota-lease/quota-lease/internal/testenv/rlqsenvoy"
+	"github.com/quota-lease/quota-lease/lease"
+)
+
+// sybilPolicy promises at most 4 Envoy instances per region, each falling
+// back to a token bucket of 20 once its assignment expired: an edge term of
+// 2 regions x 4 instances x that bucket's worst case.
+const sybilPolicy = `name: shared
+identity: [api]
+limit: 100
+period: 1s
+burst: 100
+edge: {instances: 4, no_assignment: deny, ttl: 1s, expired: {rule: token_bucket, max_tokens: 20, tokens_per_second: 20, timeout: 10s}}
+`
+
+// Four times the instances the policy promises connect in each region
+// and ask for its one bucket, then every stream is cut for longer than an
+// assignment lives, so that each instance holding an assignment falls
+// back to its own token bucket. Counted from the clients' own records,
+// every window stays within the published bound: instances beyond the
+// promise never got an assignment, so they keep denying. (Served, as
+// before, each would run a fallback the edge term does not count.)
+func TestEdgeInstancesBeyondThePromise(t *testing.T) {
+	regions := []string{"us", "eu"}
+	c := startWith(t, sybilPolicy, Options{Regions: regions, Coordinators: 1})
+	ctx := t.Context()
+	for _, a := range c.Agents {
+		if err := a.WaitKnows(ctx, sybilPolicy); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := policyOf(t, sybilPolicy)
+	settings, err := rlqsenvoy.SettingsFor(p.Edge, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const perRegion = 16
+	var edges []*Edge
+	for _, r := range regions {
+		e, err := c.StartEdge(ctx, r, EdgeOptions{Envoys: perRegion, Filters: []EdgeFilter{{Domain: "shared", Settings: settings}}, ReportInterval: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		edges = append(edges, e)
+	}
+	bucket := map[string]string{"policy": "shared", "api": "all"}
+	d := NewEdgeDriver()
+	load := EdgeLoad{Demand: func(string, int, time.Duration) []EdgeDemand { return []EdgeDemand{{Bucket: bucket, Rate: 50}} }}
+	traffic, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); d.Run(traffic, 2*time.Minute, load, edges...) }()
+
+	assigned := func() int {
+		n := 0
+		for _, e := range edges {
+			for _, in := range e.Instances(0) {
+				if st, ok := in.State(bucket); ok && st.Assigned {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	testenv.WaitFor(t, 30*time.Second, "the promised instances assigned", func() bool { return assigned() >= len(regions)*p.Edge.Instances })
+	time.Sleep(3 * time.Second)
+	held := assigned()
+	for _, e := range edges {
+		for _, px := range e.Proxies {
+			px.Cut()
+		}
+	}
+	time.Sleep(4 * time.Second) // past every assignment's life: the fallbacks run
+	for _, e := range edges {
+		for _, px := range e.Proxies {
+			px.Restore()
+		}
+	}
+	time.Sleep(3 * time.Second)
+	stop()
+	wg.Wait()
+
+	var adm []Admission
+	for _, e := range edges {
+		adm = append(adm, e.Admissions()...)
+	}
+	decided, allowed := d.Decisions()
+	t.Logf("%d Envoy-like clients per region (the policy promises %d): %d decisions, %d allowed", perRegion, p.Edge.Instances, decided, allowed)
+	dep := bound.Deployment{Regions: len(regions), Instances: 1, LeaseDuration: c.Opts.LeaseDuration, Drift: lease.DefaultTiming.Drift, RedisOutages: true}
+	checkPublished(t, c, p, dep)
+	for _, w := range []time.Duration{time.Second, 5 * time.Second} {
+		checkEdgeWindows(t, adm, p, dep, w, 0)
+	}
+	if held != len(regions)*p.Edge.Instances {
+		t.Errorf("%d instances held an assignment before the cut, want the policy's %d per region", held, p.Edge.Instances)
+	}
+}
