@@ -37,6 +37,7 @@ edge: {instances: 20, no_assignment: deny, ttl: 2s}
 // shared cores: at the default 20 ms a loaded machine alone sends checks
 // to the local fallback.
 func TestRLQSFloodLeavesDirectChecks(t *testing.T) {
+	testenv.SkipMultiProcess(t)
 	c := startWith(t, floodPolicy, Options{Regions: []string{"us"}, Coordinators: 1, CheckTimeout: 250 * time.Millisecond})
 	agent := c.Agents[0]
 	ctx := t.Context()

@@ -31,6 +31,7 @@ edge: {instances: 4, no_assignment: deny, ttl: 1s, expired: {rule: token_bucket,
 // promise never got an assignment, so they keep denying. (Served, as
 // before, each would run a fallback the edge term does not count.)
 func TestEdgeInstancesBeyondThePromise(t *testing.T) {
+	testenv.SkipMultiProcess(t)
 	regions := []string{"us", "eu"}
 	c := startWith(t, sybilPolicy, Options{Regions: regions, Coordinators: 1})
 	ctx := t.Context()
