@@ -20,11 +20,17 @@ const heldRegionInstances = 4
 
 // HeldFor is what a plan of at most max identity shares holds: an instance
 // may report twice the identities that can hold shares plus one renewal's
-// changes, and a region four such instances.
+// changes (an agent reports at most Reported, so one renewal's changes
+// never meet the cap), and a region four such instances.
 func HeldFor(max int) Held {
 	instance := 2*max + MaxDemandChanges
 	return Held{Instance: instance, Region: heldRegionInstances * instance}
 }
+
+// Reported is the most identity demands an agent instance reports for a
+// quota of at most max identity shares: HeldFor's Instance less one
+// renewal's changes.
+func Reported(max int) int { return HeldFor(max).Instance - MaxDemandChanges }
 
 // hottestWaiting returns the n waiting identities with the largest demand
 // in any region (ties by name), in no order, without sorting them all: a

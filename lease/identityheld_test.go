@@ -109,3 +109,24 @@ func TestHottestDemandsKeepsOwnShares(t *testing.T) {
 		t.Fatalf("got %v, want %v", got, want)
 	}
 }
+
+// An honest instance at the cap that replaces identities in one renewal
+// (a removal and an addition) is kept: removals make room first, so it is
+// never told to start afresh.
+func TestIdentityPlanReplacesAtTheCap(t *testing.T) {
+	p := NewIdentityPlan(1)
+	full := make(map[string]int64, p.held.Instance)
+	for i := range p.held.Instance {
+		full[fmt.Sprint("id-", i)] = 10
+	}
+	p.Update("us", "us-1", "n", 0, full)
+	for i := range 50 {
+		swap := map[string]int64{fmt.Sprint("id-", i): 0, fmt.Sprint("new-", i): 10}
+		if !p.Update("us", "us-1", "n", p.held.Instance, swap) {
+			t.Fatalf("renewal %d: replacing an identity at the cap restarted the report", i)
+		}
+	}
+	if p.Ignored != 0 || p.Held() != p.held.Instance {
+		t.Fatalf("%d ignored, %d held; want none ignored and %d held", p.Ignored, p.Held(), p.held.Instance)
+	}
+}

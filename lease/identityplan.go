@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -112,8 +113,11 @@ func (p *IdentityPlan) Update(region, instance, nonce string, held int, changes 
 		p.reports[in] = r
 	}
 	r.age = 0
-	for id, d := range changes {
-		d = max(d, 0)
+	// Removals first, so that a renewal that replaces identities at the
+	// cap makes room before it adds.
+	ids := slices.SortedFunc(maps.Keys(changes), func(a, b string) int { return cmp.Compare(min(1, changes[a]), min(1, changes[b])) })
+	for _, id := range ids {
+		d := max(changes[id], 0)
 		old, had := r.demands[id]
 		if !had && d > 0 && (len(r.demands) >= p.held.Instance || p.regions[region] >= p.held.Region) {
 			p.Ignored++

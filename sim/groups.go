@@ -55,7 +55,7 @@ func (e *engine) generateGroups() {
 // own demand (lease.IdentityDemands; the region runs one instance).
 func (e *engine) identityDemands(r *region) map[string]int64 {
 	g, _ := r.holder.Grant()
-	most := lease.HeldFor(e.policy.IdentityShareLimit()).Instance
+	most := lease.Reported(e.policy.IdentityShareLimit())
 	return lease.IdentityDemands(r.meter, e.now, g, e.full, 1, most, func(id int) string { return e.ids.names[id] })
 }
 

@@ -25,8 +25,9 @@ type EdgeConfig struct {
 	// MaxIdentities caps the policy identities the agent serves at the
 	// edge at once: each is a field of the region's reservations, which
 	// every agent of the region reads every ReadEvery (about 6 µs of
-	// Redis a field: 10,000 take 60 ms every 250 ms). A bucket of one more
-	// is ignored and counted. Default 10,000.
+	// Redis a field: 10,000 take 60 ms every 250 ms, and with k agents a
+	// region's hash holds k times as many). A bucket of one more is
+	// ignored and counted. Default 10,000.
 	MaxIdentities int
 	// ReportsPerSecond and ReportBurst pace the messages of one stream
 	// (Envoy sends one every reporting interval and one per new bucket);

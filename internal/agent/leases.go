@@ -521,7 +521,7 @@ func (q *quotaLease) identityDemand(now time.Time, instances int) map[string]int
 	g, _ := q.a.Grant()
 	q.meter.mu.Lock()
 	defer q.meter.mu.Unlock()
-	most := lease.HeldFor(q.policy.IdentityShareLimit()).Instance
+	most := lease.Reported(q.policy.IdentityShareLimit())
 	return lease.IdentityDemands(q.meter.m, now.UnixMilli(), g, q.policy.Limits(), instances, most, func(id string) string { return id })
 }
 

@@ -256,7 +256,7 @@ func (a *scaleAgent) renewIfDue(ctx context.Context, lc pb.LeaseServiceClient, n
 	if now.Before(a.next) {
 		return nil
 	}
-	demands := lease.IdentityDemands(a.meter, now.UnixMilli(), a.grant, a.p.Limits(), 1, lease.HeldFor(a.p.IdentityShareLimit()).Instance, func(id string) string { return id })
+	demands := lease.IdentityDemands(a.meter, now.UnixMilli(), a.grant, a.p.Limits(), 1, lease.Reported(a.p.IdentityShareLimit()), func(id string) string { return id })
 	changes := a.report.Changes(demands, a.p.Limits().Amount(), leaseapi.MaxIdentityDemands)
 	a.seq++
 	req := &pb.LeaseRequest{Region: a.name, Instance: a.name + "-1", Nonce: a.name + "-bench", Quotas: []*pb.QuotaRequest{{
