@@ -3,14 +3,13 @@ package lease
 import (
 	"cmp"
 	"container/heap"
-	"slices"
 )
 
 // Held is the most identity demands an IdentityPlan holds for one quota:
 // per agent instance and per region (over its instances). An honest agent
 // reports only the identities over its part of the default share and
 // those holding shares of their own (IdentityDemands, which it caps at
-// Instance), so the caps are met only by a caller reporting identities
+// Reported), so the caps are met only by a caller reporting identities
 // nobody asks for; what they keep out is the coordinator's memory and the
 // planning round's time, which renewals of every region wait on.
 type Held struct{ Instance, Region int }
@@ -84,7 +83,8 @@ func (c candidate) hotter(o candidate) bool {
 }
 
 // hottestOf returns the n hottest of all (all of them when fewer), in no
-// order, in O(len(all) log n) on a heap of the n hottest so far.
+// order, in O(len(all) log n) on a heap of the n hottest so far, kept in
+// all's first n places (all is the caller's scratch).
 func hottestOf(all []candidate, n int) []candidate {
 	if n <= 0 {
 		return nil
@@ -92,7 +92,7 @@ func hottestOf(all []candidate, n int) []candidate {
 	if len(all) <= n {
 		return all
 	}
-	h := coldest(slices.Clone(all[:n]))
+	h := coldest(all[:n])
 	heap.Init(&h)
 	for _, c := range all[n:] {
 		if c.hotter(h[0]) {
