@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 )
 
 // The agent's server resource caps (not rate limits: those are the
@@ -33,10 +34,29 @@ const (
 	// MaxHeaderBytes bounds a request's headers: a check needs a few
 	// hundred bytes, and a bearer token some kilobytes.
 	MaxHeaderBytes = 16 << 10
+	// KeepaliveMinPing is the shortest interval between a client's HTTP/2
+	// pings the gRPC server accepts, with or without a call in flight.
+	// Envoy's connection_keepalive (docs/rlqs.md recommends 5 s, and Envoy
+	// adds up to 15% jitter) pings an RLQS stream the agent may not write
+	// to for minutes; grpc-go's default would answer the third such ping
+	// with GOAWAY "too_many_pings" and cut the stream.
+	KeepaliveMinPing = 2 * time.Second
+	// KeepaliveIdle and KeepaliveTimeout: a connection silent for
+	// KeepaliveIdle is pinged, and closed if the ping is not answered
+	// within KeepaliveTimeout, so a vanished Envoy's streams (and the edge
+	// instance places they hold) are freed in under a minute, not the two
+	// hours of grpc-go's default.
+	KeepaliveIdle    = 30 * time.Second
+	KeepaliveTimeout = 10 * time.Second
 )
 
 // GRPCServerOptions are the resource caps of an agent's gRPC server; add
 // the credentials.
 func GRPCServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRecvBytes), grpc.MaxConcurrentStreams(MaxConcurrentStreams)}
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(MaxRecvBytes),
+		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: KeepaliveMinPing, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: KeepaliveIdle, Timeout: KeepaliveTimeout}),
+	}
 }
