@@ -306,8 +306,9 @@ func (a *Agent) Readiness() (bool, string) {
 }
 
 // Run loads policies, leases, and keeps doing both until ctx ends; then it
-// stops the engine's pipeline senders (checks after that go to Redis one
-// by one). At start
+// removes this process's heartbeat, so a restart takes its instance name at
+// once (succession.go), and stops the engine's pipeline senders (checks
+// after that go to Redis one by one). At start
 // it restores the region's saved state (policies and grants) when the
 // coordinator cannot give them, so an agent serves its region's grants and
 // degraded budgets within a second of starting during an outage. It
@@ -343,6 +344,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); a.probeLoop(ctx) }()
 	go func() { defer wg.Done(); a.refreshLoop(ctx, fromSaved) }()
 	wg.Wait()
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if err := a.leaser.leave(lctx, a.cfg.Redis); err != nil {
+		a.cfg.Logger.Debug("a restart under this instance name waits for the heartbeat to go stale", "error", err)
+	}
 	return nil
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math/rand/v2"
 	"slices"
 	"sort"
 	"strconv"
@@ -68,6 +67,13 @@ type leaser struct {
 	// a refused agent backs off instead of asking ten times a second.
 	held      outage
 	heldUntil time.Time
+	// wasHeld says the last answer refused the name (succeed looks for a
+	// stopped predecessor), replaces is the predecessor the next request
+	// names, and named whether a request under the name has succeeded
+	// (publish then records this process as its holder): succession.go.
+	wasHeld  bool
+	replaces string
+	named    bool
 }
 
 type quotaLease struct {
@@ -95,7 +101,7 @@ type quotaLease struct {
 
 func newLeaser(region, instance string, coord LeaseClient, t lease.Timing, now func() time.Time, log hclog.Logger, m *metrics, stale func()) *leaser {
 	return &leaser{down: outage{what: "lease renewals", interval: 30 * time.Second},
-		held: outage{what: "lease requests under this instance name", interval: 30 * time.Second}, region: region, instance: instance, nonce: fmt.Sprintf("%s-%d-%x", instance, now().UnixNano(), rand.Uint64()),
+		held: outage{what: "lease requests under this instance name", interval: 30 * time.Second}, region: region, instance: instance, nonce: newNonce(instance, now()),
 		coord: coord, timing: t, now: now, log: log, m: m, stale: stale, quotas: map[string]*quotaLease{}, instances: 1}
 }
 
@@ -266,7 +272,7 @@ func (l *leaser) renew(ctx context.Context) bool {
 		return false
 	}
 	var out []sentQuota
-	pr := &pb.LeaseRequest{Region: l.region, Instance: l.instance, Nonce: l.nonce}
+	pr := &pb.LeaseRequest{Region: l.region, Instance: l.instance, Nonce: l.nonce, Replaces: l.replaces}
 	for _, n := range slices.Sorted(maps.Keys(l.quotas)) {
 		q := l.quotas[n]
 		if !q.a.NeedsRenewal(now) {
@@ -307,9 +313,18 @@ func (l *leaser) renew(ctx context.Context) bool {
 	// is renewed in several requests, never refused as one.
 	ok := true
 	for _, part := range leaseapi.Split(pr.Quotas) {
-		req := &pb.LeaseRequest{Region: pr.Region, Instance: pr.Instance, Nonce: pr.Nonce, Quotas: pr.Quotas[part.Start:part.End]}
+		req := &pb.LeaseRequest{Region: pr.Region, Instance: pr.Instance, Nonce: pr.Nonce, Replaces: pr.Replaces, Quotas: pr.Quotas[part.Start:part.End]}
 		resp, err := l.coord.Lease(ctx, req)
 		ok = l.answered(out[part.Start:part.End], resp, err) && ok
+	}
+	l.mu.Lock()
+	held := l.wasHeld
+	l.wasHeld = false
+	l.mu.Unlock()
+	if held && l.rdb != nil {
+		if err := l.succeed(ctx, l.rdb); err != nil {
+			l.log.Debug("could not tell whether the name's holder has stopped", "error", err)
+		}
 	}
 	return ok
 }
@@ -346,6 +361,7 @@ func (l *leaser) answered(out []sentQuota, resp *pb.LeaseResponse, err error) bo
 		}
 		if wait, held := leaseapi.InstanceHeld(err, l.timing.ValidFor); held {
 			l.backOff(wait, err)
+			l.wasHeld = true
 			return false
 		}
 		l.m.renewFails.WithLabelValues(renewFailReason(err)).Inc()
@@ -353,6 +369,7 @@ func (l *leaser) answered(out []sentQuota, resp *pb.LeaseResponse, err error) bo
 		return false
 	}
 	l.down.ok(l.log, l.now())
+	l.named, l.replaces = true, ""
 	if resp.AssumedDrift > l.timing.Drift {
 		l.log.Warn("the coordinator assumes a larger clock drift than this agent's --drift; using the coordinator's", "agent", l.timing.Drift, "coordinator", resp.AssumedDrift)
 		l.timing.Drift = resp.AssumedDrift
@@ -432,12 +449,14 @@ func refusesGrant(err error) bool {
 }
 
 // publish writes this instance's demand per quota to Redis and reads the
-// region's: the sum over instances seen in the last staleAfter, and how
-// many instances that is.
+// region's: the sum over processes seen in the last staleAfter, and how
+// many instances that is (a process restarted under its name and the one
+// it replaced, both seen for a moment, are one instance).
 func (l *leaser) publish(ctx context.Context, rdb redis.UniversalClient, staleAfter time.Duration) error {
 	now := l.now()
-	key := "ql:agents:{" + l.region + "}"
+	key := agentsKey(l.region)
 	l.mu.Lock()
+	holder := l.recordHolder()
 	fields := make([]any, 0, 2*len(l.quotas)+2)
 	fields = append(fields, "@"+l.nonce, strconv.FormatInt(now.UnixMilli(), 10))
 	for n, q := range l.quotas {
@@ -447,14 +466,18 @@ func (l *leaser) publish(ctx context.Context, rdb redis.UniversalClient, staleAf
 	pipe := rdb.Pipeline()
 	pipe.HSet(ctx, key, fields...)
 	pipe.PExpire(ctx, key, 10*staleAfter)
+	if holder != nil {
+		pipe.HSet(ctx, instancesKey(l.region), holder...)
+		pipe.PExpire(ctx, instancesKey(l.region), savedTTL)
+	}
 	all := pipe.HGetAll(ctx, key)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("publish demand: %w", err)
 	}
 	cutoff := now.Add(-staleAfter).UnixMilli()
 	sums := map[string]int64{}
-	live := 0
 	var stale []string
+	live := map[string]bool{} // instance names with a fresh heartbeat
 	for f, v := range all.Val() {
 		val, ts, _ := strings.Cut(v, ":")
 		if strings.HasPrefix(f, "@") {
@@ -466,7 +489,7 @@ func (l *leaser) publish(ctx context.Context, rdb redis.UniversalClient, staleAf
 			continue
 		}
 		if strings.HasPrefix(f, "@") {
-			live++
+			live[nonceInstance(f[1:])] = true
 			continue
 		}
 		quota, _, _ := strings.Cut(f, "|")
@@ -477,12 +500,12 @@ func (l *leaser) publish(ctx context.Context, rdb redis.UniversalClient, staleAf
 		rdb.HDel(ctx, key, stale...)
 	}
 	l.mu.Lock()
-	l.instances = max(1, live)
+	l.instances = max(1, len(live))
 	for n, q := range l.quotas {
 		q.region = sums[n]
 	}
 	l.mu.Unlock()
-	l.m.instances.Set(float64(max(1, live)))
+	l.m.instances.Set(float64(max(1, len(live))))
 	return nil
 }
 

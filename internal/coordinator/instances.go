@@ -11,7 +11,12 @@ import (
 // still renews is refused, so one Lease call cannot evict a live agent
 // (before, the newest nonce won and the live agent was refused as a
 // duplicate). A restarted agent gets its name back once the previous
-// process's last grant has ended. A certificate that names its instance
+// process's last grant has ended, or at once when it names the nonce that
+// holds the name (LeaseRequest.replaces): the agent reads that nonce from
+// its region's Redis once the process's heartbeat there has stopped, and
+// only the region's own processes can read it. The book still counts the
+// old process's outstanding grants, and refuses it as a duplicate if it
+// comes back. A certificate that names its instance
 // (spiffe://<domain>/region/<r>/instance/<i>) ties the name to a key on
 // top of this.
 //
@@ -44,13 +49,14 @@ func newInstanceClaims(hold time.Duration) *instanceClaims {
 }
 
 // take claims region's instance for the process nonce at now (a monotonic
-// reading), or renews its claim. It returns false and how long the name
-// stays held when another process holds it.
-func (c *instanceClaims) take(region, instance, nonce string, now time.Duration) (ok bool, heldFor time.Duration) {
+// reading), or renews its claim; replaces ("" for none) is the process the
+// caller succeeds. It returns false and how long the name stays held when
+// another process holds it.
+func (c *instanceClaims) take(region, instance, nonce, replaces string, now time.Duration) (ok bool, heldFor time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := instanceKey{region, instance}
-	if cur, held := c.by[k]; held && cur.nonce != nonce && now < cur.until {
+	if cur, held := c.by[k]; held && cur.nonce != nonce && cur.nonce != replaces && now < cur.until {
 		return false, cur.until - now
 	}
 	c.by[k] = instanceClaim{nonce: nonce, until: now + c.hold}

@@ -61,7 +61,7 @@ func (c *Coordinator) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.Leas
 	if err := c.validateLease(t, req); err != nil {
 		return nil, err
 	}
-	if ok, heldFor := t.claims.take(req.Region, req.Instance, req.Nonce, c.cfg.Clock.Mono()); !ok {
+	if ok, heldFor := t.claims.take(req.Region, req.Instance, req.Nonce, req.Replaces, c.cfg.Clock.Mono()); !ok {
 		return nil, c.refuse(pb.LeaseService_Lease_FullMethodName, "instance-held", leaseapi.InstanceHeldError(req.Region, req.Instance, heldFor))
 	}
 	items := t.lockQuotas(req)
@@ -201,6 +201,8 @@ func (c *Coordinator) validateLease(t *term, req *pb.LeaseRequest) error {
 		return bad("instance must be 1-%d bytes", maxNameBytes)
 	case req.Nonce == "" || len(req.Nonce) > maxNameBytes:
 		return bad("nonce must be 1-%d bytes", maxNameBytes)
+	case len(req.Replaces) > maxNameBytes:
+		return bad("replaces must be at most %d bytes", maxNameBytes)
 	case len(req.Quotas) == 0 || len(req.Quotas) > leaseapi.MaxQuotasPerRequest:
 		return bad("a request names 1-%d quotas, got %d", leaseapi.MaxQuotasPerRequest, len(req.Quotas))
 	}

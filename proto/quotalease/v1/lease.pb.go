@@ -94,8 +94,14 @@ type LeaseRequest struct {
 	Instance string `protobuf:"bytes,2,opt,name=instance,proto3" json:"instance,omitempty"`
 	// Nonce is random per agent process start. Two live processes claiming
 	// one instance id are refused.
-	Nonce         string          `protobuf:"bytes,3,opt,name=nonce,proto3" json:"nonce,omitempty"`
-	Quotas        []*QuotaRequest `protobuf:"bytes,4,rep,name=quotas,proto3" json:"quotas,omitempty"`
+	Nonce  string          `protobuf:"bytes,3,opt,name=nonce,proto3" json:"nonce,omitempty"`
+	Quotas []*QuotaRequest `protobuf:"bytes,4,rep,name=quotas,proto3" json:"quotas,omitempty"`
+	// Replaces is the nonce of this instance's previous process, which the
+	// agent read from its region's Redis once that process's heartbeat there
+	// went stale: a restarted process takes its name back at once instead of
+	// waiting for the previous process's grants to end. Only the nonce
+	// holding the name hands it over; empty otherwise.
+	Replaces      string `protobuf:"bytes,5,opt,name=replaces,proto3" json:"replaces,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -156,6 +162,13 @@ func (x *LeaseRequest) GetQuotas() []*QuotaRequest {
 		return x.Quotas
 	}
 	return nil
+}
+
+func (x *LeaseRequest) GetReplaces() string {
+	if x != nil {
+		return x.Replaces
+	}
+	return ""
 }
 
 type QuotaRequest struct {
@@ -647,12 +660,13 @@ var File_quotalease_v1_lease_proto protoreflect.FileDescriptor
 
 const file_quotalease_v1_lease_proto_rawDesc = "" +
 	"\n" +
-	"\x19quotalease/v1/lease.proto\x12\rquotalease.v1\"\x8d\x01\n" +
+	"\x19quotalease/v1/lease.proto\x12\rquotalease.v1\"\xa9\x01\n" +
 	"\fLeaseRequest\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x1a\n" +
 	"\binstance\x18\x02 \x01(\tR\binstance\x12\x14\n" +
 	"\x05nonce\x18\x03 \x01(\tR\x05nonce\x123\n" +
-	"\x06quotas\x18\x04 \x03(\v2\x1b.quotalease.v1.QuotaRequestR\x06quotas\"\x9d\x03\n" +
+	"\x06quotas\x18\x04 \x03(\v2\x1b.quotalease.v1.QuotaRequestR\x06quotas\x12\x1a\n" +
+	"\breplaces\x18\x05 \x01(\tR\breplaces\"\x9d\x03\n" +
 	"\fQuotaRequest\x12\x14\n" +
 	"\x05quota\x18\x01 \x01(\tR\x05quota\x12\x19\n" +
 	"\bgrant_id\x18\x02 \x01(\tR\agrantId\x12\x16\n" +
