@@ -16,7 +16,9 @@
 //   - Ledger: the two phases. An assignment that grows waits until the
 //     region's reservation covers it and every agent could see that; an
 //     assignment that shrinks is pushed at once but keeps counting until
-//     it expires.
+//     it expires;
+//   - Places: at most the policy's instances per region hold an
+//     assignment, whichever agents they connect to.
 //
 // The package links no I/O library; the agent (internal/agent) puts it on
 // the wire and in Redis.

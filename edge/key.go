@@ -36,6 +36,10 @@ type Key[K comparable] struct {
 	Written, Visible, Pending int64
 	PendingSince, Covered     time.Time
 	SentEdge, SentDirect      int64
+	// Places is how many instance places the store holds for this agent
+	// (places.go), SentInstances how many it last asked for.
+	Places, SentInstances int64
+	askedAt               time.Time // when places were last asked for
 
 	changed time.Time // the last push that changed or abandoned an assignment
 	ids     []K       // the slots' keys in order (sorted), nil after Add or Remove
@@ -78,10 +82,13 @@ type Others struct{ Reserved, Edge, Direct int64 }
 
 // Update is what an agent writes to the region's store for one policy
 // identity: the reservation it wants (growth granted up to Capacity
-// counting the other agents'; a smaller one whole), its edge and direct
-// demand, the entry kept for Life.
+// counting the other agents'; a smaller one whole), the instance places
+// it wants (one per slot; growth granted up to Most, the policy's
+// instances per region, the same way), its edge and direct demand, the
+// entry kept for Life.
 type Update struct {
 	Want, Capacity     int64
+	Instances, Most    int64
 	EdgeDemand, Direct int64
 	Life               time.Duration
 }
@@ -92,27 +99,38 @@ type Update struct {
 // (capacityAt: no grant's capacity grows while nothing is renewed, and a
 // renewal that shrinks it is not acknowledged while the edge may enforce
 // more), split by demand between direct checks (this agent's direct and
-// the others'), the others' Envoy instances and this agent's (Wants). It
-// returns the update to write, if the store needs one.
+// the others'), the others' Envoy instances and this agent's (Wants):
+// slots refused a place take no part; new ones do, as the store usually
+// has a place for them. It returns the update to write, if the store
+// needs one.
 func (k *Key[K]) Plan(now time.Time, p *policy.Policy, validLeft time.Duration, capacityAt func(time.Time) int64, direct int64, others Others, cfg Config) (Update, bool) {
 	k.TTL, _ = TTL(p.Edge.EdgeTTL(), validLeft, cfg.Drift, cfg.Margin)
 	k.Life = Lifetime(k.TTL, cfg.Drift, cfg.Margin)
 	k.Capacity = capacityAt(now.Add(k.Life))
-	ids := k.sorted()
-	demands := make([]int64, len(ids))
-	for i, id := range ids {
-		demands[i] = k.Slots[id].Demand
+	k.place(false) // places freed here go to slots waiting for one
+	ids := make([]K, 0, len(k.Slots))
+	demands := make([]int64, 0, len(k.Slots))
+	for _, id := range k.sorted() {
+		if s := k.Slots[id]; !s.Refused {
+			ids, demands = append(ids, id), append(demands, s.Demand)
+		}
 	}
 	var shares []int64
 	k.Self, shares = Wants(k.Capacity, others.Direct+direct, others.Edge, demands)
 	shares = k.keep(now, ids, shares, k.Capacity-others.Reserved)
-	k.Want = make(map[K]int64, len(ids))
+	k.Want = make(map[K]int64, len(k.Slots))
+	for id := range k.Slots {
+		k.Want[id] = 0
+	}
 	for i, id := range ids {
 		k.Want[id] = shares[i]
 	}
 	need := k.Ledger.Need(now, k.Want)
-	if need != k.Written || now.After(k.rewriteAt(cfg)) || moved(k.Self, k.SentEdge) || direct != k.SentDirect {
-		return Update{Want: need, Capacity: k.Capacity, EdgeDemand: k.Self, Direct: direct, Life: cfg.KeepFor(k.Life)}, true
+	instances := int64(len(k.Slots))
+	if need != k.Written || now.After(k.rewriteAt(cfg)) || moved(k.Self, k.SentEdge) || direct != k.SentDirect ||
+		instances != k.SentInstances || k.Waiting(now) {
+		return Update{Want: need, Capacity: k.Capacity, Instances: instances, Most: int64(p.Edge.Instances),
+			EdgeDemand: k.Self, Direct: direct, Life: cfg.KeepFor(k.Life)}, true
 	}
 	return Update{}, false
 }
@@ -147,10 +165,11 @@ func (k *Key[K]) rewriteAt(cfg Config) time.Time {
 
 // Urgent reports whether u, the update a round planned, should be written
 // at once rather than with the next read (Config.ReadEvery): it grows the
-// reservation, which assignments wait for. Whatever else it changes can
-// wait, as the reservation written stays at least what the assignments
-// sent may enforce.
-func (k *Key[K]) Urgent(u Update) bool { return u.Want > k.Written }
+// reservation, or asks places for new slots, which assignments wait for.
+// Whatever else it changes can wait, as the reservation written stays at
+// least what the assignments sent may enforce; slots refused a place ask
+// again with the next read.
+func (k *Key[K]) Urgent(u Update) bool { return u.Want > k.Written || u.Instances > k.SentInstances }
 
 // Release is a round at now for an identity no longer served (no slot, or
 // its policy gone or without edge settings): the reservation follows what
@@ -162,7 +181,7 @@ func (k *Key[K]) Release(now time.Time, direct int64, cfg Config) (u Update, wri
 	if need == 0 && k.Written == 0 && k.Ledger.Empty(now) {
 		return Update{}, false, true
 	}
-	if need != k.Written || direct != k.SentDirect {
+	if need != k.Written || direct != k.SentDirect || k.SentInstances != 0 {
 		return Update{Want: need, Direct: direct, Life: cfg.KeepFor(max(k.Life, time.Second))}, true, false
 	}
 	return Update{}, false, false
@@ -175,13 +194,17 @@ func moved(now, sent int64) bool {
 }
 
 // Synced applies the store's answer to u, sent at sent and answered at
-// done: it granted granted. The store ran it in between: the entry's life
+// done: it granted g. The store ran it in between: the entry's life
 // counts from sent (it ends no sooner; the store keeps it for u.Life on
 // its own clock), a larger reservation's wait from done (every other
 // agent's read that missed it began before done); it becomes visible
-// (usable) GrowWait after that.
-func (k *Key[K]) Synced(sent, done time.Time, u Update, granted int64, cfg Config) {
+// (usable) GrowWait after that. Places are usable at once: the store
+// counted every other agent's as it granted them. It returns the slots
+// newly refused a place.
+func (k *Key[K]) Synced(sent, done time.Time, u Update, g Granted, cfg Config) (refused []K) {
+	granted := g.Reserved
 	k.Written, k.SentEdge, k.SentDirect = granted, u.EdgeDemand, u.Direct
+	k.Places, k.SentInstances, k.askedAt = g.Places, u.Instances, sent
 	switch {
 	case granted <= k.Visible:
 		k.Visible, k.Pending = granted, 0
@@ -194,6 +217,7 @@ func (k *Key[K]) Synced(sent, done time.Time, u Update, granted int64, cfg Confi
 		k.Pending, k.PendingSince = granted, done
 	}
 	k.Covered = sent.Add(surely(u.Life, cfg.Drift))
+	return k.place(true)
 }
 
 // Send is one action for one slot: an assignment of Bucket for TTL, or an
@@ -232,7 +256,7 @@ func (k *Key[K]) push(now time.Time, p *policy.Policy, cfg Config, lead time.Dur
 	if p == nil || k.Want == nil || now.Add(k.Life).After(k.Covered) {
 		return nil
 	}
-	changes := k.Ledger.Plan(now, k.Want, k.Visible, cfg.ChangeEvery)
+	changes := k.Ledger.Plan(now, k.placedWant(), k.Visible, cfg.ChangeEvery)
 	from := now.Add(surely(k.TTL, cfg.Drift))
 	var out []Send[K]
 	for _, id := range k.sorted() {
@@ -242,6 +266,9 @@ func (k *Key[K]) push(now time.Time, p *policy.Policy, cfg Config, lead time.Dur
 			k.changed = now
 			out = append(out, Send[K]{Slot: id, Abandon: true})
 			continue
+		}
+		if !s.Placed {
+			continue // keeps the policy's no_assignment behaviour
 		}
 		share, change := changes[id]
 		if change {

@@ -58,9 +58,9 @@ func TestKeySkipsOnlyIdleRounds(t *testing.T) {
 			u, write := plan.Plan(now, p, time.Minute, capAt, direct, others, cfg)
 			granted := Reserve(u.Want, plan.Written, u.Capacity, others.Reserved)
 			retry := write && granted == plan.Written && u.Want > granted && !now.After(plan.rewriteAt(cfg)) &&
-				!moved(u.EdgeDemand, plan.SentEdge) && u.Direct == plan.SentDirect
+				!moved(u.EdgeDemand, plan.SentEdge) && u.Direct == plan.SentDirect && u.Instances == plan.SentInstances
 			if write {
-				plan.Synced(now, now.Add(gap), u, granted, cfg)
+				plan.Synced(now, now.Add(gap), u, Granted{granted, Reserve(u.Instances, plan.Places, u.Most, 0)}, cfg)
 			}
 			sends := plan.Push(now.Add(gap), p, cfg)
 			if plan != k {

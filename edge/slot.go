@@ -20,6 +20,12 @@ type Slot struct {
 	// Changed when it last changed.
 	Bucket  Bucket
 	Changed time.Time
+	// Placed: the slot holds one of the places (instances) the region's
+	// store granted this agent for the identity, and only then is
+	// assigned (Key.Places). Refused: a sync found no place free for it;
+	// it takes no part in the split and asks again with the key's next
+	// write.
+	Placed, Refused bool
 }
 
 // Report takes a usage report of the slot received at now: count

@@ -15,8 +15,8 @@ import (
 type Edge struct {
 	// Instances is the most Envoy instances per region that report the
 	// policy's buckets: each runs its fallback on its own (the bound's
-	// edge term). More get no assignment (edge.MostInstances), and keep
-	// the no_assignment behaviour.
+	// edge term). More get no assignment (the region's instance places,
+	// edge/places.go), and keep the no_assignment behaviour.
 	Instances int `yaml:"instances" json:"instances"`
 	// NoAssignment is Envoy's no_assignment_behavior (a blanket rule):
 	// deny (DENY_ALL) or allow (ALLOW_ALL, Envoy's default: the edge is

@@ -107,8 +107,8 @@ type simKey struct {
 }
 
 type reservation struct {
-	reserved, edgeDemand, direct int64
-	expiresMs                    int64
+	reserved, places, edgeDemand, direct int64
+	expiresMs                            int64
 }
 
 // newEdge gives region r its edge.
@@ -224,29 +224,34 @@ func (x *edgeRegion) prepare(now time.Time) ([]int, []edge.Update) {
 }
 
 // sync is lua/edge_sync.lua on the region's Redis: applies this agent's
-// updates (edge.Reserve) and returns what it granted each and what the
-// other live agents hold, per identity.
-func (x *edgeRegion) sync(ids []int, updates []edge.Update) ([]int64, map[int]edge.Others) {
+// updates (edge.Reserve, for the reservation and the instance places) and
+// returns what it granted each and what the other live agents hold, per
+// identity. A restarted agent takes its previous generation's instances
+// as its own, as the agent does the process it succeeded under its name.
+func (x *edgeRegion) sync(ids []int, updates []edge.Update) ([]edge.Granted, map[int]edge.Others) {
 	nowMs := x.r.clock(x.e.now)
-	granted := make([]int64, len(ids))
+	granted := make([]edge.Granted, len(ids))
 	for i, id := range ids {
 		u := updates[i]
-		var old, others int64
+		var old, others edge.Granted
 		keep := map[int]reservation{}
 		for gen, en := range x.res[id] {
-			if en.expiresMs <= nowMs {
+			switch {
+			case en.expiresMs <= nowMs:
 				continue
+			case gen == x.gen:
+				old = edge.Granted{Reserved: en.reserved, Places: en.places}
+				continue
+			case gen != x.gen-1:
+				others.Places += en.places
 			}
-			if gen == x.gen {
-				old = en.reserved
-			} else {
-				others += en.reserved
-				keep[gen] = en
-			}
+			others.Reserved += en.reserved
+			keep[gen] = en
 		}
-		g := edge.Reserve(u.Want, old, u.Capacity, others)
-		if g > 0 || u.EdgeDemand > 0 || u.Direct > 0 {
-			keep[x.gen] = reservation{g, u.EdgeDemand, u.Direct, nowMs + max(1, u.Life.Milliseconds())}
+		g := edge.Granted{Reserved: edge.Reserve(u.Want, old.Reserved, u.Capacity, others.Reserved),
+			Places: edge.Reserve(u.Instances, old.Places, u.Most, others.Places)}
+		if g.Reserved > 0 || g.Places > 0 || u.EdgeDemand > 0 || u.Direct > 0 {
+			keep[x.gen] = reservation{g.Reserved, g.Places, u.EdgeDemand, u.Direct, nowMs + max(1, u.Life.Milliseconds())}
 		}
 		x.res[id] = keep
 		granted[i] = g

@@ -145,7 +145,8 @@ func TestEdgeDeterministic(t *testing.T) {
 
 // The simulator's model of the region's reservations is the agent's
 // script: random updates from three agents (growth, shrinking, demands
-// only, another's capacity) go through both, the model and
+// only, another's capacity, instance places, an agent succeeding the
+// one before it) go through both, the model and
 // internal/agent/lua/edge_sync.lua on a real redis-server, and every
 // grant and every sum of the others must match.
 func TestEdgeStoreAsTheScript(t *testing.T) {
@@ -175,7 +176,7 @@ func TestEdgeStoreAsTheScript(t *testing.T) {
 			if rng.IntN(3) == 0 {
 				continue
 			}
-			u := edge.Update{Want: rng.Int64N(capacity), Capacity: capacity - rng.Int64N(200), Life: time.Hour}
+			u := edge.Update{Want: rng.Int64N(capacity), Capacity: capacity - rng.Int64N(200), Instances: rng.Int64N(6), Most: 4, Life: time.Hour}
 			if rng.IntN(4) == 0 {
 				u.Want = 0
 			}
@@ -183,18 +184,22 @@ func TestEdgeStoreAsTheScript(t *testing.T) {
 				u.EdgeDemand, u.Direct = rng.Int64N(500), rng.Int64N(500)
 			}
 			idx, ups = append(idx, id), append(ups, u)
-			args = append(args, strconv.Itoa(id), u.Want, u.Capacity, u.EdgeDemand, u.Direct, u.Life.Milliseconds())
+			args = append(args, strconv.Itoa(id), u.Want, u.Capacity, u.EdgeDemand, u.Direct, u.Life.Milliseconds(), u.Instances, u.Most)
 		}
 		granted, others := x.sync(idx, ups)
 		args = append(args, "0", 1000) // read the whole hash: three fields are one page
-		got, err := script.Run(ctx, rdb, []string{"ql:edge:{us}"}, append([]any{strconv.Itoa(x.gen), len(idx)}, args...)...).Slice()
+		got, err := script.Run(ctx, rdb, []string{"ql:edge:{us}"}, append([]any{strconv.Itoa(x.gen), strconv.Itoa(x.gen - 1), len(idx)}, args...)...).Slice()
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got[3] != "0" {
 			t.Fatalf("step %d: the read did not end in one page (cursor %v)", step, got[3])
 		}
-		if want := fmt.Sprint(got[1]); fmt.Sprint(strs(granted)) != want {
+		var flat []int64
+		for _, g := range granted {
+			flat = append(flat, g.Reserved, g.Places)
+		}
+		if want := fmt.Sprint(got[1]); fmt.Sprint(strs(flat)) != want {
 			t.Fatalf("step %d, agent %d: the model granted %v, the script %v", step, x.gen, granted, want)
 		}
 		sums := got[2].([]any)

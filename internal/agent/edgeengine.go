@@ -3,8 +3,6 @@ package agent
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"maps"
 	"sync"
 	"sync/atomic"
@@ -33,7 +31,6 @@ type edgeEngine struct {
 	cfg EdgeConfig
 	rc  edge.Config // the rounds' tuning: cfg's, with the lease's drift
 	m   *edgeMetrics
-	id  string // this process's name in the region's reservations
 	// trust is how long a read of the reservations may be relied on: less
 	// than GrowWait, however the clocks drift.
 	trust time.Duration
@@ -53,6 +50,7 @@ type edgeEngine struct {
 	// between urgent syncs. planAt is when this round planned.
 	readRoundAt, planAt time.Time
 	syncDown            outage
+	heir                string     // the predecessor whose instances this agent took, as last synced
 	visited             []*edgeKey // the keys this round plans and pushes
 	nextGrow            time.Time  // when the first pending growth becomes usable
 	// fps are the fingerprints of the policies last loaded: a reload that
@@ -120,10 +118,8 @@ func compareSlots(a, b rlqsSlotID) int {
 }
 
 func newEdgeEngine(a *Agent, cfg EdgeConfig) *edgeEngine {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
 	rc := cfg.rounds(a.cfg.Drift)
-	e := &edgeEngine{a: a, cfg: cfg, rc: rc, m: newEdgeMetrics(a.m.reg), id: hex.EncodeToString(b[:]), trust: rc.Trust(), streams: map[uint64]*rlqsStream{},
+	e := &edgeEngine{a: a, cfg: cfg, rc: rc, m: newEdgeMetrics(a.m.reg), trust: rc.Trust(), streams: map[uint64]*rlqsStream{},
 		keys: map[edgeKeyID]*edgeKey{}, direct: map[edgeKeyID]int64{}, directOnly: map[edgeKeyID]int64{}, metricKeys: map[string]bool{},
 		syncDown: outage{what: "edge reservation syncs with Redis", interval: 30 * time.Second}, kick: make(chan struct{}, 1)}
 	none := map[string]bool{}
@@ -271,6 +267,15 @@ func (e *edgeEngine) prepare(now time.Time) (updates []edgeUpdate, sync, read bo
 	}
 	policies := map[string]served{} // looked up once a round
 	urgent := false
+	if _, heir := e.a.leaser.Succession(); heir != e.heir {
+		// The Envoy instances of the process this one succeeded are its
+		// own now: slots refused a place while that process held them ask
+		// again.
+		e.heir = heir
+		for _, k := range e.keys {
+			k.dirty = true
+		}
+	}
 	e.visited, e.nextGrow = e.visited[:0], time.Time{}
 	for id, k := range e.keys {
 		sv, ok := policies[id.policy]
@@ -343,7 +348,8 @@ func (e *edgeEngine) sync(ctx context.Context, updates []edgeUpdate, read bool) 
 	sent := e.a.cfg.Clock.Now()
 	sctx, cancel := context.WithTimeout(ctx, e.cfg.GrowWait)
 	rctx, rcancel := context.WithTimeout(ctx, e.rc.Trust())
-	granted, others, err := edgeSync(sctx, rctx, e.a.cfg.Redis, e.a.cfg.Region, e.id, updates, read)
+	nonce, heir := e.a.leaser.Succession()
+	granted, others, err := edgeSync(sctx, rctx, e.a.cfg.Redis, e.a.cfg.Region, edgeAgentOf(nonce, heir), updates, read)
 	rcancel()
 	cancel()
 	e.mu.Lock()
@@ -413,12 +419,15 @@ func (e *edgeEngine) measureDirect(now, since time.Time) {
 // synced applies a successful sync sent at sent and answered at done
 // (edge.Key.Synced says what counts from which); others is nil when it
 // read nothing, and the view keeps the last read's. e.mu is held.
-func (e *edgeEngine) synced(sent, done time.Time, updates []edgeUpdate, granted []int64, others map[edgeKeyID]edge.Others) {
+func (e *edgeEngine) synced(sent, done time.Time, updates []edgeUpdate, granted []edge.Granted, others map[edgeKeyID]edge.Others) {
 	changed := false
 	for i, u := range updates {
 		if k := e.keys[u.key]; k != nil {
-			changed = changed || granted[i] != k.Written
-			k.Synced(sent, done, u.Update, granted[i], e.rc)
+			changed = changed || granted[i].Reserved != k.Written
+			for _, sid := range k.Synced(sent, done, u.Update, granted[i], e.rc) {
+				e.m.refused.WithLabelValues(refusedReason(errInstances)).Inc()
+				k.slots[sid].st.refused.failed(e.a.cfg.Logger, done, "domain", k.slots[sid].st.domain, "bucket", sid.bucket, "policy", k.id.policy, "error", errInstances)
+			}
 		}
 	}
 	readAt := sent

@@ -2,7 +2,10 @@ package agent
 
 import (
 	"context"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"maps"
 	"strconv"
@@ -52,17 +55,36 @@ type edgeUpdate struct {
 // no call took more than 10 ms: BenchmarkEdgeRead).
 const edgeBatch, edgePage = 256, 128
 
-// edgeSync applies updates for agent id and returns, in order, what Redis
+// edgeAgent names an agent process in the region's reservations: its id,
+// and the id of the process it succeeded under its instance name, if any,
+// whose Envoy instances reconnect to it (their places are its own).
+type edgeAgent struct{ id, heir string }
+
+// edgeAgentOf names the process of nonce, which succeeded heir ("" for
+// none): a digest of each, so that whatever an instance name holds, the
+// script reads one word.
+func edgeAgentOf(nonce, heir string) edgeAgent {
+	name := func(n string) string {
+		if n == "" {
+			return ""
+		}
+		d := sha256.Sum256([]byte(n))
+		return hex.EncodeToString(d[:8])
+	}
+	return edgeAgent{name(nonce), name(heir)}
+}
+
+// edgeSync applies updates for agent a and returns, in order, what Redis
 // granted each; when read, also what the other agents hold for every
 // policy identity any of them holds something for (nil when not read),
 // read page by page after the updates. ctx bounds the updates; readCtx
 // the read. On an error, granted holds what the batches that landed
 // granted, the first len(granted) updates, so that a sync too large for
 // its time still makes progress.
-func edgeSync(ctx, readCtx context.Context, rdb redis.UniversalClient, region, id string, updates []edgeUpdate, read bool) (granted []int64, others map[edgeKeyID]edge.Others, err error) {
-	granted = make([]int64, 0, len(updates))
+func edgeSync(ctx, readCtx context.Context, rdb redis.UniversalClient, region string, a edgeAgent, updates []edgeUpdate, read bool) (granted []edge.Granted, others map[edgeKeyID]edge.Others, err error) {
+	granted = make([]edge.Granted, 0, len(updates))
 	for start := 0; start < len(updates); start += edgeBatch {
-		g, _, _, err := edgeCall(ctx, rdb, region, id, updates[start:min(len(updates), start+edgeBatch)], "", 0)
+		g, _, _, err := edgeCall(ctx, rdb, region, a, updates[start:min(len(updates), start+edgeBatch)], "", 0)
 		if err != nil {
 			return granted, nil, err
 		}
@@ -73,7 +95,7 @@ func edgeSync(ctx, readCtx context.Context, rdb redis.UniversalClient, region, i
 	}
 	others = map[edgeKeyID]edge.Others{}
 	for cursor := "0"; ; {
-		_, sums, next, err := edgeCall(readCtx, rdb, region, id, nil, cursor, edgePage)
+		_, sums, next, err := edgeCall(readCtx, rdb, region, a, nil, cursor, edgePage)
 		if err != nil {
 			return granted, nil, err
 		}
@@ -86,11 +108,11 @@ func edgeSync(ctx, readCtx context.Context, rdb redis.UniversalClient, region, i
 
 // edgeCall is one call of the script: updates applied, and when cursor is
 // not "", one page of about page fields read from it, with the next cursor.
-func edgeCall(ctx context.Context, rdb redis.UniversalClient, region, id string, updates []edgeUpdate, cursor string, page int) (granted []int64, others map[edgeKeyID]edge.Others, next string, err error) {
-	args := make([]any, 0, 4+6*len(updates))
-	args = append(args, id, len(updates))
+func edgeCall(ctx context.Context, rdb redis.UniversalClient, region string, a edgeAgent, updates []edgeUpdate, cursor string, page int) (granted []edge.Granted, others map[edgeKeyID]edge.Others, next string, err error) {
+	args := make([]any, 0, 5+8*len(updates))
+	args = append(args, a.id, a.heir, len(updates))
 	for _, u := range updates {
-		args = append(args, edgeField(u.key), u.Want, u.Capacity, u.EdgeDemand, u.Direct, max(1, u.Life.Milliseconds()))
+		args = append(args, edgeField(u.key), u.Want, u.Capacity, u.EdgeDemand, u.Direct, max(1, u.Life.Milliseconds()), u.Instances, u.Most)
 	}
 	args = append(args, cursor, page)
 	res, err := edgeSyncScript.Run(ctx, rdb, []string{edgeReservationsKey(region)}, args...).Slice()
@@ -103,12 +125,15 @@ func edgeCall(ctx context.Context, rdb redis.UniversalClient, region, id string,
 	gs, _ := res[1].([]any)
 	sums, _ := res[2].([]any)
 	next, _ = res[3].(string)
-	if len(gs) != len(updates) || len(sums)%4 != 0 {
+	if len(gs) != 2*len(updates) || len(sums)%4 != 0 {
 		return nil, nil, "", fmt.Errorf("edge reservations: %d grants for %d updates, %d sums", len(gs), len(updates), len(sums))
 	}
-	granted = make([]int64, len(gs))
-	for i, g := range gs {
-		if granted[i], err = edgeInt(g); err != nil {
+	granted = make([]edge.Granted, len(updates))
+	for i := range granted {
+		var e1, e2 error
+		granted[i].Reserved, e1 = edgeInt(gs[2*i])
+		granted[i].Places, e2 = edgeInt(gs[2*i+1])
+		if err := errors.Join(e1, e2); err != nil {
 			return nil, nil, "", err
 		}
 	}

@@ -15,10 +15,12 @@ import (
 )
 
 // Agents growing their reservations for one identity at once, each asking
-// for all of the capacity, never hold more than it between them (the
-// script grants growth atomically); shrinking is granted whole; a dead
-// agent's reservation ends by itself when its life runs out, and the
-// others see it gone.
+// for all of the capacity and for three of the policy's four instance
+// places, never hold more than either between them (the script grants
+// growth atomically); shrinking is granted whole; a process that succeeded
+// another under its name takes that one's places as its own, not its
+// reservation; a dead agent's reservation ends by itself when its life
+// runs out, and the others see it gone.
 func TestEdgeReservationsOnRedis(t *testing.T) {
 	rs := startRedis(t)
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
@@ -27,13 +29,13 @@ func TestEdgeReservationsOnRedis(t *testing.T) {
 	id := edgeKeyID{"api", "acme"}
 	const capacity = 1000
 	var wg sync.WaitGroup
-	granted := make([]int64, 8)
+	granted := make([]edge.Granted, 8)
 	for i := range granted {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for round := 0; round < 20; round++ {
-				g, _, err := edgeSync(ctx, ctx, rdb, "us", string(rune('a'+i)), []edgeUpdate{{key: id, Update: edge.Update{Want: capacity, Capacity: capacity, EdgeDemand: 5, Life: time.Minute}}}, true)
+				g, _, err := edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: string(rune('a' + i))}, []edgeUpdate{{key: id, Update: edge.Update{Want: capacity, Capacity: capacity, Instances: 3, Most: 4, EdgeDemand: 5, Life: time.Minute}}}, true)
 				if err != nil {
 					t.Error(err)
 					return
@@ -43,33 +45,50 @@ func TestEdgeReservationsOnRedis(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	var sum int64
+	var sum, places int64
 	for _, g := range granted {
-		sum += g
+		sum, places = sum+g.Reserved, places+g.Places
 	}
-	if sum > capacity || sum < capacity/2 {
-		t.Fatalf("agents hold %v, %d in all, of a capacity of %d", granted, sum, capacity)
+	if sum > capacity || sum < capacity/2 || places != 4 {
+		t.Fatalf("agents hold %v, %d in all, of a capacity of %d, and %d places of 4", granted, sum, capacity, places)
 	}
 	// The others see what each holds.
-	_, others, err := edgeSync(ctx, ctx, rdb, "us", "a", nil, true)
+	_, others, err := edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "a"}, nil, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o := others[id]; o.Reserved != sum-granted[0] || o.Edge != 5*7 {
-		t.Fatalf("agent a sees %+v, want the others' %d reserved and 35 edge demand", o, sum-granted[0])
+	if o := others[id]; o.Reserved != sum-granted[0].Reserved || o.Edge != 5*7 {
+		t.Fatalf("agent a sees %+v, want the others' %d reserved and 35 edge demand", o, sum-granted[0].Reserved)
+	}
+	// A process succeeding the one that holds most places gets those
+	// places (its instances reconnect to it), and none beyond; the
+	// reservation it succeeded still counts.
+	heir := 0
+	for i, g := range granted {
+		if g.Places > granted[heir].Places {
+			heir = i
+		}
+	}
+	next := edgeAgent{id: "next", heir: string(rune('a' + heir))}
+	g, _, err := edgeSync(ctx, ctx, rdb, "us", next, []edgeUpdate{{key: id, Update: edge.Update{Want: capacity, Capacity: capacity, Instances: 4, Most: 4, Life: time.Minute}}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := granted[heir].Places; g[0].Places != want || g[0].Reserved != 0 {
+		t.Fatalf("a successor of an agent holding %d places was granted %+v, want its places and no reservation", want, g[0])
 	}
 	// Shrinking is granted whole; an agent holding for a short life is
 	// gone once it ran out.
-	g, _, _ := edgeSync(ctx, ctx, rdb, "us", "a", []edgeUpdate{{key: id, Update: edge.Update{Want: 0, Capacity: capacity, Life: time.Minute}}}, true)
-	if g[0] != 0 {
-		t.Fatalf("shrink to 0 granted %d", g[0])
+	g, _, _ = edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "a"}, []edgeUpdate{{key: id, Update: edge.Update{Want: 0, Capacity: capacity, Life: time.Minute}}}, true)
+	if g[0] != (edge.Granted{}) {
+		t.Fatalf("shrink to 0 granted %+v", g[0])
 	}
-	if _, _, err := edgeSync(ctx, ctx, rdb, "us", "b", []edgeUpdate{{key: id, Update: edge.Update{Want: granted[1], Capacity: capacity, Life: 300 * time.Millisecond}}}, true); err != nil {
+	if _, _, err := edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "b"}, []edgeUpdate{{key: id, Update: edge.Update{Want: granted[1].Reserved, Capacity: capacity, Life: 300 * time.Millisecond}}}, true); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 5*time.Second, "b's reservation expiring", func() bool {
-		_, others, err := edgeSync(ctx, ctx, rdb, "us", "a", nil, true)
-		return err == nil && others[id].Reserved == sum-granted[0]-granted[1]
+		_, others, err := edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "a"}, nil, true)
+		return err == nil && others[id].Reserved == sum-granted[0].Reserved-granted[1].Reserved
 	})
 	if ttl := rdb.PTTL(ctx, edgeReservationsKey("us")).Val(); ttl <= 0 || ttl > time.Minute {
 		t.Fatalf("the region's hash expires in %s, want within the longest life", ttl)
@@ -89,21 +108,21 @@ func TestEdgeReservationsInPages(t *testing.T) {
 	for i := range updates {
 		updates[i] = edgeUpdate{key: edgeKeyID{"api", fmt.Sprint("tenant-", i)}, Update: edge.Update{Want: 10, Capacity: 100, EdgeDemand: 1, Life: time.Minute}}
 	}
-	g, others, err := edgeSync(ctx, ctx, rdb, "us", "b", updates, false)
+	g, others, err := edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "b"}, updates, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(g) != n || g[n-1] != 10 || others != nil {
+	if len(g) != n || g[n-1].Reserved != 10 || others != nil {
 		t.Fatalf("%d grants (the last %d), others %v; want %d of 10 and no read", len(g), g[n-1], others, n)
 	}
-	_, page, next, err := edgeCall(ctx, rdb, "us", "a", nil, "0", edgePage)
+	_, page, next, err := edgeCall(ctx, rdb, "us", edgeAgent{id: "a"}, nil, "0", edgePage)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if next == "0" || len(page) == 0 || len(page) > 2*edgePage {
 		t.Fatalf("one call read %d of %d identities (next cursor %q): want one page", len(page), n, next)
 	}
-	_, others, err = edgeSync(ctx, ctx, rdb, "us", "a", nil, true)
+	_, others, err = edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "a"}, nil, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +182,7 @@ func BenchmarkEdgeRead(b *testing.B) {
 	for i := range updates {
 		updates[i] = edgeUpdate{key: edgeKeyID{"api", fmt.Sprint("tenant-", i)}, Update: edge.Update{Want: 10, Capacity: 100, EdgeDemand: 1, Life: time.Hour}}
 	}
-	if _, _, err := edgeSync(ctx, ctx, rdb, "us", "b", updates, false); err != nil {
+	if _, _, err := edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "b"}, updates, false); err != nil {
 		b.Fatal(err)
 	}
 	for _, page := range []int{edgePage, 1 << 30} {
@@ -173,7 +192,7 @@ func BenchmarkEdgeRead(b *testing.B) {
 			for b.Loop() {
 				for cursor := "0"; ; {
 					start := time.Now()
-					_, _, next, err := edgeCall(ctx, rdb, "us", "a", nil, cursor, page)
+					_, _, next, err := edgeCall(ctx, rdb, "us", edgeAgent{id: "a"}, nil, cursor, page)
 					longest = max(longest, time.Since(start))
 					if err != nil {
 						b.Fatal(err)

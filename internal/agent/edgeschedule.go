@@ -25,7 +25,7 @@ func (e *edgeEngine) needsRound(k *edgeKey, pol *policy.Policy, until, now time.
 		k.pol = pol // reloaded, unchanged
 	}
 	switch {
-	case k.dirty || k.unwritten && read || pol != k.pol || pol == nil:
+	case k.dirty || (k.unwritten || k.Waiting(now)) && read || pol != k.pol || pol == nil:
 		return true
 	case !k.due.IsZero() && !now.Before(k.due):
 		return true

@@ -71,9 +71,10 @@ type leaser struct {
 	// stopped predecessor), replaces is the predecessor the next request
 	// names, and named whether a request under the name has succeeded
 	// (publish then records this process as its holder): succession.go.
-	wasHeld  bool
-	replaces string
-	named    bool
+	// predecessor is the stopped process this one succeeded, once known.
+	wasHeld               bool
+	replaces, predecessor string
+	named                 bool
 }
 
 type quotaLease struct {

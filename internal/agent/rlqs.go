@@ -279,8 +279,6 @@ func (e *edgeEngine) subscribe(st *rlqsStream, id *rlqsv3.BucketId, bk string, n
 		return nil
 	case k != nil && k.onStream(st.id):
 		err = errSecondBucket
-	case k != nil && len(k.slots) >= edge.MostInstances(m.pol, e.a.leaser.Instances()):
-		err = errInstances
 	}
 	if err != nil {
 		e.m.refused.WithLabelValues(refusedReason(err)).Inc()
@@ -309,11 +307,12 @@ func (k *edgeKey) onStream(stream uint64) bool {
 
 // Refusals of a bucket the agent would serve otherwise: a policy without
 // edge settings, a second bucket id for an identity one stream already
-// reports, and instances beyond the policy's (edge.MostInstances).
+// reports, and instances beyond the policy's per region (edge/places.go:
+// refused as the region's Redis answers, the bucket kept to ask again).
 var (
 	errNoEdge       = errors.New("the policy has no edge settings: it is not served to Envoy's RLQS")
 	errSecondBucket = errors.New("the stream already reports a bucket of this identity under another bucket id: one Envoy instance gets one bucket per identity")
-	errInstances    = errors.New("the policy's edge instances (per region, divided among its agents) already report this identity: this one gets no assignment and keeps the policy's no_assignment behaviour")
+	errInstances    = errors.New("the policy's edge instances per region already hold this identity's places: this one gets no assignment, and keeps the policy's no_assignment behaviour, until a place frees")
 )
 
 // refusedReason is the metric reason of a refused bucket.

@@ -255,21 +255,26 @@ func TestRLQSAgentBudgets(t *testing.T) {
 
 // The edge term's promises hold whatever connects: a stream's second
 // bucket id of one identity (another spelling of it) gets no assignment,
-// nor does an instance beyond the policy's edge instances; each is counted,
-// and a place freed by a stream that ends goes to the next that reports.
+// nor does an instance beyond the policy's edge instances (kept, without a
+// place); each is counted, and a place freed by a stream that ends goes to
+// the instance waiting for one.
 func TestRLQSInstancesAndSpellings(t *testing.T) {
 	ra := regionAgent(t, strings.Replace(edgeTestPolicy, "instances: 4", "instances: 2", 1), fastEdge)
 	refused := func(reason string) float64 {
 		return counterValueLabeled(t, ra.a, "quotalease_agent_edge_buckets_refused_total", "reason", reason)
 	}
-	slots := func() int {
+	slots := func() (n, placed int) {
 		ra.a.edge.mu.Lock()
 		defer ra.a.edge.mu.Unlock()
-		n := 0
 		for _, k := range ra.a.edge.keys { // the test serves one identity
-			n += len(k.slots)
+			for _, s := range k.slots {
+				n++
+				if s.Placed {
+					placed++
+				}
+			}
 		}
-		return n
+		return n, placed
 	}
 	a := map[string]string{"policy": "api", "tenant": "a"}
 	alias := map[string]string{"generic_key": "api", "tenant": "a"}
@@ -277,7 +282,7 @@ func TestRLQSInstancesAndSpellings(t *testing.T) {
 	first.send(t, "shop", use(a, 0, 1, 0), use(alias, 0, 1, 0))
 	first.next(t, a)
 	testenv.WaitFor(t, 5*time.Second, "the second spelling refused", func() bool { return refused("second-bucket") >= 1 })
-	if n := slots(); n != 1 {
+	if n, _ := slots(); n != 1 {
 		t.Fatalf("identity a has %d buckets after one stream reported two spellings of it, want 1", n)
 	}
 
@@ -286,17 +291,20 @@ func TestRLQSInstancesAndSpellings(t *testing.T) {
 	second.next(t, a)
 	third.send(t, "shop", use(a, 0, 1, 0))
 	testenv.WaitFor(t, 5*time.Second, "the third instance refused", func() bool { return refused("instances") >= 1 })
-	if n := slots(); n != 2 {
-		t.Fatalf("identity a has %d buckets with the policy's 2 instances, want 2", n)
+	if n, placed := slots(); n != 3 || placed != 2 {
+		t.Fatalf("identity a has %d buckets, %d placed, with the policy's 2 instances: want 3, 2", n, placed)
 	}
 
 	if err := first.s.CloseSend(); err != nil {
 		t.Fatal(err)
 	}
 	<-first.ended
-	testenv.WaitFor(t, 5*time.Second, "the first stream's place freed", func() bool { return slots() == 1 })
-	third.send(t, "shop", use(a, time.Second, 1, 0))
+	// The third instance gets the place at once: its first message since
+	// it reported is the assignment.
 	if got, _ := third.next(t, a); got.GetQuotaAssignmentAction() == nil {
 		t.Fatalf("the third instance, once a place was free: %v, want an assignment", got)
+	}
+	if n, placed := slots(); n != 2 || placed != 2 {
+		t.Fatalf("after the first stream ended: %d buckets, %d placed, want 2, 2", n, placed)
 	}
 }

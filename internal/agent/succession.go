@@ -80,7 +80,7 @@ func (l *leaser) succeed(ctx context.Context, rdb redis.UniversalClient) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !now.Before(stale) {
-		l.replaces, l.heldUntil = prev, now
+		l.replaces, l.predecessor, l.heldUntil = prev, prev, now
 		l.log.Info("the process that held this instance name has stopped; taking the name over", "instance", l.instance)
 		return nil
 	}
@@ -88,6 +88,16 @@ func (l *leaser) succeed(ctx context.Context, rdb redis.UniversalClient) error {
 		l.heldUntil = stale
 	}
 	return nil
+}
+
+// Succession names this process in its region's Redis (its nonce) and
+// the stopped process it succeeded under its instance name ("" until one
+// is known): the edge takes the Envoy instances that reconnect from that
+// process as its own (edgeAgent).
+func (l *leaser) Succession() (nonce, predecessor string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.nonce, l.predecessor
 }
 
 // recordHolder is what publish writes to say this process holds its name

@@ -1,9 +1,11 @@
 -- The region's edge reservations (docs/rlqs.md, "Reservations"): one hash
 -- per region, a field per policy identity, holding one entry per agent
--- process: "id reserved edgeDemand directDemand expiresMs", one per line,
--- expiry on this server's clock. The script applies one agent's updates
--- and returns what every other live agent holds, atomically, so that two
--- agents growing at once never reserve more than the capacity between them.
+-- process: "id reserved edgeDemand directDemand expiresMs places", one per
+-- line, expiry on this server's clock (places, the Envoy instances the
+-- agent assigns to, may be missing: 0). The script applies one agent's
+-- updates and returns what every other live agent holds, atomically, so
+-- that two agents growing at once never reserve more than the capacity,
+-- nor hold more places than the policy's instances, between them.
 -- Its cost is bounded by the caller, never by the hash's size: at most the
 -- updates it is given, and one page of the hash read (HSCAN), so that a
 -- decision's script never waits long behind it; a whole read is as many
@@ -11,24 +13,29 @@
 --
 -- KEYS[1]  the region's hash
 -- ARGV[1]  the calling agent's id
--- ARGV[2]  n, the number of updates, then 6 per update:
+-- ARGV[2]  the id of the process it succeeded ('' for none): that
+--          process's Envoy instances are the caller's now, so its places
+--          do not count against the caller's (its reservations do)
+-- ARGV[3]  n, the number of updates, then 8 per update:
 --          field, wanted reservation, capacity (growth stops at it, counting
---          the others), edge demand, direct demand, lifetime in ms
+--          the others), edge demand, direct demand, lifetime in ms, wanted
+--          places, most places (the policy's instances)
 -- then     the read's cursor ('' for no read: the updates alone) and the
 --          page's size (HSCAN's COUNT)
--- Returns {now ms, {granted reservation per update}, {field, others'
--- reserved, others' edge demand, others' direct demand, ...} for the
--- fields the page read, the next cursor ('0' when the read is done, ''
--- when there was none)}.
+-- Returns {now ms, {granted reservation, granted places, ...} per update,
+-- {field, others' reserved, others' edge demand, others' direct demand,
+-- ...} for the fields the page read, the next cursor ('0' when the read is
+-- done, '' when there was none)}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local key, me, n = KEYS[1], ARGV[1], tonumber(ARGV[2])
+local key, me, heir, n = KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3])
+local width = 8
 
 local function parse(v)
   local out = {}
   if v then
-    for id, r, e, d, x in string.gmatch(v, '(%S+) (%d+) (%d+) (%d+) (%d+)') do
-      out[#out + 1] = {id, tonumber(r), tonumber(e), tonumber(d), tonumber(x)}
+    for id, r, e, d, x, p in string.gmatch(v, '(%S+) (%d+) (%d+) (%d+) (%d+) ?(%d*)') do
+      out[#out + 1] = {id, tonumber(r), tonumber(e), tonumber(d), tonumber(x), tonumber(p) or 0}
     end
   end
   return out
@@ -43,41 +50,52 @@ local function store(field, es)
   end
   local lines = {}
   for i, e in ipairs(es) do
-    lines[i] = e[1] .. ' ' .. num(e[2]) .. ' ' .. num(e[3]) .. ' ' .. num(e[4]) .. ' ' .. num(e[5])
+    lines[i] = e[1] .. ' ' .. num(e[2]) .. ' ' .. num(e[3]) .. ' ' .. num(e[4]) .. ' ' .. num(e[5]) .. ' ' .. num(e[6])
   end
   redis.call('HSET', key, field, table.concat(lines, '\n'))
 end
 
+-- edge.Reserve: a smaller want whole; growth never past the capacity,
+-- counting the others.
+local function reserve(want, old, cap, others)
+  local r = want
+  if want > old then
+    r = math.max(old, math.min(want, cap - others))
+  end
+  return math.max(0, r)
+end
+
 local granted, longest = {}, 0
 for i = 0, n - 1 do
-  local b = 3 + i * 6
+  local b = 4 + i * width
   local field, want, cap = ARGV[b], tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2])
   local de, dd, life = tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
-  local old, others, keep = 0, 0, {}
+  local wantP, most = tonumber(ARGV[b + 6]), tonumber(ARGV[b + 7])
+  local old, oldP, others, othersP, keep = 0, 0, 0, 0, {}
   for _, e in ipairs(parse(redis.call('HGET', key, field))) do
     if e[5] > now then
       if e[1] == me then
-        old = e[2]
+        old, oldP = e[2], e[6]
       else
         others = others + e[2]
+        if e[1] ~= heir then
+          othersP = othersP + e[6]
+        end
         keep[#keep + 1] = e
       end
     end
   end
-  local r = want
-  if want > old then -- growth: never past the capacity, counting the others
-    r = math.max(old, math.min(want, cap - others))
-  end
-  r = math.max(0, r)
-  if r > 0 or de > 0 or dd > 0 then
-    keep[#keep + 1] = {me, r, de, dd, now + life}
+  local r, p = reserve(want, old, cap, others), reserve(wantP, oldP, most, othersP)
+  if r > 0 or p > 0 or de > 0 or dd > 0 then
+    keep[#keep + 1] = {me, r, de, dd, now + life, p}
     longest = math.max(longest, life)
   end
   store(field, keep)
   granted[#granted + 1] = num(r)
+  granted[#granted + 1] = num(p)
 end
 
-local cursor, page = ARGV[3 + n * 6], tonumber(ARGV[4 + n * 6])
+local cursor, page = ARGV[4 + n * width], tonumber(ARGV[5 + n * width])
 if longest > 0 and redis.call('PTTL', key) < longest then
   redis.call('PEXPIRE', key, longest)
 end

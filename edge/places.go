@@ -1,0 +1,83 @@
+package edge
+
+import "time"
+
+// Instance places. The bound's edge term counts N instances per region
+// (the policy's edge.instances), each running its own fallback once an
+// assignment expires, so a region assigns to at most N instances of an
+// identity, whichever of its agents they connect to and however unevenly
+// they spread. The region's store keeps, beside each agent's reservation,
+// how many places the agent holds; a larger number is granted as a larger
+// reservation is (Reserve: never past N, counting the other agents'), in
+// the same atomic write, so two agents growing at once never hold more
+// than N between them. Only a placed slot is assigned; the others keep
+// the policy's no_assignment behaviour and ask again with the key's next
+// write, so a place that frees anywhere in the region goes to the next
+// instance that asks.
+
+// Granted is what the region's store granted an Update: the reservation
+// (of the capacity) and the instance places.
+type Granted struct{ Reserved, Places int64 }
+
+// place gives the places the store holds for this agent to its slots:
+// placed slots keep theirs (the store grants no fewer than an agent held
+// unless its entry was lost: then the last in order lose theirs), the
+// others take what is free in order. With refuse, the slots left without
+// a place are marked refused, and those newly so returned: the store was
+// just asked for a place for each. Without it they wait for that answer.
+func (k *Key[K]) place(refuse bool) (refused []K) {
+	ids := k.sorted()
+	var placed int64
+	for _, id := range ids {
+		if k.Slots[id].Placed {
+			placed++
+		}
+	}
+	for i := len(ids) - 1; i >= 0 && placed > k.Places; i-- {
+		if s := k.Slots[ids[i]]; s.Placed {
+			s.Placed, placed = false, placed-1
+		}
+	}
+	for _, id := range ids {
+		switch s := k.Slots[id]; {
+		case s.Placed:
+		case placed < k.Places:
+			s.Placed, s.Refused, placed = true, false, placed+1
+		case refuse && !s.Refused:
+			s.Refused = true
+			refused = append(refused, id)
+		}
+	}
+	return refused
+}
+
+// askEvery is how often a key whose slots wait for a place asks the
+// store again: a few times an Envoy report interval, and no more, as
+// every key beyond the policy's instances (a flood of streams, say) costs
+// the region's Redis a write each time.
+const askEvery = time.Second
+
+// Waiting reports whether some slot has no place yet and the key may ask
+// the store again at now.
+func (k *Key[K]) Waiting(now time.Time) bool {
+	return int64(len(k.Slots)) > k.Places && !now.Before(k.askedAt.Add(askEvery))
+}
+
+// placedWant is the plan's wants of the slots that hold a place: only
+// they are assigned.
+func (k *Key[K]) placedWant() map[K]int64 {
+	all := true
+	for _, s := range k.Slots {
+		all = all && s.Placed
+	}
+	if all {
+		return k.Want
+	}
+	out := make(map[K]int64, len(k.Want))
+	for id, w := range k.Want {
+		if s := k.Slots[id]; s != nil && s.Placed {
+			out[id] = w
+		}
+	}
+	return out
+}
