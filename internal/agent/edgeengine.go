@@ -50,9 +50,10 @@ type edgeEngine struct {
 	// between urgent syncs. planAt is when this round planned.
 	readRoundAt, planAt time.Time
 	syncDown            outage
-	heir                string     // the predecessor whose instances this agent took, as last synced
-	visited             []*edgeKey // the keys this round plans and pushes
-	nextGrow            time.Time  // when the first pending growth becomes usable
+	heir                string      // the predecessor whose instances this agent took, as last synced
+	reader              *edgeReader // the other agents' reservations, read as they change; used by sync only
+	visited             []*edgeKey  // the keys this round plans and pushes
+	nextGrow            time.Time   // when the first pending growth becomes usable
 	// fps are the fingerprints of the policies last loaded: a reload that
 	// changed nothing plans no key again.
 	fps        map[*policy.Policy]uint64
@@ -349,7 +350,15 @@ func (e *edgeEngine) sync(ctx context.Context, updates []edgeUpdate, read bool) 
 	sctx, cancel := context.WithTimeout(ctx, e.cfg.GrowWait)
 	rctx, rcancel := context.WithTimeout(ctx, e.rc.Trust())
 	nonce, heir := e.a.leaser.Succession()
-	granted, others, err := edgeSync(sctx, rctx, e.a.cfg.Redis, e.a.cfg.Region, edgeAgentOf(nonce, heir), updates, read)
+	agent := edgeAgentOf(nonce, heir)
+	if e.reader == nil {
+		e.reader = newEdgeReader(agent.id, e.a.cfg.Clock.Now)
+	}
+	var r *edgeReader
+	if read {
+		r = e.reader
+	}
+	granted, others, err := edgeSync(sctx, rctx, e.a.cfg.Redis, e.a.cfg.Region, agent, updates, r)
 	rcancel()
 	cancel()
 	e.mu.Lock()
@@ -358,6 +367,7 @@ func (e *edgeEngine) sync(ctx context.Context, updates []edgeUpdate, read bool) 
 		if ctx.Err() == nil {
 			e.syncDown.failed(e.a.cfg.Logger, sent, "error", err)
 		}
+		e.reader.reset()                                                          // Redis may have failed over: read whole next
 		e.synced(sent, e.a.cfg.Clock.Now(), updates[:len(granted)], granted, nil) // the batches that landed
 		for _, u := range updates[len(granted):] {
 			if k := e.keys[u.key]; k != nil {

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"maps"
 	"strconv"
 	"strings"
 
@@ -26,9 +25,12 @@ var edgeSyncLua string
 
 var edgeSyncScript = redis.NewScript(edgeSyncLua)
 
-// edgeReservationsKey is the region's hash of edge reservations (one hash
-// slot on Redis Cluster).
+// edgeReservationsKey is the region's hash of edge reservations;
+// edgeLogKey the log of its writes and edgeSeqKey the log's counter
+// (lua/edge_sync.lua). The three share a hash slot on Redis Cluster.
 func edgeReservationsKey(region string) string { return "ql:edge:{" + region + "}" }
+func edgeLogKey(region string) string          { return "ql:edgelog:{" + region + "}" }
+func edgeSeqKey(region string) string          { return "ql:edgeseq:{" + region + "}" }
 
 // edgeField names a policy identity in the hash.
 func edgeField(k edgeKeyID) string { return k.policy + "\x00" + k.identity }
@@ -75,86 +77,96 @@ func edgeAgentOf(nonce, heir string) edgeAgent {
 }
 
 // edgeSync applies updates for agent a and returns, in order, what Redis
-// granted each; when read, also what the other agents hold for every
-// policy identity any of them holds something for (nil when not read),
-// read page by page after the updates. ctx bounds the updates; readCtx
-// the read. On an error, granted holds what the batches that landed
-// granted, the first len(granted) updates, so that a sync too large for
-// its time still makes progress.
-func edgeSync(ctx, readCtx context.Context, rdb redis.UniversalClient, region string, a edgeAgent, updates []edgeUpdate, read bool) (granted []edge.Granted, others map[edgeKeyID]edge.Others, err error) {
+// granted each; with a reader, also what the other agents hold for every
+// policy identity any of them holds something for (nil without one), read
+// after the updates (edgeReader: what changed since its last read). ctx
+// bounds the updates; readCtx the read. On an error, granted holds what
+// the batches that landed granted, the first len(granted) updates, so that
+// a sync too large for its time still makes progress.
+func edgeSync(ctx, readCtx context.Context, rdb redis.UniversalClient, region string, a edgeAgent, updates []edgeUpdate, r *edgeReader) (granted []edge.Granted, others map[edgeKeyID]edge.Others, err error) {
 	granted = make([]edge.Granted, 0, len(updates))
 	for start := 0; start < len(updates); start += edgeBatch {
-		g, _, _, err := edgeCall(ctx, rdb, region, a, updates[start:min(len(updates), start+edgeBatch)], "", 0)
+		res, err := edgeCall(ctx, rdb, region, a, updates[start:min(len(updates), start+edgeBatch)], edgeRead{})
 		if err != nil {
 			return granted, nil, err
 		}
-		granted = append(granted, g...)
+		granted = append(granted, res.granted...)
 	}
-	if !read {
+	if r == nil {
 		return granted, nil, nil
 	}
-	others = map[edgeKeyID]edge.Others{}
-	for cursor := "0"; ; {
-		_, sums, next, err := edgeCall(readCtx, rdb, region, a, nil, cursor, edgePage)
-		if err != nil {
-			return granted, nil, err
-		}
-		maps.Copy(others, sums)
-		if cursor = next; cursor == "0" {
-			return granted, others, nil
-		}
-	}
+	others, err = r.read(readCtx, rdb, region, a)
+	return granted, others, err
 }
 
-// edgeCall is one call of the script: updates applied, and when cursor is
-// not "", one page of about page fields read from it, with the next cursor.
-func edgeCall(ctx context.Context, rdb redis.UniversalClient, region string, a edgeAgent, updates []edgeUpdate, cursor string, page int) (granted []edge.Granted, others map[edgeKeyID]edge.Others, next string, err error) {
-	args := make([]any, 0, 5+8*len(updates))
+// edgeRead is the read one call of the script makes: none (mode ""), a
+// page of the whole hash ("full", from an HSCAN cursor) or of the log
+// ("log", from the score read up to, in epoch).
+type edgeRead struct {
+	mode, from, epoch string
+	page              int
+}
+
+// edgeResult is one call's answer: Redis's clock (ms), the grants of its
+// updates, the fields its page read (name and value, "" for nothing of
+// the other agents'), where to go on (next: "0" when done, "reset" when a
+// log read must read whole), and the log's epoch and position after the
+// call.
+type edgeResult struct {
+	nowMs       int64
+	granted     []edge.Granted
+	fields      [][2]string
+	next, epoch string
+	seq         int64
+}
+
+// edgeCall is one call of the script: updates applied, then rd's page.
+func edgeCall(ctx context.Context, rdb redis.UniversalClient, region string, a edgeAgent, updates []edgeUpdate, rd edgeRead) (edgeResult, error) {
+	args := make([]any, 0, 7+8*len(updates))
 	args = append(args, a.id, a.heir, len(updates))
 	for _, u := range updates {
 		args = append(args, edgeField(u.key), u.Want, u.Capacity, u.EdgeDemand, u.Direct, max(1, u.Life.Milliseconds()), u.Instances, u.Most)
 	}
-	args = append(args, cursor, page)
-	res, err := edgeSyncScript.Run(ctx, rdb, []string{edgeReservationsKey(region)}, args...).Slice()
+	args = append(args, rd.mode, rd.from, rd.page, rd.epoch)
+	keys := []string{edgeReservationsKey(region), edgeLogKey(region), edgeSeqKey(region)}
+	res, err := edgeSyncScript.Run(ctx, rdb, keys, args...).Slice()
 	if err != nil {
-		return nil, nil, "", fmt.Errorf("edge reservations: %w", err)
+		return edgeResult{}, fmt.Errorf("edge reservations: %w", err)
 	}
-	if len(res) != 4 {
-		return nil, nil, "", fmt.Errorf("edge reservations: %d results, want 4", len(res))
+	if len(res) != 6 {
+		return edgeResult{}, fmt.Errorf("edge reservations: %d results, want 6", len(res))
 	}
+	var out edgeResult
 	gs, _ := res[1].([]any)
-	sums, _ := res[2].([]any)
-	next, _ = res[3].(string)
-	if len(gs) != 2*len(updates) || len(sums)%4 != 0 {
-		return nil, nil, "", fmt.Errorf("edge reservations: %d grants for %d updates, %d sums", len(gs), len(updates), len(sums))
+	fs, _ := res[2].([]any)
+	out.next, _ = res[3].(string)
+	out.epoch, _ = res[4].(string)
+	if len(gs) != 2*len(updates) || len(fs)%2 != 0 {
+		return edgeResult{}, fmt.Errorf("edge reservations: %d grants for %d updates, %d field values", len(gs), len(updates), len(fs))
 	}
-	granted = make([]edge.Granted, len(updates))
-	for i := range granted {
+	var errs [3]error
+	out.nowMs, errs[0] = edgeInt(res[0])
+	out.seq, errs[1] = edgeInt(res[5])
+	out.granted = make([]edge.Granted, len(updates))
+	for i := range out.granted {
 		var e1, e2 error
-		granted[i].Reserved, e1 = edgeInt(gs[2*i])
-		granted[i].Places, e2 = edgeInt(gs[2*i+1])
-		if err := errors.Join(e1, e2); err != nil {
-			return nil, nil, "", err
-		}
+		out.granted[i].Reserved, e1 = edgeInt(gs[2*i])
+		out.granted[i].Places, e2 = edgeInt(gs[2*i+1])
+		errs[2] = errors.Join(errs[2], e1, e2)
 	}
-	others = make(map[edgeKeyID]edge.Others, len(sums)/4)
-	for i := 0; i < len(sums); i += 4 {
-		f, _ := sums[i].(string)
-		k, ok := parseEdgeField(f)
-		if !ok {
-			continue // not ours to read
-		}
-		var o edge.Others
-		var e1, e2, e3 error
-		o.Reserved, e1 = edgeInt(sums[i+1])
-		o.Edge, e2 = edgeInt(sums[i+2])
-		o.Direct, e3 = edgeInt(sums[i+3])
-		if e1 != nil || e2 != nil || e3 != nil {
-			return nil, nil, "", fmt.Errorf("edge reservations: field %q: bad sums", f)
-		}
-		others[k] = o
+	if err := errors.Join(errs[:]...); err != nil {
+		return edgeResult{}, err
 	}
-	return granted, others, next, nil
+	out.fields = make([][2]string, len(fs)/2)
+	for i := range out.fields {
+		f, ok1 := fs[2*i].(string)
+		v, ok2 := fs[2*i+1].(string)
+		if !ok1 || !ok2 {
+			return edgeResult{}, fmt.Errorf("edge reservations: field %d is not a string", i)
+		}
+		out.fields[i] = [2]string{f, v}
+	}
+	return out, nil
 }
 
 func edgeInt(v any) (int64, error) {

@@ -34,8 +34,10 @@ func TestEdgeReservationsOnRedis(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			name := string(rune('a' + i))
+			u := edgeUpdate{key: id, Update: edge.Update{Want: capacity, Capacity: capacity, Instances: 3, Most: 4, EdgeDemand: 5, Life: time.Minute}}
 			for round := 0; round < 20; round++ {
-				g, _, err := edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: string(rune('a' + i))}, []edgeUpdate{{key: id, Update: edge.Update{Want: capacity, Capacity: capacity, Instances: 3, Most: 4, EdgeDemand: 5, Life: time.Minute}}}, true)
+				g, _, err := edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: name}, []edgeUpdate{u}, newEdgeReader(name, time.Now))
 				if err != nil {
 					t.Error(err)
 					return
@@ -53,7 +55,8 @@ func TestEdgeReservationsOnRedis(t *testing.T) {
 		t.Fatalf("agents hold %v, %d in all, of a capacity of %d, and %d places of 4", granted, sum, capacity, places)
 	}
 	// The others see what each holds.
-	_, others, err := edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "a"}, nil, true)
+	ra := newEdgeReader("a", time.Now) // kept: later reads read the log
+	_, others, err := edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "a"}, nil, ra)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +73,7 @@ func TestEdgeReservationsOnRedis(t *testing.T) {
 		}
 	}
 	next := edgeAgent{id: "next", heir: string(rune('a' + heir))}
-	g, _, err := edgeSync(ctx, ctx, rdb, "us", next, []edgeUpdate{{key: id, Update: edge.Update{Want: capacity, Capacity: capacity, Instances: 4, Most: 4, Life: time.Minute}}}, false)
+	g, _, err := edgeSync(ctx, ctx, rdb, "us", next, []edgeUpdate{{key: id, Update: edge.Update{Want: capacity, Capacity: capacity, Instances: 4, Most: 4, Life: time.Minute}}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,15 +82,15 @@ func TestEdgeReservationsOnRedis(t *testing.T) {
 	}
 	// Shrinking is granted whole; an agent holding for a short life is
 	// gone once it ran out.
-	g, _, _ = edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "a"}, []edgeUpdate{{key: id, Update: edge.Update{Want: 0, Capacity: capacity, Life: time.Minute}}}, true)
+	g, _, _ = edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "a"}, []edgeUpdate{{key: id, Update: edge.Update{Want: 0, Capacity: capacity, Life: time.Minute}}}, newEdgeReader("a", time.Now))
 	if g[0] != (edge.Granted{}) {
 		t.Fatalf("shrink to 0 granted %+v", g[0])
 	}
-	if _, _, err := edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "b"}, []edgeUpdate{{key: id, Update: edge.Update{Want: granted[1].Reserved, Capacity: capacity, Life: 300 * time.Millisecond}}}, true); err != nil {
+	if _, _, err := edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "b"}, []edgeUpdate{{key: id, Update: edge.Update{Want: granted[1].Reserved, Capacity: capacity, Life: 300 * time.Millisecond}}}, newEdgeReader("b", time.Now)); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 5*time.Second, "b's reservation expiring", func() bool {
-		_, others, err := edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "a"}, nil, true)
+		_, others, err := edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "a"}, nil, ra)
 		return err == nil && others[id].Reserved == sum-granted[0].Reserved-granted[1].Reserved
 	})
 	if ttl := rdb.PTTL(ctx, edgeReservationsKey("us")).Val(); ttl <= 0 || ttl > time.Minute {
@@ -108,21 +111,21 @@ func TestEdgeReservationsInPages(t *testing.T) {
 	for i := range updates {
 		updates[i] = edgeUpdate{key: edgeKeyID{"api", fmt.Sprint("tenant-", i)}, Update: edge.Update{Want: 10, Capacity: 100, EdgeDemand: 1, Life: time.Minute}}
 	}
-	g, others, err := edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "b"}, updates, false)
+	g, others, err := edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "b"}, updates, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(g) != n || g[n-1].Reserved != 10 || others != nil {
 		t.Fatalf("%d grants (the last %d), others %v; want %d of 10 and no read", len(g), g[n-1], others, n)
 	}
-	_, page, next, err := edgeCall(ctx, rdb, "us", edgeAgent{id: "a"}, nil, "0", edgePage)
+	res, err := edgeCall(ctx, rdb, "us", edgeAgent{id: "a"}, nil, edgeRead{mode: "full", from: "0", page: edgePage})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if next == "0" || len(page) == 0 || len(page) > 2*edgePage {
-		t.Fatalf("one call read %d of %d identities (next cursor %q): want one page", len(page), n, next)
+	if res.next == "0" || len(res.fields) == 0 || len(res.fields) > 2*edgePage {
+		t.Fatalf("one call read %d of %d identities (next cursor %q): want one page", len(res.fields), n, res.next)
 	}
-	_, others, err = edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "a"}, nil, true)
+	_, others, err = edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "a"}, nil, newEdgeReader("a", time.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,9 +173,10 @@ func TestEdgeHoldsShrinkingGrant(t *testing.T) {
 }
 
 // BenchmarkEdgeRead reads a region's hash of 100,000 identities held by
-// another agent, page by page (as the agent does) and in one call (as it
-// did), and reports the longest call: how long a decision's script may
-// wait behind the read.
+// another agent, page by page (as the agent's whole reads do) and in one
+// call (as it once did), and reports the longest call: how long a
+// decision's script may wait behind the read; and reads what changed
+// since the last read (the log: the agent's usual read).
 func BenchmarkEdgeRead(b *testing.B) {
 	rs := startRedis(b)
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
@@ -182,7 +186,7 @@ func BenchmarkEdgeRead(b *testing.B) {
 	for i := range updates {
 		updates[i] = edgeUpdate{key: edgeKeyID{"api", fmt.Sprint("tenant-", i)}, Update: edge.Update{Want: 10, Capacity: 100, EdgeDemand: 1, Life: time.Hour}}
 	}
-	if _, _, err := edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "b"}, updates, false); err != nil {
+	if _, _, err := edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "b"}, updates, nil); err != nil {
 		b.Fatal(err)
 	}
 	for _, page := range []int{edgePage, 1 << 30} {
@@ -192,17 +196,169 @@ func BenchmarkEdgeRead(b *testing.B) {
 			for b.Loop() {
 				for cursor := "0"; ; {
 					start := time.Now()
-					_, _, next, err := edgeCall(ctx, rdb, "us", edgeAgent{id: "a"}, nil, cursor, page)
+					res, err := edgeCall(ctx, rdb, "us", edgeAgent{id: "a"}, nil, edgeRead{mode: "full", from: cursor, page: page})
 					longest = max(longest, time.Since(start))
 					if err != nil {
 						b.Fatal(err)
 					}
-					if cursor = next; cursor == "0" {
+					if cursor = res.next; cursor == "0" {
 						break
 					}
 				}
 			}
 			b.ReportMetric(float64(longest.Microseconds())/1000, "longest-call-ms")
 		})
+	}
+	// What the agent does now between whole reads: the log of what changed
+	// since its last read (here nothing).
+	b.Run("log", func(b *testing.B) {
+		r := newEdgeReader("a", time.Now)
+		if _, err := r.read(ctx, rdb, "us", edgeAgent{id: "a"}); err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			if _, err := r.read(ctx, rdb, "us", edgeAgent{id: "a"}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if r.wholeReads != 1 {
+			b.Fatalf("%d whole reads", r.wholeReads)
+		}
+	})
+}
+
+// A reader reads what changed since its last read, not the whole hash: an
+// unchanged hash of 1,000 identities costs no field, three changes (one
+// new, one changed, one removed) cost three and show in the sums; a store
+// that lost its keys, or a log trimmed past the reader, makes it read
+// whole again; an entry that expires unwritten leaves the sums.
+func TestEdgeReaderReadsChanges(t *testing.T) {
+	rs := startRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
+	defer rdb.Close()
+	ctx := context.Background()
+	b := edgeAgent{id: "b"}
+	write := func(life time.Duration, tenants ...int) {
+		t.Helper()
+		var us []edgeUpdate
+		for _, i := range tenants {
+			want := int64(10 + i%7)
+			if i < 0 {
+				i, want = -i, 0 // removed: nothing reserved, no demand
+			}
+			us = append(us, edgeUpdate{key: edgeKeyID{"api", fmt.Sprint("tenant-", i)}, Update: edge.Update{Want: want, Capacity: 100, Life: life}})
+		}
+		if _, _, err := edgeSync(ctx, ctx, rdb, "us", b, us, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all := make([]int, 1000)
+	for i := range all {
+		all[i] = i + 1
+	}
+	write(time.Minute, all...)
+	r := newEdgeReader("a", time.Now)
+	read := func() map[edgeKeyID]edge.Others {
+		t.Helper()
+		_, others, err := edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "a"}, nil, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return others
+	}
+	if others := read(); len(others) != 1000 || r.wholeReads != 1 {
+		t.Fatalf("first read: %d identities in %d whole reads, want 1000 in 1", len(others), r.wholeReads)
+	}
+	before := r.fieldsRead
+	if others := read(); len(others) != 1000 || r.fieldsRead != before || r.wholeReads != 1 {
+		t.Fatalf("an unchanged hash: %d identities, %d fields read, %d whole reads; want 1000, none, 1", len(others), r.fieldsRead-before, r.wholeReads)
+	}
+
+	write(time.Minute, 1001, -1)
+	write(time.Minute, 2) // tenant-2 from 12 to 12: rewritten, read again
+	write(time.Minute, 3)
+	others := read()
+	if n := r.fieldsRead - before; n != 4 || r.wholeReads != 1 {
+		t.Fatalf("four fields written: %d read, %d whole reads; want 4, 1", n, r.wholeReads)
+	}
+	if _, gone := others[edgeKeyID{"api", "tenant-1"}]; gone || others[edgeKeyID{"api", "tenant-1001"}].Reserved != 10+1001%7 || len(others) != 1000 {
+		t.Fatalf("after the changes: %d identities, tenant-1 %v, tenant-1001 %+v", len(others), others[edgeKeyID{"api", "tenant-1"}], others[edgeKeyID{"api", "tenant-1001"}])
+	}
+
+	// A log trimmed past the reader: read whole.
+	if err := rdb.HSet(ctx, edgeSeqKey("us"), "floor", 1<<40).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if others := read(); len(others) != 1000 || r.wholeReads != 2 {
+		t.Fatalf("a log trimmed past the reader: %d identities, %d whole reads; want 1000, 2", len(others), r.wholeReads)
+	}
+	// A store that lost its keys: a new epoch, read whole.
+	if err := rdb.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	write(time.Minute, 6)
+	write(300*time.Millisecond, 5)
+	if others := read(); len(others) != 2 || r.wholeReads != 3 {
+		t.Fatalf("a store that lost its keys: %d identities, %d whole reads; want 2, 3", len(others), r.wholeReads)
+	}
+	// An entry that expires unwritten leaves the sums, read from the log.
+	testenv.WaitFor(t, 5*time.Second, "b's short entry expiring", func() bool { return len(read()) == 1 })
+	if r.wholeReads != 3 {
+		t.Fatalf("%d whole reads, want 3", r.wholeReads)
+	}
+}
+
+// The log holds a member per field, and those of fields removed long ago
+// (100,000 writes) are trimmed, so it does not grow with identities that
+// come and go; a reader from before the trim reads whole, one from after
+// it reads the log.
+func TestEdgeLogTrimmed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("100,000 writes")
+	}
+	rs := startRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
+	defer rdb.Close()
+	ctx := context.Background()
+	b := edgeAgent{id: "b"}
+	update := func(tenant int, want int64) edgeUpdate {
+		return edgeUpdate{key: edgeKeyID{"api", fmt.Sprint("tenant-", tenant)}, Update: edge.Update{Want: want, Capacity: 100, Life: time.Hour}}
+	}
+	var added, removed []edgeUpdate
+	for i := range 100 {
+		added = append(added, update(i, 10))
+	}
+	for i := range 90 { // 10 stay
+		removed = append(removed, update(i, 0))
+	}
+	if _, _, err := edgeSync(ctx, ctx, rdb, "us", b, added, nil); err != nil {
+		t.Fatal(err)
+	}
+	early := newEdgeReader("a", time.Now) // has not read the removals when they are trimmed
+	if _, _, err := edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "a"}, nil, early); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := edgeSync(ctx, ctx, rdb, "us", b, removed, nil); err != nil {
+		t.Fatal(err)
+	}
+	churn := make([]edgeUpdate, edgeBatch)
+	for i := range churn {
+		churn[i] = update(99, int64(10+i%2))
+	}
+	for range 100_000/edgeBatch + 20 {
+		if _, _, err := edgeSync(ctx, ctx, rdb, "us", b, churn, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := rdb.ZCard(ctx, edgeLogKey("us")).Val(); n != 10 {
+		t.Fatalf("the log holds %d members for 10 fields", n)
+	}
+	_, others, err := edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "a"}, nil, early)
+	if err != nil || len(others) != 10 || early.wholeReads != 2 {
+		t.Fatalf("a reader from before the trim: %d identities, %d whole reads, %v; want 10, 2", len(others), early.wholeReads, err)
+	}
+	_, others, err = edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "a"}, nil, early)
+	if err != nil || len(others) != 10 || early.wholeReads != 2 {
+		t.Fatalf("the same reader after: %d identities, %d whole reads, %v; want 10, 2", len(others), early.wholeReads, err)
 	}
 }

@@ -1,17 +1,25 @@
--- The region's edge reservations (docs/rlqs.md, "Reservations"): one hash
--- per region, a field per policy identity, holding one entry per agent
--- process: "id reserved edgeDemand directDemand expiresMs places", one per
--- line, expiry on this server's clock (places, the Envoy instances the
--- agent assigns to, may be missing: 0). The script applies one agent's
--- updates and returns what every other live agent holds, atomically, so
--- that two agents growing at once never reserve more than the capacity,
--- nor hold more places than the policy's instances, between them.
--- Its cost is bounded by the caller, never by the hash's size: at most the
--- updates it is given, and one page of the hash read (HSCAN), so that a
--- decision's script never waits long behind it; a whole read is as many
--- calls as pages, each with the cursor the previous one returned.
+-- The region's edge reservations (docs/rlqs-server.md, "Reservations"):
+-- one hash per region, a field per policy identity, holding one entry per
+-- agent process: "id reserved edgeDemand directDemand expiresMs places",
+-- one per line, expiry on this server's clock (places, the Envoy instances
+-- the agent assigns to, may be missing: 0). The script applies one agent's
+-- updates and reads what the other agents hold, atomically, so that two
+-- agents growing at once never reserve more than the capacity, nor hold
+-- more places than the policy's instances, between them.
 --
--- KEYS[1]  the region's hash
+-- Reads cost what changed, not what the hash holds: every field written
+-- is logged in a sorted set, scored by a counter the hash's writes share,
+-- so an agent reads the fields changed since the score it last read
+-- ('log'). A whole read ('full', HSCAN) starts an agent, follows a lost
+-- store (the counter's epoch changed) or a log trimmed past it, and sweeps
+-- the entries of agents that stopped (an entry expires unwritten), now and
+-- then. Every call's cost is bounded by the caller, never by the hash's
+-- size: the updates it is given and one page of the read, so that a
+-- decision's script never waits long behind it.
+--
+-- KEYS[1]  the region's hash; KEYS[2] its log (sorted set: field -> the
+--          counter at its last write); KEYS[3] the counter (hash: epoch,
+--          seq, floor: the highest score trimmed from the log)
 -- ARGV[1]  the calling agent's id
 -- ARGV[2]  the id of the process it succeeded ('' for none): that
 --          process's Envoy instances are the caller's now, so its places
@@ -20,15 +28,19 @@
 --          field, wanted reservation, capacity (growth stops at it, counting
 --          the others), edge demand, direct demand, lifetime in ms, wanted
 --          places, most places (the policy's instances)
--- then     the read's cursor ('' for no read: the updates alone) and the
---          page's size (HSCAN's COUNT)
+-- then     the read: '' (none), 'full' with the HSCAN cursor and COUNT, or
+--          'log' with the score read up to, the page's size and the epoch
+--          it was read in
 -- Returns {now ms, {granted reservation, granted places, ...} per update,
--- {field, others' reserved, others' edge demand, others' direct demand,
--- ...} for the fields the page read, the next cursor ('0' when the read is
--- done, '' when there was none)}.
+-- {field, value, ...} the page read (a field holding only the caller's
+-- entry has value '': nothing of the others), next ('0' when the read is
+-- done, '' when there was none, 'reset' when a log read must read whole
+-- instead; else the cursor or score to go on from), epoch, seq (the
+-- counter after this call's writes)}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local key, me, heir, n = KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3])
+local key, logkey, seqkey = KEYS[1], KEYS[2], KEYS[3]
+local me, heir, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local width = 8
 
 local function parse(v)
@@ -53,6 +65,50 @@ local function store(field, es)
     lines[i] = e[1] .. ' ' .. num(e[2]) .. ' ' .. num(e[3]) .. ' ' .. num(e[4]) .. ' ' .. num(e[5]) .. ' ' .. num(e[6])
   end
   redis.call('HSET', key, field, table.concat(lines, '\n'))
+end
+
+-- The counter's epoch names one life of the store: a store that lost its
+-- keys starts another, and every log read from before it reads whole.
+local epoch = redis.call('HGET', seqkey, 'epoch')
+if not epoch and n > 0 then
+  epoch = t[1] .. '.' .. t[2]
+  redis.call('HSET', seqkey, 'epoch', epoch)
+end
+epoch = epoch or ''
+
+-- logged stores a field's entries and logs the write.
+local function logged(field, es)
+  store(field, es)
+  redis.call('ZADD', logkey, redis.call('HINCRBY', seqkey, 'seq', 1), field)
+end
+
+-- A field is logged at its last write only, so the log holds a member per
+-- field, those deleted too (readers learn of the deletion). The oldest
+-- members, logHorizon writes back, are trimmed a few per call: a deleted
+-- field's is dropped, raising the floor below which a log read reads
+-- whole; a live field's is logged again (read again, unchanged), so the
+-- trim goes on past it.
+local logHorizon, trimPerCall = 100000, 8
+
+local function trim()
+  local seq = tonumber(redis.call('HGET', seqkey, 'seq') or '0')
+  local old = redis.call('ZRANGE', logkey, 0, trimPerCall - 1, 'WITHSCORES')
+  local floor = 0
+  for i = 1, #old, 2 do
+    local score = tonumber(old[i + 1])
+    if score >= seq - logHorizon then
+      break
+    end
+    if redis.call('HEXISTS', key, old[i]) == 1 then
+      redis.call('ZADD', logkey, redis.call('HINCRBY', seqkey, 'seq', 1), old[i])
+    else
+      redis.call('ZREM', logkey, old[i])
+      floor = score
+    end
+  end
+  if floor > 0 then
+    redis.call('HSET', seqkey, 'floor', num(floor))
+  end
 end
 
 -- edge.Reserve: a smaller want whole; growth never past the capacity,
@@ -90,46 +146,77 @@ for i = 0, n - 1 do
     keep[#keep + 1] = {me, r, de, dd, now + life, p}
     longest = math.max(longest, life)
   end
-  store(field, keep)
+  logged(field, keep)
   granted[#granted + 1] = num(r)
   granted[#granted + 1] = num(p)
 end
 
-local cursor, page = ARGV[4 + n * width], tonumber(ARGV[5 + n * width])
-if longest > 0 and redis.call('PTTL', key) < longest then
-  redis.call('PEXPIRE', key, longest)
+if n > 0 then
+  trim()
 end
-if cursor == nil or cursor == '' then
-  return {num(now), granted, {}, ''}
-end
-local scan = redis.call('HSCAN', key, cursor, 'COUNT', page)
-local sums, all, mine = {}, scan[2], me .. ' '
-for i = 1, #all, 2 do
-  local field, v, live, sr, se, sd, dead = all[i], all[i + 1], {}, 0, 0, 0, false
-  -- A field holding only the caller's entry has nothing to sum, and the
-  -- caller rewrites or drops it: skipped without parsing (most fields,
-  -- where each identity is served by one agent).
-  if string.sub(v, 1, #mine) == mine and not string.find(v, '\n', 1, true) then
-    v = nil
+local seq = tonumber(redis.call('HGET', seqkey, 'seq') or '0')
+-- The three keys live as long as the longest entry (an expiry of -1, none
+-- yet, is below any).
+for _, k in ipairs({key, logkey, seqkey}) do
+  if longest > 0 and redis.call('PTTL', k) < longest then
+    redis.call('PEXPIRE', k, longest)
   end
+end
+
+local r = 4 + n * width
+local mode, from, page = ARGV[r], ARGV[r + 1], tonumber(ARGV[r + 2])
+local mine = me .. ' '
+
+-- others is v as the caller reads it: '' when it holds only the caller's
+-- entry (most fields, where each identity is served by one agent), which
+-- it rewrites or drops itself.
+local function others(v)
+  if not v or (string.sub(v, 1, #mine) == mine and not string.find(v, '\n', 1, true)) then
+    return ''
+  end
+  return v
+end
+
+local out = {}
+if mode == 'log' then
+  local floor = tonumber(redis.call('HGET', seqkey, 'floor') or '0')
+  if ARGV[r + 3] ~= epoch or tonumber(from) < floor then
+    return {num(now), granted, {}, 'reset', epoch, num(seq)}
+  end
+  local changed = redis.call('ZRANGEBYSCORE', logkey, '(' .. from, '+inf', 'WITHSCORES', 'LIMIT', 0, page)
+  local next = '0'
+  for i = 1, #changed, 2 do
+    out[#out + 1] = changed[i]
+    out[#out + 1] = others(redis.call('HGET', key, changed[i]))
+    next = changed[i + 1]
+  end
+  if #changed < 2 * page then
+    next = '0'
+  end
+  return {num(now), granted, out, next, epoch, num(seq)}
+end
+if mode ~= 'full' then
+  return {num(now), granted, {}, '', epoch, num(seq)}
+end
+local scan = redis.call('HSCAN', key, from, 'COUNT', page)
+local all = scan[2]
+for i = 1, #all, 2 do
+  local field, v, live, dead = all[i], others(all[i + 1]), {}, false
   for _, e in ipairs(parse(v)) do
     if e[5] > now then
       live[#live + 1] = e
-      if e[1] ~= me then
-        sr, se, sd = sr + e[2], se + e[3], sd + e[4]
-      end
     else
       dead = true
     end
   end
+  -- An agent that stopped left entries that expired unwritten: dropped
+  -- (readers drop them by their expiry, so this needs no log).
   if dead then
     store(field, live)
   end
-  if sr > 0 or se > 0 or sd > 0 then
-    sums[#sums + 1] = field
-    sums[#sums + 1] = num(sr)
-    sums[#sums + 1] = num(se)
-    sums[#sums + 1] = num(sd)
+  if v ~= '' then
+    out[#out + 1] = field
+    out[#out + 1] = v
   end
 end
-return {num(now), granted, sums, scan[1]}
+return {num(now), granted, out, scan[1], epoch, num(seq)}
