@@ -40,6 +40,8 @@ type Key[K comparable] struct {
 	// (places.go), SentInstances how many it last asked for.
 	Places, SentInstances int64
 	askedAt               time.Time // when places were last asked for
+	most                  int64     // the policy's instances, as last planned
+	lost                  []K       // slots that lost their places, to abandon
 
 	changed time.Time // the last push that changed or abandoned an assignment
 	ids     []K       // the slots' keys in order (sorted), nil after Add or Remove
@@ -107,6 +109,7 @@ func (k *Key[K]) Plan(now time.Time, p *policy.Policy, validLeft time.Duration, 
 	k.TTL, _ = TTL(p.Edge.EdgeTTL(), validLeft, cfg.Drift, cfg.Margin)
 	k.Life = Lifetime(k.TTL, cfg.Drift, cfg.Margin)
 	k.Capacity = capacityAt(now.Add(k.Life))
+	k.most = int64(p.Edge.Instances)
 	k.place(false) // places freed here go to slots waiting for one
 	ids := make([]K, 0, len(k.Slots))
 	demands := make([]int64, 0, len(k.Slots))
@@ -178,7 +181,7 @@ func (k *Key[K]) Urgent(u Update) bool { return u.Want > k.Written || u.Instance
 func (k *Key[K]) Release(now time.Time, direct int64, cfg Config) (u Update, write, drop bool) {
 	k.Want = nil
 	need := k.Ledger.Committed(now)
-	if need == 0 && k.Written == 0 && k.Ledger.Empty(now) {
+	if need == 0 && k.Written == 0 && k.SentInstances == 0 && k.Ledger.Empty(now) {
 		return Update{}, false, true
 	}
 	if need != k.Written || direct != k.SentDirect || k.SentInstances != 0 {
@@ -253,12 +256,12 @@ func (k *Key[K]) push(now time.Time, p *policy.Policy, cfg Config, lead time.Dur
 		k.Visible, k.Pending = max(k.Visible, k.Pending), 0
 	}
 	k.Visible = min(k.Visible, k.Written)
+	out := k.abandonLost(now)
 	if p == nil || k.Want == nil || now.Add(k.Life).After(k.Covered) {
-		return nil
+		return out
 	}
 	changes := k.Ledger.Plan(now, k.placedWant(), k.Visible, cfg.ChangeEvery)
 	from := now.Add(surely(k.TTL, cfg.Drift))
-	var out []Send[K]
 	for _, id := range k.sorted() {
 		s := k.Slots[id]
 		if now.Sub(s.Busy) >= cfg.AbandonAfter && now.Sub(s.Changed) >= cfg.ChangeEvery {

@@ -19,29 +19,38 @@ import "time"
 // (of the capacity) and the instance places.
 type Granted struct{ Reserved, Places int64 }
 
-// place gives the places the store holds for this agent to its slots:
-// placed slots keep theirs (the store grants no fewer than an agent held
-// unless its entry was lost: then the last in order lose theirs), the
-// others take what is free in order. With refuse, the slots left without
-// a place are marked refused, and those newly so returned: the store was
-// just asked for a place for each. Without it they wait for that answer.
+// place gives the places the store holds for this agent, at most the
+// policy's instances, to its slots: placed slots keep theirs, the others
+// take what is free in order. The store grants no fewer than an agent
+// held unless its entry was lost or a write's answer was (Unsynced), and
+// the policy's instances may be lowered: then the last slots in order
+// lose their places, and are abandoned at the next push (lost), so that
+// their assignments cannot outlive the place into their fallback. With
+// refuse, the slots left without a place are marked refused, and those
+// newly so returned: the store was just asked for a place for each.
+// Without it they wait for that answer.
 func (k *Key[K]) place(refuse bool) (refused []K) {
 	ids := k.sorted()
+	most := k.Places
+	if k.most > 0 {
+		most = min(most, k.most)
+	}
 	var placed int64
 	for _, id := range ids {
 		if k.Slots[id].Placed {
 			placed++
 		}
 	}
-	for i := len(ids) - 1; i >= 0 && placed > k.Places; i-- {
+	for i := len(ids) - 1; i >= 0 && placed > most; i-- {
 		if s := k.Slots[ids[i]]; s.Placed {
-			s.Placed, placed = false, placed-1
+			s.Placed, s.Refused, placed = false, true, placed-1
+			k.lost = append(k.lost, ids[i])
 		}
 	}
 	for _, id := range ids {
 		switch s := k.Slots[id]; {
 		case s.Placed:
-		case placed < k.Places:
+		case placed < most:
 			s.Placed, s.Refused, placed = true, false, placed+1
 		case refuse && !s.Refused:
 			s.Refused = true
@@ -49,6 +58,31 @@ func (k *Key[K]) place(refuse bool) (refused []K) {
 		}
 	}
 	return refused
+}
+
+// Unsynced takes a write of u whose answer was lost: the store may have
+// applied it or not. What it may hold for this agent is the lesser of
+// before and u, for the reservation and for the places alike, and the
+// next plan writes again.
+func (k *Key[K]) Unsynced(u Update) {
+	k.Written, k.Visible = min(k.Written, u.Want), min(k.Visible, u.Want)
+	k.Places, k.SentInstances = min(k.Places, u.Instances), -1
+	k.place(false)
+}
+
+// abandonLost returns the abandons of the slots that lost their places,
+// and forgets them.
+func (k *Key[K]) abandonLost(now time.Time) []Send[K] {
+	var out []Send[K]
+	for _, id := range k.lost {
+		if _, ok := k.Slots[id]; ok {
+			k.Remove(id)
+			k.changed = now
+			out = append(out, Send[K]{Slot: id, Abandon: true})
+		}
+	}
+	k.lost = nil
+	return out
 }
 
 // askEvery is how often a key whose slots wait for a place asks the

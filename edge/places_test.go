@@ -59,8 +59,57 @@ func TestKeyPlaces(t *testing.T) {
 	if refused, _ := round(2); len(refused) != 1 || refused[0] != 4 {
 		t.Fatalf("a new slot with both places held: refused %v, want slot 4", refused)
 	}
-	if refused := k.Synced(now, now, Update{Instances: 3, Most: 2}, Granted{Reserved: k.Written, Places: 1}, cfg); len(refused) != 1 || refused[0] != 3 ||
-		!k.Slots[2].Placed || !k.Slots[4].Refused {
-		t.Fatalf("a store granting 1 place to slots 2, 3, 4: refused %v, placed 2 %v, 4 refused %v; want 2 kept, 3 newly refused", refused, k.Slots[2].Placed, k.Slots[4].Refused)
+	if refused := k.Synced(now, now, Update{Instances: 3, Most: 2}, Granted{Reserved: k.Written, Places: 1}, cfg); len(refused) != 0 ||
+		!k.Slots[2].Placed || k.Slots[3].Placed || !k.Slots[4].Refused {
+		t.Fatalf("a store granting 1 place to slots 2, 3, 4: refused %v, placed 2 %v, 3 %v; want 2 kept, 3 losing its place", refused, k.Slots[2].Placed, k.Slots[3].Placed)
+	}
+	// A slot that lost its place is abandoned at once: its assignment
+	// must not outlive the place into its fallback.
+	if sends := k.Push(now, p, cfg); len(sends) == 0 || sends[0].Slot != 3 || !sends[0].Abandon || k.Slots[3] != nil {
+		t.Fatalf("after losing a place: %+v, want slot 3 abandoned", sends)
+	}
+
+	// The policy's instances lowered to 1 with both places still held:
+	// the last placed slot loses its place at the next plan.
+	k.Add(5, now)
+	k.Synced(now, now, Update{Instances: 3, Most: 2}, Granted{Reserved: k.Written, Places: 2}, cfg)
+	if !k.Slots[2].Placed || !k.Slots[4].Placed {
+		t.Fatalf("two places for slots 2, 4, 5: placed %v %v", k.Slots[2].Placed, k.Slots[4].Placed)
+	}
+	p.Edge.Instances = 1
+	k.Plan(now, p, time.Minute, capAt, 0, Others{}, cfg)
+	if sends := k.Push(now, p, cfg); len(sends) == 0 || sends[0].Slot != 4 || !sends[0].Abandon {
+		t.Fatalf("instances lowered to 1: %+v, want slot 4 abandoned", sends)
+	}
+
+	// A write whose answer was lost: the store may hold the smaller of
+	// before and the write, and the next plan writes again.
+	k.Unsynced(Update{Want: 0, Instances: 0})
+	if k.Places != 0 || k.Written != 0 || k.Slots[2].Placed {
+		t.Fatalf("after a lost shrink to nothing: places %d, written %d, slot 2 placed %v", k.Places, k.Written, k.Slots[2].Placed)
+	}
+	if _, write := k.Plan(now, p, time.Minute, capAt, 0, Others{}, cfg); !write {
+		t.Fatal("the plan after a lost write writes nothing")
+	}
+}
+
+// A key whose identity is no longer served keeps its places in the store
+// until it has written them away.
+func TestReleaseFreesPlaces(t *testing.T) {
+	p := edgePolicy(t)
+	cfg := DefaultConfig()
+	k := NewKey[int](cmp.Compare[int])
+	capAt := func(time.Time) int64 { return 0 }
+	k.Add(1, t0)
+	u, _ := k.Plan(t0, p, time.Minute, capAt, 0, Others{}, cfg)
+	k.Synced(t0, t0, u, Granted{0, 1}, cfg)
+	k.Remove(1)
+	u, write, drop := k.Release(t0, 0, cfg)
+	if drop || !write || u.Instances != 0 {
+		t.Fatalf("released with a place held: %+v, write %v, drop %v; want the place written away first", u, write, drop)
+	}
+	k.Synced(t0, t0, u, Granted{}, cfg)
+	if _, _, drop := k.Release(t0, 0, cfg); !drop {
+		t.Fatal("nothing held, nothing enforced: not dropped")
 	}
 }

@@ -226,8 +226,9 @@ func (x *edgeRegion) prepare(now time.Time) ([]int, []edge.Update) {
 // sync is lua/edge_sync.lua on the region's Redis: applies this agent's
 // updates (edge.Reserve, for the reservation and the instance places) and
 // returns what it granted each and what the other live agents hold, per
-// identity. A restarted agent takes its previous generation's instances
-// as its own, as the agent does the process it succeeded under its name.
+// identity. A restarted agent takes its previous generation's places as
+// its own (its instances reconnect to it), as the agent does those of the
+// process it succeeded under its name.
 func (x *edgeRegion) sync(ids []int, updates []edge.Update) ([]edge.Granted, map[int]edge.Others) {
 	nowMs := x.r.clock(x.e.now)
 	granted := make([]edge.Granted, len(ids))
@@ -240,12 +241,12 @@ func (x *edgeRegion) sync(ids []int, updates []edge.Update) ([]edge.Granted, map
 			case en.expiresMs <= nowMs:
 				continue
 			case gen == x.gen:
-				old = edge.Granted{Reserved: en.reserved, Places: en.places}
+				old.Reserved, old.Places = en.reserved, old.Places+en.places
 				continue
-			case gen != x.gen-1:
-				others.Places += en.places
+			case gen == x.gen-1:
+				old.Places, en.places = old.Places+en.places, 0
 			}
-			others.Reserved += en.reserved
+			others.Reserved, others.Places = others.Reserved+en.reserved, others.Places+en.places
 			keep[gen] = en
 		}
 		g := edge.Granted{Reserved: edge.Reserve(u.Want, old.Reserved, u.Capacity, others.Reserved),

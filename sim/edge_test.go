@@ -207,6 +207,28 @@ func TestEdgeStoreAsTheScript(t *testing.T) {
 		if sums := scriptSums(t, got[2].([]any), strconv.Itoa(x.gen)); !maps.Equal(sums, others) {
 			t.Fatalf("step %d: the model sums %v, the script %v", step, others, sums)
 		}
+		// Every agent's reservation and places, as stored.
+		stored := map[[2]int][2]int64{}
+		for f, v := range rdb.HGetAll(ctx, "ql:edge:{us}").Val() {
+			id, _ := strconv.Atoi(f)
+			for _, line := range strings.Split(v, "\n") {
+				var gen int
+				var r, e, d, exp, places int64
+				if _, err := fmt.Sscan(line, &gen, &r, &e, &d, &exp, &places); err != nil {
+					t.Fatalf("entry %q: %v", line, err)
+				}
+				stored[[2]int{id, gen}] = [2]int64{r, places}
+			}
+		}
+		model := map[[2]int][2]int64{}
+		for id, es := range x.res {
+			for gen, en := range es {
+				model[[2]int{id, gen}] = [2]int64{en.reserved, en.places}
+			}
+		}
+		if !maps.Equal(stored, model) {
+			t.Fatalf("step %d: the model holds %v, the script %v (identity and agent: reserved and places)", step, model, stored)
+		}
 	}
 }
 

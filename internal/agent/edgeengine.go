@@ -3,6 +3,7 @@ package agent
 import (
 	"cmp"
 	"context"
+	"errors"
 	"maps"
 	"sync"
 	"sync/atomic"
@@ -364,13 +365,13 @@ func (e *edgeEngine) sync(ctx context.Context, updates []edgeUpdate, read bool) 
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if err != nil {
-		if ctx.Err() == nil {
+		if ctx.Err() == nil && !errors.Is(err, errEdgeSweeping) {
 			e.syncDown.failed(e.a.cfg.Logger, sent, "error", err)
 		}
-		e.reader.reset()                                                          // Redis may have failed over: read whole next
 		e.synced(sent, e.a.cfg.Clock.Now(), updates[:len(granted)], granted, nil) // the batches that landed
 		for _, u := range updates[len(granted):] {
 			if k := e.keys[u.key]; k != nil {
+				k.Unsynced(u.Update) // landed or not: the lesser of both counts
 				k.dirty = true
 			}
 		}

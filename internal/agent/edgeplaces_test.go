@@ -45,6 +45,12 @@ func TestRLQSPlacesAcrossAgents(t *testing.T) {
 	fifth := openRaw(t, b.grpcAddr)
 	fifth.send(t, "shop", use(tenant, 0, 1, 0))
 	testenv.WaitFor(t, 5*time.Second, "the fifth instance refused", func() bool { return refused(b) >= 1 })
+	// Three more syncs of the second agent, each of which would push an
+	// assignment the fifth instance had a place for.
+	syncs := counterValue(t, b.a, "quotalease_agent_edge_syncs_total")
+	testenv.WaitFor(t, 5*time.Second, "three more syncs", func() bool {
+		return counterValue(t, b.a, "quotalease_agent_edge_syncs_total") >= syncs+3
+	})
 	select {
 	case m := <-fifth.got:
 		t.Fatalf("the fifth instance got %v, want nothing while the region's four places are held", m)

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -18,22 +19,36 @@ import (
 // written since its last read (the script's log): an agent reads the
 // reservations about every 250 ms, and a whole read costs Redis about
 // 6 µs a field, which with many identities is most of what an idle
-// region's Redis does. It reads whole at its first read, when the store
+// region's Redis does.
+//
+// It also reads the whole hash, a sweep: at its first read, when the store
 // lost its keys (a new epoch) or trimmed its log past this reader, after
-// any error talking to Redis (a failover that lost the last writes shows
-// as errors first, or as a log position that went back), and every
-// fullEvery, which drops the entries of agents that stopped (they expire
-// unwritten) and repairs anything else a failover lost. Not safe for
-// concurrent use: the edge engine's rounds read one at a time.
+// an error talking to Redis other than a timeout (a failover that lost the
+// last writes shows as errors first, or as a log position that went back),
+// and every fullEvery, which drops the entries of agents that stopped
+// (they expire unwritten) and repairs anything else a failover lost. A
+// sweep goes a few pages a read while a copy serves, the log's changes
+// going into both, and replaces the copy when done; without a copy it
+// reads as many pages as a read's time allows, and the reads return
+// errEdgeSweeping until it is done. So no read outlasts its time however
+// large the hash. Not safe for concurrent use: the edge engine's rounds
+// read one at a time.
 type edgeReader struct {
 	self      string // this agent's id: its own entries are not the others'
 	fullEvery time.Duration
 	now       func() time.Time
 
-	epoch  string // the log's epoch, "" until a whole read
+	epoch  string // the log's epoch, "" until a sweep began
 	since  int64  // the log's position read up to
 	fullAt time.Time
-	fields map[string][]edgeEntry // field -> the other agents' entries
+	fields map[string][]edgeEntry // field -> the other agents' entries; nil until a sweep ends
+
+	// The sweep under way (sweep not nil): the next HSCAN cursor, when it
+	// began, and what it read.
+	sweep   map[string][]edgeEntry
+	cursor  string
+	sweepAt time.Time
+
 	// sumsOf are the sums last returned, good while no field changed
 	// (dirty) and until the earliest entry expires (sumsUntil, Redis ms).
 	sumsOf    map[edgeKeyID]edge.Others
@@ -47,66 +62,102 @@ type edgeReader struct {
 // at expiresMs on Redis's clock.
 type edgeEntry struct{ reserved, edge, direct, expiresMs int64 }
 
-// edgeFullEvery is how often a reader reads the whole hash anyway.
-const edgeFullEvery = 30 * time.Second
+// edgeFullEvery is how often a reader sweeps the whole hash anyway, and
+// edgeSweepPages how many pages a read adds to a sweep while a copy
+// serves (2,048 fields: about 12 ms of Redis).
+const (
+	edgeFullEvery  = 30 * time.Second
+	edgeSweepPages = 16
+)
 
 func newEdgeReader(self string, now func() time.Time) *edgeReader {
 	return &edgeReader{self: self, fullEvery: edgeFullEvery, now: now}
 }
 
+// errEdgeSweeping: the reader has no copy yet; its sweep goes on with the
+// next read.
+var errEdgeSweeping = errors.New("edge reservations: still reading the region's reservations whole")
+
+var errEdgeReset = errors.New("edge reservations: the log must be read whole")
+
 // read brings the copy up to date and returns the others' sums for every
 // policy identity they hold something for, at Redis's clock of the read.
 func (r *edgeReader) read(ctx context.Context, rdb redis.UniversalClient, region string, a edgeAgent) (map[edgeKeyID]edge.Others, error) {
-	var nowMs int64
-	var err error
-	if r.epoch == "" || r.now().Sub(r.fullAt) >= r.fullEvery {
-		nowMs, err = r.readWhole(ctx, rdb, region, a)
-	} else if nowMs, err = r.readLog(ctx, rdb, region, a); err == errEdgeReset {
-		nowMs, err = r.readWhole(ctx, rdb, region, a)
-	}
-	if err != nil {
+	nowMs, err := r.step(ctx, rdb, region, a)
+	if errors.Is(err, errEdgeReset) {
 		r.reset()
+		nowMs, err = r.step(ctx, rdb, region, a)
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return nil, err // too slow: the log and the sweep go on from where they were
+	case err != nil:
+		r.reset() // Redis may have failed over: sweep again
 		return nil, err
+	}
+	if r.fields == nil {
+		return nil, errEdgeSweeping
 	}
 	return r.sums(nowMs), nil
 }
 
-// reset makes the next read read whole.
-func (r *edgeReader) reset() { r.epoch = "" }
+// reset drops the copy: the next read sweeps the hash whole.
+func (r *edgeReader) reset() {
+	r.epoch, r.fields, r.sweep = "", nil, nil
+}
 
-var errEdgeReset = fmt.Errorf("edge reservations: the log must be read whole")
-
-// readWhole reads the hash page by page into a new copy, positioned at
-// the log as the first page found it: what changes during the read is
-// logged after that, and read again with the next read.
-func (r *edgeReader) readWhole(ctx context.Context, rdb redis.UniversalClient, region string, a edgeAgent) (int64, error) {
-	started := r.now()
-	fields := map[string][]edgeEntry{}
-	var epoch string
-	var since, nowMs int64
-	for cursor, first := "0", true; ; first = false {
-		res, err := edgeCall(ctx, rdb, region, a, nil, edgeRead{mode: "full", from: cursor, page: edgePage})
+// step reads the log (once a sweep began), then goes on with a sweep,
+// beginning one when due; it returns Redis's clock at the last call.
+func (r *edgeReader) step(ctx context.Context, rdb redis.UniversalClient, region string, a edgeAgent) (int64, error) {
+	var nowMs int64
+	if r.epoch != "" {
+		n, err := r.readLog(ctx, rdb, region, a)
 		if err != nil {
 			return 0, err
 		}
-		if first {
-			epoch, since = res.epoch, res.seq
+		nowMs = n
+	}
+	// Without an epoch (nothing was written yet when the sweep began)
+	// there is no log to read: sweep again until there is.
+	if r.sweep == nil && (r.fields == nil || r.epoch == "" || r.now().Sub(r.fullAt) >= r.fullEvery) {
+		r.sweep, r.cursor, r.sweepAt = map[string][]edgeEntry{}, "0", r.now()
+	}
+	if r.sweep == nil {
+		return nowMs, nil
+	}
+	pages := edgeSweepPages
+	if r.fields == nil {
+		pages = math.MaxInt // no copy serves: as far as the read's time allows
+	}
+	for ; pages > 0; pages-- {
+		res, err := edgeCall(ctx, rdb, region, a, nil, edgeRead{mode: "full", from: r.cursor, page: edgePage})
+		if err != nil {
+			return 0, err
+		}
+		switch first := r.cursor == "0"; {
+		case first && r.epoch == "":
+			// The sweep's first page: the log from here on is read into it,
+			// as what changes after this call is logged after res.seq.
+			r.epoch, r.since = res.epoch, res.seq
+		case res.epoch != r.epoch:
+			return 0, errEdgeReset // the store lost its keys, or its first write came during the sweep
 		}
 		nowMs = res.nowMs
 		r.fieldsRead += int64(len(res.fields))
 		for _, f := range res.fields {
-			r.apply(fields, f)
+			r.apply(r.sweep, f)
 		}
-		if cursor = res.next; cursor == "0" {
+		if r.cursor = res.next; r.cursor == "0" {
+			r.fields, r.sweep, r.fullAt, r.dirty = r.sweep, nil, r.sweepAt, true
+			r.wholeReads++
 			break
 		}
 	}
-	r.fields, r.epoch, r.since, r.fullAt, r.dirty = fields, epoch, since, started, true
-	r.wholeReads++
 	return nowMs, nil
 }
 
-// readLog reads the fields written since the last read, a page a call.
+// readLog reads the fields written since the last read, a page a call,
+// into the copy and the sweep under way.
 func (r *edgeReader) readLog(ctx context.Context, rdb redis.UniversalClient, region string, a edgeAgent) (int64, error) {
 	for {
 		res, err := edgeCall(ctx, rdb, region, a, nil, edgeRead{mode: "log", from: strconv.FormatInt(r.since, 10), page: edgePage, epoch: r.epoch})
@@ -119,7 +170,12 @@ func (r *edgeReader) readLog(ctx context.Context, rdb redis.UniversalClient, reg
 		r.fieldsRead += int64(len(res.fields))
 		r.dirty = r.dirty || len(res.fields) > 0
 		for _, f := range res.fields {
-			r.apply(r.fields, f)
+			if r.fields != nil {
+				r.apply(r.fields, f)
+			}
+			if r.sweep != nil {
+				r.apply(r.sweep, f)
+			}
 		}
 		if res.next == "0" {
 			r.since = res.seq // the page held every change: read up to the call's position

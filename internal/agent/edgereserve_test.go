@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -360,5 +361,71 @@ func TestEdgeLogTrimmed(t *testing.T) {
 	_, others, err = edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "a"}, nil, early)
 	if err != nil || len(others) != 10 || early.wholeReads != 2 {
 		t.Fatalf("the same reader after: %d identities, %d whole reads, %v; want 10, 2", len(others), early.wholeReads, err)
+	}
+}
+
+// A sweep of a large hash while a copy serves goes a few pages a read:
+// every read returns the copy kept current by the log, changes made
+// during the sweep survive it, and a read that runs out of time keeps the
+// copy and its place in the log instead of starting over.
+func TestEdgeSweepSpreadsOverReads(t *testing.T) {
+	rs := startRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
+	defer rdb.Close()
+	ctx := context.Background()
+	b := edgeAgent{id: "b"}
+	write := func(tenant int, want int64) {
+		t.Helper()
+		u := edgeUpdate{key: edgeKeyID{"api", fmt.Sprint("tenant-", tenant)}, Update: edge.Update{Want: want, Capacity: 100, Life: time.Hour}}
+		if _, _, err := edgeSync(ctx, ctx, rdb, "us", b, []edgeUpdate{u}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const n = 3 * edgeSweepPages * edgePage // three reads' worth of pages
+	us := make([]edgeUpdate, n)
+	for i := range us {
+		us[i] = edgeUpdate{key: edgeKeyID{"api", fmt.Sprint("tenant-", i)}, Update: edge.Update{Want: 10, Capacity: 100, Life: time.Hour}}
+	}
+	if _, _, err := edgeSync(ctx, ctx, rdb, "us", b, us, nil); err != nil {
+		t.Fatal(err)
+	}
+	r := newEdgeReader("a", time.Now)
+	read := func(ctx context.Context) (map[edgeKeyID]edge.Others, error) {
+		_, others, err := edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "a"}, nil, r)
+		return others, err
+	}
+	if others, err := read(ctx); err != nil || len(others) != n || r.wholeReads != 1 {
+		t.Fatalf("first read: %d identities, %d whole reads, %v; want %d, 1", len(others), r.wholeReads, err, n)
+	}
+	r.fullEvery = 0 // a sweep with every read from here
+	write(n, 10)    // one more, and one removed, during the sweep
+	write(0, 0)
+	for i := 0; r.wholeReads == 1; i++ {
+		others, err := read(ctx)
+		if err != nil || len(others) != n {
+			t.Fatalf("read %d of the sweep: %d identities, %v; want the copy's %d", i, len(others), err, n)
+		}
+		if i > 10 {
+			t.Fatal("the sweep never ended")
+		}
+		if i == 0 && r.sweep == nil {
+			t.Fatal("a sweep of 3 reads' pages ended in one read")
+		}
+	}
+	others, _ := read(ctx)
+	if _, ok := others[edgeKeyID{"api", fmt.Sprint("tenant-", n)}]; !ok || len(others) != n {
+		t.Fatalf("after the sweep: %d identities, the one added during it present %v", len(others), ok)
+	}
+
+	r.fullEvery = time.Hour
+	expired, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Second))
+	defer cancel()
+	whole := r.wholeReads
+	if _, err := read(expired); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a read out of time: %v", err)
+	}
+	write(n+1, 10)
+	if others, err := read(ctx); err != nil || len(others) != n+1 || r.wholeReads != whole {
+		t.Fatalf("after a read out of time: %d identities, %d whole reads, %v; want %d from the log", len(others), r.wholeReads-whole, err, n+1)
 	}
 }

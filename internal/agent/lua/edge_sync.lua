@@ -22,8 +22,10 @@
 --          seq, floor: the highest score trimmed from the log)
 -- ARGV[1]  the calling agent's id
 -- ARGV[2]  the id of the process it succeeded ('' for none): that
---          process's Envoy instances are the caller's now, so its places
---          do not count against the caller's (its reservations do)
+--          process's Envoy instances reconnect to the caller, so its
+--          places move to the caller's entry (its reservations stay: its
+--          assignments may still be enforced), and should it write again
+--          it grows from none, counting the caller's
 -- ARGV[3]  n, the number of updates, then 8 per update:
 --          field, wanted reservation, capacity (growth stops at it, counting
 --          the others), edge demand, direct demand, lifetime in ms, wanted
@@ -131,12 +133,12 @@ for i = 0, n - 1 do
   for _, e in ipairs(parse(redis.call('HGET', key, field))) do
     if e[5] > now then
       if e[1] == me then
-        old, oldP = e[2], e[6]
+        old, oldP = e[2], oldP + e[6]
       else
-        others = others + e[2]
-        if e[1] ~= heir then
-          othersP = othersP + e[6]
+        if e[1] == heir then
+          oldP, e[6] = oldP + e[6], 0
         end
+        others, othersP = others + e[2], othersP + e[6]
         keep[#keep + 1] = e
       end
     end
@@ -156,7 +158,11 @@ if n > 0 then
 end
 local seq = tonumber(redis.call('HGET', seqkey, 'seq') or '0')
 -- The three keys live as long as the longest entry (an expiry of -1, none
--- yet, is below any).
+-- yet, is below any); a call that only removed entries gives the log and
+-- its counter the hash's expiry, or a minute when the hash is gone.
+if longest == 0 and n > 0 then
+  longest = math.max(60000, redis.call('PTTL', key))
+end
 for _, k in ipairs({key, logkey, seqkey}) do
   if longest > 0 and redis.call('PTTL', k) < longest then
     redis.call('PEXPIRE', k, longest)
