@@ -23,9 +23,7 @@ import (
 // reservation; a dead agent's reservation ends by itself when its life
 // runs out, and the others see it gone.
 func TestEdgeReservationsOnRedis(t *testing.T) {
-	rs := startRedis(t)
-	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
-	defer rdb.Close()
+	rdb := edgeRedis(t)
 	ctx := context.Background()
 	id := edgeKeyID{"api", "acme"}
 	const capacity = 1000
@@ -103,9 +101,7 @@ func TestEdgeReservationsOnRedis(t *testing.T) {
 // updates in batches, the read a page at a time, and a whole read still
 // sees every identity the other agents hold.
 func TestEdgeReservationsInPages(t *testing.T) {
-	rs := startRedis(t)
-	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
-	defer rdb.Close()
+	rdb := edgeRedis(t)
 	ctx := context.Background()
 	const n = 5 * edgePage
 	updates := make([]edgeUpdate, n)
@@ -179,9 +175,7 @@ func TestEdgeHoldsShrinkingGrant(t *testing.T) {
 // decision's script may wait behind the read; and reads what changed
 // since the last read (the log: the agent's usual read).
 func BenchmarkEdgeRead(b *testing.B) {
-	rs := startRedis(b)
-	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
-	defer rdb.Close()
+	rdb := edgeRedis(b)
 	ctx := context.Background()
 	updates := make([]edgeUpdate, 100_000)
 	for i := range updates {
@@ -234,9 +228,7 @@ func BenchmarkEdgeRead(b *testing.B) {
 // that lost its keys, or a log trimmed past the reader, makes it read
 // whole again; an entry that expires unwritten leaves the sums.
 func TestEdgeReaderReadsChanges(t *testing.T) {
-	rs := startRedis(t)
-	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
-	defer rdb.Close()
+	rdb := edgeRedis(t)
 	ctx := context.Background()
 	b := edgeAgent{id: "b"}
 	write := func(life time.Duration, tenants ...int) {
@@ -317,9 +309,7 @@ func TestEdgeLogTrimmed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("100,000 writes")
 	}
-	rs := startRedis(t)
-	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
-	defer rdb.Close()
+	rdb := edgeRedis(t)
 	ctx := context.Background()
 	b := edgeAgent{id: "b"}
 	update := func(tenant int, want int64) edgeUpdate {
@@ -369,9 +359,7 @@ func TestEdgeLogTrimmed(t *testing.T) {
 // during the sweep survive it, and a read that runs out of time keeps the
 // copy and its place in the log instead of starting over.
 func TestEdgeSweepSpreadsOverReads(t *testing.T) {
-	rs := startRedis(t)
-	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
-	defer rdb.Close()
+	rdb := edgeRedis(t)
 	ctx := context.Background()
 	b := edgeAgent{id: "b"}
 	write := func(tenant int, want int64) {
@@ -428,4 +416,11 @@ func TestEdgeSweepSpreadsOverReads(t *testing.T) {
 	if others, err := read(ctx); err != nil || len(others) != n+1 || r.wholeReads != whole {
 		t.Fatalf("after a read out of time: %d identities, %d whole reads, %v; want %d from the log", len(others), r.wholeReads-whole, err, n+1)
 	}
+}
+
+// edgeRedis is a client of a fresh redis-server, closed with the test.
+func edgeRedis(t testing.TB) *redis.Client {
+	rdb := redis.NewClient(&redis.Options{Addr: startRedis(t).Addr})
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
 }
