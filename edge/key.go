@@ -41,6 +41,7 @@ type Key[K comparable] struct {
 	Places, SentInstances int64
 	askedAt               time.Time // when places were last asked for
 	most                  int64     // the policy's instances, as last planned
+	placed                int64     // the slots holding a place
 	lost                  []K       // slots that lost their places, to abandon
 
 	changed time.Time // the last push that changed or abandoned an assignment
@@ -64,6 +65,9 @@ func (k *Key[K]) Add(id K, now time.Time) *Slot {
 // Remove forgets slot id (its stream ended, or its bucket was abandoned);
 // what it was sent keeps counting until it may have expired.
 func (k *Key[K]) Remove(id K) {
+	if s := k.Slots[id]; s != nil && s.Placed {
+		k.placed--
+	}
 	k.Ledger.Remove(id)
 	delete(k.Slots, id)
 	k.ids = nil
@@ -111,19 +115,26 @@ func (k *Key[K]) Plan(now time.Time, p *policy.Policy, validLeft time.Duration, 
 	k.Capacity = capacityAt(now.Add(k.Life))
 	k.most = int64(p.Edge.Instances)
 	k.place(false) // places freed here go to slots waiting for one
-	ids := make([]K, 0, len(k.Slots))
-	demands := make([]int64, 0, len(k.Slots))
-	for _, id := range k.sorted() {
-		if s := k.Slots[id]; !s.Refused {
-			ids, demands = append(ids, id), append(demands, s.Demand)
+	ids, demands := k.sorted(), make([]int64, 0, len(k.Slots))
+	if k.placed < int64(len(k.Slots)) {
+		ids = make([]K, 0, len(k.Slots))
+		for _, id := range k.sorted() {
+			if !k.Slots[id].Refused {
+				ids = append(ids, id)
+			}
 		}
+	}
+	for _, id := range ids {
+		demands = append(demands, k.Slots[id].Demand)
 	}
 	var shares []int64
 	k.Self, shares = Wants(k.Capacity, others.Direct+direct, others.Edge, demands)
 	shares = k.keep(now, ids, shares, k.Capacity-others.Reserved)
 	k.Want = make(map[K]int64, len(k.Slots))
-	for id := range k.Slots {
-		k.Want[id] = 0
+	if len(ids) < len(k.Slots) {
+		for id := range k.Slots {
+			k.Want[id] = 0 // refused a place: no part in the split
+		}
 	}
 	for i, id := range ids {
 		k.Want[id] = shares[i]

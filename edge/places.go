@@ -30,11 +30,15 @@ type Granted struct{ Reserved, Places int64 }
 // newly so returned: the store was just asked for a place for each.
 // Without it they wait for that answer.
 func (k *Key[K]) place(refuse bool) (refused []K) {
-	ids := k.sorted()
 	most := k.Places
 	if k.most > 0 {
 		most = min(most, k.most)
 	}
+	if k.placed == int64(len(k.Slots)) && k.placed <= most {
+		return nil // every slot placed, within the places: nothing to do (most keys, most rounds)
+	}
+	defer func() { k.placed = k.countPlaced() }()
+	ids := k.sorted()
 	var placed int64
 	for _, id := range ids {
 		if k.Slots[id].Placed {
@@ -61,12 +65,14 @@ func (k *Key[K]) place(refuse bool) (refused []K) {
 }
 
 // Unsynced takes a write of u whose answer was lost: the store may have
-// applied it or not. What it may hold for this agent is the lesser of
-// before and u, for the reservation and for the places alike, and the
-// next plan writes again.
+// applied it or not. This agent counts the lesser of before and u, for
+// the reservation and for the places alike: what the store holds beyond
+// that is only held back from the others until the next write, which a
+// growth still wanted asks for at once (Urgent) and places still wanted
+// with the next read (Waiting).
 func (k *Key[K]) Unsynced(u Update) {
 	k.Written, k.Visible = min(k.Written, u.Want), min(k.Visible, u.Want)
-	k.Places, k.SentInstances = min(k.Places, u.Instances), -1
+	k.Places, k.SentInstances = min(k.Places, u.Instances), u.Instances
 	k.place(false)
 }
 
@@ -97,14 +103,21 @@ func (k *Key[K]) Waiting(now time.Time) bool {
 	return int64(len(k.Slots)) > k.Places && !now.Before(k.askedAt.Add(askEvery))
 }
 
+// countPlaced counts the slots holding a place.
+func (k *Key[K]) countPlaced() int64 {
+	var n int64
+	for _, s := range k.Slots {
+		if s.Placed {
+			n++
+		}
+	}
+	return n
+}
+
 // placedWant is the plan's wants of the slots that hold a place: only
 // they are assigned.
 func (k *Key[K]) placedWant() map[K]int64 {
-	all := true
-	for _, s := range k.Slots {
-		all = all && s.Placed
-	}
-	if all {
+	if k.placed == int64(len(k.Slots)) {
 		return k.Want
 	}
 	out := make(map[K]int64, len(k.Want))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -22,10 +23,10 @@ import (
 // region's Redis does.
 //
 // It also reads the whole hash, a sweep: at its first read, when the store
-// lost its keys (a new epoch) or trimmed its log past this reader, after
-// an error talking to Redis other than a timeout (a failover that lost the
-// last writes shows as errors first, or as a log position that went back),
-// and every fullEvery, which drops the entries of agents that stopped
+// lost its keys (a new epoch), trimmed its log past this reader or went
+// back in it (a failover that lost the last writes), after an error
+// talking to Redis other than a timeout (a failover shows as errors
+// first), and every fullEvery, which drops the entries of agents that stopped
 // (they expire unwritten) and repairs anything else a failover lost. A
 // sweep goes a few pages a read while a copy serves, the log's changes
 // going into both, and replaces the copy when done; without a copy it
@@ -89,10 +90,13 @@ func (r *edgeReader) read(ctx context.Context, rdb redis.UniversalClient, region
 		nowMs, err = r.step(ctx, rdb, region, a)
 	}
 	switch {
-	case errors.Is(err, context.DeadlineExceeded):
+	case err != nil && timedOut(err):
 		return nil, err // too slow: the log and the sweep go on from where they were
 	case err != nil:
-		r.reset() // Redis may have failed over: sweep again
+		// Redis may have failed over and lost the last writes: the copy
+		// still holds what it read, at least what the agents use, and a
+		// sweep, begun now, repairs what it missed.
+		r.fullAt = time.Time{}
 		return nil, err
 	}
 	if r.fields == nil {
@@ -101,7 +105,15 @@ func (r *edgeReader) read(ctx context.Context, rdb redis.UniversalClient, region
 	return r.sums(nowMs), nil
 }
 
-// reset drops the copy: the next read sweeps the hash whole.
+// timedOut reports whether err is a read that ran out of its time (the
+// context's deadline, or the connection's, which go-redis sets from it).
+func timedOut(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+// reset drops the copy: the next read sweeps the hash whole. A store that
+// lost its keys or its log holds entries written since that the copy
+// lacks, and the log cannot say which.
 func (r *edgeReader) reset() {
 	r.epoch, r.fields, r.sweep = "", nil, nil
 }

@@ -278,6 +278,16 @@ func TestEdgeReaderReadsChanges(t *testing.T) {
 		t.Fatalf("after the changes: %d identities, tenant-1 %v, tenant-1001 %+v", len(others), others[edgeKeyID{"api", "tenant-1"}], others[edgeKeyID{"api", "tenant-1001"}])
 	}
 
+	// The reader's own writes cost it nothing.
+	before = r.fieldsRead
+	own := edgeUpdate{key: edgeKeyID{"api", "tenant-1"}, Update: edge.Update{Want: 5, Capacity: 100, Life: time.Minute}}
+	if _, _, err := edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "a"}, []edgeUpdate{own}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if others := read(); len(others) != 1000 || r.fieldsRead != before {
+		t.Fatalf("after its own write: %d identities, %d fields read; want 1000, none", len(others), r.fieldsRead-before)
+	}
+
 	// A log trimmed past the reader: read whole.
 	if err := rdb.HSet(ctx, edgeSeqKey("us"), "floor", 1<<40).Err(); err != nil {
 		t.Fatal(err)

@@ -78,19 +78,27 @@ if not epoch and n > 0 then
 end
 epoch = epoch or ''
 
--- logged stores a field's entries and logs the write.
+-- logged stores a field's entries and logs the write under the writer's
+-- name ("id field"), so that a reader passes over its own writes without
+-- reading them: they change only its own entry, which it knows.
 local function logged(field, es)
   store(field, es)
-  redis.call('ZADD', logkey, redis.call('HINCRBY', seqkey, 'seq', 1), field)
+  redis.call('ZADD', logkey, redis.call('HINCRBY', seqkey, 'seq', 1), me .. ' ' .. field)
 end
 
--- A field is logged at its last write only, so the log holds a member per
--- field, those deleted too (readers learn of the deletion). The oldest
--- members, logHorizon writes back, are trimmed a few per call: a deleted
--- field's is dropped, raising the floor below which a log read reads
--- whole; a live field's is logged again (read again, unchanged), so the
--- trim goes on past it.
+-- A field is logged at each writer's last write only, so the log holds a
+-- member per field and writer, those whose entry is gone too (readers
+-- learn of the removal). The oldest members, logHorizon writes back, are
+-- trimmed a few per call: one whose writer's entry is gone is dropped,
+-- raising the floor below which a log read reads whole; one still there
+-- is logged again (read again, unchanged), so the trim goes on past it.
 local logHorizon, trimPerCall = 100000, 8
+
+-- writerOf splits a log member into its writer and field.
+local function writerOf(member)
+  local sp = string.find(member, ' ', 1, true)
+  return string.sub(member, 1, sp - 1), string.sub(member, sp + 1)
+end
 
 local function trim()
   local seq = tonumber(redis.call('HGET', seqkey, 'seq') or '0')
@@ -101,7 +109,9 @@ local function trim()
     if score >= seq - logHorizon then
       break
     end
-    if redis.call('HEXISTS', key, old[i]) == 1 then
+    local writer, field = writerOf(old[i])
+    local v = redis.call('HGET', key, field)
+    if v and (string.sub(v, 1, #writer + 1) == writer .. ' ' or string.find(v, '\n' .. writer .. ' ', 1, true)) then
       redis.call('ZADD', logkey, redis.call('HINCRBY', seqkey, 'seq', 1), old[i])
     else
       redis.call('ZREM', logkey, old[i])
@@ -189,14 +199,20 @@ if mode == 'log' then
   if ARGV[r + 3] ~= epoch or tonumber(from) < floor then
     return {num(now), granted, {}, 'reset', epoch, num(seq)}
   end
-  local changed = redis.call('ZRANGEBYSCORE', logkey, '(' .. from, '+inf', 'WITHSCORES', 'LIMIT', 0, page)
+  -- A call passes over up to eight pages of members, the caller's own
+  -- writes without a read, and returns the others' fields.
+  local scan = 8 * page
+  local changed = redis.call('ZRANGEBYSCORE', logkey, '(' .. from, '+inf', 'WITHSCORES', 'LIMIT', 0, scan)
   local next = '0'
   for i = 1, #changed, 2 do
-    out[#out + 1] = changed[i]
-    out[#out + 1] = others(redis.call('HGET', key, changed[i]))
+    local writer, field = writerOf(changed[i])
+    if writer ~= me then
+      out[#out + 1] = field
+      out[#out + 1] = others(redis.call('HGET', key, field))
+    end
     next = changed[i + 1]
   end
-  if #changed < 2 * page then
+  if #changed < 2 * scan then
     next = '0'
   end
   return {num(now), granted, out, next, epoch, num(seq)}
