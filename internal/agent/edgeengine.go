@@ -341,27 +341,35 @@ func (e *edgeEngine) prepare(now time.Time) (updates []edgeUpdate, sync, read bo
 	return nil, false, false
 }
 
-// sync writes updates to the region's reservations and, when read, reads
-// the other agents', applying the answer; a key whose update did not land
-// is planned again next round, and what landed counts. The read may take
-// as long as it may be trusted (edge.Config.Trust: it counts from when it
-// was sent).
+// sync reads the other agents' reservations when read, then writes
+// updates to the region's reservations, applying the answers; a key whose
+// update did not land is planned again next round, and what landed
+// counts. The read may take as long as it may be trusted
+// (edge.Config.Trust: it counts from when it was sent); the updates get
+// GrowWait after it.
 func (e *edgeEngine) sync(ctx context.Context, updates []edgeUpdate, read bool) {
 	sent := e.a.cfg.Clock.Now()
-	sctx, cancel := context.WithTimeout(ctx, e.cfg.GrowWait)
-	rctx, rcancel := context.WithTimeout(ctx, e.rc.Trust())
 	nonce, heir := e.a.leaser.Succession()
 	agent := edgeAgentOf(nonce, heir)
 	if e.reader == nil {
 		e.reader = newEdgeReader(agent.id, e.a.cfg.Clock.Now)
 	}
-	var r *edgeReader
+	// The read first: it is trusted from sent, so however long the updates
+	// take, it does not age while they run (the script's growth rule counts
+	// whatever the others wrote since).
+	var others map[edgeKeyID]edge.Others
+	var readErr error
 	if read {
-		r = e.reader
+		rctx, rcancel := context.WithTimeout(ctx, e.rc.Trust())
+		others, readErr = e.reader.read(rctx, e.a.cfg.Redis, e.a.cfg.Region, agent)
+		rcancel()
 	}
-	granted, others, err := edgeSync(sctx, rctx, e.a.cfg.Redis, e.a.cfg.Region, agent, updates, r)
-	rcancel()
+	sctx, cancel := context.WithTimeout(ctx, e.cfg.GrowWait)
+	granted, _, err := edgeSync(sctx, sctx, e.a.cfg.Redis, e.a.cfg.Region, agent, updates, nil)
 	cancel()
+	if err == nil {
+		err = readErr
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if err != nil {
