@@ -22,8 +22,9 @@ import (
 // and the token buckets it assigns them. What to plan, reserve and push is
 // package edge's (edge.Key: the simulator runs the same rounds); this puts
 // it on the wire and in Redis. Every Tick a round: plan each key
-// (edge.Key.Plan or Release), sync the reservations with Redis (edgeSync:
-// growth granted within the capacity, the other agents' read), then push
+// (edge.Key.Plan or Release), sync the reservations with Redis (the other
+// agents' read, edgeReader; growth granted within the capacity,
+// edgeWrite), then push
 // what the reservations every agent can see allow (edge.Key.Push). The
 // direct path reads what the edge holds through reserved (edgeShares). It
 // is safe for concurrent use.
@@ -365,7 +366,7 @@ func (e *edgeEngine) sync(ctx context.Context, updates []edgeUpdate, read bool) 
 		rcancel()
 	}
 	sctx, cancel := context.WithTimeout(ctx, e.cfg.GrowWait)
-	granted, _, err := edgeSync(sctx, sctx, e.a.cfg.Redis, e.a.cfg.Region, agent, updates, nil)
+	granted, err := edgeWrite(sctx, e.a.cfg.Redis, e.a.cfg.Region, agent, updates)
 	cancel()
 	if err == nil {
 		err = readErr

@@ -76,27 +76,21 @@ func edgeAgentOf(nonce, heir string) edgeAgent {
 	return edgeAgent{name(nonce), name(heir)}
 }
 
-// edgeSync applies updates for agent a and returns, in order, what Redis
-// granted each; with a reader, also what the other agents hold for every
-// policy identity any of them holds something for (nil without one), read
-// after the updates (edgeReader: what changed since its last read). ctx
-// bounds the updates; readCtx the read. On an error, granted holds what
-// the batches that landed granted, the first len(granted) updates, so that
-// a sync too large for its time still makes progress.
-func edgeSync(ctx, readCtx context.Context, rdb redis.UniversalClient, region string, a edgeAgent, updates []edgeUpdate, r *edgeReader) (granted []edge.Granted, others map[edgeKeyID]edge.Others, err error) {
+// edgeWrite applies updates for agent a, in batches, and returns, in
+// order, what Redis granted each (what the others hold is edgeReader's).
+// On an error, granted holds what the batches that landed granted, the
+// first len(granted) updates, so that a sync too large for its time still
+// makes progress.
+func edgeWrite(ctx context.Context, rdb redis.UniversalClient, region string, a edgeAgent, updates []edgeUpdate) (granted []edge.Granted, err error) {
 	granted = make([]edge.Granted, 0, len(updates))
 	for start := 0; start < len(updates); start += edgeBatch {
 		res, err := edgeCall(ctx, rdb, region, a, updates[start:min(len(updates), start+edgeBatch)], edgeRead{})
 		if err != nil {
-			return granted, nil, err
+			return granted, err
 		}
 		granted = append(granted, res.granted...)
 	}
-	if r == nil {
-		return granted, nil, nil
-	}
-	others, err = r.read(readCtx, rdb, region, a)
-	return granted, others, err
+	return granted, nil
 }
 
 // edgeRead is the read one call of the script makes: none (mode ""), a

@@ -36,7 +36,7 @@ func TestEdgeReservationsOnRedis(t *testing.T) {
 			name := string(rune('a' + i))
 			u := edgeUpdate{key: id, Update: edge.Update{Want: capacity, Capacity: capacity, Instances: 3, Most: 4, EdgeDemand: 5, Life: time.Minute}}
 			for round := 0; round < 20; round++ {
-				g, _, err := edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: name}, []edgeUpdate{u}, newEdgeReader(name, time.Now))
+				g, err := edgeWrite(ctx, rdb, "us", edgeAgent{id: name}, []edgeUpdate{u})
 				if err != nil {
 					t.Error(err)
 					return
@@ -55,7 +55,7 @@ func TestEdgeReservationsOnRedis(t *testing.T) {
 	}
 	// The others see what each holds.
 	ra := newEdgeReader("a", time.Now) // kept: later reads read the log
-	_, others, err := edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "a"}, nil, ra)
+	others, err := ra.read(ctx, rdb, "us", edgeAgent{id: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestEdgeReservationsOnRedis(t *testing.T) {
 		}
 	}
 	next := edgeAgent{id: "next", heir: string(rune('a' + heir))}
-	g, _, err := edgeSync(ctx, ctx, rdb, "us", next, []edgeUpdate{{key: id, Update: edge.Update{Want: capacity, Capacity: capacity, Instances: 4, Most: 4, Life: time.Minute}}}, nil)
+	g, err := edgeWrite(ctx, rdb, "us", next, []edgeUpdate{{key: id, Update: edge.Update{Want: capacity, Capacity: capacity, Instances: 4, Most: 4, Life: time.Minute}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,15 +81,15 @@ func TestEdgeReservationsOnRedis(t *testing.T) {
 	}
 	// Shrinking is granted whole; an agent holding for a short life is
 	// gone once it ran out.
-	g, _, _ = edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "a"}, []edgeUpdate{{key: id, Update: edge.Update{Want: 0, Capacity: capacity, Life: time.Minute}}}, newEdgeReader("a", time.Now))
+	g, _ = edgeWrite(ctx, rdb, "us", edgeAgent{id: "a"}, []edgeUpdate{{key: id, Update: edge.Update{Want: 0, Capacity: capacity, Life: time.Minute}}})
 	if g[0] != (edge.Granted{}) {
 		t.Fatalf("shrink to 0 granted %+v", g[0])
 	}
-	if _, _, err := edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "b"}, []edgeUpdate{{key: id, Update: edge.Update{Want: granted[1].Reserved, Capacity: capacity, Life: 300 * time.Millisecond}}}, newEdgeReader("b", time.Now)); err != nil {
+	if _, err := edgeWrite(ctx, rdb, "us", edgeAgent{id: "b"}, []edgeUpdate{{key: id, Update: edge.Update{Want: granted[1].Reserved, Capacity: capacity, Life: 300 * time.Millisecond}}}); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 5*time.Second, "b's reservation expiring", func() bool {
-		_, others, err := edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "a"}, nil, ra)
+		others, err := ra.read(ctx, rdb, "us", edgeAgent{id: "a"})
 		return err == nil && others[id].Reserved == sum-granted[0].Reserved-granted[1].Reserved
 	})
 	if ttl := rdb.PTTL(ctx, edgeReservationsKey("us")).Val(); ttl <= 0 || ttl > time.Minute {
@@ -108,12 +108,12 @@ func TestEdgeReservationsInPages(t *testing.T) {
 	for i := range updates {
 		updates[i] = edgeUpdate{key: edgeKeyID{"api", fmt.Sprint("tenant-", i)}, Update: edge.Update{Want: 10, Capacity: 100, EdgeDemand: 1, Life: time.Minute}}
 	}
-	g, others, err := edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "b"}, updates, nil)
+	g, err := edgeWrite(ctx, rdb, "us", edgeAgent{id: "b"}, updates)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(g) != n || g[n-1].Reserved != 10 || others != nil {
-		t.Fatalf("%d grants (the last %d), others %v; want %d of 10 and no read", len(g), g[n-1], others, n)
+	if len(g) != n || g[n-1].Reserved != 10 {
+		t.Fatalf("%d grants (the last %d); want %d of 10", len(g), g[n-1], n)
 	}
 	res, err := edgeCall(ctx, rdb, "us", edgeAgent{id: "a"}, nil, edgeRead{mode: "full", from: "0", page: edgePage})
 	if err != nil {
@@ -122,7 +122,7 @@ func TestEdgeReservationsInPages(t *testing.T) {
 	if res.next == "0" || len(res.fields) == 0 || len(res.fields) > 2*edgePage {
 		t.Fatalf("one call read %d of %d identities (next cursor %q): want one page", len(res.fields), n, res.next)
 	}
-	_, others, err = edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "a"}, nil, newEdgeReader("a", time.Now))
+	others, err := newEdgeReader("a", time.Now).read(ctx, rdb, "us", edgeAgent{id: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +181,7 @@ func BenchmarkEdgeRead(b *testing.B) {
 	for i := range updates {
 		updates[i] = edgeUpdate{key: edgeKeyID{"api", fmt.Sprint("tenant-", i)}, Update: edge.Update{Want: 10, Capacity: 100, EdgeDemand: 1, Life: time.Hour}}
 	}
-	if _, _, err := edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "b"}, updates, nil); err != nil {
+	if _, err := edgeWrite(ctx, rdb, "us", edgeAgent{id: "b"}, updates); err != nil {
 		b.Fatal(err)
 	}
 	for _, page := range []int{edgePage, 1 << 30} {
@@ -241,7 +241,7 @@ func TestEdgeReaderReadsChanges(t *testing.T) {
 			}
 			us = append(us, edgeUpdate{key: edgeKeyID{"api", fmt.Sprint("tenant-", i)}, Update: edge.Update{Want: want, Capacity: 100, Life: life}})
 		}
-		if _, _, err := edgeSync(ctx, ctx, rdb, "us", b, us, nil); err != nil {
+		if _, err := edgeWrite(ctx, rdb, "us", b, us); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -253,7 +253,7 @@ func TestEdgeReaderReadsChanges(t *testing.T) {
 	r := newEdgeReader("a", time.Now)
 	read := func() map[edgeKeyID]edge.Others {
 		t.Helper()
-		_, others, err := edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "a"}, nil, r)
+		others, err := r.read(ctx, rdb, "us", edgeAgent{id: "a"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -281,7 +281,7 @@ func TestEdgeReaderReadsChanges(t *testing.T) {
 	// The reader's own writes cost it nothing.
 	before = r.fieldsRead
 	own := edgeUpdate{key: edgeKeyID{"api", "tenant-1"}, Update: edge.Update{Want: 5, Capacity: 100, Life: time.Minute}}
-	if _, _, err := edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "a"}, []edgeUpdate{own}, nil); err != nil {
+	if _, err := edgeWrite(ctx, rdb, "us", edgeAgent{id: "a"}, []edgeUpdate{own}); err != nil {
 		t.Fatal(err)
 	}
 	if others := read(); len(others) != 1000 || r.fieldsRead != before {
@@ -332,14 +332,14 @@ func TestEdgeLogTrimmed(t *testing.T) {
 	for i := range 90 { // 10 stay
 		removed = append(removed, update(i, 0))
 	}
-	if _, _, err := edgeSync(ctx, ctx, rdb, "us", b, added, nil); err != nil {
+	if _, err := edgeWrite(ctx, rdb, "us", b, added); err != nil {
 		t.Fatal(err)
 	}
 	early := newEdgeReader("a", time.Now) // has not read the removals when they are trimmed
-	if _, _, err := edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "a"}, nil, early); err != nil {
+	if _, err := early.read(ctx, rdb, "us", edgeAgent{id: "a"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := edgeSync(ctx, ctx, rdb, "us", b, removed, nil); err != nil {
+	if _, err := edgeWrite(ctx, rdb, "us", b, removed); err != nil {
 		t.Fatal(err)
 	}
 	churn := make([]edgeUpdate, edgeBatch)
@@ -347,18 +347,18 @@ func TestEdgeLogTrimmed(t *testing.T) {
 		churn[i] = update(99, int64(10+i%2))
 	}
 	for range 100_000/edgeBatch + 20 {
-		if _, _, err := edgeSync(ctx, ctx, rdb, "us", b, churn, nil); err != nil {
+		if _, err := edgeWrite(ctx, rdb, "us", b, churn); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if n := rdb.ZCard(ctx, edgeLogKey("us")).Val(); n != 10 {
 		t.Fatalf("the log holds %d members for 10 fields", n)
 	}
-	_, others, err := edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "a"}, nil, early)
+	others, err := early.read(ctx, rdb, "us", edgeAgent{id: "a"})
 	if err != nil || len(others) != 10 || early.wholeReads != 2 {
 		t.Fatalf("a reader from before the trim: %d identities, %d whole reads, %v; want 10, 2", len(others), early.wholeReads, err)
 	}
-	_, others, err = edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "a"}, nil, early)
+	others, err = early.read(ctx, rdb, "us", edgeAgent{id: "a"})
 	if err != nil || len(others) != 10 || early.wholeReads != 2 {
 		t.Fatalf("the same reader after: %d identities, %d whole reads, %v; want 10, 2", len(others), early.wholeReads, err)
 	}
@@ -375,7 +375,7 @@ func TestEdgeSweepSpreadsOverReads(t *testing.T) {
 	write := func(tenant int, want int64) {
 		t.Helper()
 		u := edgeUpdate{key: edgeKeyID{"api", fmt.Sprint("tenant-", tenant)}, Update: edge.Update{Want: want, Capacity: 100, Life: time.Hour}}
-		if _, _, err := edgeSync(ctx, ctx, rdb, "us", b, []edgeUpdate{u}, nil); err != nil {
+		if _, err := edgeWrite(ctx, rdb, "us", b, []edgeUpdate{u}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -384,13 +384,12 @@ func TestEdgeSweepSpreadsOverReads(t *testing.T) {
 	for i := range us {
 		us[i] = edgeUpdate{key: edgeKeyID{"api", fmt.Sprint("tenant-", i)}, Update: edge.Update{Want: 10, Capacity: 100, Life: time.Hour}}
 	}
-	if _, _, err := edgeSync(ctx, ctx, rdb, "us", b, us, nil); err != nil {
+	if _, err := edgeWrite(ctx, rdb, "us", b, us); err != nil {
 		t.Fatal(err)
 	}
 	r := newEdgeReader("a", time.Now)
 	read := func(ctx context.Context) (map[edgeKeyID]edge.Others, error) {
-		_, others, err := edgeSync(ctx, ctx, rdb, "us", edgeAgent{id: "a"}, nil, r)
-		return others, err
+		return r.read(ctx, rdb, "us", edgeAgent{id: "a"})
 	}
 	if others, err := read(ctx); err != nil || len(others) != n || r.wholeReads != 1 {
 		t.Fatalf("first read: %d identities, %d whole reads, %v; want %d, 1", len(others), r.wholeReads, err, n)
