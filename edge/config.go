@@ -32,9 +32,22 @@ type Tuning struct {
 	// its size pays for one start per ChangeEvery (a shorter interval
 	// makes buckets smaller, Assign). Default 2s.
 	ChangeEvery time.Duration
-	// BurstFraction is the part of an instance's refill given up to pay
-	// for buckets that start full (Assign). Default 0.2.
+	// BurstFraction is the most of an instance's refill given up to pay
+	// for buckets that start full (Assign, Resize). Default 0.2.
 	BurstFraction float64
+	// KeepsFill says the Envoy instances start a token bucket that
+	// replaces an assigned one at the old one's fill ratio, as Envoy does
+	// since PR #37624 (merged January 2025): a change then adds tokens only
+	// as far as max_tokens grows, so buckets are sized once, as large as
+	// their share allows, and the refill pays back over RepayOver what
+	// starts add (Resize). False for older Envoy, where every changed
+	// bucket may start full: buckets are then sized for one start per
+	// ChangeEvery (Assign). Default true.
+	KeepsFill bool
+	// RepayOver is, with KeepsFill, the time over which an instance's
+	// refill pays back what a start adds; longer gives up less refill and
+	// makes a start after a recent one smaller. Default 10s.
+	RepayOver time.Duration
 	// AbandonAfter is how long a bucket reports no requests before its
 	// Envoy instance is told to drop it (AbandonAction). Default 1m.
 	AbandonAfter time.Duration
@@ -43,7 +56,8 @@ type Tuning struct {
 // DefaultTuning returns the defaults above.
 func DefaultTuning() Tuning {
 	return Tuning{Tick: 100 * time.Millisecond, GrowWait: 500 * time.Millisecond, Margin: 500 * time.Millisecond,
-		ChangeEvery: 2 * time.Second, BurstFraction: DefaultBurstFraction, AbandonAfter: time.Minute}
+		ChangeEvery: 2 * time.Second, BurstFraction: DefaultBurstFraction, KeepsFill: true, RepayOver: 10 * time.Second,
+		AbandonAfter: time.Minute}
 }
 
 // Config is what an agent's edge rounds run with: its tuning and the

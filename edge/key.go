@@ -286,7 +286,7 @@ func (k *Key[K]) push(now time.Time, p *policy.Policy, cfg Config, lead time.Dur
 		}
 		share, change := changes[id]
 		if change {
-			s.Bucket = Assign(ShapeOf(p, share), cfg.ChangeEvery, cfg.BurstFraction, s.Bucket)
+			s.resize(now, p, share, cfg)
 			s.Changed, k.changed = now, now
 		} else {
 			cur, active := k.Ledger.Current(id, now)
@@ -297,8 +297,13 @@ func (k *Key[K]) push(now time.Time, p *policy.Policy, cfg Config, lead time.Dur
 				continue
 			}
 			share = cur // a refresh: the same bucket, a new time to live
+			if cfg.KeepsFill && now.Sub(s.Changed) >= cfg.ChangeEvery && s.grow(now, p, share, cfg) {
+				// Or a larger one, sized when the debt left less room.
+				s.Changed, k.changed = now, now
+			}
 		}
 		k.Ledger.Pushed(id, share, now, from, now.Add(k.Life))
+		s.pushed(from, now.Add(k.Life))
 		out = append(out, Send[K]{Slot: id, Bucket: s.Bucket, TTL: k.TTL})
 	}
 	return out

@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"math"
 	"time"
 
 	"github.com/quota-lease/quota-lease/policy"
@@ -26,6 +27,92 @@ type Slot struct {
 	// it takes no part in the split and asks again with the key's next
 	// write.
 	Placed, Refused bool
+
+	// What Resize knows of the room between the share's virtual bucket
+	// and Envoy's (slack, tokens) as of slackAt: it grows by withheld a
+	// second while the instance may hold the bucket (until mayHold, the
+	// last assignment's latest end), up to the share's burst less the
+	// bucket's size, and by the share's rate once it holds none, up to the
+	// burst (rate, burst: the last share's). A slot never sized has the
+	// whole burst. heldUntil is until when the instance surely holds it.
+	slack, withheld             float64
+	rate, burst                 float64
+	slackAt, heldUntil, mayHold time.Time
+}
+
+// refill brings the slot's slack up to now.
+func (s *Slot) refill(now time.Time) {
+	if s.slackAt.IsZero() {
+		s.slack, s.slackAt = math.Inf(1), now // a new slot: Resize caps it at the burst
+		return
+	}
+	if t := minTime(now, s.mayHold).Sub(s.slackAt); t > 0 {
+		s.slack = max(s.slack, min(s.slack+s.withheld*t.Seconds(), s.burst-float64(s.Bucket.MaxTokens)))
+	}
+	if t := now.Sub(maxTime(s.slackAt, s.mayHold)); t > 0 {
+		s.slack = max(s.slack, min(s.slack+s.rate*t.Seconds(), s.burst))
+	}
+	s.slackAt = now
+}
+
+// resize gives the slot its bucket for share of p at now (Assign, or
+// Resize when Envoy keeps a replaced bucket's fill): the bucket it holds
+// counts as held only if surely still held when the change reaches it,
+// margin after now.
+func (s *Slot) resize(now time.Time, p *policy.Policy, share int64, cfg Config) {
+	sh := ShapeOf(p, share)
+	if !cfg.KeepsFill || sh.Log {
+		s.Bucket = Assign(sh, cfg.ChangeEvery, cfg.BurstFraction, s.Bucket)
+		return
+	}
+	s.refill(now)
+	held := s.Bucket
+	if !now.Add(cfg.Margin).Before(s.heldUntil) {
+		held = Bucket{}
+	}
+	s.size(Resize(sh, held, s.slack, cfg.RepayOver, cfg.BurstFraction))
+	s.rate, s.burst = sh.Rate, sh.Burst
+}
+
+// size takes Resize's answer.
+func (s *Slot) size(b Bucket, slack, withheld float64) {
+	s.Bucket, s.slack = b, slack
+	if withheld > 0 { // DENY_ALL keeps the last bucket's
+		s.withheld = withheld
+	}
+}
+
+// grow gives the slot, refreshing an assignment of share of p, a larger
+// bucket when its slack now covers one (Resize), and reports whether it
+// did: a bucket sized while its slack was short, or while its share was
+// smaller, grows once it may, and DENY_ALL sent for want of slack starts a
+// bucket once there is. A token bucket grows only while surely held (or
+// growing would be a start).
+func (s *Slot) grow(now time.Time, p *policy.Policy, share int64, cfg Config) bool {
+	held := s.Bucket
+	if !held.Deny() && !now.Add(cfg.Margin).Before(s.heldUntil) {
+		return false
+	}
+	s.refill(now)
+	sh := ShapeOf(p, share)
+	b, slack, w := Resize(sh, held, s.slack, cfg.RepayOver, cfg.BurstFraction)
+	if b.MaxTokens <= held.MaxTokens {
+		return false
+	}
+	s.size(b, slack, w)
+	s.rate, s.burst = sh.Rate, sh.Burst
+	return true
+}
+
+// pushed notes that the slot's bucket was sent: the instance surely
+// holds it until from, and may until end. DENY_ALL holds no tokens, but
+// the bucket it replaces may be used until its own end.
+func (s *Slot) pushed(from, end time.Time) {
+	if s.Bucket.Deny() {
+		s.heldUntil = time.Time{}
+		return
+	}
+	s.heldUntil, s.mayHold = from, end
 }
 
 // Report takes a usage report of the slot received at now: count
@@ -62,4 +149,18 @@ func DirectDemand(p *policy.Policy, cost int64, d time.Duration) int64 {
 // checks', and the region's share follows the edge.
 func ReportedCost(p *policy.Policy, count uint64) int64 {
 	return int64(min(float64(count)*float64(p.Cost)*float64(policy.Micro), 1e18))
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

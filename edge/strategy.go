@@ -93,7 +93,17 @@ func Assign(s Shape, every time.Duration, delta float64, prev Bucket) Bucket {
 		}
 		f -= m / s.Period
 	}
-	if !(f > 0) {
+	return bucketOf(m, f, prev)
+}
+
+// bucketOf is the token bucket of m tokens refilled f a second, its fill
+// interval lengthened until a fill holds fillPrecision tokens; DENY_ALL
+// when f leaves no token. Envoy keeps a bucket whose max_tokens,
+// tokens_per_fill and fill_interval nanoseconds are unchanged, even if its
+// fill_interval seconds changed, so against prev (the bucket the instance
+// holds) it never changes the interval alone.
+func bucketOf(m, f float64, prev Bucket) Bucket {
+	if !(f > 0) || m < 1 {
 		return Bucket{}
 	}
 	secs := math.Min(maxFill.Seconds(), math.Max(1, math.Ceil(fillPrecision/f)))
@@ -101,7 +111,7 @@ func Assign(s Shape, every time.Duration, delta float64, prev Bucket) Bucket {
 	if n < 1 {
 		return Bucket{}
 	}
-	b := Bucket{MaxTokens: uint32(m), TokensPerFill: uint32(n), FillInterval: time.Duration(secs) * time.Second}
+	b := Bucket{MaxTokens: uint32(min(m, math.MaxUint32)), TokensPerFill: uint32(n), FillInterval: time.Duration(secs) * time.Second}
 	if b.MaxTokens == prev.MaxTokens && b.TokensPerFill == prev.TokensPerFill && b.FillInterval != prev.FillInterval {
 		// Envoy would keep prev's rate; a token less per fill is a
 		// different bucket, and slower.
@@ -110,4 +120,55 @@ func Assign(s Shape, every time.Duration, delta float64, prev Bucket) Bucket {
 		}
 	}
 	return b
+}
+
+// Resize is Assign for Envoy instances that start a token bucket replacing
+// an assigned one at the old one's fill ratio (Tuning.KeepsFill; Envoy PR
+// #37624). A change then adds tokens only as far as max_tokens grows, and
+// only a start adds a full bucket: a bucket Envoy does not surely hold as
+// an assignment (its first, one after DENY_ALL, one that may have expired
+// into its fallback). So a bucket may hold the share's whole burst, and
+// keep its size while the share changes.
+//
+// What makes it safe is a virtual token bucket of the share's burst and
+// rate, which admits in any window exactly what the share does
+// (Shape.Reference): while the tokens Envoy's bucket holds (T) never
+// exceed the virtual bucket's (V), whatever Envoy admits the share
+// admits. Both lose a token per request, V refills at the share's rate and
+// T at a little less (the refill withholds w), so V − T never falls but
+// when a start or growth adds tokens to T; slack is what the agent knows
+// of V − T (Slot keeps it: it grows by w a second while the bucket is
+// held, up to Burst less its size, and by the rate while none is, up to
+// Burst; a new slot starts with Burst, the virtual bucket full). A start
+// of m tokens, or growth of m, is sent only while slack covers it, and
+// uses it up; a shrink adds nothing (Envoy scales the tokens down).
+//
+// held is the bucket Envoy surely holds (zero for a start). Resize returns
+// the bucket, the slack left and the refill withheld a second, w =
+// min(Burst/2, delta·Rate·over)/over: what refills the slack while the
+// bucket is held, so that a start's slack is back within `over`. A sliding
+// log's shape (no burst) has no virtual bucket to check against; it gets
+// Assign's bucket.
+func Resize(s Shape, held Bucket, slack float64, over time.Duration, delta float64) (b Bucket, left, withheld float64) {
+	if !(s.Rate > 0) || !(s.Period > 0) || over <= 0 || math.IsInf(s.Rate, 0) || s.Log || s.Burst < 1 {
+		return Bucket{}, min(slack, max(0, s.Burst)), 0 // the virtual bucket of a share too small for a token
+	}
+	c := min(math.Floor(s.Burst), math.MaxUint32)
+	w := min(s.Burst/2, delta*s.Rate*over.Seconds()) / over.Seconds()
+	slack = min(slack, s.Burst)
+	var m, used float64
+	if held.Deny() {
+		m = min(c, math.Floor(slack)) // a start: a full bucket
+		used = m
+	} else {
+		m = min(float64(held.MaxTokens), c)
+		slack = min(slack, s.Burst-m) // a smaller share's virtual bucket holds less
+		used = min(c-m, math.Floor(slack))
+		m += used
+	}
+	b = bucketOf(m, s.Rate-w, held)
+	if b.Deny() {
+		return Bucket{}, slack, 0
+	}
+	return b, slack - used, w
 }

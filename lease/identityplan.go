@@ -35,6 +35,7 @@ const identityIdleRounds = 30
 // share. It is pure and not safe for concurrent use.
 type IdentityPlan struct {
 	max     int
+	edge    bool                        // the quota is served at the edge (SetEdge)
 	held    Held                        // the most demands held per instance and per region
 	reports map[instanceOf]*report      // each agent instance's last report
 	regions map[string]int              // demands held per region, over its instances
@@ -374,6 +375,24 @@ func (p *IdentityPlan) Targets(region string) map[string]int64 {
 // hold keep what they hold until it is gone.
 func (p *IdentityPlan) SetMax(max int) { p.max, p.held = max, HeldFor(max) }
 
+// SetEdge says whether the quota is served at the edge (policy.Edge): a
+// region's share of an identity is then split again into Envoy instances'
+// token buckets, and a region held well below its part gets buckets too
+// small to use what it holds (a bucket of a token or two wastes what it
+// refills while full: a region held at 29 of its 50 admitted 25). A split
+// is then kept (holds) only while every region has three quarters of its
+// part, not half.
+func (p *IdentityPlan) SetEdge(edge bool) { p.edge = edge }
+
+// tooLow reports whether a region given o of an identity, whose part of
+// its current demand is t, has too little to keep the split it holds.
+func (p *IdentityPlan) tooLow(o, t int64) bool {
+	if p.edge {
+		return 4*o < 3*t
+	}
+	return 2*o < t
+}
+
 // Held is how many identity demands the plan holds, over every instance.
 func (p *IdentityPlan) Held() int {
 	n := 0
@@ -391,7 +410,7 @@ func (p *IdentityPlan) Len() int { return len(p.targets) }
 // identity asks for more than total, prev gives all of it, and every
 // region keeps asking for what prev gives it (up to a fifth less: the
 // demand is measured over a few seconds) and gets at least half of its
-// part in ideal. An identity asking for more than its limit everywhere
+// part in ideal (three quarters at the edge: SetEdge). An identity asking for more than its limit everywhere
 // admits about its limit whatever the exact split; what costs is moving
 // it, since a region grows only once another's shrink is acknowledged
 // (hot-tenant: splits that followed the noise in the demand kept 3% of
@@ -407,7 +426,7 @@ func (p *IdentityPlan) holds(id string, prev, ideal map[string]int64, total int6
 	for region, t := range ideal {
 		o := prev[region]
 		given += o
-		if 4*o > 5*p.demand[id][region] || 2*o < t {
+		if 4*o > 5*p.demand[id][region] || p.tooLow(o, t) {
 			return false
 		}
 	}

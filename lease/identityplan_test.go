@@ -95,6 +95,32 @@ func TestIdentityPlanSplitsWhereItIsUsed(t *testing.T) {
 	}
 }
 
+// A split planned while one region's demand was still being measured is
+// held once both ask for more than the limit, as long as each keeps half
+// its part; served at the edge (SetEdge), where a region's share is split
+// again into Envoy instances' buckets, only while each keeps three
+// quarters, so a 29/71 split of equal demand is planned again (damped
+// toward 50/50).
+func TestIdentityPlanEvenAtTheEdge(t *testing.T) {
+	defaults := map[string]int64{"us": 10, "eu": 10}
+	for _, edge := range []bool{false, true} {
+		p := NewIdentityPlan(10)
+		p.SetEdge(edge)
+		p.Update("us", "us", "n", 0, map[string]int64{"x": 40})
+		p.Update("eu", "eu", "n", 0, map[string]int64{"x": 100})
+		p.Plan(100, 0, defaults)
+		if us := p.Targets("us")["x"]; us != 29 {
+			t.Fatalf("x split while us measured 40 of 140: us %d, want 29", us)
+		}
+		p.Update("us", "us", "n", 1, map[string]int64{"x": 100})
+		p.Plan(100, 0, defaults)
+		us := p.Targets("us")["x"]
+		if edge && us != 50 || !edge && us != 29 {
+			t.Fatalf("edge %v: x split at equal demand: us %d, want %d", edge, us, map[bool]int64{false: 29, true: 50}[edge])
+		}
+	}
+}
+
 // Whatever demands do (appear, move, vanish, in the same round as the
 // defaults change), and whatever the regions and the most shares are, a
 // round leaves the plan consistent: waiting holds exactly the unplanned

@@ -42,12 +42,18 @@ type EdgeSpec struct {
 	Delay policy.Duration `yaml:"delay"`
 	// ReportInterval is Envoy's report period: 5s, hard-coded in Envoy.
 	ReportInterval policy.Duration `yaml:"report_interval"`
-	// ChangeEvery and BurstFraction override the agent's defaults
-	// (edge.DefaultConfig): the least time between changes of one bucket's
-	// assignment, and the part of its refill given up to pay for buckets
-	// that start full (edge.Assign).
+	// ChangeEvery, BurstFraction and RepayOver override the agent's
+	// defaults (edge.DefaultConfig): the least time between changes of one
+	// bucket's assignment, the most of its refill given up to pay for
+	// buckets that start full, and the time over which it pays
+	// (edge.Assign, edge.Resize).
 	ChangeEvery   policy.Duration `yaml:"change_every"`
 	BurstFraction float64         `yaml:"burst_fraction"`
+	RepayOver     policy.Duration `yaml:"repay_over"`
+	// OldEnvoy runs Envoy from before PR #37624, whose replaced token
+	// buckets start full, and the agent set for it
+	// (--edge-envoy-keeps-fill=false).
+	OldEnvoy bool `yaml:"old_envoy"`
 }
 
 // config is the agent's edge tuning in the scenario.
@@ -60,6 +66,10 @@ func (s *EdgeSpec) config(drift float64) edge.Config {
 	if s.BurstFraction > 0 {
 		cfg.BurstFraction = s.BurstFraction
 	}
+	if s.RepayOver > 0 {
+		cfg.RepayOver = time.Duration(s.RepayOver)
+	}
+	cfg.KeepsFill = !s.OldEnvoy
 	return cfg
 }
 
@@ -116,6 +126,7 @@ func (e *engine) newEdge(r *region) *edgeRegion {
 	cfg := e.s.Edge.config(e.s.Lease.Drift)
 	x := &edgeRegion{e: e, r: r, cfg: cfg, set: envoy.SettingsOf(e.policy.Edge), up: true, trust: cfg.Trust(),
 		keys: map[int]*simKey{}, streams: map[uint64]int{}, direct: map[int]int64{}, res: map[int]map[int]reservation{}}
+	x.set.StartsFull = e.s.Edge.OldEnvoy
 	x.directAt = r.leaseTime(e.now)
 	for i := 0; i < e.s.Edge.Instances; i++ {
 		x.envoys = append(x.envoys, &envoyInst{x: x, idx: i, buckets: map[int]*envoy.Bucket{}})

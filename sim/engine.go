@@ -222,6 +222,7 @@ func (e *engine) run(decisions io.Writer) (*Result, error) {
 	e.book = lease.NewBook(e.full.Amount(), e.policy.Failure, e.timing, e.epoch)
 	e.targets = map[string]int64{}
 	e.idPlan = lease.NewIdentityPlan(e.policy.IdentityShareLimit())
+	e.idPlan.SetEdge(e.policy.Edge != nil)
 	e.central, e.oracle = map[int]policy.State{}, map[int]policy.State{}
 	e.centralDelay = time.Duration(s.Network.Delay).Milliseconds()
 	e.ids = &identities{p: e.policy, index: map[string]int{}}
@@ -542,6 +543,7 @@ func (e *engine) recover() {
 	}
 	e.targets = map[string]int64{}
 	e.idPlan = lease.NewIdentityPlan(e.policy.IdentityShareLimit())
+	e.idPlan.SetEdge(e.policy.Edge != nil)
 	e.coordUp = true
 }
 

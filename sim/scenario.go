@@ -456,6 +456,9 @@ func (s *Scenario) validateEdge() error {
 	if s.Edge.Delay < 0 || s.Edge.ReportInterval < policy.Duration(time.Second) {
 		return fmt.Errorf("edge: delay must not be negative and report_interval at least 1s")
 	}
+	if s.Edge.RepayOver != 0 && s.Edge.RepayOver < policy.Duration(time.Second) {
+		return fmt.Errorf("edge: repay_over must be at least 1s (0: the agent's default)")
+	}
 	if s.Edge.ChangeEvery < 0 || math.IsNaN(s.Edge.BurstFraction) || s.Edge.BurstFraction < 0 || s.Edge.BurstFraction >= 1 {
 		return fmt.Errorf("edge: change_every must not be negative and burst_fraction must be in [0, 1) (0: the agent's default)")
 	}

@@ -97,10 +97,14 @@ func (b *Bucket) Settle(now time.Duration) {
 // limiterFor is the limiter a token bucket c gets at instant at: the
 // current one when the current action is a token bucket of the same
 // configuration (shouldReplaceTokenBucket false), else a new one started
-// from the current one's fill ratio, or full when there is none.
+// from the current one's fill ratio, or full when there is none (or when
+// the settings say Envoy predates fill ratios).
 func (b *Bucket) limiterFor(c TokenBucketConfig, at time.Duration) *limiter {
 	if b.action != nil && b.action.Kind == TokenBucket && b.limiter != nil && sameConfig(c, b.action.Bucket) {
 		return b.limiter
+	}
+	if b.set.StartsFull {
+		return newLimiter(c, at.Seconds(), nil)
 	}
 	return newLimiter(c, at.Seconds(), b.limiter)
 }

@@ -71,6 +71,9 @@ type Settings struct {
 	// FallbackFor is expired_assignment_behavior_timeout, whole seconds (0
 	// when unset: the fallback ends as soon as it starts).
 	FallbackFor time.Duration
+	// StartsFull is Envoy before PR #37624: a token bucket that replaces
+	// another starts full instead of at the old one's fill ratio.
+	StartsFull bool
 }
 
 // FirstAllowed is noAssignmentBehaviorShouldAllow: a bucket's first

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/quota-lease/quota-lease/edge"
 )
@@ -55,6 +56,9 @@ func (c EdgeConfig) Validate() error {
 	}
 	if c.Margin < 0 || c.ChangeEvery <= 0 || c.AbandonAfter < c.ChangeEvery {
 		errs = append(errs, fmt.Errorf("edge margin %s must not be negative, change interval %s must be positive and abandon-after %s at least it", c.Margin, c.ChangeEvery, c.AbandonAfter))
+	}
+	if c.KeepsFill && c.RepayOver < time.Second {
+		errs = append(errs, fmt.Errorf("edge repay-over %s must be at least 1s", c.RepayOver))
 	}
 	if math.IsNaN(c.BurstFraction) || c.BurstFraction <= 0 || c.BurstFraction >= 1 {
 		errs = append(errs, fmt.Errorf("edge burst fraction %v must be in (0, 1)", c.BurstFraction))

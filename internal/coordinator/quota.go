@@ -26,8 +26,10 @@ type quota struct {
 
 func newQuota(p *policy.Policy, t lease.Timing, epoch int64) *quota {
 	full := p.Limits()
-	return &quota{policy: p, fp: p.Fingerprint(), full: full, book: lease.NewBook(full.Amount(), p.Failure, t, epoch), targets: map[string]int64{},
+	q := &quota{policy: p, fp: p.Fingerprint(), full: full, book: lease.NewBook(full.Amount(), p.Failure, t, epoch), targets: map[string]int64{},
 		ids: lease.NewIdentityPlan(p.IdentityShareLimit())}
+	q.ids.SetEdge(p.Edge != nil)
+	return q
 }
 
 // setPolicy replaces the policy (a quota change); outstanding grants keep
@@ -36,6 +38,7 @@ func (q *quota) setPolicy(p *policy.Policy) {
 	q.policy, q.fp, q.full = p, p.Fingerprint(), p.Limits()
 	q.book.SetQuota(q.full.Amount(), p.Failure)
 	q.ids.SetMax(p.IdentityShareLimit())
+	q.ids.SetEdge(p.Edge != nil)
 }
 
 // inherit reserves in q, a policy just created, what every region may

@@ -1,13 +1,10 @@
 package cluster
 
 import (
-	"context"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/quota-lease/quota-lease/internal/testenv"
-	"github.com/quota-lease/quota-lease/internal/testenv/rlqsenvoy"
 )
 
 // restartPolicy is one tenant's limit served at the edge to 4 Envoy
@@ -28,40 +25,12 @@ edge: {instances: 4, no_assignment: deny}
 // nothing from the end of their last assignments until then).
 func TestRestartedAgentServesItsEnvoys(t *testing.T) {
 	testenv.SkipMultiProcess(t)
-	c := startWith(t, restartPolicy, Options{Regions: []string{"us", "eu"}, Coordinators: 1, LeaseDuration: 10 * time.Second})
-	ctx := t.Context()
-	for _, a := range c.Agents {
-		if err := a.WaitKnows(ctx, restartPolicy); err != nil {
-			t.Fatal(err)
-		}
-	}
-	settings, err := rlqsenvoy.SettingsFor(policyOf(t, restartPolicy).Edge, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := c.StartEdge(ctx, "us", EdgeOptions{Envoys: 4, Filters: []EdgeFilter{{Domain: "shop", Settings: settings}}, ReportInterval: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	c, _, edges := edgeFleet(t, restartPolicy, Options{Regions: []string{"us", "eu"}, Coordinators: 1, LeaseDuration: 10 * time.Second}, "shop", 4, "us")
+	e := edges[0]
 	bucket := map[string]string{"policy": "api", "tenant": "a"}
-	d := NewEdgeDriver()
-	load := EdgeLoad{Demand: func(string, int, time.Duration) []EdgeDemand { return []EdgeDemand{{Bucket: bucket, Rate: 40}} }}
-	traffic, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); d.Run(traffic, 2*time.Minute, load, e) }()
-	defer func() { stop(); wg.Wait() }()
+	drive(t, bucket, 40, e)
 	envoys := e.Instances(0)
-	assigned := func(in *rlqsenvoy.Instance) bool { st, ok := in.State(bucket); return ok && st.Assigned }
-	testenv.WaitFor(t, 30*time.Second, "every Envoy assigned", func() bool {
-		for _, in := range envoys {
-			if !assigned(in) {
-				return false
-			}
-		}
-		return true
-	})
+	waitAllAssigned(t, bucket, e)
 	// Past a renewal, so the process has recorded itself as the name's
 	// holder in Redis (a restart in the field comes long after).
 	time.Sleep(2 * time.Second)
@@ -86,7 +55,7 @@ func TestRestartedAgentServesItsEnvoys(t *testing.T) {
 			if reopened[i].IsZero() && s.StreamStarts > starts[i] {
 				reopened[i] = time.Now()
 			}
-			if !reopened[i].IsZero() && served[i].IsZero() && s.Assignments > assigns[i] && assigned(in) {
+			if !reopened[i].IsZero() && served[i].IsZero() && s.Assignments > assigns[i] && assigned(in, bucket) {
 				served[i] = time.Now()
 			}
 			done = done && !served[i].IsZero()

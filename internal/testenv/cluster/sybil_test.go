@@ -1,14 +1,11 @@
 package cluster
 
 import (
-	"context"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/quota-lease/quota-lease/bound"
 	"github.com/quota-lease/quota-lease/internal/testenv"
-	"github.com/quota-lease/quota-lease/internal/testenv/rlqsenvoy"
 	"github.com/quota-lease/quota-lease/lease"
 )
 
@@ -33,50 +30,25 @@ edge: {instances: 4, no_assignment: deny, ttl: 1s, expired: {rule: token_bucket,
 func TestEdgeInstancesBeyondThePromise(t *testing.T) {
 	testenv.SkipMultiProcess(t)
 	regions := []string{"us", "eu"}
-	c := startWith(t, sybilPolicy, Options{Regions: regions, Coordinators: 1})
-	ctx := t.Context()
-	for _, a := range c.Agents {
-		if err := a.WaitKnows(ctx, sybilPolicy); err != nil {
-			t.Fatal(err)
-		}
-	}
-	p := policyOf(t, sybilPolicy)
-	settings, err := rlqsenvoy.SettingsFor(p.Edge, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const perRegion = 16
-	var edges []*Edge
-	for _, r := range regions {
-		e, err := c.StartEdge(ctx, r, EdgeOptions{Envoys: perRegion, Filters: []EdgeFilter{{Domain: "shared", Settings: settings}}, ReportInterval: time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer e.Close()
-		edges = append(edges, e)
-	}
+	c, p, edges := edgeFleet(t, sybilPolicy, Options{Regions: regions, Coordinators: 1}, "shared", perRegion, regions...)
 	bucket := map[string]string{"policy": "shared", "api": "all"}
-	d := NewEdgeDriver()
-	load := EdgeLoad{Demand: func(string, int, time.Duration) []EdgeDemand { return []EdgeDemand{{Bucket: bucket, Rate: 50}} }}
-	traffic, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); d.Run(traffic, 2*time.Minute, load, edges...) }()
+	d, stop := drive(t, bucket, 50, edges...)
 
-	assigned := func() int {
+	held := func() int {
 		n := 0
 		for _, e := range edges {
 			for _, in := range e.Instances(0) {
-				if st, ok := in.State(bucket); ok && st.Assigned {
+				if assigned(in, bucket) {
 					n++
 				}
 			}
 		}
 		return n
 	}
-	testenv.WaitFor(t, 30*time.Second, "the promised instances assigned", func() bool { return assigned() >= len(regions)*p.Edge.Instances })
+	testenv.WaitFor(t, 30*time.Second, "the promised instances assigned", func() bool { return held() >= len(regions)*p.Edge.Instances })
 	time.Sleep(3 * time.Second)
-	held := assigned()
+	before := held()
 	for _, e := range edges {
 		for _, px := range e.Proxies {
 			px.Cut()
@@ -90,7 +62,6 @@ func TestEdgeInstancesBeyondThePromise(t *testing.T) {
 	}
 	time.Sleep(3 * time.Second)
 	stop()
-	wg.Wait()
 
 	var adm []Admission
 	for _, e := range edges {
@@ -103,7 +74,7 @@ func TestEdgeInstancesBeyondThePromise(t *testing.T) {
 	for _, w := range []time.Duration{time.Second, 5 * time.Second} {
 		checkEdgeWindows(t, adm, p, dep, w, 0)
 	}
-	if held != len(regions)*p.Edge.Instances {
-		t.Errorf("%d instances held an assignment before the cut, want the policy's %d per region", held, p.Edge.Instances)
+	if before != len(regions)*p.Edge.Instances {
+		t.Errorf("%d instances held an assignment before the cut, want the policy's %d per region", before, p.Edge.Instances)
 	}
 }
