@@ -46,7 +46,7 @@ type Tuning struct {
 	KeepsFill bool
 	// RepayOver is, with KeepsFill, the time over which an instance's
 	// refill pays back what a start adds; longer gives up less refill and
-	// makes a start after a recent one smaller. Default 10s.
+	// makes a start after a recent one smaller. Default 15s.
 	RepayOver time.Duration
 	// AbandonAfter is how long a bucket reports no requests before its
 	// Envoy instance is told to drop it (AbandonAction). Default 1m.
@@ -56,7 +56,7 @@ type Tuning struct {
 // DefaultTuning returns the defaults above.
 func DefaultTuning() Tuning {
 	return Tuning{Tick: 100 * time.Millisecond, GrowWait: 500 * time.Millisecond, Margin: 500 * time.Millisecond,
-		ChangeEvery: 2 * time.Second, BurstFraction: DefaultBurstFraction, KeepsFill: true, RepayOver: 10 * time.Second,
+		ChangeEvery: 2 * time.Second, BurstFraction: DefaultBurstFraction, KeepsFill: true, RepayOver: 15 * time.Second,
 		AbandonAfter: time.Minute}
 }
 

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/quota-lease/quota-lease/bound"
-	"github.com/quota-lease/quota-lease/edge"
 	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/lease"
 )
@@ -36,9 +35,19 @@ func TestEdgeUsesTheLimit(t *testing.T) {
 	d, stop := drive(t, bucket, 10, edges...)
 	waitAllAssigned(t, bucket, edges...)
 	// Settled: the regions' shares of the tenant split by its demand (the
-	// first split comes while the demand is still being measured), and the
-	// buckets sized once their first starts are paid for (RepayOver).
-	time.Sleep(edge.DefaultTuning().RepayOver)
+	// first split comes while the demand is still being measured), and
+	// every bucket grown to most of its part's burst (5 tokens) as the
+	// slack its first start used came back.
+	testenv.WaitFor(t, 45*time.Second, "every Envoy's bucket grown", func() bool {
+		for _, e := range edges {
+			for _, in := range e.Instances(0) {
+				if st, _ := in.State(bucket); st.Strategy.GetTokenBucket().GetMaxTokens() < 4 {
+					return false
+				}
+			}
+		}
+		return true
+	})
 	from := time.Now()
 	time.Sleep(15 * time.Second)
 	to := time.Now()
