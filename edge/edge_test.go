@@ -101,6 +101,21 @@ func TestAssignNeverChangesTheIntervalAlone(t *testing.T) {
 	}
 }
 
+// Nor does Resize, against the bucket the instance may still hold on a
+// start and against the policy's fallback (both avoid), whose rate Envoy
+// would otherwise keep.
+func TestResizeNeverChangesTheIntervalAlone(t *testing.T) {
+	s := Shape{Rate: 20, Burst: 20, Period: 1}
+	b, _, _ := Resize(s, Bucket{}, 20, 10*time.Second, DefaultBurstFraction)
+	for _, avoid := range []Bucket{b, {MaxTokens: b.MaxTokens, TokensPerFill: b.TokensPerFill, FillInterval: time.Second}} {
+		avoid.FillInterval += time.Second
+		got, _, _ := Resize(s, Bucket{}, 20, 10*time.Second, DefaultBurstFraction, avoid)
+		if got.MaxTokens == avoid.MaxTokens && got.TokensPerFill == avoid.TokensPerFill {
+			t.Fatalf("sized %+v beside %+v: Envoy would keep the old rate", got, avoid)
+		}
+	}
+}
+
 func TestAssignTooSmallIsDeny(t *testing.T) {
 	for _, s := range []Shape{{}, {Rate: 0.001, Burst: 0.001, Period: 1}, {Rate: 0.5, Burst: 0.5, Period: 1}, {Rate: 0.1, Period: 1, Log: true}, {Rate: math.Inf(1), Burst: 1, Period: 1}, {Rate: math.NaN(), Burst: 1, Period: 1}} {
 		if b := Assign(s, time.Second, DefaultBurstFraction, Bucket{}); !b.Deny() {

@@ -6,7 +6,7 @@ import (
 	"github.com/quota-lease/quota-lease/policy"
 )
 
-// Resize and Pushed let tests outside the package (which may import
+// Resize, Refresh and Pushed let tests outside the package (which may import
 // edge/envoy) size a slot's buckets as Key.Push does.
 func (s *Slot) Resize(now time.Time, p *policy.Policy, share int64, cfg Config) {
 	s.resize(now, p, share, cfg)
@@ -14,6 +14,6 @@ func (s *Slot) Resize(now time.Time, p *policy.Policy, share int64, cfg Config) 
 
 func (s *Slot) Pushed(from, end time.Time) { s.pushed(from, end) }
 
-func (s *Slot) Grow(now time.Time, p *policy.Policy, share int64, cfg Config) bool {
-	return s.grow(now, p, share, cfg)
+func (s *Slot) Refresh(now time.Time, p *policy.Policy, share int64, cfg Config) bool {
+	return s.refresh(now, p, share, cfg)
 }

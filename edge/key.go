@@ -297,8 +297,7 @@ func (k *Key[K]) push(now time.Time, p *policy.Policy, cfg Config, lead time.Dur
 				continue
 			}
 			share = cur // a refresh: the same bucket, a new time to live
-			if cfg.KeepsFill && now.Sub(s.Changed) >= cfg.ChangeEvery && s.grow(now, p, share, cfg) {
-				// Or a larger one, sized when the debt left less room.
+			if s.refresh(now, p, share, cfg) {
 				s.Changed, k.changed = now, now
 			}
 		}

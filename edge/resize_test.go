@@ -14,17 +14,20 @@ import (
 // An instance's buckets, sized as the agent sizes them for an Envoy that
 // starts a replaced bucket at the old one's fill ratio, admit nothing the
 // share's own token bucket would not (its burst and rate: what the share
-// admits in any window, Shape.Reference), the share being the one last
-// sized for. Against Envoy's own buckets (package envoy), emptied as fast
-// as they fill or left to fill (up to a period) and then emptied: the
-// share changes as often as every 100 ms, shrinks and grows again, and
-// assignments are left to expire into a fallback (a token bucket that
-// starts full, so the next assignment does too) and restart soon after.
+// admits in any window, Shape.Reference), the share being the larger of
+// the old and the new while a change is on its way (the ledger reserves
+// both until then). Against Envoy's own buckets (package envoy), emptied
+// as fast as they fill or left to fill (up to a period) and then emptied:
+// messages take up to the agent's margin to arrive, in order; the share
+// changes as often as every 100 ms, shrinks to nothing and grows again;
+// assignments are refreshed late or left to expire, into a fallback (a
+// token bucket that starts full, so the next assignment does too) or
+// none.
 func TestResizeWithinShare(t *testing.T) {
 	cfg := edge.DefaultConfig()
 	cfg.BurstFraction = 0.99 // the slack rebuilt at up to half the burst over RepayOver, for every period
-	total := 0               // buckets grown on a refresh
-	for seed := uint64(1); seed <= 100; seed++ {
+	total := 0               // buckets changed on a refresh
+	for seed := uint64(1); seed <= 200; seed++ {
 		r := rand.New(rand.NewPCG(seed, 7))
 		limit := []float64{6, 20, 100, 1000}[r.IntN(4)]
 		period := []time.Duration{time.Second, 10 * time.Second, time.Minute}[r.IntN(3)]
@@ -34,49 +37,69 @@ func TestResizeWithinShare(t *testing.T) {
 			t.Fatal(err)
 		}
 		big := p.Limits().Amount()
-		shares := []int64{big, big / 3, big / 10}
+		shares := []int64{big, big / 3, big / 10, big / 200}
 		ttl := []time.Duration{time.Second, 4 * time.Second}[r.IntN(2)]
+		set := envoy.Settings{NoAssignment: envoy.Strategy{Kind: envoy.DenyAll}}
+		if r.IntN(2) == 0 {
+			set.Fallback = &envoy.Strategy{Kind: envoy.TokenBucket, Bucket: envoy.TokenBucketConfig{MaxTokens: 5, TokensPerFill: 1, FillInterval: time.Second}}
+			set.FallbackFor = time.Second
+		}
 		t.Run(fmt.Sprintf("seed%d/limit%v-per-%s/ttl%s", seed, limit, period, ttl), func(t *testing.T) {
-			set := envoy.Settings{NoAssignment: envoy.Strategy{Kind: envoy.DenyAll},
-				Fallback:    &envoy.Strategy{Kind: envoy.TokenBucket, Bucket: envoy.TokenBucketConfig{MaxTokens: 5, TokensPerFill: 1, FillInterval: time.Second}},
-				FallbackFor: time.Second}
 			b := envoy.New(&set, 0)
 			var s edge.Slot
+			type message struct {
+				at     time.Duration
+				bucket edge.Bucket
+				share  edge.Shape
+			}
+			var queue []message  // sent, not yet arrived
 			var share edge.Shape // the share's token bucket: v tokens
-			v := 0.0
+			var v float64
+			var last time.Duration // the last arrival
 			t0 := time.Unix(0, 0)
-			next, toggle := time.Duration(0), time.Duration(0)
-			starts, grown, on := 0, 0, true
-			var cur int64               // the share last sized for
-			var heldUntil time.Duration // when its bucket surely expires, unrefreshed
+			var next, toggle, heldUntil time.Duration // heldUntil: the agent's "surely held" (Ledger.Current)
+			var cur int64                             // the share last sized for
+			starts, on, sized := 0, true, false
+			send := func(now time.Duration, sh edge.Shape) {
+				at := max(last, now+time.Duration(r.Int64N(int64(cfg.Margin))))
+				last = at
+				queue = append(queue, message{at, s.Bucket, sh})
+				share = edge.Shape{Rate: max(share.Rate, sh.Rate), Burst: max(share.Burst, sh.Burst)} // in transit: the larger
+				s.Pushed(t0.Add(now+ttl), t0.Add(now+ttl+cfg.Margin))
+				heldUntil = now + ttl
+			}
 			for ms := 0; ms < 120_000; ms++ {
 				now := time.Duration(ms) * time.Millisecond
 				v = min(share.Burst, v+share.Rate/1000)
+				for len(queue) > 0 && queue[0].at <= now {
+					m := queue[0]
+					queue = queue[1:]
+					if b.State(now).Phase != envoy.Assigned {
+						starts++
+					}
+					b.Assign(envoy.Assignment(m.bucket), ttl, now)
+					if len(queue) == 0 {
+						share = m.share
+					}
+					v = min(v, share.Burst)
+				}
 				if now >= next {
-					if r.IntN(6) == 0 { // silence: the assignment expires
+					switch {
+					case r.IntN(6) == 0: // silence: the assignment expires
 						next = now + ttl + time.Duration(r.IntN(3000))*time.Millisecond
-					} else if now < heldUntil && r.IntN(3) == 0 { // a refresh of the share held (Ledger.Due), grown if it may
-						if s.Grow(t0.Add(now), p, cur, cfg) {
-							grown++
+					case now < heldUntil && r.IntN(3) == 0: // a refresh of the share held (Ledger.Due), maybe late
+						if s.Refresh(t0.Add(now), p, cur, cfg) {
+							total++
 						}
-						heldUntil = now + ttl
-						b.Assign(envoy.Assignment(s.Bucket), ttl, now)
-						s.Pushed(t0.Add(now+ttl), t0.Add(now+ttl))
+						send(now, edge.ShapeOf(p, cur))
 						next = now + time.Duration(100+r.IntN(2900))*time.Millisecond
-					} else {
-						if b.State(now).Phase != envoy.Assigned {
-							starts++
+					default:
+						cur = shares[r.IntN(len(shares))]
+						s.Resize(t0.Add(now), p, cur, cfg)
+						if !sized {
+							sized, v = true, edge.ShapeOf(p, cur).Burst // a new slot: its share's bucket full
 						}
-						sh := shares[r.IntN(len(shares))]
-						cur, heldUntil = sh, now+ttl
-						s.Resize(t0.Add(now), p, sh, cfg)
-						if share.Rate == 0 {
-							v = edge.ShapeOf(p, sh).Burst // a new share: full
-						}
-						share = edge.ShapeOf(p, sh)
-						v = min(v, share.Burst)
-						b.Assign(envoy.Assignment(s.Bucket), ttl, now)
-						s.Pushed(t0.Add(now+ttl), t0.Add(now+ttl))
+						send(now, edge.ShapeOf(p, cur))
 						next = now + time.Duration(100+r.IntN(2900))*time.Millisecond
 					}
 				}
@@ -93,7 +116,7 @@ func TestResizeWithinShare(t *testing.T) {
 					}
 					if assigned {
 						if v -= 1; v < -1e-6 {
-							t.Fatalf("at %s Envoy admitted with %+v, which the share's bucket (%+v) could not: %.3f tokens", now, s.Bucket, share, v)
+							t.Fatalf("at %s Envoy admitted with %+v, which the share's bucket (%+v) could not: %.3f tokens", now, b.State(now), share, v)
 						}
 					}
 				}
@@ -101,11 +124,10 @@ func TestResizeWithinShare(t *testing.T) {
 			if starts < 3 {
 				t.Fatalf("only %d starts: the test exercises too little", starts)
 			}
-			total += grown
 		})
 	}
 	if total < 20 {
-		t.Fatalf("only %d buckets grew on a refresh: the test exercises too little", total)
+		t.Fatalf("only %d buckets changed on a refresh: the test exercises too little", total)
 	}
 }
 
@@ -159,5 +181,58 @@ func TestResizeSlack(t *testing.T) {
 	now = now.Add(500 * time.Millisecond) // DENY_ALL holds nothing: the whole rate rebuilds
 	if m := push(full); m != 50 {
 		t.Fatalf("bucket restarted 0.5 s after DENY_ALL holds %d, want 50", m)
+	}
+}
+
+// A refresh that may reach the instance after its bucket expired (sent
+// less than the margin before) starts the bucket anew, full, and is sized
+// as a start: here no slack is left, so DENY_ALL, and Envoy admits no more
+// by then than the share does.
+func TestLateRefreshIsAStart(t *testing.T) {
+	cfg := edge.DefaultConfig()
+	p := &policy.Policy{Name: "p", Identity: []string{"tenant"}, Algorithm: policy.TokenBucket, Limit: 100, Burst: 100, Period: policy.Duration(10 * time.Second), Cost: 1}
+	p.Normalize()
+	full := p.Limits().Amount()
+	t0, ttl := time.Unix(0, 0), time.Second
+	b := envoy.New(&envoy.Settings{NoAssignment: envoy.Strategy{Kind: envoy.DenyAll}}, 0)
+	var s edge.Slot
+	s.Resize(t0, p, full, cfg)
+	b.Assign(envoy.Assignment(s.Bucket), ttl, 0)
+	s.Pushed(t0.Add(ttl), t0.Add(ttl+cfg.Margin))
+	n := 0
+	for b.Allow(0) {
+		n++
+	}
+	s.Refresh(t0.Add(600*time.Millisecond), p, full, cfg) // arrives at 1.05 s, after the bucket expired
+	b.Assign(envoy.Assignment(s.Bucket), ttl, 1050*time.Millisecond)
+	for b.Allow(1050 * time.Millisecond) {
+		n++
+	}
+	if ref := edge.ShapeOf(p, full).Reference(1050 * time.Millisecond); float64(n) > ref {
+		t.Errorf("admitted %d by 1.05 s, the share admits %.1f", n, ref)
+	}
+}
+
+// Under DENY_ALL nothing is withheld: the slack comes back only as the
+// share's own bucket refills, not at the withheld rate of the bucket
+// before it.
+func TestSlackUnderDenyAll(t *testing.T) {
+	cfg := edge.DefaultConfig()
+	p := &policy.Policy{Name: "p", Identity: []string{"tenant"}, Algorithm: policy.TokenBucket, Limit: 100, Burst: 100, Period: policy.Duration(10 * time.Second), Cost: 1}
+	p.Normalize()
+	full := p.Limits().Amount()
+	t0 := time.Unix(0, 0)
+	at := func(sec float64) time.Time { return t0.Add(time.Duration(sec * float64(time.Second))) }
+	var s edge.Slot
+	push := func(sec float64) { s.Pushed(at(sec+4), at(sec+4.5)) }
+	s.Resize(at(0), p, full, cfg) // 100 tokens, withholding 2 a second
+	push(0)
+	s.Resize(at(2), p, full/200, cfg) // a burst of 0.5: DENY_ALL, the share's bucket holds at most 0.5
+	push(2)
+	s.Resize(at(4), p, full/10, cfg) // 1 a second, a burst of 10: still DENY_ALL
+	push(4)
+	s.Refresh(at(6), p, full/10, cfg) // the share's bucket holds at most 0.5 + 2 s x 1
+	if s.Bucket.MaxTokens > 2 {
+		t.Errorf("started %d tokens where the share's bucket holds at most 2.5", s.Bucket.MaxTokens)
 	}
 }

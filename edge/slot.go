@@ -67,19 +67,25 @@ func (s *Slot) resize(now time.Time, p *policy.Policy, share int64, cfg Config) 
 	}
 	s.refill(now)
 	held := s.Bucket
-	if !now.Add(cfg.Margin).Before(s.heldUntil) {
+	if !s.surelyHeld(now, cfg.Margin) {
 		held = Bucket{}
 	}
-	s.size(Resize(sh, held, s.slack, cfg.RepayOver, cfg.BurstFraction))
-	s.rate, s.burst = sh.Rate, sh.Burst
+	b, slack, w := Resize(sh, held, s.slack, cfg.RepayOver, cfg.BurstFraction, s.Bucket, fallback(p))
+	s.size(sh, b, slack, w)
 }
 
-// size takes Resize's answer.
-func (s *Slot) size(b Bucket, slack, withheld float64) {
-	s.Bucket, s.slack = b, slack
-	if withheld > 0 { // DENY_ALL keeps the last bucket's
-		s.withheld = withheld
-	}
+// surelyHeld reports whether the instance surely still holds the slot's
+// token bucket when a message sent at now reaches it, margin later.
+func (s *Slot) surelyHeld(now time.Time, margin time.Duration) bool {
+	return !s.Bucket.Deny() && now.Add(margin).Before(s.heldUntil)
+}
+
+// size takes Resize's answer for a share of shape sh: the slack grows at
+// the new bucket's withheld refill (none under DENY_ALL, which refills
+// nothing) and toward the new share's virtual bucket.
+func (s *Slot) size(sh Shape, b Bucket, slack, withheld float64) {
+	s.Bucket, s.slack, s.withheld = b, slack, withheld
+	s.rate, s.burst = sh.Rate, sh.Burst
 }
 
 // grow gives the slot, refreshing an assignment of share of p, a larger
@@ -89,19 +95,46 @@ func (s *Slot) size(b Bucket, slack, withheld float64) {
 // bucket once there is. A token bucket grows only while surely held (or
 // growing would be a start).
 func (s *Slot) grow(now time.Time, p *policy.Policy, share int64, cfg Config) bool {
-	held := s.Bucket
-	if !held.Deny() && !now.Add(cfg.Margin).Before(s.heldUntil) {
+	if !s.Bucket.Deny() && !s.surelyHeld(now, cfg.Margin) {
 		return false
 	}
 	s.refill(now)
 	sh := ShapeOf(p, share)
-	b, slack, w := Resize(sh, held, s.slack, cfg.RepayOver, cfg.BurstFraction)
-	if b.MaxTokens <= held.MaxTokens {
+	b, slack, w := Resize(sh, s.Bucket, s.slack, cfg.RepayOver, cfg.BurstFraction, fallback(p))
+	if b.MaxTokens <= s.Bucket.MaxTokens {
 		return false
 	}
-	s.size(b, slack, w)
-	s.rate, s.burst = sh.Rate, sh.Burst
+	s.size(sh, b, slack, w)
 	return true
+}
+
+// refresh readies the slot's bucket to be sent again for share of p at
+// now, and reports whether it changed: with Envoy's fill-ratio rule, a
+// bucket that may have expired by the time the refresh arrives is sized
+// as a start (it would start full), and one held is grown once its slack
+// allows (grow), at most once per ChangeEvery.
+func (s *Slot) refresh(now time.Time, p *policy.Policy, share int64, cfg Config) bool {
+	switch {
+	case !cfg.KeepsFill:
+		return false
+	case !s.Bucket.Deny() && !s.surelyHeld(now, cfg.Margin):
+		s.resize(now, p, share, cfg)
+		return true
+	case now.Sub(s.Changed) >= cfg.ChangeEvery:
+		return s.grow(now, p, share, cfg)
+	}
+	return false
+}
+
+// fallback is the token bucket p's Envoy instances fall back to once an
+// assignment expired (zero when none): a bucket sent then must differ from
+// it in more than its interval (bucketOf).
+func fallback(p *policy.Policy) Bucket {
+	if p.Edge == nil || p.Edge.Expired.Rule != policy.EdgeTokenBucket {
+		return Bucket{}
+	}
+	x := p.Edge.Expired
+	return Bucket{MaxTokens: x.MaxTokens, TokensPerFill: x.TokensPerSecond, FillInterval: time.Second}
 }
 
 // pushed notes that the slot's bucket was sent: the instance surely

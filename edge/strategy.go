@@ -98,11 +98,13 @@ func Assign(s Shape, every time.Duration, delta float64, prev Bucket) Bucket {
 
 // bucketOf is the token bucket of m tokens refilled f a second, its fill
 // interval lengthened until a fill holds fillPrecision tokens; DENY_ALL
-// when f leaves no token. Envoy keeps a bucket whose max_tokens,
-// tokens_per_fill and fill_interval nanoseconds are unchanged, even if its
-// fill_interval seconds changed, so against prev (the bucket the instance
-// holds) it never changes the interval alone.
-func bucketOf(m, f float64, prev Bucket) Bucket {
+// when f leaves no token. Envoy keeps the bucket it holds when a new one
+// has the same max_tokens, tokens_per_fill and fill_interval nanoseconds,
+// even if its fill_interval seconds differ (sameConfig), and with it the
+// old rate; so against every bucket of avoid that the instance may hold
+// (the last one sent, the policy's fallback) a bucket never differs in its
+// interval alone.
+func bucketOf(m, f float64, avoid ...Bucket) Bucket {
 	if !(f > 0) || m < 1 {
 		return Bucket{}
 	}
@@ -112,11 +114,17 @@ func bucketOf(m, f float64, prev Bucket) Bucket {
 		return Bucket{}
 	}
 	b := Bucket{MaxTokens: uint32(min(m, math.MaxUint32)), TokensPerFill: uint32(n), FillInterval: time.Duration(secs) * time.Second}
-	if b.MaxTokens == prev.MaxTokens && b.TokensPerFill == prev.TokensPerFill && b.FillInterval != prev.FillInterval {
-		// Envoy would keep prev's rate; a token less per fill is a
-		// different bucket, and slower.
-		if b.TokensPerFill--; b.TokensPerFill == 0 {
-			return Bucket{}
+	for changed := true; changed; {
+		changed = false
+		for _, a := range avoid {
+			if b.MaxTokens == a.MaxTokens && b.TokensPerFill == a.TokensPerFill && b.FillInterval != a.FillInterval {
+				// Envoy would keep a's rate; a token less per fill is a
+				// different bucket, and slower.
+				if b.TokensPerFill--; b.TokensPerFill == 0 {
+					return Bucket{}
+				}
+				changed = true
+			}
 		}
 	}
 	return b
@@ -137,19 +145,21 @@ func bucketOf(m, f float64, prev Bucket) Bucket {
 // admits. Both lose a token per request, V refills at the share's rate and
 // T at a little less (the refill withholds w), so V − T never falls but
 // when a start or growth adds tokens to T; slack is what the agent knows
-// of V − T (Slot keeps it: it grows by w a second while the bucket is
-// held, up to Burst less its size, and by the rate while none is, up to
-// Burst; a new slot starts with Burst, the virtual bucket full). A start
-// of m tokens, or growth of m, is sent only while slack covers it, and
-// uses it up; a shrink adds nothing (Envoy scales the tokens down).
+// of V − T (Slot keeps it: it grows by w a second while the instance may
+// hold the bucket, up to Burst less its size, and by the rate once it
+// holds none, up to Burst; a new slot starts with Burst, the virtual
+// bucket full). A start of m tokens, or growth by m, is sent only while
+// slack covers it, and uses it up; a shrink adds nothing (Envoy scales the
+// tokens down).
 //
-// held is the bucket Envoy surely holds (zero for a start). Resize returns
-// the bucket, the slack left and the refill withheld a second, w =
-// min(Burst/2, delta·Rate·over)/over: what refills the slack while the
-// bucket is held, so that a start's slack is back within `over`. A sliding
-// log's shape (no burst) has no virtual bucket to check against; it gets
-// Assign's bucket.
-func Resize(s Shape, held Bucket, slack float64, over time.Duration, delta float64) (b Bucket, left, withheld float64) {
+// held is the bucket Envoy surely holds (zero for a start); avoid are the
+// buckets it may hold (bucketOf). Resize returns the bucket, the slack
+// left and the refill withheld a second, w = min(Burst/2, delta·Rate·over)
+// /over: what rebuilds the slack while a bucket is held, so that within
+// `over` that much of it is back (none while the bucket holds the whole
+// burst: V − T can then be 0 with both full). A sliding log's shape (no
+// burst) has no virtual bucket to check against; it gets Assign's bucket.
+func Resize(s Shape, held Bucket, slack float64, over time.Duration, delta float64, avoid ...Bucket) (b Bucket, left, withheld float64) {
 	if !(s.Rate > 0) || !(s.Period > 0) || over <= 0 || math.IsInf(s.Rate, 0) || s.Log || s.Burst < 1 {
 		return Bucket{}, min(slack, max(0, s.Burst)), 0 // the virtual bucket of a share too small for a token
 	}
@@ -166,7 +176,7 @@ func Resize(s Shape, held Bucket, slack float64, over time.Duration, delta float
 		used = min(c-m, math.Floor(slack))
 		m += used
 	}
-	b = bucketOf(m, s.Rate-w, held)
+	b = bucketOf(m, s.Rate-w, append(avoid, held)...)
 	if b.Deny() {
 		return Bucket{}, slack, 0
 	}

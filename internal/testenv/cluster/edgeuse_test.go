@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -22,8 +23,11 @@ edge: {instances: 10, no_assignment: deny}
 // An Envoy user moving a per-tenant limit from ShouldRateLimit to RLQS:
 // two regions, each with its agent and 10 Envoy-like clients on one tenant,
 // asking twice its limit in all. Once the shares settled, the edge admits
-// at least 90% of the limit (the clients' own records), and no 1 s window
-// goes past the published bound. Each client's bucket is a tenth of its
+// at least 90% of the limit (the clients' own records), at least 75%
+// across a 3 s pause of one region's Redis (82-96%: a pause that begins
+// as the region's reservation entry is due for rewriting stops its
+// assignments once the entry may have expired, a second or so in, until
+// Redis answers), and no 1 s window goes past the published bound. Each client's bucket is a tenth of its
 // region's share: a bucket of one token, which Envoy from before fill
 // ratios needed (every change could start it full), admitted about 80%.
 func TestEdgeUsesTheLimit(t *testing.T) {
@@ -48,9 +52,66 @@ func TestEdgeUsesTheLimit(t *testing.T) {
 		}
 		return true
 	})
-	from := time.Now()
+	steady := stretch{from: time.Now()}
 	time.Sleep(15 * time.Second)
-	to := time.Now()
+	steady.to = time.Now()
+	logEdges(t, c, bucket, edges)
+
+	// Through a fault: us's Redis paused for 3 s (SIGSTOP).
+	faults := stretch{from: time.Now()}
+	usRedis := c.Redis[slices.Index(regions, "us")]
+	if err := usRedis.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	if err := usRedis.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(7 * time.Second)
+	faults.to = time.Now()
+	stop()
+
+	var adm []Admission
+	for _, e := range edges {
+		adm = append(adm, e.Admissions()...)
+	}
+	decided, allowed := d.Decisions()
+	t.Logf("%d decisions, %d allowed", decided, allowed)
+	for _, st := range []struct {
+		name string
+		stretch
+		least float64
+	}{{"steadily", steady, 0.9}, {"through a 3 s Redis pause", faults, 0.75}} {
+		n := st.admitted(adm)
+		ideal := p.Limit * st.to.Sub(st.from).Seconds()
+		t.Logf("%s the edge admitted %d in %s, %.1f%% of the limit's %.0f", st.name, n, st.to.Sub(st.from).Round(time.Millisecond), 100*float64(n)/ideal, ideal)
+		if float64(n) < st.least*ideal {
+			t.Errorf("%s the edge admitted %d, under %.0f%% of the limit's %.0f", st.name, n, 100*st.least, ideal)
+		}
+	}
+	dep := bound.Deployment{Regions: len(regions), Instances: 1, LeaseDuration: c.Opts.LeaseDuration, Drift: lease.DefaultTiming.Drift, RedisOutages: true}
+	checkPublished(t, c, p, dep)
+	checkEdgeWindows(t, adm, p, dep, time.Second, 0)
+}
+
+// stretch is a measured stretch of a test's time.
+type stretch struct{ from, to time.Time }
+
+// admitted counts the admissions of adm within s.
+func (s stretch) admitted(adm []Admission) int {
+	n := 0
+	for _, a := range adm {
+		if !a.At.Before(s.from) && a.At.Before(s.to) {
+			n++
+		}
+	}
+	return n
+}
+
+// logEdges logs what each region's Envoy-like clients hold for bucket and
+// the coordinator's leases: what a failed utilization check needs.
+func logEdges(t *testing.T, c *Cluster, bucket map[string]string, edges []*Edge) {
+	t.Helper()
 	for _, e := range edges {
 		var held []string
 		for _, in := range e.Instances(0) {
@@ -64,30 +125,4 @@ func TestEdgeUsesTheLimit(t *testing.T) {
 			t.Logf("%s: the tenant's shares %v (micro-units a second), Envoy's %v", l.Region, l.Identities, l.Edge)
 		}
 	}
-	stop()
-
-	var adm []Admission
-	n := 0
-	perSecond := map[string][]int{}
-	for _, e := range edges {
-		perSecond[e.Region] = make([]int, int(to.Sub(from)/time.Second)+1)
-		for _, a := range e.Admissions() {
-			adm = append(adm, a)
-			if !a.At.Before(from) && a.At.Before(to) {
-				n++
-				perSecond[e.Region][a.At.Sub(from)/time.Second]++
-			}
-		}
-	}
-	t.Logf("admitted a second: %v", perSecond)
-	decided, allowed := d.Decisions()
-	t.Logf("%d decisions, %d allowed; us clients %+v", decided, allowed, edges[0].Stats())
-	ideal := p.Limit * to.Sub(from).Seconds()
-	t.Logf("the edge admitted %d in %s, %.1f%% of the limit's %.0f", n, to.Sub(from).Round(time.Millisecond), 100*float64(n)/ideal, ideal)
-	if float64(n) < 0.9*ideal {
-		t.Errorf("the edge admitted %d, under 90%% of the limit's %.0f", n, ideal)
-	}
-	dep := bound.Deployment{Regions: len(regions), Instances: 1, LeaseDuration: c.Opts.LeaseDuration, Drift: lease.DefaultTiming.Drift, RedisOutages: true}
-	checkPublished(t, c, p, dep)
-	checkEdgeWindows(t, adm, p, dep, time.Second, 0)
 }
