@@ -27,9 +27,9 @@ edge: {instances: 10, no_assignment: deny}
 // across a 3 s pause of one region's Redis (82-96%: a pause that begins
 // as the region's reservation entry is due for rewriting stops its
 // assignments once the entry may have expired, a second or so in, until
-// Redis answers), and no 1 s window goes past the published bound. Each client's bucket is a tenth of its
-// region's share: a bucket of one token, which Envoy from before fill
-// ratios needed (every change could start it full), admitted about 80%.
+// Redis answers), and no 1 s window goes past the published bound. Each
+// client's part is a tenth of its region's share: sized for buckets that
+// start full at every change, a bucket of one token, which admitted 67%.
 func TestEdgeUsesTheLimit(t *testing.T) {
 	testenv.SkipMultiProcess(t)
 	regions := []string{"us", "eu"}
