@@ -38,15 +38,16 @@ type Tuning struct {
 	// KeepsFill says the Envoy instances start a token bucket that
 	// replaces an assigned one at the old one's fill ratio, as Envoy does
 	// since PR #37624 (merged January 2025): a change then adds tokens only
-	// as far as max_tokens grows, so buckets are sized once, as large as
-	// their share allows, and the refill pays back over RepayOver what
-	// starts add (Resize). False for older Envoy, where every changed
-	// bucket may start full: buckets are then sized for one start per
-	// ChangeEvery (Assign). Default true.
+	// as far as max_tokens grows, so a bucket may hold its share's whole
+	// burst, and what a start or growth adds is taken from the room a
+	// virtual bucket of the share leaves (Resize). False for older Envoy,
+	// where every changed bucket may start full: buckets are then sized
+	// for one start per ChangeEvery (Assign). Default true.
 	KeepsFill bool
-	// RepayOver is, with KeepsFill, the time over which an instance's
-	// refill pays back what a start adds; longer gives up less refill and
-	// makes a start after a recent one smaller. Default 15s.
+	// RepayOver is, with KeepsFill, the time over which a held bucket's
+	// withheld refill rebuilds the room a start used (up to half the
+	// burst); longer gives up less refill, and a bucket grows back more
+	// slowly after its share shrank and grew again. Default 15s.
 	RepayOver time.Duration
 	// AbandonAfter is how long a bucket reports no requests before its
 	// Envoy instance is told to drop it (AbandonAction). Default 1m.
