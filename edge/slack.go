@@ -18,32 +18,37 @@ func (s *Slot) refill(now time.Time) {
 		s.slack, s.slackAt = math.Inf(1), now // a new slot: Resize caps it at the burst
 		return
 	}
-	if t := minTime(now, s.mayHold).Sub(s.slackAt); t > 0 {
+	if t := earlier(now, s.mayHold).Sub(s.slackAt); t > 0 {
 		s.slack = max(s.slack, min(s.slack+s.withheld*t.Seconds(), s.burst-float64(s.Bucket.MaxTokens)))
 	}
-	if t := now.Sub(maxTime(s.slackAt, s.mayHold)); t > 0 {
+	if t := now.Sub(later(s.slackAt, s.mayHold)); t > 0 {
 		s.slack = max(s.slack, min(s.slack+s.rate*t.Seconds(), s.burst))
 	}
 	s.slackAt = now
 }
 
 // resize gives the slot its bucket for share of p at now (Assign, or
-// Resize when Envoy keeps a replaced bucket's fill): the bucket it holds
-// counts as held only if surely still held when the change reaches it,
-// margin after now.
+// Resize when Envoy keeps a replaced bucket's fill).
 func (s *Slot) resize(now time.Time, p *policy.Policy, share int64, cfg Config) {
 	sh := ShapeOf(p, share)
 	if !cfg.KeepsFill || sh.Log {
 		s.Bucket = Assign(sh, cfg.ChangeEvery, cfg.BurstFraction, s.Bucket)
 		return
 	}
+	b, slack, w := s.sized(now, p, sh, cfg)
+	s.size(sh, b, slack, w)
+}
+
+// sized is Resize's answer for a share of shape sh of p at now: the bucket
+// the slot holds counts as held only if surely still held when the change
+// reaches it, margin after now.
+func (s *Slot) sized(now time.Time, p *policy.Policy, sh Shape, cfg Config) (Bucket, float64, float64) {
 	s.refill(now)
 	held := s.Bucket
 	if !s.surelyHeld(now, cfg.Margin) {
 		held = Bucket{}
 	}
-	b, slack, w := Resize(sh, held, s.slack, cfg.RepayOver, cfg.BurstFraction, s.Bucket, fallback(p))
-	s.size(sh, b, slack, w)
+	return Resize(sh, held, s.slack, cfg.RepayOver, cfg.BurstFraction, s.Bucket, fallback(p))
 }
 
 // surelyHeld reports whether the instance surely still holds the slot's
@@ -70,9 +75,8 @@ func (s *Slot) grow(now time.Time, p *policy.Policy, share int64, cfg Config) bo
 	if !s.Bucket.Deny() && !s.surelyHeld(now, cfg.Margin) {
 		return false
 	}
-	s.refill(now)
 	sh := ShapeOf(p, share)
-	b, slack, w := Resize(sh, s.Bucket, s.slack, cfg.RepayOver, cfg.BurstFraction, fallback(p))
+	b, slack, w := s.sized(now, p, sh, cfg)
 	if b.MaxTokens <= s.Bucket.MaxTokens {
 		return false
 	}
@@ -118,18 +122,4 @@ func (s *Slot) pushed(from, end time.Time) {
 		return
 	}
 	s.heldUntil, s.mayHold = from, end
-}
-
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }

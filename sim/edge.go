@@ -126,7 +126,7 @@ func (e *engine) newEdge(r *region) *edgeRegion {
 	cfg := e.s.Edge.config(e.s.Lease.Drift)
 	x := &edgeRegion{e: e, r: r, cfg: cfg, set: envoy.SettingsOf(e.policy.Edge), up: true, trust: cfg.Trust(),
 		keys: map[int]*simKey{}, streams: map[uint64]int{}, direct: map[int]int64{}, res: map[int]map[int]reservation{}}
-	x.set.StartsFull = e.s.Edge.OldEnvoy
+	x.set.StartsFull = !cfg.KeepsFill // Envoy as the agent is set for
 	x.directAt = r.leaseTime(e.now)
 	for i := 0; i < e.s.Edge.Instances; i++ {
 		x.envoys = append(x.envoys, &envoyInst{x: x, idx: i, buckets: map[int]*envoy.Bucket{}})
