@@ -337,14 +337,7 @@ func TestEdgeE2E(t *testing.T) {
 	time.Sleep(s.settle)
 
 	// eu's Redis is paused (SIGSTOP), then resumed.
-	euRedis := c.Redis[slices.Index(edgeRegions, "eu")]
-	if err := euRedis.Pause(); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(2 * time.Second)
-	if err := euRedis.Resume(); err != nil {
-		t.Fatal(err)
-	}
+	pauseRedis(t, c, "eu", 2*time.Second)
 	time.Sleep(s.settle + s.report)
 	stop()
 	wg.Wait()

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -75,4 +76,17 @@ func drive(t *testing.T, bucket map[string]string, rate float64, edges ...*Edge)
 	stop = sync.OnceFunc(func() { cancel(); wg.Wait() })
 	t.Cleanup(stop)
 	return d, stop
+}
+
+// pauseRedis stops region's redis-server (SIGSTOP) for d, then resumes it.
+func pauseRedis(t *testing.T, c *Cluster, region string, d time.Duration) {
+	t.Helper()
+	r := c.Redis[slices.Index(c.Opts.Regions, region)]
+	if err := r.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(d)
+	if err := r.Resume(); err != nil {
+		t.Fatal(err)
+	}
 }

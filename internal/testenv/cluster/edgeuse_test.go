@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"slices"
 	"testing"
 	"time"
 
@@ -59,14 +58,7 @@ func TestEdgeUsesTheLimit(t *testing.T) {
 
 	// Through a fault: us's Redis paused for 3 s (SIGSTOP).
 	faults := stretch{from: time.Now()}
-	usRedis := c.Redis[slices.Index(regions, "us")]
-	if err := usRedis.Pause(); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(3 * time.Second)
-	if err := usRedis.Resume(); err != nil {
-		t.Fatal(err)
-	}
+	pauseRedis(t, c, "us", 3*time.Second)
 	time.Sleep(7 * time.Second)
 	faults.to = time.Now()
 	stop()
