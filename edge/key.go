@@ -36,6 +36,9 @@ type Key[K comparable] struct {
 	Written, Visible, Pending int64
 	PendingSince, Covered     time.Time
 	SentEdge, SentDirect      int64
+	// SentLargest is the largest share the store records for this agent
+	// (Update.Largest).
+	SentLargest int64
 	// Places is how many instance places the store holds for this agent
 	// (places.go), SentInstances how many it last asked for.
 	Places, SentInstances int64
@@ -91,11 +94,13 @@ type Others struct{ Reserved, Edge, Direct int64 }
 // counting the other agents'; a smaller one whole), the instance places
 // it wants (one per slot; growth granted up to Most, the policy's
 // instances per region, the same way), its edge and direct demand, the
-// entry kept for Life.
+// largest share one instance may enforce while the entry stands (for a
+// successor: inherit.go), the entry kept for Life.
 type Update struct {
 	Want, Capacity     int64
 	Instances, Most    int64
 	EdgeDemand, Direct int64
+	Largest            int64
 	Life               time.Duration
 }
 
@@ -139,12 +144,15 @@ func (k *Key[K]) Plan(now time.Time, p *policy.Policy, validLeft time.Duration, 
 	for i, id := range ids {
 		k.Want[id] = shares[i]
 	}
-	need := k.Ledger.Need(now, k.Want)
+	for _, id := range k.sorted() {
+		k.Ledger.Adopt(id, now) // one of the predecessor's instances, if any are pooled
+	}
+	need, largest := k.Ledger.Need(now, k.Want), k.Ledger.Largest(now, k.Want)
 	instances := int64(len(k.Slots))
 	if need != k.Written || now.After(k.rewriteAt(cfg)) || moved(k.Self, k.SentEdge) || direct != k.SentDirect ||
-		instances != k.SentInstances || k.Waiting(now) {
+		instances != k.SentInstances || largest != k.SentLargest || k.Waiting(now) {
 		return Update{Want: need, Capacity: k.Capacity, Instances: instances, Most: int64(p.Edge.Instances),
-			EdgeDemand: k.Self, Direct: direct, Life: cfg.KeepFor(k.Life)}, true
+			EdgeDemand: k.Self, Direct: direct, Largest: largest, Life: cfg.KeepFor(k.Life)}, true
 	}
 	return Update{}, false
 }
@@ -179,11 +187,13 @@ func (k *Key[K]) rewriteAt(cfg Config) time.Time {
 
 // Urgent reports whether u, the update a round planned, should be written
 // at once rather than with the next read (Config.ReadEvery): it grows the
-// reservation, or asks places for new slots, which assignments wait for.
-// Whatever else it changes can wait, as the reservation written stays at
-// least what the assignments sent may enforce; slots refused a place ask
-// again with the next read.
-func (k *Key[K]) Urgent(u Update) bool { return u.Want > k.Written || u.Instances > k.SentInstances }
+// reservation, asks places for new slots, or records a larger share for
+// one instance, which assignments wait for. Whatever else it changes can
+// wait, as the reservation written stays at least what the assignments
+// sent may enforce; slots refused a place ask again with the next read.
+func (k *Key[K]) Urgent(u Update) bool {
+	return u.Want > k.Written || u.Instances > k.SentInstances || u.Largest > k.SentLargest
+}
 
 // Release is a round at now for an identity no longer served (no slot, or
 // its policy gone or without edge settings): the reservation follows what
@@ -195,8 +205,9 @@ func (k *Key[K]) Release(now time.Time, direct int64, cfg Config) (u Update, wri
 	if need == 0 && k.Written == 0 && k.SentInstances == 0 && k.Ledger.Empty(now) {
 		return Update{}, false, true
 	}
-	if need != k.Written || direct != k.SentDirect || k.SentInstances != 0 {
-		return Update{Want: need, Direct: direct, Life: cfg.KeepFor(max(k.Life, time.Second))}, true, false
+	if largest := k.Ledger.Largest(now, nil); need != k.Written || direct != k.SentDirect || k.SentInstances != 0 ||
+		largest != k.SentLargest {
+		return Update{Want: need, Direct: direct, Largest: largest, Life: cfg.KeepFor(max(k.Life, time.Second))}, true, false
 	}
 	return Update{}, false, false
 }
@@ -213,12 +224,27 @@ func moved(now, sent int64) bool {
 // its own clock), a larger reservation's wait from done (every other
 // agent's read that missed it began before done); it becomes visible
 // (usable) GrowWait after that. Places are usable at once: the store
-// counted every other agent's as it granted them. It returns the slots
+// counted every other agent's as it granted them, and so is what it moved
+// from the process this agent succeeded (inherit.go). It returns the slots
 // newly refused a place.
 func (k *Key[K]) Synced(sent, done time.Time, u Update, g Granted, cfg Config) (refused []K) {
 	granted := g.Reserved
 	k.Written, k.SentEdge, k.SentDirect = granted, u.EdgeDemand, u.Direct
 	k.Places, k.SentInstances, k.askedAt = g.Places, u.Instances, sent
+	k.SentLargest = max(u.Largest, g.Inherited.Largest)
+	k.Ledger.Confirm(u.Largest)
+	if g.Inherited.Reserved > 0 {
+		k.Visible += g.Inherited.Reserved
+		k.Ledger.Inherit(g.Inherited, done, cfg.Drift)
+		for _, id := range k.sorted() {
+			k.Ledger.Adopt(id, done)
+		}
+		// The plan counted the predecessor's entry among the others' and
+		// split the capacity with it: nothing is pushed from it (a share
+		// of nothing would end the buckets the predecessor's instances
+		// still hold); the next round plans again.
+		k.Want = nil
+	}
 	switch {
 	case granted <= k.Visible:
 		k.Visible, k.Pending = granted, 0
@@ -285,6 +311,13 @@ func (k *Key[K]) push(now time.Time, p *policy.Policy, cfg Config, lead time.Dur
 			continue // keeps the policy's no_assignment behaviour
 		}
 		share, change := changes[id]
+		if change && share == 0 && s.Changed.IsZero() && !p.Edge.Unbounded() {
+			// Never assigned: a DENY_ALL says what Envoy does without
+			// one, and would end a bucket a predecessor's instance still
+			// holds (counted in the pool: inherit.go) and hold the slot
+			// for ChangeEvery.
+			continue
+		}
 		if change {
 			s.resize(now, p, share, cfg)
 			s.Changed, k.changed = now, now

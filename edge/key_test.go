@@ -32,7 +32,7 @@ func TestKeyRounds(t *testing.T) {
 	round := func() []Send[int] {
 		t.Helper()
 		if u, write := k.Plan(now, p, time.Minute, capAt, 0, Others{}, cfg); write {
-			k.Synced(now, now, u, Granted{Reserve(u.Want, k.Written, u.Capacity, 0), Reserve(u.Instances, k.Places, u.Most, 0)}, cfg)
+			k.Synced(now, now, u, Granted{Reserved: Reserve(u.Want, k.Written, u.Capacity, 0), Places: Reserve(u.Instances, k.Places, u.Most, 0)}, cfg)
 		}
 		return k.Push(now, p, cfg)
 	}
@@ -86,7 +86,7 @@ func TestKeyRounds(t *testing.T) {
 			break
 		}
 		if write {
-			k.Synced(now, now, u, Granted{u.Want, u.Instances}, cfg)
+			k.Synced(now, now, u, Granted{Reserved: u.Want, Places: u.Instances}, cfg)
 		}
 		if now = now.Add(time.Second); i > 20 {
 			t.Fatal("a key with no slots is never dropped")

@@ -28,12 +28,19 @@ type Ledger[K comparable] struct {
 	// that Key.Next sees a share that stopped counting after a round
 	// planned, during its push.
 	ended time.Time
+	// pool is the instances of the process this agent succeeded
+	// (inherit.go); largest the most one slot may be sent: what the
+	// region's store last recorded (Confirm), for a successor's pool.
+	pool    pool
+	largest int64
 }
 
-// held is a share sent that may be enforced until end.
+// held is a share sent that may be enforced until end (inherited: a
+// predecessor's, Adopt).
 type held struct {
-	share int64
-	end   time.Time
+	share     int64
+	end       time.Time
+	inherited bool
 }
 
 type slot struct {
@@ -44,6 +51,7 @@ type slot struct {
 	started   time.Time // when the slot's assignment last changed (or started again after expiring)
 	held      []held    // every share sent that may still be enforced
 	ended     time.Time // the latest end of a share pruned from held
+	adopted   bool      // taken for one of a predecessor's instances (Adopt)
 }
 
 // NewLedger returns an empty ledger.
@@ -63,12 +71,12 @@ func (l *Ledger[K]) Pushed(k K, share int64, now, from, end time.Time) {
 	}
 	s.cur, s.from, s.end = share, from, end
 	for i := range s.held {
-		if s.held[i].share == share {
+		if s.held[i].share == share && !s.held[i].inherited {
 			s.held[i].end = later(s.held[i].end, end)
 			return
 		}
 	}
-	s.held = append(s.held, held{share, end})
+	s.held = append(s.held, held{share: share, end: end})
 }
 
 // Remove forgets slot k (its stream ended or its bucket was abandoned).
@@ -115,6 +123,18 @@ func (s *slot) live(now time.Time) int64 {
 	return m
 }
 
+// own is the largest share s may still be enforcing at now from what this
+// agent sent.
+func (s *slot) own(now time.Time) int64 {
+	var m int64
+	for _, h := range s.held {
+		if !h.inherited && now.Before(h.end) {
+			m = max(m, h.share)
+		}
+	}
+	return m
+}
+
 // Committed is the most the sent assignments may be enforcing at now: per
 // slot the largest share it may still hold, plus what removed slots may.
 func (l *Ledger[K]) Committed(now time.Time) int64 {
@@ -126,8 +146,29 @@ func (l *Ledger[K]) Committed(now time.Time) int64 {
 	for _, h := range l.gone {
 		sum += h.share
 	}
-	return sum
+	return sum + l.pooled(now)
 }
+
+// Largest is the most one instance may be enforcing at now, or be sent
+// toward want: what the store records for a successor (Update.Largest).
+func (l *Ledger[K]) Largest(now time.Time, want map[K]int64) int64 {
+	var m int64
+	for k, s := range l.slots {
+		m = max(m, s.live(now), want[k])
+	}
+	for _, h := range l.gone {
+		m = max(m, h.share)
+	}
+	if l.pooled(now) > 0 {
+		m = max(m, l.pool.largest)
+	}
+	return m
+}
+
+// Confirm records that the store holds largest as this agent's Largest:
+// Plan grows no slot past it. None (0) tells a successor nothing, and caps
+// nothing.
+func (l *Ledger[K]) Confirm(largest int64) { l.largest = largest }
 
 // Need is the reservation that lets every slot have want (a slot missing
 // from want keeps what it has): per slot the larger of what it may still
@@ -149,8 +190,9 @@ func (l *Ledger[K]) Need(now time.Time, want map[K]int64) int64 {
 // this agent's slots. A slot whose assignment changed less than every ago
 // keeps it. A smaller share is sent at once. A larger one only as far as
 // visible covers it with everything that may still be enforced: growth is
-// scaled down in proportion when it does not all fit. Unchanged shares are
-// not listed (Due says which to refresh).
+// scaled down in proportion when it does not all fit, and never past the
+// largest share the store records (Confirm). Unchanged shares are not
+// listed (Due says which to refresh).
 func (l *Ledger[K]) Plan(now time.Time, want map[K]int64, visible int64, every time.Duration) map[K]int64 {
 	out := map[K]int64{}
 	type grow struct {
@@ -161,6 +203,10 @@ func (l *Ledger[K]) Plan(now time.Time, want map[K]int64, visible int64, every t
 	}
 	var grows []grow
 	var extra int64
+	// A predecessor's instances (inherit.go) may count for more than was
+	// reserved (uneven shares; a micro-unit a slot of rounding): an
+	// adopted slot's largest share is then no room of its own.
+	over := l.Committed(now) > visible+int64(len(l.slots))
 	for k, w := range want {
 		w = max(0, w)
 		s := l.slots[k]
@@ -175,6 +221,9 @@ func (l *Ledger[K]) Plan(now time.Time, want map[K]int64, visible int64, every t
 				continue
 			}
 			live = s.live(now)
+			if over {
+				live = s.own(now)
+			}
 		}
 		switch {
 		case active && w < cur, w <= live:
@@ -184,8 +233,8 @@ func (l *Ledger[K]) Plan(now time.Time, want map[K]int64, visible int64, every t
 			extra += w - live
 		}
 	}
-	room := visible - l.Committed(now)
-	if room <= 0 || extra <= 0 {
+	room := max(0, visible-l.Committed(now))
+	if extra <= 0 {
 		return out
 	}
 	for _, g := range grows {
@@ -193,7 +242,14 @@ func (l *Ledger[K]) Plan(now time.Time, want map[K]int64, visible int64, every t
 		if extra > room {
 			add = scale.Down(add, room, extra) // rounded down: the growth sums to at most room
 		}
-		if n := g.live + add; n > g.cur || !g.active {
+		n := g.live + add // what it may enforce already (an adopted slot's: inherit.go), and its growth
+		if n == 0 && room == 0 {
+			continue // nothing counted for it, and no room
+		}
+		if l.largest > 0 {
+			n = min(n, max(g.live, l.largest)) // what a successor would count
+		}
+		if n > g.cur || !g.active {
 			out[g.k] = n
 		}
 	}

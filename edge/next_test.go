@@ -60,7 +60,7 @@ func TestKeySkipsOnlyIdleRounds(t *testing.T) {
 			retry := write && granted == plan.Written && u.Want > granted && !now.After(plan.rewriteAt(cfg)) &&
 				!moved(u.EdgeDemand, plan.SentEdge) && u.Direct == plan.SentDirect && u.Instances == plan.SentInstances
 			if write {
-				plan.Synced(now, now.Add(gap), u, Granted{granted, Reserve(u.Instances, plan.Places, u.Most, 0)}, cfg)
+				plan.Synced(now, now.Add(gap), u, Granted{Reserved: granted, Places: Reserve(u.Instances, plan.Places, u.Most, 0)}, cfg)
 			}
 			sends := plan.Push(now.Add(gap), p, cfg)
 			if plan != k {

@@ -16,8 +16,12 @@ import "time"
 // instance that asks.
 
 // Granted is what the region's store granted an Update: the reservation
-// (of the capacity) and the instance places.
-type Granted struct{ Reserved, Places int64 }
+// (of the capacity) and the instance places, and, at a successor's first
+// write, what it moved to them from the process it succeeded (inherit.go).
+type Granted struct {
+	Reserved, Places int64
+	Inherited        Inheritance
+}
 
 // place gives the places the store holds for this agent, at most the
 // policy's instances, to its slots: placed slots keep theirs, the others

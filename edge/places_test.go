@@ -26,7 +26,7 @@ func TestKeyPlaces(t *testing.T) {
 			if u.Instances != int64(len(k.Slots)) || u.Most != 2 {
 				t.Fatalf("update asks %d places of %d, want one per slot (%d) of the policy's 2", u.Instances, u.Most, len(k.Slots))
 			}
-			refused = k.Synced(now, now, u, Granted{Reserve(u.Want, k.Written, u.Capacity, 0), min(u.Instances, places)}, cfg)
+			refused = k.Synced(now, now, u, Granted{Reserved: Reserve(u.Want, k.Written, u.Capacity, 0), Places: min(u.Instances, places)}, cfg)
 		}
 		sent = map[int]bool{}
 		for _, s := range k.Push(now, p, cfg) {
@@ -102,7 +102,7 @@ func TestReleaseFreesPlaces(t *testing.T) {
 	capAt := func(time.Time) int64 { return 0 }
 	k.Add(1, t0)
 	u, _ := k.Plan(t0, p, time.Minute, capAt, 0, Others{}, cfg)
-	k.Synced(t0, t0, u, Granted{0, 1}, cfg)
+	k.Synced(t0, t0, u, Granted{Places: 1}, cfg)
 	k.Remove(1)
 	u, write, drop := k.Release(t0, 0, cfg)
 	if drop || !write || u.Instances != 0 {

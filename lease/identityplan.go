@@ -96,7 +96,8 @@ func NewIdentityPlan(max int) *IdentityPlan {
 // new process of the instance, a report aged out) it starts the report
 // afresh from changes and returns false: the instance should then count
 // only changes as held (DemandReport.Reset, then Sent) and send the rest
-// again. A region's demand for an identity is the sum over its instances,
+// again. A new process that reports nothing yet keeps its predecessor's
+// report until it does. A region's demand for an identity is the sum over its instances,
 // as its demand for the quota is (each instance sees part of the region's
 // traffic).
 //
@@ -108,6 +109,15 @@ func (p *IdentityPlan) Update(region, instance, nonce string, held int, changes 
 	in := instanceOf{region, instance}
 	r := p.reports[in]
 	known := r != nil && r.nonce == nonce && len(r.demands) == held
+	if !known && r != nil && r.nonce != nonce && held == 0 && len(changes) == 0 {
+		// A new process of the instance (a restart) that has measured
+		// nothing yet: its predecessor's demands stand for it until it
+		// reports its own, so the region's shares do not fall to nothing
+		// meanwhile and come back; it ages as a report not renewed does,
+		// so one that never reports lets it go.
+		r.nonce = nonce
+		return false
+	}
 	if !known {
 		p.forget(in)
 		r = &report{nonce: nonce, demands: map[string]int64{}}

@@ -190,3 +190,47 @@ func TestIdentityPlanInvariants(t *testing.T) {
 		}
 	}
 }
+
+// A restarted agent process (a new nonce under the same instance) that
+// has measured nothing yet keeps its predecessor's demands, so the
+// identity's split between the regions holds across the restart; its own
+// first report replaces them, and a process that never reports lets them
+// age out.
+func TestIdentityPlanRestartKeepsDemand(t *testing.T) {
+	defaults := map[string]int64{"us": 10, "eu": 10}
+	p := NewIdentityPlan(10)
+	p.Update("us", "us-1", "old", 0, map[string]int64{"x": 150})
+	p.Update("eu", "eu-1", "n", 0, map[string]int64{"x": 150})
+	p.Plan(100, 5, defaults)
+	us := p.Targets("us")["x"]
+	if us < 40 {
+		t.Fatalf("us holds %d of x, want about half", us)
+	}
+	if p.Update("us", "us-1", "new", 0, nil) {
+		t.Fatal("a new process's empty report was taken as known: it must count nothing as held")
+	}
+	p.Plan(100, 5, defaults)
+	if got := p.Targets("us")["x"]; got != us {
+		t.Fatalf("us's share of x moved %d -> %d while its restarted process measured", us, got)
+	}
+	// Its first report stands alone: 20, not 150 + 20.
+	p.Update("us", "us-1", "new", 0, map[string]int64{"x": 20})
+	for range 3 {
+		p.Plan(100, 5, defaults)
+	}
+	if got := p.Targets("us")["x"]; got >= us {
+		t.Fatalf("us reports 20 and keeps %d", got)
+	}
+	// A process that never reports: the predecessor's demands age out.
+	q := NewIdentityPlan(10)
+	q.Update("us", "us-1", "old", 0, map[string]int64{"x": 150})
+	q.Update("eu", "eu-1", "n", 0, map[string]int64{"x": 150})
+	for range reportRounds + 2 {
+		q.Update("us", "us-1", "new", 0, nil)
+		q.Update("eu", "eu-1", "n", 1, nil)
+		q.Plan(100, 5, defaults)
+	}
+	if got := q.Targets("us")["x"]; got != 0 {
+		t.Fatalf("a restarted process that never reports still holds %d of x for its predecessor", got)
+	}
+}

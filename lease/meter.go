@@ -27,6 +27,7 @@ type Meter[K comparable] struct {
 	prev    map[K]int64 // every identity's cost in the bucket before cur
 	bucket  int64       // number (nowMs / span) of buckets[0]
 	track   int         // most identities per bucket
+	started int64       // ms of the first look: before it nothing was counted
 }
 
 // NewMeter returns an empty meter that tracks at most track identities per
@@ -38,7 +39,7 @@ func NewMeter[K comparable](track int) *Meter[K] {
 func (m *Meter[K]) roll(nowMs int64) {
 	b := nowMs / MeterSpan.Milliseconds()
 	if m.bucket == 0 {
-		m.bucket = b
+		m.bucket, m.started = b, nowMs
 	}
 	for m.bucket < b {
 		copy(m.buckets[1:], m.buckets[:3])
@@ -51,6 +52,12 @@ func (m *Meter[K]) roll(nowMs int64) {
 			clear(m.prev)
 		}
 	}
+}
+
+// Age is how long the meter has measured at nowMs: since its first look.
+func (m *Meter[K]) Age(nowMs int64) time.Duration {
+	m.roll(nowMs)
+	return time.Duration(nowMs-m.started) * time.Millisecond
 }
 
 // SetTracks changes how many identities m tracks per bucket from now on
@@ -97,7 +104,10 @@ func (m *Meter[K]) Rate(nowMs int64) int64 {
 func (m *Meter[K]) Rates(nowMs, atLeast int64, want func(K) bool) map[K]int64 {
 	m.roll(nowMs)
 	span := MeterSpan.Milliseconds()
-	elapsed := span + nowMs%span // ms the two buckets cover
+	// The ms the two buckets cover, or less for a meter younger than
+	// that (a restarted agent): a second at least, so a meter's first
+	// requests do not read as a burst.
+	elapsed := min(span+nowMs%span, max(nowMs-m.started, 1000))
 	out := map[K]int64{}
 	rate := func(id K) int64 { return (m.prev[id] + m.cur[id]) * 1000 / elapsed }
 	for _, set := range []map[K]int64{m.prev, m.cur} {

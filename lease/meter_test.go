@@ -1,6 +1,8 @@
 package lease
 
 import (
+	"time"
+
 	"testing"
 
 	"github.com/quota-lease/quota-lease/policy"
@@ -52,5 +54,31 @@ func TestMeterTracks(t *testing.T) {
 	}
 	if MeterTracks(0) != 10_000 || MeterTracks(100_000) != 400_000 {
 		t.Fatalf("MeterTracks: %d, %d", MeterTracks(0), MeterTracks(100_000))
+	}
+}
+
+// A meter younger than its two buckets (a restarted agent's) measures
+// over its own age, a second at least: its first seconds' demand is not
+// read as a fifth of itself, which would shrink the region's shares until
+// it caught up.
+func TestYoungMeterRates(t *testing.T) {
+	m := NewMeter[string](10)
+	start := int64(1_000_000_000_000) // ms, mid-bucket
+	m.Rates(start, 0, func(string) bool { return true })
+	for i := range int64(20) {
+		m.Add("x", 50, start+100*i) // 1,000 over 2 s: 500 a second
+	}
+	if age := m.Age(start + 2000); age != 2*time.Second {
+		t.Fatalf("age %v, want 2s", age)
+	}
+	if r := m.Rates(start+2000, 0, func(string) bool { return true })["x"]; r < 450 || r > 550 {
+		t.Fatalf("a two-second-old meter reads %d a second, want about 500", r)
+	}
+	// Its first requests do not read as a burst: a second at least.
+	n := NewMeter[string](10)
+	n.Rates(start, 0, func(string) bool { return true })
+	n.Add("x", 50, start+10)
+	if r := n.Rates(start+20, 0, func(string) bool { return true })["x"]; r > 50 {
+		t.Fatalf("a meter 20 ms old reads %d a second for 50 asked", r)
 	}
 }

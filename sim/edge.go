@@ -118,7 +118,7 @@ type simKey struct {
 
 type reservation struct {
 	reserved, places, edgeDemand, direct int64
-	expiresMs                            int64
+	expiresMs, largest                   int64
 }
 
 // newEdge gives region r its edge.
@@ -237,15 +237,16 @@ func (x *edgeRegion) prepare(now time.Time) ([]int, []edge.Update) {
 // sync is lua/edge_sync.lua on the region's Redis: applies this agent's
 // updates (edge.Reserve, for the reservation and the instance places) and
 // returns what it granted each and what the other live agents hold, per
-// identity. A restarted agent takes its previous generation's places as
-// its own (its instances reconnect to it), as the agent does those of the
-// process it succeeded under its name.
+// identity. A restarted agent takes its previous generation's entry as
+// its own (its instances reconnect to it: edge/inherit.go), as the agent
+// does that of the process it succeeded under its name.
 func (x *edgeRegion) sync(ids []int, updates []edge.Update) ([]edge.Granted, map[int]edge.Others) {
 	nowMs := x.r.clock(x.e.now)
 	granted := make([]edge.Granted, len(ids))
 	for i, id := range ids {
 		u := updates[i]
 		var old, others edge.Granted
+		var in edge.Inheritance
 		keep := map[int]reservation{}
 		for gen, en := range x.res[id] {
 			switch {
@@ -254,16 +255,20 @@ func (x *edgeRegion) sync(ids []int, updates []edge.Update) ([]edge.Granted, map
 			case gen == x.gen:
 				old.Reserved, old.Places = en.reserved, old.Places+en.places
 				continue
-			case gen == x.gen-1:
-				old.Places, en.places = old.Places+en.places, 0
+			case gen == x.gen-1: // moves to this generation's entry
+				in = edge.Inheritance{Reserved: en.reserved, Largest: en.largest, Places: en.places,
+					Left: time.Duration(en.expiresMs-nowMs) * time.Millisecond, Edge: en.edgeDemand, Direct: en.direct}
+				old.Places, others.Reserved = old.Places+en.places, others.Reserved+en.reserved
+				continue
 			}
 			others.Reserved, others.Places = others.Reserved+en.reserved, others.Places+en.places
 			keep[gen] = en
 		}
-		g := edge.Granted{Reserved: edge.Reserve(u.Want, old.Reserved, u.Capacity, others.Reserved),
-			Places: edge.Reserve(u.Instances, old.Places, u.Most, others.Places)}
+		g := edge.Granted{Reserved: edge.Reserve(u.Want, old.Reserved, u.Capacity, others.Reserved) + in.Reserved,
+			Places: edge.Reserve(u.Instances, old.Places, u.Most, others.Places), Inherited: in}
 		if g.Reserved > 0 || g.Places > 0 || u.EdgeDemand > 0 || u.Direct > 0 {
-			keep[x.gen] = reservation{g.Reserved, g.Places, u.EdgeDemand, u.Direct, nowMs + max(1, u.Life.Milliseconds())}
+			life := max(1, u.Life.Milliseconds(), in.Left.Milliseconds())
+			keep[x.gen] = reservation{g.Reserved, g.Places, u.EdgeDemand, u.Direct, nowMs + life, max(u.Largest, in.Largest)}
 		}
 		x.res[id] = keep
 		granted[i] = g

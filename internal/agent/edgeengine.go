@@ -444,6 +444,16 @@ func (e *edgeEngine) synced(sent, done time.Time, updates []edgeUpdate, granted 
 	for i, u := range updates {
 		if k := e.keys[u.key]; k != nil {
 			changed = changed || granted[i].Reserved != k.Written
+			if in := granted[i].Inherited; in.Reserved > 0 || in.Places > 0 {
+				// The others' read before the move counted the entry
+				// this agent took over: plan again without it, soon.
+				k.others, k.dirty = k.others.Without(in), true
+				if o, ok := e.regionKeys[u.key]; ok {
+					e.regionKeys = maps.Clone(e.regionKeys)
+					e.regionKeys[u.key] = o.Without(in)
+				}
+				e.kickSoon()
+			}
 			for _, sid := range k.Synced(sent, done, u.Update, granted[i], e.rc) {
 				e.m.refused.WithLabelValues(refusedReason(errInstances)).Inc()
 				k.slots[sid].st.refused.failed(e.a.cfg.Logger, done, "domain", k.slots[sid].st.domain, "bucket", sid.bucket, "policy", k.id.policy, "error", errInstances)

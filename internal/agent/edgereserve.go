@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -116,10 +117,10 @@ type edgeResult struct {
 
 // edgeCall is one call of the script: updates applied, then rd's page.
 func edgeCall(ctx context.Context, rdb redis.UniversalClient, region string, a edgeAgent, updates []edgeUpdate, rd edgeRead) (edgeResult, error) {
-	args := make([]any, 0, 7+8*len(updates))
+	args := make([]any, 0, 7+9*len(updates))
 	args = append(args, a.id, a.heir, len(updates))
 	for _, u := range updates {
-		args = append(args, edgeField(u.key), u.Want, u.Capacity, u.EdgeDemand, u.Direct, max(1, u.Life.Milliseconds()), u.Instances, u.Most)
+		args = append(args, edgeField(u.key), u.Want, u.Capacity, u.EdgeDemand, u.Direct, max(1, u.Life.Milliseconds()), u.Instances, u.Most, u.Largest)
 	}
 	args = append(args, rd.mode, rd.from, rd.page, rd.epoch)
 	keys := []string{edgeReservationsKey(region), edgeLogKey(region), edgeSeqKey(region)}
@@ -135,7 +136,7 @@ func edgeCall(ctx context.Context, rdb redis.UniversalClient, region string, a e
 	fs, _ := res[2].([]any)
 	out.next, _ = res[3].(string)
 	out.epoch, _ = res[4].(string)
-	if len(gs) != 2*len(updates) || len(fs)%2 != 0 {
+	if len(gs) != edgeGrantWidth*len(updates) || len(fs)%2 != 0 {
 		return edgeResult{}, fmt.Errorf("edge reservations: %d grants for %d updates, %d field values", len(gs), len(updates), len(fs))
 	}
 	var errs [3]error
@@ -143,10 +144,14 @@ func edgeCall(ctx context.Context, rdb redis.UniversalClient, region string, a e
 	out.seq, errs[1] = edgeInt(res[5])
 	out.granted = make([]edge.Granted, len(updates))
 	for i := range out.granted {
-		var e1, e2 error
-		out.granted[i].Reserved, e1 = edgeInt(gs[2*i])
-		out.granted[i].Places, e2 = edgeInt(gs[2*i+1])
-		errs[2] = errors.Join(errs[2], e1, e2)
+		var n [edgeGrantWidth]int64
+		for j := range n {
+			var err error
+			n[j], err = edgeInt(gs[edgeGrantWidth*i+j])
+			errs[2] = errors.Join(errs[2], err)
+		}
+		out.granted[i] = edge.Granted{Reserved: n[0], Places: n[1], Inherited: edge.Inheritance{
+			Reserved: n[2], Largest: n[3], Places: n[4], Left: time.Duration(n[5]) * time.Millisecond, Edge: n[6], Direct: n[7]}}
 	}
 	if err := errors.Join(errs[:]...); err != nil {
 		return edgeResult{}, err
@@ -162,6 +167,11 @@ func edgeCall(ctx context.Context, rdb redis.UniversalClient, region string, a e
 	}
 	return out, nil
 }
+
+// edgeGrantWidth is the numbers the script answers per update: the
+// reservation and places granted, and what moved from the process
+// succeeded (edge.Inheritance).
+const edgeGrantWidth = 8
 
 func edgeInt(v any) (int64, error) {
 	s, ok := v.(string)

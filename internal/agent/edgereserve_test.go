@@ -63,8 +63,9 @@ func TestEdgeReservationsOnRedis(t *testing.T) {
 		t.Fatalf("agent a sees %+v, want the others' %d reserved and 35 edge demand", o, sum-granted[0].Reserved)
 	}
 	// A process succeeding the one that holds most places gets those
-	// places (its instances reconnect to it), and none beyond; the
-	// reservation it succeeded still counts.
+	// places (its instances reconnect to it), and none beyond, and its
+	// reservation, which it must count (edge.Inheritance); the region's
+	// total stays.
 	heir := 0
 	for i, g := range granted {
 		if g.Places > granted[heir].Places {
@@ -76,8 +77,10 @@ func TestEdgeReservationsOnRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := granted[heir].Places; g[0].Places != want || g[0].Reserved != 0 {
-		t.Fatalf("a successor of an agent holding %d places was granted %+v, want its places and no reservation", want, g[0])
+	in := g[0].Inherited
+	if want := granted[heir]; g[0].Places != want.Places || g[0].Reserved != want.Reserved ||
+		in.Reserved != want.Reserved || in.Places != want.Places || in.Left <= 0 || in.Left > time.Minute {
+		t.Fatalf("a successor of an agent holding %+v was granted %+v, want its places and reservation, none beyond", want, g[0])
 	}
 	// Shrinking is granted whole; an agent holding for a short life is
 	// gone once it ran out.

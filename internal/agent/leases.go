@@ -297,7 +297,10 @@ func (l *leaser) renew(ctx context.Context) bool {
 		if !q.demandsTaken { // a coordinator that takes whole reports (or none yet): send one
 			q.report, most = lease.DemandReport{}, leaseapi.MaxWholeDemands
 		}
-		changes := q.report.Changes(q.identityDemand(now, l.instances), q.policy.Limits().Amount(), most)
+		var changes map[string]int64
+		if q.meter.warm(now) { // a restarted process's predecessor's demands stand until then
+			changes = q.report.Changes(q.identityDemand(now, l.instances), q.policy.Limits().Amount(), most)
+		}
 		qr := &pb.QuotaRequest{Quota: n, GrantId: base.ID, Seq: r.Seq, Demand: demand,
 			IdentityDemand: changes, IdentityDemandHeld: int32(q.report.Len()), IdentityDeltas: true}
 		if l.edgeSummary != nil {
@@ -557,6 +560,14 @@ type meter struct {
 }
 
 func newMeter(track int) *meter { return &meter{m: lease.NewMeter[string](track)} }
+
+// warm reports whether the meter has measured long enough (since its
+// first look) for its rates to say the demand: a second.
+func (m *meter) warm(now time.Time) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.m.Age(now.UnixMilli()) >= time.Second
+}
 
 // add counts cost asked by identity; own says it holds shares of its own,
 // which serve it instead of the region's default share (lease.Meter.AddOwn).

@@ -1,8 +1,9 @@
 -- The region's edge reservations (docs/rlqs-server.md, "Reservations"):
 -- one hash per region, a field per policy identity, holding one entry per
--- agent process: "id reserved edgeDemand directDemand expiresMs places",
--- one per line, expiry on this server's clock (places, the Envoy instances
--- the agent assigns to, may be missing: 0). The script applies one agent's
+-- agent process: "id reserved edgeDemand directDemand expiresMs places
+-- largest", one per line, expiry on this server's clock (places, the Envoy
+-- instances the agent assigns to, and largest, the most one of them may
+-- enforce, may be missing: 0, unknown). The script applies one agent's
 -- updates and reads what the other agents hold, atomically, so that two
 -- agents growing at once never reserve more than the capacity, nor hold
 -- more places than the policy's instances, between them.
@@ -22,18 +23,21 @@
 --          seq, floor: the highest score trimmed from the log)
 -- ARGV[1]  the calling agent's id
 -- ARGV[2]  the id of the process it succeeded ('' for none): that
---          process's Envoy instances reconnect to the caller, so its
---          places move to the caller's entry (its reservations stay: its
---          assignments may still be enforced), and should it write again
---          it grows from none, counting the caller's
--- ARGV[3]  n, the number of updates, then 8 per update:
+--          process's Envoy instances reconnect to the caller, so its entry
+--          moves to the caller's (its reservation and places, which the
+--          caller counts until the entry would have expired: edge/inherit.go),
+--          and should it write again it grows from none, counting the
+--          caller's
+-- ARGV[3]  n, the number of updates, then 9 per update:
 --          field, wanted reservation, capacity (growth stops at it, counting
 --          the others), edge demand, direct demand, lifetime in ms, wanted
---          places, most places (the policy's instances)
+--          places, most places (the policy's instances), largest share
 -- then     the read: '' (none), 'full' with the HSCAN cursor and COUNT, or
 --          'log' with the score read up to, the page's size and the epoch
 --          it was read in
--- Returns {now ms, {granted reservation, granted places, ...} per update,
+-- Returns {now ms, {granted reservation, granted places, and what moved
+-- from the process succeeded: reservation, largest, places, ms left, edge
+-- and direct demand, ...} per update,
 -- {field, value, ...} the page read (a field holding only the caller's
 -- entry has value '': nothing of the others), next ('0' when the read is
 -- done, '' when there was none, 'reset' when a log read must read whole
@@ -43,13 +47,13 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local key, logkey, seqkey = KEYS[1], KEYS[2], KEYS[3]
 local me, heir, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local width = 8
+local width = 9
 
 local function parse(v)
   local out = {}
   if v then
-    for id, r, e, d, x, p in string.gmatch(v, '(%S+) (%d+) (%d+) (%d+) (%d+) ?(%d*)') do
-      out[#out + 1] = {id, tonumber(r), tonumber(e), tonumber(d), tonumber(x), tonumber(p) or 0}
+    for id, r, e, d, x, p, l in string.gmatch(v, '(%S+) (%d+) (%d+) (%d+) (%d+) ?(%d*) ?(%d*)') do
+      out[#out + 1] = {id, tonumber(r), tonumber(e), tonumber(d), tonumber(x), tonumber(p) or 0, tonumber(l) or 0}
     end
   end
   return out
@@ -64,7 +68,7 @@ local function store(field, es)
   end
   local lines = {}
   for i, e in ipairs(es) do
-    lines[i] = e[1] .. ' ' .. num(e[2]) .. ' ' .. num(e[3]) .. ' ' .. num(e[4]) .. ' ' .. num(e[5]) .. ' ' .. num(e[6])
+    lines[i] = e[1] .. ' ' .. num(e[2]) .. ' ' .. num(e[3]) .. ' ' .. num(e[4]) .. ' ' .. num(e[5]) .. ' ' .. num(e[6]) .. ' ' .. num(e[7])
   end
   redis.call('HSET', key, field, table.concat(lines, '\n'))
 end
@@ -81,9 +85,9 @@ epoch = epoch or ''
 -- logged stores a field's entries and logs the write under the writer's
 -- name ("id field"), so that a reader passes over its own writes without
 -- reading them: they change only its own entry, which it knows.
-local function logged(field, es)
+local function logged(field, es, writer)
   store(field, es)
-  redis.call('ZADD', logkey, redis.call('HINCRBY', seqkey, 'seq', 1), me .. ' ' .. field)
+  redis.call('ZADD', logkey, redis.call('HINCRBY', seqkey, 'seq', 1), (writer or me) .. ' ' .. field)
 end
 
 -- A field is logged at each writer's last write only, so the log holds a
@@ -138,29 +142,42 @@ for i = 0, n - 1 do
   local b = 4 + i * width
   local field, want, cap = ARGV[b], tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2])
   local de, dd, life = tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
-  local wantP, most = tonumber(ARGV[b + 6]), tonumber(ARGV[b + 7])
+  local wantP, most, largest = tonumber(ARGV[b + 6]), tonumber(ARGV[b + 7]), tonumber(ARGV[b + 8])
   local old, oldP, others, othersP, keep = 0, 0, 0, 0, {}
+  local inh = {0, 0, 0, 0, 0, 0} -- reservation, largest, places, ms left, demands moved from the heir
   for _, e in ipairs(parse(redis.call('HGET', key, field))) do
     if e[5] > now then
       if e[1] == me then
         old, oldP = e[2], oldP + e[6]
+      elseif e[1] == heir then
+        -- Its reservation counts among the others' for the caller's own
+        -- growth, and then moves to the caller's entry; its places are
+        -- the caller's.
+        inh = {e[2], e[7], e[6], e[5] - now, e[3], e[4]}
+        others, oldP = others + e[2], oldP + e[6]
       else
-        if e[1] == heir then
-          oldP, e[6] = oldP + e[6], 0
-        end
         others, othersP = others + e[2], othersP + e[6]
         keep[#keep + 1] = e
       end
     end
   end
-  local r, p = reserve(want, old, cap, others), reserve(wantP, oldP, most, othersP)
+  local r, p = reserve(want, old, cap, others) + inh[1], reserve(wantP, oldP, most, othersP)
   if r > 0 or p > 0 or de > 0 or dd > 0 then
-    keep[#keep + 1] = {me, r, de, dd, now + life, p}
-    longest = math.max(longest, life)
+    keep[#keep + 1] = {me, r, de, dd, now + math.max(life, inh[4]), p, math.max(largest, inh[2])}
+    longest = math.max(longest, life, inh[4])
   end
-  logged(field, keep)
+  if inh[1] > 0 or inh[3] > 0 then
+    -- Logged as the heir's write, so that the caller's next read reads
+    -- the field again, without the heir's entry it counted until now.
+    logged(field, keep, heir)
+  else
+    logged(field, keep)
+  end
   granted[#granted + 1] = num(r)
   granted[#granted + 1] = num(p)
+  for _, x in ipairs(inh) do
+    granted[#granted + 1] = num(x)
+  end
 end
 
 if n > 0 then
