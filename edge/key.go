@@ -212,6 +212,24 @@ func (k *Key[K]) Release(now time.Time, direct int64, cfg Config) (u Update, wri
 	return Update{}, false, false
 }
 
+// Leave is the update an agent that stops, and pushes nothing more,
+// writes at now: what its assignments may still enforce, and its places,
+// kept only until the last of them may have expired (on the store's clock,
+// which may run slow by the drift), not for the entry's usual life, so
+// that the agents its Envoy instances move to may use the rest sooner.
+// write is false when the store holds nothing for this agent.
+func (k *Key[K]) Leave(now time.Time, cfg Config) (u Update, write bool) {
+	if k.Written == 0 && k.SentInstances == 0 && k.Places == 0 {
+		return Update{}, false
+	}
+	need, left := k.Ledger.Committed(now), time.Duration(0)
+	if end := k.Ledger.End(now); end.After(now) {
+		left = Lifetime(end.Sub(now), cfg.Drift, 0)
+	}
+	return Update{Want: need, Capacity: need, Instances: k.Places, Most: k.Places, Largest: k.Ledger.Largest(now, nil),
+		Life: max(left, time.Millisecond)}, true
+}
+
 // moved reports whether a demand moved by more than a tenth since it was
 // last written.
 func moved(now, sent int64) bool {
@@ -311,11 +329,11 @@ func (k *Key[K]) push(now time.Time, p *policy.Policy, cfg Config, lead time.Dur
 			continue // keeps the policy's no_assignment behaviour
 		}
 		share, change := changes[id]
-		if change && share == 0 && s.Changed.IsZero() && !p.Edge.Unbounded() {
-			// Never assigned: a DENY_ALL says what Envoy does without
-			// one, and would end a bucket a predecessor's instance still
-			// holds (counted in the pool: inherit.go) and hold the slot
-			// for ChangeEvery.
+		if change && share == 0 && s.Changed.IsZero() && !p.Edge.Unbounded() && k.Ledger.pooled(now) > 0 {
+			// Never assigned while a predecessor's instances may hold
+			// buckets (inherit.go): a DENY_ALL would end the one this
+			// instance may still hold, and hold the slot for
+			// ChangeEvery; without it Envoy keeps that bucket, or denies.
 			continue
 		}
 		if change {

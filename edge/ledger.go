@@ -165,6 +165,26 @@ func (l *Ledger[K]) Largest(now time.Time, want map[K]int64) int64 {
 	return m
 }
 
+// End is when nothing sent (nor a predecessor's pool) may be enforced any
+// more, as of now: the zero time when nothing may be now.
+func (l *Ledger[K]) End(now time.Time) time.Time {
+	var end time.Time
+	for _, s := range l.slots {
+		s.held = prune(s.held, now, &s.ended)
+		for _, h := range s.held {
+			end = later(end, h.end)
+		}
+	}
+	l.gone = prune(l.gone, now, &l.ended)
+	for _, h := range l.gone {
+		end = later(end, h.end)
+	}
+	if l.pooled(now) > 0 {
+		end = later(end, l.pool.end)
+	}
+	return end
+}
+
 // Confirm records that the store holds largest as this agent's Largest:
 // Plan grows no slot past it. None (0) tells a successor nothing, and caps
 // nothing.

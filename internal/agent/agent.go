@@ -346,6 +346,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Wait()
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
+	if err := a.edge.leave(lctx); err != nil {
+		a.cfg.Logger.Debug("the region's edge reservations of this agent stay for their usual life", "error", err)
+	}
 	if err := a.leaser.leave(lctx, a.cfg.Redis); err != nil {
 		a.cfg.Logger.Debug("a restart under this instance name waits for the heartbeat to go stale", "error", err)
 	}
@@ -385,8 +388,9 @@ func (a *Agent) refreshLoop(ctx context.Context, fromSaved bool) {
 }
 
 // Drain marks the agent not ready, keeps serving for delay (so that load
-// balancers watching /readyz stop sending first), then waits until no check
-// is in flight, or ctx ends. Checks that still arrive are decided as usual.
+// balancers watching /readyz stop sending first), then ends its RLQS
+// streams (Envoy reopens them elsewhere) and waits until no check is in
+// flight, or ctx ends. Checks that still arrive are decided as usual.
 func (a *Agent) Drain(ctx context.Context, delay time.Duration) {
 	a.closing.Store(true)
 	select {
@@ -394,6 +398,7 @@ func (a *Agent) Drain(ctx context.Context, delay time.Duration) {
 	case <-ctx.Done():
 		return
 	}
+	a.edge.endStreams()
 	t := time.NewTicker(5 * time.Millisecond)
 	defer t.Stop()
 	for a.inflight.Load() > 0 {

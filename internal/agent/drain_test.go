@@ -64,3 +64,34 @@ func TestDrainUnderLoad(t *testing.T) {
 		t.Fatalf("%d checks failed during the drain", failed.Load())
 	}
 }
+
+// A draining agent ends its RLQS streams once its drain delay has passed
+// and refuses new ones, so that its Envoy instances reopen theirs
+// elsewhere at once and the server's graceful stop does not wait on them
+// (it waited out its whole deadline, the drain delay and 10 s more).
+func TestDrainEndsRLQSStreams(t *testing.T) {
+	k := startCoordinator(t, testenv.Prefix(t), "")
+	setPolicy(t, k.addr, edgeTestPolicy)
+	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, fastEdge)
+	in := startEnvoy(t, ra.grpcAddr, "a")
+	stop := make(chan struct{})
+	defer close(stop)
+	go drive(in, acme, 50, stop, 20*time.Second)
+	testenv.WaitFor(t, 10*time.Second, "the Envoy's stream open and assigned", func() bool {
+		st, ok := in.State(acme)
+		return ok && st.Assigned && in.Stats().StreamStarts == 1
+	})
+	ra.a.Drain(t.Context(), 0)
+	testenv.WaitFor(t, 5*time.Second, "the stream ended by the draining agent", func() bool { return in.Stats().StreamsClosed >= 1 })
+	// Envoy reopens on its next report; the agent refuses it.
+	testenv.WaitFor(t, 5*time.Second, "a new stream refused", func() bool {
+		s := in.Stats()
+		return s.StreamStarts+s.StreamFailures >= 2 && s.StreamsClosed+s.StreamFailures >= 2
+	})
+	ra.a.edge.mu.Lock()
+	n := len(ra.a.edge.streams)
+	ra.a.edge.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("the draining agent holds %d streams", n)
+	}
+}

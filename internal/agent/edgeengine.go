@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"sync"
 	"sync/atomic"
@@ -36,6 +37,11 @@ type edgeEngine struct {
 	// trust is how long a read of the reservations may be relied on: less
 	// than GrowWait, however the clocks drift.
 	trust time.Duration
+
+	// draining, closed once (endStreams), ends the RLQS streams and
+	// refuses new ones.
+	draining  chan struct{}
+	drainOnce sync.Once
 
 	mu         sync.Mutex
 	streams    map[uint64]*rlqsStream
@@ -124,10 +130,43 @@ func newEdgeEngine(a *Agent, cfg EdgeConfig) *edgeEngine {
 	rc := cfg.rounds(a.cfg.Drift)
 	e := &edgeEngine{a: a, cfg: cfg, rc: rc, m: newEdgeMetrics(a.m.reg), trust: rc.Trust(), streams: map[uint64]*rlqsStream{},
 		keys: map[edgeKeyID]*edgeKey{}, direct: map[edgeKeyID]int64{}, directOnly: map[edgeKeyID]int64{}, metricKeys: map[string]bool{},
-		syncDown: outage{what: "edge reservation syncs with Redis", interval: 30 * time.Second}, kick: make(chan struct{}, 1)}
+		syncDown: outage{what: "edge reservation syncs with Redis", interval: 30 * time.Second}, kick: make(chan struct{}, 1),
+		draining: make(chan struct{})}
 	none := map[string]bool{}
 	e.enabled.Store(&none)
 	return e
+}
+
+// endStreams ends every RLQS stream and refuses new ones, as the agent
+// shuts down: its Envoy instances reopen theirs (on their next report) to
+// another agent of the region, or to this one's successor, instead of
+// holding streams the server's graceful stop would wait for.
+func (e *edgeEngine) endStreams() { e.drainOnce.Do(func() { close(e.draining) }) }
+
+// leave writes, as the agent stops (its rounds over, its streams ended),
+// each reservation down to what its assignments may still enforce, kept
+// only until they may have expired (edge.Key.Leave): the agents its Envoy
+// instances reopen their streams to may use the rest then, not once the
+// entries' usual life ran out, about twice as long. A successor under the
+// same name takes the entries over at once anyway.
+func (e *edgeEngine) leave(ctx context.Context) error {
+	e.mu.Lock()
+	now := e.a.cfg.Clock.Now()
+	var updates []edgeUpdate
+	for id, k := range e.keys {
+		if u, write := k.Leave(now, e.rc); write {
+			updates = append(updates, edgeUpdate{key: id, Update: u})
+		}
+	}
+	e.mu.Unlock()
+	if len(updates) == 0 {
+		return nil
+	}
+	nonce, heir := e.a.leaser.Succession()
+	if _, err := edgeWrite(ctx, e.a.cfg.Redis, e.a.cfg.Region, edgeAgentOf(nonce, heir), updates); err != nil {
+		return fmt.Errorf("shorten this agent's edge reservations to its assignments' life: %w", err)
+	}
+	return nil
 }
 
 // setPolicies notes which policies the edge serves.

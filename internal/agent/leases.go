@@ -298,7 +298,10 @@ func (l *leaser) renew(ctx context.Context) bool {
 			q.report, most = lease.DemandReport{}, leaseapi.MaxWholeDemands
 		}
 		var changes map[string]int64
-		if q.meter.warm(now) { // a restarted process's predecessor's demands stand until then
+		// A process that succeeded another under its name sends none
+		// until it has measured for a second: the coordinator keeps its
+		// predecessor's meanwhile (lease.IdentityPlan.Update).
+		if l.predecessor == "" && l.replaces == "" || q.meter.warm(now) {
 			changes = q.report.Changes(q.identityDemand(now, l.instances), q.policy.Limits().Amount(), most)
 		}
 		qr := &pb.QuotaRequest{Quota: n, GrantId: base.ID, Seq: r.Seq, Demand: demand,

@@ -75,16 +75,25 @@ const rlqsOutbox = 8
 // interval), so that no report overflows the demand.
 const maxReportedRequests = 1_000_000_000
 
+// errDraining ends the RLQS streams of an agent that is shutting down
+// (edgeEngine.endStreams).
+var errDraining = status.Error(codes.Unavailable, "this agent is shutting down: reopen the stream to another agent of the region, or to this one once it is back")
+
 // allowAllTTL is the time to live of ALLOW_ALL for buckets nothing limits.
 const allowAllTTL = time.Hour
 
 func (s *rlqsServer) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
+	select {
+	case <-s.e.draining:
+		return errDraining
+	default:
+	}
 	st := s.e.open()
 	if st == nil {
 		return status.Errorf(codes.ResourceExhausted, "this agent serves %d RLQS streams, its most (--edge-max-streams): connect to another agent of the region, or retry", s.e.cfg.MaxStreams)
 	}
 	defer s.e.close(st)
-	failed := make(chan error, 1)
+	failed := make(chan error, 2)
 	go func() {
 		for {
 			select {
@@ -98,6 +107,18 @@ func (s *rlqsServer) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_S
 			}
 		}
 	}()
+	go func() { failed <- s.receive(stream, st) }()
+	select {
+	case err := <-failed:
+		return err
+	case <-s.e.draining:
+		return errDraining
+	}
+}
+
+// receive takes the stream's usage reports until it ends (nil when Envoy
+// closed it) or a report is refused.
+func (s *rlqsServer) receive(stream rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer, st *rlqsStream) error {
 	for {
 		m, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -108,11 +129,6 @@ func (s *rlqsServer) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_S
 		}
 		if err := s.e.report(st, m); err != nil {
 			return err
-		}
-		select {
-		case err := <-failed:
-			return err
-		default:
 		}
 	}
 }
@@ -173,6 +189,11 @@ func (e *edgeEngine) report(st *rlqsStream, m *rlqsv3.RateLimitQuotaUsageReports
 	now := e.a.cfg.Clock.Now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	select {
+	case <-st.done: // the stream ended (the agent drains) as this report came
+		return status.Error(codes.Unavailable, "the stream ended")
+	default:
+	}
 	switch {
 	case st.domain == "" && m.Domain == "":
 		return status.Error(codes.InvalidArgument, "the first usage report must name a domain")

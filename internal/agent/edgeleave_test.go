@@ -1,0 +1,52 @@
+package agent
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quota-lease/quota-lease/internal/testenv"
+)
+
+// An agent that stops writes its edge reservations down to its
+// assignments' life: its entry in the region's Redis ends when its Envoy
+// instances' last assignment may have, not after the entry's usual life
+// (about twice an assignment's: here 1.2 s more), so the agents those
+// instances move to may use the rest sooner.
+func TestStoppedAgentShortensItsReservation(t *testing.T) {
+	k := startCoordinator(t, testenv.Prefix(t), "")
+	setPolicy(t, k.addr, edgeTestPolicy)
+	rs := startRedis(t)
+	ra := startAgent(t, "us", rs.Addr, []string{k.addr}, fastEdge)
+	in := startEnvoy(t, ra.grpcAddr, "a")
+	stop := make(chan struct{})
+	defer close(stop)
+	go drive(in, acme, 50, stop, 20*time.Second)
+	testenv.WaitFor(t, 10*time.Second, "the Envoy assigned a bucket", func() bool {
+		st, ok := in.State(acme)
+		return ok && st.Assigned && st.Strategy.GetTokenBucket() != nil
+	})
+	me := edgeAgentOf(ra.a.leaser.nonce, "").id
+	ra.stop() // right after a first assignment: the entry's usual life is about one more
+	testenv.WaitFor(t, 10*time.Second, "the Envoy's assignment expired", func() bool {
+		st, ok := in.State(acme)
+		return ok && !st.Assigned
+	})
+
+	rdb := rs.Client(t)
+	now := rdb.Time(t.Context()).Val()
+	for _, v := range rdb.HGetAll(t.Context(), edgeReservationsKey("us")).Val() {
+		for _, line := range strings.Split(v, "\n") {
+			w := strings.Fields(line)
+			if len(w) < 5 || w[0] != me {
+				continue
+			}
+			exp, _ := strconv.ParseInt(w[4], 10, 64)
+			// The clocks' drift and the Envoy's delivery margin past it.
+			if left := time.UnixMilli(exp).Sub(now); left > 250*time.Millisecond {
+				t.Fatalf("the stopped agent's entry %q lives %v past its Envoy's assignment", line, left)
+			}
+		}
+	}
+}
