@@ -329,11 +329,12 @@ func (k *Key[K]) push(now time.Time, p *policy.Policy, cfg Config, lead time.Dur
 			continue // keeps the policy's no_assignment behaviour
 		}
 		share, change := changes[id]
-		if change && share == 0 && s.Changed.IsZero() && !p.Edge.Unbounded() && k.Ledger.pooled(now) > 0 {
-			// Never assigned while a predecessor's instances may hold
-			// buckets (inherit.go): a DENY_ALL would end the one this
-			// instance may still hold, and hold the slot for
-			// ChangeEvery; without it Envoy keeps that bucket, or denies.
+		if change && share == 0 && s.Changed.IsZero() && !p.Edge.Unbounded() {
+			// Never assigned: Envoy denies without an assignment, or keeps
+			// the bucket a predecessor's instance may still hold (counted
+			// in the pool: inherit.go), which a DENY_ALL would end; and
+			// a DENY_ALL would hold the slot for ChangeEvery, when a share
+			// may come with the next round.
 			continue
 		}
 		if change {

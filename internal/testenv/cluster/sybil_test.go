@@ -31,7 +31,10 @@ func TestEdgeInstancesBeyondThePromise(t *testing.T) {
 	testenv.SkipMultiProcess(t)
 	regions := []string{"us", "eu"}
 	const perRegion = 16
-	c, p, edges := edgeFleet(t, sybilPolicy, Options{Regions: regions, Coordinators: 1}, "shared", perRegion, regions...)
+	// Leases of 10 s: a grant outlives the assignments' life, so the
+	// promised instances get buckets (with the default, every assignment
+	// would outlive the grant, and nothing would be assigned).
+	c, p, edges := edgeFleet(t, sybilPolicy, Options{Regions: regions, Coordinators: 1, LeaseDuration: 10 * time.Second}, "shared", perRegion, regions...)
 	bucket := map[string]string{"policy": "shared", "api": "all"}
 	d, stop := drive(t, bucket, 50, edges...)
 
