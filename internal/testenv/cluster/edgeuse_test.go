@@ -26,11 +26,13 @@ edge: {instances: 10, no_assignment: deny}
 // across a 3 s pause of one region's Redis (82-96%: a pause that begins
 // as the region's reservation entry is due for rewriting stops its
 // assignments once the entry may have expired, a second or so in, until
-// Redis answers), at least 80% over the 10 s after one region's agent is
-// killed and restarted (84-89%: it takes over the dead process's
-// reservation and instances, edge/inherit.go, once the dead heartbeat is
-// stale, 1-2 s in; buckets that expire before then go dark), and no 1 s
-// window goes past the published bound. Each
+// Redis answers), at least 65% over the 10 s after one region's agent is
+// killed and restarted (74-89%; about 58% when it waited out the dead
+// process's entry, before this took it over): it takes over the dead process's
+// reservation and instances (edge/inherit.go) once the dead heartbeat is
+// stale, 1-2 s in, and buckets that expire before then go dark; where the
+// dead process's instances held uneven shares, it waits for the old entry
+// to expire, about 5 s more. No 1 s window goes past the published bound. Each
 // client's part is a tenth of its region's share: sized for buckets that
 // start full at every change, a bucket of one token, which admitted 67%.
 func TestEdgeUsesTheLimit(t *testing.T) {
@@ -88,7 +90,7 @@ func TestEdgeUsesTheLimit(t *testing.T) {
 		name string
 		stretch
 		least float64
-	}{{"steadily", steady, 0.9}, {"through a 3 s Redis pause", faults, 0.75}, {"through an agent restart", restart, 0.8}} {
+	}{{"steadily", steady, 0.9}, {"through a 3 s Redis pause", faults, 0.75}, {"through an agent restart", restart, 0.65}} {
 		n := st.admitted(adm)
 		ideal := p.Limit * st.to.Sub(st.from).Seconds()
 		t.Logf("%s the edge admitted %d in %s, %.1f%% of the limit's %.0f", st.name, n, st.to.Sub(st.from).Round(time.Millisecond), 100*float64(n)/ideal, ideal)
