@@ -144,9 +144,7 @@ func (k *Key[K]) Plan(now time.Time, p *policy.Policy, validLeft time.Duration, 
 	for i, id := range ids {
 		k.Want[id] = shares[i]
 	}
-	for _, id := range k.sorted() {
-		k.Ledger.Adopt(id, now) // one of the predecessor's instances, if any are pooled
-	}
+	k.adopt(now)
 	need, largest := k.Ledger.Need(now, k.Want), k.Ledger.Largest(now, k.Want)
 	instances := int64(len(k.Slots))
 	if need != k.Written || now.After(k.rewriteAt(cfg)) || moved(k.Self, k.SentEdge) || direct != k.SentDirect ||
@@ -212,6 +210,14 @@ func (k *Key[K]) Release(now time.Time, direct int64, cfg Config) (u Update, wri
 	return Update{}, false, false
 }
 
+// adopt takes the slots, in order, for the predecessor's instances the
+// ledger's pool still counts (inherit.go), if it counts any.
+func (k *Key[K]) adopt(now time.Time) {
+	for _, id := range k.sorted() {
+		k.Ledger.Adopt(id, now)
+	}
+}
+
 // Leave is the update an agent that stops, and pushes nothing more,
 // writes at now: what its assignments may still enforce, and its places,
 // kept only until the last of them may have expired (on the store's clock,
@@ -254,9 +260,7 @@ func (k *Key[K]) Synced(sent, done time.Time, u Update, g Granted, cfg Config) (
 	if g.Inherited.Reserved > 0 {
 		k.Visible += g.Inherited.Reserved
 		k.Ledger.Inherit(g.Inherited, done, cfg.Drift)
-		for _, id := range k.sorted() {
-			k.Ledger.Adopt(id, done)
-		}
+		k.adopt(done)
 		// The plan counted the predecessor's entry among the others' and
 		// split the capacity with it: nothing is pushed from it (a share
 		// of nothing would end the buckets the predecessor's instances

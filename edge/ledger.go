@@ -114,21 +114,19 @@ func (l *Ledger[K]) Empty(now time.Time) bool {
 }
 
 // live is the largest share s may still be enforcing at now.
-func (s *slot) live(now time.Time) int64 {
-	s.held = prune(s.held, now, &s.ended)
-	var m int64
-	for _, h := range s.held {
-		m = max(m, h.share)
-	}
-	return m
-}
+func (s *slot) live(now time.Time) int64 { return s.largest(now, true) }
 
 // own is the largest share s may still be enforcing at now from what this
 // agent sent.
-func (s *slot) own(now time.Time) int64 {
+func (s *slot) own(now time.Time) int64 { return s.largest(now, false) }
+
+// largest is the largest share s may still be enforcing at now, a
+// predecessor's (Adopt) counted or not.
+func (s *slot) largest(now time.Time, inherited bool) int64 {
+	s.held = prune(s.held, now, &s.ended)
 	var m int64
 	for _, h := range s.held {
-		if !h.inherited && now.Before(h.end) {
+		if inherited || !h.inherited {
 			m = max(m, h.share)
 		}
 	}
@@ -226,7 +224,8 @@ func (l *Ledger[K]) Plan(now time.Time, want map[K]int64, visible int64, every t
 	// A predecessor's instances (inherit.go) may count for more than was
 	// reserved (uneven shares; a micro-unit a slot of rounding): an
 	// adopted slot's largest share is then no room of its own.
-	over := l.Committed(now) > visible+int64(len(l.slots))
+	committed := l.Committed(now)
+	over := committed > visible+int64(len(l.slots))
 	for k, w := range want {
 		w = max(0, w)
 		s := l.slots[k]
@@ -253,7 +252,7 @@ func (l *Ledger[K]) Plan(now time.Time, want map[K]int64, visible int64, every t
 			extra += w - live
 		}
 	}
-	room := max(0, visible-l.Committed(now))
+	room := max(0, visible-committed)
 	if extra <= 0 {
 		return out
 	}
