@@ -70,17 +70,10 @@ func TestDrainUnderLoad(t *testing.T) {
 // elsewhere at once and the server's graceful stop does not wait on them
 // (it waited out its whole deadline, the drain delay and 10 s more).
 func TestDrainEndsRLQSStreams(t *testing.T) {
-	k := startCoordinator(t, testenv.Prefix(t), "")
-	setPolicy(t, k.addr, edgeTestPolicy)
-	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, fastEdge)
-	in := startEnvoy(t, ra.grpcAddr, "a")
-	stop := make(chan struct{})
-	defer close(stop)
-	go drive(in, acme, 50, stop, 20*time.Second)
-	testenv.WaitFor(t, 10*time.Second, "the Envoy's stream open and assigned", func() bool {
-		st, ok := in.State(acme)
-		return ok && st.Assigned && in.Stats().StreamStarts == 1
-	})
+	ra, in := servedEnvoy(t, startRedis(t).Addr)
+	if n := in.Stats().StreamStarts; n != 1 {
+		t.Fatalf("%d streams opened before the drain, want 1", n)
+	}
 	ra.a.Drain(t.Context(), 0)
 	testenv.WaitFor(t, 5*time.Second, "the stream ended by the draining agent", func() bool { return in.Stats().StreamsClosed >= 1 })
 	// Envoy reopens on its next report; the agent refuses it.

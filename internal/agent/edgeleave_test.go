@@ -15,18 +15,8 @@ import (
 // (about twice an assignment's: here 1.2 s more), so the agents those
 // instances move to may use the rest sooner.
 func TestStoppedAgentShortensItsReservation(t *testing.T) {
-	k := startCoordinator(t, testenv.Prefix(t), "")
-	setPolicy(t, k.addr, edgeTestPolicy)
 	rs := startRedis(t)
-	ra := startAgent(t, "us", rs.Addr, []string{k.addr}, fastEdge)
-	in := startEnvoy(t, ra.grpcAddr, "a")
-	stop := make(chan struct{})
-	defer close(stop)
-	go drive(in, acme, 50, stop, 20*time.Second)
-	testenv.WaitFor(t, 10*time.Second, "the Envoy assigned a bucket", func() bool {
-		st, ok := in.State(acme)
-		return ok && st.Assigned && st.Strategy.GetTokenBucket() != nil
-	})
+	ra, in := servedEnvoy(t, rs.Addr)
 	me := edgeAgentOf(ra.a.leaser.nonce, "").id
 	ra.stop() // right after a first assignment: the entry's usual life is about one more
 	testenv.WaitFor(t, 10*time.Second, "the Envoy's assignment expired", func() bool {

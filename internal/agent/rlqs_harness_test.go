@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quota-lease/quota-lease/admission"
+	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/internal/testenv/rlqsenvoy"
 )
 
@@ -73,6 +74,26 @@ func startEnvoyEvery(t testing.TB, target, name string, every time.Duration) *rl
 	}
 	t.Cleanup(func() { in.Close() })
 	return in
+}
+
+// servedEnvoy runs edgeTestPolicy's coordinator, an agent of region us on
+// the Redis at redisAddr and one Envoy-like instance sending acme 50
+// requests a second until the test ends, and waits until the instance
+// holds a token bucket the agent assigned.
+func servedEnvoy(t *testing.T, redisAddr string) (*runningAgent, *rlqsenvoy.Instance) {
+	t.Helper()
+	k := startCoordinator(t, testenv.Prefix(t), "")
+	setPolicy(t, k.addr, edgeTestPolicy)
+	ra := startAgent(t, "us", redisAddr, []string{k.addr}, fastEdge)
+	in := startEnvoy(t, ra.grpcAddr, "a")
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	go drive(in, acme, 50, stop, 20*time.Second)
+	testenv.WaitFor(t, 10*time.Second, "the Envoy assigned a bucket", func() bool {
+		st, ok := in.State(acme)
+		return ok && st.Assigned && st.Strategy.GetTokenBucket() != nil
+	})
+	return ra, in
 }
 
 // drive sends requests of bucket to in at about perSecond until stop is
