@@ -85,7 +85,7 @@ func TestSuccessorAssignsWithinTheInheritance(t *testing.T) {
 		var last Update
 		for range 40 {
 			if u, write := a.Plan(now, p, time.Minute, capAt, 0, Others{}, cfg); write {
-				a.Synced(now, now, u, Granted{Reserved: Reserve(u.Want, a.Written, u.Capacity, 0), Places: Reserve(u.Instances, a.Places, u.Most, 0)}, cfg)
+				a.Synced(now, now, u, alone(a, u), cfg)
 				last = u
 			}
 			a.Push(now, p, cfg)

@@ -17,6 +17,12 @@ func edgePolicy(t *testing.T) *policy.Policy {
 	return p
 }
 
+// alone is what the region's store grants u, written for k by an agent
+// alone in its region (lua/edge_sync.lua, edge.Reserve).
+func alone[K comparable](k *Key[K], u Update) Granted {
+	return Granted{Reserved: Reserve(u.Want, k.Written, u.Capacity, 0), Places: Reserve(u.Instances, k.Places, u.Most, 0)}
+}
+
 // One key's rounds, as an agent runs them: a reservation is used only
 // GrowWait after it was written; the split follows reported demand; when
 // demand moves, the old slot shrinks at once and the new one grows only
@@ -32,7 +38,7 @@ func TestKeyRounds(t *testing.T) {
 	round := func() []Send[int] {
 		t.Helper()
 		if u, write := k.Plan(now, p, time.Minute, capAt, 0, Others{}, cfg); write {
-			k.Synced(now, now, u, Granted{Reserved: Reserve(u.Want, k.Written, u.Capacity, 0), Places: Reserve(u.Instances, k.Places, u.Most, 0)}, cfg)
+			k.Synced(now, now, u, alone(k, u), cfg)
 		}
 		return k.Push(now, p, cfg)
 	}

@@ -25,7 +25,7 @@ func TestSmallShareMoveMovesBucketsLittle(t *testing.T) {
 	}
 	round := func() {
 		if u, write := k.Plan(now, p, time.Minute, capAt, 0, Others{}, cfg); write {
-			k.Synced(now, now, u, Granted{Reserved: Reserve(u.Want, k.Written, u.Capacity, 0), Places: Reserve(u.Instances, k.Places, u.Most, 0)}, cfg)
+			k.Synced(now, now, u, alone(k, u), cfg)
 		}
 		k.Push(now, p, cfg)
 		now = now.Add(cfg.Tick)

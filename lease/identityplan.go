@@ -97,9 +97,9 @@ func NewIdentityPlan(max int) *IdentityPlan {
 // afresh from changes and returns false: the instance should then count
 // only changes as held (DemandReport.Reset, then Sent) and send the rest
 // again. A new process that reports nothing yet keeps its predecessor's
-// report until it does. A region's demand for an identity is the sum over its instances,
-// as its demand for the quota is (each instance sees part of the region's
-// traffic).
+// report until it does. A region's demand for an identity is the sum over
+// its instances, as its demand for the quota is (each instance sees part
+// of the region's traffic).
 //
 // A new identity beyond what the instance or its region may hold (Held) is
 // not taken, and counted in Ignored, so a report's cost and the plan's
@@ -420,11 +420,11 @@ func (p *IdentityPlan) Len() int { return len(p.targets) }
 // identity asks for more than total, prev gives all of it, and every
 // region keeps asking for what prev gives it (up to a fifth less: the
 // demand is measured over a few seconds) and gets at least half of its
-// part in ideal (three quarters at the edge: SetEdge). An identity asking for more than its limit everywhere
-// admits about its limit whatever the exact split; what costs is moving
-// it, since a region grows only once another's shrink is acknowledged
-// (hot-tenant: splits that followed the noise in the demand kept 3% of
-// the hot tenant's limit in flight).
+// part in ideal (three quarters at the edge: SetEdge). An identity asking
+// for more than its limit everywhere admits about its limit whatever the
+// exact split; what costs is moving it, since a region grows only once
+// another's shrink is acknowledged (hot-tenant: splits that followed the
+// noise in the demand kept 3% of the hot tenant's limit in flight).
 func (p *IdentityPlan) holds(id string, prev, ideal map[string]int64, total int64) bool {
 	var given, asked int64
 	for _, d := range p.demand[id] {

@@ -162,12 +162,15 @@ func (e *edgeEngine) leave(ctx context.Context) error {
 	if len(updates) == 0 {
 		return nil
 	}
-	nonce, heir := e.a.leaser.Succession()
-	if _, err := edgeWrite(ctx, e.a.cfg.Redis, e.a.cfg.Region, edgeAgentOf(nonce, heir), updates); err != nil {
+	if _, err := edgeWrite(ctx, e.a.cfg.Redis, e.a.cfg.Region, e.self(), updates); err != nil {
 		return fmt.Errorf("shorten this agent's edge reservations to its assignments' life: %w", err)
 	}
 	return nil
 }
+
+// self names this agent process in the region's reservations, with the
+// process it succeeded under its name, if any.
+func (e *edgeEngine) self() edgeAgent { return edgeAgentOf(e.a.leaser.Succession()) }
 
 // setPolicies notes which policies the edge serves.
 func (e *edgeEngine) setPolicies(ps []*policy.Policy) {
@@ -389,8 +392,7 @@ func (e *edgeEngine) prepare(now time.Time) (updates []edgeUpdate, sync, read bo
 // GrowWait after it.
 func (e *edgeEngine) sync(ctx context.Context, updates []edgeUpdate, read bool) {
 	sent := e.a.cfg.Clock.Now()
-	nonce, heir := e.a.leaser.Succession()
-	agent := edgeAgentOf(nonce, heir)
+	agent := e.self()
 	if e.reader == nil {
 		e.reader = newEdgeReader(agent.id, e.a.cfg.Clock.Now)
 	}
