@@ -2,6 +2,9 @@ package sim
 
 import (
 	"cmp"
+	"context"
+	"errors"
+	"iter"
 	"maps"
 	"slices"
 	"strconv"
@@ -81,7 +84,9 @@ const EnvoyReportInterval = 5 * time.Second
 const MaxEdgeInstances = 1000
 
 // edgeRegion is region r's edge: its agent's RLQS side and its Envoy
-// instances.
+// instances. Its agent's rounds are the agent's (edge.Round); the region
+// gives them the leases (edge.Leases) and its instances (edge.Sender),
+// and its Redis the reservations (edgeStore).
 type edgeRegion struct {
 	e   *engine
 	r   *region
@@ -89,219 +94,160 @@ type edgeRegion struct {
 	set envoy.Settings
 	// up: the agent runs; cut: the instances cannot reach it.
 	up, cut bool
-	gen     int // the agent process's generation: its name in the reservations
 
-	keys       map[int]*simKey // by identity
-	streams    map[uint64]int  // open streams: the instance at the other end
+	rounds     *edge.Round[uint64] // slots are streams: one bucket per identity on each
+	seq        int                 // the round scheduled last; earlier ones do not run
+	queued     map[uint64]bool     // streams sent something this round
+	streams    map[uint64]int      // open streams: the instance at the other end
 	nextStream uint64
-	view       *edge.View
-	readAt     time.Time // the last sync (edge.Config.ReadDue)
 	trust      time.Duration
-	direct     map[int]int64 // direct checks' cost (micro-units) since directAt
-	directAt   time.Time
-	kicked     bool
-	acked      lease.Grant // the grant renewals acknowledge
-
-	// res is the region's Redis's reservations: per identity, per agent
-	// generation, what it reserved and until when (Redis's clock, ms).
-	res map[int]map[int]reservation
+	acked      lease.Grant    // the grant renewals acknowledge
+	store      *edge.MemStore // the region's Redis's reservations
+	gen        int            // the agent process's generation: its name in the reservations
 
 	envoys []*envoyInst
-}
-
-// simKey is one policy identity the region's edge serves.
-type simKey struct {
-	*edge.Key[uint64] // slots are streams: one bucket per identity on each
-	direct            int64
-	others            edge.Others
-}
-
-type reservation struct {
-	reserved, places, edgeDemand, direct int64
-	expiresMs, largest                   int64
 }
 
 // newEdge gives region r its edge.
 func (e *engine) newEdge(r *region) *edgeRegion {
 	cfg := e.s.Edge.config(e.s.Lease.Drift)
 	x := &edgeRegion{e: e, r: r, cfg: cfg, set: envoy.SettingsOf(e.policy.Edge), up: true, trust: cfg.Trust(),
-		keys: map[int]*simKey{}, streams: map[uint64]int{}, direct: map[int]int64{}, res: map[int]map[int]reservation{}}
+		streams: map[uint64]int{}, store: edge.NewMemStore(func() int64 { return r.clock(e.now) })}
 	x.set.StartsFull = !cfg.KeepsFill // Envoy as the agent is set for
-	x.directAt = r.leaseTime(e.now)
+	x.start()
 	for i := 0; i < e.s.Edge.Instances; i++ {
 		x.envoys = append(x.envoys, &envoyInst{x: x, idx: i, buckets: map[int]*envoy.Bucket{}})
 	}
 	return x
 }
 
+// start starts the agent's edge as a new process: no state, the next
+// generation in the reservations, which takes the entries of the one
+// before (its instances reconnect to it: edge/inherit.go), as the agent
+// does those of the process it succeeded under its name.
+func (x *edgeRegion) start() {
+	x.gen++
+	st := regionStore{x.r, x.store.Agent(strconv.Itoa(x.gen), strconv.Itoa(x.gen-1))}
+	x.rounds = edge.NewRound(x.cfg, cmp.Compare[uint64], x, st, x)
+	x.rounds.SetPolicies([]*policy.Policy{x.e.policy})
+}
+
 // startEdges schedules every region's agent rounds.
 func (e *engine) startEdges() {
 	for _, r := range e.regions {
-		x := r.edge
-		tick := x.cfg.Tick.Milliseconds()
-		var round func()
-		round = func() { x.round(); e.at(e.now+tick, round) }
-		e.at(0, round)
+		r.edge.schedule(0)
 	}
 }
 
 // delay is the one-way delay between an instance and the agent, ms.
 func (x *edgeRegion) delay() int64 { return time.Duration(x.e.s.Edge.Delay).Milliseconds() }
 
-// round is the agent's edge round (internal/agent edgeEngine.round):
-// plan every key, sync the reservations with Redis, push.
+// now is the agent's clock.
+func (x *edgeRegion) now() time.Time { return x.r.leaseTime(x.e.now) }
+
+// schedule runs a round at (ms) instead of the one scheduled before, as
+// the agent's timer does.
+func (x *edgeRegion) schedule(at int64) {
+	x.seq++
+	seq := x.seq
+	x.e.at(at, func() {
+		if seq == x.seq {
+			x.round()
+		}
+	})
+}
+
+// round is the agent's edge round (internal/agent edgeEngine.round): one
+// edge.Round, the next scheduled as the agent's timer would be.
 func (x *edgeRegion) round() {
-	x.kicked = false
 	if !x.up {
 		return
 	}
-	now := x.r.leaseTime(x.e.now)
-	ids, updates := x.prepare(now)
-	urgent := false
-	for i, id := range ids {
-		urgent = urgent || x.keys[id].Urgent(updates[i])
-	}
-	// As the agent: a growth is written at once, the rest with the next
-	// read (the keys are planned again then).
-	if !x.r.redisDown && (urgent || x.cfg.ReadDue(x.readAt, now)) {
-		x.readAt = now
-		granted, others := x.sync(ids, updates)
-		for i, id := range ids {
-			if k := x.keys[id]; k != nil {
-				k.Synced(now, now, updates[i], granted[i], x.cfg)
-			}
-		}
-		x.view = edge.NewView(now)
-		name := x.e.policy.Name
-		for id, o := range others {
-			x.view.Add(name, x.e.ids.names[id], o.Reserved)
-		}
-		for id, k := range x.keys {
-			k.others = others[id]
-			x.view.Add(name, x.e.ids.names[id], k.Written)
-		}
-	}
-	x.push(now)
+	clear(x.queued)
+	res := x.rounds.Run(context.Background(), nopLocker{}, x.now)
+	x.schedule(x.e.now + res.After(x.cfg, x.now()).Milliseconds())
 }
 
-// kick runs a round soon, as the agent does when a bucket appears.
-func (x *edgeRegion) kick() {
-	if !x.kicked {
-		x.kicked = true
-		x.e.at(x.e.now, x.round)
+// nopLocker is the lock over a round: the simulation runs one thing at a
+// time.
+type nopLocker struct{}
+
+func (nopLocker) Lock()   {}
+func (nopLocker) Unlock() {}
+
+// kick runs a round now, as the agent does when a bucket appears.
+func (x *edgeRegion) kick() { x.schedule(x.e.now) }
+
+// Policy, ValidUntil, EnforceAt and Heir are the leases the rounds plan
+// with (edge.Leases): the region's holder's.
+func (x *edgeRegion) Policy(name string) *policy.Policy {
+	if name != x.e.policy.Name {
+		return nil
 	}
+	return x.e.policy
 }
 
-// prepare plans every key at now and returns the updates to write, by
-// identity.
-func (x *edgeRegion) prepare(now time.Time) ([]int, []edge.Update) {
-	p := x.e.policy
-	if d := now.Sub(x.directAt); d >= time.Second {
-		for id, k := range x.keys {
-			k.direct = edge.DirectDemand(p, x.direct[id], d)
-		}
-		x.direct, x.directAt = map[int]int64{}, now
+func (x *edgeRegion) ValidUntil(string) time.Time {
+	if g, until := x.r.holder.Grant(); g.ID != "" {
+		return until
 	}
-	var ids []int
-	var updates []edge.Update
-	g, until := x.r.holder.Grant()
-	validLeft := time.Duration(0)
-	if g.ID != "" && until.After(now) {
-		validLeft = until.Sub(now)
-	}
-	for _, id := range slices.Sorted(maps.Keys(x.keys)) {
-		k := x.keys[id]
-		if len(k.Slots) == 0 {
-			u, write, drop := k.Release(now, k.direct, x.cfg)
-			if drop {
-				delete(x.keys, id)
-			} else if write {
-				ids, updates = append(ids, id), append(updates, u)
-			}
-			continue
-		}
-		name := x.e.ids.names[id]
-		// As the agent asks its lease (leaser.EnforceAt): the holder's
-		// EnforceAt at the end of the assignments' life.
-		capacityAt := func(t time.Time) int64 {
-			c, _ := x.r.holder.EnforceAt(name, t)
-			return c
-		}
-		if u, write := k.Plan(now, p, validLeft, capacityAt, k.direct, k.others, x.cfg); write {
-			ids, updates = append(ids, id), append(updates, u)
-		}
-	}
-	return ids, updates
+	return time.Time{}
 }
 
-// sync is lua/edge_sync.lua on the region's Redis: applies this agent's
-// updates (edge.Reserve, for the reservation and the instance places) and
-// returns what it granted each and what the other live agents hold, per
-// identity. A restarted agent takes its previous generation's entry as
-// its own (its instances reconnect to it: edge/inherit.go), as the agent
-// does that of the process it succeeded under its name.
-func (x *edgeRegion) sync(ids []int, updates []edge.Update) ([]edge.Granted, map[int]edge.Others) {
-	nowMs := x.r.clock(x.e.now)
-	granted := make([]edge.Granted, len(ids))
-	for i, id := range ids {
-		u := updates[i]
-		var old, others edge.Granted
-		var in edge.Inheritance
-		keep := map[int]reservation{}
-		for gen, en := range x.res[id] {
-			switch {
-			case en.expiresMs <= nowMs:
-				continue
-			case gen == x.gen:
-				old.Reserved, old.Places = en.reserved, old.Places+en.places
-				continue
-			case gen == x.gen-1: // moves to this generation's entry
-				in = edge.Inheritance{Reserved: en.reserved, Largest: en.largest, Places: en.places,
-					Left: time.Duration(en.expiresMs-nowMs) * time.Millisecond, Edge: en.edgeDemand, Direct: en.direct}
-				old.Places, others.Reserved = old.Places+en.places, others.Reserved+en.reserved
-				continue
-			}
-			others.Reserved, others.Places = others.Reserved+en.reserved, others.Places+en.places
-			keep[gen] = en
-		}
-		g := edge.Granted{Reserved: edge.Reserve(u.Want, old.Reserved, u.Capacity, others.Reserved) + in.Reserved,
-			Places: edge.Reserve(u.Instances, old.Places, u.Most, others.Places), Inherited: in}
-		if g.Reserved > 0 || g.Places > 0 || u.EdgeDemand > 0 || u.Direct > 0 {
-			life := max(1, u.Life.Milliseconds(), in.Left.Milliseconds())
-			keep[x.gen] = reservation{g.Reserved, g.Places, u.EdgeDemand, u.Direct, nowMs + life, max(u.Largest, in.Largest)}
-		}
-		x.res[id] = keep
-		granted[i] = g
-	}
-	others := map[int]edge.Others{}
-	for id, es := range x.res {
-		var o edge.Others
-		for gen, en := range es {
-			if en.expiresMs <= nowMs {
-				delete(es, gen)
-				continue
-			}
-			if gen != x.gen {
-				o.Reserved, o.Edge, o.Direct = o.Reserved+en.reserved, o.Edge+en.edgeDemand, o.Direct+en.direct
-			}
-		}
-		if len(es) == 0 {
-			delete(x.res, id)
-		}
-		if o != (edge.Others{}) {
-			others[id] = o
-		}
-	}
-	return granted, others
+func (x *edgeRegion) EnforceAt(_, identity string, t time.Time) int64 {
+	c, _ := x.r.holder.EnforceAt(identity, t)
+	return c
 }
 
-// push sends every key's actions (edge.Key.Push) down their streams.
-func (x *edgeRegion) push(now time.Time) {
-	for _, id := range slices.Sorted(maps.Keys(x.keys)) {
-		for _, a := range x.keys[id].Push(now, x.e.policy, x.cfg) {
-			in := x.envoys[x.streams[a.Slot]]
-			x.e.at(x.e.now+x.delay(), func() { in.apply(a.Slot, id, a) })
-			x.e.edgeRes.count(a)
+// Heir is none: a restarted agent's rounds start anew (start), and the
+// store moves the entry of the generation before.
+func (x *edgeRegion) Heir() string { return "" }
+
+// regionStore is the region's Redis's reservations as an agent process
+// syncs with them, failing while the Redis is down.
+type regionStore struct {
+	r *region
+	edge.Store
+}
+
+// errRedisDown is the store's answer while the region's Redis is down.
+var errRedisDown = errors.New("the region's Redis is down")
+
+func (s regionStore) Sync(ctx context.Context, writes []edge.Write, read bool) ([]edge.Granted, map[edge.ID]edge.Others, error) {
+	if s.r.redisDown {
+		return nil, nil, errRedisDown
+	}
+	return s.Store.Sync(ctx, writes, read)
+}
+
+// Queue delivers a round's action to its stream's instance after the
+// delay (edge.Sender).
+func (x *edgeRegion) Queue(id edge.ID, a edge.Send[uint64]) {
+	in, identity := x.envoys[x.streams[a.Slot]], x.e.ids.index[id.Identity]
+	x.e.at(x.e.now+x.delay(), func() { in.apply(a.Slot, identity, a) })
+	x.e.edgeRes.count(a)
+	if x.queued == nil {
+		x.queued = map[uint64]bool{}
+	}
+	x.queued[a.Slot] = true
+}
+
+// Refused: the simulated instances stay within the policy's.
+func (x *edgeRegion) Refused(edge.ID, uint64) {}
+
+// Along lists the slots of the streams sent something this round, in
+// order (edge.Sender).
+func (x *edgeRegion) Along() iter.Seq2[edge.ID, uint64] {
+	return func(yield func(edge.ID, uint64) bool) {
+		ids := slices.SortedFunc(maps.Keys(maps.Collect(x.rounds.Keys())), func(a, b edge.ID) int {
+			return cmp.Or(cmp.Compare(a.Policy, b.Policy), cmp.Compare(a.Identity, b.Identity))
+		})
+		for _, st := range slices.Sorted(maps.Keys(x.queued)) {
+			for _, id := range ids {
+				if x.rounds.Lookup(id).Slots[st] != nil && !yield(id, st) {
+					return
+				}
+			}
 		}
 	}
 }
@@ -316,9 +262,9 @@ func (x *edgeRegion) open(i int) uint64 {
 // close forgets stream st (it ended): what its slots were sent keeps
 // counting until it expires.
 func (x *edgeRegion) close(st uint64) {
-	for _, k := range x.keys {
+	for _, k := range x.rounds.Keys() {
 		if k.Slots[st] != nil {
-			k.Remove(st)
+			x.rounds.Remove(k, st)
 		}
 	}
 	delete(x.streams, st)
@@ -339,14 +285,10 @@ func (x *edgeRegion) report(st uint64, us []usage) {
 	if _, open := x.streams[st]; !open || !x.up {
 		return
 	}
-	now := x.r.leaseTime(x.e.now)
+	now := x.now()
 	p := x.e.policy
 	for _, u := range us {
-		k := x.keys[u.identity]
-		if k == nil {
-			k = &simKey{Key: edge.NewKey[uint64](cmp.Compare[uint64])}
-			x.keys[u.identity] = k
-		}
+		k := x.rounds.Key(edge.ID{Policy: p.Name, Identity: x.e.ids.names[u.identity]}, p)
 		s := k.Slots[st]
 		if s == nil {
 			s = k.Add(st, now)
@@ -355,13 +297,14 @@ func (x *edgeRegion) report(st uint64, us []usage) {
 		count := u.allowed + u.denied
 		x.e.observe(x.r, u.identity, edge.ReportedCost(p, count))
 		s.Report(p, count, u.elapsed, now)
+		k.Touch()
 	}
 }
 
 // reserved is what direct checks of identity must leave the edge at now
 // (edgeEngine.reserved).
 func (x *edgeRegion) reserved(identity string, now time.Time) int64 {
-	return x.view.Reserved(x.e.policy.Name, identity, now, x.trust)
+	return x.rounds.View().Reserved(x.e.policy.Name, identity, now, x.trust)
 }
 
 // present is the grant a renewal of the region acknowledges, req asking
@@ -373,7 +316,7 @@ func (x *edgeRegion) present(req lease.Request, now time.Time) string {
 	if req.GrantID == "" || base.ID != req.GrantID {
 		base = lease.Grant{}
 	}
-	if base.ID != "" && base.ID != x.acked.ID && x.view.Holds(x.e.policy.Name, base, now, x.trust) {
+	if base.ID != "" && base.ID != x.acked.ID && x.rounds.View().Holds(x.e.policy.Name, base, now, x.trust) {
 		base = x.acked
 	}
 	x.acked = base
@@ -388,9 +331,9 @@ func (x *edgeRegion) down() {
 }
 
 func (x *edgeRegion) back() {
-	x.up, x.gen = true, x.gen+1
-	x.keys, x.view, x.direct = map[int]*simKey{}, nil, map[int]int64{}
-	x.directAt = x.r.leaseTime(x.e.now)
+	x.up = true
+	x.start()
+	x.schedule(x.e.now)
 }
 
 // endStreams ends every stream: the agent forgets them, each instance

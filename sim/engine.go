@@ -350,7 +350,7 @@ func (e *engine) schedule(durMs int64) {
 			e.at(end, func() {
 				r.redisDown, r.store, r.bornMs = false, map[int]policy.State{}, -1
 				if r.edge != nil {
-					r.edge.res = map[int]map[int]reservation{}
+					r.edge.store.Clear()
 				}
 			})
 		case "redis-flap": // down for 'down' at the start of every 'period'
@@ -661,7 +661,7 @@ func (e *engine) leased(r *region, a arrival, ideal bool) (d policy.Decision, mo
 	}
 	e.observe(r, a.identity, cost)
 	if r.edge != nil {
-		r.edge.direct[a.identity] += cost // the agent's observer: the direct part of the demand
+		r.edge.rounds.ObserveDirect(e.policy.Name, e.ids.names[a.identity], cost) // the agent's observer: the direct part of the demand
 		e.edgeRes.DirectRequests++
 		if d.Allowed {
 			e.edgeRes.DirectAdmitted++

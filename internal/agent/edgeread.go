@@ -52,7 +52,7 @@ type edgeReader struct {
 
 	// sumsOf are the sums last returned, good while no field changed
 	// (dirty) and until the earliest entry expires (sumsUntil, Redis ms).
-	sumsOf    map[edgeKeyID]edge.Others
+	sumsOf    map[edge.ID]edge.Others
 	sumsUntil int64
 	dirty     bool
 
@@ -83,7 +83,7 @@ var errEdgeReset = errors.New("edge reservations: the log must be read whole")
 
 // read brings the copy up to date and returns the others' sums for every
 // policy identity they hold something for, at Redis's clock of the read.
-func (r *edgeReader) read(ctx context.Context, rdb redis.UniversalClient, region string, a edgeAgent) (map[edgeKeyID]edge.Others, error) {
+func (r *edgeReader) read(ctx context.Context, rdb redis.UniversalClient, region string, a edgeAgent) (map[edge.ID]edge.Others, error) {
 	nowMs, err := r.step(ctx, rdb, region, a)
 	if errors.Is(err, errEdgeReset) {
 		r.reset()
@@ -229,11 +229,11 @@ func (r *edgeReader) apply(fields map[string][]edgeEntry, f [2]string) {
 // the expired ones are dropped from the copy. They are summed again only
 // when a field changed or an entry expired. The caller must not change
 // the map.
-func (r *edgeReader) sums(nowMs int64) map[edgeKeyID]edge.Others {
+func (r *edgeReader) sums(nowMs int64) map[edge.ID]edge.Others {
 	if !r.dirty && r.sumsOf != nil && nowMs < r.sumsUntil {
 		return r.sumsOf
 	}
-	out := map[edgeKeyID]edge.Others{}
+	out := map[edge.ID]edge.Others{}
 	until := int64(math.MaxInt64)
 	for f, es := range r.fields {
 		live := es[:0]

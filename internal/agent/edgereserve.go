@@ -34,20 +34,11 @@ func edgeLogKey(region string) string          { return "ql:edgelog:{" + region 
 func edgeSeqKey(region string) string          { return "ql:edgeseq:{" + region + "}" }
 
 // edgeField names a policy identity in the hash.
-func edgeField(k edgeKeyID) string { return k.policy + "\x00" + k.identity }
+func edgeField(k edge.ID) string { return k.Policy + "\x00" + k.Identity }
 
-func parseEdgeField(f string) (edgeKeyID, bool) {
+func parseEdgeField(f string) (edge.ID, bool) {
 	p, id, ok := strings.Cut(f, "\x00")
-	return edgeKeyID{p, id}, ok
-}
-
-// edgeUpdate is one agent's reservation for one policy identity: Want is
-// granted up to Capacity counting the other agents' (growth only; a
-// smaller want is granted whole: edge.Reserve, the script's rule), with
-// this agent's demands, kept for Life.
-type edgeUpdate struct {
-	key edgeKeyID
-	edge.Update
+	return edge.ID{Policy: p, Identity: id}, ok
 }
 
 // edgeBatch is the most updates one call of the script applies, and
@@ -82,7 +73,7 @@ func edgeAgentOf(nonce, heir string) edgeAgent {
 // On an error, granted holds what the batches that landed granted, the
 // first len(granted) updates, so that a sync too large for its time still
 // makes progress.
-func edgeWrite(ctx context.Context, rdb redis.UniversalClient, region string, a edgeAgent, updates []edgeUpdate) (granted []edge.Granted, err error) {
+func edgeWrite(ctx context.Context, rdb redis.UniversalClient, region string, a edgeAgent, updates []edge.Write) (granted []edge.Granted, err error) {
 	granted = make([]edge.Granted, 0, len(updates))
 	for start := 0; start < len(updates); start += edgeBatch {
 		res, err := edgeCall(ctx, rdb, region, a, updates[start:min(len(updates), start+edgeBatch)], edgeRead{})
@@ -116,11 +107,11 @@ type edgeResult struct {
 }
 
 // edgeCall is one call of the script: updates applied, then rd's page.
-func edgeCall(ctx context.Context, rdb redis.UniversalClient, region string, a edgeAgent, updates []edgeUpdate, rd edgeRead) (edgeResult, error) {
+func edgeCall(ctx context.Context, rdb redis.UniversalClient, region string, a edgeAgent, updates []edge.Write, rd edgeRead) (edgeResult, error) {
 	args := make([]any, 0, 7+9*len(updates))
 	args = append(args, a.id, a.heir, len(updates))
 	for _, u := range updates {
-		args = append(args, edgeField(u.key), u.Want, u.Capacity, u.EdgeDemand, u.Direct, max(1, u.Life.Milliseconds()), u.Instances, u.Most, u.Largest)
+		args = append(args, edgeField(u.ID), u.Want, u.Capacity, u.EdgeDemand, u.Direct, max(1, u.Life.Milliseconds()), u.Instances, u.Most, u.Largest)
 	}
 	args = append(args, rd.mode, rd.from, rd.page, rd.epoch)
 	keys := []string{edgeReservationsKey(region), edgeLogKey(region), edgeSeqKey(region)}

@@ -13,6 +13,7 @@ import (
 	"github.com/quota-lease/quota-lease/edge"
 	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/lease"
+	"github.com/quota-lease/quota-lease/policy"
 )
 
 // Agents growing their reservations for one identity at once, each asking
@@ -25,7 +26,7 @@ import (
 func TestEdgeReservationsOnRedis(t *testing.T) {
 	rdb := edgeRedis(t)
 	ctx := context.Background()
-	id := edgeKeyID{"api", "acme"}
+	id := edge.ID{Policy: "api", Identity: "acme"}
 	const capacity = 1000
 	var wg sync.WaitGroup
 	granted := make([]edge.Granted, 8)
@@ -34,9 +35,9 @@ func TestEdgeReservationsOnRedis(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			name := string(rune('a' + i))
-			u := edgeUpdate{key: id, Update: edge.Update{Want: capacity, Capacity: capacity, Instances: 3, Most: 4, EdgeDemand: 5, Life: time.Minute}}
+			u := edge.Write{ID: id, Update: edge.Update{Want: capacity, Capacity: capacity, Instances: 3, Most: 4, EdgeDemand: 5, Life: time.Minute}}
 			for round := 0; round < 20; round++ {
-				g, err := edgeWrite(ctx, rdb, "us", edgeAgent{id: name}, []edgeUpdate{u})
+				g, err := edgeWrite(ctx, rdb, "us", edgeAgent{id: name}, []edge.Write{u})
 				if err != nil {
 					t.Error(err)
 					return
@@ -73,7 +74,7 @@ func TestEdgeReservationsOnRedis(t *testing.T) {
 		}
 	}
 	next := edgeAgent{id: "next", heir: string(rune('a' + heir))}
-	g, err := edgeWrite(ctx, rdb, "us", next, []edgeUpdate{{key: id, Update: edge.Update{Capacity: capacity, Instances: 4, Most: 4, Life: time.Minute}}})
+	g, err := edgeWrite(ctx, rdb, "us", next, []edge.Write{{ID: id, Update: edge.Update{Capacity: capacity, Instances: 4, Most: 4, Life: time.Minute}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,11 +85,11 @@ func TestEdgeReservationsOnRedis(t *testing.T) {
 	}
 	// Shrinking is granted whole; an agent holding for a short life is
 	// gone once it ran out.
-	g, _ = edgeWrite(ctx, rdb, "us", edgeAgent{id: "a"}, []edgeUpdate{{key: id, Update: edge.Update{Want: 0, Capacity: capacity, Life: time.Minute}}})
+	g, _ = edgeWrite(ctx, rdb, "us", edgeAgent{id: "a"}, []edge.Write{{ID: id, Update: edge.Update{Want: 0, Capacity: capacity, Life: time.Minute}}})
 	if g[0] != (edge.Granted{}) {
 		t.Fatalf("shrink to 0 granted %+v", g[0])
 	}
-	if _, err := edgeWrite(ctx, rdb, "us", edgeAgent{id: "b"}, []edgeUpdate{{key: id, Update: edge.Update{Want: granted[1].Reserved, Capacity: capacity, Life: 300 * time.Millisecond}}}); err != nil {
+	if _, err := edgeWrite(ctx, rdb, "us", edgeAgent{id: "b"}, []edge.Write{{ID: id, Update: edge.Update{Want: granted[1].Reserved, Capacity: capacity, Life: 300 * time.Millisecond}}}); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 5*time.Second, "b's reservation expiring", func() bool {
@@ -107,9 +108,9 @@ func TestEdgeReservationsInPages(t *testing.T) {
 	rdb := edgeRedis(t)
 	ctx := context.Background()
 	const n = 5 * edgePage
-	updates := make([]edgeUpdate, n)
+	updates := make([]edge.Write, n)
 	for i := range updates {
-		updates[i] = edgeUpdate{key: edgeKeyID{"api", fmt.Sprint("tenant-", i)}, Update: edge.Update{Want: 10, Capacity: 100, EdgeDemand: 1, Life: time.Minute}}
+		updates[i] = edge.Write{ID: edge.ID{Policy: "api", Identity: fmt.Sprint("tenant-", i)}, Update: edge.Update{Want: 10, Capacity: 100, EdgeDemand: 1, Life: time.Minute}}
 	}
 	g, err := edgeWrite(ctx, rdb, "us", edgeAgent{id: "b"}, updates)
 	if err != nil {
@@ -129,7 +130,7 @@ func TestEdgeReservationsInPages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(others) != n || others[edgeKeyID{"api", "tenant-7"}].Reserved != 10 {
+	if len(others) != n || others[edge.ID{Policy: "api", Identity: "tenant-7"}].Reserved != 10 {
 		t.Fatalf("a whole read saw %d of %d identities", len(others), n)
 	}
 }
@@ -141,12 +142,12 @@ func TestEdgeReservationsInPages(t *testing.T) {
 func TestEdgeHoldsShrinkingGrant(t *testing.T) {
 	a := &Agent{cfg: DefaultConfig(), m: newMetrics()}
 	e := newEdgeEngine(a, DefaultEdgeConfig())
-	on := map[string]bool{"api": true}
-	e.enabled.Store(&on)
+	api := &policy.Policy{Name: "api", Scope: policy.ScopeGlobal, Edge: &policy.Edge{Instances: 1}}
+	read := readOnly{edge.ID{Policy: "api", Identity: "acme"}: {Reserved: 500}}
+	e.r = edge.NewRound(e.rc, compareSlots, servesOnly{api}, read, e)
+	e.r.SetPolicies([]*policy.Policy{api})
 	now := time.Now()
-	v := edge.NewView(now)
-	v.Add("api", "acme", 500)
-	e.view.Store(v)
+	e.r.Run(context.Background(), &e.mu, func() time.Time { return now })
 	for _, c := range []struct {
 		g    lease.Grant
 		at   time.Time
@@ -172,6 +173,27 @@ func TestEdgeHoldsShrinkingGrant(t *testing.T) {
 	}
 }
 
+// readOnly is a store of edge reservations that holds the others' and
+// writes nothing.
+type readOnly map[edge.ID]edge.Others
+
+func (r readOnly) Sync(_ context.Context, ws []edge.Write, _ bool) ([]edge.Granted, map[edge.ID]edge.Others, error) {
+	return make([]edge.Granted, len(ws)), r, nil
+}
+
+// servesOnly is leases of no grant, of one policy served at the edge.
+type servesOnly struct{ p *policy.Policy }
+
+func (s servesOnly) Policy(name string) *policy.Policy {
+	if name == s.p.Name {
+		return s.p
+	}
+	return nil
+}
+func (servesOnly) ValidUntil(string) time.Time               { return time.Time{} }
+func (servesOnly) EnforceAt(string, string, time.Time) int64 { return 0 }
+func (servesOnly) Heir() string                              { return "" }
+
 // BenchmarkEdgeRead reads a region's hash of 100,000 identities held by
 // another agent, page by page (as the agent's whole reads do) and in one
 // call (as it once did), and reports the longest call: how long a
@@ -180,9 +202,9 @@ func TestEdgeHoldsShrinkingGrant(t *testing.T) {
 func BenchmarkEdgeRead(b *testing.B) {
 	rdb := edgeRedis(b)
 	ctx := context.Background()
-	updates := make([]edgeUpdate, 100_000)
+	updates := make([]edge.Write, 100_000)
 	for i := range updates {
-		updates[i] = edgeUpdate{key: edgeKeyID{"api", fmt.Sprint("tenant-", i)}, Update: edge.Update{Want: 10, Capacity: 100, EdgeDemand: 1, Life: time.Hour}}
+		updates[i] = edge.Write{ID: edge.ID{Policy: "api", Identity: fmt.Sprint("tenant-", i)}, Update: edge.Update{Want: 10, Capacity: 100, EdgeDemand: 1, Life: time.Hour}}
 	}
 	if _, err := edgeWrite(ctx, rdb, "us", edgeAgent{id: "b"}, updates); err != nil {
 		b.Fatal(err)
@@ -236,13 +258,13 @@ func TestEdgeReaderReadsChanges(t *testing.T) {
 	b := edgeAgent{id: "b"}
 	write := func(life time.Duration, tenants ...int) {
 		t.Helper()
-		var us []edgeUpdate
+		var us []edge.Write
 		for _, i := range tenants {
 			want := int64(10 + i%7)
 			if i < 0 {
 				i, want = -i, 0 // removed: nothing reserved, no demand
 			}
-			us = append(us, edgeUpdate{key: edgeKeyID{"api", fmt.Sprint("tenant-", i)}, Update: edge.Update{Want: want, Capacity: 100, Life: life}})
+			us = append(us, edge.Write{ID: edge.ID{Policy: "api", Identity: fmt.Sprint("tenant-", i)}, Update: edge.Update{Want: want, Capacity: 100, Life: life}})
 		}
 		if _, err := edgeWrite(ctx, rdb, "us", b, us); err != nil {
 			t.Fatal(err)
@@ -254,7 +276,7 @@ func TestEdgeReaderReadsChanges(t *testing.T) {
 	}
 	write(time.Minute, all...)
 	r := newEdgeReader("a", time.Now)
-	read := func() map[edgeKeyID]edge.Others {
+	read := func() map[edge.ID]edge.Others {
 		t.Helper()
 		others, err := r.read(ctx, rdb, "us", edgeAgent{id: "a"})
 		if err != nil {
@@ -277,14 +299,14 @@ func TestEdgeReaderReadsChanges(t *testing.T) {
 	if n := r.fieldsRead - before; n != 4 || r.wholeReads != 1 {
 		t.Fatalf("four fields written: %d read, %d whole reads; want 4, 1", n, r.wholeReads)
 	}
-	if _, gone := others[edgeKeyID{"api", "tenant-1"}]; gone || others[edgeKeyID{"api", "tenant-1001"}].Reserved != 10+1001%7 || len(others) != 1000 {
-		t.Fatalf("after the changes: %d identities, tenant-1 %v, tenant-1001 %+v", len(others), others[edgeKeyID{"api", "tenant-1"}], others[edgeKeyID{"api", "tenant-1001"}])
+	if _, gone := others[edge.ID{Policy: "api", Identity: "tenant-1"}]; gone || others[edge.ID{Policy: "api", Identity: "tenant-1001"}].Reserved != 10+1001%7 || len(others) != 1000 {
+		t.Fatalf("after the changes: %d identities, tenant-1 %v, tenant-1001 %+v", len(others), others[edge.ID{Policy: "api", Identity: "tenant-1"}], others[edge.ID{Policy: "api", Identity: "tenant-1001"}])
 	}
 
 	// The reader's own writes cost it nothing.
 	before = r.fieldsRead
-	own := edgeUpdate{key: edgeKeyID{"api", "tenant-1"}, Update: edge.Update{Want: 5, Capacity: 100, Life: time.Minute}}
-	if _, err := edgeWrite(ctx, rdb, "us", edgeAgent{id: "a"}, []edgeUpdate{own}); err != nil {
+	own := edge.Write{ID: edge.ID{Policy: "api", Identity: "tenant-1"}, Update: edge.Update{Want: 5, Capacity: 100, Life: time.Minute}}
+	if _, err := edgeWrite(ctx, rdb, "us", edgeAgent{id: "a"}, []edge.Write{own}); err != nil {
 		t.Fatal(err)
 	}
 	if others := read(); len(others) != 1000 || r.fieldsRead != before {
@@ -325,10 +347,10 @@ func TestEdgeLogTrimmed(t *testing.T) {
 	rdb := edgeRedis(t)
 	ctx := context.Background()
 	b := edgeAgent{id: "b"}
-	update := func(tenant int, want int64) edgeUpdate {
-		return edgeUpdate{key: edgeKeyID{"api", fmt.Sprint("tenant-", tenant)}, Update: edge.Update{Want: want, Capacity: 100, Life: time.Hour}}
+	update := func(tenant int, want int64) edge.Write {
+		return edge.Write{ID: edge.ID{Policy: "api", Identity: fmt.Sprint("tenant-", tenant)}, Update: edge.Update{Want: want, Capacity: 100, Life: time.Hour}}
 	}
-	var added, removed []edgeUpdate
+	var added, removed []edge.Write
 	for i := range 100 {
 		added = append(added, update(i, 10))
 	}
@@ -345,7 +367,7 @@ func TestEdgeLogTrimmed(t *testing.T) {
 	if _, err := edgeWrite(ctx, rdb, "us", b, removed); err != nil {
 		t.Fatal(err)
 	}
-	churn := make([]edgeUpdate, edgeBatch)
+	churn := make([]edge.Write, edgeBatch)
 	for i := range churn {
 		churn[i] = update(99, int64(10+i%2))
 	}
@@ -377,21 +399,21 @@ func TestEdgeSweepSpreadsOverReads(t *testing.T) {
 	b := edgeAgent{id: "b"}
 	write := func(tenant int, want int64) {
 		t.Helper()
-		u := edgeUpdate{key: edgeKeyID{"api", fmt.Sprint("tenant-", tenant)}, Update: edge.Update{Want: want, Capacity: 100, Life: time.Hour}}
-		if _, err := edgeWrite(ctx, rdb, "us", b, []edgeUpdate{u}); err != nil {
+		u := edge.Write{ID: edge.ID{Policy: "api", Identity: fmt.Sprint("tenant-", tenant)}, Update: edge.Update{Want: want, Capacity: 100, Life: time.Hour}}
+		if _, err := edgeWrite(ctx, rdb, "us", b, []edge.Write{u}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	const n = 3 * edgeSweepPages * edgePage // three reads' worth of pages
-	us := make([]edgeUpdate, n)
+	us := make([]edge.Write, n)
 	for i := range us {
-		us[i] = edgeUpdate{key: edgeKeyID{"api", fmt.Sprint("tenant-", i)}, Update: edge.Update{Want: 10, Capacity: 100, Life: time.Hour}}
+		us[i] = edge.Write{ID: edge.ID{Policy: "api", Identity: fmt.Sprint("tenant-", i)}, Update: edge.Update{Want: 10, Capacity: 100, Life: time.Hour}}
 	}
 	if _, err := edgeWrite(ctx, rdb, "us", b, us); err != nil {
 		t.Fatal(err)
 	}
 	r := newEdgeReader("a", time.Now)
-	read := func(ctx context.Context) (map[edgeKeyID]edge.Others, error) {
+	read := func(ctx context.Context) (map[edge.ID]edge.Others, error) {
 		return r.read(ctx, rdb, "us", edgeAgent{id: "a"})
 	}
 	if others, err := read(ctx); err != nil || len(others) != n || r.wholeReads != 1 {
@@ -413,7 +435,7 @@ func TestEdgeSweepSpreadsOverReads(t *testing.T) {
 		}
 	}
 	others, _ := read(ctx)
-	if _, ok := others[edgeKeyID{"api", fmt.Sprint("tenant-", n)}]; !ok || len(others) != n {
+	if _, ok := others[edge.ID{Policy: "api", Identity: fmt.Sprint("tenant-", n)}]; !ok || len(others) != n {
 		t.Fatalf("after the sweep: %d identities, the one added during it present %v", len(others), ok)
 	}
 

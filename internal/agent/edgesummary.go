@@ -19,7 +19,7 @@ type edgeSummary struct {
 // when no Envoy instance holds a bucket of it (or the policy is no longer
 // served at the edge: a summary of a round before that would be stale).
 func (e *edgeEngine) edgeSummary(name string) *pb.EdgeSummary {
-	if !(*e.enabled.Load())[name] {
+	if !e.r.Serves(name) {
 		return nil
 	}
 	p := e.summary.Load()

@@ -242,7 +242,7 @@ func (e *edgeEngine) report(st *rlqsStream, m *rlqsv3.RateLimitQuotaUsageReports
 			}
 			fresh = true
 		}
-		pol := s.key.pol
+		pol := s.key.Policy()
 		if pol == nil {
 			continue
 		}
@@ -252,9 +252,9 @@ func (e *edgeEngine) report(st *rlqsStream, m *rlqsv3.RateLimitQuotaUsageReports
 		// The edge's demand is the region's demand too: the lease asks for
 		// it as for direct checks' (the meter), so the region's share
 		// follows the edge.
-		e.a.leaser.observe(pol.Name, s.key.id.identity, edge.ReportedCost(pol, count), now)
+		e.a.leaser.observe(pol.Name, s.key.ID.Identity, edge.ReportedCost(pol, count), now)
 		s.Report(pol, count, u.GetTimeElapsed().AsDuration(), now)
-		s.key.dirty = true
+		s.key.Touch()
 	}
 	if fresh {
 		e.kickSoon()
@@ -292,13 +292,13 @@ func (e *edgeEngine) subscribe(st *rlqsStream, id *rlqsv3.BucketId, bk string, n
 		e.m.refused.WithLabelValues("unlimited").Inc()
 		return nil
 	}
-	kid := edgeKeyID{m.pol.Name, identity}
-	k := e.keys[kid]
+	kid := edge.ID{Policy: m.pol.Name, Identity: identity}
+	k := e.r.Lookup(kid)
 	switch {
-	case k == nil && len(e.keys) >= e.cfg.MaxIdentities:
+	case k == nil && e.r.Len() >= e.cfg.MaxIdentities:
 		e.m.limited.WithLabelValues("identities").Inc()
 		return nil
-	case k != nil && k.onStream(st.id):
+	case k != nil && onStream(k, st.id):
 		err = errSecondBucket
 	}
 	if err != nil {
@@ -306,10 +306,10 @@ func (e *edgeEngine) subscribe(st *rlqsStream, id *rlqsv3.BucketId, bk string, n
 		st.refused.failed(e.a.cfg.Logger, now, "domain", st.domain, "bucket", bk, "policy", m.pol.Name, "error", err)
 		return nil
 	}
-	k = e.key(kid, m.pol)
+	k = e.r.Key(kid, m.pol)
 	sid := rlqsSlotID{st.id, bk}
 	s := &rlqsSlot{Slot: k.Add(sid, now), st: st, id: id, key: k}
-	st.slots[bk], k.slots[sid] = s, s
+	st.slots[bk] = s
 	e.buckets++
 	return s
 }
@@ -317,8 +317,8 @@ func (e *edgeEngine) subscribe(st *rlqsStream, id *rlqsv3.BucketId, bk string, n
 // onStream reports whether stream already holds a bucket of k: one
 // instance gets one bucket of an identity, whatever spelling of it its
 // bucket ids use, as the bound's edge term counts one fallback each.
-func (k *edgeKey) onStream(stream uint64) bool {
-	for sid := range k.slots {
+func onStream(k *edgeKey, stream uint64) bool {
+	for sid := range k.Slots {
 		if sid.stream == stream {
 			return true
 		}

@@ -196,8 +196,8 @@ func TestRLQSBadInput(t *testing.T) {
 	// Nothing the refused buckets named was reserved.
 	ra.a.edge.mu.Lock()
 	defer ra.a.edge.mu.Unlock()
-	for id := range ra.a.edge.keys {
-		if id.policy != "api" || id.identity == "x" {
+	for id := range ra.a.edge.r.Keys() {
+		if id.Policy != "api" || id.Identity == "x" {
 			t.Errorf("a refused bucket got a key: %+v", id)
 		}
 	}
@@ -266,8 +266,8 @@ func TestRLQSInstancesAndSpellings(t *testing.T) {
 	slots := func() (n, placed int) {
 		ra.a.edge.mu.Lock()
 		defer ra.a.edge.mu.Unlock()
-		for _, k := range ra.a.edge.keys { // the test serves one identity
-			for _, s := range k.slots {
+		for _, k := range ra.a.edge.r.Keys() { // the test serves one identity
+			for _, s := range k.Slots {
 				n++
 				if s.Placed {
 					placed++

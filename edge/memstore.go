@@ -1,0 +1,106 @@
+package edge
+
+import (
+	"context"
+	"time"
+)
+
+// MemStore is a region's store of edge reservations held in memory, kept
+// as internal/agent/lua/edge_sync.lua keeps them in the region's Redis
+// (TestMemStoreAsTheScript compares the two): per policy identity, per
+// agent process, what it reserved, its instance places, its demands, the
+// largest share one of its instances may enforce, and until when (on the
+// store's clock). An agent process's first write of an identity takes
+// over the entry of the process it succeeded (inherit.go). The simulator's
+// regions keep their reservations in one. Not safe for concurrent use.
+type MemStore struct {
+	nowMs func() int64 // the store's clock, ms
+	res   map[ID]map[string]entry
+}
+
+type entry struct {
+	reserved, places, edgeDemand, direct int64
+	expiresMs, largest                   int64
+}
+
+// NewMemStore returns an empty store on the clock nowMs (milliseconds).
+func NewMemStore(nowMs func() int64) *MemStore {
+	return &MemStore{nowMs: nowMs, res: map[ID]map[string]entry{}}
+}
+
+// Clear forgets every entry, as a store that lost its data.
+func (m *MemStore) Clear() { clear(m.res) }
+
+// Agent is the store as agent process id, which succeeded heir ("": none),
+// syncs with it.
+func (m *MemStore) Agent(id, heir string) Store { return memAgent{m, id, heir} }
+
+type memAgent struct {
+	m        *MemStore
+	id, heir string
+}
+
+// Sync applies the writes (Reserve, for the reservation and the instance
+// places) and returns what it granted each and, when read, what the other
+// live agents hold, per identity.
+func (a memAgent) Sync(_ context.Context, writes []Write, read bool) ([]Granted, map[ID]Others, error) {
+	nowMs := a.m.nowMs()
+	granted := make([]Granted, len(writes))
+	for i, w := range writes {
+		granted[i] = a.write(w.ID, w.Update, nowMs)
+	}
+	others := map[ID]Others{}
+	for id, es := range a.m.res {
+		var o Others
+		for who, en := range es {
+			if en.expiresMs <= nowMs {
+				delete(es, who)
+				continue
+			}
+			if who != a.id {
+				o.Reserved, o.Edge, o.Direct = o.Reserved+en.reserved, o.Edge+en.edgeDemand, o.Direct+en.direct
+			}
+		}
+		if len(es) == 0 {
+			delete(a.m.res, id)
+		}
+		if o != (Others{}) {
+			others[id] = o
+		}
+	}
+	if !read {
+		others = nil
+	}
+	return granted, others, nil
+}
+
+// write applies one update of this agent's entry for id at nowMs.
+func (a memAgent) write(id ID, u Update, nowMs int64) Granted {
+	var old, others Granted
+	var in Inheritance
+	keep := map[string]entry{}
+	for who, en := range a.m.res[id] {
+		switch {
+		case en.expiresMs <= nowMs:
+			continue
+		case who == a.id:
+			old.Reserved, old.Places = en.reserved, old.Places+en.places
+			continue
+		case who == a.heir && a.heir != "": // moves to this agent's entry
+			in = Inheritance{Reserved: en.reserved, Largest: en.largest, Places: en.places,
+				Left: time.Duration(en.expiresMs-nowMs) * time.Millisecond, Edge: en.edgeDemand, Direct: en.direct}
+			old.Places, others.Reserved = old.Places+en.places, others.Reserved+en.reserved
+			continue
+		}
+		others.Reserved, others.Places = others.Reserved+en.reserved, others.Places+en.places
+		keep[who] = en
+	}
+	g := Granted{Reserved: Reserve(u.Want, old.Reserved, u.Capacity, others.Reserved) + in.Reserved,
+		Places: Reserve(u.Instances, old.Places, u.Most, others.Places), Inherited: in}
+	if g.Reserved > 0 || g.Places > 0 || u.EdgeDemand > 0 || u.Direct > 0 {
+		life := max(1, u.Life.Milliseconds(), in.Left.Milliseconds())
+		keep[a.id] = entry{g.Reserved, g.Places, u.EdgeDemand, u.Direct, nowMs + life, max(u.Largest, in.Largest)}
+	}
+	a.m.res[id] = keep
+	return g
+}
