@@ -101,9 +101,11 @@ type edgeRegion struct {
 	streams    map[uint64]int      // open streams: the instance at the other end
 	nextStream uint64
 	trust      time.Duration
-	acked      lease.Grant    // the grant renewals acknowledge
-	store      *edge.MemStore // the region's Redis's reservations
-	gen        int            // the agent process's generation: its name in the reservations
+	acked      lease.Grant                                         // the grant renewals acknowledge
+	store      *edge.MemStore                                      // the region's Redis's reservations
+	gen        int                                                 // the agent process's generation: its name in the reservations
+	leases     edge.Leases                                         // what the rounds plan with: the region's holder (x), or a test's
+	sent       func(instance int, id edge.ID, a edge.Send[uint64]) // a test's record of what the rounds send
 
 	envoys []*envoyInst
 }
@@ -114,6 +116,7 @@ func (e *engine) newEdge(r *region) *edgeRegion {
 	x := &edgeRegion{e: e, r: r, cfg: cfg, set: envoy.SettingsOf(e.policy.Edge), up: true, trust: cfg.Trust(),
 		streams: map[uint64]int{}, store: edge.NewMemStore(func() int64 { return r.clock(e.now) })}
 	x.set.StartsFull = !cfg.KeepsFill // Envoy as the agent is set for
+	x.leases = x
 	x.start()
 	for i := 0; i < e.s.Edge.Instances; i++ {
 		x.envoys = append(x.envoys, &envoyInst{x: x, idx: i, buckets: map[int]*envoy.Bucket{}})
@@ -128,14 +131,14 @@ func (e *engine) newEdge(r *region) *edgeRegion {
 func (x *edgeRegion) start() {
 	x.gen++
 	st := regionStore{x.r, x.store.Agent(strconv.Itoa(x.gen), strconv.Itoa(x.gen-1))}
-	x.rounds = edge.NewRound(x.cfg, cmp.Compare[uint64], x, st, x)
+	x.rounds = edge.NewRound(x.cfg, cmp.Compare[uint64], x.leases, st, x)
 	x.rounds.SetPolicies([]*policy.Policy{x.e.policy})
 }
 
 // startEdges schedules every region's agent rounds.
 func (e *engine) startEdges() {
 	for _, r := range e.regions {
-		r.edge.schedule(0)
+		r.edge.schedule(r.edge.cfg.Tick.Milliseconds()) // as the agent's first round
 	}
 }
 
@@ -226,6 +229,9 @@ func (x *edgeRegion) Queue(id edge.ID, a edge.Send[uint64]) {
 	in, identity := x.envoys[x.streams[a.Slot]], x.e.ids.index[id.Identity]
 	x.e.at(x.e.now+x.delay(), func() { in.apply(a.Slot, identity, a) })
 	x.e.edgeRes.count(a)
+	if x.sent != nil {
+		x.sent(x.streams[a.Slot], id, a)
+	}
 	if x.queued == nil {
 		x.queued = map[uint64]bool{}
 	}
