@@ -80,12 +80,14 @@ func (c Config) KeepFor(life time.Duration) time.Duration { return 2*life + 4*c.
 
 // RefreshLead is how long before an assignment of ttl may expire it is
 // sent again: a quarter of it, or a few rounds, and more than the longest
-// wait for a round (ReadEvery) or for the message to reach Envoy (Margin).
-// Later would risk a gap (and a refresh that arrives after the bucket
-// expired starts it anew, full); sooner keeps a share that is being moved
+// wait for a round (ReadEvery: rounds do not wake for a refresh) and then
+// for the message to reach Envoy (Margin) together. Later would risk a gap,
+// and a refresh that may arrive after the bucket expired may start it
+// anew, full: it is then sized as a start (Slot.refresh), down to DENY_ALL
+// when the room for one is spent. Sooner keeps a share that is being moved
 // away alive longer.
 func (c Config) RefreshLead(ttl time.Duration) time.Duration {
-	return max(ttl/4, 4*c.Tick, c.ReadEvery()+c.Tick, c.Margin+c.Tick)
+	return max(ttl/4, 4*c.Tick, c.ReadEvery()+c.Margin+c.Tick)
 }
 
 // AlongLead is how long before an assignment of ttl may expire it is sent

@@ -346,15 +346,28 @@ func (k *Key[K]) push(now time.Time, p *policy.Policy, cfg Config, lead time.Dur
 			s.Changed, k.changed = now, now
 		} else {
 			cur, active := k.Ledger.Current(id, now)
-			if !active || cur > k.Want[id] || !k.Ledger.Due(id, now, lead) {
+			switch {
+			case !active || !k.Ledger.Due(id, now, lead):
+				continue
+			case cur > k.Want[id] && (k.Want[id] == 0 || !cfg.KeepsFill):
 				// A share above what the slot may have now (its capacity
 				// fell, or it is being moved away and its change waits
 				// for ChangeEvery) is never extended: it expires.
 				continue
-			}
-			share = cur // a refresh: the same bucket, a new time to live
-			if s.refresh(now, p, share, cfg) {
+			case cur > k.Want[id]:
+				// Its change waits for ChangeEvery, but the bucket would
+				// expire first: a shrink adds no tokens where Envoy keeps
+				// the fill ratio, so it goes now, where an expiry would
+				// make the change a start, paid for from the slack or sent
+				// as DENY_ALL.
+				share = k.Want[id]
+				s.resize(now, p, share, cfg)
 				s.Changed, k.changed = now, now
+			default:
+				share = cur // a refresh: the same bucket, a new time to live
+				if s.refresh(now, p, share, cfg) {
+					s.Changed, k.changed = now, now
+				}
 			}
 		}
 		k.Ledger.Pushed(id, share, now, from, now.Add(k.Life))
