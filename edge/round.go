@@ -23,9 +23,10 @@ import (
 // checks read what the edge holds through View. What a round asks of the
 // leases, the store and the instances are the interfaces in roundio.go.
 //
-// A Round is not safe for concurrent use, except ObserveDirect, Serves
-// and View: its user holds one lock over it and the instances' state, and
-// Run releases it only while the store syncs.
+// A Round is not safe for concurrent use, except ObserveDirect, Serves,
+// Serving and View: its user holds one lock over it and the instances'
+// state for every other call, and Run releases it only while the store
+// syncs.
 type Round[S comparable] struct {
 	cfg    Config
 	order  func(a, b S) int
@@ -391,7 +392,7 @@ func (r *Round[S]) Leave(now time.Time) []Write {
 }
 
 // SetPolicies notes which policies the edge serves: those of ps with edge
-// settings and global scope.
+// settings and global scope. The round's lock is held.
 func (r *Round[S]) SetPolicies(ps []*policy.Policy) {
 	m, fps := map[string]bool{}, map[*policy.Policy]uint64{}
 	for _, p := range ps {

@@ -51,8 +51,8 @@ func (w *roundWorld) rounds(cfg Config) *Round[int] {
 }
 func (w *roundWorld) ms() int64 { return w.now.UnixMilli() }
 
-// run drives r until end: every report of reports at its time (slot,
-// requests over the 5 s since the last), and rounds as the agent's timer
+// run drives r until end: every 5 s the reports (slot: requests over the
+// 5 s since the last), and rounds as the agent's timer
 // runs them (Result.After, rounded down to whole ms).
 func (w *roundWorld) run(r *Round[int], id ID, end time.Duration, report func(at time.Duration) map[int]uint64) {
 	start := w.start

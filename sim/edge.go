@@ -86,7 +86,7 @@ const MaxEdgeInstances = 1000
 // edgeRegion is region r's edge: its agent's RLQS side and its Envoy
 // instances. Its agent's rounds are the agent's (edge.Round); the region
 // gives them the leases (edge.Leases) and its instances (edge.Sender),
-// and its Redis the reservations (edgeStore).
+// and its Redis the reservations (edge.MemStore, through regionStore).
 type edgeRegion struct {
 	e   *engine
 	r   *region
