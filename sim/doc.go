@@ -1,8 +1,9 @@
 // Package sim is the region-shift simulator: a deterministic discrete-event
 // simulation on virtual time that drives the real lease (Holder, Book,
 // PlanTargets, IdentityPlan), allocation, admission (the agent's
-// Pipeline) and edge (Key, the rounds at the edge) code, and policy.Apply
-// (the Lua scripts' pure twin) as its model of Redis,
+// Pipeline) and edge (Round, the agent's rounds at the edge) code, and
+// policy.Apply and edge.MemStore (the Lua scripts' pure twins) as its
+// model of Redis,
 // with a simulated network between the regions and the coordinator
 // (delay, jitter, loss, partitions), coordinator crashes, Redis outages,
 // clock drift and config changes.
