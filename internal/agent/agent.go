@@ -255,7 +255,9 @@ func New(cfg Config) (*Agent, error) {
 	a.httpLog = newHTTPLog(a)
 	a.leaser = newLeaser(cfg.Region, cfg.Instance, cfg.Coordinator, lease.Timing{Drift: cfg.Drift, Margin: cfg.Margin}, cfg.Clock.Now, cfg.Logger, m, a.refreshSoon)
 	a.leaser.rdb = cfg.Redis
-	a.edge = newEdgeEngine(a, cfg.Edge)
+	host := edgeHost{clock: cfg.Clock, logger: cfg.Logger, redis: cfg.Redis, region: cfg.Region, leases: a.leaser,
+		policies: &a.policies, asked: agentPolicies{a}, envoy: a.envoyIndex}
+	a.edge = newEdgeEngine(host, cfg.Edge, cfg.Drift, m.reg)
 	a.leaser.edgeHold, a.leaser.edgeSummary = a.edge.holds, a.edge.edgeSummary
 	acfg := admission.DefaultConfig()
 	acfg.Policies, acfg.Store, acfg.Shares, acfg.Observer, acfg.Clock = agentPolicies{a}, timedStore{eng, m}, edgeShares{a.leaser, a.edge}, observer{a}, cfg.Clock

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/quota-lease/quota-lease/edge"
 	"github.com/quota-lease/quota-lease/lease"
@@ -25,7 +26,7 @@ import (
 // (edgeStore). The direct path reads what the edge holds through reserved
 // (edgeShares). It is safe for concurrent use.
 type edgeEngine struct {
-	a   *Agent
+	h   edgeHost
 	cfg EdgeConfig
 	rc  edge.Config // the rounds' tuning: cfg's, with the lease's drift
 	m   *edgeMetrics
@@ -73,13 +74,13 @@ func compareSlots(a, b rlqsSlotID) int {
 	return cmp.Or(cmp.Compare(a.stream, b.stream), cmp.Compare(a.bucket, b.bucket))
 }
 
-func newEdgeEngine(a *Agent, cfg EdgeConfig) *edgeEngine {
-	rc := cfg.rounds(a.cfg.Drift)
-	e := &edgeEngine{a: a, cfg: cfg, rc: rc, m: newEdgeMetrics(a.m.reg), trust: rc.Trust(), streams: map[uint64]*rlqsStream{},
+func newEdgeEngine(h edgeHost, cfg EdgeConfig, drift float64, reg *prometheus.Registry) *edgeEngine {
+	rc := cfg.rounds(drift)
+	e := &edgeEngine{h: h, cfg: cfg, rc: rc, m: newEdgeMetrics(reg), trust: rc.Trust(), streams: map[uint64]*rlqsStream{},
 		metricKeys: map[string]bool{}, kick: make(chan struct{}, 1), draining: make(chan struct{})}
-	st := &edgeStore{rdb: a.cfg.Redis, region: a.cfg.Region, self: e.self, now: a.cfg.Clock.Now, trust: rc.Trust(), growWait: cfg.GrowWait,
-		logger: a.cfg.Logger, down: outage{what: "edge reservation syncs with Redis", interval: 30 * time.Second}}
-	e.r = edge.NewRound(rc, compareSlots, edgeLeases{a}, st, e)
+	st := &edgeStore{rdb: h.redis, region: h.region, self: e.self, now: h.clock.Now, trust: rc.Trust(), growWait: cfg.GrowWait,
+		logger: h.logger, down: outage{what: "edge reservation syncs with Redis", interval: 30 * time.Second}}
+	e.r = edge.NewRound(rc, compareSlots, edgeLeases{h.policies, h.leases}, st, e)
 	return e
 }
 
@@ -97,12 +98,12 @@ func (e *edgeEngine) endStreams() { e.drainOnce.Do(func() { close(e.draining) })
 // the same name takes the entries over at once anyway.
 func (e *edgeEngine) leave(ctx context.Context) error {
 	e.mu.Lock()
-	writes := e.r.Leave(e.a.cfg.Clock.Now())
+	writes := e.r.Leave(e.h.clock.Now())
 	e.mu.Unlock()
 	if len(writes) == 0 {
 		return nil
 	}
-	if _, err := edgeWrite(ctx, e.a.cfg.Redis, e.a.cfg.Region, e.self(), writes); err != nil {
+	if _, err := edgeWrite(ctx, e.h.redis, e.h.region, e.self(), writes); err != nil {
 		return fmt.Errorf("shorten this agent's edge reservations to its assignments' life: %w", err)
 	}
 	return nil
@@ -110,7 +111,7 @@ func (e *edgeEngine) leave(ctx context.Context) error {
 
 // self names this agent process in the region's reservations, with the
 // process it succeeded under its name, if any.
-func (e *edgeEngine) self() edgeAgent { return edgeAgentOf(e.a.leaser.Succession()) }
+func (e *edgeEngine) self() edgeAgent { return edgeAgentOf(e.h.leases.Succession()) }
 
 // setPolicies notes which policies the edge serves.
 func (e *edgeEngine) setPolicies(ps []*policy.Policy) {
@@ -162,7 +163,7 @@ func (e *edgeEngine) run(ctx context.Context) {
 		case <-t.C:
 		case <-e.kick:
 		}
-		t.Reset(e.round(ctx).After(e.rc, e.a.cfg.Clock.Now()))
+		t.Reset(e.round(ctx).After(e.rc, e.h.clock.Now()))
 	}
 }
 
@@ -177,16 +178,16 @@ func (e *edgeEngine) kickSoon() {
 // when the next round is wanted (run).
 func (e *edgeEngine) round(ctx context.Context) edge.Result {
 	if !e.r.Serving() && e.idle() {
-		return edge.Result{Next: e.a.cfg.Clock.Now().Add(time.Second)} // no policy is served at the edge: nothing to reserve or read
+		return edge.Result{Next: e.h.clock.Now().Add(time.Second)} // no policy is served at the edge: nothing to reserve or read
 	}
-	res := e.r.Run(ctx, &e.mu, e.a.cfg.Clock.Now)
+	res := e.r.Run(ctx, &e.mu, e.h.clock.Now)
 	e.m.rounds.Inc()
 	e.m.plans.Add(float64(res.Planned))
 	if res.Synced {
 		e.m.syncs.Inc()
 	}
 	e.mu.Lock()
-	now := e.a.cfg.Clock.Now()
+	now := e.h.clock.Now()
 	out := e.collect()
 	if now.Sub(e.metricsAt) >= time.Second {
 		e.updateMetrics(now)
@@ -226,7 +227,7 @@ func (e *edgeEngine) Queue(_ edge.ID, a edge.Send[rlqsSlotID]) {
 func (e *edgeEngine) Refused(id edge.ID, sid rlqsSlotID) {
 	st := e.slot(sid).st
 	e.m.refused.WithLabelValues(refusedReason(errInstances)).Inc()
-	st.refused.failed(e.a.cfg.Logger, e.a.cfg.Clock.Now(), "domain", st.domain, "bucket", sid.bucket, "policy", id.Policy, "error", errInstances)
+	st.refused.failed(e.h.logger, e.h.clock.Now(), "domain", st.domain, "bucket", sid.bucket, "policy", id.Policy, "error", errInstances)
 }
 
 // Along lists the slots of the streams with a message this round

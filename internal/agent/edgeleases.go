@@ -3,30 +3,63 @@ package agent
 import (
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quota-lease/quota-lease/admission"
+	"github.com/quota-lease/quota-lease/clock"
+	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
 )
 
+// edgeHost is what the edge engine uses of the agent around it, given
+// at construction.
+type edgeHost struct {
+	clock  clock.Clock
+	logger hclog.Logger
+	redis  redis.UniversalClient
+	region string
+	leases edgeLeaser
+	// policies is the policy set in force; asked the same, asking for a
+	// reload when a bucket names a policy it does not hold.
+	policies, asked admission.Policies
+	envoy           func() envoyIndex // the Envoy index of the policies in force
+}
+
+// edgeLeaser is what the edge engine asks of the agent's leases: the
+// process it succeeded, what the region may enforce, and the demand the
+// edge reports (leaser).
+type edgeLeaser interface {
+	Succession() (nonce, predecessor string)
+	validUntil(name string) time.Time
+	EnforceAt(name, identity string, at time.Time) (int64, lease.Mode)
+	observe(name, identity string, cost int64, now time.Time)
+}
+
 // edgeLeases is what the edge rounds ask of the agent's policies and
 // leases (edge.Leases).
-type edgeLeases struct{ a *Agent }
+type edgeLeases struct {
+	policies admission.Policies
+	l        edgeLeaser
+}
 
 func (l edgeLeases) Policy(name string) *policy.Policy {
-	p, ok := l.a.policies.Policy(name)
+	p, ok := l.policies.Policy(name)
 	if !ok || p.Edge == nil || p.Scope != policy.ScopeGlobal {
 		return nil
 	}
 	return p
 }
 
-func (l edgeLeases) ValidUntil(name string) time.Time { return l.a.leaser.validUntil(name) }
+func (l edgeLeases) ValidUntil(name string) time.Time { return l.l.validUntil(name) }
 
 func (l edgeLeases) EnforceAt(name, identity string, t time.Time) int64 {
-	c, _ := l.a.leaser.EnforceAt(name, identity, t)
+	c, _ := l.l.EnforceAt(name, identity, t)
 	return c
 }
 
 func (l edgeLeases) Heir() string {
-	_, heir := l.a.leaser.Succession()
+	_, heir := l.l.Succession()
 	return heir
 }
 

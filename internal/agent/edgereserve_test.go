@@ -8,8 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quota-lease/quota-lease/clock"
 	"github.com/quota-lease/quota-lease/edge"
 	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/lease"
@@ -140,8 +143,7 @@ func TestEdgeReservationsInPages(t *testing.T) {
 // one whose view is stale holds any grant while the edge reserves
 // anything.
 func TestEdgeHoldsShrinkingGrant(t *testing.T) {
-	a := &Agent{cfg: DefaultConfig(), m: newMetrics()}
-	e := newEdgeEngine(a, DefaultEdgeConfig())
+	e := newEdgeEngine(edgeHost{clock: clock.System(), logger: hclog.NewNullLogger()}, DefaultEdgeConfig(), 0, prometheus.NewRegistry())
 	api := &policy.Policy{Name: "api", Scope: policy.ScopeGlobal, Edge: &policy.Edge{Instances: 1}}
 	read := readOnly{edge.ID{Policy: "api", Identity: "acme"}: {Reserved: 500}}
 	e.r = edge.NewRound(e.rc, compareSlots, servesOnly{api}, read, e)

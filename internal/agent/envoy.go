@@ -95,11 +95,7 @@ func (s *envoyServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitR
 		// The agent's cap (the original has none but gRPC's message size).
 		return nil, status.Errorf(codes.InvalidArgument, "a request holds 1-%d descriptors, got %d", MaxBatch, len(req.Descriptors))
 	}
-	var ix envoyIndex // nil until the policies are loaded: nothing configured
-	if p := s.a.envoy.Load(); p != nil {
-		ix = *p
-	}
-	ins, matched, err := envoyRequests(ix, req)
+	ins, matched, err := envoyRequests(s.a.envoyIndex(), req)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}

@@ -68,3 +68,12 @@ func (ix envoyIndex) match(domain string, entries []*commonrl.RateLimitDescripto
 	}
 	return n.policy, true
 }
+
+// envoyIndex is the index of the policies in force; nil until they are
+// loaded (nothing configured).
+func (a *Agent) envoyIndex() envoyIndex {
+	if p := a.envoy.Load(); p != nil {
+		return *p
+	}
+	return nil
+}

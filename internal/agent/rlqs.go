@@ -153,7 +153,7 @@ func (e *edgeEngine) open() *rlqsStream {
 	}
 	e.nextStream++
 	st := &rlqsStream{id: e.nextStream, out: make(chan *rlqsv3.RateLimitQuotaResponse, rlqsOutbox), done: make(chan struct{}),
-		slots: map[string]*rlqsSlot{}, allowAll: map[string]time.Time{}, tokens: float64(e.cfg.ReportBurst), tokensAt: e.a.cfg.Clock.Now(),
+		slots: map[string]*rlqsSlot{}, allowAll: map[string]time.Time{}, tokens: float64(e.cfg.ReportBurst), tokensAt: e.h.clock.Now(),
 		refused: outage{what: "RLQS buckets refused", interval: 30 * time.Second}}
 	e.streams[st.id] = st
 	return st
@@ -186,7 +186,7 @@ func (st *rlqsStream) paced(now time.Time, cfg EdgeConfig) bool {
 
 // report takes one usage report. An error ends the stream.
 func (e *edgeEngine) report(st *rlqsStream, m *rlqsv3.RateLimitQuotaUsageReports) error {
-	now := e.a.cfg.Clock.Now()
+	now := e.h.clock.Now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	select {
@@ -214,7 +214,7 @@ func (e *edgeEngine) report(st *rlqsStream, m *rlqsv3.RateLimitQuotaUsageReports
 		b := u.GetBucketId().GetBucket()
 		if err := boundedBucket(b); err != nil { // before its key is built, kept or logged
 			e.m.refused.WithLabelValues(refusedReason(err)).Inc()
-			st.refused.failed(e.a.cfg.Logger, now, "domain", st.domain, "error", err)
+			st.refused.failed(e.h.logger, now, "domain", st.domain, "error", err)
 			continue
 		}
 		bk := bucketKey(b)
@@ -252,7 +252,7 @@ func (e *edgeEngine) report(st *rlqsStream, m *rlqsv3.RateLimitQuotaUsageReports
 		// The edge's demand is the region's demand too: the lease asks for
 		// it as for direct checks' (the meter), so the region's share
 		// follows the edge.
-		e.a.leaser.observe(pol.Name, s.key.ID.Identity, edge.ReportedCost(pol, count), now)
+		e.h.leases.observe(pol.Name, s.key.ID.Identity, edge.ReportedCost(pol, count), now)
 		s.Report(pol, count, u.GetTimeElapsed().AsDuration(), now)
 		s.key.Touch()
 	}
@@ -266,11 +266,7 @@ func (e *edgeEngine) report(st *rlqsStream, m *rlqsv3.RateLimitQuotaUsageReports
 // identity (returned), ALLOW_ALL for a bucket nothing limits, or a refusal
 // counted by reason. e.mu is held.
 func (e *edgeEngine) subscribe(st *rlqsStream, id *rlqsv3.BucketId, bk string, now time.Time) *rlqsSlot {
-	var ix envoyIndex
-	if p := e.a.envoy.Load(); p != nil {
-		ix = *p
-	}
-	m, err := matchBucket(ix, agentPolicies{e.a}, st.domain, id.GetBucket())
+	m, err := matchBucket(e.h.envoy(), e.h.asked, st.domain, id.GetBucket())
 	var identity string
 	if err == nil && m.pol != nil {
 		switch {
@@ -282,7 +278,7 @@ func (e *edgeEngine) subscribe(st *rlqsStream, id *rlqsv3.BucketId, bk string, n
 	}
 	if err != nil {
 		e.m.refused.WithLabelValues(refusedReason(err)).Inc()
-		st.refused.failed(e.a.cfg.Logger, now, "domain", st.domain, "bucket", bk, "error", err)
+		st.refused.failed(e.h.logger, now, "domain", st.domain, "bucket", bk, "error", err)
 		return nil
 	}
 	if m.pol == nil {
@@ -303,7 +299,7 @@ func (e *edgeEngine) subscribe(st *rlqsStream, id *rlqsv3.BucketId, bk string, n
 	}
 	if err != nil {
 		e.m.refused.WithLabelValues(refusedReason(err)).Inc()
-		st.refused.failed(e.a.cfg.Logger, now, "domain", st.domain, "bucket", bk, "policy", m.pol.Name, "error", err)
+		st.refused.failed(e.h.logger, now, "domain", st.domain, "bucket", bk, "policy", m.pol.Name, "error", err)
 		return nil
 	}
 	k = e.r.Key(kid, m.pol)
