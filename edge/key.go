@@ -183,6 +183,22 @@ func (k *Key[K]) rewriteAt(cfg Config) time.Time {
 	return k.Covered.Add(-k.Life - 2*cfg.Tick - cfg.ReadEvery())
 }
 
+// growAt is when the larger reservation written and waiting (Pending)
+// becomes usable: GrowWait after it was written, when every agent has read
+// it. Zero when none waits.
+func (k *Key[K]) growAt(cfg Config) time.Time {
+	if k.Pending == 0 {
+		return time.Time{}
+	}
+	return k.PendingSince.Add(cfg.GrowWait)
+}
+
+// grown reports whether the growth waiting is usable at now.
+func (k *Key[K]) grown(now time.Time, cfg Config) bool {
+	at := k.growAt(cfg)
+	return !at.IsZero() && !now.Before(at)
+}
+
 // Urgent reports whether u, the update a round planned, should be written
 // at once rather than with the next read (Config.ReadEvery): it grows the
 // reservation, asks places for new slots, or records a larger share for
@@ -273,7 +289,7 @@ func (k *Key[K]) Synced(sent, done time.Time, u Update, g Granted, cfg Config) (
 	case granted <= k.Pending:
 		k.Pending = granted // part of what was written then
 	default:
-		if k.Pending > 0 && !done.Before(k.PendingSince.Add(cfg.GrowWait)) {
+		if k.grown(done, cfg) {
 			k.Visible = k.Pending
 		}
 		k.Pending, k.PendingSince = granted, done
@@ -311,7 +327,7 @@ func (k *Key[K]) PushAlong(now time.Time, p *policy.Policy, cfg Config) []Send[K
 }
 
 func (k *Key[K]) push(now time.Time, p *policy.Policy, cfg Config, lead time.Duration) []Send[K] {
-	if k.Pending > 0 && !now.Before(k.PendingSince.Add(cfg.GrowWait)) {
+	if k.grown(now, cfg) {
 		k.Visible, k.Pending = max(k.Visible, k.Pending), 0
 	}
 	k.Visible = min(k.Visible, k.Written)

@@ -18,9 +18,7 @@ import "time"
 func (k *Key[K]) Next(now time.Time, cfg Config) time.Time {
 	n := next{now: now}
 	k.Ledger.next(&n, cfg.RefreshLead(k.TTL), cfg.ChangeEvery)
-	if k.Pending > 0 {
-		n.add(k.PendingSince.Add(cfg.GrowWait))
-	}
+	n.add(k.growAt(cfg)) // zero when none waits: never before now
 	if !k.Covered.IsZero() {
 		n.add(k.rewriteAt(cfg))
 	}

@@ -176,7 +176,7 @@ func (r *Round[S]) prepare(now time.Time) (writes []Write, sync, read bool) {
 		}
 	}
 	// In order: what the instances are sent does not depend on the map's.
-	slices.SortFunc(r.visited, func(a, b *Served[S]) int { return compareIDs(a.ID, b.ID) })
+	slices.SortFunc(r.visited, func(a, b *Served[S]) int { return CompareIDs(a.ID, b.ID) })
 	urgent := false
 	for _, k := range r.visited {
 		if u, write := r.plan(k, policies[k.ID.Policy].pol, now); write {

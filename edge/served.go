@@ -10,7 +10,8 @@ import (
 // ID names a policy identity served at the edge.
 type ID struct{ Policy, Identity string }
 
-func compareIDs(a, b ID) int {
+// CompareIDs orders IDs by policy, then identity.
+func CompareIDs(a, b ID) int {
 	return cmp.Or(cmp.Compare(a.Policy, b.Policy), cmp.Compare(a.Identity, b.Identity))
 }
 
@@ -88,15 +89,6 @@ func (r *Round[S]) pushSlack() time.Duration { return r.cfg.GrowWait + r.cfg.Tic
 // slack (Leases.EnforceAt; no capacity grows while nothing is renewed).
 func (r *Round[S]) capacityAt(id ID, slack time.Duration) func(time.Time) int64 {
 	return func(t time.Time) int64 { return r.leases.EnforceAt(id.Policy, id.Identity, t.Add(slack)) }
-}
-
-// growAt is when k's larger reservation, written and waiting, becomes
-// usable (GrowWait after it was written); zero when none waits.
-func (k *Served[S]) growAt(cfg Config) time.Time {
-	if k.Pending == 0 {
-		return time.Time{}
-	}
-	return k.PendingSince.Add(cfg.GrowWait)
 }
 
 // alongOK reports whether k, not planned this round, may push along at

@@ -245,9 +245,10 @@ func (x *edgeRegion) Refused(edge.ID, uint64) {}
 // order (edge.Sender).
 func (x *edgeRegion) Along() iter.Seq2[edge.ID, uint64] {
 	return func(yield func(edge.ID, uint64) bool) {
-		ids := slices.SortedFunc(maps.Keys(maps.Collect(x.rounds.Keys())), func(a, b edge.ID) int {
-			return cmp.Or(cmp.Compare(a.Policy, b.Policy), cmp.Compare(a.Identity, b.Identity))
-		})
+		if len(x.queued) == 0 {
+			return
+		}
+		ids := slices.SortedFunc(maps.Keys(maps.Collect(x.rounds.Keys())), edge.CompareIDs)
 		for _, st := range slices.Sorted(maps.Keys(x.queued)) {
 			for _, id := range ids {
 				if x.rounds.Lookup(id).Slots[st] != nil && !yield(id, st) {
