@@ -18,7 +18,7 @@ func edgePolicy(t *testing.T) *policy.Policy {
 }
 
 // alone is what the region's store grants u, written for k by an agent
-// alone in its region (lua/edge_sync.lua, edge.Reserve).
+// alone in its region (regional/lua/edge_sync.lua, edge.Reserve).
 func alone[K comparable](k *Key[K], u Update) Granted {
 	return Granted{Reserved: Reserve(u.Want, k.Written, u.Capacity, 0), Places: Reserve(u.Instances, k.Places, u.Most, 0)}
 }

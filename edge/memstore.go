@@ -6,8 +6,8 @@ import (
 )
 
 // MemStore is a region's store of edge reservations held in memory, kept
-// as internal/agent/lua/edge_sync.lua keeps them in the region's Redis
-// (TestMemStoreAsTheScript compares the two): per policy identity, per
+// as regional's script keeps them in the region's Redis
+// (regional.TestEdgeStoreAsMemStore compares the two): per policy identity, per
 // agent process, what it reserved, its instance places, its demands, the
 // largest share one of its instances may enforce, and until when (on the
 // store's clock). An agent process's first write of an identity takes
@@ -26,6 +26,24 @@ type entry struct {
 // NewMemStore returns an empty store on the clock nowMs (milliseconds).
 func NewMemStore(nowMs func() int64) *MemStore {
 	return &MemStore{nowMs: nowMs, res: map[ID]map[string]entry{}}
+}
+
+// Holding is one agent process's entry for one policy identity: its
+// reservation, its instance places, and the largest share one of its
+// instances may enforce.
+type Holding struct{ Reserved, Places, Largest int64 }
+
+// Holdings are the store's entries, by identity and agent process,
+// expired ones included until a sync drops them.
+func (m *MemStore) Holdings() map[ID]map[string]Holding {
+	out := make(map[ID]map[string]Holding, len(m.res))
+	for id, es := range m.res {
+		out[id] = make(map[string]Holding, len(es))
+		for who, en := range es {
+			out[id][who] = Holding{en.reserved, en.places, en.largest}
+		}
+	}
+	return out
 }
 
 // Clear forgets every entry, as a store that lost its data.

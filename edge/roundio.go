@@ -29,8 +29,8 @@ type Leases interface {
 	Heir() string
 }
 
-// Store is the region's store of edge reservations (lua/edge_sync.lua on
-// the region's Redis).
+// Store is the region's store of edge reservations (regional.EdgeStore on
+// the region's Redis, MemStore in memory).
 type Store interface {
 	// Sync applies writes, in order, and returns what it granted each;
 	// when read, it also returns what the other agents hold, per key

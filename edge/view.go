@@ -82,7 +82,7 @@ func DirectShare(amount, reserved int64) int64 {
 // wants want of one policy identity's capacity, or of its instance places
 // (capacity the policy's instances), when the other agents hold others: a
 // smaller want whole; growth never past the capacity, counting the
-// others. internal/agent/lua/edge_sync.lua applies it in Redis; this is
+// others. regional/lua/edge_sync.lua applies it in Redis; this is
 // its twin for the simulator's model of Redis.
 func Reserve(want, old, capacity, others int64) int64 {
 	r := want

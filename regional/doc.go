@@ -16,7 +16,10 @@
 // its window (window.go).
 //
 // The package owns the Engine, the scripts and the key layout (StateKey,
-// the birth markers, Redis Cluster slots). The parameters of a bucket
+// the birth markers, Redis Cluster slots), and every other key a region's
+// agents share in its Redis: Region saves the policies and grants, keeps
+// the processes' presence and who holds each instance name, and syncs the
+// edge reservations (EdgeStore, the twin of edge.MemStore). The parameters of a bucket
 // (capacity, rate, window) are inputs to the script rather than stored
 // configuration, so a regional agent can enforce the share of a global
 // quota its lease grants instead of the full limit.

@@ -20,7 +20,7 @@ import (
 // Rate Limit Quota Service (docs/rlqs.md), as internal/agent does: per
 // policy identity the instances report, the agent's rounds are package
 // edge's (edge.Key: plan, reserve in the region's Redis, push), the
-// region's Redis keeps the reservations as lua/edge_sync.lua does
+// region's Redis keeps the reservations as regional/lua/edge_sync.lua does
 // (edge.Reserve), direct checks leave the edge its reservation
 // (edge.View, edge.DirectShare), and renewals keep acknowledging the grant
 // that covered what the edge may still enforce (edge.View.Holds). Each

@@ -221,6 +221,7 @@ type Agent struct {
 	admit    *admission.Pipeline
 	policies admission.PolicySet
 	leaser   *leaser
+	shared   *regional.Region // what the region's agents keep in its Redis beside the counters
 	m        *metrics
 
 	hotMu sync.Mutex
@@ -253,12 +254,11 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, engine: eng, m: m, hot: map[string]*topK{}, refresh: make(chan struct{}, 1), renew: make(chan struct{}, 1), health: newRedisHealth(cfg.Logger, cfg.Clock.Now)}
 	a.httpLog = newHTTPLog(a)
-	a.leaser = newLeaser(cfg.Region, cfg.Instance, cfg.Coordinator, lease.Timing{Drift: cfg.Drift, Margin: cfg.Margin}, cfg.Clock.Now, cfg.Logger, m, a.refreshSoon)
-	a.leaser.rdb = cfg.Redis
-	host := edgeHost{clock: cfg.Clock, logger: cfg.Logger, redis: cfg.Redis, region: cfg.Region, leases: a.leaser,
+	a.shared = regional.NewRegion(cfg.Redis, cfg.Region)
+	a.leaser = newLeaser(a.shared, cfg.Instance, cfg.Coordinator, lease.Timing{Drift: cfg.Drift, Margin: cfg.Margin}, cfg.Clock.Now, cfg.Logger, m, a.refreshSoon)
+	host := edgeHost{clock: cfg.Clock, logger: cfg.Logger, shared: a.shared, leases: a.leaser,
 		policies: &a.policies, asked: agentPolicies{a}, envoy: a.envoyIndex}
 	a.edge = newEdgeEngine(host, cfg.Edge, cfg.Drift, m.reg)
-	a.leaser.edgeHold, a.leaser.edgeSummary = a.edge.holds, a.edge.edgeSummary
 	acfg := admission.DefaultConfig()
 	acfg.Policies, acfg.Store, acfg.Shares, acfg.Observer, acfg.Clock = agentPolicies{a}, timedStore{eng, m}, edgeShares{a.leaser, a.edge}, observer{a}, cfg.Clock
 	acfg.StoreTimeout, acfg.FallbackKeys, acfg.OverLimitKeys, acfg.ReplayKeys = cfg.CheckTimeout, cfg.FallbackKeys, cfg.FallbackKeys, cfg.FallbackKeys
@@ -351,7 +351,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.edge.leave(lctx); err != nil {
 		a.cfg.Logger.Debug("the region's edge reservations of this agent stay for their usual life", "error", err)
 	}
-	if err := a.leaser.leave(lctx, a.cfg.Redis); err != nil {
+	if err := a.shared.Leave(lctx, a.leaser.nonce); err != nil {
 		a.cfg.Logger.Debug("a restart under this instance name waits for the heartbeat to go stale", "error", err)
 	}
 	return nil
@@ -464,7 +464,7 @@ func (a *Agent) leaseLoop(ctx context.Context) {
 		// and reach another, and for large renewals split in several
 		// requests. Not a fixed few hundred ms.
 		rctx, cancel := context.WithTimeout(ctx, max(a.cfg.RenewTick*5, a.leaser.renewInterval()))
-		a.leaser.renew(rctx)
+		a.leaser.renew(rctx, a.edge)
 		cancel()
 		now := a.cfg.Clock.Now()
 		a.leaser.updateMetrics(now)
@@ -492,7 +492,7 @@ func (a *Agent) presenceLoop(ctx context.Context, store *storeWatch) {
 	decay := 0
 	for {
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		err := a.leaser.publish(pctx, a.cfg.Redis, 3*time.Second)
+		err := a.leaser.publish(pctx, 3*time.Second)
 		a.health.record(pctx, err)
 		if err == nil {
 			a.saveState(pctx)

@@ -25,10 +25,10 @@ type EdgeConfig struct {
 	MaxStreams, MaxBuckets int
 	// MaxIdentities caps the policy identities the agent serves at the
 	// edge at once: each is a field of the region's reservations, which
-	// every agent of the region reads whole every edgeFullEvery (about
-	// 6 µs of Redis a field; between, only the fields written since: an
-	// edgeReader), and holds in memory. A bucket of one more is ignored
-	// and counted. Default 10,000.
+	// every agent of the region reads whole every 30 s (about 6 µs of
+	// Redis a field; between, only the fields written since:
+	// regional.EdgeStore), and holds in memory. A bucket of one more is
+	// ignored and counted. Default 10,000.
 	MaxIdentities int
 	// ReportsPerSecond and ReportBurst pace the messages of one stream
 	// (Envoy sends one every reporting interval and one per new bucket);

@@ -15,6 +15,7 @@ import (
 	"github.com/quota-lease/quota-lease/edge"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
+	"github.com/quota-lease/quota-lease/regional"
 )
 
 // edgeEngine is the agent's side of leases to the edge (docs/rlqs.md): the
@@ -78,7 +79,7 @@ func newEdgeEngine(h edgeHost, cfg EdgeConfig, drift float64, reg *prometheus.Re
 	rc := cfg.rounds(drift)
 	e := &edgeEngine{h: h, cfg: cfg, rc: rc, m: newEdgeMetrics(reg), trust: rc.Trust(), streams: map[uint64]*rlqsStream{},
 		metricKeys: map[string]bool{}, kick: make(chan struct{}, 1), draining: make(chan struct{})}
-	st := &edgeStore{rdb: h.redis, region: h.region, self: e.self, now: h.clock.Now, trust: rc.Trust(), growWait: cfg.GrowWait,
+	st := &edgeStore{store: h.shared.EdgeStore(e.self, h.clock.Now, rc.Trust(), cfg.GrowWait), now: h.clock.Now,
 		logger: h.logger, down: outage{what: "edge reservation syncs with Redis", interval: 30 * time.Second}}
 	e.r = edge.NewRound(rc, compareSlots, edgeLeases{h.policies, h.leases}, st, e)
 	return e
@@ -103,7 +104,7 @@ func (e *edgeEngine) leave(ctx context.Context) error {
 	if len(writes) == 0 {
 		return nil
 	}
-	if _, err := edgeWrite(ctx, e.h.redis, e.h.region, e.self(), writes); err != nil {
+	if _, err := e.h.shared.EdgeWrite(ctx, e.self(), writes); err != nil {
 		return fmt.Errorf("shorten this agent's edge reservations to its assignments' life: %w", err)
 	}
 	return nil
@@ -111,7 +112,7 @@ func (e *edgeEngine) leave(ctx context.Context) error {
 
 // self names this agent process in the region's reservations, with the
 // process it succeeded under its name, if any.
-func (e *edgeEngine) self() edgeAgent { return edgeAgentOf(e.h.leases.Succession()) }
+func (e *edgeEngine) self() regional.EdgeAgent { return regional.EdgeAgentOf(e.h.leases.Succession()) }
 
 // setPolicies notes which policies the edge serves.
 func (e *edgeEngine) setPolicies(ps []*policy.Policy) {

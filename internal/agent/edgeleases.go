@@ -4,12 +4,12 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/clock"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
+	"github.com/quota-lease/quota-lease/regional"
 )
 
 // edgeHost is what the edge engine uses of the agent around it, given
@@ -17,8 +17,7 @@ import (
 type edgeHost struct {
 	clock  clock.Clock
 	logger hclog.Logger
-	redis  redis.UniversalClient
-	region string
+	shared *regional.Region // where the region's edge reservations are
 	leases edgeLeaser
 	// policies is the policy set in force; asked the same, asking for a
 	// reload when a bucket names a policy it does not hold.

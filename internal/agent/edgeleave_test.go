@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/quota-lease/quota-lease/internal/testenv"
+	"github.com/quota-lease/quota-lease/regional"
 )
 
 // An agent that stops writes its edge reservations down to its
@@ -17,7 +18,7 @@ import (
 func TestStoppedAgentShortensItsReservation(t *testing.T) {
 	rs := startRedis(t)
 	ra, in := servedEnvoy(t, rs.Addr)
-	me := edgeAgentOf(ra.a.leaser.nonce, "").id
+	me := regional.EdgeAgentOf(ra.a.leaser.nonce, "").ID
 	ra.stop() // right after a first assignment: the entry's usual life is about one more
 	testenv.WaitFor(t, 10*time.Second, "the Envoy's assignment expired", func() bool {
 		st, ok := in.State(acme)
@@ -26,7 +27,7 @@ func TestStoppedAgentShortensItsReservation(t *testing.T) {
 
 	rdb := rs.Client(t)
 	now := rdb.Time(t.Context()).Val()
-	for _, v := range rdb.HGetAll(t.Context(), edgeReservationsKey("us")).Val() {
+	for _, v := range rdb.HGetAll(t.Context(), regional.NewRegion(rdb, "us").Key("edge")).Val() {
 		for _, line := range strings.Split(v, "\n") {
 			w := strings.Fields(line)
 			if len(w) < 5 || w[0] != me {

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -18,6 +17,7 @@ import (
 	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/lease"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
+	"github.com/quota-lease/quota-lease/regional"
 )
 
 // A tenant that lives in one region gets its whole limit there: tenant a
@@ -130,9 +130,8 @@ func (c *ackChecker) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.Lease
 			continue
 		}
 		c.acks.Add(1)
-		var g savedGrant
-		b, err := c.rdb.HGet(ctx, savedGrantsKey(c.region), q.Quota).Bytes()
-		if err != nil || json.Unmarshal(b, &g) != nil || !notOlder(g.ID, q.GrantId) {
+		gs, err := regional.NewRegion(c.rdb, c.region).LoadGrants(ctx, []string{q.Quota})
+		if g, ok := gs[q.Quota]; err != nil || !ok || !notOlder(g.ID, q.GrantId) {
 			c.unsaved.Add(1)
 		}
 	}

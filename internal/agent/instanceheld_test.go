@@ -12,6 +12,7 @@ import (
 	"github.com/quota-lease/quota-lease/internal/leaseapi"
 	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
+	"github.com/quota-lease/quota-lease/regional"
 )
 
 // An agent refused because another live process holds its instance name
@@ -25,7 +26,7 @@ func TestInstanceHeldBacksOff(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
 	coord := &heldCoordinator{heldFor: 5 * time.Second}
 	m := newMetrics()
-	l := newLeaser("us", "us-a", coord, testTiming, func() time.Time { return now }, log, m, nil)
+	l := newLeaser(regional.NewRegion(startRedis(t).Client(t), "us"), "us-a", coord, testTiming, func() time.Time { return now }, log, m, nil)
 	ps, err := policy.ParsePolicies([]byte("name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -34,7 +35,7 @@ func TestInstanceHeldBacksOff(t *testing.T) {
 	ctx := context.Background()
 	// Ten ticks a second for a minute, the name held all along.
 	for range 600 {
-		l.renew(ctx)
+		l.renew(ctx, nil)
 		now = now.Add(100 * time.Millisecond)
 	}
 	if n := coord.calls.Load(); n < 11 || n > 13 {
@@ -51,7 +52,7 @@ func TestInstanceHeldBacksOff(t *testing.T) {
 	}
 	coord.heldFor = 0
 	now = now.Add(5 * time.Second)
-	if !l.renew(ctx) {
+	if !l.renew(ctx, nil) {
 		t.Fatal("no grant once the name was free")
 	}
 	if !strings.Contains(logs.String(), "recovered") {

@@ -3,17 +3,13 @@ package agent
 import (
 	"context"
 	"errors"
-	"fmt"
 	"maps"
 	"slices"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -21,6 +17,7 @@ import (
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
+	"github.com/quota-lease/quota-lease/regional"
 )
 
 // LeaseClient is what the agent needs of the coordinator.
@@ -46,22 +43,15 @@ type leaser struct {
 	// stale is called when a grant was computed from another policy than
 	// the one loaded: the policies changed, reload them now.
 	stale func()
-	// edgeHold reports whether acknowledging grant g of quota name would
-	// free what Envoy instances may still be enforcing (edgeEngine.holds):
-	// the renewal then presents the grant acknowledged before instead.
-	edgeHold func(name string, g lease.Grant, now time.Time) bool
-	// edgeSummary is what renewals report of a quota's edge, or nil
-	// (edgeEngine.edgeSummary).
-	edgeSummary func(name string) *pb.EdgeSummary
 
 	mu        sync.Mutex
 	metricsAt time.Time // the last updateMetrics
 	quotas    map[string]*quotaLease
 	instances int // live instances in the region, at least 1
-	// rdb is the region's Redis, where grants are saved before they are
-	// acknowledged (nil: saved only by the presence loop).
-	rdb  redis.UniversalClient
-	down outage // renewals failing at the transport: logged paced
+	// shared is the region's Redis, where grants are saved before they are
+	// acknowledged, and where the process holding a name is recorded.
+	shared *regional.Region
+	down   outage // renewals failing at the transport: logged paced
 	// held paces the log of refusals because another process holds this
 	// instance name, and heldUntil is when to ask again (leaseapi.InstanceHeld):
 	// a refused agent backs off instead of asking ten times a second.
@@ -91,7 +81,7 @@ type quotaLease struct {
 	savedID string
 	durable lease.Grant
 	// acked is the grant the last renewal presented (durable, unless the
-	// edge held it back: edgeHold).
+	// edge held it back: renewalEdge).
 	acked lease.Grant
 	// report is what the coordinator holds of this instance's identity
 	// demands, demandsTaken whether its last answer said it takes them as
@@ -100,9 +90,10 @@ type quotaLease struct {
 	demandsTaken bool
 }
 
-func newLeaser(region, instance string, coord LeaseClient, t lease.Timing, now func() time.Time, log hclog.Logger, m *metrics, stale func()) *leaser {
+func newLeaser(shared *regional.Region, instance string, coord LeaseClient, t lease.Timing, now func() time.Time, log hclog.Logger, m *metrics, stale func()) *leaser {
 	return &leaser{down: outage{what: "lease renewals", interval: 30 * time.Second},
-		held: outage{what: "lease requests under this instance name", interval: 30 * time.Second}, region: region, instance: instance, nonce: newNonce(instance, now()),
+		held:   outage{what: "lease requests under this instance name", interval: 30 * time.Second},
+		shared: shared, region: shared.Name(), instance: instance, nonce: regional.NewNonce(instance, now()),
 		coord: coord, timing: t, now: now, log: log, m: m, stale: stale, quotas: map[string]*quotaLease{}, instances: 1}
 }
 
@@ -258,11 +249,21 @@ func (l *leaser) Instances() int {
 	return l.instances
 }
 
+// renewalEdge is what a renewal asks of the edge (edgeEngine): whether
+// acknowledging grant g of quota name would free what Envoy instances may
+// still be enforcing (the renewal then presents the grant acknowledged
+// before instead), and what to report of the quota's edge (nil: nothing).
+type renewalEdge interface {
+	holds(name string, g lease.Grant, now time.Time) bool
+	edgeSummary(name string) *pb.EdgeSummary
+}
+
 // renew sends one request for every quota whose renewal is due and
-// applies the answers. It reports whether all of them got grants.
-func (l *leaser) renew(ctx context.Context) bool {
-	if l.rdb != nil && l.unsaved() {
-		if err := l.saveGrants(ctx, l.rdb, false); err != nil {
+// applies the answers, holding back the grants edge may still be enforcing
+// (nil: no edge). It reports whether all of them got grants.
+func (l *leaser) renew(ctx context.Context, edge renewalEdge) bool {
+	if l.unsaved() {
+		if err := l.saveGrants(ctx, false); err != nil {
 			l.log.Debug("grants not saved before renewing; acknowledging the last saved ones", "error", err)
 		}
 	}
@@ -285,7 +286,7 @@ func (l *leaser) renew(ctx context.Context) bool {
 		if r.GrantID == "" {
 			base = lease.Grant{} // the lease asks anew (its grant was refused as stale or unknown)
 		}
-		if base.ID != "" && base.ID != q.acked.ID && l.edgeHold != nil && l.edgeHold(n, base, now) {
+		if base.ID != "" && base.ID != q.acked.ID && edge != nil && edge.holds(n, base, now) {
 			// Envoy instances may still enforce assignments of a larger
 			// share than base gives: the coordinator keeps counting the
 			// grant that covered them (or, if none is known, every grant)
@@ -306,8 +307,8 @@ func (l *leaser) renew(ctx context.Context) bool {
 		}
 		qr := &pb.QuotaRequest{Quota: n, GrantId: base.ID, Seq: r.Seq, Demand: demand,
 			IdentityDemand: changes, IdentityDemandHeld: int32(q.report.Len()), IdentityDeltas: true}
-		if l.edgeSummary != nil {
-			qr.Edge = l.edgeSummary(n)
+		if edge != nil {
+			qr.Edge = edge.edgeSummary(n)
 		}
 		pr.Quotas = append(pr.Quotas, qr)
 		out = append(out, sentQuota{n, q, r, base, changes})
@@ -328,8 +329,8 @@ func (l *leaser) renew(ctx context.Context) bool {
 	held := l.wasHeld
 	l.wasHeld = false
 	l.mu.Unlock()
-	if held && l.rdb != nil {
-		if err := l.succeed(ctx, l.rdb); err != nil {
+	if held {
+		if err := l.succeed(ctx); err != nil {
 			l.log.Debug("could not tell whether the name's holder has stopped", "error", err)
 		}
 	}
@@ -459,60 +460,25 @@ func refusesGrant(err error) bool {
 // region's: the sum over processes seen in the last staleAfter, and how
 // many instances that is (a process restarted under its name and the one
 // it replaced, both seen for a moment, are one instance).
-func (l *leaser) publish(ctx context.Context, rdb redis.UniversalClient, staleAfter time.Duration) error {
+func (l *leaser) publish(ctx context.Context, staleAfter time.Duration) error {
 	now := l.now()
-	key := agentsKey(l.region)
 	l.mu.Lock()
-	holder := l.recordHolder()
-	fields := make([]any, 0, 2*len(l.quotas)+2)
-	fields = append(fields, "@"+l.nonce, strconv.FormatInt(now.UnixMilli(), 10))
+	p := regional.Presence{Nonce: l.nonce, At: now, Quota: make(map[string]int64, len(l.quotas)), Holds: l.holds()}
 	for n, q := range l.quotas {
-		fields = append(fields, n+"|"+l.nonce, strconv.FormatInt(q.policy.Limits().RateAmount(q.meter.rate(now)), 10)+":"+strconv.FormatInt(now.UnixMilli(), 10))
+		p.Quota[n] = q.policy.Limits().RateAmount(q.meter.rate(now))
 	}
 	l.mu.Unlock()
-	pipe := rdb.Pipeline()
-	pipe.HSet(ctx, key, fields...)
-	pipe.PExpire(ctx, key, 10*staleAfter)
-	if holder != nil {
-		pipe.HSet(ctx, instancesKey(l.region), holder...)
-		pipe.PExpire(ctx, instancesKey(l.region), savedTTL)
-	}
-	all := pipe.HGetAll(ctx, key)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("publish demand: %w", err)
-	}
-	cutoff := now.Add(-staleAfter).UnixMilli()
-	sums := map[string]int64{}
-	var stale []string
-	live := map[string]bool{} // instance names with a fresh heartbeat
-	for f, v := range all.Val() {
-		val, ts, _ := strings.Cut(v, ":")
-		if strings.HasPrefix(f, "@") {
-			ts = val
-		}
-		t, _ := strconv.ParseInt(ts, 10, 64)
-		if t < cutoff {
-			stale = append(stale, f)
-			continue
-		}
-		if strings.HasPrefix(f, "@") {
-			live[nonceInstance(f[1:])] = true
-			continue
-		}
-		quota, _, _ := strings.Cut(f, "|")
-		d, _ := strconv.ParseInt(val, 10, 64)
-		sums[quota] += d
-	}
-	if len(stale) > 0 {
-		rdb.HDel(ctx, key, stale...)
+	region, err := l.shared.Publish(ctx, p, staleAfter)
+	if err != nil {
+		return err
 	}
 	l.mu.Lock()
-	l.instances = max(1, len(live))
+	l.instances = region.Instances
 	for n, q := range l.quotas {
-		q.region = sums[n]
+		q.region = region.Demand[n]
 	}
 	l.mu.Unlock()
-	l.m.instances.Set(float64(max(1, len(live))))
+	l.m.instances.Set(float64(region.Instances))
 	return nil
 }
 

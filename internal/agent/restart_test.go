@@ -2,8 +2,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -19,6 +17,7 @@ import (
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
+	"github.com/quota-lease/quota-lease/regional"
 )
 
 // hungCoordinator answers nothing: every call waits until its context
@@ -67,7 +66,7 @@ func TestStartDuringCoordinatorOutage(t *testing.T) {
 	first := startAgent(t, "us", redisAddr, []string{k.addr}, nil)
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
 	defer rdb.Close()
-	var saved savedGrant
+	var saved regional.SavedGrant
 	testenv.WaitFor(t, 10*time.Second, "the first agent's grant saved in Redis", func() bool {
 		saved = savedGrantOf(t, rdb, "api")
 		first.a.leaser.mu.Lock()
@@ -123,20 +122,13 @@ func TestStartDuringCoordinatorOutage(t *testing.T) {
 }
 
 // savedGrantOf reads the grant saved for quota in region us (zero if none).
-func savedGrantOf(t *testing.T, rdb *redis.Client, quota string) savedGrant {
+func savedGrantOf(t *testing.T, rdb *redis.Client, quota string) regional.SavedGrant {
 	t.Helper()
-	var g savedGrant
-	v, err := rdb.HGet(context.Background(), savedGrantsKey("us"), quota).Result()
-	if errors.Is(err, redis.Nil) {
-		return g
-	}
+	gs, err := regional.NewRegion(rdb, "us").LoadGrants(context.Background(), []string{quota})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := json.Unmarshal([]byte(v), &g); err != nil {
-		t.Fatal(err)
-	}
-	return g
+	return gs[quota]
 }
 
 // An agent with no saved state and no coordinator follows each policy's

@@ -14,6 +14,7 @@ import (
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
+	"github.com/quota-lease/quota-lease/regional"
 )
 
 // A grant the coordinator refuses as stale (a new leader that never
@@ -25,20 +26,19 @@ func TestStaleGrantAskedAnew(t *testing.T) {
 	defer rdb.Close()
 	now := time.Unix(1_000_000, 0)
 	coord := &staleCoordinator{}
-	l := newLeaser("us", "us-a", coord, testTiming, func() time.Time { return now }, hclog.NewNullLogger(), newMetrics(), nil)
-	l.rdb = rdb
+	l := newLeaser(regional.NewRegion(rdb, "us"), "us-a", coord, testTiming, func() time.Time { return now }, hclog.NewNullLogger(), newMetrics(), nil)
 	ps, err := policy.ParsePolicies([]byte("name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	l.setPolicies(ps)
 	ctx := context.Background()
-	if !l.renew(ctx) { // 1.1, saved before the next renewal presents it
+	if !l.renew(ctx, nil) { // 1.1, saved before the next renewal presents it
 		t.Fatal("no first grant")
 	}
 	for i := 0; i < 20; i++ { // 1.1 is stale from now on
 		now = now.Add(testTiming.ValidFor / 2)
-		l.renew(ctx)
+		l.renew(ctx, nil)
 	}
 	coord.mu.Lock()
 	defer coord.mu.Unlock()

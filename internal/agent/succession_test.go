@@ -8,6 +8,7 @@ import (
 
 	"github.com/quota-lease/quota-lease/internal/coordinator"
 	"github.com/quota-lease/quota-lease/internal/testenv"
+	"github.com/quota-lease/quota-lease/regional"
 )
 
 // A process killed and started again under its instance name (as a
@@ -24,7 +25,7 @@ func TestRestartTakesNameAtOnce(t *testing.T) {
 	var killedRedis redis.UniversalClient
 	first := startAgent(t, "us", addr, []string{k.addr}, func(c *Config) { killedRedis = c.Redis })
 	testenv.WaitFor(t, 5*time.Second, "the first process recorded as the name's holder", func() bool {
-		return killedRedis.HGet(t.Context(), instancesKey("us"), "us-1").Val() == first.a.leaser.nonce
+		return killedRedis.HGet(t.Context(), regional.NewRegion(killedRedis, "us").Key("instances"), "us-1").Val() == first.a.leaser.nonce
 	})
 
 	// Killed: its Redis client goes first, so it leaves its heartbeat and
@@ -65,15 +66,4 @@ func ownGrant(a *Agent) bool {
 		}
 	}
 	return len(a.leaser.quotas) > 0
-}
-
-// The presence hash counts instances by the name a nonce leads with,
-// names with dashes included.
-func TestNonceInstance(t *testing.T) {
-	now := time.Unix(1_700_000_000, 5)
-	for _, inst := range []string{"us-1", "a", "eu-west-1-agent-0", "x--y"} {
-		if got := nonceInstance(newNonce(inst, now)); got != inst {
-			t.Errorf("nonceInstance(newNonce(%q)) = %q", inst, got)
-		}
-	}
 }

@@ -1,4 +1,4 @@
-package agent
+package regional
 
 import (
 	"context"
@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/quota-lease/quota-lease/edge"
 )
 
@@ -21,17 +19,15 @@ import (
 // Envoy instances it serves, with an expiry on Redis's clock so that a dead
 // agent's reservation ends by itself once its assignments may have expired.
 
-//go:embed lua/edge_sync.lua
-var edgeSyncLua string
+// edgeSyncScript applies one agent's updates and reads a page of what the
+// others hold (lua/edge_sync.lua).
+var edgeSyncScript = script("edge_sync.lua")
 
-var edgeSyncScript = redis.NewScript(edgeSyncLua)
-
-// edgeReservationsKey is the region's hash of edge reservations;
-// edgeLogKey the log of its writes and edgeSeqKey the log's counter
-// (lua/edge_sync.lua). The three share a hash slot on Redis Cluster.
-func edgeReservationsKey(region string) string { return "ql:edge:{" + region + "}" }
-func edgeLogKey(region string) string          { return "ql:edgelog:{" + region + "}" }
-func edgeSeqKey(region string) string          { return "ql:edgeseq:{" + region + "}" }
+// edgeKeys are the region's hash of edge reservations, the log of its
+// writes and the log's counter.
+func (r *Region) edgeKeys() []string {
+	return []string{r.Key("edge"), r.Key("edgelog"), r.Key("edgeseq")}
+}
 
 // edgeField names a policy identity in the hash.
 func edgeField(k edge.ID) string { return k.Policy + "\x00" + k.Identity }
@@ -49,15 +45,15 @@ func parseEdgeField(f string) (edge.ID, bool) {
 // no call took more than 10 ms: BenchmarkEdgeRead).
 const edgeBatch, edgePage = 256, 128
 
-// edgeAgent names an agent process in the region's reservations: its id,
-// and the id of the process it succeeded under its instance name, if any,
+// EdgeAgent names an agent process in the region's reservations: its ID,
+// and the ID of the process it succeeded under its instance name, if any,
 // whose Envoy instances reconnect to it (their places are its own).
-type edgeAgent struct{ id, heir string }
+type EdgeAgent struct{ ID, Heir string }
 
-// edgeAgentOf names the process of nonce, which succeeded heir ("" for
+// EdgeAgentOf names the process of nonce, which succeeded heir ("" for
 // none): a digest of each, so that whatever an instance name holds, the
 // script reads one word.
-func edgeAgentOf(nonce, heir string) edgeAgent {
+func EdgeAgentOf(nonce, heir string) EdgeAgent {
 	name := func(n string) string {
 		if n == "" {
 			return ""
@@ -65,18 +61,19 @@ func edgeAgentOf(nonce, heir string) edgeAgent {
 		d := sha256.Sum256([]byte(n))
 		return hex.EncodeToString(d[:8])
 	}
-	return edgeAgent{name(nonce), name(heir)}
+	return EdgeAgent{name(nonce), name(heir)}
 }
 
-// edgeWrite applies updates for agent a, in batches, and returns, in
-// order, what Redis granted each (what the others hold is edgeReader's).
+// EdgeWrite applies updates for agent a, in batches, and returns, in
+// order, what Redis granted each (what the others hold is EdgeStore's to
+// read).
 // On an error, granted holds what the batches that landed granted, the
 // first len(granted) updates, so that a sync too large for its time still
 // makes progress.
-func edgeWrite(ctx context.Context, rdb redis.UniversalClient, region string, a edgeAgent, updates []edge.Write) (granted []edge.Granted, err error) {
+func (r *Region) EdgeWrite(ctx context.Context, a EdgeAgent, updates []edge.Write) (granted []edge.Granted, err error) {
 	granted = make([]edge.Granted, 0, len(updates))
 	for start := 0; start < len(updates); start += edgeBatch {
-		res, err := edgeCall(ctx, rdb, region, a, updates[start:min(len(updates), start+edgeBatch)], edgeRead{})
+		res, err := r.edgeCall(ctx, a, updates[start:min(len(updates), start+edgeBatch)], edgeRead{})
 		if err != nil {
 			return granted, err
 		}
@@ -107,15 +104,14 @@ type edgeResult struct {
 }
 
 // edgeCall is one call of the script: updates applied, then rd's page.
-func edgeCall(ctx context.Context, rdb redis.UniversalClient, region string, a edgeAgent, updates []edge.Write, rd edgeRead) (edgeResult, error) {
+func (r *Region) edgeCall(ctx context.Context, a EdgeAgent, updates []edge.Write, rd edgeRead) (edgeResult, error) {
 	args := make([]any, 0, 7+9*len(updates))
-	args = append(args, a.id, a.heir, len(updates))
+	args = append(args, a.ID, a.Heir, len(updates))
 	for _, u := range updates {
 		args = append(args, edgeField(u.ID), u.Want, u.Capacity, u.EdgeDemand, u.Direct, max(1, u.Life.Milliseconds()), u.Instances, u.Most, u.Largest)
 	}
 	args = append(args, rd.mode, rd.from, rd.page, rd.epoch)
-	keys := []string{edgeReservationsKey(region), edgeLogKey(region), edgeSeqKey(region)}
-	res, err := edgeSyncScript.Run(ctx, rdb, keys, args...).Slice()
+	res, err := edgeSyncScript.Run(ctx, r.rdb, r.edgeKeys(), args...).Slice()
 	if err != nil {
 		return edgeResult{}, fmt.Errorf("edge reservations: %w", err)
 	}
@@ -174,4 +170,54 @@ func edgeInt(v any) (int64, error) {
 		return 0, fmt.Errorf("edge reservations: %w", err)
 	}
 	return n, nil
+}
+
+// EdgeStore is one agent process's side of the region's edge reservations
+// as its edge rounds sync with them (edge.Store): its writes (EdgeWrite)
+// and its copy of what the other agents hold (edgeReader). Not safe for
+// concurrent use: the rounds sync one at a time.
+type EdgeStore struct {
+	r        *Region
+	self     func() EdgeAgent // this agent process, and the one it succeeded
+	now      func() time.Time
+	trust    time.Duration // the most a read may take (edge.Config.Trust)
+	growWait time.Duration // the most the writes may take after it
+	reader   *edgeReader   // made at the first sync, for this agent's id
+}
+
+var _ edge.Store = (*EdgeStore)(nil)
+
+// EdgeStore returns the edge reservations as the agent process self names
+// syncs with them: a read may take trust, the writes growWait after it.
+func (r *Region) EdgeStore(self func() EdgeAgent, now func() time.Time, trust, growWait time.Duration) *EdgeStore {
+	return &EdgeStore{r: r, self: self, now: now, trust: trust, growWait: growWait}
+}
+
+// Sync reads the other agents' reservations when read, then writes
+// writes. The read may take as long as it may be trusted
+// (edge.Config.Trust: it counts from when it was sent); the writes get
+// growWait after it. A read that found no copy to serve from, its sweep of
+// the whole hash going on at the next, returns ErrEdgeSweeping.
+func (s *EdgeStore) Sync(ctx context.Context, writes []edge.Write, read bool) ([]edge.Granted, map[edge.ID]edge.Others, error) {
+	agent := s.self()
+	if s.reader == nil {
+		s.reader = newEdgeReader(agent.ID, s.now)
+	}
+	// The read first: it is trusted from when it was sent, so however long
+	// the writes take, it does not age while they run (the script's growth
+	// rule counts whatever the others wrote since).
+	var others map[edge.ID]edge.Others
+	var readErr error
+	if read {
+		rctx, cancel := context.WithTimeout(ctx, s.trust)
+		others, readErr = s.reader.read(rctx, s.r, agent)
+		cancel()
+	}
+	wctx, cancel := context.WithTimeout(ctx, s.growWait)
+	granted, err := s.r.EdgeWrite(wctx, agent, writes)
+	cancel()
+	if err = errors.Join(err, readErr); err != nil {
+		return granted, nil, err
+	}
+	return granted, others, nil
 }

@@ -1,4 +1,4 @@
-package agent
+package regional
 
 import (
 	"context"
@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-lease/quota-lease/edge"
 )
@@ -31,7 +29,7 @@ import (
 // sweep goes a few pages a read while a copy serves, the log's changes
 // going into both, and replaces the copy when done; without a copy it
 // reads as many pages as a read's time allows, and the reads return
-// errEdgeSweeping until it is done. So no read outlasts its time however
+// ErrEdgeSweeping until it is done. So no read outlasts its time however
 // large the hash. Not safe for concurrent use: the edge engine's rounds
 // read one at a time.
 type edgeReader struct {
@@ -75,19 +73,19 @@ func newEdgeReader(self string, now func() time.Time) *edgeReader {
 	return &edgeReader{self: self, fullEvery: edgeFullEvery, now: now}
 }
 
-// errEdgeSweeping: the reader has no copy yet; its sweep goes on with the
+// ErrEdgeSweeping: the reader has no copy yet; its sweep goes on with the
 // next read.
-var errEdgeSweeping = errors.New("edge reservations: still reading the region's reservations whole")
+var ErrEdgeSweeping = errors.New("edge reservations: still reading the region's reservations whole")
 
 var errEdgeReset = errors.New("edge reservations: the log must be read whole")
 
 // read brings the copy up to date and returns the others' sums for every
 // policy identity they hold something for, at Redis's clock of the read.
-func (r *edgeReader) read(ctx context.Context, rdb redis.UniversalClient, region string, a edgeAgent) (map[edge.ID]edge.Others, error) {
-	nowMs, err := r.step(ctx, rdb, region, a)
+func (r *edgeReader) read(ctx context.Context, rg *Region, a EdgeAgent) (map[edge.ID]edge.Others, error) {
+	nowMs, err := r.step(ctx, rg, a)
 	if errors.Is(err, errEdgeReset) {
 		r.reset()
-		nowMs, err = r.step(ctx, rdb, region, a)
+		nowMs, err = r.step(ctx, rg, a)
 	}
 	switch {
 	case err != nil && timedOut(err):
@@ -100,7 +98,7 @@ func (r *edgeReader) read(ctx context.Context, rdb redis.UniversalClient, region
 		return nil, err
 	}
 	if r.fields == nil {
-		return nil, errEdgeSweeping
+		return nil, ErrEdgeSweeping
 	}
 	return r.sums(nowMs), nil
 }
@@ -120,10 +118,10 @@ func (r *edgeReader) reset() {
 
 // step reads the log (once a sweep began), then goes on with a sweep,
 // beginning one when due; it returns Redis's clock at the last call.
-func (r *edgeReader) step(ctx context.Context, rdb redis.UniversalClient, region string, a edgeAgent) (int64, error) {
+func (r *edgeReader) step(ctx context.Context, rg *Region, a EdgeAgent) (int64, error) {
 	var nowMs int64
 	if r.epoch != "" {
-		n, err := r.readLog(ctx, rdb, region, a)
+		n, err := r.readLog(ctx, rg, a)
 		if err != nil {
 			return 0, err
 		}
@@ -142,7 +140,7 @@ func (r *edgeReader) step(ctx context.Context, rdb redis.UniversalClient, region
 		pages = math.MaxInt // no copy serves: as far as the read's time allows
 	}
 	for ; pages > 0; pages-- {
-		res, err := edgeCall(ctx, rdb, region, a, nil, edgeRead{mode: "full", from: r.cursor, page: edgePage})
+		res, err := rg.edgeCall(ctx, a, nil, edgeRead{mode: "full", from: r.cursor, page: edgePage})
 		if err != nil {
 			return 0, err
 		}
@@ -170,9 +168,9 @@ func (r *edgeReader) step(ctx context.Context, rdb redis.UniversalClient, region
 
 // readLog reads the fields written since the last read, a page a call,
 // into the copy and the sweep under way.
-func (r *edgeReader) readLog(ctx context.Context, rdb redis.UniversalClient, region string, a edgeAgent) (int64, error) {
+func (r *edgeReader) readLog(ctx context.Context, rg *Region, a EdgeAgent) (int64, error) {
 	for {
-		res, err := edgeCall(ctx, rdb, region, a, nil, edgeRead{mode: "log", from: strconv.FormatInt(r.since, 10), page: edgePage, epoch: r.epoch})
+		res, err := rg.edgeCall(ctx, a, nil, edgeRead{mode: "log", from: strconv.FormatInt(r.since, 10), page: edgePage, epoch: r.epoch})
 		if err != nil {
 			return 0, err
 		}

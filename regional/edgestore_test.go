@@ -1,22 +1,23 @@
-package agent
+package regional
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quota-lease/quota-lease/clock"
 	"github.com/quota-lease/quota-lease/edge"
 	"github.com/quota-lease/quota-lease/internal/testenv"
-	"github.com/quota-lease/quota-lease/lease"
-	"github.com/quota-lease/quota-lease/policy"
+	"github.com/quota-lease/quota-lease/internal/testenv/redistest"
 )
 
 // Agents growing their reservations for one identity at once, each asking
@@ -27,7 +28,7 @@ import (
 // own; a dead agent's reservation ends by itself when its life
 // runs out, and the others see it gone.
 func TestEdgeReservationsOnRedis(t *testing.T) {
-	rdb := edgeRedis(t)
+	rdb, region := edgeRedis(t)
 	ctx := context.Background()
 	id := edge.ID{Policy: "api", Identity: "acme"}
 	const capacity = 1000
@@ -40,7 +41,7 @@ func TestEdgeReservationsOnRedis(t *testing.T) {
 			name := string(rune('a' + i))
 			u := edge.Write{ID: id, Update: edge.Update{Want: capacity, Capacity: capacity, Instances: 3, Most: 4, EdgeDemand: 5, Life: time.Minute}}
 			for round := 0; round < 20; round++ {
-				g, err := edgeWrite(ctx, rdb, "us", edgeAgent{id: name}, []edge.Write{u})
+				g, err := region.EdgeWrite(ctx, EdgeAgent{ID: name}, []edge.Write{u})
 				if err != nil {
 					t.Error(err)
 					return
@@ -59,7 +60,7 @@ func TestEdgeReservationsOnRedis(t *testing.T) {
 	}
 	// The others see what each holds.
 	ra := newEdgeReader("a", time.Now) // kept: later reads read the log
-	others, err := ra.read(ctx, rdb, "us", edgeAgent{id: "a"})
+	others, err := ra.read(ctx, region, EdgeAgent{ID: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,8 +77,8 @@ func TestEdgeReservationsOnRedis(t *testing.T) {
 			heir = i + 2
 		}
 	}
-	next := edgeAgent{id: "next", heir: string(rune('a' + heir))}
-	g, err := edgeWrite(ctx, rdb, "us", next, []edge.Write{{ID: id, Update: edge.Update{Capacity: capacity, Instances: 4, Most: 4, Life: time.Minute}}})
+	next := EdgeAgent{ID: "next", Heir: string(rune('a' + heir))}
+	g, err := region.EdgeWrite(ctx, next, []edge.Write{{ID: id, Update: edge.Update{Capacity: capacity, Instances: 4, Most: 4, Life: time.Minute}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,18 +89,18 @@ func TestEdgeReservationsOnRedis(t *testing.T) {
 	}
 	// Shrinking is granted whole; an agent holding for a short life is
 	// gone once it ran out.
-	g, _ = edgeWrite(ctx, rdb, "us", edgeAgent{id: "a"}, []edge.Write{{ID: id, Update: edge.Update{Want: 0, Capacity: capacity, Life: time.Minute}}})
+	g, _ = region.EdgeWrite(ctx, EdgeAgent{ID: "a"}, []edge.Write{{ID: id, Update: edge.Update{Want: 0, Capacity: capacity, Life: time.Minute}}})
 	if g[0] != (edge.Granted{}) {
 		t.Fatalf("shrink to 0 granted %+v", g[0])
 	}
-	if _, err := edgeWrite(ctx, rdb, "us", edgeAgent{id: "b"}, []edge.Write{{ID: id, Update: edge.Update{Want: granted[1].Reserved, Capacity: capacity, Life: 300 * time.Millisecond}}}); err != nil {
+	if _, err := region.EdgeWrite(ctx, EdgeAgent{ID: "b"}, []edge.Write{{ID: id, Update: edge.Update{Want: granted[1].Reserved, Capacity: capacity, Life: 300 * time.Millisecond}}}); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 5*time.Second, "b's reservation expiring", func() bool {
-		others, err := ra.read(ctx, rdb, "us", edgeAgent{id: "a"})
+		others, err := ra.read(ctx, region, EdgeAgent{ID: "a"})
 		return err == nil && others[id].Reserved == sum-granted[0].Reserved-granted[1].Reserved
 	})
-	if ttl := rdb.PTTL(ctx, edgeReservationsKey("us")).Val(); ttl <= 0 || ttl > time.Minute {
+	if ttl := rdb.PTTL(ctx, region.Key("edge")).Val(); ttl <= 0 || ttl > time.Minute {
 		t.Fatalf("the region's hash expires in %s, want within the longest life", ttl)
 	}
 }
@@ -108,28 +109,28 @@ func TestEdgeReservationsOnRedis(t *testing.T) {
 // updates in batches, the read a page at a time, and a whole read still
 // sees every identity the other agents hold.
 func TestEdgeReservationsInPages(t *testing.T) {
-	rdb := edgeRedis(t)
+	_, region := edgeRedis(t)
 	ctx := context.Background()
 	const n = 5 * edgePage
 	updates := make([]edge.Write, n)
 	for i := range updates {
 		updates[i] = edge.Write{ID: edge.ID{Policy: "api", Identity: fmt.Sprint("tenant-", i)}, Update: edge.Update{Want: 10, Capacity: 100, EdgeDemand: 1, Life: time.Minute}}
 	}
-	g, err := edgeWrite(ctx, rdb, "us", edgeAgent{id: "b"}, updates)
+	g, err := region.EdgeWrite(ctx, EdgeAgent{ID: "b"}, updates)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(g) != n || g[n-1].Reserved != 10 {
 		t.Fatalf("%d grants (the last %d); want %d of 10", len(g), g[n-1], n)
 	}
-	res, err := edgeCall(ctx, rdb, "us", edgeAgent{id: "a"}, nil, edgeRead{mode: "full", from: "0", page: edgePage})
+	res, err := region.edgeCall(ctx, EdgeAgent{ID: "a"}, nil, edgeRead{mode: "full", from: "0", page: edgePage})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.next == "0" || len(res.fields) == 0 || len(res.fields) > 2*edgePage {
 		t.Fatalf("one call read %d of %d identities (next cursor %q): want one page", len(res.fields), n, res.next)
 	}
-	others, err := newEdgeReader("a", time.Now).read(ctx, rdb, "us", edgeAgent{id: "a"})
+	others, err := newEdgeReader("a", time.Now).read(ctx, region, EdgeAgent{ID: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,77 +139,19 @@ func TestEdgeReservationsInPages(t *testing.T) {
 	}
 }
 
-// An agent does not acknowledge a grant smaller than what the region's
-// edge reserved for some identity, as long as its view of them is fresh;
-// one whose view is stale holds any grant while the edge reserves
-// anything.
-func TestEdgeHoldsShrinkingGrant(t *testing.T) {
-	e := newEdgeEngine(edgeHost{clock: clock.System(), logger: hclog.NewNullLogger()}, DefaultEdgeConfig(), 0, prometheus.NewRegistry())
-	api := &policy.Policy{Name: "api", Scope: policy.ScopeGlobal, Edge: &policy.Edge{Instances: 1}}
-	read := readOnly{edge.ID{Policy: "api", Identity: "acme"}: {Reserved: 500}}
-	e.r = edge.NewRound(e.rc, compareSlots, servesOnly{api}, read, e)
-	e.r.SetPolicies([]*policy.Policy{api})
-	now := time.Now()
-	e.r.Run(context.Background(), &e.mu, func() time.Time { return now })
-	for _, c := range []struct {
-		g    lease.Grant
-		at   time.Time
-		hold bool
-	}{
-		{lease.Grant{Amount: 400}, now, true},
-		{lease.Grant{Amount: 500}, now, false},
-		{lease.Grant{Amount: 100, Identities: map[string]int64{"acme": 600}}, now, false},
-		{lease.Grant{Amount: 1000}, now.Add(time.Minute), true}, // stale view
-	} {
-		if got := e.holds("api", c.g, c.at); got != c.hold {
-			t.Errorf("grant %+v at +%s: holds %v, want %v", c.g, c.at.Sub(now), got, c.hold)
-		}
-	}
-	if e.holds("other", lease.Grant{}, now) {
-		t.Error("a policy the edge does not serve is never held")
-	}
-	if r := e.reserved("api", "acme", now); r != 500 {
-		t.Errorf("direct checks leave %d, want 500", r)
-	}
-	if r := e.reserved("api", "acme", now.Add(time.Minute)); r < 1<<62 {
-		t.Errorf("a stale view leaves direct checks %d reserved, want everything", r)
-	}
-}
-
-// readOnly is a store of edge reservations that holds the others' and
-// writes nothing.
-type readOnly map[edge.ID]edge.Others
-
-func (r readOnly) Sync(_ context.Context, ws []edge.Write, _ bool) ([]edge.Granted, map[edge.ID]edge.Others, error) {
-	return make([]edge.Granted, len(ws)), r, nil
-}
-
-// servesOnly is leases of no grant, of one policy served at the edge.
-type servesOnly struct{ p *policy.Policy }
-
-func (s servesOnly) Policy(name string) *policy.Policy {
-	if name == s.p.Name {
-		return s.p
-	}
-	return nil
-}
-func (servesOnly) ValidUntil(string) time.Time               { return time.Time{} }
-func (servesOnly) EnforceAt(string, string, time.Time) int64 { return 0 }
-func (servesOnly) Heir() string                              { return "" }
-
 // BenchmarkEdgeRead reads a region's hash of 100,000 identities held by
 // another agent, page by page (as the agent's whole reads do) and in one
 // call (as it once did), and reports the longest call: how long a
 // decision's script may wait behind the read; and reads what changed
 // since the last read (the log: the agent's usual read).
 func BenchmarkEdgeRead(b *testing.B) {
-	rdb := edgeRedis(b)
+	_, region := edgeRedis(b)
 	ctx := context.Background()
 	updates := make([]edge.Write, 100_000)
 	for i := range updates {
 		updates[i] = edge.Write{ID: edge.ID{Policy: "api", Identity: fmt.Sprint("tenant-", i)}, Update: edge.Update{Want: 10, Capacity: 100, EdgeDemand: 1, Life: time.Hour}}
 	}
-	if _, err := edgeWrite(ctx, rdb, "us", edgeAgent{id: "b"}, updates); err != nil {
+	if _, err := region.EdgeWrite(ctx, EdgeAgent{ID: "b"}, updates); err != nil {
 		b.Fatal(err)
 	}
 	for _, page := range []int{edgePage, 1 << 30} {
@@ -218,7 +161,7 @@ func BenchmarkEdgeRead(b *testing.B) {
 			for b.Loop() {
 				for cursor := "0"; ; {
 					start := time.Now()
-					res, err := edgeCall(ctx, rdb, "us", edgeAgent{id: "a"}, nil, edgeRead{mode: "full", from: cursor, page: page})
+					res, err := region.edgeCall(ctx, EdgeAgent{ID: "a"}, nil, edgeRead{mode: "full", from: cursor, page: page})
 					longest = max(longest, time.Since(start))
 					if err != nil {
 						b.Fatal(err)
@@ -235,11 +178,11 @@ func BenchmarkEdgeRead(b *testing.B) {
 	// since its last read (here nothing).
 	b.Run("log", func(b *testing.B) {
 		r := newEdgeReader("a", time.Now)
-		if _, err := r.read(ctx, rdb, "us", edgeAgent{id: "a"}); err != nil {
+		if _, err := r.read(ctx, region, EdgeAgent{ID: "a"}); err != nil {
 			b.Fatal(err)
 		}
 		for b.Loop() {
-			if _, err := r.read(ctx, rdb, "us", edgeAgent{id: "a"}); err != nil {
+			if _, err := r.read(ctx, region, EdgeAgent{ID: "a"}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -255,9 +198,9 @@ func BenchmarkEdgeRead(b *testing.B) {
 // that lost its keys, or a log trimmed past the reader, makes it read
 // whole again; an entry that expires unwritten leaves the sums.
 func TestEdgeReaderReadsChanges(t *testing.T) {
-	rdb := edgeRedis(t)
+	rdb, region := edgeRedis(t)
 	ctx := context.Background()
-	b := edgeAgent{id: "b"}
+	b := EdgeAgent{ID: "b"}
 	write := func(life time.Duration, tenants ...int) {
 		t.Helper()
 		var us []edge.Write
@@ -268,7 +211,7 @@ func TestEdgeReaderReadsChanges(t *testing.T) {
 			}
 			us = append(us, edge.Write{ID: edge.ID{Policy: "api", Identity: fmt.Sprint("tenant-", i)}, Update: edge.Update{Want: want, Capacity: 100, Life: life}})
 		}
-		if _, err := edgeWrite(ctx, rdb, "us", b, us); err != nil {
+		if _, err := region.EdgeWrite(ctx, b, us); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -280,7 +223,7 @@ func TestEdgeReaderReadsChanges(t *testing.T) {
 	r := newEdgeReader("a", time.Now)
 	read := func() map[edge.ID]edge.Others {
 		t.Helper()
-		others, err := r.read(ctx, rdb, "us", edgeAgent{id: "a"})
+		others, err := r.read(ctx, region, EdgeAgent{ID: "a"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -308,7 +251,7 @@ func TestEdgeReaderReadsChanges(t *testing.T) {
 	// The reader's own writes cost it nothing.
 	before = r.fieldsRead
 	own := edge.Write{ID: edge.ID{Policy: "api", Identity: "tenant-1"}, Update: edge.Update{Want: 5, Capacity: 100, Life: time.Minute}}
-	if _, err := edgeWrite(ctx, rdb, "us", edgeAgent{id: "a"}, []edge.Write{own}); err != nil {
+	if _, err := region.EdgeWrite(ctx, EdgeAgent{ID: "a"}, []edge.Write{own}); err != nil {
 		t.Fatal(err)
 	}
 	if others := read(); len(others) != 1000 || r.fieldsRead != before {
@@ -316,7 +259,7 @@ func TestEdgeReaderReadsChanges(t *testing.T) {
 	}
 
 	// A log trimmed past the reader: read whole.
-	if err := rdb.HSet(ctx, edgeSeqKey("us"), "floor", 1<<40).Err(); err != nil {
+	if err := rdb.HSet(ctx, region.Key("edgeseq"), "floor", 1<<40).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if others := read(); len(others) != 1000 || r.wholeReads != 2 {
@@ -346,9 +289,9 @@ func TestEdgeLogTrimmed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("100,000 writes")
 	}
-	rdb := edgeRedis(t)
+	rdb, region := edgeRedis(t)
 	ctx := context.Background()
-	b := edgeAgent{id: "b"}
+	b := EdgeAgent{ID: "b"}
 	update := func(tenant int, want int64) edge.Write {
 		return edge.Write{ID: edge.ID{Policy: "api", Identity: fmt.Sprint("tenant-", tenant)}, Update: edge.Update{Want: want, Capacity: 100, Life: time.Hour}}
 	}
@@ -359,14 +302,14 @@ func TestEdgeLogTrimmed(t *testing.T) {
 	for i := range 90 { // 10 stay
 		removed = append(removed, update(i, 0))
 	}
-	if _, err := edgeWrite(ctx, rdb, "us", b, added); err != nil {
+	if _, err := region.EdgeWrite(ctx, b, added); err != nil {
 		t.Fatal(err)
 	}
 	early := newEdgeReader("a", time.Now) // has not read the removals when they are trimmed
-	if _, err := early.read(ctx, rdb, "us", edgeAgent{id: "a"}); err != nil {
+	if _, err := early.read(ctx, region, EdgeAgent{ID: "a"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := edgeWrite(ctx, rdb, "us", b, removed); err != nil {
+	if _, err := region.EdgeWrite(ctx, b, removed); err != nil {
 		t.Fatal(err)
 	}
 	churn := make([]edge.Write, edgeBatch)
@@ -374,18 +317,18 @@ func TestEdgeLogTrimmed(t *testing.T) {
 		churn[i] = update(99, int64(10+i%2))
 	}
 	for range 100_000/edgeBatch + 20 {
-		if _, err := edgeWrite(ctx, rdb, "us", b, churn); err != nil {
+		if _, err := region.EdgeWrite(ctx, b, churn); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n := rdb.ZCard(ctx, edgeLogKey("us")).Val(); n != 10 {
+	if n := rdb.ZCard(ctx, region.Key("edgelog")).Val(); n != 10 {
 		t.Fatalf("the log holds %d members for 10 fields", n)
 	}
-	others, err := early.read(ctx, rdb, "us", edgeAgent{id: "a"})
+	others, err := early.read(ctx, region, EdgeAgent{ID: "a"})
 	if err != nil || len(others) != 10 || early.wholeReads != 2 {
 		t.Fatalf("a reader from before the trim: %d identities, %d whole reads, %v; want 10, 2", len(others), early.wholeReads, err)
 	}
-	others, err = early.read(ctx, rdb, "us", edgeAgent{id: "a"})
+	others, err = early.read(ctx, region, EdgeAgent{ID: "a"})
 	if err != nil || len(others) != 10 || early.wholeReads != 2 {
 		t.Fatalf("the same reader after: %d identities, %d whole reads, %v; want 10, 2", len(others), early.wholeReads, err)
 	}
@@ -396,13 +339,13 @@ func TestEdgeLogTrimmed(t *testing.T) {
 // during the sweep survive it, and a read that runs out of time keeps the
 // copy and its place in the log instead of starting over.
 func TestEdgeSweepSpreadsOverReads(t *testing.T) {
-	rdb := edgeRedis(t)
+	_, region := edgeRedis(t)
 	ctx := context.Background()
-	b := edgeAgent{id: "b"}
+	b := EdgeAgent{ID: "b"}
 	write := func(tenant int, want int64) {
 		t.Helper()
 		u := edge.Write{ID: edge.ID{Policy: "api", Identity: fmt.Sprint("tenant-", tenant)}, Update: edge.Update{Want: want, Capacity: 100, Life: time.Hour}}
-		if _, err := edgeWrite(ctx, rdb, "us", b, []edge.Write{u}); err != nil {
+		if _, err := region.EdgeWrite(ctx, b, []edge.Write{u}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -411,12 +354,12 @@ func TestEdgeSweepSpreadsOverReads(t *testing.T) {
 	for i := range us {
 		us[i] = edge.Write{ID: edge.ID{Policy: "api", Identity: fmt.Sprint("tenant-", i)}, Update: edge.Update{Want: 10, Capacity: 100, Life: time.Hour}}
 	}
-	if _, err := edgeWrite(ctx, rdb, "us", b, us); err != nil {
+	if _, err := region.EdgeWrite(ctx, b, us); err != nil {
 		t.Fatal(err)
 	}
 	r := newEdgeReader("a", time.Now)
 	read := func(ctx context.Context) (map[edge.ID]edge.Others, error) {
-		return r.read(ctx, rdb, "us", edgeAgent{id: "a"})
+		return r.read(ctx, region, EdgeAgent{ID: "a"})
 	}
 	if others, err := read(ctx); err != nil || len(others) != n || r.wholeReads != 1 {
 		t.Fatalf("first read: %d identities, %d whole reads, %v; want %d, 1", len(others), r.wholeReads, err, n)
@@ -454,9 +397,88 @@ func TestEdgeSweepSpreadsOverReads(t *testing.T) {
 	}
 }
 
-// edgeRedis is a client of a fresh redis-server, closed with the test.
-func edgeRedis(t testing.TB) *redis.Client {
-	rdb := redis.NewClient(&redis.Options{Addr: startRedis(t).Addr})
-	t.Cleanup(func() { rdb.Close() })
-	return rdb
+// edgeRedis is a client of a fresh redis-server, closed with the test, and
+// region us in it.
+func edgeRedis(t testing.TB) (*redis.Client, *Region) {
+	rdb := redistest.Start(t).Client(t)
+	return rdb, NewRegion(rdb, "us")
+}
+
+// The store in memory (the simulator's, edge.MemStore) keeps the
+// reservations as the script does in Redis: random updates from three
+// agent processes (growth, shrinking, demands only, another's capacity,
+// instance places, a process succeeding the one before it) go through both,
+// and every grant, every sum of the others and every entry must match.
+func TestEdgeStoreAsMemStore(t *testing.T) {
+	rdb, region := edgeRedis(t)
+	ctx := context.Background()
+	m := edge.NewMemStore(func() int64 { return 0 })
+	id := func(i int) edge.ID { return edge.ID{Policy: "api", Identity: strconv.Itoa(i)} }
+	rng := rand.New(rand.NewPCG(7, 8))
+	const ids, capacity = 3, 1000
+	for step := 0; step < 400; step++ {
+		gen := rng.IntN(3)
+		who, heir := strconv.Itoa(gen), strconv.Itoa(gen-1)
+		var ws []edge.Write
+		for i := 0; i < ids; i++ {
+			if rng.IntN(3) == 0 {
+				continue
+			}
+			u := edge.Update{Want: rng.Int64N(capacity), Capacity: capacity - rng.Int64N(200), Instances: rng.Int64N(6), Most: 4,
+				Largest: rng.Int64N(300), Life: time.Hour}
+			if rng.IntN(4) == 0 {
+				u.Want = 0
+			}
+			if rng.IntN(2) == 0 {
+				u.EdgeDemand, u.Direct = rng.Int64N(500), rng.Int64N(500)
+			}
+			ws = append(ws, edge.Write{ID: id(i), Update: u})
+		}
+		want, wantOthers, err := m.Agent(who, heir).Sync(ctx, ws, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The read after the writes, as the model's, by a store of its own,
+		// so that it reads whole.
+		store := func() *EdgeStore {
+			return region.EdgeStore(func() EdgeAgent { return EdgeAgent{who, heir} }, time.Now, time.Minute, time.Minute)
+		}
+		got, _, err := store().Sync(ctx, ws, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, others, err := store().Sync(ctx, nil, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// What moved from the process before is compared but for its time
+		// left: the model's clock is not Redis's.
+		for i := range got {
+			got[i].Inherited.Left, want[i].Inherited.Left = 0, 0
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("step %d, agent %s: the model granted %v, the script %v", step, who, want, got)
+		}
+		if !maps.Equal(others, wantOthers) {
+			t.Fatalf("step %d: the model sums %v, the script %v", step, wantOthers, others)
+		}
+		// Every process's reservation and places, as stored.
+		stored := map[edge.ID]map[string]edge.Holding{}
+		for f, v := range rdb.HGetAll(ctx, region.Key("edge")).Val() {
+			k, _ := parseEdgeField(f)
+			stored[k] = map[string]edge.Holding{}
+			for _, line := range strings.Split(v, "\n") {
+				var who string
+				var h edge.Holding
+				var e, d, exp int64
+				if _, err := fmt.Sscan(line, &who, &h.Reserved, &e, &d, &exp, &h.Places, &h.Largest); err != nil {
+					t.Fatalf("entry %q: %v", line, err)
+				}
+				stored[k][who] = h
+			}
+		}
+		if model := m.Holdings(); !maps.EqualFunc(stored, model, maps.Equal) {
+			t.Fatalf("step %d: the model holds %v, the script %v", step, model, stored)
+		}
+	}
 }
