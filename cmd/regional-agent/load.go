@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/policy"
 	"github.com/quota-lease/quota-lease/regional"
 )
@@ -95,6 +96,17 @@ type policyStats struct {
 	elapsed                          time.Duration
 }
 
+// check decides one request of p's cost as the agent would with the
+// policy's whole limit: validated by admission, decided by eng.
+func check(ctx context.Context, eng *regional.Engine, p *policy.Policy, attrs map[string]string) (policy.Decision, error) {
+	t, err := admission.Resolve(p, admission.Request{Policy: p.Name, Attributes: attrs, Cost: p.Cost}, p.Limits())
+	if err != nil {
+		return policy.Decision{}, err
+	}
+	res := eng.Decide(ctx, []*admission.Ticket{&t})[0]
+	return res.Decision, res.Err
+}
+
 func drive(ctx context.Context, eng *regional.Engine, policies []*policy.Policy, c loadConfig, log hclog.Logger) []*policyStats {
 	stats := make([]*policyStats, len(policies))
 	for i := range stats {
@@ -118,7 +130,7 @@ func drive(ctx context.Context, eng *regional.Engine, policies []*policy.Policy,
 					id = r.IntN(c.identities)
 				}
 				cctx, ccancel := context.WithTimeout(ctx, c.timeout)
-				d, err := eng.Check(cctx, regional.Request{Policy: p.Name, Attributes: attributes(p, id), Cost: p.Cost})
+				d, err := check(cctx, eng, p, attributes(p, id))
 				ccancel()
 				st.sent.Add(1)
 				switch {
