@@ -66,7 +66,7 @@ robustness: deps ## random fault schedules over real processes, checked against 
 	  $(GO) test -race -count=1 -timeout 24h -run '^TestRobustness$$' -v ./internal/testenv/cluster/
 
 bench: deps ## benchmarks (real Redis, embedded etcd, gRPC; numbers in docs/benchmarks.md)
-	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 ./regional/ ./internal/coordinator/ ./internal/agent/ ./sim/
+	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 ./regional/ ./internal/coordinator/ ./internal/agent/... ./sim/
 
 # The peer compared side by side in make bench-peers, pinned.
 PEER_RATELIMIT_VERSION := v1.4.1-0.20260122083618-3fb702589d36
@@ -93,8 +93,9 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 10s)
 	@echo "== sim FuzzParseScenario"; $(GO) test ./sim/ -run '^$$' -fuzz '^FuzzParseScenario$$' -fuzztime $(FUZZTIME)
 	@echo "== sfv FuzzRoundTrip"; $(GO) test ./internal/sfv/ -run '^$$' -fuzz '^FuzzRoundTrip$$' -fuzztime $(FUZZTIME)
 	@echo "== ratelimitxds FuzzConvert"; $(GO) test ./internal/ratelimitxds/ -run '^$$' -fuzz '^FuzzConvert$$' -fuzztime $(FUZZTIME)
-	@set -e; for t in FuzzAppendJSONString FuzzDecodeCheckBody FuzzMatchBucket; do \
-	  echo "== agent $$t"; $(GO) test ./internal/agent/ -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME); done
+	@set -e; for t in FuzzAppendJSONString FuzzDecodeCheckBody; do \
+	  echo "== checkapi $$t"; $(GO) test ./internal/agent/checkapi/ -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME); done
+	@echo "== agent FuzzMatchBucket"; $(GO) test ./internal/agent/ -run '^$$' -fuzz '^FuzzMatchBucket$$' -fuzztime $(FUZZTIME)
 
 redis: deps ## start a throwaway redis-server on a free loopback port; prints its address
 	@scripts/redis.sh start .redis

@@ -21,6 +21,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/quota-lease/quota-lease/internal/agent"
+	"github.com/quota-lease/quota-lease/internal/agent/checkapi"
 	"github.com/quota-lease/quota-lease/internal/envflag"
 	"github.com/quota-lease/quota-lease/internal/leaseapi"
 	"github.com/quota-lease/quota-lease/internal/logs"
@@ -125,8 +126,8 @@ func serveFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 	fs.StringVar(&o.coordCA, "coordinator-tls-ca", os.Getenv("QUOTALEASE_TLS_CA"), "PEM CA that signs the coordinators' certificates; turns TLS on toward them, presenting --tls-cert (the region's identity) as the client certificate (env QUOTALEASE_TLS_CA)")
 	fs.StringVar(&o.trustDomain, "trust-domain", "quota-lease", "SPIFFE trust domain of the coordinators (their serve --trust-domain): with --coordinator-tls-ca, a server is accepted as a coordinator only if its certificate names spiffe://<domain>/role/coordinator")
 	fs.DurationVar(&o.drain, "drain-delay", 0, "on SIGTERM, answer /readyz 503 (and gRPC health NOT_SERVING) for this long while still serving checks, before waiting for in-flight ones and closing: set it to your load balancer's probe period")
-	fs.StringVar(&o.httpRateLimitHeaders, "http-ratelimit-headers", agent.RateLimitDraft06, "the RateLimit response fields of the HTTP API, by the version of the IETF draft they follow: draft-06 (draft-ietf-httpapi-ratelimit-headers-06: RateLimit-Limit, -Remaining, -Reset and -Policy), draft-11 (draft-ietf-httpapi-ratelimit-headers-11: structured RateLimit-Policy and RateLimit, with a partition key) or none; a 429 carries Retry-After whichever")
-	fs.IntVar(&o.httpConns, "http-max-conns", agent.DefaultMaxHTTPConns, "most open HTTP connections; more wait to be accepted, so slow clients cannot exhaust file descriptors. At most half of them (and 1,024) may be still handshaking, 64 from one address, for 3 s at most")
+	fs.StringVar(&o.httpRateLimitHeaders, "http-ratelimit-headers", checkapi.RateLimitDraft06, "the RateLimit response fields of the HTTP API, by the version of the IETF draft they follow: draft-06 (draft-ietf-httpapi-ratelimit-headers-06: RateLimit-Limit, -Remaining, -Reset and -Policy), draft-11 (draft-ietf-httpapi-ratelimit-headers-11: structured RateLimit-Policy and RateLimit, with a partition key) or none; a 429 carries Retry-After whichever")
+	fs.IntVar(&o.httpConns, "http-max-conns", checkapi.DefaultMaxHTTPConns, "most open HTTP connections; more wait to be accepted, so slow clients cannot exhaust file descriptors. At most half of them (and 1,024) may be still handshaking, 64 from one address, for 3 s at most")
 	fs.BoolVar(&o.insecure, "insecure", false, "allow listening on a non-loopback address without mutual TLS (anyone who reaches it can check and read metrics)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	fs.BoolVar(&o.logJSON, "log-json", false, "log as JSON lines instead of text")
@@ -277,7 +278,7 @@ func listen(a *agent.Agent, sc serveConfig) (*servers, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w (choose another with --http-listen)", sc.httpListen, err)
 	}
-	gopts := agent.GRPCServerOptions()
+	gopts := checkapi.GRPCServerOptions()
 	if sc.tls.GRPC != nil {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(sc.tls.GRPC)))
 	}
@@ -288,7 +289,7 @@ func listen(a *agent.Agent, sc serveConfig) (*servers, error) {
 	if sc.tls.Mutual {
 		handler = mtls.RequireClientCert(handler, "/metrics", "/healthz", "/readyz")
 	}
-	lc := agent.DefaultHTTPListener(sc.tls.HTTP, sc.httpConns)
+	lc := checkapi.DefaultHTTPListener(sc.tls.HTTP, sc.httpConns)
 	if s.hsrv, s.hl, err = a.ListenHTTP(hl, handler, lc); err != nil {
 		gl.Close()
 		hl.Close()

@@ -3,7 +3,11 @@
 // global policies (leaser), enforces the leased share in the region's Redis
 // with the regional engine, falls back to a bounded in-process bucket when
 // Redis is slow or down (behind a circuit breaker), and serves the same
-// decision over its own gRPC API, Envoy's rate-limit service and HTTP.
+// decision over its own gRPC API, Envoy's rate-limit service and HTTP
+// (package checkapi, which translates them into its admission pipeline),
+// and token buckets to Envoy instances over Envoy's Rate Limit Quota
+// Service (rlqs.go, the edge engine). What the region's agents share in its
+// Redis is package regional's (regional.Region).
 package agent
 
 import (
@@ -17,10 +21,12 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/clock"
+	"github.com/quota-lease/quota-lease/internal/agent/checkapi"
 	"github.com/quota-lease/quota-lease/internal/logs"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
@@ -88,40 +94,9 @@ type Config struct {
 	IdempotencyWindow time.Duration
 	// HotKeys is K of the top-K hottest identities per policy. Default 10.
 	HotKeys int
-	// EnvoyLimitHeaders adds RateLimit-Limit, -Remaining and -Reset to
-	// Envoy answers, for the descriptor closest to its limit, like
-	// envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED.
-	EnvoyLimitHeaders bool
-	// EnvoyRetryAfter adds one retry-after header to an Envoy OVER_LIMIT
-	// answer: the longest wait of its descriptors over their limit, whole
-	// seconds rounded up. A quota-lease extra: envoyproxy/ratelimit adds
-	// no such header, so it is off by default.
-	EnvoyRetryAfter bool
-	// EnvoyPolicyNames names every Envoy answer's current_limit after the
-	// policy that decided it, also where the configuration names none
-	// (generated names like edge.remote_address). Off, as in
-	// envoyproxy/ratelimit, current_limit.name is the configured
-	// rate_limit.name, or empty.
-	EnvoyPolicyNames bool
-	// EnvoyExactCounts reports, in Envoy answers, what is left of a limit
-	// also when a descriptor is over it (envoyproxy/ratelimit reports 0,
-	// shadow mode included), and duration_until_reset to the millisecond
-	// (it reports whole seconds).
-	EnvoyExactCounts bool
-	// EnvoyQuotaMode puts every limit in quota mode in Envoy answers, as
-	// envoyproxy/ratelimit's QUOTA_MODE does (per limit:
-	// policy.EnvoyMatch.QuotaMode): a descriptor over its limit is decided
-	// and counted as usual but answered OK, and never makes the call
-	// OVER_LIMIT.
-	EnvoyQuotaMode bool
-	// EnvoyDynamicMetadata adds dynamic_metadata to Envoy answers (the
-	// call's domain, descriptors, hits and quota-mode violations), as
-	// envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA does.
-	EnvoyDynamicMetadata bool
-	// HTTPRateLimitHeaders is the version of the IETF RateLimit header
-	// fields the HTTP API sends (httpratelimit.go, docs/http.md):
-	// RateLimitDraft06 by default, RateLimitDraft11 or RateLimitNone.
-	HTTPRateLimitHeaders string
+	// Answers are what the check APIs' answers carry beyond the decision
+	// (Envoy's headers and metadata, the HTTP API's RateLimit fields).
+	checkapi.Answers
 	// Edge configures the Rate Limit Quota Service Envoy instances stream
 	// to on the gRPC port (docs/rlqs.md).
 	Edge EdgeConfig
@@ -159,7 +134,7 @@ func DefaultConfig() Config {
 		RedisProbeMaxInterval: 2 * time.Second,
 		IdempotencyWindow:     regional.DefaultIdempotencyWindow,
 		MetricIdentities:      IdentitiesHashed,
-		HTTPRateLimitHeaders:  RateLimitDraft06,
+		Answers:               checkapi.DefaultAnswers(),
 		HotKeys:               10,
 		Edge:                  DefaultEdgeConfig(),
 		Clock:                 clock.System(),
@@ -208,8 +183,8 @@ func ValidateConfig(c Config) error {
 	if c.MetricIdentities != IdentitiesHashed && c.MetricIdentities != IdentitiesPlain && c.MetricIdentities != IdentitiesOff {
 		bad("metric identities %q: use hashed, plain or off", c.MetricIdentities)
 	}
-	if c.HTTPRateLimitHeaders != RateLimitDraft06 && c.HTTPRateLimitHeaders != RateLimitDraft11 && c.HTTPRateLimitHeaders != RateLimitNone {
-		bad("http ratelimit headers %q: use %s, %s or %s", c.HTTPRateLimitHeaders, RateLimitDraft06, RateLimitDraft11, RateLimitNone)
+	if err := c.Answers.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -229,15 +204,15 @@ type Agent struct {
 
 	loaded   atomic.Bool  // a policy set is installed
 	health   *redisHealth // how the agent's own round trips to Redis went
-	httpLog  *logs.Paced  // the HTTP listener's and server's log lines
 	savedFP  uint64       // the policy set last saved to Redis (Run's goroutines, one at a time)
 	prune    atomic.Bool  // the policy set changed: drop saved grants of deleted policies
 	inflight atomic.Int64 // checks being decided (a counter: checks may start while Drain waits)
 	closing  atomic.Bool
 	refresh  chan struct{} // a check named an unknown policy: reload soon
 	renew    chan struct{} // policies were installed: look at the leases now
-	envoy    atomic.Pointer[envoyIndex]
-	edge     *edgeEngine // Envoy's RLQS: leases to the edge
+	envoy    atomic.Pointer[checkapi.EnvoyIndex]
+	edge     *edgeEngine      // Envoy's RLQS: leases to the edge
+	api      *checkapi.Server // the check APIs
 }
 
 // New returns an agent; Run starts its background work.
@@ -253,7 +228,6 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, engine: eng, m: m, hot: map[string]*topK{}, refresh: make(chan struct{}, 1), renew: make(chan struct{}, 1), health: newRedisHealth(cfg.Logger, cfg.Clock.Now)}
-	a.httpLog = newHTTPLog(a)
 	a.shared = regional.NewRegion(cfg.Redis, cfg.Region)
 	a.leaser = newLeaser(a.shared, cfg.Instance, cfg.Coordinator, lease.Timing{Drift: cfg.Drift, Margin: cfg.Margin}, cfg.Clock.Now, cfg.Logger, m, a.refreshSoon)
 	host := edgeHost{clock: cfg.Clock, logger: cfg.Logger, shared: a.shared, leases: a.leaser,
@@ -267,6 +241,9 @@ func New(cfg Config) (*Agent, error) {
 	if a.admit, err = admission.New(acfg); err != nil {
 		return nil, err
 	}
+	a.api = checkapi.New(checkapi.Config{Checker: a, Answers: cfg.Answers, Envoy: a.envoyIndex, Ready: a.Readiness,
+		Metrics: promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}), HandshakeFailures: m.handshakeFails,
+		Log: logs.NewPaced(cfg.Logger.Named("http"), httpLogInterval, cfg.Clock.Mono)})
 	m.reg.MustRegister(hotCollector{a})
 	return a, nil
 }
@@ -442,7 +419,7 @@ func (a *Agent) installPolicies(ps []*policy.Policy) error {
 	if err := a.policies.Set(ps); err != nil {
 		return err
 	}
-	ix := buildEnvoyIndex(ps)
+	ix := checkapi.BuildEnvoyIndex(ps)
 	a.envoy.Store(&ix)
 	a.leaser.setPolicies(ps)
 	a.edge.setPolicies(ps)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/quota-lease/quota-lease/admission"
+	"github.com/quota-lease/quota-lease/internal/agent/checkapi"
 	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/internal/testenv/faultproxy"
 	"github.com/quota-lease/quota-lease/lease"
@@ -216,13 +218,13 @@ func TestHTTP429Contract(t *testing.T) {
 	if retryMs <= 0 || retryMs > 60_000 {
 		t.Fatalf("retry_after_ms %d", retryMs)
 	}
-	if got, want := h.Get("Retry-After"), ceilSeconds(retryMs); got != want || got == "0" {
+	if got, want := h.Get("Retry-After"), strconv.FormatInt((retryMs+999)/1000, 10); got != want || got == "0" {
 		t.Errorf("Retry-After %q, want %q (whole seconds, rounded up)", got, want)
 	}
-	if got := h.Get("RateLimit-Reset"); got != ceilSeconds(retryMs) {
-		t.Errorf("RateLimit-Reset %q, want %q", got, ceilSeconds(retryMs))
+	if got := h.Get("RateLimit-Reset"); got != strconv.FormatInt((retryMs+999)/1000, 10) {
+		t.Errorf("RateLimit-Reset %q, want %q", got, strconv.FormatInt((retryMs+999)/1000, 10))
 	}
-	wantBody := map[string]any{"type": ProblemRateLimited, "title": "Too Many Requests", "status": float64(429), "policy": "search"}
+	wantBody := map[string]any{"type": checkapi.ProblemRateLimited, "title": "Too Many Requests", "status": float64(429), "policy": "search"}
 	for k, v := range wantBody {
 		if body[k] != v {
 			t.Errorf("body %s = %v, want %v", k, body[k], v)
@@ -244,7 +246,7 @@ func TestHTTP429Contract(t *testing.T) {
 		{`{"policy":"search","attributes":{}}`, 400, `needs attribute \"user\"`},
 		{`{"policy":"search","attributes":{"user":"u"},"cost":-1}`, 400, "positive"},
 		{`not json`, 400, "must be JSON"},
-		{`{"policy":"search","attributes":{"user":"` + strings.Repeat("x", MaxCheckBody) + `"}}`, 413, "larger than"},
+		{`{"policy":"search","attributes":{"user":"` + strings.Repeat("x", checkapi.MaxCheckBody) + `"}}`, 413, "larger than"},
 	} {
 		r := post(c.body)
 		raw, _ := io.ReadAll(r.Body)

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/quota-lease/quota-lease/admission"
+	"github.com/quota-lease/quota-lease/internal/agent/checkapi"
 	"github.com/quota-lease/quota-lease/internal/devca"
 	"github.com/quota-lease/quota-lease/internal/mtls"
 	"github.com/quota-lease/quota-lease/internal/testenv"
@@ -233,7 +234,7 @@ func BenchmarkGRPCCheckTLS(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	gs := grpc.NewServer(append(GRPCServerOptions(), grpc.Creds(credentials.NewTLS(scfg)))...)
+	gs := grpc.NewServer(append(checkapi.GRPCServerOptions(), grpc.Creds(credentials.NewTLS(scfg)))...)
 	ra.a.RegisterGRPC(gs)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/clock"
+	"github.com/quota-lease/quota-lease/internal/agent/checkapi"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
 	"github.com/quota-lease/quota-lease/regional"
@@ -22,7 +23,7 @@ type edgeHost struct {
 	// policies is the policy set in force; asked the same, asking for a
 	// reload when a bucket names a policy it does not hold.
 	policies, asked admission.Policies
-	envoy           func() envoyIndex // the Envoy index of the policies in force
+	envoy           func() checkapi.EnvoyIndex // the Envoy index of the policies in force
 }
 
 // edgeLeaser is what the edge engine asks of the agent's leases: the

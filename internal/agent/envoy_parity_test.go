@@ -16,6 +16,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/quota-lease/quota-lease/internal/agent/checkapi"
 )
 
 // The Envoy parity table: envoyproxy/ratelimit configurations (its
@@ -437,11 +439,7 @@ func comparableResets(t *testing.T, call int, who string, r *rlsv3.RateLimitResp
 		}
 		unit := int64(0)
 		if st.CurrentLimit != nil {
-			for _, u := range envoyUnits {
-				if u.u == st.CurrentLimit.Unit {
-					unit = int64(u.d.Seconds())
-				}
-			}
+			unit = int64(checkapi.EnvoyUnit(st.CurrentLimit.Unit).Seconds())
 		}
 		if d.Nanos != 0 || d.Seconds < 1 || d.Seconds > unit {
 			t.Fatalf("call %d descriptor %d: %s's duration_until_reset %v, want whole seconds in 1..%d", call, j, who, d, unit)
@@ -519,7 +517,7 @@ func TestEnvoyGlobalShadowMode(t *testing.T) {
 func TestEnvoyRefusedCallsChargeNothing(t *testing.T) {
 	ra := regionAgent(t, "domain: rf\nscope: region\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 5}\n", nil)
 	client := rlsv3.NewRateLimitServiceClient(grpcConn(t, ra.grpcAddr))
-	many := make([]*commonrl.RateLimitDescriptor, MaxBatch+1)
+	many := make([]*commonrl.RateLimitDescriptor, checkapi.MaxBatch+1)
 	for i := range many {
 		many[i] = entries("user", "u")
 	}

@@ -4,9 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 )
 
 // A descriptor over a quota_mode limit is a soft limit (the parity table
@@ -40,26 +38,5 @@ func TestEnvoyQuotaModeHeaders(t *testing.T) {
 		if got := strings.Join(names, " "); !strings.Contains(got, "RateLimit-Remaining=0") || strings.Contains(got, "retry-after") {
 			t.Fatalf("call %d: headers %s, want the limit headers with 0 remaining and no retry-after", i, got)
 		}
-	}
-}
-
-// dynamic_metadata writes a descriptor's limit override as the proto's
-// text, as the original does (descriptorToStruct), and nothing for a nil
-// descriptor; without quota-mode limits, quotaModeEnabled is false.
-func TestEnvoyMetadataLimitOverride(t *testing.T) {
-	req := &rlsv3.RateLimitRequest{Domain: "m", Descriptors: d(entries("user", "u"), nil)}
-	req.Descriptors[0].Limit = &commonrl.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 7, Unit: typev3.RateLimitUnit_MINUTE}
-	md := envoyMetadata(req, nil, make([]envoyMatched, 2))
-	ds := md.Fields["descriptors"].GetListValue().GetValues()
-	if len(ds) != 1 {
-		t.Fatalf("descriptors %v, want the one that is not nil", ds)
-	}
-	// Its spacing varies by build (protobuf's deliberate instability).
-	limit := strings.ReplaceAll(ds[0].GetStructValue().Fields["limit"].GetStringValue(), " ", "")
-	if !strings.Contains(limit, "requests_per_unit:7") || !strings.Contains(limit, "unit:MINUTE") {
-		t.Fatalf("limit %q, want the override's text", limit)
-	}
-	if md.Fields["quotaModeEnabled"].AsInterface() != false || md.Fields["quotaModeViolations"] != nil || md.Fields["hitsAddend"] != nil {
-		t.Fatalf("metadata %v", md)
 	}
 }

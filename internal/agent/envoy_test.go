@@ -1,17 +1,12 @@
 package agent
 
 import (
-	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
-
-	"github.com/quota-lease/quota-lease/admission"
-	"github.com/quota-lease/quota-lease/internal/testenv"
 )
 
 func entries(kv ...string) *commonrl.RateLimitDescriptor {
@@ -102,32 +97,6 @@ func TestEnvoyHitsAddendPerDescriptor(t *testing.T) {
 	resp, _ = client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonrl.RateLimitDescriptor{d}})
 	if resp.Statuses[0].LimitRemaining != 5 {
 		t.Fatalf("after the refused 11 hits: %v, want 5 remaining (nothing charged)", resp.Statuses[0])
-	}
-}
-
-// current_limit in Envoy's units: the period's own unit, else the shortest
-// in which the limit is whole (5 per 10 s reads 30 per minute; it read 0
-// per second), else the shortest in which it is at least one.
-func TestEnvoyLimitUnits(t *testing.T) {
-	for _, c := range []struct {
-		limit  float64
-		period time.Duration
-		want   uint32
-		unit   rlsv3.RateLimitResponse_RateLimit_Unit
-	}{
-		{5, 10 * time.Second, 30, rlsv3.RateLimitResponse_RateLimit_MINUTE},
-		{100, time.Minute, 100, rlsv3.RateLimitResponse_RateLimit_MINUTE},
-		{100, 90 * time.Second, 4000, rlsv3.RateLimitResponse_RateLimit_HOUR},
-		{7, 7 * time.Second, 1, rlsv3.RateLimitResponse_RateLimit_SECOND},
-		{1, 3 * 24 * time.Hour, 10, rlsv3.RateLimitResponse_RateLimit_MONTH},
-		{1, 4 * 24 * time.Hour, 1, rlsv3.RateLimitResponse_RateLimit_WEEK}, // 1.75, rounded down
-		{10, 45 * time.Second, 800, rlsv3.RateLimitResponse_RateLimit_HOUR},
-	} {
-		p := testenv.MustPolicy(t, fmt.Sprintf("name: p\nidentity: [a]\nlimit: %v\nperiod: %s\n", c.limit, c.period))
-		got := envoyLimit(&Config{}, admission.Outcome{Policy: p, Limits: p.Limits()})
-		if got.RequestsPerUnit != c.want || got.Unit != c.unit {
-			t.Errorf("%v per %v: %d per %s, want %d per %s", c.limit, c.period, got.RequestsPerUnit, got.Unit, c.want, c.unit)
-		}
 	}
 }
 

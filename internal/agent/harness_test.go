@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/quota-lease/quota-lease/admission"
+	"github.com/quota-lease/quota-lease/internal/agent/checkapi"
 	"github.com/quota-lease/quota-lease/internal/coordinator"
 	"github.com/quota-lease/quota-lease/internal/leaseapi"
 	"github.com/quota-lease/quota-lease/internal/testenv"
@@ -134,10 +135,10 @@ func startAgent(t testing.TB, region, redisAddr string, coordAddrs []string, mod
 	a, stopRun := runAgent(t, cfg)
 	gl, _ := net.Listen("tcp", "127.0.0.1:0")
 	hl, _ := net.Listen("tcp", "127.0.0.1:0")
-	gs := grpc.NewServer(GRPCServerOptions()...)
+	gs := grpc.NewServer(checkapi.GRPCServerOptions()...)
 	a.RegisterGRPC(gs)
 	go gs.Serve(gl)
-	lc := DefaultHTTPListener(nil, httpConns)
+	lc := checkapi.DefaultHTTPListener(nil, httpConns)
 	hs, guarded, err := a.ListenHTTP(hl, a.HTTPHandler(), lc)
 	if err != nil {
 		t.Fatal(err)

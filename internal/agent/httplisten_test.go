@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/quota-lease/quota-lease/internal/agent/checkapi"
 	"github.com/quota-lease/quota-lease/internal/devca"
 	"github.com/quota-lease/quota-lease/internal/handshake"
 	"github.com/quota-lease/quota-lease/internal/mtls"
@@ -54,13 +55,13 @@ func agentHandler(ra *runningAgent) http.Handler {
 // tlsAgentHTTP serves ra's HTTP API over TLS (serverTLS) through
 // ListenHTTP, with the listener's settings changed by mod, until the end
 // of t, and returns its address.
-func tlsAgentHTTP(t testing.TB, ra *runningAgent, serverTLS *tls.Config, mod func(*HTTPListener)) string {
+func tlsAgentHTTP(t testing.TB, ra *runningAgent, serverTLS *tls.Config, mod func(*checkapi.HTTPListener)) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	lc := DefaultHTTPListener(serverTLS, DefaultMaxHTTPConns)
+	lc := checkapi.DefaultHTTPListener(serverTLS, checkapi.DefaultMaxHTTPConns)
 	if mod != nil {
 		mod(&lc)
 	}
@@ -129,7 +130,7 @@ func TestHTTPListenerHoldsUnderIdleHandshakes(t *testing.T) {
 	})
 	stderr := captureStdLog(t)
 	serverTLS, clientTLS := agentTLS(t)
-	addr := tlsAgentHTTP(t, ra, serverTLS, func(c *HTTPListener) {
+	addr := tlsAgentHTTP(t, ra, serverTLS, func(c *checkapi.HTTPListener) {
 		c.Handshake.Timeout, c.Handshake.PerSource, c.Handshake.Total = time.Minute, 8, 64
 	})
 	client := certClient(t, clientTLS, false)
@@ -162,7 +163,7 @@ func TestHTTPListenerHoldsUnderIdleHandshakes(t *testing.T) {
 	}
 
 	// A stalled handshake is closed at the deadline.
-	addr = tlsAgentHTTP(t, ra, serverTLS, func(c *HTTPListener) { c.Handshake.Timeout = 200 * time.Millisecond })
+	addr = tlsAgentHTTP(t, ra, serverTLS, func(c *checkapi.HTTPListener) { c.Handshake.Timeout = 200 * time.Millisecond })
 	stalled := holdIdle(t, addr, 1, 1)[0]
 	timeouts := fails(handshake.ReasonTimeout)
 	stalled.SetReadDeadline(time.Now().Add(10 * time.Second))

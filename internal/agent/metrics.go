@@ -32,7 +32,7 @@ type metrics struct {
 	storeLosses          prometheus.Counter
 	storeBorn            prometheus.Gauge
 	handshakeFails       *prometheus.CounterVec
-	returned             *prometheus.CounterVec // returned hits (envoyreturns.go)
+	returned             *prometheus.CounterVec // returned hits (returns.go)
 	// overCharged counts the units of charges after the fact counted
 	// though they no longer fitted (policy.Limits.PostHoc).
 	overCharged *prometheus.CounterVec

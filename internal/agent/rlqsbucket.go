@@ -3,10 +3,10 @@ package agent
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/quota-lease/quota-lease/admission"
+	"github.com/quota-lease/quota-lease/internal/agent/checkapi"
 	"github.com/quota-lease/quota-lease/policy"
 )
 
@@ -14,8 +14,8 @@ import (
 // (envoy.go), its entries being a map instead of a list:
 //
 //   - in a domain loaded from an envoyproxy/ratelimit configuration, the
-//     entries pick the descriptor's limit as envoyIndex.match does, taking
-//     them in the configuration's order (envoyIndex.matchMap); no match,
+//     entries pick the descriptor's limit as checkapi.EnvoyIndex does, taking
+//     them in the configuration's order (checkapi.EnvoyIndex.MatchMap); no match,
 //     or an unlimited limit, limits nothing;
 //   - in any other domain, the entry "policy" (or "generic_key") names a
 //     quota-lease policy, and every other entry is one of its identity
@@ -29,7 +29,7 @@ import (
 // agent keeps each bucket id it serves whole (an assignment names it as
 // Envoy sent it), so these bound what one stream's buckets hold
 // (maxBucketBytes × EdgeConfig.MaxBucketsPerStream). A value longer than
-// policy.MaxAttributeValueBytes counts by its hash (envoyValue).
+// policy.MaxAttributeValueBytes counts by its hash (checkapi.EnvoyValue).
 const (
 	maxBucketEntries  = 16
 	maxBucketKeyBytes = 128
@@ -49,11 +49,11 @@ type rlqsMatch struct {
 // matchBucket maps bucket b of domain to a policy identity with the
 // policies and Envoy index given. An error says why it names none
 // (errBadBucket, admission.ErrUnknownPolicy, policy.ErrInvalidIdentity).
-func matchBucket(ix envoyIndex, policies admission.Policies, domain string, b map[string]string) (rlqsMatch, error) {
+func matchBucket(ix checkapi.EnvoyIndex, policies admission.Policies, domain string, b map[string]string) (rlqsMatch, error) {
 	if err := boundedBucket(b); err != nil {
 		return rlqsMatch{}, err
 	}
-	if p, configured := ix.matchMap(domain, b); configured {
+	if p, configured := ix.MatchMap(domain, b); configured {
 		if p == nil || p.Envoy.Unlimited {
 			return rlqsMatch{}, nil
 		}
@@ -102,53 +102,8 @@ func bucketAttributes(b map[string]string, skip string) map[string]string {
 	out := make(map[string]string, len(b))
 	for k, v := range b {
 		if k != skip {
-			out[policy.EnvoyAttribute(k)] = envoyValue(v)
+			out[policy.EnvoyAttribute(k)] = checkapi.EnvoyValue(v)
 		}
 	}
 	return out
-}
-
-// matchMap is match for entries given as a map: it takes them in the
-// order the configuration's tree asks for them, at each node the entry
-// whose key and value have a child, else one whose key alone has, the
-// smallest key first among several. So an exact value wins over key-only,
-// entry by entry, as in match; every entry must be used.
-func (ix envoyIndex) matchMap(domain string, b map[string]string) (*policy.Policy, bool) {
-	n, ok := ix[domain]
-	if !ok {
-		return nil, false
-	}
-	keys := make([]string, 0, len(b))
-	for k := range b {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	used := make([]bool, len(keys))
-	for range keys {
-		var next *envoyNode
-		at := -1
-		for _, exact := range []bool{true, false} {
-			for i, k := range keys {
-				if used[i] {
-					continue
-				}
-				ck := k
-				if exact {
-					ck = envoyChildKey(k, b[k])
-				}
-				if c := n.children[ck]; c != nil {
-					next, at = c, i
-					break
-				}
-			}
-			if next != nil {
-				break
-			}
-		}
-		if next == nil {
-			return nil, true
-		}
-		used[at], n = true, next
-	}
-	return n.policy, true
 }

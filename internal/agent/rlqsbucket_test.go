@@ -8,6 +8,7 @@ import (
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
 	"github.com/quota-lease/quota-lease/admission"
+	"github.com/quota-lease/quota-lease/internal/agent/checkapi"
 	"github.com/quota-lease/quota-lease/policy"
 )
 
@@ -31,7 +32,7 @@ descriptors:
     rate_limit: {unlimited: true}
 `
 
-func bucketTestSet(t testing.TB) (envoyIndex, *admission.PolicySet) {
+func bucketTestSet(t testing.TB) (checkapi.EnvoyIndex, *admission.PolicySet) {
 	t.Helper()
 	ps, err := policy.ParseEnvoyConfig([]byte(bucketTestConfig))
 	if err != nil {
@@ -46,7 +47,7 @@ func bucketTestSet(t testing.TB) (envoyIndex, *admission.PolicySet) {
 	if err := set.Set(ps); err != nil {
 		t.Fatal(err)
 	}
-	return buildEnvoyIndex(ps), &set
+	return checkapi.BuildEnvoyIndex(ps), &set
 }
 
 // A bucket id names what an RLS descriptor of the same entries names: in
@@ -127,7 +128,7 @@ func FuzzMatchBucket(f *testing.F) {
 				t.Fatalf("%q %v: identity: %v", domain, b, err)
 			}
 		}
-		if p, configured := ix.match(domain, ordered); configured && len(ordered) == len(b) && p != nil && !p.Envoy.Unlimited {
+		if p, configured := ix.Match(domain, ordered); configured && len(ordered) == len(b) && p != nil && !p.Envoy.Unlimited {
 			// The RLS walk found a limit in the entries' order; the
 			// bucket, in the configuration's order, finds one at least as
 			// specific (the same, for this configuration).

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/quota-lease/quota-lease/internal/agent/checkapi"
 	"github.com/quota-lease/quota-lease/internal/testenv"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
@@ -94,7 +95,7 @@ func TestSlowBodiesDoNotStarveOthers(t *testing.T) {
 	if resp, err := pb.NewCheckServiceClient(cc).Check(t.Context(), &pb.CheckRequest{Policy: "api", Attributes: tenantA}); err != nil || !resp.Allowed {
 		t.Fatalf("gRPC check during the slow bodies: %+v %v", resp, err)
 	}
-	hc := &http.Client{Timeout: 4 * HTTPReadTimeout}
+	hc := &http.Client{Timeout: 4 * checkapi.HTTPReadTimeout}
 	resp, err := hc.Post(ra.httpURL+"/v1/check", "application/json", strings.NewReader(`{"policy":"api","attributes":{"tenant":"b"}}`))
 	if err != nil {
 		t.Fatalf("HTTP check after the slow bodies: %v", err)
@@ -106,7 +107,7 @@ func TestSlowBodiesDoNotStarveOthers(t *testing.T) {
 	// The first stalled connections were accepted and then cut: closed
 	// (EOF) or reset (the agent closed with the stalled body unread); only
 	// our own deadline passing means it was left open.
-	slow[0].SetReadDeadline(time.Now().Add(4 * HTTPReadTimeout))
+	slow[0].SetReadDeadline(time.Now().Add(4 * checkapi.HTTPReadTimeout))
 	if _, err := io.ReadAll(slow[0]); errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("a stalled connection was not closed by the agent: %v", err)
 	}

@@ -111,7 +111,7 @@ func measureSlowloris(b *testing.B, guarded bool) {
 }
 
 // unguardedAgentHTTP serves ra's HTTP API as the agent did before
-// ListenHTTP (ServeTLS over a LimitListener of DefaultMaxHTTPConns, the
+// ListenHTTP (ServeTLS over a LimitListener of checkapi.DefaultMaxHTTPConns, the
 // old timeouts and its cap of 512), for the comparison; net/http's own error lines are
 // dropped (they were one per failed handshake).
 func unguardedAgentHTTP(b *testing.B, ra *runningAgent, serverTLS *tls.Config) string {

@@ -1,14 +1,11 @@
-package agent
+package checkapi
 
 import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/json"
 	"net/http"
 	"reflect"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/dunglas/httpsfv"
@@ -231,105 +228,6 @@ func TestLimitFieldsOf(t *testing.T) {
 	}
 }
 
-// Through a running agent on a real Redis, each choice of
-// Config.HTTPRateLimitHeaders (--http-ratelimit-headers): exactly its
-// fields, with the numbers of the answer's own body, on admitted and
-// refused checks of two identities; Retry-After on a 429 whichever; and
-// none on a refused request.
-func TestHTTPRateLimitHeaderChoice(t *testing.T) {
-	const pol = "name: search\nidentity: [user]\nalgorithm: fixed_window\nlimit: 2\nperiod: 1m\nscope: region\n"
-	for _, mode := range []string{RateLimitDraft06, RateLimitDraft11, RateLimitNone} {
-		t.Run(mode, func(t *testing.T) {
-			ra := regionAgent(t, pol, func(c *Config) { c.HTTPRateLimitHeaders = mode })
-			for i, c := range []struct {
-				user    string
-				allowed bool
-			}{{"u1", true}, {"u1", true}, {"u1", false}, {"u2", true}} {
-				status, h, body := postCheck(t, ra.httpURL, `{"policy":"search","attributes":{"user":"`+c.user+`"}}`)
-				if status != map[bool]int{true: http.StatusOK, false: http.StatusTooManyRequests}[c.allowed] {
-					t.Fatalf("check %d: status %d, body %v", i, status, body)
-				}
-				// t, and draft-06's reset: the window's end for a fixed
-				// window, which is also when a refused check fits again.
-				var remaining, seconds int64
-				if c.allowed {
-					remaining, seconds = int64(body["remaining"].(float64)), secondsUp(int64(body["reset_ms"].(float64)))
-				} else {
-					seconds = secondsUp(int64(body["retry_after_ms"].(float64)))
-					if got := h.Get("Retry-After"); got != strconv.FormatInt(seconds, 10) {
-						t.Errorf("check %d: Retry-After %q, want %d", i, got, seconds)
-					}
-				}
-				if want := int64(1 - i%2); c.user == "u1" && c.allowed && remaining != want {
-					t.Fatalf("check %d: remaining %d, want %d", i, remaining, want)
-				}
-				var want map[string]string
-				r, s, pk := strconv.FormatInt(remaining, 10), strconv.FormatInt(seconds, 10), ";pk=:"+pkOf("user="+c.user)+":"
-				switch mode {
-				case RateLimitDraft06:
-					want = map[string]string{"RateLimit-Limit": "2", "RateLimit-Remaining": r, "RateLimit-Reset": s, "RateLimit-Policy": "2;w=60"}
-				case RateLimitDraft11:
-					want = map[string]string{"RateLimit-Policy": `"search";q=2;w=60` + pk, "RateLimit": `"search";r=` + r + `;t=` + s + pk}
-					parseDraft11(t, "RateLimit-Policy", "q", h["Ratelimit-Policy"])
-					parseDraft11(t, "RateLimit", "r", h["Ratelimit"])
-				case RateLimitNone:
-					want = map[string]string{}
-				}
-				if got := rateLimitFieldsIn(h); !reflect.DeepEqual(got, want) {
-					t.Errorf("check %d (%s, allowed %v): RateLimit fields %q, want %q", i, c.user, c.allowed, got, want)
-				}
-			}
-			// Bad input is answered without RateLimit fields and charges
-			// nothing: u2 still has its second unit.
-			if status, h, _ := postCheck(t, ra.httpURL, `{"policy":"search","attributes":{}}`); status != http.StatusBadRequest || len(rateLimitFieldsIn(h)) != 0 {
-				t.Errorf("bad input: %d with %q", status, rateLimitFieldsIn(h))
-			}
-			if status, _, body := postCheck(t, ra.httpURL, `{"policy":"search","attributes":{"user":"u2"}}`); status != http.StatusOK || body["remaining"] != float64(0) {
-				t.Errorf("u2's second check: %d %v", status, body)
-			}
-		})
-	}
-}
-
-// postCheck posts body to the agent at url's /v1/check: the status, the
-// headers and the JSON body.
-func postCheck(t *testing.T, url, body string) (int, http.Header, map[string]any) {
-	t.Helper()
-	resp, err := http.Post(url+"/v1/check", "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var out map[string]any
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		t.Fatalf("body: %v", err)
-	}
-	return resp.StatusCode, resp.Header, out
-}
-
-// rateLimitFieldsIn is the RateLimit fields of h, of any draft.
-func rateLimitFieldsIn(h http.Header) map[string]string {
-	rl := http.Header{}
-	for k, v := range h {
-		if strings.HasPrefix(k, "Ratelimit") {
-			rl[k] = v
-		}
-	}
-	return flatten(rl)
-}
-
-// The agent refuses a version it does not know, and the empty string: a
-// zero is a value, never a request for the default.
-func TestValidateConfigRateLimitHeaders(t *testing.T) {
-	for _, v := range []string{"", "draft-12", "Draft-06"} {
-		c := DefaultConfig()
-		c.HTTPRateLimitHeaders = v
-		if err := ValidateConfig(c); err == nil || !strings.Contains(err.Error(), "http ratelimit headers") {
-			t.Errorf("%q: %v", v, err)
-		}
-	}
-}
-
 // BenchmarkLimitFields: what each version's fields cost an answer, on
 // their own (no Redis), in one run for a ratio: draft-11 also computes the
 // partition key (the identity again and its SHA-256).
@@ -339,7 +237,7 @@ func BenchmarkLimitFields(b *testing.B) {
 	attrs := map[string]string{"tenant": "acme"}
 	for _, mode := range []string{RateLimitDraft06, RateLimitDraft11} {
 		b.Run(mode, func(b *testing.B) {
-			a := &Agent{cfg: Config{HTTPRateLimitHeaders: mode}}
+			a := New(Config{Answers: Answers{HTTPRateLimitHeaders: mode}})
 			h := http.Header{}
 			b.ReportAllocs()
 			for b.Loop() {

@@ -1,4 +1,4 @@
-package agent
+package checkapi
 
 import (
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -10,7 +10,7 @@ import (
 // envoyproxy/ratelimit (the version pinned in the Makefile,
 // src/service/ratelimit.go: ratelimitToMetadata and descriptorToStruct)
 // writes it when RESPONSE_DYNAMIC_METADATA is on (the agent's
-// Config.EnvoyDynamicMetadata). Envoy stores it as the filter's dynamic
+// Answers.EnvoyDynamicMetadata). Envoy stores it as the filter's dynamic
 // metadata, where access logs and later filters read it:
 //
 //   - domain: the call's domain;

@@ -1,4 +1,4 @@
-package agent
+package checkapi
 
 import (
 	"crypto/sha256"
@@ -13,7 +13,7 @@ import (
 )
 
 // The RateLimit header fields of the HTTP API (docs/http.md), in the
-// version of the IETF draft a deployment chose (Config.HTTPRateLimitHeaders,
+// version of the IETF draft a deployment chose (Answers.HTTPRateLimitHeaders,
 // the agent's --http-ratelimit-headers). Every version is written from the
 // same numbers of a decided check, limitFields, so two deployments never
 // disagree on what a check left, only on how they say it:
@@ -91,8 +91,8 @@ func partitionKey(p *policy.Policy, attrs map[string]string) []byte {
 
 // writeLimitFields sets the RateLimit fields of the version the agent was
 // configured with, for the check of attrs decided as o.
-func (a *Agent) writeLimitFields(h http.Header, o admission.Outcome, attrs map[string]string) {
-	switch a.cfg.HTTPRateLimitHeaders {
+func (s *Server) writeLimitFields(h http.Header, o admission.Outcome, attrs map[string]string) {
+	switch s.c.Answers.HTTPRateLimitHeaders {
 	case RateLimitDraft06:
 		writeDraft06(h, limitFieldsOf(o))
 	case RateLimitDraft11:

@@ -1,10 +1,9 @@
-package agent
+package checkapi
 
 import (
 	"context"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -18,19 +17,11 @@ const MaxBatch = 1000
 // checkServer serves quotalease.v1.CheckService.
 type checkServer struct {
 	pb.UnimplementedCheckServiceServer
-	a *Agent
-}
-
-// RegisterGRPC adds the check service, Envoy's rate-limit service and
-// Envoy's Rate Limit Quota Service to s.
-func (a *Agent) RegisterGRPC(s *grpc.Server) {
-	pb.RegisterCheckServiceServer(s, &checkServer{a: a})
-	registerEnvoy(s, a)
-	registerRLQS(s, a)
+	api *Server
 }
 
 func (s *checkServer) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error) {
-	o, err := s.a.Check(ctx, input(req))
+	o, err := s.api.c.Checker.Check(ctx, input(req))
 	if err != nil && !admission.IsInputError(err) { // nothing decided it: not the caller's fault
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
@@ -48,7 +39,7 @@ func (s *checkServer) CheckBatch(ctx context.Context, req *pb.CheckBatchRequest)
 	for i, c := range req.Checks {
 		ins[i] = input(c)
 	}
-	res := s.a.CheckBatch(ctx, ins)
+	res := s.api.c.Checker.CheckBatch(ctx, ins)
 	out := &pb.CheckBatchResponse{Results: make([]*pb.CheckResult, len(res))}
 	for i, r := range res {
 		if r.Err != nil {

@@ -1,4 +1,4 @@
-package agent
+package checkapi
 
 import (
 	"errors"
@@ -21,26 +21,26 @@ import (
 // moved from it to the agent sees the same answers:
 //
 //   - a limit's current_limit.name is its configured rate_limit.name, or
-//     empty (Config.EnvoyPolicyNames: the policy's name, always);
+//     empty (Answers.EnvoyPolicyNames: the policy's name, always);
 //   - a descriptor over its limit reports limit_remaining 0, in shadow
-//     mode too (Config.EnvoyExactCounts: what is left);
+//     mode too (Answers.EnvoyExactCounts: what is left);
 //   - duration_until_reset is in whole seconds (rounded up: the original's
 //     seconds to the end of the unit's window, on the same aligned windows;
-//     Config.EnvoyExactCounts: to the millisecond);
+//     Answers.EnvoyExactCounts: to the millisecond);
 //   - an unlimited descriptor is OK with limit_remaining 4294967295 and no
 //     current_limit;
 //   - the agent's --shadow-mode (the original's SHADOW_MODE) leaves the
 //     descriptors' codes and turns only the overall code OK;
 //   - a descriptor over a limit in quota mode (the descriptor's
-//     quota_mode, or Config.EnvoyQuotaMode for every limit: the original's
+//     quota_mode, or Answers.EnvoyQuotaMode for every limit: the original's
 //     QUOTA_MODE) is answered OK with its current_limit and
 //     limit_remaining and no duration_until_reset, and does not make the
 //     call OVER_LIMIT: a soft limit, which only a normal descriptor over
 //     its limit turns into OVER_LIMIT;
 //   - no headers unless asked: the limit headers of the descriptor the
-//     original picks (Config.EnvoyLimitHeaders), and quota-lease's own
-//     retry-after (Config.EnvoyRetryAfter);
-//   - dynamic_metadata only when asked (Config.EnvoyDynamicMetadata, the
+//     original picks (Answers.EnvoyLimitHeaders), and quota-lease's own
+//     retry-after (Answers.EnvoyRetryAfter);
+//   - dynamic_metadata only when asked (Answers.EnvoyDynamicMetadata, the
 //     original's RESPONSE_DYNAMIC_METADATA): envoyMetadata;
 //   - a descriptor returning hits (is_negative_hits, which the original
 //     does not serve) is OK: envoyReturnStatus.
@@ -57,7 +57,7 @@ type envoyDescriptor struct {
 
 // envoyAnswer is the answer to call req whose descriptors had results
 // res, matched[i] saying what the configuration says of descriptor i.
-func envoyAnswer(cfg *Config, req *rlsv3.RateLimitRequest, res []admission.Result, matched []envoyMatched) *rlsv3.RateLimitResponse {
+func envoyAnswer(cfg *Answers, req *rlsv3.RateLimitRequest, res []admission.Result, matched []envoyMatched) *rlsv3.RateLimitResponse {
 	out := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(res))}
 	var retryMs int64 = -1
 	// The descriptor whose limit headers are sent: the fewest remaining,
@@ -122,7 +122,7 @@ func envoyAnswer(cfg *Config, req *rlsv3.RateLimitRequest, res []admission.Resul
 }
 
 // envoyStatus is one decided descriptor's answer.
-func envoyStatus(cfg *Config, r admission.Result) envoyDescriptor {
+func envoyStatus(cfg *Answers, r admission.Result) envoyDescriptor {
 	ok := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 	overNoLimit := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT}
 	switch {
@@ -170,13 +170,23 @@ var envoyUnits = []struct {
 	{7 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_WEEK}, {30 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_MONTH},
 	{365 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_YEAR}}
 
+// EnvoyUnit is how long Envoy's unit u of a limit is (0 for none).
+func EnvoyUnit(u rlsv3.RateLimitResponse_RateLimit_Unit) time.Duration {
+	for _, e := range envoyUnits {
+		if e.u == u {
+			return e.d
+		}
+	}
+	return 0
+}
+
 // envoyLimit expresses the enforced limit in Envoy's units: the unit equal
 // to the policy's period, else the shortest unit in which the limit is a
 // whole number of requests, else the shortest in which it is at least one
 // (rounded down), so that 5 per 10 s reads 30 per minute, never 0 per
 // second. Its name is the configured one (policy.Policy.EnvoyLimitName),
 // or with cfg.EnvoyPolicyNames the policy's.
-func envoyLimit(cfg *Config, o admission.Outcome) *rlsv3.RateLimitResponse_RateLimit {
+func envoyLimit(cfg *Answers, o admission.Outcome) *rlsv3.RateLimitResponse_RateLimit {
 	limit := enforcedLimit(o)
 	period := time.Duration(o.Policy.Period)
 	name := o.Policy.EnvoyLimitName()
@@ -204,4 +214,28 @@ func envoyLimit(cfg *Config, o admission.Outcome) *rlsv3.RateLimitResponse_RateL
 	}
 	last := envoyUnits[len(envoyUnits)-1]
 	return rl(perUnit(last.d), last.u)
+}
+
+// Returned hits (Envoy's is_negative_hits, RateLimitDescriptor field 4:
+// "the hits_addend value will be treated as negative", which Envoy sets
+// from a rate limit action's hits_addend.is_negative_hits, typically on
+// one applied on stream done, so that a request's end gives back what its
+// start took). The descriptor's hits_addend, else the request's, is how
+// many; 0 means the policy's default cost, as for a charge.
+//
+// Only a policy that accepts returns (policy.Policy.Returns) takes them
+// (admission.Request.Return says what a return frees); a call returning
+// hits to any other limit fails whole with INVALID_ARGUMENT, nothing
+// charged (ShouldRateLimit). A returning descriptor is answered OK, never
+// OVER_LIMIT, in any mode: with its limit and what remains after the
+// return when the return was decided, else (unmatched, or dropped because
+// Redis could not decide it) OK with no limit.
+
+// envoyReturnStatus is the answer to a descriptor returning hits, decided
+// with result r.
+func envoyReturnStatus(cfg *Answers, r admission.Result) *rlsv3.RateLimitResponse_DescriptorStatus {
+	if r.Err != nil || r.Policy == nil || r.Via != admission.ViaStore && r.Via != admission.ViaReplay {
+		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+	}
+	return envoyStatus(cfg, r).st // allowed: OK, its limit, what remains
 }

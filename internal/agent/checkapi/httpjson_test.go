@@ -1,19 +1,14 @@
-package agent
+package checkapi
 
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/quota-lease/quota-lease/admission"
-	"github.com/quota-lease/quota-lease/policy"
 )
 
 // appendJSONString writes what encoding/json writes, for any string.
@@ -145,31 +140,5 @@ func TestAppendAnswerMatchesEncodingJSON(t *testing.T) {
 		if got := appendAnswer(nil, a); string(got) != want.String() {
 			t.Errorf("got  %s\nwant %s", got, want.String())
 		}
-	}
-}
-
-// Attribute values that are not valid UTF-8, raw or as a lone surrogate
-// escape, are refused with 400 instead of being counted as U+FFFD, one
-// identity for many byte strings; a surrogate pair is a character.
-func TestHTTPRefusesInvalidUTF8(t *testing.T) {
-	ra := regionAgent(t, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\nscope: region\n", nil)
-	for body, want := range map[string]int{
-		"{\"policy\":\"api\",\"attributes\":{\"tenant\":\"a\xffb\"}}":  http.StatusBadRequest,
-		`{"policy":"api","attributes":{"tenant":"a\ud800b"}}`:          http.StatusBadRequest,
-		`{"policy":"api","attributes":{"tenant":"\udc00"}, "cost": 1}`: http.StatusBadRequest,
-		`{"policy":"api","attributes":{"tenant":"\ud83d\ude00"}}`:      http.StatusOK,
-	} {
-		resp, err := http.Post(ra.httpURL+"/v1/check", "application/json", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		msg, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != want || want == http.StatusBadRequest && !strings.Contains(string(msg), "UTF") {
-			t.Errorf("%q: %d %s, want %d naming UTF-8", body, resp.StatusCode, msg, want)
-		}
-	}
-	if _, err := ra.a.Check(t.Context(), admission.Request{Policy: "api", Attributes: map[string]string{"tenant": "a\xffb"}}); !errors.Is(err, policy.ErrInvalidIdentity) {
-		t.Fatalf("invalid UTF-8 through Agent.Check: %v, want ErrInvalidIdentity", err)
 	}
 }

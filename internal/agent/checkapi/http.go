@@ -1,4 +1,4 @@
-package agent
+package checkapi
 
 import (
 	"errors"
@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
-
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/quota-lease/quota-lease/admission"
 )
@@ -72,15 +70,15 @@ type problem struct {
 	RetryAfterMs int64  `json:"retry_after_ms,omitempty"`
 }
 
-// HTTPHandler returns the agent's HTTP API: /v1/check, /metrics, /healthz
+// Handler returns the agent's HTTP API: /v1/check, /metrics, /healthz
 // (the process is alive) and /readyz (it can admit traffic).
-func (a *Agent) HTTPHandler() http.Handler {
+func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/v1/check", a.serveCheck)
-	mux.Handle("/metrics", promhttp.HandlerFor(a.m.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/v1/check", s.serveCheck)
+	mux.Handle("/metrics", s.c.Metrics)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if ok, why := a.Readiness(); !ok {
+		if ok, why := s.c.Ready(); !ok {
 			http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
 			return
 		}
@@ -110,7 +108,7 @@ func badRequest(w http.ResponseWriter, status int, detail string) {
 	writeProblem(w, problem{Type: ProblemInvalidRequest, Title: http.StatusText(status), Status: status, Detail: detail})
 }
 
-func (a *Agent) serveCheck(w http.ResponseWriter, r *http.Request) {
+func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		badRequest(w, http.StatusMethodNotAllowed, "use POST with a JSON body")
@@ -135,7 +133,7 @@ func (a *Agent) serveCheck(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, http.StatusBadRequest, "the body must be JSON: {\"policy\": ..., \"attributes\": {...}, \"cost\": 1}: "+err.Error())
 		return
 	}
-	o, err := a.Check(r.Context(), admission.Request{Policy: in.Policy, Attributes: in.Attributes, Cost: in.Cost, Check: in.Check,
+	o, err := s.c.Checker.Check(r.Context(), admission.Request{Policy: in.Policy, Attributes: in.Attributes, Cost: in.Cost, Check: in.Check,
 		IdempotencyKey: in.IdempotencyKey, Reserve: in.Reserve, Settle: in.Settle})
 	if err != nil && !admission.IsInputError(err) { // nothing decided it: not the caller's fault
 		writeProblem(w, problem{Type: ProblemUnavailable, Title: http.StatusText(http.StatusServiceUnavailable), Status: http.StatusServiceUnavailable, Detail: err.Error()})
@@ -146,7 +144,7 @@ func (a *Agent) serveCheck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h := w.Header()
-	a.writeLimitFields(h, o, in.Attributes)
+	s.writeLimitFields(h, o, in.Attributes)
 	if !o.Allowed {
 		h["Retry-After"] = retryAfterHeader(o.RetryAfterMs)
 		writeJSON(w, http.StatusTooManyRequests, problemContentType, func(b []byte) []byte {

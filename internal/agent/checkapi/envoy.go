@@ -1,4 +1,4 @@
-package agent
+package checkapi
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -25,7 +24,7 @@ import (
 //
 // Each descriptor is one check. In a domain loaded from an
 // envoyproxy/ratelimit configuration (policy.ParseEnvoyConfig) the
-// descriptor's entries pick the policy as that service does (envoyIndex),
+// descriptor's entries pick the policy as that service does (EnvoyIndex),
 // and a matched limit whose configured name another matched limit in the
 // same request replaces is not applied. Otherwise its entry keyed "policy"
 // (or Envoy's generic_key, as set by a generic_key action) names the
@@ -57,11 +56,7 @@ import (
 // counts it.
 type envoyServer struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	a *Agent
-}
-
-func registerEnvoy(s *grpc.Server, a *Agent) {
-	rlsv3.RegisterRateLimitServiceServer(s, &envoyServer{a: a})
+	api *Server
 }
 
 // The errors envoyproxy/ratelimit refuses a call with
@@ -74,9 +69,9 @@ var (
 	errEnvoyNoDescriptors = status.Error(codes.Unknown, "rate limit descriptor list must not be empty")
 )
 
-// envoyValue is an attribute value as the agent counts it: long values by
+// EnvoyValue is an attribute value as the agent counts it: long values by
 // their hash (distinct values stay distinct buckets).
-func envoyValue(v string) string {
+func EnvoyValue(v string) string {
 	if len(v) <= policy.MaxAttributeValueBytes {
 		return v
 	}
@@ -95,11 +90,11 @@ func (s *envoyServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitR
 		// The agent's cap (the original has none but gRPC's message size).
 		return nil, status.Errorf(codes.InvalidArgument, "a request holds 1-%d descriptors, got %d", MaxBatch, len(req.Descriptors))
 	}
-	ins, matched, err := envoyRequests(s.a.envoyIndex(), req)
+	ins, matched, err := envoyRequests(s.api.c.Envoy(), req)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	res := s.a.CheckBatch(ctx, ins)
+	res := s.api.c.Checker.CheckBatch(ctx, ins)
 	for _, r := range res {
 		// A limit override admission cannot enforce, or a return to a
 		// limit that takes none, refuses the call whole; nothing was
@@ -108,7 +103,7 @@ func (s *envoyServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitR
 			return nil, status.Error(codes.InvalidArgument, r.Err.Error())
 		}
 	}
-	return envoyAnswer(&s.a.cfg, req, res, matched), nil
+	return envoyAnswer(&s.api.c.Answers, req, res, matched), nil
 }
 
 // envoyMatched is what the configuration says of one descriptor beyond
@@ -121,7 +116,7 @@ type envoyMatched struct{ unlimited, quota, ret bool }
 // envoyRequests decodes req's descriptors into one admission request each
 // (a request naming no policy where no limit applies), and what the
 // configuration says of each (envoyMatched).
-func envoyRequests(ix envoyIndex, req *rlsv3.RateLimitRequest) ([]admission.Request, []envoyMatched, error) {
+func envoyRequests(ix EnvoyIndex, req *rlsv3.RateLimitRequest) ([]admission.Request, []envoyMatched, error) {
 	ins := make([]admission.Request, len(req.Descriptors))
 	found := make([]envoyMatched, len(req.Descriptors))
 	matched := make([]*policy.Policy, len(req.Descriptors))
@@ -135,13 +130,13 @@ func envoyRequests(ix envoyIndex, req *rlsv3.RateLimitRequest) ([]admission.Requ
 			in.Check = in.Cost == 0 && !in.Return
 		}
 		found[i].ret = in.Return
-		p, configured := ix.match(req.Domain, d.Entries)
+		p, configured := ix.Match(req.Domain, d.Entries)
 		for _, e := range d.Entries {
 			if !configured && (e.Key == "policy" || e.Key == "generic_key") {
 				in.Policy = e.Value
 				continue
 			}
-			in.Attributes[policy.EnvoyAttribute(e.Key)] = envoyValue(e.Value)
+			in.Attributes[policy.EnvoyAttribute(e.Key)] = EnvoyValue(e.Value)
 		}
 		if configured && d.Limit != nil {
 			// The descriptor's own limit, in place of whatever the

@@ -1,4 +1,4 @@
-package agent
+package checkapi
 
 import (
 	"crypto/tls"
@@ -6,12 +6,10 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"time"
 
 	"golang.org/x/net/netutil"
 
 	"github.com/quota-lease/quota-lease/internal/handshake"
-	"github.com/quota-lease/quota-lease/internal/logs"
 )
 
 // HTTPListener is how the agent's HTTP listener treats connections that
@@ -38,7 +36,7 @@ func DefaultHTTPListener(tlsCfg *tls.Config, maxConns int) HTTPListener {
 	return HTTPListener{TLS: tlsCfg, MaxConns: maxConns, Handshake: hc}
 }
 
-// ListenHTTP makes l the agent's HTTP listener and returns the server to
+// Listen makes l the agent's HTTP listener and returns the server to
 // run on it with Serve (never ServeTLS: the listener has done the
 // handshake). Without it 600 connections that trickled a TLS handshake or
 // sent nothing held every connection slot: net/http handshakes in the
@@ -53,7 +51,7 @@ func DefaultHTTPListener(tlsCfg *tls.Config, maxConns int) HTTPListener {
 // the count left out. So are the server's own error lines
 // (http.Server.ErrorLog). The server's timeouts and header cap are the
 // HTTP constants of servercaps.go.
-func (a *Agent) ListenHTTP(l net.Listener, h http.Handler, c HTTPListener) (*http.Server, net.Listener, error) {
+func (s *Server) Listen(l net.Listener, h http.Handler, c HTTPListener) (*http.Server, net.Listener, error) {
 	if c.MaxConns < 1 {
 		return nil, nil, fmt.Errorf("HTTP listener: max connections %d must be at least 1", c.MaxConns)
 	}
@@ -61,7 +59,7 @@ func (a *Agent) ListenHTTP(l net.Listener, h http.Handler, c HTTPListener) (*htt
 		return nil, nil, fmt.Errorf("HTTP listener: max connections %d must exceed the pending handshakes %d, or handshakes could take every slot", c.MaxConns, c.Handshake.Total)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: HTTPReadHeaderTimeout, ReadTimeout: HTTPReadTimeout,
-		WriteTimeout: HTTPWriteTimeout, IdleTimeout: HTTPIdleTimeout, MaxHeaderBytes: MaxHeaderBytes, ErrorLog: a.httpLog.StdLogger()}
+		WriteTimeout: HTTPWriteTimeout, IdleTimeout: HTTPIdleTimeout, MaxHeaderBytes: MaxHeaderBytes, ErrorLog: s.c.Log.StdLogger()}
 	hc := c.Handshake
 	if c.TLS != nil {
 		// As ServeTLS would: HTTP/2 and HTTP/1.1 offered; the server
@@ -75,7 +73,7 @@ func (a *Agent) ListenHTTP(l net.Listener, h http.Handler, c HTTPListener) (*htt
 		}
 		srv.TLSConfig = hc.TLS
 	}
-	hc.Failed = a.handshakeFailed
+	hc.Failed = s.handshakeFailed
 	hl, err := handshake.New(netutil.LimitListener(l, c.MaxConns), hc)
 	if err != nil {
 		return nil, nil, fmt.Errorf("HTTP listener: %w", err)
@@ -85,14 +83,7 @@ func (a *Agent) ListenHTTP(l net.Listener, h http.Handler, c HTTPListener) (*htt
 
 // handshakeFailed counts and logs (paced) a connection that did not pass
 // the HTTP listener's handshake.
-func (a *Agent) handshakeFailed(reason string, remote net.Addr, err error) {
-	a.m.handshakeFails.WithLabelValues(reason).Inc()
-	a.httpLog.Warn("handshake-"+reason, "HTTP connection closed before its handshake completed", "reason", reason, "remote", remote.String(), "error", err)
-}
-
-// httpLogInterval paces the HTTP listener's and server's log lines.
-const httpLogInterval = 10 * time.Second
-
-func newHTTPLog(a *Agent) *logs.Paced {
-	return logs.NewPaced(a.cfg.Logger.Named("http"), httpLogInterval, a.cfg.Clock.Mono)
+func (s *Server) handshakeFailed(reason string, remote net.Addr, err error) {
+	s.c.HandshakeFailures.WithLabelValues(reason).Inc()
+	s.c.Log.Warn("handshake-"+reason, "HTTP connection closed before its handshake completed", "reason", reason, "remote", remote.String(), "error", err)
 }
