@@ -17,7 +17,7 @@ import (
 // (report, open, close, its rounds as it schedules them, its region's
 // Redis), with the script's leases; every action sent must be the one
 // recorded, which the agent's test (internal/agent
-// TestEdgeRoundsAsTheSimulator) checks its own against.
+// TestEdgeRoundsAsTheSimulator in internal/agent/rlqs) checks its own against.
 func TestEdgeRoundsAsTheAgent(t *testing.T) {
 	s, err := Parse([]byte("name: edge-rounds\nduration: 1m\nregions: [us]\npolicy:\n  " +
 		strings.ReplaceAll(strings.TrimSpace(edgescript.PolicyYAML), "\n", "\n  ") +

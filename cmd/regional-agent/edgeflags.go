@@ -3,14 +3,14 @@ package main
 import (
 	"flag"
 
-	"github.com/quota-lease/quota-lease/internal/agent"
+	"github.com/quota-lease/quota-lease/internal/agent/rlqs"
 )
 
 // edgeFlags defines the flags of the agent's Rate Limit Quota Service
 // (Envoy's RLQS, docs/rlqs-server.md) into e, defaulting to
-// agent.DefaultEdgeConfig.
-func edgeFlags(fs *flag.FlagSet, e *agent.EdgeConfig) {
-	d := agent.DefaultEdgeConfig()
+// rlqs.DefaultConfig.
+func edgeFlags(fs *flag.FlagSet, e *rlqs.Config) {
+	d := rlqs.DefaultConfig()
 	fs.DurationVar(&e.Tick, "edge-tick", d.Tick, "RLQS: how often, at most, the agent plans the identities whose reports, capacity or assignments call for it and pushes assignments to Envoy; it writes a growing edge reservation to the region's Redis at once, and reads the region's (the other agents') about every half --edge-grow-wait")
 	fs.DurationVar(&e.GrowWait, "edge-grow-wait", d.GrowWait, "RLQS: how long a larger edge reservation waits before an assignment uses it, so that every agent of the region has read it; the same on every agent of a region, more than twice --edge-tick")
 	fs.DurationVar(&e.Margin, "edge-margin", d.Margin, "RLQS: added to every assignment's time to live for its delivery to Envoy (the agent counts an assignment this much longer)")

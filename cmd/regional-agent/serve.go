@@ -22,6 +22,7 @@ import (
 
 	"github.com/quota-lease/quota-lease/internal/agent"
 	"github.com/quota-lease/quota-lease/internal/agent/checkapi"
+	"github.com/quota-lease/quota-lease/internal/agent/rlqs"
 	"github.com/quota-lease/quota-lease/internal/envflag"
 	"github.com/quota-lease/quota-lease/internal/leaseapi"
 	"github.com/quota-lease/quota-lease/internal/logs"
@@ -83,7 +84,7 @@ type serveOptions struct {
 	skew, checkTimeout, margin, policyRefresh, drain     time.Duration
 	pipelines, fallbackKeys, httpConns                   int
 	drift                                                float64
-	edge                                                 agent.EdgeConfig
+	edge                                                 rlqs.Config
 }
 
 // serveFlags defines serve's flags and parses args over the environment

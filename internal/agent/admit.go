@@ -52,8 +52,8 @@ func (o observer) Observe(t admission.Ticket, out admission.Outcome) {
 	}
 	a, name := o.a, t.Policy.Name
 	demand := admission.Demand(t.Policy, t.Charged(), out.Allowed)
-	a.leaser.observe(name, t.Identity, demand, a.cfg.Clock.Now())
-	a.edge.observeDirect(name, t.Identity, demand)
+	a.leaser.Observe(name, t.Identity, demand, a.cfg.Clock.Now())
+	a.edge.ObserveDirect(name, t.Identity, demand)
 	if out.Via == admission.ViaOverLimit {
 		a.m.overLimitHits.WithLabelValues(name).Inc()
 	}

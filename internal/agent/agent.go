@@ -6,7 +6,7 @@
 // decision over its own gRPC API, Envoy's rate-limit service and HTTP
 // (package checkapi, which translates them into its admission pipeline),
 // and token buckets to Envoy instances over Envoy's Rate Limit Quota
-// Service (rlqs.go, the edge engine). What the region's agents share in its
+// Service (package rlqs, the edge engine). What the region's agents share in its
 // Redis is package regional's (regional.Region).
 package agent
 
@@ -27,6 +27,7 @@ import (
 	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/clock"
 	"github.com/quota-lease/quota-lease/internal/agent/checkapi"
+	"github.com/quota-lease/quota-lease/internal/agent/rlqs"
 	"github.com/quota-lease/quota-lease/internal/logs"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
@@ -99,7 +100,7 @@ type Config struct {
 	checkapi.Answers
 	// Edge configures the Rate Limit Quota Service Envoy instances stream
 	// to on the gRPC port (docs/rlqs.md).
-	Edge EdgeConfig
+	Edge rlqs.Config
 	// Shadow puts every policy in shadow mode (policy.Policy.ShadowMode):
 	// decide and count as usual, admit everything.
 	Shadow bool
@@ -136,7 +137,7 @@ func DefaultConfig() Config {
 		MetricIdentities:      IdentitiesHashed,
 		Answers:               checkapi.DefaultAnswers(),
 		HotKeys:               10,
-		Edge:                  DefaultEdgeConfig(),
+		Edge:                  rlqs.DefaultConfig(),
 		Clock:                 clock.System(),
 		Logger:                hclog.New(&hclog.LoggerOptions{Name: "agent"}),
 	}
@@ -211,7 +212,7 @@ type Agent struct {
 	refresh  chan struct{} // a check named an unknown policy: reload soon
 	renew    chan struct{} // policies were installed: look at the leases now
 	envoy    atomic.Pointer[checkapi.EnvoyIndex]
-	edge     *edgeEngine      // Envoy's RLQS: leases to the edge
+	edge     *rlqs.Engine     // Envoy's RLQS: leases to the edge
 	api      *checkapi.Server // the check APIs
 }
 
@@ -230,9 +231,9 @@ func New(cfg Config) (*Agent, error) {
 	a := &Agent{cfg: cfg, engine: eng, m: m, hot: map[string]*topK{}, refresh: make(chan struct{}, 1), renew: make(chan struct{}, 1), health: newRedisHealth(cfg.Logger, cfg.Clock.Now)}
 	a.shared = regional.NewRegion(cfg.Redis, cfg.Region)
 	a.leaser = newLeaser(a.shared, cfg.Instance, cfg.Coordinator, lease.Timing{Drift: cfg.Drift, Margin: cfg.Margin}, cfg.Clock.Now, cfg.Logger, m, a.refreshSoon)
-	host := edgeHost{clock: cfg.Clock, logger: cfg.Logger, shared: a.shared, leases: a.leaser,
-		policies: &a.policies, asked: agentPolicies{a}, envoy: a.envoyIndex}
-	a.edge = newEdgeEngine(host, cfg.Edge, cfg.Drift, m.reg)
+	host := rlqs.Host{Clock: cfg.Clock, Logger: cfg.Logger, Shared: a.shared, Leases: a.leaser,
+		Policies: &a.policies, Asked: agentPolicies{a}, Envoy: a.envoyIndex}
+	a.edge = rlqs.New(host, cfg.Edge, cfg.Drift, m.reg)
 	acfg := admission.DefaultConfig()
 	acfg.Policies, acfg.Store, acfg.Shares, acfg.Observer, acfg.Clock = agentPolicies{a}, timedStore{eng, m}, edgeShares{a.leaser, a.edge}, observer{a}, cfg.Clock
 	acfg.StoreTimeout, acfg.FallbackKeys, acfg.OverLimitKeys, acfg.ReplayKeys = cfg.CheckTimeout, cfg.FallbackKeys, cfg.FallbackKeys, cfg.FallbackKeys
@@ -317,7 +318,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	cancel()
 	var wg sync.WaitGroup
 	wg.Add(5)
-	go func() { defer wg.Done(); a.edge.run(ctx) }()
+	go func() { defer wg.Done(); a.edge.Run(ctx) }()
 	go func() { defer wg.Done(); a.leaseLoop(ctx) }()
 	go func() { defer wg.Done(); a.presenceLoop(ctx, &store) }()
 	go func() { defer wg.Done(); a.probeLoop(ctx) }()
@@ -325,7 +326,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Wait()
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	if err := a.edge.leave(lctx); err != nil {
+	if err := a.edge.Leave(lctx); err != nil {
 		a.cfg.Logger.Debug("the region's edge reservations of this agent stay for their usual life", "error", err)
 	}
 	if err := a.shared.Leave(lctx, a.leaser.nonce); err != nil {
@@ -377,7 +378,7 @@ func (a *Agent) Drain(ctx context.Context, delay time.Duration) {
 	case <-ctx.Done():
 		return
 	}
-	a.edge.endStreams()
+	a.edge.EndStreams()
 	t := time.NewTicker(5 * time.Millisecond)
 	defer t.Stop()
 	for a.inflight.Load() > 0 {
@@ -422,7 +423,7 @@ func (a *Agent) installPolicies(ps []*policy.Policy) error {
 	ix := checkapi.BuildEnvoyIndex(ps)
 	a.envoy.Store(&ix)
 	a.leaser.setPolicies(ps)
-	a.edge.setPolicies(ps)
+	a.edge.SetPolicies(ps)
 	select { // a new policy wants its lease now, not at the next look
 	case a.renew <- struct{}{}:
 	default:

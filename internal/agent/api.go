@@ -12,7 +12,7 @@ import (
 
 // The agent's APIs are the check APIs (package checkapi: HTTP, gRPC,
 // Envoy's RateLimitService), which translate into its admission pipeline,
-// and Envoy's Rate Limit Quota Service (rlqs.go), which streams to its
+// and Envoy's Rate Limit Quota Service (package rlqs), which streams to its
 // edge engine.
 
 // httpLogInterval paces the HTTP listener's and server's log lines.
@@ -30,7 +30,7 @@ func (a *Agent) ListenHTTP(l net.Listener, h http.Handler, c checkapi.HTTPListen
 // Envoy's Rate Limit Quota Service to s.
 func (a *Agent) RegisterGRPC(s *grpc.Server) {
 	a.api.Register(s)
-	registerRLQS(s, a)
+	a.edge.Register(s)
 }
 
 // envoyIndex is the Envoy index of the policies in force; nil until they

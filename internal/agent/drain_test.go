@@ -81,9 +81,7 @@ func TestDrainEndsRLQSStreams(t *testing.T) {
 		s := in.Stats()
 		return s.StreamStarts+s.StreamFailures >= 2 && s.StreamsClosed+s.StreamFailures >= 2
 	})
-	ra.a.edge.mu.Lock()
-	n := len(ra.a.edge.streams)
-	ra.a.edge.mu.Unlock()
+	n := ra.a.edge.Load().Streams
 	if n != 0 {
 		t.Fatalf("the draining agent holds %d streams", n)
 	}

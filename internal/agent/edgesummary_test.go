@@ -49,7 +49,7 @@ func TestEdgeSummaryReachesListLeases(t *testing.T) {
 	// The summary and the gauge are set by the same round; a round may
 	// come between reading one and the other.
 	testenv.WaitFor(t, 5*time.Second, "the renewal's assigned rate equal to the gauge", func() bool {
-		own := ra.a.edge.edgeSummary("api")
+		own := ra.a.edge.Summary("api")
 		gauge := gaugeValue(t, ra.a, "quotalease_agent_edge_assigned_rate")
 		return own != nil && math.Abs(policy.Units(own.Assigned)-gauge) <= 1e-6*gauge
 	})

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/quota-lease/quota-lease/internal/leaseapi"
+	"github.com/quota-lease/quota-lease/internal/logs"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
@@ -51,11 +52,11 @@ type leaser struct {
 	// shared is the region's Redis, where grants are saved before they are
 	// acknowledged, and where the process holding a name is recorded.
 	shared *regional.Region
-	down   outage // renewals failing at the transport: logged paced
+	down   logs.Outage // renewals failing at the transport: logged paced
 	// held paces the log of refusals because another process holds this
 	// instance name, and heldUntil is when to ask again (leaseapi.InstanceHeld):
 	// a refused agent backs off instead of asking ten times a second.
-	held      outage
+	held      logs.Outage
 	heldUntil time.Time
 	// wasHeld says the last answer refused the name (succeed looks for a
 	// stopped predecessor), replaces is the predecessor the next request
@@ -91,8 +92,8 @@ type quotaLease struct {
 }
 
 func newLeaser(shared *regional.Region, instance string, coord LeaseClient, t lease.Timing, now func() time.Time, log hclog.Logger, m *metrics, stale func()) *leaser {
-	return &leaser{down: outage{what: "lease renewals", interval: 30 * time.Second},
-		held:   outage{what: "lease requests under this instance name", interval: 30 * time.Second},
+	return &leaser{down: logs.Outage{What: "lease renewals", Interval: 30 * time.Second, Level: hclog.Warn},
+		held:   logs.Outage{What: "lease requests under this instance name", Interval: 30 * time.Second, Level: hclog.Warn},
 		shared: shared, region: shared.Name(), instance: instance, nonce: regional.NewNonce(instance, now()),
 		coord: coord, timing: t, now: now, log: log, m: m, stale: stale, quotas: map[string]*quotaLease{}, instances: 1}
 }
@@ -225,9 +226,9 @@ func (l *leaser) EnforceAt(name, identity string, at time.Time) (int64, lease.Mo
 	return q.a.EnforceAt(identity, at)
 }
 
-// observe counts cost (micro-units) asked of policy name by identity: its
+// Observe counts cost (micro-units) asked of policy name by identity: its
 // demand.
-func (l *leaser) observe(name, identity string, cost int64, now time.Time) {
+func (l *leaser) Observe(name, identity string, cost int64, now time.Time) {
 	l.mu.Lock()
 	q := l.quotas[name]
 	own := false
@@ -249,13 +250,13 @@ func (l *leaser) Instances() int {
 	return l.instances
 }
 
-// renewalEdge is what a renewal asks of the edge (edgeEngine): whether
+// renewalEdge is what a renewal asks of the edge (rlqs.Engine): whether
 // acknowledging grant g of quota name would free what Envoy instances may
 // still be enforcing (the renewal then presents the grant acknowledged
 // before instead), and what to report of the quota's edge (nil: nothing).
 type renewalEdge interface {
-	holds(name string, g lease.Grant, now time.Time) bool
-	edgeSummary(name string) *pb.EdgeSummary
+	Holds(name string, g lease.Grant, now time.Time) bool
+	Summary(name string) *pb.EdgeSummary
 }
 
 // renew sends one request for every quota whose renewal is due and
@@ -286,7 +287,7 @@ func (l *leaser) renew(ctx context.Context, edge renewalEdge) bool {
 		if r.GrantID == "" {
 			base = lease.Grant{} // the lease asks anew (its grant was refused as stale or unknown)
 		}
-		if base.ID != "" && base.ID != q.acked.ID && edge != nil && edge.holds(n, base, now) {
+		if base.ID != "" && base.ID != q.acked.ID && edge != nil && edge.Holds(n, base, now) {
 			// Envoy instances may still enforce assignments of a larger
 			// share than base gives: the coordinator keeps counting the
 			// grant that covered them (or, if none is known, every grant)
@@ -308,7 +309,7 @@ func (l *leaser) renew(ctx context.Context, edge renewalEdge) bool {
 		qr := &pb.QuotaRequest{Quota: n, GrantId: base.ID, Seq: r.Seq, Demand: demand,
 			IdentityDemand: changes, IdentityDemandHeld: int32(q.report.Len()), IdentityDeltas: true}
 		if edge != nil {
-			qr.Edge = edge.edgeSummary(n)
+			qr.Edge = edge.Summary(n)
 		}
 		pr.Quotas = append(pr.Quotas, qr)
 		out = append(out, sentQuota{n, q, r, base, changes})
@@ -373,10 +374,10 @@ func (l *leaser) answered(out []sentQuota, resp *pb.LeaseResponse, err error) bo
 			return false
 		}
 		l.m.renewFails.WithLabelValues(renewFailReason(err)).Inc()
-		l.down.failed(l.log, l.now(), "quotas", len(out), "error", err)
+		l.down.Failed(l.log, l.now(), "quotas", len(out), "error", err)
 		return false
 	}
-	l.down.ok(l.log, l.now())
+	l.down.OK(l.log, l.now())
 	l.named, l.replaces = true, ""
 	if resp.AssumedDrift > l.timing.Drift {
 		l.log.Warn("the coordinator assumes a larger clock drift than this agent's --drift; using the coordinator's", "agent", l.timing.Drift, "coordinator", resp.AssumedDrift)
@@ -390,7 +391,7 @@ func (l *leaser) answered(out []sentQuota, resp *pb.LeaseResponse, err error) bo
 	defer func() {
 		refused.log(l.log)
 		if !dup {
-			l.held.ok(l.log, l.now())
+			l.held.OK(l.log, l.now())
 		}
 		if stale && l.stale != nil {
 			l.stale()
@@ -446,7 +447,7 @@ func (l *leaser) backOff(wait time.Duration, err error) {
 	now := l.now()
 	l.heldUntil = now.Add(wait)
 	l.m.renewFails.WithLabelValues("refused").Inc()
-	l.held.failed(l.log, now, "retry_in", wait.Round(time.Millisecond), "error", err)
+	l.held.Failed(l.log, now, "retry_in", wait.Round(time.Millisecond), "error", err)
 }
 
 // refusesGrant reports whether err refuses the grant a renewal presented
@@ -562,4 +563,20 @@ func (m *meter) rate(now time.Time) int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.m.Rate(now.UnixMilli())
+}
+
+// ValidUntil is when this process's grant of policy name stops holding,
+// on its clock (zero without one).
+func (l *leaser) ValidUntil(name string) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	q := l.quotas[name]
+	if q == nil {
+		return time.Time{}
+	}
+	g, until := q.a.Grant()
+	if g.ID == "" {
+		return time.Time{}
+	}
+	return until
 }

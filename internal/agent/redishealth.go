@@ -10,6 +10,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quota-lease/quota-lease/internal/logs"
 )
 
 // redisHealth is what the agent's own round trips to Redis (the presence
@@ -24,11 +26,11 @@ type redisHealth struct {
 
 	mu   sync.Mutex
 	err  error // the last round trip's; nil: it worked
-	down outage
+	down logs.Outage
 }
 
 func newRedisHealth(log hclog.Logger, now func() time.Time) *redisHealth {
-	return &redisHealth{log: log, now: now, down: outage{what: "Redis", interval: 30 * time.Second}}
+	return &redisHealth{log: log, now: now, down: logs.Outage{What: "Redis", Interval: 30 * time.Second, Level: hclog.Warn}}
 }
 
 // record notes the outcome of a round trip to Redis (ctx's error, when
@@ -41,10 +43,10 @@ func (h *redisHealth) record(ctx context.Context, err error) {
 	defer h.mu.Unlock()
 	h.err = err
 	if err != nil {
-		h.down.failed(h.log, h.now(), "reason", redisProblem(err), "error", err)
+		h.down.Failed(h.log, h.now(), "reason", redisProblem(err), "error", err)
 		return
 	}
-	h.down.ok(h.log, h.now())
+	h.down.OK(h.log, h.now())
 }
 
 // last returns the last round trip's error, nil if it worked (or none was

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"math"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quota-lease/quota-lease/edge"
+	"github.com/quota-lease/quota-lease/internal/agent/rlqs"
 	"github.com/quota-lease/quota-lease/internal/testenv"
 )
 
@@ -64,12 +66,11 @@ func (r *rawStream) send(t *testing.T, domain string, us ...*rlqsv3.RateLimitQuo
 func (r *rawStream) next(t *testing.T, bucket map[string]string) (*rlqsv3.RateLimitQuotaResponse_BucketAction, time.Time) {
 	t.Helper()
 	deadline := time.After(10 * time.Second)
-	want := bucketKey(bucket)
 	for {
 		select {
 		case m := <-r.got:
 			for _, a := range m.BucketAction {
-				if bucketKey(a.GetBucketId().GetBucket()) == want {
+				if maps.Equal(a.GetBucketId().GetBucket(), bucket) {
 					return a, time.Now()
 				}
 			}
@@ -107,7 +108,7 @@ func TestRLQSTTLWithinGrant(t *testing.T) {
 		if ttl < time.Second || ttl%time.Second != 0 {
 			t.Fatalf("time to live %s: Envoy reads whole seconds, at least one", ttl)
 		}
-		until := ra.a.leaser.validUntil("api")
+		until := ra.a.leaser.ValidUntil("api")
 		if life := edge.Lifetime(ttl, ra.a.cfg.Drift, ra.a.cfg.Edge.Margin); at.Add(life).After(until.Add(ra.a.cfg.Edge.Margin)) {
 			t.Fatalf("assignment received at %s lives %s, beyond the grant's end %s", at.Format("15:04:05.000"), life, until.Format("15:04:05.000"))
 		}
@@ -147,7 +148,7 @@ func TestRLQSBadInput(t *testing.T) {
 
 	r = openRaw(t, ra.grpcAddr)
 	big := map[string]string{"policy": "api"}
-	for i := 0; i < maxBucketEntries; i++ {
+	for i := 0; i < rlqs.MaxBucketEntries; i++ {
 		big["k"+strconv.Itoa(i)] = "v"
 	}
 	r.send(t, "shop",
@@ -194,9 +195,7 @@ func TestRLQSBadInput(t *testing.T) {
 		t.Fatal("a second domain did not end the stream")
 	}
 	// Nothing the refused buckets named was reserved.
-	ra.a.edge.mu.Lock()
-	defer ra.a.edge.mu.Unlock()
-	for id := range ra.a.edge.r.Keys() {
+	for id := range ra.a.edge.Load().Identities {
 		if id.Policy != "api" || id.Identity == "x" {
 			t.Errorf("a refused bucket got a key: %+v", id)
 		}
@@ -242,9 +241,8 @@ func TestRLQSAgentBudgets(t *testing.T) {
 	}
 	<-first.ended
 	testenv.WaitFor(t, 5*time.Second, "the first stream's place freed", func() bool {
-		ra.a.edge.mu.Lock()
-		defer ra.a.edge.mu.Unlock()
-		return len(ra.a.edge.streams) == 1 && ra.a.edge.buckets == 1
+		l := ra.a.edge.Load()
+		return l.Streams == 1 && l.Buckets == 1
 	})
 	again := openRaw(t, ra.grpcAddr)
 	again.send(t, "shop", use(tenant("e"), 0, 1, 0))
@@ -264,15 +262,8 @@ func TestRLQSInstancesAndSpellings(t *testing.T) {
 		return counterValueLabeled(t, ra.a, "quotalease_agent_edge_buckets_refused_total", "reason", reason)
 	}
 	slots := func() (n, placed int) {
-		ra.a.edge.mu.Lock()
-		defer ra.a.edge.mu.Unlock()
-		for _, k := range ra.a.edge.r.Keys() { // the test serves one identity
-			for _, s := range k.Slots {
-				n++
-				if s.Placed {
-					placed++
-				}
-			}
+		for _, s := range ra.a.edge.Load().Identities { // the test serves one identity
+			n, placed = n+s.Buckets, placed+s.Placed
 		}
 		return n, placed
 	}

@@ -1,4 +1,4 @@
-package agent
+package rlqs
 
 import (
 	"errors"
@@ -28,10 +28,10 @@ import (
 // Caps on a bucket id, checked before anything else (boundedBucket): the
 // agent keeps each bucket id it serves whole (an assignment names it as
 // Envoy sent it), so these bound what one stream's buckets hold
-// (maxBucketBytes × EdgeConfig.MaxBucketsPerStream). A value longer than
+// (maxBucketBytes × Config.MaxBucketsPerStream). A value longer than
 // policy.MaxAttributeValueBytes counts by its hash (checkapi.EnvoyValue).
 const (
-	maxBucketEntries  = 16
+	MaxBucketEntries  = 16 // entries of one bucket id
 	maxBucketKeyBytes = 128
 	maxBucketBytes    = 4096 // keys and values together
 )
@@ -78,11 +78,11 @@ func matchBucket(ix checkapi.EnvoyIndex, policies admission.Policies, domain str
 }
 
 // boundedBucket refuses a bucket id beyond the caps: no entries or more
-// than maxBucketEntries, a key empty or over maxBucketKeyBytes, more than
+// than MaxBucketEntries, a key empty or over maxBucketKeyBytes, more than
 // maxBucketBytes in all.
 func boundedBucket(b map[string]string) error {
-	if len(b) == 0 || len(b) > maxBucketEntries {
-		return fmt.Errorf("%w: %d entries, want 1-%d", errBadBucket, len(b), maxBucketEntries)
+	if len(b) == 0 || len(b) > MaxBucketEntries {
+		return fmt.Errorf("%w: %d entries, want 1-%d", errBadBucket, len(b), MaxBucketEntries)
 	}
 	size := 0
 	for k, v := range b {

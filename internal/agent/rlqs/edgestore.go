@@ -1,4 +1,4 @@
-package agent
+package rlqs
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/quota-lease/quota-lease/edge"
+	"github.com/quota-lease/quota-lease/internal/logs"
 	"github.com/quota-lease/quota-lease/regional"
 )
 
@@ -19,7 +20,7 @@ type edgeStore struct {
 	store  *regional.EdgeStore
 	now    func() time.Time
 	logger hclog.Logger
-	down   outage
+	down   logs.Outage
 }
 
 // Sync syncs with the region's reservations (regional.EdgeStore.Sync).
@@ -28,10 +29,10 @@ func (s *edgeStore) Sync(ctx context.Context, writes []edge.Write, read bool) ([
 	granted, others, err := s.store.Sync(ctx, writes, read)
 	if err != nil {
 		if ctx.Err() == nil && !errors.Is(err, regional.ErrEdgeSweeping) {
-			s.down.failed(s.logger, sent, "error", err)
+			s.down.Failed(s.logger, sent, "error", err)
 		}
 		return granted, nil, err
 	}
-	s.down.ok(s.logger, sent)
+	s.down.OK(s.logger, sent)
 	return granted, others, nil
 }

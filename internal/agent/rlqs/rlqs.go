@@ -1,4 +1,4 @@
-package agent
+package rlqs
 
 import (
 	"errors"
@@ -11,6 +11,7 @@ import (
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/edge"
+	"github.com/quota-lease/quota-lease/internal/logs"
 	"github.com/quota-lease/quota-lease/policy"
 )
 
@@ -28,7 +30,7 @@ import (
 // (at a bucket's first request, then every reporting interval); the agent
 // maps each bucket to a policy identity (matchBucket), measures its demand
 // from the reports, and pushes token-bucket assignments from the edge
-// engine's rounds (edgeEngine). The stream only translates; what to assign
+// engine's rounds (Engine). The stream only translates; what to assign
 // is the engine's.
 //
 // Bad input never ends the stream but for the domain: a stream whose
@@ -43,11 +45,12 @@ import (
 // (quotalease_agent_edge_reports_limited_total).
 type rlqsServer struct {
 	rlqsv3.UnimplementedRateLimitQuotaServiceServer
-	e *edgeEngine
+	e *Engine
 }
 
-func registerRLQS(s *grpc.Server, a *Agent) {
-	rlqsv3.RegisterRateLimitQuotaServiceServer(s, &rlqsServer{e: a.edge})
+// Register adds Envoy's Rate Limit Quota Service, served by e, to s.
+func (e *Engine) Register(s *grpc.Server) {
+	rlqsv3.RegisterRateLimitQuotaServiceServer(s, &rlqsServer{e: e})
 }
 
 // rlqsStream is one Envoy instance's stream.
@@ -62,7 +65,7 @@ type rlqsStream struct {
 	pend     []*rlqsv3.RateLimitQuotaResponse_BucketAction
 	tokens   float64 // the message pace's bucket
 	tokensAt time.Time
-	refused  outage // paced log of refused buckets
+	refused  logs.Outage // paced log of refused buckets
 }
 
 // rlqsOutbox is how many messages a stream may have waiting to be sent;
@@ -76,7 +79,7 @@ const rlqsOutbox = 8
 const maxReportedRequests = 1_000_000_000
 
 // errDraining ends the RLQS streams of an agent that is shutting down
-// (edgeEngine.endStreams).
+// (Engine.EndStreams).
 var errDraining = status.Error(codes.Unavailable, "this agent is shutting down: reopen the stream to another agent of the region, or to this one once it is back")
 
 // allowAllTTL is the time to live of ALLOW_ALL for buckets nothing limits.
@@ -134,7 +137,7 @@ func (s *rlqsServer) receive(stream rlqsv3.RateLimitQuotaService_StreamRateLimit
 }
 
 // send queues m on the stream without waiting.
-func (st *rlqsStream) send(m *rlqsv3.RateLimitQuotaResponse, ms *edgeMetrics) {
+func (st *rlqsStream) send(m *rlqsv3.RateLimitQuotaResponse, ms *metrics) {
 	select {
 	case st.out <- m:
 		ms.messages.Inc()
@@ -144,7 +147,7 @@ func (st *rlqsStream) send(m *rlqsv3.RateLimitQuotaResponse, ms *edgeMetrics) {
 }
 
 // open registers a new stream.
-func (e *edgeEngine) open() *rlqsStream {
+func (e *Engine) open() *rlqsStream {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if len(e.streams) >= e.cfg.MaxStreams {
@@ -153,8 +156,8 @@ func (e *edgeEngine) open() *rlqsStream {
 	}
 	e.nextStream++
 	st := &rlqsStream{id: e.nextStream, out: make(chan *rlqsv3.RateLimitQuotaResponse, rlqsOutbox), done: make(chan struct{}),
-		slots: map[string]*rlqsSlot{}, allowAll: map[string]time.Time{}, tokens: float64(e.cfg.ReportBurst), tokensAt: e.h.clock.Now(),
-		refused: outage{what: "RLQS buckets refused", interval: 30 * time.Second}}
+		slots: map[string]*rlqsSlot{}, allowAll: map[string]time.Time{}, tokens: float64(e.cfg.ReportBurst), tokensAt: e.h.Clock.Now(),
+		refused: logs.Outage{What: "RLQS buckets refused", Interval: 30 * time.Second, Level: hclog.Warn}}
 	e.streams[st.id] = st
 	return st
 }
@@ -162,7 +165,7 @@ func (e *edgeEngine) open() *rlqsStream {
 // close forgets a stream that ended; what its buckets were assigned keeps
 // counting until it expires (the Envoy instance enforces it meanwhile, and
 // may reconnect to any agent of the region).
-func (e *edgeEngine) close(st *rlqsStream) {
+func (e *Engine) close(st *rlqsStream) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	close(st.done)
@@ -174,7 +177,7 @@ func (e *edgeEngine) close(st *rlqsStream) {
 }
 
 // paced reports whether the stream may send one more message at now.
-func (st *rlqsStream) paced(now time.Time, cfg EdgeConfig) bool {
+func (st *rlqsStream) paced(now time.Time, cfg Config) bool {
 	st.tokens = min(float64(cfg.ReportBurst), st.tokens+now.Sub(st.tokensAt).Seconds()*cfg.ReportsPerSecond)
 	st.tokensAt = now
 	if st.tokens < 1 {
@@ -185,8 +188,8 @@ func (st *rlqsStream) paced(now time.Time, cfg EdgeConfig) bool {
 }
 
 // report takes one usage report. An error ends the stream.
-func (e *edgeEngine) report(st *rlqsStream, m *rlqsv3.RateLimitQuotaUsageReports) error {
-	now := e.h.clock.Now()
+func (e *Engine) report(st *rlqsStream, m *rlqsv3.RateLimitQuotaUsageReports) error {
+	now := e.h.Clock.Now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	select {
@@ -214,7 +217,7 @@ func (e *edgeEngine) report(st *rlqsStream, m *rlqsv3.RateLimitQuotaUsageReports
 		b := u.GetBucketId().GetBucket()
 		if err := boundedBucket(b); err != nil { // before its key is built, kept or logged
 			e.m.refused.WithLabelValues(refusedReason(err)).Inc()
-			st.refused.failed(e.h.logger, now, "domain", st.domain, "error", err)
+			st.refused.Failed(e.h.Logger, now, "domain", st.domain, "error", err)
 			continue
 		}
 		bk := bucketKey(b)
@@ -252,7 +255,7 @@ func (e *edgeEngine) report(st *rlqsStream, m *rlqsv3.RateLimitQuotaUsageReports
 		// The edge's demand is the region's demand too: the lease asks for
 		// it as for direct checks' (the meter), so the region's share
 		// follows the edge.
-		e.h.leases.observe(pol.Name, s.key.ID.Identity, edge.ReportedCost(pol, count), now)
+		e.h.Leases.Observe(pol.Name, s.key.ID.Identity, edge.ReportedCost(pol, count), now)
 		s.Report(pol, count, u.GetTimeElapsed().AsDuration(), now)
 		s.key.Touch()
 	}
@@ -265,8 +268,8 @@ func (e *edgeEngine) report(st *rlqsStream, m *rlqsv3.RateLimitQuotaUsageReports
 // subscribe maps a new bucket to what it names: a slot of a policy
 // identity (returned), ALLOW_ALL for a bucket nothing limits, or a refusal
 // counted by reason. e.mu is held.
-func (e *edgeEngine) subscribe(st *rlqsStream, id *rlqsv3.BucketId, bk string, now time.Time) *rlqsSlot {
-	m, err := matchBucket(e.h.envoy(), e.h.asked, st.domain, id.GetBucket())
+func (e *Engine) subscribe(st *rlqsStream, id *rlqsv3.BucketId, bk string, now time.Time) *rlqsSlot {
+	m, err := matchBucket(e.h.Envoy(), e.h.Asked, st.domain, id.GetBucket())
 	var identity string
 	if err == nil && m.pol != nil {
 		switch {
@@ -278,7 +281,7 @@ func (e *edgeEngine) subscribe(st *rlqsStream, id *rlqsv3.BucketId, bk string, n
 	}
 	if err != nil {
 		e.m.refused.WithLabelValues(refusedReason(err)).Inc()
-		st.refused.failed(e.h.logger, now, "domain", st.domain, "bucket", bk, "error", err)
+		st.refused.Failed(e.h.Logger, now, "domain", st.domain, "bucket", bk, "error", err)
 		return nil
 	}
 	if m.pol == nil {
@@ -299,7 +302,7 @@ func (e *edgeEngine) subscribe(st *rlqsStream, id *rlqsv3.BucketId, bk string, n
 	}
 	if err != nil {
 		e.m.refused.WithLabelValues(refusedReason(err)).Inc()
-		st.refused.failed(e.h.logger, now, "domain", st.domain, "bucket", bk, "policy", m.pol.Name, "error", err)
+		st.refused.Failed(e.h.Logger, now, "domain", st.domain, "bucket", bk, "policy", m.pol.Name, "error", err)
 		return nil
 	}
 	k = e.r.Key(kid, m.pol)

@@ -1,4 +1,13 @@
-package agent
+// Package rlqs is the regional agent's side of leases to the edge:
+// Envoy's Rate Limit Quota Service (docs/rlqs.md, docs/rlqs-server.md).
+// Envoy instances stream usage reports of their buckets; the Engine
+// matches each bucket to a policy identity, runs the edge rounds on them
+// (edge.Round, which the simulator runs too), reserves the region's
+// capacity for them in its Redis (regional.EdgeStore), and sends each
+// instance the token bucket it may enforce. It takes what it uses of the
+// agent at construction (Host, a small Leaser); the agent asks it what the
+// edge holds (Reserved, Holds, Summary).
+package rlqs
 
 import (
 	"cmp"
@@ -10,32 +19,34 @@ import (
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/quota-lease/quota-lease/edge"
+	"github.com/quota-lease/quota-lease/internal/logs"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
 	"github.com/quota-lease/quota-lease/regional"
 )
 
-// edgeEngine is the agent's side of leases to the edge (docs/rlqs.md): the
+// Engine is the agent's side of leases to the edge (docs/rlqs.md): the
 // RLQS streams of its Envoy instances, and the rounds that reserve the
 // region's capacity for them in the region's Redis and assign them token
 // buckets (edge.Round: the simulator runs the same rounds). This puts the
 // rounds on the wire and in Redis: it is their Sender (the streams), and
 // gives them the leases (edgeLeases) and the region's reservations
-// (edgeStore). The direct path reads what the edge holds through reserved
-// (edgeShares). It is safe for concurrent use.
-type edgeEngine struct {
-	h   edgeHost
-	cfg EdgeConfig
+// (edgeStore). The direct path reads what the edge holds through Reserved
+// (the agent's edgeShares). It is safe for concurrent use.
+type Engine struct {
+	h   Host
+	cfg Config
 	rc  edge.Config // the rounds' tuning: cfg's, with the lease's drift
-	m   *edgeMetrics
+	m   *metrics
 	// trust is how long a read of the reservations may be relied on: less
 	// than GrowWait, however the clocks drift.
 	trust time.Duration
 
-	// draining, closed once (endStreams), ends the RLQS streams and
+	// draining, closed once (EndStreams), ends the RLQS streams and
 	// refuses new ones.
 	draining  chan struct{}
 	drainOnce sync.Once
@@ -75,36 +86,36 @@ func compareSlots(a, b rlqsSlotID) int {
 	return cmp.Or(cmp.Compare(a.stream, b.stream), cmp.Compare(a.bucket, b.bucket))
 }
 
-func newEdgeEngine(h edgeHost, cfg EdgeConfig, drift float64, reg *prometheus.Registry) *edgeEngine {
+func New(h Host, cfg Config, drift float64, reg *prometheus.Registry) *Engine {
 	rc := cfg.rounds(drift)
-	e := &edgeEngine{h: h, cfg: cfg, rc: rc, m: newEdgeMetrics(reg), trust: rc.Trust(), streams: map[uint64]*rlqsStream{},
+	e := &Engine{h: h, cfg: cfg, rc: rc, m: newMetrics(reg), trust: rc.Trust(), streams: map[uint64]*rlqsStream{},
 		metricKeys: map[string]bool{}, kick: make(chan struct{}, 1), draining: make(chan struct{})}
-	st := &edgeStore{store: h.shared.EdgeStore(e.self, h.clock.Now, rc.Trust(), cfg.GrowWait), now: h.clock.Now,
-		logger: h.logger, down: outage{what: "edge reservation syncs with Redis", interval: 30 * time.Second}}
-	e.r = edge.NewRound(rc, compareSlots, edgeLeases{h.policies, h.leases}, st, e)
+	st := &edgeStore{store: h.Shared.EdgeStore(e.self, h.Clock.Now, rc.Trust(), cfg.GrowWait), now: h.Clock.Now,
+		logger: h.Logger, down: logs.Outage{What: "edge reservation syncs with Redis", Interval: 30 * time.Second, Level: hclog.Warn}}
+	e.r = edge.NewRound(rc, compareSlots, edgeLeases{h.Policies, h.Leases}, st, e)
 	return e
 }
 
-// endStreams ends every RLQS stream and refuses new ones, as the agent
+// EndStreams ends every RLQS stream and refuses new ones, as the agent
 // shuts down: its Envoy instances reopen theirs (on their next report) to
 // another agent of the region, or to this one's successor, instead of
 // holding streams the server's graceful stop would wait for.
-func (e *edgeEngine) endStreams() { e.drainOnce.Do(func() { close(e.draining) }) }
+func (e *Engine) EndStreams() { e.drainOnce.Do(func() { close(e.draining) }) }
 
-// leave writes, as the agent stops (its rounds over, its streams ended),
+// Leave writes, as the agent stops (its rounds over, its streams ended),
 // each reservation down to what its assignments may still enforce, kept
 // only until they may have expired (edge.Round.Leave): the agents its
 // Envoy instances reopen their streams to may use the rest then, not once
 // the entries' usual life ran out, about twice as long. A successor under
 // the same name takes the entries over at once anyway.
-func (e *edgeEngine) leave(ctx context.Context) error {
+func (e *Engine) Leave(ctx context.Context) error {
 	e.mu.Lock()
-	writes := e.r.Leave(e.h.clock.Now())
+	writes := e.r.Leave(e.h.Clock.Now())
 	e.mu.Unlock()
 	if len(writes) == 0 {
 		return nil
 	}
-	if _, err := e.h.shared.EdgeWrite(ctx, e.self(), writes); err != nil {
+	if _, err := e.h.Shared.EdgeWrite(ctx, e.self(), writes); err != nil {
 		return fmt.Errorf("shorten this agent's edge reservations to its assignments' life: %w", err)
 	}
 	return nil
@@ -112,49 +123,49 @@ func (e *edgeEngine) leave(ctx context.Context) error {
 
 // self names this agent process in the region's reservations, with the
 // process it succeeded under its name, if any.
-func (e *edgeEngine) self() regional.EdgeAgent { return regional.EdgeAgentOf(e.h.leases.Succession()) }
+func (e *Engine) self() regional.EdgeAgent { return regional.EdgeAgentOf(e.h.Leases.Succession()) }
 
-// setPolicies notes which policies the edge serves.
-func (e *edgeEngine) setPolicies(ps []*policy.Policy) {
+// SetPolicies notes which policies the edge serves.
+func (e *Engine) SetPolicies(ps []*policy.Policy) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.r.SetPolicies(ps)
 }
 
-// reserved is what direct checks of policy name must leave the edge of
+// Reserved is what direct checks of policy name must leave the edge of
 // identity's capacity at now: every agent's reservation for it, or, when
 // this agent's last read of them is too old to rely on, everything.
-func (e *edgeEngine) reserved(name, identity string, now time.Time) int64 {
+func (e *Engine) Reserved(name, identity string, now time.Time) int64 {
 	if !e.r.Serves(name) {
 		return 0
 	}
 	return e.r.View().Reserved(name, identity, now, e.trust)
 }
 
-// holds reports whether acknowledging g, a grant of policy name, would let
+// Holds reports whether acknowledging g, a grant of policy name, would let
 // the coordinator count less for this region than the edge may still be
 // enforcing for some identity: the agent then keeps presenting the grant
 // it acknowledged before (the lease protocol's two-phase shrink, one
 // level down).
-func (e *edgeEngine) holds(name string, g lease.Grant, now time.Time) bool {
+func (e *Engine) Holds(name string, g lease.Grant, now time.Time) bool {
 	if !e.r.Serves(name) {
 		return false
 	}
 	return e.r.View().Holds(name, g, now, e.trust)
 }
 
-// observeDirect counts cost (micro-units) a direct check asked of
+// ObserveDirect counts cost (micro-units) a direct check asked of
 // identity of policy name, if the edge serves the policy: the direct part
 // of the demand the region's capacity is split by.
-func (e *edgeEngine) observeDirect(name, identity string, cost int64) {
+func (e *Engine) ObserveDirect(name, identity string, cost int64) {
 	e.r.ObserveDirect(name, identity, cost)
 }
 
-// run does a round with every read of the region's reservations (about
+// Run does a round with every read of the region's reservations (about
 // every ReadEvery), when a larger reservation becomes usable (new buckets
 // wait for it), at most every Tick, and at once when a new bucket appears,
 // until ctx ends.
-func (e *edgeEngine) run(ctx context.Context) {
+func (e *Engine) Run(ctx context.Context) {
 	t := time.NewTimer(e.cfg.Tick)
 	defer t.Stop()
 	for {
@@ -164,11 +175,11 @@ func (e *edgeEngine) run(ctx context.Context) {
 		case <-t.C:
 		case <-e.kick:
 		}
-		t.Reset(e.round(ctx).After(e.rc, e.h.clock.Now()))
+		t.Reset(e.round(ctx).After(e.rc, e.h.Clock.Now()))
 	}
 }
 
-func (e *edgeEngine) kickSoon() {
+func (e *Engine) kickSoon() {
 	select {
 	case e.kick <- struct{}{}:
 	default:
@@ -177,18 +188,18 @@ func (e *edgeEngine) kickSoon() {
 
 // round runs one edge.Round and sends what it queued; its result says
 // when the next round is wanted (run).
-func (e *edgeEngine) round(ctx context.Context) edge.Result {
+func (e *Engine) round(ctx context.Context) edge.Result {
 	if !e.r.Serving() && e.idle() {
-		return edge.Result{Next: e.h.clock.Now().Add(time.Second)} // no policy is served at the edge: nothing to reserve or read
+		return edge.Result{Next: e.h.Clock.Now().Add(time.Second)} // no policy is served at the edge: nothing to reserve or read
 	}
-	res := e.r.Run(ctx, &e.mu, e.h.clock.Now)
+	res := e.r.Run(ctx, &e.mu, e.h.Clock.Now)
 	e.m.rounds.Inc()
 	e.m.plans.Add(float64(res.Planned))
 	if res.Synced {
 		e.m.syncs.Inc()
 	}
 	e.mu.Lock()
-	now := e.h.clock.Now()
+	now := e.h.Clock.Now()
 	out := e.collect()
 	if now.Sub(e.metricsAt) >= time.Second {
 		e.updateMetrics(now)
@@ -201,18 +212,18 @@ func (e *edgeEngine) round(ctx context.Context) edge.Result {
 	return res
 }
 
-func (e *edgeEngine) idle() bool {
+func (e *Engine) idle() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.r.Idle() && len(e.streams) == 0
 }
 
 // slot is the wire side of slot sid. e.mu is held.
-func (e *edgeEngine) slot(sid rlqsSlotID) *rlqsSlot { return e.streams[sid.stream].slots[sid.bucket] }
+func (e *Engine) slot(sid rlqsSlotID) *rlqsSlot { return e.streams[sid.stream].slots[sid.bucket] }
 
 // Queue queues a round's action on its slot's stream (edge.Sender); an
 // abandoned slot is forgotten. e.mu is held.
-func (e *edgeEngine) Queue(_ edge.ID, a edge.Send[rlqsSlotID]) {
+func (e *Engine) Queue(_ edge.ID, a edge.Send[rlqsSlotID]) {
 	s := e.slot(a.Slot)
 	if !a.Abandon {
 		s.st.pend = append(s.st.pend, assignAction(s.id, a.Bucket, a.TTL))
@@ -225,15 +236,15 @@ func (e *edgeEngine) Queue(_ edge.ID, a edge.Send[rlqsSlotID]) {
 
 // Refused counts and logs a slot refused an instance place (edge.Sender).
 // e.mu is held.
-func (e *edgeEngine) Refused(id edge.ID, sid rlqsSlotID) {
+func (e *Engine) Refused(id edge.ID, sid rlqsSlotID) {
 	st := e.slot(sid).st
 	e.m.refused.WithLabelValues(refusedReason(errInstances)).Inc()
-	st.refused.failed(e.h.logger, e.h.clock.Now(), "domain", st.domain, "bucket", sid.bucket, "policy", id.Policy, "error", errInstances)
+	st.refused.Failed(e.h.Logger, e.h.Clock.Now(), "domain", st.domain, "bucket", sid.bucket, "policy", id.Policy, "error", errInstances)
 }
 
 // Along lists the slots of the streams with a message this round
 // (edge.Sender). e.mu is held.
-func (e *edgeEngine) Along() iter.Seq2[edge.ID, rlqsSlotID] {
+func (e *Engine) Along() iter.Seq2[edge.ID, rlqsSlotID] {
 	return func(yield func(edge.ID, rlqsSlotID) bool) {
 		for _, st := range e.streams {
 			if len(st.pend) == 0 {
@@ -249,7 +260,7 @@ func (e *edgeEngine) Along() iter.Seq2[edge.ID, rlqsSlotID] {
 }
 
 // dropSlot forgets a slot whose stream ended. e.mu is held.
-func (e *edgeEngine) dropSlot(sid rlqsSlotID, s *rlqsSlot) {
+func (e *Engine) dropSlot(sid rlqsSlotID, s *rlqsSlot) {
 	e.r.Remove(s.key, sid)
 	delete(s.st.slots, sid.bucket)
 	e.buckets--
@@ -257,7 +268,7 @@ func (e *edgeEngine) dropSlot(sid rlqsSlotID, s *rlqsSlot) {
 
 // collect takes every stream's pending actions as one message each. e.mu
 // is held.
-func (e *edgeEngine) collect() map[*rlqsStream]*rlqsv3.RateLimitQuotaResponse {
+func (e *Engine) collect() map[*rlqsStream]*rlqsv3.RateLimitQuotaResponse {
 	out := map[*rlqsStream]*rlqsv3.RateLimitQuotaResponse{}
 	for _, st := range e.streams {
 		if len(st.pend) > 0 {
@@ -270,7 +281,7 @@ func (e *edgeEngine) collect() map[*rlqsStream]*rlqsv3.RateLimitQuotaResponse {
 
 // updateMetrics sets the per-policy edge gauges and the summary renewals
 // report. e.mu is held.
-func (e *edgeEngine) updateMetrics(now time.Time) {
+func (e *Engine) updateMetrics(now time.Time) {
 	type agg struct {
 		streams              map[uint64]bool
 		buckets              int

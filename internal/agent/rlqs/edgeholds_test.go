@@ -1,4 +1,4 @@
-package agent
+package rlqs
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 // one whose view is stale holds any grant while the edge reserves
 // anything.
 func TestEdgeHoldsShrinkingGrant(t *testing.T) {
-	e := newEdgeEngine(edgeHost{clock: clock.System(), logger: hclog.NewNullLogger()}, DefaultEdgeConfig(), 0, prometheus.NewRegistry())
+	e := New(Host{Clock: clock.System(), Logger: hclog.NewNullLogger()}, DefaultConfig(), 0, prometheus.NewRegistry())
 	api := &policy.Policy{Name: "api", Scope: policy.ScopeGlobal, Edge: &policy.Edge{Instances: 1}}
 	read := readOnly{edge.ID{Policy: "api", Identity: "acme"}: {Reserved: 500}}
 	e.r = edge.NewRound(e.rc, compareSlots, servesOnly{api}, read, e)
@@ -36,17 +36,17 @@ func TestEdgeHoldsShrinkingGrant(t *testing.T) {
 		{lease.Grant{Amount: 100, Identities: map[string]int64{"acme": 600}}, now, false},
 		{lease.Grant{Amount: 1000}, now.Add(time.Minute), true}, // stale view
 	} {
-		if got := e.holds("api", c.g, c.at); got != c.hold {
+		if got := e.Holds("api", c.g, c.at); got != c.hold {
 			t.Errorf("grant %+v at +%s: holds %v, want %v", c.g, c.at.Sub(now), got, c.hold)
 		}
 	}
-	if e.holds("other", lease.Grant{}, now) {
+	if e.Holds("other", lease.Grant{}, now) {
 		t.Error("a policy the edge does not serve is never held")
 	}
-	if r := e.reserved("api", "acme", now); r != 500 {
+	if r := e.Reserved("api", "acme", now); r != 500 {
 		t.Errorf("direct checks leave %d, want 500", r)
 	}
-	if r := e.reserved("api", "acme", now.Add(time.Minute)); r < 1<<62 {
+	if r := e.Reserved("api", "acme", now.Add(time.Minute)); r < 1<<62 {
 		t.Errorf("a stale view leaves direct checks %d reserved, want everything", r)
 	}
 }

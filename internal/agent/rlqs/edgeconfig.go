@@ -1,4 +1,4 @@
-package agent
+package rlqs
 
 import (
 	"errors"
@@ -9,9 +9,9 @@ import (
 	"github.com/quota-lease/quota-lease/edge"
 )
 
-// EdgeConfig configures the agent's Rate Limit Quota Service (RLQS): the
+// Config configures the agent's Rate Limit Quota Service (RLQS): the
 // Envoy instances it assigns token buckets to (docs/rlqs.md).
-type EdgeConfig struct {
+type Config struct {
 	// Tuning are the rounds' settings (edge.Tuning says each, and its
 	// default).
 	edge.Tuning
@@ -37,19 +37,19 @@ type EdgeConfig struct {
 	ReportBurst      int
 }
 
-// DefaultEdgeConfig returns the RLQS settings' defaults.
-func DefaultEdgeConfig() EdgeConfig {
-	return EdgeConfig{Tuning: edge.DefaultTuning(), MaxBucketsPerStream: 10_000, MaxStreams: 1_000, MaxBuckets: 100_000, MaxIdentities: 10_000, ReportsPerSecond: 20, ReportBurst: 200}
+// DefaultConfig returns the RLQS settings' defaults.
+func DefaultConfig() Config {
+	return Config{Tuning: edge.DefaultTuning(), MaxBucketsPerStream: 10_000, MaxStreams: 1_000, MaxBuckets: 100_000, MaxIdentities: 10_000, ReportsPerSecond: 20, ReportBurst: 200}
 }
 
 // rounds is what the edge rounds run with: the tuning and the lease's
 // drift bound.
-func (c EdgeConfig) rounds(drift float64) edge.Config {
+func (c Config) rounds(drift float64) edge.Config {
 	return edge.Config{Tuning: c.Tuning, Drift: drift}
 }
 
 // Validate reports every setting of c that cannot work, joined.
-func (c EdgeConfig) Validate() error {
+func (c Config) Validate() error {
 	var errs []error
 	if c.Tick <= 0 || c.GrowWait <= 2*c.Tick {
 		errs = append(errs, fmt.Errorf("edge tick %s must be positive and the grow wait %s more than twice it", c.Tick, c.GrowWait))

@@ -1,17 +1,17 @@
-package agent
+package rlqs
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// edgeMetrics are the metrics of the agent's Rate Limit Quota Service, on
+// metrics are the metrics of the agent's Rate Limit Quota Service, on
 // the agent's registry.
-type edgeMetrics struct {
+type metrics struct {
 	streams, buckets, assignedRate, reserved *prometheus.GaugeVec
 	reported, limited, refused               *prometheus.CounterVec
 	dropped, messages, rounds, plans, syncs  prometheus.Counter
 }
 
-func newEdgeMetrics(reg *prometheus.Registry) *edgeMetrics {
-	m := &edgeMetrics{
+func newMetrics(reg *prometheus.Registry) *metrics {
+	m := &metrics{
 		streams: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "quotalease_agent_edge_streams",
 			Help: "Envoy RLQS streams reporting buckets of the policy to this agent."}, []string{"policy"}),
 		buckets: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "quotalease_agent_edge_buckets",

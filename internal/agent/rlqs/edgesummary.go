@@ -1,4 +1,4 @@
-package agent
+package rlqs
 
 import (
 	"math"
@@ -15,10 +15,10 @@ type edgeSummary struct {
 	assigned, usage    int64 // assigned refill and reported rate, amount units
 }
 
-// edgeSummary returns what renewals report of policy name's edge, nil
+// Summary returns what renewals report of policy name's edge, nil
 // when no Envoy instance holds a bucket of it (or the policy is no longer
 // served at the edge: a summary of a round before that would be stale).
-func (e *edgeEngine) edgeSummary(name string) *pb.EdgeSummary {
+func (e *Engine) Summary(name string) *pb.EdgeSummary {
 	if !e.r.Serves(name) {
 		return nil
 	}

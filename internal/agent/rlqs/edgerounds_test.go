@@ -1,4 +1,4 @@
-package agent
+package rlqs
 
 import (
 	"context"
@@ -9,20 +9,22 @@ import (
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"github.com/hashicorp/go-hclog"
-	"github.com/redis/go-redis/v9"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/clock"
 	"github.com/quota-lease/quota-lease/edge"
-	"github.com/quota-lease/quota-lease/internal/leaseapi"
+	"github.com/quota-lease/quota-lease/internal/agent/checkapi"
 	"github.com/quota-lease/quota-lease/internal/testenv/edgescript"
+	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
 )
 
 // The agent's edge rounds send what the simulator's send: the scripted
 // reports, stream ends, store outage and capacity moves of
-// internal/testenv/edgescript go through the agent's RLQS side (report,
-// open, close, its rounds as run schedules them), on a manual clock, with
+// internal/testenv/edgescript go through the engine's RLQS side (report,
+// open, close, its rounds as Run schedules them), on a manual clock, with
 // the script's leases and a store in memory; every action sent must be the
 // one recorded, which the simulator's test (sim TestEdgeRoundsAsTheAgent)
 // checks its own against.
@@ -30,30 +32,18 @@ func TestEdgeRoundsAsTheSimulator(t *testing.T) {
 	p := edgescript.Policy()
 	var clk clock.Manual
 	clk.Set(edgescript.Base)
-	cl, err := leaseapi.NewClient([]string{"127.0.0.1:1"}) // never called: the script's leases stand in
-	if err != nil {
+	var set admission.PolicySet
+	if err := set.Set([]*policy.Policy{p}); err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never called: a store in memory stands in
-	defer rdb.Close()
 	cfg := DefaultConfig()
-	cfg.Region, cfg.Instance, cfg.Redis, cfg.Coordinator, cfg.Clock = "us", "us-1", rdb, cl, &clk
-	cfg.Policies = func(context.Context) ([]*policy.Policy, error) { return []*policy.Policy{p}, nil }
-	cfg.Drift, cfg.Edge.Tuning = edgescript.Drift, edgescript.Tuning()
-	cfg.Logger = hclog.NewNullLogger()
-	a, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.installPolicies([]*policy.Policy{p}); err != nil {
-		t.Fatal(err)
-	}
-	e := a.edge
+	cfg.Tuning = edgescript.Tuning()
+	e := New(Host{Clock: &clk, Logger: hclog.NewNullLogger(), Leases: noLeases{}, Policies: &set, Asked: &set, Envoy: func() checkapi.EnvoyIndex { return nil }},
+		cfg, edgescript.Drift, prometheus.NewRegistry())
 	leases := edgescript.NewLeases(p)
 	store := &downStore{Store: edge.NewMemStore(func() int64 { return clk.Now().UnixMilli() }).Agent("us-1", "")}
 	e.r = edge.NewRound(e.rc, compareSlots, leases, store, e)
-	e.setPolicies([]*policy.Policy{p})
+	e.SetPolicies([]*policy.Policy{p})
 
 	var rec edgescript.Record
 	streams := map[int]*rlqsStream{} // by instance: its open stream
@@ -136,6 +126,15 @@ func recordAction(rec *edgescript.Record, at time.Duration, instance int, act *r
 	}
 	rec.Add(at, instance, tenant, false, b, qa.GetAssignmentTimeToLive().AsDuration())
 }
+
+// noLeases is an agent's leases that hold nothing and note nothing: the
+// rounds ask the script's leases instead.
+type noLeases struct{}
+
+func (noLeases) Succession() (nonce, predecessor string)                  { return "", "" }
+func (noLeases) ValidUntil(string) time.Time                              { return time.Time{} }
+func (noLeases) EnforceAt(string, string, time.Time) (int64, lease.Mode)  { return 0, lease.ModeLeased }
+func (noLeases) Observe(name, identity string, cost int64, now time.Time) {}
 
 // downStore is a store that fails while down.
 type downStore struct {
