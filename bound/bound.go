@@ -159,95 +159,8 @@ func Compute(p *policy.Policy, d Deployment, m Mode, w time.Duration) (Result, e
 		r.Terms[TermDrift] = d.Drift * rateW
 		r.Stranded = maxOf(shares) * p.Limit
 	case Leased:
-		if p.Scope == policy.ScopeRegion {
-			r.Terms[TermIndependent] = (n - 1) * ref // region-local by design
-		} else {
-			r.Terms[TermDrift] = d.Drift * rateW
-			if p.Failure.Mode == policy.FailOpen && d.Regions > 1 {
-				// Up to n-1 regions lapse, each admitting its open fraction
-				// of the full limit, while the connected one is granted the
-				// whole quota (their shares were freed at expiry).
-				r.Terms[TermDegraded] = (n - 1) * p.Failure.OpenFraction * ref
-			}
-			if d.QuotaDecrease > 0 {
-				r.Terms[TermLeaseTransition] = d.QuotaDecrease / period * math.Min((d.LeaseDuration+d.PolicyDelay).Seconds(), w.Seconds())
-			}
-		}
-		if d.RedisOutages && d.FallbackFraction >= 0 {
-			k := float64(d.Instances)
-			phi := d.FallbackFraction
-			if phi == 0 {
-				phi = 1 / k
-			}
-			// Each instance's fallback is a limiter of its own at phi of
-			// what its region's Redis bucket enforces at every instant,
-			// never reset (policy.LocalBudget): over any window the k
-			// instances of all regions admit at most k*phi times what the
-			// Redis path can, however often Redis fails and recovers.
-			redisPath := 0.0
-			for _, v := range r.Terms {
-				redisPath += v
-			}
-			r.Terms[TermFallback] = k * phi * redisPath
-		}
-		if p.ShardCount() > 1 {
-			// Shards split what a region enforces for an identity into
-			// parts rounded down (policy.ShardLimits): each part admits at
-			// most its capacity plus its refill in any window, and the
-			// parts add up to no more than the whole, so splitting admits
-			// nothing beyond what one key would. The term is named, and 0,
-			// so that the bound says it was counted.
-			r.Terms[TermShards] = 0
-		}
-		if p.Algorithm == policy.FixedWindow {
-			// An agent charges a fixed window's counter from its estimate
-			// of the Redis clock, but the charge stands only if the Redis
-			// clock read before and after it lies in that window (regional
-			// package, window.go): the estimate's error costs a round trip,
-			// never an admission, and the term is 0. A Redis clock stepped
-			// back by S lets agents that did not see the step count in
-			// windows the others have left: at any instant the windows in
-			// use lie within S of each other, so a span W meets at most
-			// ceil((W+S)/P) + 1 of them, where the reference counts
-			// ceil(W/P) + 1. Each region steps on its own: a region-scoped
-			// policy's regions each enforce the whole limit.
-			regions := 1.0
-			if p.Scope == policy.ScopeRegion {
-				regions = n
-			}
-			r.Terms[TermWindowClock] = regions * p.Limit * (math.Ceil((w+d.ClockStep).Seconds()/period) - math.Ceil(w.Seconds()/period))
-		}
-		if d.StoreLag > 0 {
-			// A failover to a replica StoreLag behind forgets what the
-			// Redis path admitted in that time, which it may then admit
-			// again: at most the Redis path's worst case over StoreLag
-			// (one failover per region per window, all regions at once).
-			dl := d
-			dl.StoreLag, dl.RedisOutages, dl.ConfigChanges, dl.QuotaDecrease = 0, false, 0, 0
-			rl, err := Compute(p, dl, m, min(d.StoreLag, w))
-			if err != nil {
-				return Result{}, err
-			}
-			r.Terms[TermStoreLag] = rl.WorstCase - rl.Terms[TermEdge] // Envoy's fallback is no Redis path
-		}
-		// A quiet region keeps its floor: the static share it falls back to
-		// and any explicit floor.
-		floor := 0.0
-		if p.Failure.Mode == policy.StaticShare || p.Failure.Mode == policy.LastLease {
-			floor = p.Failure.StaticFraction * p.Limit
-		}
-		for _, f := range p.Floors {
-			floor = math.Max(floor, f)
-		}
-		r.Stranded = floor
-		if e := p.Edge; e != nil && p.Scope == policy.ScopeGlobal {
-			// Envoy instances without an assignment (before the first, or
-			// once one expired) follow their own fallback, which no
-			// reservation covers: per region, every instance the policy
-			// expects, each on its own (+Inf when the fallback allows all).
-			// Assignments themselves stay within the region's share and add
-			// nothing (package edge).
-			r.Terms[TermEdge] = n * float64(e.Instances) * e.FallbackWorstCase(w) * float64(p.Cost)
+		if err := leasedTerms(&r, p, d, w); err != nil {
+			return Result{}, err
 		}
 	default:
 		return Result{}, fmt.Errorf("%w: unknown mode %q", ErrInvalid, m)
@@ -292,6 +205,106 @@ func Compute(p *policy.Policy, d Deployment, m Mode, w time.Duration) (Result, e
 		r.Ratio = r.Overshoot / r.Limit
 	}
 	return r, nil
+}
+
+// leasedTerms adds to r, of policy p leased to d's regions over windows
+// of length w, the terms of the leased mode beyond the reference, and the
+// capacity a quiet region strands.
+func leasedTerms(r *Result, p *policy.Policy, d Deployment, w time.Duration) error {
+	ref, n := r.Limit, float64(d.Regions)
+	period := time.Duration(p.Period).Seconds()
+	rateW := p.Limit / period * w.Seconds()
+	if p.Scope == policy.ScopeRegion {
+		r.Terms[TermIndependent] = (n - 1) * ref // region-local by design
+	} else {
+		r.Terms[TermDrift] = d.Drift * rateW
+		if p.Failure.Mode == policy.FailOpen && d.Regions > 1 {
+			// Up to n-1 regions lapse, each admitting its open fraction
+			// of the full limit, while the connected one is granted the
+			// whole quota (their shares were freed at expiry).
+			r.Terms[TermDegraded] = (n - 1) * p.Failure.OpenFraction * ref
+		}
+		if d.QuotaDecrease > 0 {
+			r.Terms[TermLeaseTransition] = d.QuotaDecrease / period * math.Min((d.LeaseDuration+d.PolicyDelay).Seconds(), w.Seconds())
+		}
+	}
+	if d.RedisOutages && d.FallbackFraction >= 0 {
+		k := float64(d.Instances)
+		phi := d.FallbackFraction
+		if phi == 0 {
+			phi = 1 / k
+		}
+		// Each instance's fallback is a limiter of its own at phi of
+		// what its region's Redis bucket enforces at every instant,
+		// never reset (policy.LocalBudget): over any window the k
+		// instances of all regions admit at most k*phi times what the
+		// Redis path can, however often Redis fails and recovers.
+		redisPath := 0.0
+		for _, v := range r.Terms {
+			redisPath += v
+		}
+		r.Terms[TermFallback] = k * phi * redisPath
+	}
+	if p.ShardCount() > 1 {
+		// Shards split what a region enforces for an identity into
+		// parts rounded down (policy.ShardLimits): each part admits at
+		// most its capacity plus its refill in any window, and the
+		// parts add up to no more than the whole, so splitting admits
+		// nothing beyond what one key would. The term is named, and 0,
+		// so that the bound says it was counted.
+		r.Terms[TermShards] = 0
+	}
+	if p.Algorithm == policy.FixedWindow {
+		// An agent charges a fixed window's counter from its estimate
+		// of the Redis clock, but the charge stands only if the Redis
+		// clock read before and after it lies in that window (regional
+		// package, window.go): the estimate's error costs a round trip,
+		// never an admission, and the term is 0. A Redis clock stepped
+		// back by S lets agents that did not see the step count in
+		// windows the others have left: at any instant the windows in
+		// use lie within S of each other, so a span W meets at most
+		// ceil((W+S)/P) + 1 of them, where the reference counts
+		// ceil(W/P) + 1. Each region steps on its own: a region-scoped
+		// policy's regions each enforce the whole limit.
+		regions := 1.0
+		if p.Scope == policy.ScopeRegion {
+			regions = n
+		}
+		r.Terms[TermWindowClock] = regions * p.Limit * (math.Ceil((w+d.ClockStep).Seconds()/period) - math.Ceil(w.Seconds()/period))
+	}
+	if d.StoreLag > 0 {
+		// A failover to a replica StoreLag behind forgets what the
+		// Redis path admitted in that time, which it may then admit
+		// again: at most the Redis path's worst case over StoreLag
+		// (one failover per region per window, all regions at once).
+		dl := d
+		dl.StoreLag, dl.RedisOutages, dl.ConfigChanges, dl.QuotaDecrease = 0, false, 0, 0
+		rl, err := Compute(p, dl, Leased, min(d.StoreLag, w))
+		if err != nil {
+			return err
+		}
+		r.Terms[TermStoreLag] = rl.WorstCase - rl.Terms[TermEdge] // Envoy's fallback is no Redis path
+	}
+	// A quiet region keeps its floor: the static share it falls back to
+	// and any explicit floor.
+	floor := 0.0
+	if p.Failure.Mode == policy.StaticShare || p.Failure.Mode == policy.LastLease {
+		floor = p.Failure.StaticFraction * p.Limit
+	}
+	for _, f := range p.Floors {
+		floor = math.Max(floor, f)
+	}
+	r.Stranded = floor
+	if e := p.Edge; e != nil && p.Scope == policy.ScopeGlobal {
+		// Envoy instances without an assignment (before the first, or
+		// once one expired) follow their own fallback, which no
+		// reservation covers: per region, every instance the policy
+		// expects, each on its own (+Inf when the fallback allows all).
+		// Assignments themselves stay within the region's share and add
+		// nothing (package edge).
+		r.Terms[TermEdge] = n * float64(e.Instances) * e.FallbackWorstCase(w) * float64(p.Cost)
+	}
+	return nil
 }
 
 // PostHoc is the post-hoc term over windows of length w of a policy that

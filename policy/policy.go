@@ -239,15 +239,8 @@ func (p *Policy) Validate() error {
 	if len(p.Identity) == 0 || len(p.Identity) > MaxIdentityAttributes {
 		return bad("identity", "must list 1 to %d request attributes, e.g. [tenant] or [tenant, route]", MaxIdentityAttributes)
 	}
-	seen := make(map[string]bool, len(p.Identity))
-	for _, a := range p.Identity {
-		if !attributeRE.MatchString(a) {
-			return bad("identity", "attribute %s must be 1-32 characters of a-z, 0-9, '_', '.', '-', starting with a letter", QuoteName(a))
-		}
-		if seen[a] {
-			return bad("identity", "attribute %s is listed twice", QuoteName(a))
-		}
-		seen[a] = true
+	if err := p.validateIdentity(); err != nil {
+		return bad(err.field, "%s", err.msg)
 	}
 	if !finitePositive(p.Limit) {
 		return bad("limit", "must be a positive finite number, got %v", p.Limit)
@@ -276,27 +269,8 @@ func (p *Policy) Validate() error {
 	if p.Scope != ScopeGlobal && p.Scope != ScopeRegion {
 		return bad("scope", "unknown %s; use global or region", QuoteName(string(p.Scope)))
 	}
-	var floors float64
-	for region, f := range p.Floors {
-		if !RegionNameRE.MatchString(region) {
-			return bad("floors", "region name %s must be 1-63 characters of a-z, 0-9 and '-'", QuoteName(region))
-		}
-		if math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
-			return bad("floors", "floor of region %q must be a finite number >= 0, got %v", region, f)
-		}
-		floors += f
-	}
-	if floors > p.Limit {
-		return bad("floors", "the quota (limit %v) is below the sum of the regions' floors (%v); lower the floors or raise the limit", p.Limit, floors)
-	}
-	if p.IdentityShares != nil && (*p.IdentityShares < 0 || *p.IdentityShares > MaxIdentityShares) {
-		return bad("identity_shares", "must be 0 to %d, got %d", MaxIdentityShares, *p.IdentityShares)
-	}
-	if p.IdentityShares != nil && p.Scope == ScopeRegion {
-		return bad("identity_shares", "apply only to global policies; a region-scoped policy is not split")
-	}
-	if len(p.Floors) > 0 && p.Scope == ScopeRegion {
-		return bad("floors", "apply only to global policies; a region-scoped policy is not split")
+	if err := p.validateSplit(); err != nil {
+		return bad(err.field, "%s", err.msg)
 	}
 	if err := p.Failure.validate(); err != nil {
 		return bad("failure."+err.field, "%s", err.msg)
@@ -361,6 +335,47 @@ type fieldError struct{ field, msg string }
 
 // MaxInFlight is the most requests in flight a post-hoc policy may declare.
 const MaxInFlight = 1_000_000
+
+// validateIdentity checks the attributes an identity is made of.
+func (p *Policy) validateIdentity() *fieldError {
+	seen := make(map[string]bool, len(p.Identity))
+	for _, a := range p.Identity {
+		if !attributeRE.MatchString(a) {
+			return &fieldError{"identity", fmt.Sprintf("attribute %s must be 1-32 characters of a-z, 0-9, '_', '.', '-', starting with a letter", QuoteName(a))}
+		}
+		if seen[a] {
+			return &fieldError{"identity", fmt.Sprintf("attribute %s is listed twice", QuoteName(a))}
+		}
+		seen[a] = true
+	}
+	return nil
+}
+
+// validateSplit checks how the policy's limit is split between regions:
+// its floors and its identity shares.
+func (p *Policy) validateSplit() *fieldError {
+	var floors float64
+	for region, f := range p.Floors {
+		if !RegionNameRE.MatchString(region) {
+			return &fieldError{"floors", fmt.Sprintf("region name %s must be 1-63 characters of a-z, 0-9 and '-'", QuoteName(region))}
+		}
+		if math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
+			return &fieldError{"floors", fmt.Sprintf("floor of region %q must be a finite number >= 0, got %v", region, f)}
+		}
+		floors += f
+	}
+	switch {
+	case floors > p.Limit:
+		return &fieldError{"floors", fmt.Sprintf("the quota (limit %v) is below the sum of the regions' floors (%v); lower the floors or raise the limit", p.Limit, floors)}
+	case p.IdentityShares != nil && (*p.IdentityShares < 0 || *p.IdentityShares > MaxIdentityShares):
+		return &fieldError{"identity_shares", fmt.Sprintf("must be 0 to %d, got %d", MaxIdentityShares, *p.IdentityShares)}
+	case p.IdentityShares != nil && p.Scope == ScopeRegion:
+		return &fieldError{"identity_shares", "apply only to global policies; a region-scoped policy is not split"}
+	case len(p.Floors) > 0 && p.Scope == ScopeRegion:
+		return &fieldError{"floors", "apply only to global policies; a region-scoped policy is not split"}
+	}
+	return nil
+}
 
 // validatePostHoc checks the settings of charges after the fact.
 func (p *Policy) validatePostHoc() *fieldError {

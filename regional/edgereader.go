@@ -73,8 +73,9 @@ func newEdgeReader(self string, now func() time.Time) *edgeReader {
 	return &edgeReader{self: self, fullEvery: edgeFullEvery, now: now}
 }
 
-// ErrEdgeSweeping: the reader has no copy yet; its sweep goes on with the
-// next read.
+// ErrEdgeSweeping is what a read returns while an EdgeStore has no copy
+// of the others' reservations yet: its sweep of the whole hash goes on
+// with the next read. It is not a failure of Redis.
 var ErrEdgeSweeping = errors.New("edge reservations: still reading the region's reservations whole")
 
 var errEdgeReset = errors.New("edge reservations: the log must be read whole")

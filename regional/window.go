@@ -224,14 +224,38 @@ type scriptGroup struct {
 // decisions after it, for the next round trip: a rejected charge is taken
 // back only then, and the script must not see it.
 func (c *nodeCall) first(ctx context.Context, idx []int) {
+	now, floor, injected := c.e.windowNow()
+	q := c.queue(ctx, idx, now, floor, injected)
+	sent := time.Now()
+	_, _ = q.pipe.Exec(ctx) // errors are read per command
+	recv := time.Now()
+	c.readScripts(q.groups)
+	if len(q.charges) == 0 {
+		return
+	}
+	c.settle(q, now, floor, sent, recv)
+}
+
+// queued is one pipeline of first: the server clock read before and
+// after it (none with an injected clock), its script calls and its
+// charges.
+type queued struct {
+	pipe    redis.Pipeliner
+	t1, t2  *redis.TimeCmd
+	groups  []scriptGroup
+	charges []charge
+}
+
+// queue queues the decisions idx of first, at now on the agent's estimate
+// of the server clock.
+func (c *nodeCall) queue(ctx context.Context, idx []int, now, floor int64, injected bool) queued {
 	e := c.e
-	now, floor, injected := e.windowNow()
 	nowArg, _ := e.scriptNow()
 	margin := e.cfg.TTLMargin.Milliseconds()
 	pipe := c.rdb.Pipeline()
-	var t1, t2 *redis.TimeCmd
+	q := queued{pipe: pipe}
 	if !injected {
-		t1 = pipe.Time(ctx)
+		q.t1 = pipe.Time(ctx)
 	}
 	borns := map[string]*redis.StringCmd{}
 	var charges []charge
@@ -286,43 +310,45 @@ func (c *nodeCall) first(ctx context.Context, idx []int) {
 	}
 	flush()
 	if !injected {
-		t2 = pipe.Time(ctx)
+		q.t2 = pipe.Time(ctx)
 	}
-	sent := time.Now()
-	_, _ = pipe.Exec(ctx) // errors are read per command
-	recv := time.Now()
-	c.readScripts(groups)
-	if len(charges) == 0 {
-		return
-	}
+	q.groups, q.charges = groups, charges
+	return q
+}
+
+// settle reads the charges of pipeline q, sent at sent and answered at
+// recv: each decided against the server clock read around it, or taken
+// back and decided again.
+func (c *nodeCall) settle(q queued, now, floor int64, sent, recv time.Time) {
 	// A script call the node did not know did not run (NOSCRIPT): the
 	// charges sent after it in its slot are taken back and decided again
 	// with it, in order, so that none is decided before a decision asked
 	// for earlier on its key.
 	unknown := map[int]int{} // slot -> the first script call that did not run
-	for _, g := range groups {
+	for _, g := range q.groups {
 		if redis.HasErrorPrefix(g.cmd.Err(), "NOSCRIPT") {
 			if _, ok := unknown[c.slot(g.idx[0])]; !ok {
 				unknown[c.slot(g.idx[0])] = g.seq
 			}
 		}
 	}
+	e := c.e
 	ta, tb := now, now
-	if !injected {
-		if err := errors.Join(t1.Err(), t2.Err()); err != nil {
-			for _, ch := range charges {
+	if q.t1 != nil {
+		if err := errors.Join(q.t1.Err(), q.t2.Err()); err != nil {
+			for _, ch := range q.charges {
 				if c.out[ch.j].err = err; ch.incr.Err() == nil { // charged, but not to be settled
 					c.refund(ch, ch.win*c.ds[ch.j].windowMs)
 				}
 			}
 			return
 		}
-		e.clk.observe(t1.Val(), sent, recv)
-		ta, tb = max(t1.Val().UnixMilli(), floor), max(t2.Val().UnixMilli(), floor)
+		e.clk.observe(q.t1.Val(), sent, recv)
+		ta, tb = max(q.t1.Val().UnixMilli(), floor), max(q.t2.Val().UnixMilli(), floor)
 	}
 	e.clk.raise(ta)
 	pending := map[string]int64{}
-	for _, ch := range charges {
+	for _, ch := range q.charges {
 		d := &c.ds[ch.j]
 		n, err := ch.incr.Result()
 		if err != nil {

@@ -212,6 +212,42 @@ func (e *engine) at(t int64, do func()) {
 }
 
 func (e *engine) run(decisions io.Writer) (*Result, error) {
+	index, err := e.setUp()
+	if err != nil {
+		return nil, err
+	}
+	if decisions != nil {
+		e.out = bufio.NewWriterSize(decisions, 1<<20)
+	}
+	durMs := time.Duration(e.s.Duration).Milliseconds()
+	if err := e.addTraffic(index, durMs); err != nil {
+		return nil, err
+	}
+	e.series = newSeries(durMs, time.Duration(e.s.Window).Milliseconds(), len(e.s.Regions))
+	e.schedule(durMs)
+
+	for len(e.q) > 0 && e.err == nil {
+		ev := heap.Pop(&e.q).(*event)
+		if ev.t >= durMs {
+			break
+		}
+		e.now = ev.t
+		ev.do()
+	}
+	if e.err != nil {
+		return nil, e.err
+	}
+	if e.out != nil {
+		if err := e.out.Flush(); err != nil {
+			return nil, fmt.Errorf("write decisions: %w", err)
+		}
+	}
+	return e.finish()
+}
+
+// setUp makes the scenario's lease book, regions, trackers and results,
+// and returns the regions' indexes by name.
+func (e *engine) setUp() (map[string]int, error) {
 	s := e.s
 	e.full = e.policy.Limits()
 	e.timing = lease.Timing{ValidFor: time.Duration(s.Lease.Duration), Drift: s.Lease.Drift, Margin: time.Duration(s.Lease.Margin), DegradedTimeout: time.Duration(s.Lease.DegradedTimeout)}
@@ -237,7 +273,6 @@ func (e *engine) run(decisions io.Writer) (*Result, error) {
 			return nil, err
 		}
 	}
-	durMs := time.Duration(s.Duration).Milliseconds()
 	wMs := time.Duration(s.Window).Milliseconds()
 	e.track = map[string]*windowMax{}
 	for _, m := range systems {
@@ -261,15 +296,17 @@ func (e *engine) run(decisions io.Writer) (*Result, error) {
 	if s.Conversations != nil {
 		e.startConversations()
 	}
-	if decisions != nil {
-		e.out = bufio.NewWriterSize(decisions, 1<<20)
-	}
+	return index, nil
+}
 
-	// Traffic: a trace, or Poisson arrivals generated second by second.
+// addTraffic queues the scenario's traffic up to durMs: a trace, or
+// Poisson arrivals generated second by second.
+func (e *engine) addTraffic(index map[string]int, durMs int64) error {
+	s := e.s
 	if s.Trace != "" {
 		tr, err := readTrace(filepath.Join(s.dir, s.Trace), index, e.ids)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		for _, a := range tr {
 			if a.t.Milliseconds() < durMs {
@@ -279,7 +316,7 @@ func (e *engine) run(decisions io.Writer) (*Result, error) {
 		}
 	} else if len(s.Groups) > 0 {
 		if err := e.addGroups(); err != nil {
-			return nil, err
+			return err
 		}
 		e.at(0, e.generateGroups)
 		if s.Edge != nil {
@@ -289,31 +326,12 @@ func (e *engine) run(decisions io.Writer) (*Result, error) {
 	} else {
 		for i := 0; i < s.Tenants; i++ {
 			if _, err := e.ids.add("tenant-" + strconv.Itoa(i)); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		e.at(0, e.generate)
 	}
-	e.series = newSeries(durMs, wMs, len(s.Regions))
-	e.schedule(durMs)
-
-	for len(e.q) > 0 && e.err == nil {
-		ev := heap.Pop(&e.q).(*event)
-		if ev.t >= durMs {
-			break
-		}
-		e.now = ev.t
-		ev.do()
-	}
-	if e.err != nil {
-		return nil, e.err
-	}
-	if e.out != nil {
-		if err := e.out.Flush(); err != nil {
-			return nil, fmt.Errorf("write decisions: %w", err)
-		}
-	}
-	return e.finish()
+	return nil
 }
 
 // schedule puts the periodic work and the scenario's events on the queue.

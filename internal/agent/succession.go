@@ -57,7 +57,7 @@ func (l *leaser) succeed(ctx context.Context) error {
 // Succession names this process in its region's Redis (its nonce) and
 // the stopped process it succeeded under its instance name ("" until one
 // is known): the edge takes the Envoy instances that reconnect from that
-// process as its own (edgeAgent).
+// process as its own (regional.EdgeAgentOf).
 func (l *leaser) Succession() (nonce, predecessor string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

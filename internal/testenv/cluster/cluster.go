@@ -375,35 +375,9 @@ func Start(ctx context.Context, bins Binaries, dir string, o Options) (_ *Cluste
 	if c.web, err = httpClient(c.pki.service); err != nil {
 		return nil, err
 	}
-	redisArg := map[string]string{} // --redis of a region without a proxy
-	for _, r := range o.Regions {
-		rd := filepath.Join(dir, "redis-"+r)
-		if err := os.MkdirAll(rd, 0o755); err != nil {
-			return nil, err
-		}
-		var s *redistest.Server
-		switch o.Stores[r] {
-		case "", StoreSingle:
-			s, err = redistest.StartIn(rd)
-		case StoreCluster:
-			var cl *redistest.Cluster
-			if cl, err = redistest.StartClusterIn(rd, 3); err == nil {
-				c.RedisClusters[r] = cl
-				redisArg[r] = "redis+cluster://" + strings.Join(cl.Addrs(), ",")
-			}
-		case StoreSentinel:
-			var se *redistest.Sentinel
-			if se, err = redistest.StartSentinelIn(rd); err == nil {
-				c.Sentinels[r] = se
-				redisArg[r] = "redis+sentinel://" + se.Sentinel.Addr + "/" + redistest.MasterName
-			}
-		default:
-			err = fmt.Errorf("unknown store %q", o.Stores[r])
-		}
-		if err != nil {
-			return nil, fmt.Errorf("redis for %s: %w", r, err)
-		}
-		c.Redis = append(c.Redis, s)
+	redisArg, err := c.startRedis(dir, o)
+	if err != nil {
+		return nil, err
 	}
 	common := []string{"--regions", strings.Join(o.Regions, ","), "--lease-duration", o.LeaseDuration.String(),
 		"--session-ttl", o.SessionTTL.String(), "--rebalance-interval", "200ms", "--flush-interval", "500ms",
@@ -456,6 +430,44 @@ func Start(ctx context.Context, bins Binaries, dir string, o Options) (_ *Cluste
 		}
 	}
 	return c, nil
+}
+
+// startRedis starts each region's store as o.Stores says, and returns the
+// --redis of each region whose store is not one redis-server (those are
+// reached through a fault proxy: startAgent).
+func (c *Cluster) startRedis(dir string, o Options) (map[string]string, error) {
+	redisArg := map[string]string{}
+	for _, r := range o.Regions {
+		rd := filepath.Join(dir, "redis-"+r)
+		if err := os.MkdirAll(rd, 0o755); err != nil {
+			return nil, err
+		}
+		var s *redistest.Server
+		var err error
+		switch o.Stores[r] {
+		case "", StoreSingle:
+			s, err = redistest.StartIn(rd)
+		case StoreCluster:
+			var cl *redistest.Cluster
+			if cl, err = redistest.StartClusterIn(rd, 3); err == nil {
+				c.RedisClusters[r] = cl
+				redisArg[r] = "redis+cluster://" + strings.Join(cl.Addrs(), ",")
+			}
+		case StoreSentinel:
+			var se *redistest.Sentinel
+			if se, err = redistest.StartSentinelIn(rd); err == nil {
+				c.Sentinels[r] = se
+				redisArg[r] = "redis+sentinel://" + se.Sentinel.Addr + "/" + redistest.MasterName
+			}
+		default:
+			err = fmt.Errorf("unknown store %q", o.Stores[r])
+		}
+		if err != nil {
+			return nil, fmt.Errorf("redis for %s: %w", r, err)
+		}
+		c.Redis = append(c.Redis, s)
+	}
+	return redisArg, nil
 }
 
 // startAgent starts instance j (from 1) of region i's agent, reaching every
