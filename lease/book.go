@@ -117,20 +117,11 @@ func (b *Book) Total() int64 { return b.total }
 // already out keep counting at their amounts until they end.
 func (b *Book) SetQuota(total int64, f policy.Failure) { b.total, b.failure = total, f }
 
-// Enforcing returns what region may be enforcing at now: over its agent
-// processes, the largest valid outstanding grant, or for a process whose
+// Enforcing returns what region may be enforcing at now for identity
+// ("" for one no grant names): over its agent processes and their
+// outstanding grants, the share each gives it, or for a process whose
 // grants all expired, its reserved degraded budget.
-func (b *Book) Enforcing(region string, now time.Time) int64 {
-	r := b.regions[region]
-	if r == nil {
-		return 0
-	}
-	return b.enforcing(r, now)
-}
-
-// EnforcingFor returns what region may be enforcing at now for identity
-// ("" for one no grant names).
-func (b *Book) EnforcingFor(region, identity string, now time.Time) int64 {
+func (b *Book) Enforcing(region, identity string, now time.Time) int64 {
 	r := b.regions[region]
 	if r == nil {
 		return 0
@@ -198,20 +189,21 @@ func lapsed(p *process, now time.Time) (bool, time.Duration) {
 	return true, now.Sub(end)
 }
 
-// Sum returns the total over all regions of the most each may be
-// enforcing at now for any identity: zero once nothing is out.
-func (b *Book) Sum(now time.Time) int64 {
-	var s int64
+// Idle reports whether no region may be enforcing anything at now: every
+// grant and degraded budget ran out.
+func (b *Book) Idle(now time.Time) bool {
 	for _, r := range b.regions {
-		s += b.enforcing(r, now)
+		if b.enforcing(r, now) > 0 {
+			return false
+		}
 	}
-	return s
+	return true
 }
 
-// SumFor returns the total over all regions of what they may be enforcing
+// Sum returns the total over all regions of what they may be enforcing
 // at now for identity ("" for one no grant names): the book's promise is
 // that it never exceeds the total, for every identity.
-func (b *Book) SumFor(identity string, now time.Time) int64 {
+func (b *Book) Sum(identity string, now time.Time) int64 {
 	var s int64
 	for _, r := range b.regions {
 		s += b.enforcingFor(r, identity, now)
@@ -219,26 +211,20 @@ func (b *Book) SumFor(identity string, now time.Time) int64 {
 	return s
 }
 
-// MostBooked returns the largest SumFor over the identities (those with
+// MostBooked returns the largest Sum over the identities (those with
 // shares of their own, and the rest): how full the quota is booked.
 func (b *Book) MostBooked(now time.Time) int64 {
-	m := b.SumFor("", now)
+	m := b.Sum("", now)
 	for id := range b.owners() {
-		m = max(m, b.SumFor(id, now))
+		m = max(m, b.Sum(id, now))
 	}
 	return m
 }
 
-// Available returns how much region could be granted as its default share
-// at now (AvailableFor an identity no grant names).
-func (b *Book) Available(region string, now time.Time) int64 {
-	return b.AvailableFor(region, "", now)
-}
-
-// AvailableFor returns how much region could be granted for identity at
-// now without that identity's sum exceeding the total: the total less what
-// the other regions may be enforcing for it.
-func (b *Book) AvailableFor(region, identity string, now time.Time) int64 {
+// Available returns how much region could be granted for identity ("" for
+// its default share) at now without that identity's sum exceeding the
+// total: the total less what the other regions may be enforcing for it.
+func (b *Book) Available(region, identity string, now time.Time) int64 {
 	var other int64
 	for name, r := range b.regions {
 		if name != region {
@@ -403,7 +389,7 @@ func (b *Book) shrinks(rec *Record, g Grant, now time.Time) bool {
 // are cur's own map when nothing changed, else a new one: grants share
 // unchanged maps, so memory follows what changes.
 func (b *Book) shares(region string, cur Grant, t Targets, now time.Time) (amount int64, own map[string]int64, changed bool) {
-	amount = min(max(t.Default, 0), b.Available(region, now))
+	amount = min(max(t.Default, 0), b.Available(region, "", now))
 	var set map[string]int64 // what differs from cur
 	kept := 0                // cur's entries given unchanged
 	give := func(id string, a int64) {
@@ -417,7 +403,7 @@ func (b *Book) shares(region string, cur Grant, t Targets, now time.Time) (amoun
 		set[id] = a
 	}
 	for id, want := range t.Identities {
-		give(id, min(max(want, 0), b.AvailableFor(region, id, now)))
+		give(id, min(max(want, 0), b.Available(region, id, now)))
 	}
 	var held map[string]bool // held somewhere, not in t, and still needing a share here
 	for _, r := range b.regions {
@@ -427,7 +413,7 @@ func (b *Book) shares(region string, cur Grant, t Targets, now time.Time) (amoun
 					if _, ok := t.Identities[id]; ok || held[id] {
 						continue
 					}
-					if free := b.AvailableFor(region, id, now); free < amount {
+					if free := b.Available(region, id, now); free < amount {
 						if held == nil {
 							held = map[string]bool{}
 						}

@@ -158,15 +158,15 @@ func runSchedule(t *testing.T, seed uint64, f policy.Failure, ids []string) {
 		// The invariants.
 		cnow := coordClock.at(now)
 		for _, id := range append([]string{""}, ids...) {
-			if s := book.SumFor(id, cnow); s > total {
+			if s := book.Sum(id, cnow); s > total {
 				t.Fatalf("t=%v: regions may be enforcing %d > total %d for identity %q", now, s, total, id)
 			}
 			for i, a := range agents {
-				amount, mode := a.EnforceFor(id, clocks[i].at(now))
+				amount, mode := a.Enforce(id, clocks[i].at(now))
 				if mode == ModeDegraded && !Reserved(f) {
 					continue // fail-open: overshoot by design, counted by bound
 				}
-				if booked := book.EnforcingFor(fmt.Sprint("r", i), id, cnow); amount > booked {
+				if booked := book.Enforcing(fmt.Sprint("r", i), id, cnow); amount > booked {
 					t.Fatalf("t=%v: region %d enforces %d (%s) for identity %q but the coordinator books only %d", now, i, amount, mode, id, booked)
 				}
 			}
@@ -216,10 +216,10 @@ func TestBookShrinkFreesAtExpiryWithoutAck(t *testing.T) {
 	b.Commit(p)
 	p, _ = b.Prepare(t0.Add(500*time.Millisecond), Renewal{Region: "us", Seq: 1, GrantID: p.Grant().ID}, 10)
 	b.Commit(p)
-	if a := b.Available("eu", t0.Add(999*time.Millisecond)); a != 0 {
+	if a := b.Available("eu", "", t0.Add(999*time.Millisecond)); a != 0 {
 		t.Fatalf("available %d while the old 100 may be enforced", a)
 	}
-	if a := b.Available("eu", t0.Add(time.Second)); a != 90 {
+	if a := b.Available("eu", "", t0.Add(time.Second)); a != 90 {
 		t.Fatalf("available %d after the old grant expired, want 90", a)
 	}
 }
@@ -233,7 +233,7 @@ func TestBookDegradedReservation(t *testing.T) {
 	b.Commit(p)
 	// ap stops renewing. After expiry its static share (25) stays reserved.
 	at := t0.Add(2 * time.Second)
-	if got := b.Enforcing("ap", at); got != 25 {
+	if got := b.Enforcing("ap", "", at); got != 25 {
 		t.Fatalf("reserved %d, want 25", got)
 	}
 	if st := b.Statuses(at)[0]; st.State != Degraded || st.Reserved != 25 {
@@ -243,12 +243,12 @@ func TestBookDegradedReservation(t *testing.T) {
 		t.Fatalf("release of a live lease: %v", err)
 	}
 	// The timeout passes: nothing reserved any more.
-	if got := b.Enforcing("ap", t0.Add(11*time.Second+time.Millisecond)); got != 0 {
+	if got := b.Enforcing("ap", "", t0.Add(11*time.Second+time.Millisecond)); got != 0 {
 		t.Fatalf("reserved %d after the timeout", got)
 	}
 	// Or an SRE releases it earlier.
-	if err := b.Release("ap", at); err != nil || b.Enforcing("ap", at) != 0 {
-		t.Fatalf("release: %v, enforcing %d", err, b.Enforcing("ap", at))
+	if err := b.Release("ap", at); err != nil || b.Enforcing("ap", "", at) != 0 {
+		t.Fatalf("release: %v, enforcing %d", err, b.Enforcing("ap", "", at))
 	}
 }
 
@@ -262,7 +262,7 @@ func TestBookRefusals(t *testing.T) {
 	b.Commit(p)
 	p, _ = b.Prepare(t0, Renewal{Region: "us", Instance: "a", Nonce: "n1", Seq: 3, GrantID: p.Grant().ID}, 30)
 	b.Commit(p)
-	sum := b.Sum(t0)
+	sum := b.MostBooked(t0)
 	cases := []struct {
 		r    Renewal
 		want error
@@ -286,8 +286,8 @@ func TestBookRefusals(t *testing.T) {
 	if _, err := b.Prepare(t0, Renewal{Region: "us", Instance: "a", Nonce: "n1"}, 30); !errors.Is(err, ErrDuplicateInstance) {
 		t.Fatalf("old process renewing: %v, want duplicate instance", err)
 	}
-	if b.Sum(t0) != sum {
-		t.Fatalf("refusals changed the book: %d -> %d", sum, b.Sum(t0))
+	if b.MostBooked(t0) != sum {
+		t.Fatalf("refusals changed the book: %d -> %d", sum, b.MostBooked(t0))
 	}
 }
 
@@ -295,7 +295,7 @@ func TestBookRestoreHonoursFullLease(t *testing.T) {
 	b := NewBook(100, policy.Failure{Mode: policy.FailClosed}, Timing{ValidFor: time.Second}, 9)
 	t0 := time.Unix(50, 0)
 	b.Restore("us", "a", "n", "8.4", 70, 0, t0)
-	if a := b.Available("eu", t0.Add(999*time.Millisecond)); a != 30 {
+	if a := b.Available("eu", "", t0.Add(999*time.Millisecond)); a != 30 {
 		t.Fatalf("available %d under a restored grant, want 30", a)
 	}
 	p, err := b.Prepare(t0, Renewal{Region: "us", Instance: "a", Nonce: "n", Seq: 1, GrantID: "8.4"}, 70)
@@ -309,7 +309,7 @@ func TestHolderTimeline(t *testing.T) {
 	f := policy.Failure{Mode: policy.LastLease, StaticFraction: 0.1, Decay: policy.Duration(10 * time.Second)}
 	a := NewHolder(timing, f, 1000)
 	t0 := time.Unix(0, 0)
-	if amt, m := a.Enforce(t0); m != ModeNone || amt != 0 {
+	if amt, m := a.Enforce("", t0); m != ModeNone || amt != 0 {
 		t.Fatalf("before any grant: %d %s", amt, m)
 	}
 	a.Granted(a.Sending(t0), Grant{ID: "1.1", Amount: 600, ValidFor: 10 * time.Second})
@@ -317,21 +317,21 @@ func TestHolderTimeline(t *testing.T) {
 	if _, until := a.Grant(); until.Sub(t0) != want {
 		t.Fatalf("valid for %v from send, want %v", until.Sub(t0), want)
 	}
-	if amt, m := a.Enforce(t0.Add(want - 1)); m != ModeLeased || amt != 600 {
+	if amt, m := a.Enforce("", t0.Add(want-1)); m != ModeLeased || amt != 600 {
 		t.Fatalf("just before expiry: %d %s", amt, m)
 	}
 	// Exactly when the lease may have expired, degraded takes over: last
 	// lease decaying to 10%.
-	if amt, m := a.Enforce(t0.Add(want)); m != ModeDegraded || amt != 600 {
+	if amt, m := a.Enforce("", t0.Add(want)); m != ModeDegraded || amt != 600 {
 		t.Fatalf("at expiry: %d %s, want degraded at the last share", amt, m)
 	}
-	if amt, _ := a.Enforce(t0.Add(want + 5*time.Second)); amt < 340 || amt > 350 {
+	if amt, _ := a.Enforce("", t0.Add(want+5*time.Second)); amt < 340 || amt > 350 {
 		t.Fatalf("half-way through the decay: %d, want about 350", amt)
 	}
-	if amt, _ := a.Enforce(t0.Add(want + 20*time.Second)); amt != 100 {
+	if amt, _ := a.Enforce("", t0.Add(want+20*time.Second)); amt != 100 {
 		t.Fatalf("after the decay: %d, want the static 100", amt)
 	}
-	if amt, m := a.Enforce(t0.Add(want + 2*time.Minute)); amt != 0 || a.State(t0.Add(want+2*time.Minute)) != Expired {
+	if amt, m := a.Enforce("", t0.Add(want+2*time.Minute)); amt != 0 || a.State(t0.Add(want+2*time.Minute)) != Expired {
 		t.Fatalf("after the degraded timeout: %d %s", amt, m)
 	}
 	// A late answer to an older request does not replace a newer grant.
@@ -398,11 +398,11 @@ func TestLoweredLimitWhileCutOff(t *testing.T) {
 	agent.Granted(req, p.Grant())
 	b.SetQuota(50, f) // the agent is cut off and never hears of it
 	later := t0.Add(2 * time.Second)
-	enforced, mode := agent.Enforce(later)
+	enforced, mode := agent.Enforce("", later)
 	if mode != ModeDegraded || enforced != 30 {
 		t.Fatalf("the agent enforces %d (%s), want its static share of the old limit, 30 (degraded)", enforced, mode)
 	}
-	if booked := b.Enforcing("us", later); booked < enforced {
+	if booked := b.Enforcing("us", "", later); booked < enforced {
 		t.Fatalf("the book reserves %d for us, which enforces %d", booked, enforced)
 	}
 
@@ -416,7 +416,7 @@ func TestLoweredLimitWhileCutOff(t *testing.T) {
 	eu := NewHolder(timing, f, 150)
 	eu.Granted(eu.Sending(later), p.Grant())
 	end := later.Add(2 * time.Second)
-	if got, _ := eu.EnforceFor("", end); got > b.Enforcing("eu", end) || got != 10 {
-		t.Fatalf("eu enforces %d, the book reserves %d; want 10 (a fifth of the lowered limit)", got, b.Enforcing("eu", end))
+	if got, _ := eu.Enforce("", end); got > b.Enforcing("eu", "", end) || got != 10 {
+		t.Fatalf("eu enforces %d, the book reserves %d; want 10 (a fifth of the lowered limit)", got, b.Enforcing("eu", "", end))
 	}
 }

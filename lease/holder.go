@@ -219,28 +219,23 @@ func (a *Holder) RenewAt() time.Time {
 	return a.sentAt.Add(a.RenewInterval())
 }
 
-// Enforce returns the amount the region may enforce at now and the mode:
-// the grant while it is valid; once it may have expired, the policy's
-// degraded budget for at most AgentDegradedFor; then nothing. A lease that
+// Enforce returns the amount the region may enforce for identity at now
+// ("" for one the grant gives no share of its own) and the mode: the grant's
+// share while it is valid (Grant.AmountFor: the identity's own, else the
+// default); once it may have expired, the policy's degraded budget falling
+// back from that, for at most AgentDegradedFor; then nothing. A lease that
 // never had a grant and whose first request failed follows its failure
 // mode with no last share: fail-open enforces its open fraction (never
 // reserved, counted by the bound); the others nothing, since a static
 // share is reserved only for a region that held a lease.
-func (a *Holder) Enforce(now time.Time) (int64, Mode) {
-	return a.EnforceFor("", now)
-}
-
-// EnforceFor is Enforce for one identity: its own share where the grant
-// gives it one (Grant.AmountFor), the default share otherwise, and the
-// degraded budget falling back from that.
-func (a *Holder) EnforceFor(identity string, now time.Time) (int64, Mode) {
+func (a *Holder) Enforce(identity string, now time.Time) (int64, Mode) {
 	a.advance(now)
 	return a.enforceIn(a.state, identity, now)
 }
 
-// EnforceAt is what EnforceFor will return at a later time at, if no
+// EnforceAt is what Enforce will return at a later time at, if no
 // answer arrives before: the edge sizes assignments that outlive now by
-// it. Unlike EnforceFor it changes nothing, so looking ahead past the
+// it. Unlike Enforce it changes nothing, so looking ahead past the
 // grant's validity does not make the holder degraded now.
 func (a *Holder) EnforceAt(identity string, at time.Time) (int64, Mode) {
 	return a.enforceIn(a.stateAt(at), identity, at)

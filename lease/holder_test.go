@@ -65,7 +65,7 @@ func TestEnforceAtChangesNothing(t *testing.T) {
 	if amt, mode := a.EnforceAt("", until.Add(time.Second)); mode != ModeDegraded || amt != 500 {
 		t.Fatalf("after the grant: %d %v, want the open budget 500, degraded", amt, mode)
 	}
-	if amt, mode := a.EnforceFor("", t0.Add(time.Second)); mode != ModeLeased || amt != 100 {
+	if amt, mode := a.Enforce("", t0.Add(time.Second)); mode != ModeLeased || amt != 100 {
 		t.Fatalf("now, after looking ahead: %d %v, want the grant's 100, leased", amt, mode)
 	}
 }

@@ -246,12 +246,12 @@ func runLifecycle(t *testing.T, seed uint64, f policy.Failure) {
 		for _, id := range ids {
 			var enforced int64
 			for i, a := range agents {
-				amount, mode := a.h.EnforceFor(id, a.clock.at(now))
+				amount, mode := a.h.Enforce(id, a.clock.at(now))
 				if mode == ModeDegraded && !Reserved(f) {
 					continue // fail-open: overshoot by design, counted by bound
 				}
 				enforced += amount
-				if booked := book.EnforcingFor(fmt.Sprint("r", i), id, cnow); amount > booked {
+				if booked := book.Enforcing(fmt.Sprint("r", i), id, cnow); amount > booked {
 					t.Fatalf("t=%v: region %d enforces %d (%s) for identity %q, the coordinator (epoch %d) books %d", now, i, amount, mode, id, epoch, booked)
 				}
 			}
@@ -262,7 +262,7 @@ func runLifecycle(t *testing.T, seed uint64, f policy.Failure) {
 			// share of any identity, for every identity: the book may then
 			// hold more than the total (docs/identity-shares.md), never less
 			// than what is enforced.
-			if s := book.SumFor(id, cnow); s > limit && now >= leaderChange+downFor+remembered {
+			if s := book.Sum(id, cnow); s > limit && now >= leaderChange+downFor+remembered {
 				t.Fatalf("t=%v: regions may be enforcing %d > %d for identity %q", now, s, limit, id)
 			}
 		}

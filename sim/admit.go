@@ -69,7 +69,7 @@ func (p simPolicies) Policy(name string) (*policy.Policy, bool) {
 type simShares struct{ r *region }
 
 func (s simShares) Enforce(_, identity string, now time.Time) (int64, lease.Mode) {
-	amount, mode := s.r.holder.EnforceFor(identity, now)
+	amount, mode := s.r.holder.Enforce(identity, now)
 	if s.r.edge == nil || s.r.edge.e.breakEdge == "reservations" {
 		return amount, mode
 	}

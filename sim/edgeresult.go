@@ -259,7 +259,7 @@ func (f *follower) target(e *engine, id int) float64 {
 	if f.Kind == "regions" {
 		return edge.ShapeOf(e.policy, e.policy.Limits().Amount()).Rate
 	}
-	c, _ := f.region.holder.EnforceFor(e.ids.names[id], f.region.leaseTime(e.now))
+	c, _ := f.region.holder.Enforce(e.ids.names[id], f.region.leaseTime(e.now))
 	return edge.ShapeOf(e.policy, c).Rate
 }
 

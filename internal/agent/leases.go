@@ -194,7 +194,7 @@ func (l *leaser) unleased(now time.Time) []string {
 	defer l.mu.Unlock()
 	var out []string
 	for n, q := range l.quotas {
-		if _, m := q.a.Enforce(now); m == lease.ModeNone {
+		if _, m := q.a.Enforce("", now); m == lease.ModeNone {
 			out = append(out, n)
 		}
 	}
@@ -211,7 +211,7 @@ func (l *leaser) Enforce(name, identity string, now time.Time) (int64, lease.Mod
 	if q == nil {
 		return 0, lease.ModeNone
 	}
-	return q.a.EnforceFor(identity, now)
+	return q.a.Enforce(identity, now)
 }
 
 // EnforceAt is Enforce as it will be at a later time, if no answer comes
@@ -493,7 +493,7 @@ func (l *leaser) updateMetrics(now time.Time) {
 	}
 	l.metricsAt = now
 	for n, q := range l.quotas {
-		amt, mode := q.a.Enforce(now)
+		amt, mode := q.a.Enforce("", now)
 		degraded := l.m.degradedSeconds.WithLabelValues(n) // created at zero
 		if mode == lease.ModeDegraded && dt > 0 {
 			degraded.Add(dt.Seconds())

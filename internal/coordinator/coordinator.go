@@ -402,7 +402,7 @@ func (c *Coordinator) forgetRetired(t *term, retired map[string]*quota) {
 	for name, q := range retired {
 		q.mu.Lock()
 		q.book.Prune(now)
-		done := q.book.Sum(now) == 0
+		done := q.book.Idle(now)
 		q.mu.Unlock()
 		if !done {
 			continue

@@ -73,7 +73,7 @@ func (w *watcher) run(ctx context.Context, limit int64, agents []*testAgent, lea
 				t.mu.RUnlock()
 				if q != nil {
 					q.mu.Lock()
-					booked = q.book.Sum(time.Now())
+					booked = q.book.MostBooked(time.Now())
 					q.mu.Unlock()
 				}
 			}

@@ -175,7 +175,7 @@ func (ta *testAgent) grant() (lease.Grant, time.Time) {
 func (ta *testAgent) enforcing() (int64, lease.Mode) {
 	ta.mu.Lock()
 	defer ta.mu.Unlock()
-	return ta.a.Enforce(time.Now())
+	return ta.a.Enforce("", time.Now())
 }
 
 // loop renews every interval until ctx ends.
