@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/quota-lease/quota-lease/internal/cli"
 	"github.com/quota-lease/quota-lease/internal/leaseapi"
 	"github.com/quota-lease/quota-lease/internal/mtls"
 	"github.com/quota-lease/quota-lease/policy"
@@ -112,7 +113,7 @@ func quotaSet(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *file == "" {
 		fs.Usage()
-		return errUsage
+		return cli.ErrUsage
 	}
 	data, err := readPolicyFile(*file)
 	if err != nil {
@@ -302,7 +303,7 @@ func rebalance(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if n != 1 {
 		fs.Usage()
-		return errUsage
+		return cli.ErrUsage
 	}
 	resp, printed, err := adminCall(ctx, af, stdout, func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (*pb.RebalanceResponse, error) {
 		return c.Rebalance(ctx, &pb.RebalanceRequest{Action: action}, opts...)

@@ -5,20 +5,13 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"slices"
 	"sort"
 	"strings"
-	"syscall"
 
-	"github.com/hashicorp/go-hclog"
-
-	"github.com/quota-lease/quota-lease/internal/logs"
+	"github.com/quota-lease/quota-lease/internal/cli"
 	"github.com/quota-lease/quota-lease/internal/version"
 )
 
@@ -62,16 +55,7 @@ func usage() string {
 	return b.String()
 }
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	// gRPC's logger must be set before any gRPC activity, so here and not
-	// in serve (which tests run in-process): warnings and errors, as JSON
-	// when --log-json is given.
-	logs.RouteGRPC(hclog.New(&hclog.LoggerOptions{Name: "coordinator", Level: hclog.Warn, Output: os.Stderr,
-		JSONFormat: slices.Contains(os.Args, "--log-json")}))
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
-}
+func main() { cli.Main("coordinator", run) }
 
 // run executes one command and returns the exit code: 0 on success, 1 when
 // the command failed, 2 on a usage error.
@@ -104,20 +88,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "coordinator: unknown command %q\n\n%s", strings.Join(args[:min(2, len(args))], " "), usage())
 		return 2
 	}
-	err := cmd.run(ctx, rest, stdout, stderr)
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.Is(err, errUsage):
-		return 2
-	default:
-		fmt.Fprintf(stderr, "coordinator %s: %v\n", name, err)
-		return 1
-	}
+	return cli.Exit(stderr, "coordinator "+name, cmd.run(ctx, rest, stdout, stderr))
 }
-
-// errUsage marks an error already explained by the flag set.
-var errUsage = errors.New("usage error")
 
 // newFlags returns a flag set for command name whose usage shows synopsis
 // and description.
@@ -141,7 +113,7 @@ func hasFlags(fs *flag.FlagSet) bool {
 }
 
 // parse parses args, allowing flags before and after positional
-// arguments (coordinator quota get NAME -o json), maps errors to errUsage,
+// arguments (coordinator quota get NAME -o json), maps errors to cli.ErrUsage,
 // and checks the number of positional arguments. The positional arguments
 // are then fs.Args().
 func parse(fs *flag.FlagSet, args []string, minArgs, maxArgs int) error {
@@ -151,7 +123,7 @@ func parse(fs *flag.FlagSet, args []string, minArgs, maxArgs int) error {
 			if err == flag.ErrHelp {
 				return err
 			}
-			return errUsage
+			return cli.ErrUsage
 		}
 		if fs.NArg() == 0 {
 			break
@@ -160,11 +132,11 @@ func parse(fs *flag.FlagSet, args []string, minArgs, maxArgs int) error {
 		args = fs.Args()[1:]
 	}
 	if err := fs.Parse(append([]string{"--"}, positional...)); err != nil {
-		return errUsage
+		return cli.ErrUsage
 	}
 	if fs.NArg() < minArgs || fs.NArg() > maxArgs {
 		fs.Usage()
-		return errUsage
+		return cli.ErrUsage
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/quota-lease/quota-lease/internal/cli"
 	"github.com/quota-lease/quota-lease/internal/coordinator"
 	"github.com/quota-lease/quota-lease/policy"
 )
@@ -34,7 +35,7 @@ func quotaValidate(_ context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	if *file == "" || (*output != "table" && *output != "json") {
 		fs.Usage()
-		return errUsage
+		return cli.ErrUsage
 	}
 	data, err := readPolicyFile(*file)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/quota-lease/quota-lease/internal/cli"
 	"github.com/quota-lease/quota-lease/internal/testenv/cluster"
 )
 
@@ -42,7 +43,7 @@ Flags:
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
-		return errUsage
+		return cli.ErrUsage
 	}
 	bins := cluster.Binaries{Coordinator: filepath.Join(*bin, "coordinator"), Agent: filepath.Join(*bin, "regional-agent")}
 	for _, b := range []string{bins.Coordinator, bins.Agent} {

@@ -14,28 +14,14 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
 
-	"github.com/hashicorp/go-hclog"
-
-	"github.com/quota-lease/quota-lease/internal/logs"
+	"github.com/quota-lease/quota-lease/internal/cli"
 	"github.com/quota-lease/quota-lease/internal/version"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	// gRPC's logger must be set before any gRPC activity: warnings and
-	// errors only.
-	logs.RouteGRPC(hclog.New(&hclog.LoggerOptions{Name: "quota-lease-demo", Level: hclog.Warn, Output: os.Stderr}))
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
-}
+func main() { cli.Main("quota-lease-demo", run) }
 
 // run runs the demo and returns the process exit code: 0 on success (and
 // for -h), 1 when the demo failed, 2 on a usage error.
@@ -44,19 +30,5 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, version.Get())
 		return 0
 	}
-	err := runDemo(ctx, args, stdout, stderr)
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.Is(err, errUsage):
-		return 2
-	default:
-		fmt.Fprintf(stderr, "quota-lease-demo: %v\n", err)
-		return 1
-	}
+	return cli.Exit(stderr, "quota-lease-demo", runDemo(ctx, args, stdout, stderr))
 }
-
-// errUsage marks an error already explained to the user by the flag set.
-var errUsage = errors.New("usage error")

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-lease/quota-lease/admission"
+	"github.com/quota-lease/quota-lease/internal/cli"
 	"github.com/quota-lease/quota-lease/policy"
 	"github.com/quota-lease/quota-lease/regional"
 )
@@ -54,11 +55,11 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err == flag.ErrHelp {
 			return err
 		}
-		return errUsage
+		return cli.ErrUsage
 	}
 	if c.identities < 1 || c.workers < 1 || c.duration <= 0 || c.maxRequests < 1 {
 		fmt.Fprintln(stderr, "load: --identities, --workers, --duration and --max-requests must be positive")
-		return errUsage
+		return cli.ErrUsage
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "load", Output: stderr, Level: hclog.Info})
 

@@ -10,18 +10,10 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"slices"
-	"syscall"
 
-	"github.com/hashicorp/go-hclog"
-
-	"github.com/quota-lease/quota-lease/internal/logs"
+	"github.com/quota-lease/quota-lease/internal/cli"
 	"github.com/quota-lease/quota-lease/internal/version"
 )
 
@@ -41,16 +33,7 @@ Run 'regional-agent <command> -h' for a command's flags. The local demo
 run by 'make demo'.
 `
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	// gRPC's logger must be set before any gRPC activity, so here and not
-	// in serve (which tests run in-process): warnings and errors, as JSON
-	// when --log-json is given.
-	logs.RouteGRPC(hclog.New(&hclog.LoggerOptions{Name: "regional-agent", Level: hclog.Warn, Output: os.Stderr,
-		JSONFormat: slices.Contains(os.Args, "--log-json")}))
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
-}
+func main() { cli.Main("regional-agent", run) }
 
 // run executes one command and returns the process exit code: 0 on
 // success, 1 when the command failed, 2 on a usage error.
@@ -78,18 +61,5 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "regional-agent: unknown command %q\n\n%s", args[0], usage)
 		return 2
 	}
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.Is(err, errUsage):
-		return 2
-	default:
-		fmt.Fprintf(stderr, "regional-agent %s: %v\n", args[0], err)
-		return 1
-	}
+	return cli.Exit(stderr, "regional-agent "+args[0], err)
 }
-
-// errUsage marks an error already explained to the user by the flag set.
-var errUsage = errors.New("usage error")

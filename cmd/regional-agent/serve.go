@@ -23,6 +23,7 @@ import (
 	"github.com/quota-lease/quota-lease/internal/agent"
 	"github.com/quota-lease/quota-lease/internal/agent/checkapi"
 	"github.com/quota-lease/quota-lease/internal/agent/rlqs"
+	"github.com/quota-lease/quota-lease/internal/cli"
 	"github.com/quota-lease/quota-lease/internal/envflag"
 	"github.com/quota-lease/quota-lease/internal/leaseapi"
 	"github.com/quota-lease/quota-lease/internal/logs"
@@ -140,11 +141,11 @@ func serveFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
 		}
-		return nil, errUsage
+		return nil, cli.ErrUsage
 	}
 	if o.region == "" || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "serve: --region is required")
-		return nil, errUsage
+		return nil, cli.ErrUsage
 	}
 	return o, nil
 }
