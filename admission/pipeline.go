@@ -168,10 +168,12 @@ func ValidateConfig(c Config) error {
 		errs = append(errs, errors.New("policies, store and clock are required"))
 	}
 	if c.StoreTimeout < 0 || c.BreakerCooldown < 0 || c.ReplayWindow < 0 {
-		errs = append(errs, fmt.Errorf("store timeout %s, breaker cooldown %s and replay window %s must not be negative", c.StoreTimeout, c.BreakerCooldown, c.ReplayWindow))
+		errs = append(errs, fmt.Errorf("store timeout %s, breaker cooldown %s and replay window %s must not be "+
+			"negative", c.StoreTimeout, c.BreakerCooldown, c.ReplayWindow))
 	}
 	if c.FallbackKeys < 0 || c.BreakerThreshold < 0 || c.OverLimitKeys < 0 || c.ReplayKeys < 0 {
-		errs = append(errs, fmt.Errorf("fallback keys %d, breaker threshold %d, over-limit keys %d and replay keys %d must not be negative",
+		errs = append(errs, fmt.Errorf("fallback keys %d, breaker threshold %d, over-limit keys %d and replay "+
+			"keys %d must not be negative",
 			c.FallbackKeys, c.BreakerThreshold, c.OverLimitKeys, c.ReplayKeys))
 	}
 	if c.ReplayKeys > 0 && c.ReplayWindow == 0 {

@@ -129,7 +129,8 @@ func Resolve(p *policy.Policy, r Request, l policy.Limits) (Ticket, error) {
 		return Ticket{}, refusedReturn(p, r)
 	}
 	if r.Check && (r.Return || r.Cost != 0) {
-		return Ticket{}, fmt.Errorf("%w: policy %q: a check charges nothing: it carries no cost and returns nothing", ErrInvalidRequest, p.Name)
+		return Ticket{}, fmt.Errorf("%w: policy %q: a check charges nothing: it carries no cost and returns "+
+			"nothing", ErrInvalidRequest, p.Name)
 	}
 	settles := r.Settle != ""
 	cost := r.Cost

@@ -35,10 +35,12 @@ func parseReservation(name string) (estimate int64, key string, err error) {
 		estimate, err = strconv.ParseInt(e, 10, 64)
 	}
 	if !ok || err != nil || estimate < 1 || estimate > policy.MaxCapacity/policy.Micro {
-		return 0, "", fmt.Errorf("%w: %q names no reservation: want <estimate>.<key>, as a reservation's answer gave it", ErrInvalidRequest, name)
+		return 0, "", fmt.Errorf("%w: %q names no reservation: want <estimate>.<key>, as a reservation's answer "+
+			"gave it", ErrInvalidRequest, name)
 	}
 	if err := ValidIdempotencyKey(key); err != nil || key == "" {
-		return 0, "", fmt.Errorf("%w: reservation %q: its key must be printable ASCII without spaces, 1 to %d bytes", ErrInvalidRequest, name, MaxIdempotencyKeyBytes)
+		return 0, "", fmt.Errorf("%w: reservation %q: its key must be printable ASCII without spaces, 1 to %d "+
+			"bytes", ErrInvalidRequest, name, MaxIdempotencyKeyBytes)
 	}
 	return estimate, key, nil
 }
@@ -54,9 +56,11 @@ func newReservationKey() string { return rand.Text() }
 func resolveReservation(p *policy.Policy, r Request, t *Ticket) error {
 	switch {
 	case !p.PostHoc:
-		return fmt.Errorf("%w: policy %q: reservations are for costs known after the fact; the policy needs post_hoc: true", ErrInvalidRequest, p.Name)
+		return fmt.Errorf("%w: policy %q: reservations are for costs known after the fact; the policy needs "+
+			"post_hoc: true", ErrInvalidRequest, p.Name)
 	case r.Reserve && r.Settle != "" || r.Check || r.Return || r.Limit != nil:
-		return fmt.Errorf("%w: policy %q: a reservation or settlement is neither a check, a return, the other, nor under a limit of its own", ErrInvalidRequest, p.Name)
+		return fmt.Errorf("%w: policy %q: a reservation or settlement is neither a check, a return, the other, "+
+			"nor under a limit of its own", ErrInvalidRequest, p.Name)
 	}
 	if r.Reserve {
 		t.Reserve, t.IdempotencyKey, t.Limits.PostHoc = true, r.IdempotencyKey, false

@@ -60,7 +60,8 @@ func refusedReturn(p *policy.Policy, r Request) error {
 	if r.Limit != nil {
 		return fmt.Errorf("%w: policy %q: a return carries no limit of its own", ErrReturnRefused, p.Name)
 	}
-	return fmt.Errorf("%w: policy %q does not accept returns: a return to a rate limit would admit more than the limit (a policy declares returns: true where a returned request is over)",
+	return fmt.Errorf("%w: policy %q does not accept returns: a return to a rate limit would admit more than "+
+		"the limit (a policy declares returns: true where a returned request is over)",
 		ErrReturnRefused, p.Name)
 }
 

@@ -393,7 +393,8 @@ func (d Deployment) validate() error {
 	case math.IsNaN(d.FallbackFraction) || d.FallbackFraction > 1:
 		return fmt.Errorf("%w: fallback fraction must be at most 1, got %v", ErrInvalid, d.FallbackFraction)
 	case d.ConfigChanges < 0 || d.QuotaDecrease < 0 || math.IsNaN(d.QuotaDecrease) || d.PolicyDelay < 0 || d.StoreLag < 0 || d.ClockStep < 0:
-		return fmt.Errorf("%w: config changes, quota decrease, policy delay, store lag and clock step must not be negative", ErrInvalid)
+		return fmt.Errorf("%w: config changes, quota decrease, policy delay, store lag and clock step must not "+
+			"be negative", ErrInvalid)
 	case len(d.Shares) > 0 && len(d.Shares) != d.Regions:
 		return fmt.Errorf("%w: %d shares for %d regions", ErrInvalid, len(d.Shares), d.Regions)
 	}

@@ -108,9 +108,12 @@ func (e *Edge) validate() *fieldError {
 	switch e.NoAssignment {
 	case EdgeDeny, EdgeAllow:
 	case EdgeTokenBucket:
-		return &fieldError{"no_assignment", "cannot be a token bucket: Envoy enforces only a blanket rule before a bucket's first assignment; use deny or allow, and a token bucket under expired"}
+		return &fieldError{"no_assignment",
+			"cannot be a token bucket: Envoy enforces only a blanket rule before a bucket's first assignment; use " +
+				"deny or allow, and a token bucket under expired"}
 	default:
-		return &fieldError{"no_assignment", fmt.Sprintf("%s; say what Envoy's no_assignment_behavior is: deny or allow", QuoteName(string(e.NoAssignment)))}
+		return &fieldError{"no_assignment", fmt.Sprintf("%s; say what Envoy's no_assignment_behavior is: deny "+
+			"or allow", QuoteName(string(e.NoAssignment)))}
 	}
 	x := e.Expired
 	switch x.Rule {
@@ -120,16 +123,19 @@ func (e *Edge) validate() *fieldError {
 		}
 	case EdgeTokenBucket:
 		if x.MaxTokens < 1 || x.TokensPerSecond < 1 {
-			return &fieldError{"expired", fmt.Sprintf("a token bucket needs max_tokens and tokens_per_second of at least 1, got %d and %d", x.MaxTokens, x.TokensPerSecond)}
+			return &fieldError{"expired", fmt.Sprintf("a token bucket needs max_tokens and tokens_per_second of at "+
+				"least 1, got %d and %d", x.MaxTokens, x.TokensPerSecond)}
 		}
 		if d := time.Duration(x.Timeout); d < time.Second || d%time.Second != 0 || d > MaxEdgeTTL {
-			return &fieldError{"expired", fmt.Sprintf("timeout must be whole seconds from 1s to %s (Envoy's expired_assignment_behavior_timeout), got %s", MaxEdgeTTL, d)}
+			return &fieldError{"expired", fmt.Sprintf("timeout must be whole seconds from 1s to %s (Envoy's "+
+				"expired_assignment_behavior_timeout), got %s", MaxEdgeTTL, d)}
 		}
 	default:
 		return &fieldError{"expired", fmt.Sprintf("rule %s; use deny, allow or token_bucket", QuoteName(string(x.Rule)))}
 	}
 	if d := time.Duration(e.TTL); e.TTL != 0 && (d < time.Second || d%time.Second != 0 || d > MaxEdgeTTL) {
-		return &fieldError{"ttl", fmt.Sprintf("must be whole seconds from 1s to %s (Envoy reads whole seconds of assignment_time_to_live), got %s", MaxEdgeTTL, d)}
+		return &fieldError{"ttl", fmt.Sprintf("must be whole seconds from 1s to %s (Envoy reads whole seconds "+
+			"of assignment_time_to_live), got %s", MaxEdgeTTL, d)}
 	}
 	return nil
 }

@@ -183,7 +183,8 @@ func (f EnvoyConfig) Policies() ([]*Policy, error) {
 					return err
 				}
 				if seen[p.Name] {
-					return fmt.Errorf("%w: envoy ratelimit config: two descriptors map to policy %q; name one with rate_limit.name", ErrInvalidPolicy, p.Name)
+					return fmt.Errorf("%w: envoy ratelimit config: two descriptors map to policy %q; name one with "+
+						"rate_limit.name", ErrInvalidPolicy, p.Name)
 				}
 				seen[p.Name] = true
 				out = append(out, p)
@@ -211,7 +212,8 @@ func envoyPolicy(f EnvoyConfig, path []EnvoyEntry, d EnvoyDescriptor, rl *EnvoyR
 		period, ok, rl = time.Second, true, &EnvoyRateLimit{Name: rl.Name, RequestsPerUnit: 1, Replaces: rl.Replaces}
 	}
 	if !ok {
-		return nil, fmt.Errorf("%w: envoy ratelimit config: descriptor %s: unit %s; use second, minute, hour, day, week, month or year", ErrInvalidPolicy, pathString(path), QuoteName(rl.Unit))
+		return nil, fmt.Errorf("%w: envoy ratelimit config: descriptor %s: unit %s; use second, minute, hour, "+
+			"day, week, month or year", ErrInvalidPolicy, pathString(path), QuoteName(rl.Unit))
 	}
 	name := rl.Name
 	if name == "" {

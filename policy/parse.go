@@ -45,7 +45,8 @@ func ParsePolicies(data []byte) ([]*Policy, error) {
 		out = append(out, &p)
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("%w: no policy found; a file holds one or more YAML documents, each with name, identity, limit and period", ErrInvalidPolicy)
+		return nil, fmt.Errorf("%w: no policy found; a file holds one or more YAML documents, each with name, "+
+			"identity, limit and period", ErrInvalidPolicy)
 	}
 	return out, nil
 }

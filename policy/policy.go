@@ -277,7 +277,8 @@ func (p *Policy) Validate() error {
 	}
 	if p.Edge != nil {
 		if p.Scope == ScopeRegion {
-			return bad("edge", "applies only to global policies: a region-scoped policy's checks do not consult the region's share, so they could not leave the edge its part")
+			return bad("edge", "applies only to global policies: a region-scoped policy's checks do not consult "+
+				"the region's share, so they could not leave the edge its part")
 		}
 		if err := p.Edge.validate(); err != nil {
 			return bad("edge."+err.field, "%s", err.msg)
@@ -294,13 +295,15 @@ func (p *Policy) Validate() error {
 		return bad("shards", "must be 0 to %d, got %d", MaxShards, p.Shards)
 	}
 	if p.Returns && p.ShardCount() > 1 {
-		return bad("returns", "a policy with shards cannot take returns: a return would meet a shard other than the one its request took from; use one shard")
+		return bad("returns", "a policy with shards cannot take returns: a return would meet a shard other than "+
+			"the one its request took from; use one shard")
 	}
 	if err := p.validatePostHoc(); err != nil {
 		return bad(err.field, "%s", err.msg)
 	}
 	if sl := p.ShardLimits(l); sl.Validate() != nil || p.Cost > sl.Capacity/Micro {
-		return bad("shards", "%d shards leave each a capacity of %v, which cannot hold the default cost %d; use fewer shards", p.Shards, Units(sl.Capacity), p.Cost)
+		return bad("shards", "%d shards leave each a capacity of %v, which cannot hold the default cost %d; use "+
+			"fewer shards", p.Shards, Units(sl.Capacity), p.Cost)
 	}
 	return nil
 }
@@ -341,7 +344,8 @@ func (p *Policy) validateIdentity() *fieldError {
 	seen := make(map[string]bool, len(p.Identity))
 	for _, a := range p.Identity {
 		if !attributeRE.MatchString(a) {
-			return &fieldError{"identity", fmt.Sprintf("attribute %s must be 1-32 characters of a-z, 0-9, '_', '.', '-', starting with a letter", QuoteName(a))}
+			return &fieldError{"identity", fmt.Sprintf("attribute %s must be 1-32 characters of a-z, 0-9, '_', "+
+				"'.', '-', starting with a letter", QuoteName(a))}
 		}
 		if seen[a] {
 			return &fieldError{"identity", fmt.Sprintf("attribute %s is listed twice", QuoteName(a))}
@@ -366,7 +370,8 @@ func (p *Policy) validateSplit() *fieldError {
 	}
 	switch {
 	case floors > p.Limit:
-		return &fieldError{"floors", fmt.Sprintf("the quota (limit %v) is below the sum of the regions' floors (%v); lower the floors or raise the limit", p.Limit, floors)}
+		return &fieldError{"floors", fmt.Sprintf("the quota (limit %v) is below the sum of the regions' floors "+
+			"(%v); lower the floors or raise the limit", p.Limit, floors)}
 	case p.IdentityShares != nil && (*p.IdentityShares < 0 || *p.IdentityShares > MaxIdentityShares):
 		return &fieldError{"identity_shares", fmt.Sprintf("must be 0 to %d, got %d", MaxIdentityShares, *p.IdentityShares)}
 	case p.IdentityShares != nil && p.Scope == ScopeRegion:
@@ -381,9 +386,12 @@ func (p *Policy) validateSplit() *fieldError {
 func (p *Policy) validatePostHoc() *fieldError {
 	switch {
 	case p.PostHoc && p.Returns:
-		return &fieldError{"post_hoc", "a policy that takes returns (a concurrency limit) cannot take charges after the fact; use one or the other"}
+		return &fieldError{"post_hoc",
+			"a policy that takes returns (a concurrency limit) cannot take charges after the fact; use one or the " +
+				"other"}
 	case !p.PostHoc && (p.MaxCost != 0 || p.MaxInFlight != 0):
-		return &fieldError{"max_cost", "max_cost and max_in_flight size charges after the fact; set post_hoc: true or remove them"}
+		return &fieldError{"max_cost",
+			"max_cost and max_in_flight size charges after the fact; set post_hoc: true or remove them"}
 	case p.MaxCost < 0 || p.MaxCost > MaxCapacity/Micro:
 		return &fieldError{"max_cost", fmt.Sprintf("must be 0 (not declared) to %d units, got %d", MaxCapacity/Micro, p.MaxCost)}
 	case p.MaxInFlight < 0 || p.MaxInFlight > MaxInFlight:
@@ -418,7 +426,8 @@ func (f Failure) validate() *fieldError {
 	case FailOpen:
 		return fraction("open_fraction", "the global limit", f.OpenFraction, false)
 	default:
-		return &fieldError{"mode", fmt.Sprintf("unknown %s; use fail-closed, static-share, last-lease or fail-open", QuoteName(string(f.Mode)))}
+		return &fieldError{"mode", fmt.Sprintf("unknown %s; use fail-closed, static-share, last-lease or "+
+			"fail-open", QuoteName(string(f.Mode)))}
 	}
 	return nil
 }

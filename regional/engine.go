@@ -66,7 +66,8 @@ func DefaultConfig() Config {
 func ValidateConfig(c Config) error {
 	var errs []error
 	if c.IdempotencyWindow <= 0 || c.ReservationTTL <= 0 || c.TTLMargin <= 0 {
-		errs = append(errs, fmt.Errorf("idempotency window %s, reservation TTL %s and TTL margin %s must be positive", c.IdempotencyWindow, c.ReservationTTL, c.TTLMargin))
+		errs = append(errs, fmt.Errorf("idempotency window %s, reservation TTL %s and TTL margin %s must be "+
+			"positive", c.IdempotencyWindow, c.ReservationTTL, c.TTLMargin))
 	}
 	if c.Pipelines < 0 {
 		errs = append(errs, fmt.Errorf("pipelines %d is negative", c.Pipelines))

@@ -342,7 +342,8 @@ func (ft *followTracker) closeAll() {
 
 // writeTable writes the edge's lines of the human table.
 func (r *EdgeResult) writeTable(w io.Writer) {
-	fmt.Fprintf(w, "edge: %d Envoy instances per region; admitted %d of %d at the edge (utilization %.1f%%), %d of %d direct; %d reports (%d dropped), %d assignments, %d abandons; edge term %.4g\n",
+	fmt.Fprintf(w, "edge: %d Envoy instances per region; admitted %d of %d at the edge (utilization %.1f%%), "+
+		"%d of %d direct; %d reports (%d dropped), %d assignments, %d abandons; edge term %.4g\n",
 		r.Instances, r.Admitted, r.Requests, 100*r.Utilization, r.DirectAdmitted, r.DirectRequests, r.Reports, r.ReportsDropped, r.Assignments, r.Abandons, r.EdgeTerm)
 	var worst *EdgeWindow
 	for i := range r.Windows {

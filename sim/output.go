@@ -134,15 +134,19 @@ func edgeReport(x *EdgeResult) string {
 		return ""
 	}
 	var b strings.Builder
-	b.WriteString("<h2>The edge</h2>\n<p>Per window, the identity with the most admitted under quota-lease, by its Envoy instances and by direct checks, against the leased bound (its edge term included).</p>\n")
-	b.WriteString("<table><tr><th>window from</th><th>identity</th><th>edge</th><th>direct</th><th>total</th><th>bound</th></tr>\n")
+	b.WriteString("<h2>The edge</h2>\n<p>Per window, the identity with the most admitted under quota-lease, " +
+		"by its Envoy instances and by direct checks, against the leased bound (its edge term included).</p>\n")
+	b.WriteString("<table><tr><th>window " +
+		"from</th><th>identity</th><th>edge</th><th>direct</th><th>total</th><th>bound</th></tr>\n")
 	for _, w := range x.Windows {
 		fmt.Fprintf(&b, "<tr><td>%s</td><td>%s</td><td>%.4g</td><td>%.4g</td><td>%.4g</td><td>%.4g</td></tr>\n",
 			time.Duration(w.StartMs)*time.Millisecond, html.EscapeString(w.Identity), w.Edge, w.Direct, w.Total, w.Bound)
 	}
 	b.WriteString("</table>\n")
 	if len(x.Follow) > 0 {
-		b.WriteString("<p>Per move of a group's demand: when the token buckets where it went first refilled at 90% of the target (assigned), and first admitted that much in a second (admitted), for the slowest tenant.</p>\n")
+		b.WriteString("<p>Per move of a group's demand: when the token buckets where it went first refilled at " +
+			"90% of the target (assigned), and first admitted that much in a second (admitted), for the slowest " +
+			"tenant.</p>\n")
 		b.WriteString("<table><tr><th>at</th><th>group</th><th>moved</th><th>region</th><th>target/s</th><th>assigned</th><th>admitted</th></tr>\n")
 		for _, f := range x.Follow {
 			fmt.Fprintf(&b, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%.4g</td><td>%s</td><td>%s</td></tr>\n",

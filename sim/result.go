@@ -93,7 +93,8 @@ func (r *Result) WriteSummary(w io.Writer) error {
 func (r *Result) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "scenario %s (%s, seed %d, %d regions, window %s)\n", r.Scenario, r.Duration, r.Seed, len(r.Regions), r.Window)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "mode\trequests\tadmitted\tutilization\trejected while free\tmax/window\tlimit\tovershoot\tbound\twithin\tlease msgs\t")
+	fmt.Fprintln(tw, "mode\trequests\tadmitted\tutilization\trejected while "+
+		"free\tmax/window\tlimit\tovershoot\tbound\twithin\tlease msgs\t")
 	for _, m := range r.Modes {
 		within := "yes"
 		if !m.WithinBound {

@@ -307,7 +307,8 @@ func (s *Scenario) validate() error {
 			}
 		case "redis-flap":
 			if !known[e.Region] || e.For <= 0 || e.Down <= 0 || e.Period <= e.Down || time.Duration(e.Period) < time.Millisecond {
-				return bad("event %d (redis-flap): needs a known region, a positive 'for', and 0 < down < period (period at least 1ms)", i)
+				return bad("event %d (redis-flap): needs a known region, a positive 'for', and 0 < down < period "+
+					"(period at least 1ms)", i)
 			}
 		case "coordinator-crash":
 			if e.For <= 0 {
@@ -315,7 +316,8 @@ func (s *Scenario) validate() error {
 			}
 		case "clock-drift":
 			if !known[e.Region] || math.IsNaN(e.Rate) || math.Abs(e.Rate) > s.Lease.Drift {
-				return bad("event %d (clock-drift): needs a known region and |rate| <= lease.drift (%v); a faster clock breaks the safety argument", i, s.Lease.Drift)
+				return bad("event %d (clock-drift): needs a known region and |rate| <= lease.drift (%v); a faster "+
+					"clock breaks the safety argument", i, s.Lease.Drift)
 			}
 		case "config-change":
 			if e.Limit < 0 || e.Burst < 0 || math.IsNaN(e.Limit) || math.IsNaN(e.Burst) {
@@ -451,7 +453,8 @@ func (s *Scenario) validateEdge() error {
 		return errors.New("edge: the policy has no edge settings (policy.edge: instances, no_assignment, ...)")
 	}
 	if s.Edge.Instances < 1 || s.Edge.Instances > min(e.Instances, MaxEdgeInstances) {
-		return fmt.Errorf("edge: 1 to %d instances per region (the policy's edge.instances, which the bound counts), got %d", min(e.Instances, MaxEdgeInstances), s.Edge.Instances)
+		return fmt.Errorf("edge: 1 to %d instances per region (the policy's edge.instances, which the bound "+
+			"counts), got %d", min(e.Instances, MaxEdgeInstances), s.Edge.Instances)
 	}
 	if s.Edge.Delay < 0 || s.Edge.ReportInterval < policy.Duration(time.Second) {
 		return fmt.Errorf("edge: delay must not be negative and report_interval at least 1s")
@@ -460,7 +463,8 @@ func (s *Scenario) validateEdge() error {
 		return fmt.Errorf("edge: repay_over must be at least 1s (0: the agent's default)")
 	}
 	if s.Edge.ChangeEvery < 0 || math.IsNaN(s.Edge.BurstFraction) || s.Edge.BurstFraction < 0 || s.Edge.BurstFraction >= 1 {
-		return fmt.Errorf("edge: change_every must not be negative and burst_fraction must be in [0, 1) (0: the agent's default)")
+		return fmt.Errorf("edge: change_every must not be negative and burst_fraction must be in [0, 1) (0: the " +
+			"agent's default)")
 	}
 	if len(s.Groups) == 0 || !sends {
 		return errors.New("edge: no group sends through it (groups with edge > 0)")

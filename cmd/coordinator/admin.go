@@ -41,12 +41,18 @@ type adminFlags struct {
 
 func addAdminFlags(fs *flag.FlagSet) adminFlags {
 	return adminFlags{
-		addrs:   fs.String("coordinator", envOr("QUOTALEASE_COORDINATOR", DefaultCoordinator), "coordinator replicas, host:port[,host:port...]; the leader is found automatically"),
-		output:  fs.String("o", "table", "output format: table (YAML for quota get) or json (one style for every command: docs/cli.md)"),
+		addrs: fs.String("coordinator", envOr("QUOTALEASE_COORDINATOR", DefaultCoordinator),
+			"coordinator replicas, host:port[,host:port...]; the leader is found automatically"),
+		output: fs.String("o", "table",
+			"output format: table (YAML for quota get) or json (one style for every command: docs/cli.md)"),
 		timeout: fs.Duration("timeout", 5*time.Second, "how long to wait for an answer"),
 		tls:     mtls.ClientFlags(fs, ""),
-		domain:  fs.String("trust-domain", envOr("QUOTALEASE_TRUST_DOMAIN", "quota-lease"), "SPIFFE trust domain of the coordinators (their serve --trust-domain): with TLS, a server is accepted only if its certificate names spiffe://<domain>/role/coordinator (env QUOTALEASE_TRUST_DOMAIN)"),
-		cluster: fs.String("cluster-id", os.Getenv("QUOTALEASE_CLUSTER_ID"), "the cluster ID the coordinators must have (logged at their start); a coordinator of another deployment then refuses the call (env QUOTALEASE_CLUSTER_ID)"),
+		domain: fs.String("trust-domain", envOr("QUOTALEASE_TRUST_DOMAIN", "quota-lease"),
+			"SPIFFE trust domain of the coordinators (their serve --trust-domain): with TLS, a server is accepted "+
+				"only if its certificate names spiffe://<domain>/role/coordinator (env QUOTALEASE_TRUST_DOMAIN)"),
+		cluster: fs.String("cluster-id", os.Getenv("QUOTALEASE_CLUSTER_ID"),
+			"the cluster ID the coordinators must have (logged at their start); a coordinator of another "+
+				"deployment then refuses the call (env QUOTALEASE_CLUSTER_ID)"),
 	}
 }
 
@@ -74,7 +80,8 @@ func (a adminFlags) call(ctx context.Context, fn func(ctx context.Context, c pb.
 		return fn(ctx, pb.NewAdminServiceClient(cc), opts...)
 	})
 	if err != nil && !a.tls.Enabled() && strings.Contains(err.Error(), "server preface") {
-		return fmt.Errorf("%w\n(the coordinator seems to serve TLS: give --tls-ca, --tls-cert and --tls-key, or QUOTALEASE_TLS_CA, _CERT and _KEY)", err)
+		return fmt.Errorf("%w\n(the coordinator seems to serve TLS: give --tls-ca, --tls-cert and --tls-key, or "+
+			"QUOTALEASE_TLS_CA, _CERT and _KEY)", err)
 	}
 	return plainRPCError(err, *a.timeout)
 }
@@ -105,7 +112,10 @@ func adminCall[R proto.Message](ctx context.Context, af adminFlags, stdout io.Wr
 }
 
 func quotaSet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("quota set", "-f FILE", "Stores every policy in FILE (YAML, one per document): all of them or none.\nA policy with the name of a stored one replaces it; grants already out keep\ncounting until they end, so a lowered limit takes effect within one lease.", stderr)
+	fs := newFlags("quota set", "-f FILE",
+		"Stores every policy in FILE (YAML, one per document): all of them or none.\nA policy with the name of "+
+			"a stored one replaces it; grants already out keep\ncounting until they end, so a lowered limit takes "+
+			"effect within one lease.", stderr)
 	af := addAdminFlags(fs)
 	file := fs.String("f", "", "policy file; - reads standard input")
 	if err := parse(fs, args, 0, 0); err != nil {
@@ -132,7 +142,8 @@ func quotaSet(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 }
 
 func quotaGet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("quota get", "NAME", "Prints a stored policy as YAML (or JSON with -o json), defaults filled in.", stderr)
+	fs := newFlags("quota get", "NAME",
+		"Prints a stored policy as YAML (or JSON with -o json), defaults filled in.", stderr)
 	af := addAdminFlags(fs)
 	if err := parse(fs, args, 1, 1); err != nil {
 		return err
@@ -183,7 +194,9 @@ func quotaList(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 func quotaDelete(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("quota delete", "NAME", "Deletes a policy and its leases. Agents enforcing it fall back to their\ndegraded budget, then admit nothing for it.", stderr)
+	fs := newFlags("quota delete", "NAME",
+		"Deletes a policy and its leases. Agents enforcing it fall back to their\ndegraded budget, then admit "+
+			"nothing for it.", stderr)
 	af := addAdminFlags(fs)
 	if err := parse(fs, args, 1, 1); err != nil {
 		return err
@@ -211,7 +224,16 @@ func percent(part, whole int64) string {
 }
 
 func leasesList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("leases", "[--region R] [--identities]", "Lists every region's lease on every quota. SHARE is the granted share,\nENFORCING what the region may be enforcing now (an unacknowledged larger\nold grant, or a lapsed region's degraded budget), RESERVED the degraded\nbudget kept for a lapsed region. Shares are in units per period (token\nbucket: per second; windows: per window) and as a part of the limit.\nENVOYS, BUCKETS, ASSIGNED and USAGE are the edge: the Envoy instances\nstreaming to the region's agents (Rate Limit Quota Service), their buckets,\nthe refill assigned to them and the rate they report, in the same units,\nas of each agent's last renewal (docs/rlqs-server.md); - for none.\nWith --identities, the identities with shares of their own instead: each\nregion's share of the identity's limit (docs/identity-shares.md).", stderr)
+	fs := newFlags("leases", "[--region R] [--identities]",
+		"Lists every region's lease on every quota. SHARE is the granted share,\nENFORCING what the region may "+
+			"be enforcing now (an unacknowledged larger\nold grant, or a lapsed region's degraded budget), "+
+			"RESERVED the degraded\nbudget kept for a lapsed region. Shares are in units per period "+
+			"(token\nbucket: per second; windows: per window) and as a part of the limit.\nENVOYS, BUCKETS, "+
+			"ASSIGNED and USAGE are the edge: the Envoy instances\nstreaming to the region's agents (Rate Limit "+
+			"Quota Service), their buckets,\nthe refill assigned to them and the rate they report, in the same "+
+			"units,\nas of each agent's last renewal (docs/rlqs-server.md); - for none.\nWith --identities, the "+
+			"identities with shares of their own instead: each\nregion's share of the identity's limit "+
+			"(docs/identity-shares.md).", stderr)
 	af := addAdminFlags(fs)
 	region := fs.String("region", "", "show only this region")
 	identities := fs.Bool("identities", false, "list the identities with shares of their own, and where")
@@ -228,7 +250,8 @@ func leasesList(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return printIdentityShares(stdout, resp.Leases)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUOTA\tREGION\tINSTANCE\tSTATE\tSHARE\tENFORCING\tRESERVED\tEXPIRES IN\tDEMAND\tENVOYS\tBUCKETS\tASSIGNED\tUSAGE")
+	fmt.Fprintln(tw, "QUOTA\tREGION\tINSTANCE\tSTATE\tSHARE\tENFORCING\tRESERVED\tEXPIRES "+
+		"IN\tDEMAND\tENVOYS\tBUCKETS\tASSIGNED\tUSAGE")
 	for _, l := range resp.Leases {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s (%s)\t%s\t%s\t%s\t%s\t%s\n", l.Quota, l.Region, l.Instance, l.State,
 			units(l.Rate), percent(l.Rate, l.Limit), units(l.Enforcing), units(l.Reserved),
@@ -266,7 +289,10 @@ func printIdentityShares(stdout io.Writer, leases []*pb.LeaseRecord) error {
 }
 
 func release(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("release", "REGION [--quota Q]", "Drops the reserved degraded budget of a region whose lease lapsed, so other\nregions may use its share. Do this only when the region is known to be down:\nif it is merely partitioned it may still be admitting on that budget.", stderr)
+	fs := newFlags("release", "REGION [--quota Q]",
+		"Drops the reserved degraded budget of a region whose lease lapsed, so other\nregions may use its "+
+			"share. Do this only when the region is known to be down:\nif it is merely partitioned it may still be "+
+			"admitting on that budget.", stderr)
 	af := addAdminFlags(fs)
 	quota := fs.String("quota", "", "release only this quota")
 	if err := parse(fs, args, 1, 1); err != nil {
@@ -283,7 +309,9 @@ func release(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
 func rebalance(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("rebalance", "--now | --pause | --resume", "Triggers a rebalancing round now, or pauses or resumes rebalancing (shares\nstay where they are while paused). The pause survives leader changes.", stderr)
+	fs := newFlags("rebalance", "--now | --pause | --resume",
+		"Triggers a rebalancing round now, or pauses or resumes rebalancing (shares\nstay where they are while "+
+			"paused). The pause survives leader changes.", stderr)
 	af := addAdminFlags(fs)
 	now := fs.Bool("now", false, "run a rebalancing round now (still damped)")
 	pause := fs.Bool("pause", false, "pause rebalancing")
@@ -320,7 +348,9 @@ func rebalance(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 func regionsSetWeight(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("regions set-weight", "NAME WEIGHT", "Declares region NAME, or changes its weight. Weights split quotas under the\nstatic strategy and spread surplus under the others.", stderr)
+	fs := newFlags("regions set-weight", "NAME WEIGHT",
+		"Declares region NAME, or changes its weight. Weights split quotas under the\nstatic strategy and "+
+			"spread surplus under the others.", stderr)
 	af := addAdminFlags(fs)
 	if err := parse(fs, args, 2, 2); err != nil {
 		return err
@@ -360,7 +390,9 @@ func regionsList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 }
 
 func boundCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bound", "[QUOTA]", "Prints, per quota, the most all regions together can admit in one window\n(the policy's period) in the worst case, the overshoot over the limit, and\nthe terms it is made of. docs/bound.md derives it.", stderr)
+	fs := newFlags("bound", "[QUOTA]",
+		"Prints, per quota, the most all regions together can admit in one window\n(the policy's period) in the "+
+			"worst case, the overshoot over the limit, and\nthe terms it is made of. docs/bound.md derives it.", stderr)
 	af := addAdminFlags(fs)
 	if err := parse(fs, args, 0, 1); err != nil {
 		return err
@@ -371,7 +403,8 @@ func boundCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil || printed {
 		return err
 	}
-	fmt.Fprintln(stdout, "REFERENCE: the most one ideal global limiter admits in one window (burst + rate x window); WORST CASE: the most all regions together can; TERMS: what makes it up (docs/bound.md)")
+	fmt.Fprintln(stdout, "REFERENCE: the most one ideal global limiter admits in one window (burst + rate x "+
+		"window); WORST CASE: the most all regions together can; TERMS: what makes it up (docs/bound.md)")
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "QUOTA\tWINDOW\tREFERENCE\tWORST CASE\tOVERSHOOT\tTERMS")
 	for _, b := range resp.Bounds {

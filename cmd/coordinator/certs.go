@@ -33,9 +33,13 @@ key kept in DIR. For a laptop, a demo or a test bed; production issues from
 its own CA. Refuses to overwrite an existing CA.`, stderr)
 	dir := fs.String("dir", "certs", "directory to write the PEM files to")
 	regions := fs.String("regions", "", "regions to issue agent certificates for, comma-separated (required)")
-	domain := fs.String("trust-domain", "quota-lease", "SPIFFE trust domain (match serve --trust-domain and the agents' and CLI's --trust-domain)")
-	hosts := fs.String("hosts", "", "extra DNS names (a leading *. for a wildcard) or IPs of the coordinators, comma-separated: only the coordinator certificate gets them")
-	agentHosts := fs.String("agent-hosts", "", "extra DNS names or IPs of the agents, comma-separated: every agent certificate gets them")
+	domain := fs.String("trust-domain", "quota-lease",
+		"SPIFFE trust domain (match serve --trust-domain and the agents' and CLI's --trust-domain)")
+	hosts := fs.String("hosts", "",
+		"extra DNS names (a leading *. for a wildcard) or IPs of the coordinators, comma-separated: only the "+
+			"coordinator certificate gets them")
+	agentHosts := fs.String("agent-hosts", "",
+		"extra DNS names or IPs of the agents, comma-separated: every agent certificate gets them")
 	validFor := fs.Duration("valid-for", 365*24*time.Hour, "how long the certificates are valid")
 	if err := parse(fs, args, 0, 0); err != nil {
 		return err
@@ -44,7 +48,8 @@ its own CA. Refuses to overwrite an existing CA.`, stderr)
 		return fmt.Errorf("--regions is required, e.g. --regions us,eu,ap")
 	}
 	if _, err := os.Stat(filepath.Join(*dir, caName+"-ca.pem")); err == nil {
-		return fmt.Errorf("%s already holds a CA; remove it, choose another --dir, or issue more certificates from it with 'coordinator certs issue --dir %s'", *dir, *dir)
+		return fmt.Errorf("%s already holds a CA; remove it, choose another --dir, or issue more certificates "+
+			"from it with 'coordinator certs issue --dir %s'", *dir, *dir)
 	}
 	if err := os.MkdirAll(*dir, 0o700); err != nil {
 		return err
@@ -132,7 +137,9 @@ agent's only), besides localhost and the loopback addresses.`, stderr)
 	role := fs.String("role", "", "an operator's or the coordinators' certificate: admin, viewer or coordinator")
 	service := fs.String("service", "", "a service's client certificate without identity, named NAME")
 	domain := fs.String("trust-domain", "quota-lease", "SPIFFE trust domain (match serve --trust-domain)")
-	hosts := fs.String("hosts", "", "extra DNS names (a leading *. for a wildcard) or IPs it serves, comma-separated: coordinators and agents only")
+	hosts := fs.String("hosts", "",
+		"extra DNS names (a leading *. for a wildcard) or IPs it serves, comma-separated: coordinators and "+
+			"agents only")
 	validFor := fs.Duration("valid-for", 365*24*time.Hour, "how long the certificate is valid")
 	if err := parse(fs, args, 0, 0); err != nil {
 		return err
@@ -144,7 +151,8 @@ agent's only), besides localhost and the loopback addresses.`, stderr)
 	}
 	server := id != nil && (id.Kind == caller.Region || *id == caller.CoordinatorID)
 	if *hosts != "" && !server {
-		return fmt.Errorf("--hosts goes only into a server's certificate (--role coordinator or --region): %s is a client", name)
+		return fmt.Errorf("--hosts goes only into a server's certificate (--role coordinator or --region): %s "+
+			"is a client", name)
 	}
 	ca, err := devca.Load(*dir, caName)
 	if err != nil {

@@ -27,7 +27,9 @@ func addEtcdAccessFlags(fs *flag.FlagSet) *etcdAccess {
 	fs.StringVar(&a.tls.CA, "etcd-cacert", "", "PEM CA of the etcd servers; turns TLS on toward etcd (https:// endpoints)")
 	fs.StringVar(&a.tls.Cert, "etcd-cert", "", "PEM client certificate for etcd")
 	fs.StringVar(&a.tls.Key, "etcd-key", "", "PEM key of --etcd-cert")
-	fs.StringVar(&a.user, "etcd-user", "", "etcd user (with auth enabled); the password comes from --etcd-password-file or env QUOTALEASE_ETCD_PASSWORD")
+	fs.StringVar(&a.user, "etcd-user", "",
+		"etcd user (with auth enabled); the password comes from --etcd-password-file or env "+
+			"QUOTALEASE_ETCD_PASSWORD")
 	fs.StringVar(&a.passwordFile, "etcd-password-file", "", "file holding --etcd-user's password")
 	return a
 }

@@ -42,7 +42,8 @@ var commands = map[string]command{
 
 func usage() string {
 	var b strings.Builder
-	b.WriteString("coordinator: global quotas and regional leases for quota-lease.\n\nUsage:\n  coordinator <command> [flags]\n\nCommands:\n")
+	b.WriteString("coordinator: global quotas and regional leases for quota-lease.\n\nUsage:\n  coordinator " +
+		"<command> [flags]\n\nCommands:\n")
 	names := make([]string, 0, len(commands))
 	for n := range commands {
 		names = append(names, n)
@@ -51,7 +52,9 @@ func usage() string {
 	for _, n := range names {
 		fmt.Fprintf(&b, "  %-20s %s\n", n, commands[n].summary)
 	}
-	b.WriteString("\nAdmin commands reach the coordinator at --coordinator (default $QUOTALEASE_COORDINATOR,\nor 127.0.0.1:7400) and print tables; -o json prints JSON for scripts.\nRun 'coordinator <command> -h' for a command's flags.\n")
+	b.WriteString("\nAdmin commands reach the coordinator at --coordinator (default " +
+		"$QUOTALEASE_COORDINATOR,\nor 127.0.0.1:7400) and print tables; -o json prints JSON for scripts.\nRun " +
+		"'coordinator <command> -h' for a command's flags.\n")
 	return b.String()
 }
 

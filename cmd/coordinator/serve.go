@@ -84,40 +84,69 @@ func serveFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 	o := &serveOptions{console: console.DefaultConfig()}
 	fs := newFlags("serve", "[flags]", serveDescription, stderr)
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:7400", "gRPC address to serve the lease and admin APIs on")
-	fs.StringVar(&o.httpListen, "http-listen", "", "HTTP address for the web console, /metrics, /healthz and /readyz (empty: none), e.g. 127.0.0.1:7401")
-	fs.BoolVar(&o.withConsole, "console", true, "serve the read-only web console at / on --http-listen (with mutual TLS: to role viewer or admin only)")
-	fs.DurationVar(&o.console.SampleEvery, "console-sample", o.console.SampleEvery, "how often the console records every quota's shares and modes for its charts")
-	fs.DurationVar(&o.console.Keep, "console-history", o.console.Keep, "how much chart history the console keeps in memory (about 40 bytes per region, quota and sample)")
-	fs.DurationVar(&o.console.Refresh, "console-refresh", o.console.Refresh, "how often an open console page updates itself")
-	fs.StringVar(&o.advertise, "advertise", "", "address agents and other replicas reach this replica at (default: --listen)")
+	fs.StringVar(&o.httpListen, "http-listen", "",
+		"HTTP address for the web console, /metrics, /healthz and /readyz (empty: none), e.g. 127.0.0.1:7401")
+	fs.BoolVar(&o.withConsole, "console", true,
+		"serve the read-only web console at / on --http-listen (with mutual TLS: to role viewer or admin only)")
+	fs.DurationVar(&o.console.SampleEvery, "console-sample", o.console.SampleEvery,
+		"how often the console records every quota's shares and modes for its charts")
+	fs.DurationVar(&o.console.Keep, "console-history", o.console.Keep,
+		"how much chart history the console keeps in memory (about 40 bytes per region, quota and sample)")
+	fs.DurationVar(&o.console.Refresh, "console-refresh", o.console.Refresh,
+		"how often an open console page updates itself")
+	fs.StringVar(&o.advertise, "advertise", "",
+		"address agents and other replicas reach this replica at (default: --listen)")
 	fs.StringVar(&o.name, "name", "", "replica name in logs (default: host name and port)")
 	fs.StringVar(&o.etcdMode, "etcd", "embedded", "embedded: run etcd in this process; external: use --etcd-endpoints")
 	fs.StringVar(&o.dataDir, "data-dir", "coordinator-data", "embedded etcd's data directory")
-	fs.StringVar(&o.etcdListen, "etcd-listen", "127.0.0.1:0", "embedded etcd's client address (host:port; port 0 picks one)")
+	fs.StringVar(&o.etcdListen, "etcd-listen", "127.0.0.1:0",
+		"embedded etcd's client address (host:port; port 0 picks one)")
 	fs.StringVar(&o.endpoints, "etcd-endpoints", "", "external etcd endpoints, comma-separated (implies --etcd external)")
 	fs.StringVar(&o.prefix, "prefix", coordinator.DefaultPrefix, "etcd key prefix for all coordinator state")
-	fs.StringVar(&o.regions, "regions", "", "regions to declare on first start, comma-separated (later: 'regions set-weight')")
+	fs.StringVar(&o.regions, "regions", "",
+		"regions to declare on first start, comma-separated (later: 'regions set-weight')")
 	fs.DurationVar(&o.timing.ValidFor, "lease-duration", lease.DefaultTiming.ValidFor, "how long a grant holds")
 	fs.Float64Var(&o.timing.Drift, "drift", lease.DefaultTiming.Drift, "bound on any clock's rate error (e.g. 1e-4)")
-	fs.DurationVar(&o.timing.Margin, "lease-margin", lease.DefaultTiming.Margin, "agents stop trusting a grant this much early, on top of drift")
-	fs.DurationVar(&o.timing.DegradedTimeout, "degraded-timeout", lease.DefaultTiming.DegradedTimeout, "how long a lapsed region's degraded budget stays reserved (and usable by it)")
-	fs.DurationVar(&o.sessionTTL, "session-ttl", coordinator.DefaultSessionTTL, "etcd leadership session TTL; failover takes about this long")
-	fs.DurationVar(&o.etcdTimeout, "etcd-timeout", coordinator.DefaultEtcdTimeout, "most any etcd call may take; past it etcd counts as unreachable, which the log, /readyz and admin commands say")
+	fs.DurationVar(&o.timing.Margin, "lease-margin", lease.DefaultTiming.Margin,
+		"agents stop trusting a grant this much early, on top of drift")
+	fs.DurationVar(&o.timing.DegradedTimeout, "degraded-timeout", lease.DefaultTiming.DegradedTimeout,
+		"how long a lapsed region's degraded budget stays reserved (and usable by it)")
+	fs.DurationVar(&o.sessionTTL, "session-ttl", coordinator.DefaultSessionTTL,
+		"etcd leadership session TTL; failover takes about this long")
+	fs.DurationVar(&o.etcdTimeout, "etcd-timeout", coordinator.DefaultEtcdTimeout,
+		"most any etcd call may take; past it etcd counts as unreachable, which the log, /readyz and admin "+
+			"commands say")
 	fs.DurationVar(&o.rebalance, "rebalance-interval", coordinator.DefaultRebalanceInterval, "how often shares are recomputed")
-	fs.DurationVar(&o.flush, "flush-interval", coordinator.DefaultFlushInterval, "how often lowered ledger marks are written to etcd")
+	fs.DurationVar(&o.flush, "flush-interval", coordinator.DefaultFlushInterval,
+		"how often lowered ledger marks are written to etcd")
 	fs.DurationVar(&o.compaction, "etcd-compaction-interval", coordinator.DefaultCompactionInterval,
-		"how often the leader compacts etcd's history, keeping one to two intervals of it, so etcd does not fill up (0: off, for an etcd compacted another way; docs/runbook.md)")
-	fs.StringVar(&o.strategy, "strategy", string(allocation.StrategyMaxMinFair), "allocation strategy: static, demand or max-min-fair")
-	fs.Float64Var(&o.maxStep, "max-step", coordinator.DefaultMaxStep, "most a share moves per rebalancing round, as a fraction of the quota")
-	fs.Float64Var(&o.hysteresis, "hysteresis", coordinator.DefaultHysteresis, "share changes smaller than this fraction of the quota are not made")
-	fs.DurationVar(&o.clockStep, "redis-clock-step", 0, "most a region's Redis clock may step back within one window (a wall-clock step, not a slew); enters the published bound of fixed-window policies as the window-clock term. 0 where Redis hosts slew their clocks")
-	fs.DurationVar(&o.lag, "store-lag", 0, "most recent writes a region's Redis may lose when it fails over to a replica (its replication lag); enters the published bound as the store-lag term. 0 where Redis does not fail over to replicas")
-	fs.Float64Var(&o.leaseRate, "lease-call-rate", coordinator.DefaultLeaseCallRate, "most Lease calls per second one region's certificate may make (burst twice that); more are refused before they touch the ledger. An agent instance renews about every third of a lease")
+		"how often the leader compacts etcd's history, keeping one to two intervals of it, so etcd does not "+
+			"fill up (0: off, for an etcd compacted another way; docs/runbook.md)")
+	fs.StringVar(&o.strategy, "strategy", string(allocation.StrategyMaxMinFair),
+		"allocation strategy: static, demand or max-min-fair")
+	fs.Float64Var(&o.maxStep, "max-step", coordinator.DefaultMaxStep,
+		"most a share moves per rebalancing round, as a fraction of the quota")
+	fs.Float64Var(&o.hysteresis, "hysteresis", coordinator.DefaultHysteresis,
+		"share changes smaller than this fraction of the quota are not made")
+	fs.DurationVar(&o.clockStep, "redis-clock-step", 0,
+		"most a region's Redis clock may step back within one window (a wall-clock step, not a slew); enters "+
+			"the published bound of fixed-window policies as the window-clock term. 0 where Redis hosts slew their "+
+			"clocks")
+	fs.DurationVar(&o.lag, "store-lag", 0,
+		"most recent writes a region's Redis may lose when it fails over to a replica (its replication lag); "+
+			"enters the published bound as the store-lag term. 0 where Redis does not fail over to replicas")
+	fs.Float64Var(&o.leaseRate, "lease-call-rate", coordinator.DefaultLeaseCallRate,
+		"most Lease calls per second one region's certificate may make (burst twice that); more are refused "+
+			"before they touch the ledger. An agent instance renews about every third of a lease")
 	o.etcdAccess = addEtcdAccessFlags(fs)
 	o.tls = mtls.ServerFlags(fs)
 	o.xds = addXDSFlags(fs)
-	fs.StringVar(&o.trustDomain, "trust-domain", "quota-lease", "SPIFFE trust domain of the identities in client certificates (spiffe://<domain>/region/<r>, /role/admin, /role/viewer)")
-	fs.BoolVar(&o.insecure, "insecure", false, "allow listening on a non-loopback address without mutual TLS (anyone who reaches it can lease and administer)")
+	fs.StringVar(&o.trustDomain, "trust-domain", "quota-lease",
+		"SPIFFE trust domain of the identities in client certificates (spiffe://<domain>/region/<r>, "+
+			"/role/admin, /role/viewer)")
+	fs.BoolVar(&o.insecure, "insecure", false,
+		"allow listening on a non-loopback address without mutual TLS (anyone who reaches it can lease and "+
+			"administer)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	fs.BoolVar(&o.logJSON, "log-json", false, "log as JSON lines instead of text")
 	envflag.AddConfigFlag(fs)
@@ -163,7 +192,8 @@ func (o *serveOptions) config(stderr io.Writer) (serveConfig, error) {
 	}
 	log.Info("starting", "build", version.Get().String())
 	if o.etcdMode == "embedded" && o.endpoints == "" && !mtls.IsLoopback(o.etcdListen) {
-		return sc, fmt.Errorf("--etcd-listen %s: the embedded etcd has no TLS or auth and listens on loopback only; for a cluster reachable from the network run an external etcd (--etcd-endpoints)", o.etcdListen)
+		return sc, fmt.Errorf("--etcd-listen %s: the embedded etcd has no TLS or auth and listens on loopback "+
+			"only; for a cluster reachable from the network run an external etcd (--etcd-endpoints)", o.etcdListen)
 	}
 	sc.tls, err = mtls.SetUp(*o.tls, map[string]string{"--listen": o.listen, "--http-listen": o.httpListen}, o.insecure, func(w string) { log.Warn(w) })
 	if err != nil {

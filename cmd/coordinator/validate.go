@@ -27,7 +27,10 @@ func readPolicyFile(path string) ([]byte, error) {
 
 func quotaValidate(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("quota validate", "-f FILE [-o table|json]",
-		"Parses and validates every policy in FILE without contacting anything, as\n'quota set' would (at most 100 policies per file), and prints them with their\ndefaults filled in. Exits 1 naming the first bad field. Only the coordinator\nchecks floors against the declared regions and changes to stored policies.", stderr)
+		"Parses and validates every policy in FILE without contacting anything, as\n'quota set' would (at most "+
+			"100 policies per file), and prints them with their\ndefaults filled in. Exits 1 naming the first bad "+
+			"field. Only the coordinator\nchecks floors against the declared regions and changes to stored "+
+			"policies.", stderr)
 	file := fs.String("f", "", "policy file (YAML, one policy per document); - reads standard input")
 	output := fs.String("o", "table", "output format: table or json")
 	if err := parse(fs, args, 0, 0); err != nil {

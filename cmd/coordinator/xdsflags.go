@@ -20,13 +20,22 @@ type xdsOptions struct {
 
 func addXDSFlags(fs *flag.FlagSet) *xdsOptions {
 	o := &xdsOptions{}
-	fs.StringVar(&o.server, "ratelimit-xds", "", "host:port of an xDS management server serving envoyproxy/ratelimit's configuration (RateLimitConfig over ADS, as Envoy Gateway serves it): the leader stores what it serves as policies, next to quota set (empty: none)")
-	fs.StringVar(&o.node, "ratelimit-xds-node-id", ratelimitxds.DefaultNodeID, "node id to subscribe as; Envoy Gateway serves the rate limit configuration to envoy-ratelimit")
-	fs.StringVar(&o.tls.CA, "ratelimit-xds-tls-ca", "", "PEM CA of the management server's certificate; turns TLS 1.3 on toward it")
+	fs.StringVar(&o.server, "ratelimit-xds", "",
+		"host:port of an xDS management server serving envoyproxy/ratelimit's configuration (RateLimitConfig "+
+			"over ADS, as Envoy Gateway serves it): the leader stores what it serves as policies, next to quota "+
+			"set (empty: none)")
+	fs.StringVar(&o.node, "ratelimit-xds-node-id", ratelimitxds.DefaultNodeID,
+		"node id to subscribe as; Envoy Gateway serves the rate limit configuration to envoy-ratelimit")
+	fs.StringVar(&o.tls.CA, "ratelimit-xds-tls-ca", "",
+		"PEM CA of the management server's certificate; turns TLS 1.3 on toward it")
 	fs.StringVar(&o.tls.Cert, "ratelimit-xds-tls-cert", "", "PEM client certificate to present to the management server")
 	fs.StringVar(&o.tls.Key, "ratelimit-xds-tls-key", "", "PEM key of --ratelimit-xds-tls-cert")
-	fs.StringVar(&o.serverName, "ratelimit-xds-server-name", "", "name the management server's certificate must carry (default: the host of --ratelimit-xds)")
-	fs.StringVar(&o.serverID, "ratelimit-xds-server-id", "", "SPIFFE ID (spiffe://...) or DNS name the management server's certificate must also carry; required when --ratelimit-xds-tls-ca is this deployment's CA (--tls-client-ca), which signs every agent and service")
+	fs.StringVar(&o.serverName, "ratelimit-xds-server-name", "",
+		"name the management server's certificate must carry (default: the host of --ratelimit-xds)")
+	fs.StringVar(&o.serverID, "ratelimit-xds-server-id", "",
+		"SPIFFE ID (spiffe://...) or DNS name the management server's certificate must also carry; required "+
+			"when --ratelimit-xds-tls-ca is this deployment's CA (--tls-client-ca), which signs every agent and "+
+			"service")
 	return o
 }
 
@@ -48,12 +57,15 @@ func (o *xdsOptions) settings(insecure bool, deploymentCA string, warn func(stri
 	if o.tls.Enabled() {
 		tc, err := mtls.Client(o.tls, o.serverName)
 		if err != nil {
-			return nil, fmt.Errorf("--ratelimit-xds TLS: %w (give --ratelimit-xds-tls-ca, and --ratelimit-xds-tls-cert and -key for a client certificate)", err)
+			return nil, fmt.Errorf("--ratelimit-xds TLS: %w (give --ratelimit-xds-tls-ca, and "+
+				"--ratelimit-xds-tls-cert and -key for a client certificate)", err)
 		}
 		if o.serverID != "" {
 			mtls.PinPeer(tc, o.serverID)
 		} else if sameFile(o.tls.CA, deploymentCA) {
-			return nil, fmt.Errorf("--ratelimit-xds-tls-ca is this deployment's CA (--tls-client-ca), which signs every agent and service: name the management server's identity with --ratelimit-xds-server-id (e.g. spiffe://<trust domain>/role/xds), or any of them could set the limits")
+			return nil, fmt.Errorf("--ratelimit-xds-tls-ca is this deployment's CA (--tls-client-ca), which signs " +
+				"every agent and service: name the management server's identity with --ratelimit-xds-server-id (e.g. " +
+				"spiffe://<trust domain>/role/xds), or any of them could set the limits")
 		}
 		s.TLS = tc
 		return s, nil
@@ -63,7 +75,8 @@ func (o *xdsOptions) settings(insecure bool, deploymentCA string, warn func(stri
 	}
 	if !mtls.IsLoopback(o.server) {
 		if !insecure {
-			return nil, fmt.Errorf("--ratelimit-xds %s is not a loopback address, and without TLS whoever answers there sets the limits: give --ratelimit-xds-tls-ca (and a client certificate), or pass --insecure", o.server)
+			return nil, fmt.Errorf("--ratelimit-xds %s is not a loopback address, and without TLS whoever answers "+
+				"there sets the limits: give --ratelimit-xds-tls-ca (and a client certificate), or pass --insecure", o.server)
 		}
 		warn(fmt.Sprintf("--ratelimit-xds %s without TLS: whoever answers there sets the limits", o.server))
 	}

@@ -42,13 +42,16 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.StringVar(&c.redisAddr, "redis", "127.0.0.1:6379", "Redis address (host:port) of this region")
 	fs.StringVar(&c.policies, "policies", "examples/policies.yaml", "policy file (YAML, one policy per document)")
 	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long to send traffic")
-	fs.IntVar(&c.identities, "identities", 50, "distinct identities per policy; the first one is hot and sends half the traffic")
+	fs.IntVar(&c.identities, "identities", 50,
+		"distinct identities per policy; the first one is hot and sends half the traffic")
 	fs.IntVar(&c.workers, "workers", 8, "concurrent callers")
 	fs.Int64Var(&c.maxRequests, "max-requests", 200_000, "stop after this many requests even if --duration has not passed")
 	fs.DurationVar(&c.timeout, "timeout", 50*time.Millisecond, "per-check timeout")
 	fs.Uint64Var(&c.seed, "seed", 1, "random seed for the traffic")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage: regional-agent load [flags]\n\nSends traffic from many identities for every policy in --policies through\nthe regional engine against a real Redis, then prints per policy what was\nadmitted and whether the hottest identity stayed within its limit.\n\nFlags:\n")
+		fmt.Fprint(stderr, "Usage: regional-agent load [flags]\n\nSends traffic from many identities for every "+
+			"policy in --policies through\nthe regional engine against a real Redis, then prints per policy what "+
+			"was\nadmitted and whether the hottest identity stayed within its limit.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

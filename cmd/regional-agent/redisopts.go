@@ -116,7 +116,8 @@ func parseRedisTarget(addr string) (*redis.UniversalOptions, string, error) {
 	if at := strings.LastIndexByte(authority, '@'); at >= 0 {
 		u, err := url.Parse("x://" + authority[:at+1] + "h")
 		if err != nil || u.User == nil {
-			return nil, "", fmt.Errorf("--redis %s: the user and password are not valid URL userinfo (percent-escape special characters)", shown)
+			return nil, "", fmt.Errorf("--redis %s: the user and password are not valid URL userinfo "+
+				"(percent-escape special characters)", shown)
 		}
 		user, authority = u.User, authority[at+1:]
 	}
@@ -152,7 +153,8 @@ func parseRedisTarget(addr string) (*redis.UniversalOptions, string, error) {
 		return o, shown, nil
 	}
 	if parts[0] == "" || len(parts) > 2 {
-		return nil, "", fmt.Errorf("--redis %s: name the master after the sentinels: redis+sentinel://host:port,.../master[/db]", shown)
+		return nil, "", fmt.Errorf("--redis %s: name the master after the sentinels: "+
+			"redis+sentinel://host:port,.../master[/db]", shown)
 	}
 	o.MasterName = parts[0]
 	if len(parts) == 2 {

@@ -99,38 +99,86 @@ func serveFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 	fs.StringVar(&o.region, "region", "", "region this agent enforces for (required)")
 	fs.StringVar(&o.instance, "instance", host, "this agent's name within the region (unique per process)")
 	fs.StringVar(&o.redis.addr, "redis", "127.0.0.1:6379", redisUsage)
-	fs.StringVar(&o.redis.passwordFile, "redis-password-file", "", "file holding the Redis password (else env QUOTALEASE_REDIS_PASSWORD, else the URL's); never logged")
-	fs.StringVar(&o.redis.sentinelPasswordFile, "redis-sentinel-password-file", "", "file holding the Redis Sentinels' password (else env QUOTALEASE_REDIS_SENTINEL_PASSWORD); never logged")
-	fs.StringVar(&o.redis.caFile, "redis-tls-ca", "", "PEM CA that signs Redis's certificate (turns TLS on; rediss:// without it uses the system roots)")
+	fs.StringVar(&o.redis.passwordFile, "redis-password-file", "",
+		"file holding the Redis password (else env QUOTALEASE_REDIS_PASSWORD, else the URL's); never logged")
+	fs.StringVar(&o.redis.sentinelPasswordFile, "redis-sentinel-password-file", "",
+		"file holding the Redis Sentinels' password (else env QUOTALEASE_REDIS_SENTINEL_PASSWORD); never logged")
+	fs.StringVar(&o.redis.caFile, "redis-tls-ca", "",
+		"PEM CA that signs Redis's certificate (turns TLS on; rediss:// without it uses the system roots)")
 	fs.StringVar(&o.coordinators, "coordinator", "127.0.0.1:7400", "coordinator replicas, host:port[,host:port...]")
-	fs.BoolVar(&o.hints, "coordinator-hints", true, "follow the leader address that followers name; turn off when the coordinators are reached through proxies or NAT their advertised addresses bypass")
+	fs.BoolVar(&o.hints, "coordinator-hints", true,
+		"follow the leader address that followers name; turn off when the coordinators are reached through "+
+			"proxies or NAT their advertised addresses bypass")
 	fs.StringVar(&o.policies, "policies", "", "load policies from this YAML file instead of the coordinator")
-	fs.DurationVar(&o.skew, "saved-clock-skew", time.Second, "the most the wall clocks of this region's agent hosts may disagree: a grant restored from the region's Redis at start (during a coordinator outage) is trusted this much less long")
+	fs.DurationVar(&o.skew, "saved-clock-skew", time.Second,
+		"the most the wall clocks of this region's agent hosts may disagree: a grant restored from the region's "+
+			"Redis at start (during a coordinator outage) is trusted this much less long")
 	fs.StringVar(&o.grpcListen, "grpc-listen", "127.0.0.1:7500", "gRPC address (check API and Envoy rate-limit API)")
 	fs.StringVar(&o.httpListen, "http-listen", "127.0.0.1:7501", "HTTP address (/v1/check, /metrics, /healthz, /readyz)")
-	fs.DurationVar(&o.checkTimeout, "check-timeout", 20*time.Millisecond, "longest a check waits for Redis before the local fallback decides")
-	fs.IntVar(&o.pipelines, "redis-pipelines", agent.DefaultConfig().RedisPipelines, "pipelines of concurrent checks in flight to Redis at once; each carries every check that queued meanwhile (no timer: an idle agent adds no latency). 0 sends every check on its own")
-	fs.Float64Var(&o.drift, "drift", lease.DefaultTiming.Drift, "bound on this host's clock rate error; a coordinator assuming a larger one (its --drift) wins")
-	fs.DurationVar(&o.margin, "lease-margin", lease.DefaultTiming.Margin, "stop trusting a grant this much early, on top of drift")
+	fs.DurationVar(&o.checkTimeout, "check-timeout", 20*time.Millisecond,
+		"longest a check waits for Redis before the local fallback decides")
+	fs.IntVar(&o.pipelines, "redis-pipelines", agent.DefaultConfig().RedisPipelines,
+		"pipelines of concurrent checks in flight to Redis at once; each carries every check that queued "+
+			"meanwhile (no timer: an idle agent adds no latency). 0 sends every check on its own")
+	fs.Float64Var(&o.drift, "drift", lease.DefaultTiming.Drift,
+		"bound on this host's clock rate error; a coordinator assuming a larger one (its --drift) wins")
+	fs.DurationVar(&o.margin, "lease-margin", lease.DefaultTiming.Margin,
+		"stop trusting a grant this much early, on top of drift")
 	fs.IntVar(&o.fallbackKeys, "fallback-keys", 100_000, "most identities the local fallback tracks")
-	fs.DurationVar(&o.policyRefresh, "policy-refresh", 10*time.Second, "reload the policies at least this often; a grant computed from a changed policy, or a check naming an unknown one, reloads them at once")
-	fs.StringVar(&o.clusterID, "cluster-id", "", "the cluster ID the coordinators must have (they log it at start); without it the agent pins the cluster of the first answer. Either way a coordinator of another deployment is refused")
-	fs.BoolVar(&o.envoyHeaders, "envoy-limit-headers", false, "add RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset to Envoy answers for the descriptor closest to its limit (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED)")
-	fs.BoolVar(&o.envoyQuotaMode, "envoy-quota-mode", false, "every limit in quota mode for Envoy answers (envoyproxy/ratelimit's QUOTA_MODE): a descriptor over its limit is answered OK and never makes the call OVER_LIMIT; per limit, quota_mode: true in the configuration")
-	fs.BoolVar(&o.envoyDynamicMetadata, "envoy-dynamic-metadata", false, "add dynamic_metadata (domain, descriptors, hits, quota-mode violations) to Envoy answers (envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA)")
-	fs.BoolVar(&o.envoyRetryAfter, "envoy-retry-after", false, "quota-lease extra: add a retry-after header (whole seconds, the longest wait of the descriptors over their limit) to Envoy OVER_LIMIT answers; envoyproxy/ratelimit adds none")
-	fs.BoolVar(&o.envoyPolicyNames, "envoy-policy-names", false, "quota-lease extra: name every Envoy answer's current_limit after its policy, also where the configuration names none (envoyproxy/ratelimit leaves the name empty there)")
-	fs.BoolVar(&o.envoyExact, "envoy-exact-counts", false, "quota-lease extra: Envoy answers report what is left of a limit also when over it (envoyproxy/ratelimit reports 0) and duration_until_reset to the millisecond (it reports whole seconds)")
-	fs.BoolVar(&o.shadow, "shadow-mode", false, "shadow mode for every policy: decide and count as usual, admit everything (rejections are counted as result=\"shadow\"); for watching limits before enforcing them")
-	fs.StringVar(&o.metricIDs, "metric-identities", agent.IdentitiesHashed, "how the hot-identity metric names identities (tenants, IPs): hashed (sha256:<12 hex>), plain (opt in to the names) or off")
+	fs.DurationVar(&o.policyRefresh, "policy-refresh", 10*time.Second,
+		"reload the policies at least this often; a grant computed from a changed policy, or a check naming an "+
+			"unknown one, reloads them at once")
+	fs.StringVar(&o.clusterID, "cluster-id", "",
+		"the cluster ID the coordinators must have (they log it at start); without it the agent pins the "+
+			"cluster of the first answer. Either way a coordinator of another deployment is refused")
+	fs.BoolVar(&o.envoyHeaders, "envoy-limit-headers", false,
+		"add RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset to Envoy answers for the descriptor "+
+			"closest to its limit (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED)")
+	fs.BoolVar(&o.envoyQuotaMode, "envoy-quota-mode", false,
+		"every limit in quota mode for Envoy answers (envoyproxy/ratelimit's QUOTA_MODE): a descriptor over its "+
+			"limit is answered OK and never makes the call OVER_LIMIT; per limit, quota_mode: true in the "+
+			"configuration")
+	fs.BoolVar(&o.envoyDynamicMetadata, "envoy-dynamic-metadata", false,
+		"add dynamic_metadata (domain, descriptors, hits, quota-mode violations) to Envoy answers "+
+			"(envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA)")
+	fs.BoolVar(&o.envoyRetryAfter, "envoy-retry-after", false,
+		"quota-lease extra: add a retry-after header (whole seconds, the longest wait of the descriptors over "+
+			"their limit) to Envoy OVER_LIMIT answers; envoyproxy/ratelimit adds none")
+	fs.BoolVar(&o.envoyPolicyNames, "envoy-policy-names", false,
+		"quota-lease extra: name every Envoy answer's current_limit after its policy, also where the "+
+			"configuration names none (envoyproxy/ratelimit leaves the name empty there)")
+	fs.BoolVar(&o.envoyExact, "envoy-exact-counts", false,
+		"quota-lease extra: Envoy answers report what is left of a limit also when over it "+
+			"(envoyproxy/ratelimit reports 0) and duration_until_reset to the millisecond (it reports whole "+
+			"seconds)")
+	fs.BoolVar(&o.shadow, "shadow-mode", false,
+		"shadow mode for every policy: decide and count as usual, admit everything (rejections are counted as "+
+			"result=\"shadow\"); for watching limits before enforcing them")
+	fs.StringVar(&o.metricIDs, "metric-identities", agent.IdentitiesHashed,
+		"how the hot-identity metric names identities (tenants, IPs): hashed (sha256:<12 hex>), plain (opt in "+
+			"to the names) or off")
 	edgeFlags(fs, &o.edge)
 	o.tls = mtls.ServerFlags(fs)
-	fs.StringVar(&o.coordCA, "coordinator-tls-ca", os.Getenv("QUOTALEASE_TLS_CA"), "PEM CA that signs the coordinators' certificates; turns TLS on toward them, presenting --tls-cert (the region's identity) as the client certificate (env QUOTALEASE_TLS_CA)")
-	fs.StringVar(&o.trustDomain, "trust-domain", "quota-lease", "SPIFFE trust domain of the coordinators (their serve --trust-domain): with --coordinator-tls-ca, a server is accepted as a coordinator only if its certificate names spiffe://<domain>/role/coordinator")
-	fs.DurationVar(&o.drain, "drain-delay", 0, "on SIGTERM, answer /readyz 503 (and gRPC health NOT_SERVING) for this long while still serving checks, before waiting for in-flight ones and closing: set it to your load balancer's probe period")
-	fs.StringVar(&o.httpRateLimitHeaders, "http-ratelimit-headers", checkapi.RateLimitDraft06, "the RateLimit response fields of the HTTP API, by the version of the IETF draft they follow: draft-06 (draft-ietf-httpapi-ratelimit-headers-06: RateLimit-Limit, -Remaining, -Reset and -Policy), draft-11 (draft-ietf-httpapi-ratelimit-headers-11: structured RateLimit-Policy and RateLimit, with a partition key) or none; a 429 carries Retry-After whichever")
-	fs.IntVar(&o.httpConns, "http-max-conns", checkapi.DefaultMaxHTTPConns, "most open HTTP connections; more wait to be accepted, so slow clients cannot exhaust file descriptors. At most half of them (and 1,024) may be still handshaking, 64 from one address, for 3 s at most")
-	fs.BoolVar(&o.insecure, "insecure", false, "allow listening on a non-loopback address without mutual TLS (anyone who reaches it can check and read metrics)")
+	fs.StringVar(&o.coordCA, "coordinator-tls-ca", os.Getenv("QUOTALEASE_TLS_CA"),
+		"PEM CA that signs the coordinators' certificates; turns TLS on toward them, presenting --tls-cert (the "+
+			"region's identity) as the client certificate (env QUOTALEASE_TLS_CA)")
+	fs.StringVar(&o.trustDomain, "trust-domain", "quota-lease",
+		"SPIFFE trust domain of the coordinators (their serve --trust-domain): with --coordinator-tls-ca, a "+
+			"server is accepted as a coordinator only if its certificate names spiffe://<domain>/role/coordinator")
+	fs.DurationVar(&o.drain, "drain-delay", 0,
+		"on SIGTERM, answer /readyz 503 (and gRPC health NOT_SERVING) for this long while still serving checks, "+
+			"before waiting for in-flight ones and closing: set it to your load balancer's probe period")
+	fs.StringVar(&o.httpRateLimitHeaders, "http-ratelimit-headers", checkapi.RateLimitDraft06,
+		"the RateLimit response fields of the HTTP API, by the version of the IETF draft they follow: draft-06 "+
+			"(draft-ietf-httpapi-ratelimit-headers-06: RateLimit-Limit, -Remaining, -Reset and -Policy), draft-11 "+
+			"(draft-ietf-httpapi-ratelimit-headers-11: structured RateLimit-Policy and RateLimit, with a partition "+
+			"key) or none; a 429 carries Retry-After whichever")
+	fs.IntVar(&o.httpConns, "http-max-conns", checkapi.DefaultMaxHTTPConns,
+		"most open HTTP connections; more wait to be accepted, so slow clients cannot exhaust file descriptors. "+
+			"At most half of them (and 1,024) may be still handshaking, 64 from one address, for 3 s at most")
+	fs.BoolVar(&o.insecure, "insecure", false,
+		"allow listening on a non-loopback address without mutual TLS (anyone who reaches it can check and read "+
+			"metrics)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	fs.BoolVar(&o.logJSON, "log-json", false, "log as JSON lines instead of text")
 	envflag.AddConfigFlag(fs)

@@ -163,7 +163,8 @@ func ValidateConfig(c Config) error {
 		errs = append(errs, err)
 	}
 	if c.CheckTimeout <= 0 || c.RenewTick <= 0 || c.PolicyRefresh <= 0 || c.BreakerCooldown <= 0 || c.IdempotencyWindow <= 0 {
-		bad("check timeout %s, renew tick %s, policy refresh %s, breaker cooldown %s and idempotency window %s must be positive",
+		bad("check timeout %s, renew tick %s, policy refresh %s, breaker cooldown %s and idempotency window %s "+
+			"must be positive",
 			c.CheckTimeout, c.RenewTick, c.PolicyRefresh, c.BreakerCooldown, c.IdempotencyWindow)
 	}
 	if c.RedisProbeInterval <= 0 || c.RedisProbeMaxInterval < c.RedisProbeInterval {
@@ -270,13 +271,15 @@ func (a *Agent) Readiness() (bool, string) {
 	case a.closing.Load():
 		return false, "shutting down"
 	case !a.loaded.Load() && redisErr != nil:
-		return false, "no policies yet: the coordinator has not answered and the region's saved set cannot be read: " + redisProblem(redisErr)
+		return false, "no policies yet: the coordinator has not answered and the region's saved set cannot be " +
+			"read: " + redisProblem(redisErr)
 	case !a.loaded.Load():
 		return false, "no policies yet: the coordinator has not answered and the region's Redis holds no saved set"
 	case redisErr != nil:
 		return false, redisProblem(redisErr) + ": checks are decided by the local fallback"
 	case a.admit.BreakerOpen():
-		return false, fmt.Sprintf("the breaker in front of Redis is open (checks to Redis failed or took over the check timeout, %s): "+
+		return false, fmt.Sprintf("the breaker in front of Redis is open (checks to Redis failed or took over "+
+			"the check timeout, %s): "+
 			"checks are decided by the local fallback until a probe of Redis succeeds", a.cfg.CheckTimeout)
 	}
 	if u := a.leaser.unleased(a.cfg.Clock.Now()); len(u) > 0 {

@@ -380,7 +380,8 @@ func (l *leaser) answered(out []sentQuota, resp *pb.LeaseResponse, err error) bo
 	l.down.OK(l.log, l.now())
 	l.named, l.replaces = true, ""
 	if resp.AssumedDrift > l.timing.Drift {
-		l.log.Warn("the coordinator assumes a larger clock drift than this agent's --drift; using the coordinator's", "agent", l.timing.Drift, "coordinator", resp.AssumedDrift)
+		l.log.Warn("the coordinator assumes a larger clock drift than this agent's --drift; using the "+
+			"coordinator's", "agent", l.timing.Drift, "coordinator", resp.AssumedDrift)
 		l.timing.Drift = resp.AssumedDrift
 		for _, q := range l.quotas {
 			q.a.RaiseDrift(resp.AssumedDrift)

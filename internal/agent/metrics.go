@@ -42,7 +42,8 @@ func newMetrics() *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_decisions_total",
-			Help: "Checks decided, by policy, mode (leased, degraded, local-fallback, unleased, region) and result (allowed, rejected, or shadow: rejected by the limit and allowed by shadow mode)."},
+			Help: "Checks decided, by policy, mode (leased, degraded, local-fallback, unleased, region) and result " +
+				"(allowed, rejected, or shadow: rejected by the limit and allowed by shadow mode)."},
 			[]string{"policy", "mode", "result"}),
 		redisLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "quotalease_agent_redis_seconds",
 			Help:    "Latency of decision scripts against Redis, including timeouts.",
@@ -52,22 +53,26 @@ func newMetrics() *metrics {
 		leaseState: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "quotalease_agent_lease_state",
 			Help: "1 for the lease's current state, 0 for the others."}, []string{"policy", "state"}),
 		degradedSeconds: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_degraded_seconds_total",
-			Help: "Seconds this agent enforced the policy's degraded budget (its lease lapsed), measured each lease round; rate() of it is the fraction of time degraded."},
+			Help: "Seconds this agent enforced the policy's degraded budget (its lease lapsed), measured each " +
+				"lease round; rate() of it is the fraction of time degraded."},
 			[]string{"policy"}),
 		renewFails: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_lease_renew_failures_total",
-			Help: "Lease renewals that failed, by reason: unavailable (coordinator unreachable), rate-limited (the coordinator refused this region's call rate), refused."}, []string{"reason"}),
+			Help: "Lease renewals that failed, by reason: unavailable (coordinator unreachable), rate-limited (the " +
+				"coordinator refused this region's call rate), refused."}, []string{"reason"}),
 		budgetAdmits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_budget_admissions_total",
 			Help: "Admissions on a budget other than the lease: degraded (lease lapsed) or local-fallback (Redis down)."},
 			[]string{"policy", "budget"}),
 		breakerOpen: prometheus.NewGauge(prometheus.GaugeOpts{Name: "quotalease_agent_redis_breaker_open",
 			Help: "1 while the circuit breaker in front of Redis is open (checks use the local fallback)."}),
 		fallbackAfterTimeout: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_fallback_after_timeout_total",
-			Help: "Checks decided by the local fallback after their Redis script timed out. The script may still have run, so such a request may be charged twice (in Redis and locally); it is never admitted twice."},
+			Help: "Checks decided by the local fallback after their Redis script timed out. The script may still " +
+				"have run, so such a request may be charged twice (in Redis and locally); it is never admitted twice."},
 			[]string{"policy"}),
 		replays: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_idempotent_replays_total",
 			Help: "Retries with an idempotency key answered from this agent's replay cache, charged nothing."}, []string{"policy"}),
 		overLimitHits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_overlimit_cache_hits_total",
-			Help: "Checks rejected in-process because Redis rejected the same identity, under the same limits, less than its retry delay ago: no Redis call."}, []string{"policy"}),
+			Help: "Checks rejected in-process because Redis rejected the same identity, under the same limits, " +
+				"less than its retry delay ago: no Redis call."}, []string{"policy"}),
 		instances: prometheus.NewGauge(prometheus.GaugeOpts{Name: "quotalease_agent_region_instances",
 			Help: "Live agent instances in this region, as seen through Redis (divides the fallback budget)."}),
 		storeLosses: prometheus.NewCounter(prometheus.CounterOpts{Name: "quotalease_agent_store_losses_total",
@@ -75,11 +80,17 @@ func newMetrics() *metrics {
 		storeBorn: prometheus.NewGauge(prometheus.GaugeOpts{Name: "quotalease_agent_store_born_timestamp_seconds",
 			Help: "When the region's Redis last lost its state, as Unix time; 0 for a store never seen to lose it."}),
 		handshakeFails: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_http_handshake_failures_total",
-			Help: "HTTP connections closed before their TLS handshake completed (in plaintext, before their first byte), by reason: timeout (not within the deadline), error (not TLS, a bad certificate, a reset), source-limit (too many pending from its address), evicted (too many pending in all: the oldest is closed)."},
+			Help: "HTTP connections closed before their TLS handshake completed (in plaintext, before their first " +
+				"byte), by reason: timeout (not within the deadline), error (not TLS, a bad certificate, a reset), " +
+				"source-limit (too many pending from its address), evicted (too many pending in all: the oldest is " +
+				"closed)."},
 			[]string{"reason"}),
 		returned: returnedUnits(),
 		overCharged: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_post_hoc_over_limit_units_total",
-			Help: "Units of charges after the fact (a post_hoc policy: a response's tokens) that no longer fitted the limit and were counted all the same, putting the identity over its limit (a window) or into debt (a token bucket): what checks let through before the limit ran out. Bounded by the policy's post-hoc term."},
+			Help: "Units of charges after the fact (a post_hoc policy: a response's tokens) that no longer fitted " +
+				"the limit and were counted all the same, putting the identity over its limit (a window) or into " +
+				"debt (a token bucket): what checks let through before the limit ran out. Bounded by the policy's " +
+				"post-hoc term."},
 			[]string{"policy"}),
 	}
 	m.reg.MustRegister(version.Collector("regional-agent"), m.returned, m.overCharged, m.storeLosses, m.storeBorn, m.decisions, m.redisLatency, m.leaseShare, m.leaseState, m.degradedSeconds, m.renewFails, m.budgetAdmits,
@@ -107,7 +118,9 @@ func (m *metrics) zeroPolicy(policy string) {
 }
 
 var hotDesc = prometheus.NewDesc("quotalease_agent_hot_identity_cost",
-	"Estimated recent cost of the heaviest identities per policy (top-K, halving every 30s), in units. The identity label is sha256:<first 12 hex> of the identity unless the agent runs with --metric-identities plain.",
+	"Estimated recent cost of the heaviest identities per policy (top-K, halving every 30s), in units. The "+
+		"identity label is sha256:<first 12 hex> of the identity unless the agent runs with "+
+		"--metric-identities plain.",
 	[]string{"policy", "identity"}, nil)
 
 // How the hot-identity metric names identities (Config.MetricIdentities).

@@ -64,9 +64,11 @@ func redisProblem(err error) string {
 	switch {
 	case redis.IsAuthError(err):
 		return "Redis refuses this agent's credentials (NOAUTH/WRONGPASS): give the agent the password Redis requires " +
-			"(its requirepass, or the ACL user's) with --redis-password-file, QUOTALEASE_REDIS_PASSWORD or the --redis URL, and restart it"
+			"(its requirepass, or the ACL user's) with --redis-password-file, QUOTALEASE_REDIS_PASSWORD or the " +
+			"--redis URL, and restart it"
 	case redis.IsPermissionError(err):
-		return "Redis refuses a command to this agent's ACL user (NOPERM): allow it the agent's commands and keys (docs/runbook.md)"
+		return "Redis refuses a command to this agent's ACL user (NOPERM): allow it the agent's commands and " +
+			"keys (docs/runbook.md)"
 	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
 		return "Redis did not answer in time"
 	default:

@@ -10,9 +10,12 @@ import (
 // returnedUnits counts returned hits by what became of them.
 func returnedUnits() *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_returned_units_total",
-		Help: "Units returned (Envoy's is_negative_hits) to a policy that accepts returns, by policy and result: freed (given back to the limit), " +
-			"cleared (matched what the limit no longer counted: a refused request's hits, units taken in an earlier window, or refilled), unmatched (more than the identity held), " +
-			"dropped (not decided: no share, or Redis could not decide it; the units stay counted until they leave the window or are refilled)."},
+		Help: "Units returned (Envoy's is_negative_hits) to a policy that accepts returns, by policy and " +
+			"result: freed (given back to the limit), " +
+			"cleared (matched what the limit no longer counted: a refused request's hits, units taken in an " +
+			"earlier window, or refilled), unmatched (more than the identity held), " +
+			"dropped (not decided: no share, or Redis could not decide it; the units stay counted until they leave " +
+			"the window or are refilled)."},
 		[]string{"policy", "result"})
 }
 

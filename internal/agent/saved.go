@@ -125,7 +125,8 @@ func (a *Agent) restorePolicies(ctx context.Context) bool {
 		return false
 	}
 	a.savedFP = policySetFingerprint(ps)
-	a.cfg.Logger.Info("started from the region's saved policies; the coordinator's replace them when it answers", "policies", len(ps))
+	a.cfg.Logger.Info("started from the region's saved policies; the coordinator's replace them when it "+
+		"answers", "policies", len(ps))
 	return true
 }
 
@@ -140,7 +141,8 @@ func (a *Agent) restoreGrants(ctx context.Context, atStart bool) {
 		return
 	}
 	if atStart && n > 0 {
-		a.cfg.Logger.Info("restored the region's saved grants: enforcing each until it ends, then its degraded budget, until the coordinator grants anew",
+		a.cfg.Logger.Info("restored the region's saved grants: enforcing each until it ends, then its degraded "+
+			"budget, until the coordinator grants anew",
 			"grants", n, "global_policies", len(a.leaser.names()))
 	}
 }

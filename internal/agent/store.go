@@ -40,7 +40,8 @@ func (a *Agent) watchStore(ctx context.Context, w *storeWatch) {
 	}
 	if w.seen && born != w.born {
 		a.m.storeLosses.Inc()
-		a.cfg.Logger.Warn("Redis lost its quota-lease state; each identity starts as if it had used its whole share at the loss (docs/failure-modes.md)",
+		a.cfg.Logger.Warn("Redis lost its quota-lease state; each identity starts as if it had used its whole "+
+			"share at the loss (docs/failure-modes.md)",
 			"lost_at", time.UnixMilli(born).UTC().Format(time.RFC3339Nano))
 	}
 	w.seen, w.born = true, born

@@ -101,7 +101,8 @@ func FromCert(cert *x509.Certificate, trustDomain string) (ID, error) {
 	}
 	switch len(found) {
 	case 0:
-		return ID{}, fmt.Errorf("%w: the certificate names no spiffe://%s/region/... or /role/admin|viewer|coordinator", ErrNoIdentity, trustDomain)
+		return ID{}, fmt.Errorf("%w: the certificate names no spiffe://%s/region/... or "+
+			"/role/admin|viewer|coordinator", ErrNoIdentity, trustDomain)
 	case 1:
 		return found[0], nil
 	default:

@@ -44,7 +44,8 @@ func (c Config) Validate() error {
 	case c.Keep < c.SampleEvery:
 		return fmt.Errorf("console history %v: must be at least one sample interval (%v)", c.Keep, c.SampleEvery)
 	case c.Keep/c.SampleEvery > 1_000_000:
-		return fmt.Errorf("console history %v at one sample every %v is more than a million samples: keep less or sample less often", c.Keep, c.SampleEvery)
+		return fmt.Errorf("console history %v at one sample every %v is more than a million samples: keep less "+
+			"or sample less often", c.Keep, c.SampleEvery)
 	case c.Refresh < 500*time.Millisecond:
 		return fmt.Errorf("console refresh %v: must be at least 500ms", c.Refresh)
 	case c.ChartPoints < 2:

@@ -162,7 +162,8 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	leased := false
 	switch {
 	case !v.Leader && v.LeaderAt != "":
-		v.Notice = fmt.Sprintf("This replica follows; the leader is at %s. Shares, modes and their history are on the leader's console.", v.LeaderAt)
+		v.Notice = fmt.Sprintf("This replica follows; the leader is at %s. Shares, modes and their history are "+
+			"on the leader's console.", v.LeaderAt)
 	case !v.Leader:
 		v.Notice = "No leader is known yet (election or failover in progress): shares and modes appear once one leads."
 	default:

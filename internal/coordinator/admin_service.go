@@ -64,7 +64,8 @@ func (c *Coordinator) GetPolicy(ctx context.Context, req *pb.GetPolicyRequest) (
 	}
 	resp, srcResp := txn.Responses[0].GetResponseRange(), txn.Responses[1].GetResponseRange()
 	if len(resp.Kvs) == 0 {
-		return nil, status.Errorf(codes.NotFound, "no policy %s; 'coordinator quota list' shows the stored ones", policy.QuoteName(req.Name))
+		return nil, status.Errorf(codes.NotFound,
+			"no policy %s; 'coordinator quota list' shows the stored ones", policy.QuoteName(req.Name))
 	}
 	var p policy.Policy
 	if err := json.Unmarshal(resp.Kvs[0].Value, &p); err != nil {
@@ -200,7 +201,8 @@ func (c *Coordinator) SetRegion(ctx context.Context, req *pb.SetRegionRequest) (
 		return nil, err
 	}
 	if !policy.RegionNameRE.MatchString(req.Name) {
-		return nil, status.Errorf(codes.InvalidArgument, "region name %s must be 1-63 characters of a-z, 0-9 and '-'", policy.QuoteName(req.Name))
+		return nil, status.Errorf(codes.InvalidArgument,
+			"region name %s must be 1-63 characters of a-z, 0-9 and '-'", policy.QuoteName(req.Name))
 	}
 	if !(req.Weight > 0) || math.IsInf(req.Weight, 0) {
 		return nil, status.Errorf(codes.InvalidArgument, "weight must be a positive finite number, got %v", req.Weight)

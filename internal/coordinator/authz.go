@@ -167,21 +167,28 @@ func (c *Coordinator) allow(method string, req any, id caller.ID, idErr error) e
 			return refuse(codes.PermissionDenied, "not-a-region", "%s may not lease: only a region's agents may", id)
 		}
 		if lr.GetRegion() != id.Name {
-			return refuse(codes.PermissionDenied, "other-region", "a certificate of region %q may lease only for %q, not for %q", id.Name, id.Name, lr.GetRegion())
+			return refuse(codes.PermissionDenied, "other-region",
+				"a certificate of region %q may lease only for %q, not for %q", id.Name, id.Name, lr.GetRegion())
 		}
 		if id.Instance != "" && lr.GetInstance() != id.Instance {
-			return refuse(codes.PermissionDenied, "other-instance", "a certificate of instance %q may lease only as %q, not as %q", id.Instance, id.Instance, lr.GetInstance())
+			return refuse(codes.PermissionDenied, "other-instance",
+				"a certificate of instance %q may lease only as %q, not as %q", id.Instance, id.Instance, lr.GetInstance())
 		}
 		if !c.leaseCalls.allow(id.Name) {
-			return refuse(codes.ResourceExhausted, "lease-rate", "region %q sent more than %v lease calls a second; its agents renew far less often, so something is looping or flooding", id.Name, c.cfg.LeaseCallRate)
+			return refuse(codes.ResourceExhausted, "lease-rate",
+				"region %q sent more than %v lease calls a second; its agents renew far less often, so something is "+
+					"looping or flooding", id.Name, c.cfg.LeaseCallRate)
 		}
 	case policyAccess:
 		if id == caller.CoordinatorID {
-			return refuse(codes.PermissionDenied, "server-identity", "%s is the coordinators' server identity and calls nothing: give the client a region's, an admin's or a viewer's certificate", id)
+			return refuse(codes.PermissionDenied, "server-identity",
+				"%s is the coordinators' server identity and calls nothing: give the client a region's, an admin's or "+
+					"a viewer's certificate", id)
 		}
 	case readAccess:
 		if id.Kind != caller.Role || id == caller.CoordinatorID {
-			return refuse(codes.PermissionDenied, "not-a-role", "%s may not use the admin API: it needs role viewer or admin", id)
+			return refuse(codes.PermissionDenied, "not-a-role",
+				"%s may not use the admin API: it needs role viewer or admin", id)
 		}
 	case writeAccess:
 		if id != (caller.ID{Kind: caller.Role, Name: caller.Admin}) {

@@ -40,7 +40,8 @@ func (c *Coordinator) ensureClusterID(ctx context.Context) error {
 		return fmt.Errorf("cluster id: %w", err)
 	}
 	if len(resp.Kvs) == 0 {
-		return fmt.Errorf("cluster id: key %s is missing right after it was written (is another process deleting under --prefix?)", key)
+		return fmt.Errorf("cluster id: key %s is missing right after it was written (is another process "+
+			"deleting under --prefix?)", key)
 	}
 	id := string(resp.Kvs[0].Value)
 	c.clusterID.Store(&id)
@@ -67,7 +68,9 @@ func (c *Coordinator) checkCluster(ctx context.Context, req any, info *grpc.Unar
 	_ = grpc.SetTrailer(ctx, metadata.Pairs(leaseapi.ClusterHeader, id))
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
 		if want := md.Get(leaseapi.ClusterHeader); len(want) > 0 && want[0] != id {
-			return nil, status.Errorf(codes.FailedPrecondition, "this coordinator serves cluster %s, not %s: the address belongs to another deployment (a stale --coordinator address or leader hint)", id, want[0])
+			return nil, status.Errorf(codes.FailedPrecondition,
+				"this coordinator serves cluster %s, not %s: the address belongs to another deployment (a stale "+
+					"--coordinator address or leader hint)", id, want[0])
 		}
 	}
 	return handler(ctx, req)

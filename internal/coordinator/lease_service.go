@@ -37,8 +37,9 @@ func (c *Coordinator) leading(ctx context.Context) (*term, error) {
 		return nil, status.Errorf(codes.Unavailable, "no leader: this coordinator cannot elect or confirm one: %v", problem)
 	}
 	if leader == "" {
-		return nil, status.Error(codes.Unavailable, "no leader confirmed yet: the replicas elect one through etcd, which takes up to --session-ttl "+
-			"after a start or a leader's death; retry shortly (if it lasts, the replicas' logs and /readyz say why)")
+		return nil, status.Error(codes.Unavailable,
+			"no leader confirmed yet: the replicas elect one through etcd, which takes up to --session-ttl "+
+				"after a start or a leader's death; retry shortly (if it lasts, the replicas' logs and /readyz say why)")
 	}
 	_ = grpc.SetTrailer(ctx, metadata.Pairs(leaseapi.LeaderTrailer, leader))
 	return nil, status.Errorf(codes.Unavailable, "not the leader; the leader is at %s", leader)

@@ -13,18 +13,29 @@ import (
 )
 
 var (
-	descLeader   = prometheus.NewDesc("quotalease_coordinator_leader", "1 while this replica leads and grants.", nil, nil)
-	descEpoch    = prometheus.NewDesc("quotalease_coordinator_epoch", "Leader epoch of this replica (0 when following).", nil, nil)
-	descGrants   = prometheus.NewDesc("quotalease_coordinator_lease_answers_total", "Lease requests answered by this replica.", nil, nil)
-	descWrites   = prometheus.NewDesc("quotalease_coordinator_ledger_writes_total", "Ledger transactions written to etcd by this replica.", nil, nil)
-	descBooked   = prometheus.NewDesc("quotalease_coordinator_booked_ratio", "What all regions may be enforcing now for the identity booked most, as a fraction of the quota (at most 1, except fail-open).", []string{"quota"}, nil)
-	descRefused  = prometheus.NewDesc("quotalease_coordinator_auth_refusals_total", "Calls refused for their caller's identity, by method and reason.", []string{"method", "reason"}, nil)
-	descEnforced = prometheus.NewDesc("quotalease_coordinator_region_enforcing_ratio", "What a region may be enforcing now, as a fraction of the quota.", []string{"quota", "region"}, nil)
-	descIDShares = prometheus.NewDesc("quotalease_coordinator_identity_shares", "Identities of a quota holding shares of their own.", []string{"quota"}, nil)
-	descIDUnfit  = prometheus.NewDesc("quotalease_coordinator_identity_shares_unfit", "Identities that asked for shares of their own in the last planning round and did not fit under the most a quota may have.", []string{"quota"}, nil)
-	descIDHeld   = prometheus.NewDesc("quotalease_coordinator_identity_demands_held", "Identity demands the agents' reports hold now, over every instance.", []string{"quota"}, nil)
+	descLeader = prometheus.NewDesc("quotalease_coordinator_leader", "1 while this replica leads and grants.", nil, nil)
+	descEpoch  = prometheus.NewDesc("quotalease_coordinator_epoch",
+		"Leader epoch of this replica (0 when following).", nil, nil)
+	descGrants = prometheus.NewDesc("quotalease_coordinator_lease_answers_total", "Lease requests answered by this replica.", nil, nil)
+	descWrites = prometheus.NewDesc("quotalease_coordinator_ledger_writes_total",
+		"Ledger transactions written to etcd by this replica.", nil, nil)
+	descBooked = prometheus.NewDesc("quotalease_coordinator_booked_ratio",
+		"What all regions may be enforcing now for the identity booked most, as a fraction of the quota (at "+
+			"most 1, except fail-open).", []string{"quota"}, nil)
+	descRefused = prometheus.NewDesc("quotalease_coordinator_auth_refusals_total",
+		"Calls refused for their caller's identity, by method and reason.", []string{"method", "reason"}, nil)
+	descEnforced = prometheus.NewDesc("quotalease_coordinator_region_enforcing_ratio",
+		"What a region may be enforcing now, as a fraction of the quota.", []string{"quota", "region"}, nil)
+	descIDShares = prometheus.NewDesc("quotalease_coordinator_identity_shares",
+		"Identities of a quota holding shares of their own.", []string{"quota"}, nil)
+	descIDUnfit = prometheus.NewDesc("quotalease_coordinator_identity_shares_unfit",
+		"Identities that asked for shares of their own in the last planning round and did not fit under the "+
+			"most a quota may have.", []string{"quota"}, nil)
+	descIDHeld = prometheus.NewDesc("quotalease_coordinator_identity_demands_held",
+		"Identity demands the agents' reports hold now, over every instance.", []string{"quota"}, nil)
 	descIDIgnore = prometheus.NewDesc("quotalease_coordinator_identity_demands_ignored_total",
-		"Identity demands not taken since this replica began leading: new identities beyond what an agent instance (2 x identity_shares + 2,000) or its region (4 such instances) may report.", []string{"quota"}, nil)
+		"Identity demands not taken since this replica began leading: new identities beyond what an agent "+
+			"instance (2 x identity_shares + 2,000) or its region (4 such instances) may report.", []string{"quota"}, nil)
 )
 
 // collector reads the coordinator's state at scrape time.

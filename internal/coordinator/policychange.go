@@ -79,7 +79,8 @@ func (c *Coordinator) changePolicies(ctx context.Context, t *term, ch policyChan
 			if old.policy.Algorithm != p.Algorithm || old.policy.Scope != p.Scope {
 				if !ch.replace {
 					return status.Errorf(codes.FailedPrecondition,
-						"policy %q: changing algorithm or scope in place would mix units of outstanding grants; delete the policy first or use a new name", p.Name)
+						"policy %q: changing algorithm or scope in place would mix units of outstanding grants; delete the "+
+							"policy first or use a new name", p.Name)
 				}
 				recreated[p.Name] = true
 				ops = append(ops, clientv3.OpDelete(c.keys.ledgerQuota(p.Name), clientv3.WithPrefix()))
@@ -87,7 +88,8 @@ func (c *Coordinator) changePolicies(ctx context.Context, t *term, ch policyChan
 				// The new parts would start full beside the kept part 0: a
 				// burst the bound counts only as a config change.
 				return status.Errorf(codes.FailedPrecondition,
-					"policy %q: changing shards (%d to %d) starts the new parts full; change the version with it (now %d), which starts every key afresh as the bound's burst term counts", p.Name, old.policy.ShardCount(), p.ShardCount(), p.Version)
+					"policy %q: changing shards (%d to %d) starts the new parts full; change the version with it (now "+
+						"%d), which starts every key afresh as the bound's burst term counts", p.Name, old.policy.ShardCount(), p.ShardCount(), p.Version)
 			}
 		}
 		ops = append(ops, clientv3.OpPut(c.keys.policy(p.Name), mustJSON(p)))
@@ -167,10 +169,12 @@ func (c *Coordinator) owns(t *term, ch policyChange, name string) error {
 	switch {
 	case ch.byHand() && src != nil && c.cfg.RateLimitXDS != nil:
 		return status.Errorf(codes.FailedPrecondition,
-			"policy %s is managed by %s; change it there (quota set and delete change such a policy only on coordinators run without --ratelimit-xds)", policy.QuoteName(name), src)
+			"policy %s is managed by %s; change it there (quota set and delete change such a policy only on "+
+				"coordinators run without --ratelimit-xds)", policy.QuoteName(name), src)
 	case !ch.byHand() && src == nil && t.quotas[name] != nil:
 		return status.Errorf(codes.FailedPrecondition,
-			"policy %s was set by hand (quota set); the xDS server may not replace it: delete it ('coordinator quota delete %s') or give the limit another name (rate_limit.name)", policy.QuoteName(name), name)
+			"policy %s was set by hand (quota set); the xDS server may not replace it: delete it ('coordinator "+
+				"quota delete %s') or give the limit another name (rate_limit.name)", policy.QuoteName(name), name)
 	}
 	return nil
 }

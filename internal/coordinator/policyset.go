@@ -22,7 +22,8 @@ func ParsePolicySet(data []byte) ([]*policy.Policy, error) {
 		return nil, err
 	}
 	if len(ps) > MaxPoliciesPerSet {
-		return nil, fmt.Errorf("%w: the file holds %d policies; one quota set stores at most %d, all or none in one etcd transaction: split the file and set each part",
+		return nil, fmt.Errorf("%w: the file holds %d policies; one quota set stores at most %d, all or none in "+
+			"one etcd transaction: split the file and set each part",
 			policy.ErrInvalidPolicy, len(ps), MaxPoliciesPerSet)
 	}
 	return ps, nil

@@ -82,11 +82,14 @@ func checkFloors(p *policy.Policy, regions []string) error {
 	}
 	for r := range p.Floors {
 		if !contains(regions, r) {
-			return fmt.Errorf("policy %q: floor for unknown region %q; declare it with 'coordinator regions set-weight %s 1'", p.Name, r, r)
+			return fmt.Errorf("policy %q: floor for unknown region %q; declare it with 'coordinator regions "+
+				"set-weight %s 1'", p.Name, r, r)
 		}
 	}
 	if sum > total {
-		return fmt.Errorf("%w: policy %q: with %d regions the floors, static shares and least useful shares (a share's burst must hold one request) need %.0f%% of the quota; lower the floors or static_fraction, or raise burst to at least %d x cost",
+		return fmt.Errorf("%w: policy %q: with %d regions the floors, static shares and least useful shares (a "+
+			"share's burst must hold one request) need %.0f%% of the quota; lower the floors or static_fraction, "+
+			"or raise burst to at least %d x cost",
 			allocation.ErrFloorsExceedTotal, p.Name, len(regions), 100*float64(sum)/float64(total), len(regions))
 	}
 	return nil

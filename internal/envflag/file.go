@@ -18,7 +18,9 @@ const ConfigFlag = "config"
 
 // AddConfigFlag defines --config on fs, for Preset to read.
 func AddConfigFlag(fs *flag.FlagSet) {
-	fs.String(ConfigFlag, "", "YAML file of settings: each key a flag name without the dashes (log-level: debug; a list for a comma-separated flag); the environment (QUOTALEASE_*) and the command line override it (env QUOTALEASE_CONFIG)")
+	fs.String(ConfigFlag, "", "YAML file of settings: each key a flag name without the dashes (log-level: "+
+		"debug; a list for a comma-separated flag); the environment (QUOTALEASE_*) and the command line "+
+		"override it (env QUOTALEASE_CONFIG)")
 }
 
 // Preset sets fs's flags, before the command line args are parsed over
@@ -75,7 +77,8 @@ func ApplyFile(fs *flag.FlagSet, file string) error {
 	sort.Strings(keys)
 	for _, k := range keys {
 		if k == ConfigFlag || fs.Lookup(k) == nil {
-			return fmt.Errorf("--config %s: unknown setting %q (settings are the flag names without dashes; --help lists them)", file, k)
+			return fmt.Errorf("--config %s: unknown setting %q (settings are the flag names without dashes; --help "+
+				"lists them)", file, k)
 		}
 		v, err := settingValue(m[k])
 		if err != nil {

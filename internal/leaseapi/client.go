@@ -122,7 +122,8 @@ func (c *Client) stampCluster(ctx context.Context, method string, req, reply any
 		want := c.cluster
 		c.mu.Unlock()
 		if got[0] != want && err == nil { // (a refusal already says so)
-			return fmt.Errorf("%w: %s answered for cluster %s, but this client talks to cluster %s (a stale address or leader hint?)", ErrWrongCluster, cc.Target(), got[0], want)
+			return fmt.Errorf("%w: %s answered for cluster %s, but this client talks to cluster %s (a stale "+
+				"address or leader hint?)", ErrWrongCluster, cc.Target(), got[0], want)
 		}
 	}
 	return err

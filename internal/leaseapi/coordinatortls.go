@@ -16,7 +16,8 @@ import (
 // third an agent's or a service's certificate could serve as a coordinator.
 func CoordinatorTLS(f mtls.Files, trustDomain string) (*tls.Config, error) {
 	if trustDomain == "" {
-		return nil, fmt.Errorf("tls: the coordinators' trust domain is empty: give --trust-domain (the coordinators' serve --trust-domain, default quota-lease)")
+		return nil, fmt.Errorf("tls: the coordinators' trust domain is empty: give --trust-domain (the " +
+			"coordinators' serve --trust-domain, default quota-lease)")
 	}
 	cfg, err := mtls.Client(f, "")
 	if err != nil {

@@ -23,8 +23,11 @@ var ErrInstanceHeld = errors.New("instance name held by another live agent proce
 // AlreadyExists, a message saying what to do, and the delay as a
 // google.rpc.RetryInfo detail.
 func InstanceHeldError(region, instance string, heldFor time.Duration) error {
-	st := status.New(codes.AlreadyExists, fmt.Sprintf("%v: instance %q of region %q is held by another agent process until its grants end, in %v. "+
-		"A restarted agent takes it over sooner, once the previous process's heartbeat in the region's Redis has stopped; if two running agents share --instance, give each its own (issue per-instance certificates: coordinator certs issue --region %s --instance NAME)",
+	st := status.New(codes.AlreadyExists, fmt.Sprintf("%v: instance %q of region %q is held by another agent "+
+		"process until its grants end, in %v. "+
+		"A restarted agent takes it over sooner, once the previous process's heartbeat in the region's Redis "+
+		"has stopped; if two running agents share --instance, give each its own (issue per-instance "+
+		"certificates: coordinator certs issue --region %s --instance NAME)",
 		ErrInstanceHeld, instance, region, heldFor.Round(time.Millisecond), region))
 	if d, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(heldFor)}); err == nil {
 		st = d

@@ -15,9 +15,11 @@ func CheckExposure(flag, addr string, mutual, insecure bool) (warning string, er
 		return "", nil
 	}
 	if insecure {
-		return fmt.Sprintf("%s %s is reachable from the network without mutual TLS: anyone who reaches it can call it", flag, addr), nil
+		return fmt.Sprintf("%s %s is reachable from the network without mutual TLS: anyone who reaches it can "+
+			"call it", flag, addr), nil
 	}
-	return "", fmt.Errorf("%s %s is not a loopback address, and without mutual TLS anyone who reaches it could call it: give --tls-cert, --tls-key and --tls-client-ca, bind 127.0.0.1, or pass --insecure", flag, addr)
+	return "", fmt.Errorf("%s %s is not a loopback address, and without mutual TLS anyone who reaches it "+
+		"could call it: give --tls-cert, --tls-key and --tls-client-ca, bind 127.0.0.1, or pass --insecure", flag, addr)
 }
 
 // IsLoopback reports whether host:port binds only loopback interfaces.

@@ -67,7 +67,8 @@ func Convert(version string, resources []*anypb.Any) (Config, error) {
 		}
 		for _, p := range ps {
 			if other, dup := c.Resource[p.Name]; dup {
-				return Config{}, fmt.Errorf("resources %s and %s both have a limit that maps to policy %s; name one differently with rate_limit.name", policy.QuoteName(other), policy.QuoteName(name), policy.QuoteName(p.Name))
+				return Config{}, fmt.Errorf("resources %s and %s both have a limit that maps to policy %s; name one "+
+					"differently with rate_limit.name", policy.QuoteName(other), policy.QuoteName(name), policy.QuoteName(p.Name))
 			}
 			c.Resource[p.Name] = name
 			c.Policies = append(c.Policies, p)

@@ -24,11 +24,14 @@ type Metrics struct {
 func NewMetrics() *Metrics {
 	return &Metrics{
 		responses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_coordinator_xds_responses_total",
-			Help: "RateLimitConfig responses from the xDS management server, by result: received, applied (ACKed), rejected (NACKed: nothing stored), failed (not stored for now, e.g. etcd unreachable: the stream is reopened)."}, []string{"result"}),
+			Help: "RateLimitConfig responses from the xDS management server, by result: received, applied (ACKed), " +
+				"rejected (NACKed: nothing stored), failed (not stored for now, e.g. etcd unreachable: the stream is " +
+				"reopened)."}, []string{"result"}),
 		connects: prometheus.NewCounter(prometheus.CounterOpts{Name: "quotalease_coordinator_xds_streams_total",
 			Help: "xDS streams opened (or tried) to the management server."}),
 		connected: prometheus.NewGauge(prometheus.GaugeOpts{Name: "quotalease_coordinator_xds_connected",
-			Help: "1 while this replica holds an xDS stream to the management server that has delivered a response (the leader only)."}),
+			Help: "1 while this replica holds an xDS stream to the management server that has delivered a response " +
+				"(the leader only)."}),
 		applied: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "quotalease_coordinator_xds_applied_version",
 			Help: "1 for the version_info of the last xDS response this replica applied."}, []string{"version"}),
 	}

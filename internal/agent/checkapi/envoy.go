@@ -88,7 +88,8 @@ func (s *envoyServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitR
 		return nil, errEnvoyNoDescriptors
 	case len(req.Descriptors) > MaxBatch:
 		// The agent's cap (the original has none but gRPC's message size).
-		return nil, status.Errorf(codes.InvalidArgument, "a request holds 1-%d descriptors, got %d", MaxBatch, len(req.Descriptors))
+		return nil, status.Errorf(codes.InvalidArgument,
+			"a request holds 1-%d descriptors, got %d", MaxBatch, len(req.Descriptors))
 	}
 	ins, matched, err := envoyRequests(s.api.c.Envoy(), req)
 	if err != nil {

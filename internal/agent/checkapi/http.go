@@ -130,7 +130,8 @@ func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request) {
 	}
 	var in checkBody
 	if err := decodeCheckBody(body, &in); err != nil {
-		badRequest(w, http.StatusBadRequest, "the body must be JSON: {\"policy\": ..., \"attributes\": {...}, \"cost\": 1}: "+err.Error())
+		badRequest(w, http.StatusBadRequest,
+			"the body must be JSON: {\"policy\": ..., \"attributes\": {...}, \"cost\": 1}: "+err.Error())
 		return
 	}
 	o, err := s.c.Checker.Check(r.Context(), admission.Request{Policy: in.Policy, Attributes: in.Attributes, Cost: in.Cost, Check: in.Check,

@@ -56,7 +56,8 @@ func (s *Server) Listen(l net.Listener, h http.Handler, c HTTPListener) (*http.S
 		return nil, nil, fmt.Errorf("HTTP listener: max connections %d must be at least 1", c.MaxConns)
 	}
 	if c.MaxConns <= c.Handshake.Total {
-		return nil, nil, fmt.Errorf("HTTP listener: max connections %d must exceed the pending handshakes %d, or handshakes could take every slot", c.MaxConns, c.Handshake.Total)
+		return nil, nil, fmt.Errorf("HTTP listener: max connections %d must exceed the pending handshakes %d, "+
+			"or handshakes could take every slot", c.MaxConns, c.Handshake.Total)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: HTTPReadHeaderTimeout, ReadTimeout: HTTPReadTimeout,
 		WriteTimeout: HTTPWriteTimeout, IdleTimeout: HTTPIdleTimeout, MaxHeaderBytes: MaxHeaderBytes, ErrorLog: s.c.Log.StdLogger()}
@@ -85,5 +86,6 @@ func (s *Server) Listen(l net.Listener, h http.Handler, c HTTPListener) (*http.S
 // the HTTP listener's handshake.
 func (s *Server) handshakeFailed(reason string, remote net.Addr, err error) {
 	s.c.HandshakeFailures.WithLabelValues(reason).Inc()
-	s.c.Log.Warn("handshake-"+reason, "HTTP connection closed before its handshake completed", "reason", reason, "remote", remote.String(), "error", err)
+	s.c.Log.Warn("handshake-"+reason,
+		"HTTP connection closed before its handshake completed", "reason", reason, "remote", remote.String(), "error", err)
 }

@@ -55,7 +55,8 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("edge tick %s must be positive and the grow wait %s more than twice it", c.Tick, c.GrowWait))
 	}
 	if c.Margin < 0 || c.ChangeEvery <= 0 || c.AbandonAfter < c.ChangeEvery {
-		errs = append(errs, fmt.Errorf("edge margin %s must not be negative, change interval %s must be positive and abandon-after %s at least it", c.Margin, c.ChangeEvery, c.AbandonAfter))
+		errs = append(errs, fmt.Errorf("edge margin %s must not be negative, change interval %s must be "+
+			"positive and abandon-after %s at least it", c.Margin, c.ChangeEvery, c.AbandonAfter))
 	}
 	if c.KeepsFill && c.RepayOver < time.Second {
 		errs = append(errs, fmt.Errorf("edge repay-over %s must be at least 1s", c.RepayOver))
@@ -64,7 +65,8 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("edge burst fraction %v must be in (0, 1)", c.BurstFraction))
 	}
 	if c.MaxBucketsPerStream < 1 || c.MaxStreams < 1 || c.MaxBuckets < 1 || c.MaxIdentities < 1 || c.ReportBurst < 1 || !(c.ReportsPerSecond > 0) {
-		errs = append(errs, errors.New("edge max buckets per stream, max streams, max buckets, max identities, report rate and report burst must be positive"))
+		errs = append(errs, errors.New("edge max buckets per stream, max streams, max buckets, max identities, "+
+			"report rate and report burst must be positive"))
 	}
 	return errors.Join(errs...)
 }

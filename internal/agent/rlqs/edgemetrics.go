@@ -17,25 +17,39 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		buckets: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "quotalease_agent_edge_buckets",
 			Help: "Buckets of the policy Envoy instances report to this agent (one per instance and identity)."}, []string{"policy"}),
 		assignedRate: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "quotalease_agent_edge_assigned_rate",
-			Help: "Requests per second the token buckets this agent assigned for the policy refill, summed over its buckets."}, []string{"policy"}),
+			Help: "Requests per second the token buckets this agent assigned for the policy refill, summed over " +
+				"its buckets."}, []string{"policy"}),
 		reserved: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "quotalease_agent_edge_reserved",
-			Help: "What this agent reserved in the region's Redis of the policy's capacity for Envoy instances, in units per period, summed over identities."}, []string{"policy"}),
+			Help: "What this agent reserved in the region's Redis of the policy's capacity for Envoy instances, in " +
+				"units per period, summed over identities."}, []string{"policy"}),
 		reported: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_edge_reported_requests_total",
-			Help: "Requests Envoy instances reported for the policy's buckets, by result: allowed or denied by Envoy."}, []string{"policy", "result"}),
+			Help: "Requests Envoy instances reported for the policy's buckets, by result: allowed or denied by " +
+				"Envoy."}, []string{"policy", "result"}),
 		limited: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_edge_reports_limited_total",
-			Help: "What Envoy instances sent beyond their limits, dropped: rate (a stream's usage reports beyond its pace), buckets (buckets beyond a stream's cap), streams (streams beyond the agent's), agent-buckets (buckets beyond the agent's), identities (identities beyond the agent's)."}, []string{"reason"}),
+			Help: "What Envoy instances sent beyond their limits, dropped: rate (a stream's usage reports beyond " +
+				"its pace), buckets (buckets beyond a stream's cap), streams (streams beyond the agent's), " +
+				"agent-buckets (buckets beyond the agent's), identities (identities beyond the agent's)."}, []string{"reason"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_edge_buckets_refused_total",
-			Help: "Buckets given no assignment, by reason: invalid (a bad bucket id), unknown-policy, identity (lacks the policy's identity attributes), no-edge (the policy has no edge settings), second-bucket (a stream's second bucket id of one identity), instances (beyond the policy's edge instances per region, across its agents); unlimited counts buckets a configuration does not limit (assigned ALLOW_ALL)."}, []string{"reason"}),
+			Help: "Buckets given no assignment, by reason: invalid (a bad bucket id), unknown-policy, identity " +
+				"(lacks the policy's identity attributes), no-edge (the policy has no edge settings), second-bucket " +
+				"(a stream's second bucket id of one identity), instances (beyond the policy's edge instances per " +
+				"region, across its agents); unlimited counts buckets a configuration does not limit (assigned " +
+				"ALLOW_ALL)."}, []string{"reason"}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "quotalease_agent_edge_pushes_dropped_total",
-			Help: "Assignment messages dropped because a stream's outbox was full (a slow Envoy): counted as sent, refreshed later."}),
+			Help: "Assignment messages dropped because a stream's outbox was full (a slow Envoy): counted as sent, " +
+				"refreshed later."}),
 		messages: prometheus.NewCounter(prometheus.CounterOpts{Name: "quotalease_agent_edge_messages_total",
-			Help: "Messages of assignments and abandons sent to Envoy instances (each carries the actions of one round for one instance)."}),
+			Help: "Messages of assignments and abandons sent to Envoy instances (each carries the actions of one " +
+				"round for one instance)."}),
 		rounds: prometheus.NewCounter(prometheus.CounterOpts{Name: "quotalease_agent_edge_rounds_total",
 			Help: "Edge rounds: every 100ms (--edge-tick) at most, every read of the region's reservations at least."}),
 		plans: prometheus.NewCounter(prometheus.CounterOpts{Name: "quotalease_agent_edge_identity_plans_total",
-			Help: "Policy identities planned by edge rounds: only those whose reports, buckets, capacity or neighbours changed, or whose assignments want refreshing or changing; what the edge costs the agent follows it."}),
+			Help: "Policy identities planned by edge rounds: only those whose reports, buckets, capacity or " +
+				"neighbours changed, or whose assignments want refreshing or changing; what the edge costs the agent " +
+				"follows it."}),
 		syncs: prometheus.NewCounter(prometheus.CounterOpts{Name: "quotalease_agent_edge_syncs_total",
-			Help: "Syncs of the edge reservations with the region's Redis: when a reservation grows, and a read about every quarter second (--edge-grow-wait / 2)."}),
+			Help: "Syncs of the edge reservations with the region's Redis: when a reservation grows, and a read " +
+				"about every quarter second (--edge-grow-wait / 2)."}),
 	}
 	reg.MustRegister(m.streams, m.buckets, m.assignedRate, m.reserved, m.reported, m.limited, m.refused, m.dropped, m.messages, m.rounds, m.plans, m.syncs)
 	for _, r := range []string{"rate", "buckets"} {

@@ -80,7 +80,9 @@ const maxReportedRequests = 1_000_000_000
 
 // errDraining ends the RLQS streams of an agent that is shutting down
 // (Engine.EndStreams).
-var errDraining = status.Error(codes.Unavailable, "this agent is shutting down: reopen the stream to another agent of the region, or to this one once it is back")
+var errDraining = status.Error(codes.Unavailable,
+	"this agent is shutting down: reopen the stream to another agent of the region, or to this one once it "+
+		"is back")
 
 // allowAllTTL is the time to live of ALLOW_ALL for buckets nothing limits.
 const allowAllTTL = time.Hour
@@ -93,7 +95,9 @@ func (s *rlqsServer) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_S
 	}
 	st := s.e.open()
 	if st == nil {
-		return status.Errorf(codes.ResourceExhausted, "this agent serves %d RLQS streams, its most (--edge-max-streams): connect to another agent of the region, or retry", s.e.cfg.MaxStreams)
+		return status.Errorf(codes.ResourceExhausted,
+			"this agent serves %d RLQS streams, its most (--edge-max-streams): connect to another agent of the "+
+				"region, or retry", s.e.cfg.MaxStreams)
 	}
 	defer s.e.close(st)
 	failed := make(chan error, 2)
@@ -206,7 +210,8 @@ func (e *Engine) report(st *rlqsStream, m *rlqsv3.RateLimitQuotaUsageReports) er
 		}
 		st.domain = m.Domain
 	case m.Domain != "" && m.Domain != st.domain:
-		return status.Errorf(codes.InvalidArgument, "the stream's domain is %s, a report names %s: one stream serves one domain", policy.QuoteName(st.domain), policy.QuoteName(m.Domain))
+		return status.Errorf(codes.InvalidArgument,
+			"the stream's domain is %s, a report names %s: one stream serves one domain", policy.QuoteName(st.domain), policy.QuoteName(m.Domain))
 	}
 	if !st.paced(now, e.cfg) {
 		e.m.limited.WithLabelValues("rate").Inc()
@@ -331,8 +336,11 @@ func onStream(k *edgeKey, stream uint64) bool {
 // refused as the region's Redis answers, the bucket kept to ask again).
 var (
 	errNoEdge       = errors.New("the policy has no edge settings: it is not served to Envoy's RLQS")
-	errSecondBucket = errors.New("the stream already reports a bucket of this identity under another bucket id: one Envoy instance gets one bucket per identity")
-	errInstances    = errors.New("the policy's edge instances per region already hold this identity's places: this one gets no assignment, and keeps the policy's no_assignment behaviour, until a place frees")
+	errSecondBucket = errors.New("the stream already reports a bucket of this identity under another bucket " +
+		"id: one Envoy instance gets one bucket per identity")
+	errInstances = errors.New("the policy's edge instances per region already hold this identity's " +
+		"places: this one gets no assignment, and keeps the policy's no_assignment behaviour, until a place " +
+		"frees")
 )
 
 // refusedReason is the metric reason of a refused bucket.

@@ -64,7 +64,8 @@ func matchBucket(ix checkapi.EnvoyIndex, policies admission.Policies, domain str
 		name, nameKey = b["generic_key"], "generic_key"
 	}
 	if name == "" {
-		return rlqsMatch{}, fmt.Errorf("%w: domain %s is no envoyproxy/ratelimit configuration's, and no entry \"policy\" names a policy", errBadBucket, policy.QuoteName(domain))
+		return rlqsMatch{}, fmt.Errorf("%w: domain %s is no envoyproxy/ratelimit configuration's, and no entry "+
+			"\"policy\" names a policy", errBadBucket, policy.QuoteName(domain))
 	}
 	p, ok := policies.Policy(name)
 	if !ok {
@@ -72,7 +73,8 @@ func matchBucket(ix checkapi.EnvoyIndex, policies admission.Policies, domain str
 	}
 	attrs := bucketAttributes(b, nameKey)
 	if len(attrs) != len(p.Identity) {
-		return rlqsMatch{}, fmt.Errorf("%w: policy %s counts by %s; the bucket's other entries must be exactly those", errBadBucket, policy.QuoteName(p.Name), strings.Join(p.Identity, ", "))
+		return rlqsMatch{}, fmt.Errorf("%w: policy %s counts by %s; the bucket's other entries must be exactly "+
+			"those", errBadBucket, policy.QuoteName(p.Name), strings.Join(p.Identity, ", "))
 	}
 	return rlqsMatch{pol: p, attrs: attrs}, nil
 }

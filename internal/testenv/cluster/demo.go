@@ -59,7 +59,8 @@ const (
 // from the other regions; the report counts what both admitted against
 // the bound.
 func RunDemo(ctx context.Context, bins Binaries, dir string, dur time.Duration, out io.Writer) error {
-	fmt.Fprintf(out, "starting: etcd, 2 coordinator replicas, 3 regions (us, eu, ap) each with a redis-server and an agent (data and logs in %s)\n", dir)
+	fmt.Fprintf(out, "starting: etcd, 2 coordinator replicas, 3 regions (us, eu, ap) each with a "+
+		"redis-server and an agent (data and logs in %s)\n", dir)
 	// Leases of 4 s: an edge assignment (1 s, plus the agent's margin) is
 	// sized for the end of its life, and with leases of 2 s renewed every
 	// third the grant often ends sooner, leaving the edge the degraded
@@ -72,21 +73,26 @@ func RunDemo(ctx context.Context, bins Binaries, dir string, dur time.Duration, 
 	if err := c.SetPolicies(ctx, DemoPolicies+"---\n"+DemoEdgePolicy); err != nil {
 		return err
 	}
-	fmt.Fprintln(out, "policies: api-global (60/s shared by all), per-tenant (10/s per tenant, 40 tenants, one hot), edge-tenant (20/s per tenant, 20 tenants, one hot)")
+	fmt.Fprintln(out, "policies: api-global (60/s shared by all), per-tenant (10/s per tenant, 40 tenants, "+
+		"one hot), edge-tenant (20/s per tenant, 20 tenants, one hot)")
 	edge, err := startDemoEdge(ctx, c)
 	if err != nil {
 		return err
 	}
 	defer edge.Close()
-	fmt.Fprintf(out, "edge: %d Envoy-like clients behind %s decide edge-tenant's requests themselves, on token buckets %s's agents assign them over Envoy's Rate Limit Quota Service, reporting every 2s; us and ap check edge-tenant directly\n",
+	fmt.Fprintf(out, "edge: %d Envoy-like clients behind %s decide edge-tenant's requests themselves, on "+
+		"token buckets %s's agents assign them over Envoy's Rate Limit Quota Service, reporting every 2s; us "+
+		"and ap check edge-tenant directly\n",
 		demoEnvoys, DemoEdgeRegion, DemoEdgeRegion)
 	if console, stop, err := c.ConsoleProxy(); err != nil {
 		fmt.Fprintf(out, "no web console: %v\n", err)
 	} else {
 		defer stop()
-		fmt.Fprintf(out, "web console (the leader's, opened as a viewer; open it in a browser on this machine): %s/\n", console)
+		fmt.Fprintf(out, "web console (the leader's, opened as a viewer; open it in a browser on this machine): "+
+			"%s/\n", console)
 	}
-	fmt.Fprintln(out, "each progress line: per region, its lease on api-global (active, renewing, shrinking, degraded) and the share of the 60/s it holds; then what each region admitted so far")
+	fmt.Fprintln(out, "each progress line: per region, its lease on api-global (active, renewing, shrinking, "+
+		"degraded) and the share of the 60/s it holds; then what each region admitted so far")
 	phase := func(el time.Duration) int { return int(4 * el / dur) } // 0..3
 	heavy := []string{"us", "eu", "eu", "ap"}
 	global := Load{Policy: "api-global", Attribute: "api", Identities: 1, Rate: func(region string, el time.Duration) float64 {
@@ -233,7 +239,8 @@ func report(out io.Writer, c *Cluster, d *Driver, edge *Edge, shares map[string]
 			return err
 		}
 		fmt.Fprintf(out, "\npolicy %s\n", p.Name)
-		fmt.Fprintln(out, "sent, admitted, rejected: checks; leased, degraded, fallback, unleased: checks decided in that mode; share: of the limit, over the progress lines")
+		fmt.Fprintln(out, "sent, admitted, rejected: checks; leased, degraded, fallback, unleased: checks "+
+			"decided in that mode; share: of the limit, over the progress lines")
 		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "region\tsent\tadmitted\trejected\tleased\tdegraded\tfallback\tunleased\tshare min/avg/max\t")
 		var total Stats
@@ -264,9 +271,11 @@ func report(out io.Writer, c *Cluster, d *Driver, edge *Edge, shares map[string]
 		}
 		what := ""
 		if p.Edge != nil {
-			what = fmt.Sprintf(" (Envoys' own records and direct checks; the bound's edge term %g: the Envoys deny without an assignment)", b.Terms[bound.TermEdge])
+			what = fmt.Sprintf(" (Envoys' own records and direct checks; the bound's edge term %g: the Envoys deny "+
+				"without an assignment)", b.Terms[bound.TermEdge])
 		}
-		fmt.Fprintf(out, "most admitted for one identity (%s) in any %s window%s: %d; one ideal global limiter admits at most %.0f (%s); bound %.0f: %s\n",
+		fmt.Fprintf(out, "most admitted for one identity (%s) in any %s window%s: %d; one ideal global limiter "+
+			"admits at most %.0f (%s); bound %.0f: %s\n",
 			id, w, what, got, bound.Reference(p, w), referenceOf(p, w), b.WorstCase, verdict)
 	}
 	return nil

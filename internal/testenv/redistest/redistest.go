@@ -37,7 +37,8 @@ func Binary() (string, error) {
 	}
 	p, err := exec.LookPath("redis-server")
 	if err != nil {
-		return "", fmt.Errorf("redis-server not found in PATH: run `make deps` (apt-get install -y redis-server) or set REDIS_SERVER")
+		return "", fmt.Errorf("redis-server not found in PATH: run `make deps` (apt-get install -y " +
+			"redis-server) or set REDIS_SERVER")
 	}
 	return p, nil
 }

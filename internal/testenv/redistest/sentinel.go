@@ -68,7 +68,9 @@ func StartSentinelIn(dir string) (*Sentinel, error) {
 	// known-replica spares the Sentinel its first INFO round (10 s) to
 	// discover the replica.
 	rhost, rport := splitAddr(s.Replica.Addr)
-	body := fmt.Sprintf("sentinel monitor %[1]s %[2]s %[3]s 1\nsentinel down-after-milliseconds %[1]s 1000\nsentinel failover-timeout %[1]s 5000\nsentinel parallel-syncs %[1]s 1\nsentinel known-replica %[1]s %[4]s %[5]s\n",
+	body := fmt.Sprintf("sentinel monitor %[1]s %[2]s %[3]s 1\nsentinel down-after-milliseconds %[1]s "+
+		"1000\nsentinel failover-timeout %[1]s 5000\nsentinel parallel-syncs %[1]s 1\nsentinel known-replica "+
+		"%[1]s %[4]s %[5]s\n",
 		MasterName, host, port, rhost, rport)
 	if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
 		s.Stop()

@@ -49,7 +49,8 @@ func parseSettings(s *rlqfv3.RateLimitQuotaBucketSettings) (*settings, error) {
 		out.noAssignment = nab.GetFallbackRateLimit()
 		if out.noAssignment.GetTokenBucket() != nil {
 			return nil, errors.New("bucket settings: a token bucket as no_assignment_behavior crashes Envoy " +
-				"(its default action never gets a limiter); use a blanket rule there and a token bucket in expired_assignment_behavior")
+				"(its default action never gets a limiter); use a blanket rule there and a token bucket in " +
+				"expired_assignment_behavior")
 		}
 	}
 	if eab := s.GetExpiredAssignmentBehavior(); eab != nil {
