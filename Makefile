@@ -46,7 +46,8 @@ fmt-check: ## fail if any file is not gofmt-clean
 vet: ## go vet
 	$(GO) vet $(PKGS)
 
-test: deps fmt-check vet ## all tests with -race: unit, real Redis and etcd integration, fuzz seeds, end-to-end over real processes
+test: deps fmt-check vet ## every test: the short ones without -race (as fast as a quiet machine runs them), then all with -race: unit, real Redis and etcd integration, fuzz seeds, end-to-end over real processes
+	$(GO) test -short -count=1 $(PKGS)
 	PATH=$(GOBIN):$$PATH $(GO) test -race -count=1 -timeout 15m $(PKGS)
 
 test-rlqs: ## the agent's RLQS tests, the slow ones too (a tenant's share moving between regions at the edge)

@@ -208,7 +208,11 @@ func (c *Coordinator) campaign(ctx context.Context) error {
 	// Hand over at once: resign and revoke the session with a context of
 	// their own. ctx is done on shutdown, and a session closed with it
 	// would leave the election key to expire only after the session TTL,
-	// every region waiting that long for a successor.
+	// every region waiting that long for a successor. A closed client
+	// cannot resign, and its calls would only retry until the timeout.
+	if c.cli.Ctx().Err() != nil {
+		return err
+	}
 	rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
 	if rerr := el.Resign(rctx); rerr == nil {
 		_, _ = c.cli.Revoke(rctx, sess.Lease())
