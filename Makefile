@@ -53,7 +53,7 @@ test: deps fmt-check vet ## every test: the short ones without -race (as fast as
 test-rlqs: ## the agent's RLQS tests, the slow ones too (a tenant's share moving between regions at the edge)
 	QUOTALEASE_RLQS_LONG=1 $(GO) test -race -count=1 -run 'RLQS|Edge|MatchBucket' -v ./internal/agent/
 
-test-edge-e2e: deps ## issue 26's acceptance at full size over real processes: 20 Envoy-like clients per region, 1,000 buckets, every fault (about 1 minute; make test runs a smaller one)
+test-edge-e2e: deps ## the edge at full size over real processes: 20 Envoy-like clients per region, 1,000 buckets, every fault (about 1 minute; make test runs a smaller one)
 	QUOTALEASE_EDGE_LONG=1 $(GO) test -race -count=1 -run '^TestEdgeE2E$$' -v ./internal/testenv/cluster/
 
 test-short: ## fast tests: go test -short, no multi-process or browser suites

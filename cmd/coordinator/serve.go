@@ -347,7 +347,7 @@ func serveHTTP(ctx context.Context, c *coordinator.Coordinator, sc serveConfig) 
 	if sc.console != nil {
 		cons := *sc.console
 		cons.Logger = sc.log.Named("console")
-		con, err := console.New(c, cons)
+		con, err := console.New(consoleSource{c.Admin(), c}, cons)
 		if err != nil {
 			hl.Close()
 			return nil, err
@@ -363,4 +363,11 @@ func serveHTTP(ctx context.Context, c *coordinator.Coordinator, sc serveConfig) 
 		go hsrv.Serve(hl)
 	}
 	return hsrv, nil
+}
+
+// consoleSource is what the console reads: the admin service's reads and
+// the replica's leadership.
+type consoleSource struct {
+	*coordinator.AdminService
+	*coordinator.Coordinator
 }

@@ -26,7 +26,7 @@ func TestEdgeSummaryReachesListLeases(t *testing.T) {
 	go drive(b, acme, 50, stop, 20*time.Second)
 	go drive(b, globex, 50, stop, 20*time.Second)
 	edgeOf := func() *pb.EdgeSummary {
-		resp, err := k.c.ListLeases(t.Context(), &pb.ListLeasesRequest{Region: "us"})
+		resp, err := k.c.Admin().ListLeases(t.Context(), &pb.ListLeasesRequest{Region: "us"})
 		if err != nil {
 			t.Fatal(err)
 		}

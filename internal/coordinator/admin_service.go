@@ -19,9 +19,14 @@ import (
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
-// Admin writes go through the leader, so the in-memory books and etcd
-// change together; reads of policies and regions come from etcd and work
-// on any replica.
+// AdminService is the coordinator's AdminService: SREs' and tools' calls
+// over a replica. Admin writes go through the leader, so the in-memory
+// books and etcd change together; reads of policies and regions come from
+// etcd and work on any replica.
+type AdminService struct {
+	pb.UnimplementedAdminServiceServer
+	c *Coordinator
+}
 
 func record(p *policy.Policy, src *policySource) *pb.PolicyRecord {
 	r := &pb.PolicyRecord{Name: p.Name, Version: p.Version, Json: mustJSON(p)}
@@ -32,7 +37,8 @@ func record(p *policy.Policy, src *policySource) *pb.PolicyRecord {
 }
 
 // SetPolicy stores one or more policies: all or none, in one transaction.
-func (c *Coordinator) SetPolicy(ctx context.Context, req *pb.SetPolicyRequest) (*pb.SetPolicyResponse, error) {
+func (s *AdminService) SetPolicy(ctx context.Context, req *pb.SetPolicyRequest) (*pb.SetPolicyResponse, error) {
+	c := s.c
 	t, err := c.leading(ctx)
 	if err != nil {
 		return nil, err
@@ -54,7 +60,8 @@ func (c *Coordinator) SetPolicy(ctx context.Context, req *pb.SetPolicyRequest) (
 }
 
 // GetPolicy returns one stored policy.
-func (c *Coordinator) GetPolicy(ctx context.Context, req *pb.GetPolicyRequest) (*pb.PolicyRecord, error) {
+func (s *AdminService) GetPolicy(ctx context.Context, req *pb.GetPolicyRequest) (*pb.PolicyRecord, error) {
+	c := s.c
 	var txn *clientv3.TxnResponse
 	if err := c.etcdCall(ctx, "read a policy", func(ctx context.Context) (err error) {
 		txn, err = c.cli.Txn(ctx).Then(clientv3.OpGet(c.keys.policy(req.Name)), clientv3.OpGet(c.keys.source(req.Name))).Commit()
@@ -82,7 +89,8 @@ func (c *Coordinator) GetPolicy(ctx context.Context, req *pb.GetPolicyRequest) (
 }
 
 // ListPolicies returns every stored policy, by name.
-func (c *Coordinator) ListPolicies(ctx context.Context, _ *pb.ListPoliciesRequest) (*pb.ListPoliciesResponse, error) {
+func (s *AdminService) ListPolicies(ctx context.Context, _ *pb.ListPoliciesRequest) (*pb.ListPoliciesResponse, error) {
+	c := s.c
 	st, err := c.readState(ctx)
 	if err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
@@ -100,7 +108,8 @@ func (c *Coordinator) ListPolicies(ctx context.Context, _ *pb.ListPoliciesReques
 // reload; until its grants can no longer count, the leader keeps its book
 // (term.retired), so a policy recreated under the name meanwhile starts
 // with them reserved.
-func (c *Coordinator) DeletePolicy(ctx context.Context, req *pb.DeletePolicyRequest) (*pb.DeletePolicyResponse, error) {
+func (s *AdminService) DeletePolicy(ctx context.Context, req *pb.DeletePolicyRequest) (*pb.DeletePolicyResponse, error) {
+	c := s.c
 	t, err := c.leading(ctx)
 	if err != nil {
 		return nil, err
@@ -114,7 +123,8 @@ func (c *Coordinator) DeletePolicy(ctx context.Context, req *pb.DeletePolicyRequ
 }
 
 // ListLeases lists every region's lease on every quota, or one region's.
-func (c *Coordinator) ListLeases(ctx context.Context, req *pb.ListLeasesRequest) (*pb.ListLeasesResponse, error) {
+func (s *AdminService) ListLeases(ctx context.Context, req *pb.ListLeasesRequest) (*pb.ListLeasesResponse, error) {
+	c := s.c
 	t, err := c.leading(ctx)
 	if err != nil {
 		return nil, err
@@ -153,7 +163,8 @@ func (c *Coordinator) ListLeases(ctx context.Context, req *pb.ListLeasesRequest)
 
 // ReleaseRegion drops a lapsed region's reserved degraded budget: the SRE
 // asserts the region is down, so others may use its share.
-func (c *Coordinator) ReleaseRegion(ctx context.Context, req *pb.ReleaseRegionRequest) (*pb.ReleaseRegionResponse, error) {
+func (s *AdminService) ReleaseRegion(ctx context.Context, req *pb.ReleaseRegionRequest) (*pb.ReleaseRegionResponse, error) {
+	c := s.c
 	t, err := c.leading(ctx)
 	if err != nil {
 		return nil, err
@@ -195,7 +206,8 @@ func (c *Coordinator) ReleaseRegion(ctx context.Context, req *pb.ReleaseRegionRe
 }
 
 // SetRegion declares a region or changes its weight.
-func (c *Coordinator) SetRegion(ctx context.Context, req *pb.SetRegionRequest) (*pb.RegionRecord, error) {
+func (s *AdminService) SetRegion(ctx context.Context, req *pb.SetRegionRequest) (*pb.RegionRecord, error) {
+	c := s.c
 	t, err := c.leading(ctx)
 	if err != nil {
 		return nil, err
@@ -229,7 +241,8 @@ func (c *Coordinator) SetRegion(ctx context.Context, req *pb.SetRegionRequest) (
 }
 
 // ListRegions lists the declared regions.
-func (c *Coordinator) ListRegions(ctx context.Context, _ *pb.ListRegionsRequest) (*pb.ListRegionsResponse, error) {
+func (s *AdminService) ListRegions(ctx context.Context, _ *pb.ListRegionsRequest) (*pb.ListRegionsResponse, error) {
+	c := s.c
 	st, err := c.readState(ctx)
 	if err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
@@ -243,7 +256,8 @@ func (c *Coordinator) ListRegions(ctx context.Context, _ *pb.ListRegionsRequest)
 }
 
 // Rebalance pauses, resumes or triggers rebalancing.
-func (c *Coordinator) Rebalance(ctx context.Context, req *pb.RebalanceRequest) (*pb.RebalanceResponse, error) {
+func (s *AdminService) Rebalance(ctx context.Context, req *pb.RebalanceRequest) (*pb.RebalanceResponse, error) {
+	c := s.c
 	t, err := c.leading(ctx)
 	if err != nil {
 		return nil, err
@@ -285,7 +299,8 @@ func (t *term) knownRegion(name string) error {
 // Config.StoreLag of writes as possible. It is the current epoch's
 // steady bound, under the policy in force now; windows just after a change
 // have the transition bound of docs/bound.md.
-func (c *Coordinator) GetBound(ctx context.Context, req *pb.GetBoundRequest) (*pb.GetBoundResponse, error) {
+func (s *AdminService) GetBound(ctx context.Context, req *pb.GetBoundRequest) (*pb.GetBoundResponse, error) {
+	c := s.c
 	st, err := c.readState(ctx)
 	if err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())

@@ -26,9 +26,6 @@ import (
 // while leader, serves leases; followers refuse lease calls with the
 // leader's address.
 type Coordinator struct {
-	pb.UnimplementedLeaseServiceServer
-	pb.UnimplementedAdminServiceServer
-
 	cfg  Config
 	cli  *clientv3.Client
 	log  hclog.Logger
@@ -103,9 +100,15 @@ func New(cli *clientv3.Client, cfg Config) (*Coordinator, error) {
 
 // Register adds the lease and admin services to s.
 func (c *Coordinator) Register(s *grpc.Server) {
-	pb.RegisterLeaseServiceServer(s, c)
-	pb.RegisterAdminServiceServer(s, c)
+	pb.RegisterLeaseServiceServer(s, c.Leases())
+	pb.RegisterAdminServiceServer(s, c.Admin())
 }
+
+// Leases is this replica's LeaseService.
+func (c *Coordinator) Leases() *LeaseService { return &LeaseService{c: c} }
+
+// Admin is this replica's AdminService.
+func (c *Coordinator) Admin() *AdminService { return &AdminService{c: c} }
 
 // IsLeader reports whether this replica leads and serves leases.
 func (c *Coordinator) IsLeader() bool { return c.term() != nil }

@@ -1,7 +1,9 @@
 // Package coordinator is the coordinator daemon: it keeps the global quota
 // policies and the grant ledger in etcd, elects one leader among its
 // replicas, and hands each region time-bounded leases on shares of every
-// quota (the LeaseService), while SREs manage it through the AdminService.
+// quota (LeaseService), while SREs manage it through AdminService. Both
+// are served over one replica (Coordinator), which campaigns, leads and
+// keeps the books they read and change.
 //
 // Safety rests on lease.Book, one per quota, held only by the leader. What
 // etcd must know to keep it across a leader change is small: per quota and

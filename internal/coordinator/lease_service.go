@@ -19,6 +19,13 @@ import (
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
+// LeaseService is the coordinator's LeaseService: the regional agents'
+// renewals, answered by the leader.
+type LeaseService struct {
+	pb.UnimplementedLeaseServiceServer
+	c *Coordinator
+}
+
 // maxNameBytes bounds a lease request's instance name and nonce.
 const maxNameBytes = 128
 
@@ -49,7 +56,8 @@ func (c *Coordinator) leading(ctx context.Context) (*term, error) {
 // leading, it validates the request, locks the quotas, prepares a grant for
 // each, writes the ledger changes they need, checks that it still leads,
 // and commits.
-func (c *Coordinator) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.LeaseResponse, error) {
+func (s *LeaseService) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.LeaseResponse, error) {
+	c := s.c
 	t, err := c.leading(ctx)
 	if err != nil {
 		return nil, err
@@ -59,7 +67,7 @@ func (c *Coordinator) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.Leas
 	if c.term() != t { // stepped down while we waited
 		return nil, status.Error(codes.Unavailable, "leadership changed; retry")
 	}
-	if err := c.validateLease(t, req); err != nil {
+	if err := validateLease(t, req); err != nil {
 		return nil, err
 	}
 	if ok, heldFor := t.claims.take(req.Region, req.Instance, req.Nonce, req.Replaces, c.cfg.Clock.Mono()); !ok {
@@ -70,7 +78,7 @@ func (c *Coordinator) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.Leas
 	now := c.cfg.Clock.Now()
 	var writes []write
 	for _, it := range items {
-		if d := c.prepare(t, now, req, it); !d.Empty() {
+		if d := s.prepare(t, now, req, it); !d.Empty() {
 			writes = append(writes, write{it.req.Quota, it.q.book, d})
 		}
 	}
@@ -94,7 +102,7 @@ func (c *Coordinator) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.Leas
 			if b, ok := it.pending.Base(); ok && it.req.IdentityDeltas {
 				base = b
 			}
-			leaseapi.EncodeGrant(it.grant, it.q.full, it.pending.Grant(), base, c.terms(it.q))
+			leaseapi.EncodeGrant(it.grant, it.q.full, it.pending.Grant(), base, s.terms(it.q))
 		}
 		resp.Grants[i] = it.grant
 	}
@@ -144,13 +152,14 @@ func unlockQuotas(items []*leaseItem) {
 // prepare computes its answer at now without committing it: a refusal, a
 // region-scoped quota's whole limit, or a pending grant (it.pending) and
 // the ledger change it needs first.
-func (c *Coordinator) prepare(t *term, now time.Time, req *pb.LeaseRequest, it *leaseItem) lease.LedgerDelta {
+func (s *LeaseService) prepare(t *term, now time.Time, req *pb.LeaseRequest, it *leaseItem) lease.LedgerDelta {
+	c := s.c
 	switch {
 	case it.q == nil:
 		leaseapi.EncodeError(it.grant, fmt.Errorf("%w %q", leaseapi.ErrUnknownQuota, it.req.Quota))
 		return lease.LedgerDelta{}
 	case it.q.policy.Scope == policy.ScopeRegion:
-		leaseapi.EncodeGrant(it.grant, it.q.full, lease.Grant{ID: "region", Amount: it.q.full.Amount(), Epoch: t.epoch, ValidFor: c.cfg.Timing.ValidFor}, lease.Grant{}, c.terms(it.q))
+		leaseapi.EncodeGrant(it.grant, it.q.full, lease.Grant{ID: "region", Amount: it.q.full.Amount(), Epoch: t.epoch, ValidFor: c.cfg.Timing.ValidFor}, lease.Grant{}, s.terms(it.q))
 		return lease.LedgerDelta{}
 	}
 	// No region can use more than the whole quota: a larger demand is
@@ -183,11 +192,12 @@ func capDemands(d map[string]int64, total int64) map[string]int64 {
 // terms are the terms of q's grants: renewal after a third of the agent's
 // validity (as this coordinator's timing assumes agents compute it), the
 // degraded budget's reservation, and the policy's fingerprint.
-func (c *Coordinator) terms(q *quota) leaseapi.Terms {
-	return leaseapi.Terms{RenewAfter: c.cfg.Timing.RenewAfter(), DegradedTimeout: c.cfg.Timing.DegradedTimeout, Fingerprint: q.fp}
+func (s *LeaseService) terms(q *quota) leaseapi.Terms {
+	t := s.c.cfg.Timing
+	return leaseapi.Terms{RenewAfter: t.RenewAfter(), DegradedTimeout: t.DegradedTimeout, Fingerprint: q.fp}
 }
 
-func (c *Coordinator) validateLease(t *term, req *pb.LeaseRequest) error {
+func validateLease(t *term, req *pb.LeaseRequest) error {
 	bad := func(format string, args ...any) error {
 		return status.Errorf(codes.InvalidArgument, format, args...)
 	}
