@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"math/rand/v2"
-	"text/tabwriter"
 	"time"
 
 	"github.com/quota-lease/quota-lease/admission"
@@ -271,20 +269,6 @@ func (e *engine) chargeLeased(r *region, a arrival, cost int64) (allowed, counte
 		e.writeDecision(line, o.Decision, string(o.Mode))
 	}
 	return o.Allowed, o.Via != admission.ViaNoShare, nil
-}
-
-// writeConversations writes the conversations' table: per mode, the
-// tokens charged (what it admitted), those no counter counted, the
-// arrivals the gateway turned away and the most charged to one identity
-// in one of the policy's periods.
-func writeConversations(w io.Writer, modes []*ModeResult) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "conversations\tcharges\ttokens\tuncounted\tin-flight refused\tmax/period\t")
-	for _, m := range modes {
-		c := m.Conversations
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%.4g\t\n", m.Mode, c.Charges, c.Tokens, c.UncountedTokens, c.InFlightRefused, c.MaxPeriod)
-	}
-	return tw.Flush()
 }
 
 // recordCheck counts mode's answer to a conversation's check.

@@ -1,11 +1,8 @@
 package sim
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -104,36 +101,6 @@ func TestEdgeRulesMatter(t *testing.T) {
 	}
 	if m := overlap.Mode("leased"); m.MaxOvershoot <= 0 || !strings.HasPrefix(m.MaxWindowIdentity, "tenant=mixed-") {
 		t.Errorf("direct checks ignoring the edge's reservation: overshoot %v (%s), want the mixed tenants above their limit", m.MaxOvershoot, m.MaxWindowIdentity)
-	}
-}
-
-// Same seed, same edge: every output file byte for byte (a shortened
-// run, with decisions).
-func TestEdgeDeterministic(t *testing.T) {
-	var outs [2][]byte
-	for i := range outs {
-		s, err := Load("scenarios/edge-shift.yaml")
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.Duration = policy.Duration(60 * time.Second)
-		dir := t.TempDir()
-		if _, err := RunToDir(s, dir, true, nil); err != nil {
-			t.Fatal(err)
-		}
-		for _, f := range []string{"summary.json", "decisions.jsonl", "report.html"} {
-			b, err := os.ReadFile(filepath.Join(dir, f))
-			if err != nil || len(b) == 0 {
-				t.Fatalf("%s: %v (%d bytes)", f, err, len(b))
-			}
-			outs[i] = append(outs[i], b...)
-		}
-	}
-	if !bytes.Equal(outs[0], outs[1]) {
-		t.Fatal("two runs of edge-shift differ")
-	}
-	if !bytes.Contains(outs[0], []byte(`"mode":"edge"`)) || !bytes.Contains(outs[0], []byte(`"edge": {`)) {
-		t.Fatal("the outputs lack the edge's decisions or summary")
 	}
 }
 

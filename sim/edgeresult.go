@@ -1,8 +1,6 @@
 package sim
 
 import (
-	"fmt"
-	"io"
 	"maps"
 	"math"
 	"slices"
@@ -338,32 +336,4 @@ func (ft *followTracker) closeAll() {
 	}
 	ft.open = nil
 	slices.SortStableFunc(ft.results, func(a, b EdgeFollow) int { return int(a.AtMs - b.AtMs) })
-}
-
-// writeTable writes the edge's lines of the human table.
-func (r *EdgeResult) writeTable(w io.Writer) {
-	fmt.Fprintf(w, "edge: %d Envoy instances per region; admitted %d of %d at the edge (utilization %.1f%%), "+
-		"%d of %d direct; %d reports (%d dropped), %d assignments, %d abandons; edge term %.4g\n",
-		r.Instances, r.Admitted, r.Requests, 100*r.Utilization, r.DirectAdmitted, r.DirectRequests, r.Reports, r.ReportsDropped, r.Assignments, r.Abandons, r.EdgeTerm)
-	var worst *EdgeWindow
-	for i := range r.Windows {
-		if worst == nil || r.Windows[i].Total/r.Windows[i].Bound > worst.Total/worst.Bound {
-			worst = &r.Windows[i]
-		}
-	}
-	if worst != nil {
-		fmt.Fprintf(w, "  fullest window: %s at %s admitted %.4g (edge %.4g, direct %.4g) of a bound of %.4g\n",
-			worst.Identity, time.Duration(worst.StartMs)*time.Millisecond, worst.Total, worst.Edge, worst.Direct, worst.Bound)
-	}
-	for _, f := range r.Follow {
-		fmt.Fprintf(w, "  %s moved (%s) in %s at %s: 90%% of %.4g/s assigned after %s, admitted after %s\n",
-			f.Group, f.Kind, f.Region, time.Duration(f.AtMs)*time.Millisecond, f.Target, followTime(f.Assigned90Ms), followTime(f.Admitted90Ms))
-	}
-}
-
-func followTime(ms int64) string {
-	if ms < 0 {
-		return "never"
-	}
-	return (time.Duration(ms) * time.Millisecond).String()
 }

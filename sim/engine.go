@@ -25,12 +25,13 @@ import (
 // Result.Modes; the ideal limiter comes after them.
 var systems = []bound.Mode{bound.Leased, bound.Independent, bound.Static, bound.Central}
 
-// ideal names the ideal global limiter's results (bounded as Central).
-const ideal = "ideal"
+// Ideal names the ideal global limiter's results in Result.Modes (bounded
+// as Central), after the ways of limiting.
+const Ideal = "ideal"
 
 // boundMode is the mode whose bound judges the results named m.
 func boundMode(m string) bound.Mode {
-	if m == ideal {
+	if m == Ideal {
 		return bound.Central
 	}
 	return bound.Mode(m)
@@ -278,12 +279,12 @@ func (e *engine) setUp() (map[string]int, error) {
 	for _, m := range systems {
 		e.track[string(m)] = newWindowMax(wMs)
 	}
-	e.track[ideal] = newWindowMax(wMs)
+	e.track[Ideal] = newWindowMax(wMs)
 	e.res = &Result{Scenario: s.Name, Description: s.Description, Seed: s.Seed, Duration: s.Duration.String(), Window: s.Window.String(), Regions: s.Regions}
 	for _, m := range systems {
 		e.res.Modes = append(e.res.Modes, &ModeResult{Mode: string(m)})
 	}
-	e.res.Modes = append(e.res.Modes, &ModeResult{Mode: ideal})
+	e.res.Modes = append(e.res.Modes, &ModeResult{Mode: Ideal})
 	e.beginEpoch(e.policy, false)
 	if s.Edge != nil {
 		for _, r := range e.regions {

@@ -2,9 +2,7 @@ package sim
 
 import (
 	"encoding/json"
-	"fmt"
 	"io"
-	"text/tabwriter"
 	"time"
 
 	"github.com/quota-lease/quota-lease/bound"
@@ -87,55 +85,6 @@ func (r *Result) WriteSummary(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(r)
-}
-
-// WriteTable writes the human table.
-func (r *Result) WriteTable(w io.Writer) error {
-	fmt.Fprintf(w, "scenario %s (%s, seed %d, %d regions, window %s)\n", r.Scenario, r.Duration, r.Seed, len(r.Regions), r.Window)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "mode\trequests\tadmitted\tutilization\trejected while "+
-		"free\tmax/window\tlimit\tovershoot\tbound\twithin\tlease msgs\t")
-	for _, m := range r.Modes {
-		within := "yes"
-		if !m.WithinBound {
-			within = "NO"
-		}
-		msgs := "-"
-		if m.LeaseMessages > 0 {
-			msgs = fmt.Sprint(m.LeaseMessages)
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f%%\t%d\t%.4g\t%.4g\t%.4g\t%.4g\t%s\t%s\t\n", m.Mode, m.Requests, m.Admitted,
-			100*m.Utilization, m.RejectedWhileFree, m.MaxWindow, m.Limit, m.MaxOvershoot, m.Bound, within, msgs)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if l := r.Mode("leased"); l != nil {
-		fmt.Fprintf(w, "leased bound terms:")
-		for _, k := range sortedTerms(l.BoundTerms) {
-			fmt.Fprintf(w, " %s=%.4g", k, l.BoundTerms[k])
-		}
-		fmt.Fprintln(w)
-	}
-	if len(r.Modes) > 0 && r.Modes[0].Conversations != nil {
-		if err := writeConversations(w, r.Modes); err != nil {
-			return err
-		}
-	}
-	if r.Edge != nil {
-		r.Edge.writeTable(w)
-	}
-	return nil
-}
-
-func sortedTerms(m map[string]float64) []string {
-	keys := make([]string, 0, len(m))
-	for _, k := range []string{bound.TermReference, bound.TermBurst, bound.TermLeaseTransition, bound.TermDrift, bound.TermDegraded, bound.TermFallback, bound.TermEdge, bound.TermPostHoc, bound.TermIndependent} {
-		if _, ok := m[k]; ok {
-			keys = append(keys, k)
-		}
-	}
-	return keys
 }
 
 // Series is admissions over time for the plots: the hot identity's

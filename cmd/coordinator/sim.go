@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/quota-lease/quota-lease/sim"
+	"github.com/quota-lease/quota-lease/sim/report"
 )
 
 func simRun(_ context.Context, args []string, stdout, stderr io.Writer) error {
@@ -31,7 +32,7 @@ Scenarios ship in sim/scenarios/.`, stderr)
 			return err
 		}
 		dir := filepath.Join(*out, s.Name)
-		res, err := sim.RunToDir(s, dir, *decisions, stdout)
+		res, err := report.RunToDir(s, dir, *decisions, stdout)
 		if err != nil {
 			return fmt.Errorf("%s: %w", path, err)
 		}

@@ -1,4 +1,4 @@
-package sim
+package report
 
 import (
 	"fmt"
@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/quota-lease/quota-lease/sim"
 )
 
 // line is one polyline of a chart.
@@ -23,7 +25,7 @@ var palette = []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#
 // WritePlots writes the two SVG charts: plot.svg (the hot identity's
 // admissions per region and in total under leasing, against the limit
 // and the bound) and modes.svg (its total per mode against the limit).
-func (r *Result) WritePlots(perRegion, perMode io.Writer) error {
+func WritePlots(r *sim.Result, perRegion, perMode io.Writer) error {
 	s := r.Series
 	bin := time.Duration(s.BinMs) * time.Millisecond
 	flat := func(v float64, n int) []float64 {
@@ -61,8 +63,10 @@ func (r *Result) WritePlots(perRegion, perMode io.Writer) error {
 		return err
 	}
 	lines = nil
-	for i, m := range systems {
-		lines = append(lines, line{name: string(m), color: palette[i%len(palette)], values: trim(floats(s.PerMode[i]))})
+	for i, m := range r.Modes {
+		if m.Mode != sim.Ideal {
+			lines = append(lines, line{name: m.Mode, color: palette[i%len(palette)], values: trim(floats(s.PerMode[i]))})
+		}
 	}
 	lines = append(lines, limit)
 	return chart(perMode, fmt.Sprintf("%s: the hottest identity, by way of limiting", r.Scenario), yLabel, bin, lines)

@@ -1,99 +1,22 @@
-package sim
+package report
 
 import (
-	"bytes"
 	"fmt"
 	"html"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
-)
 
-// RunToDir simulates s and writes dir/summary.json, dir/plot.svg,
-// dir/modes.svg and, with decisions, dir/decisions.jsonl (one line per
-// request: a day of traffic is some 100 MB); it prints the table to table
-// when not nil.
-func RunToDir(s *Scenario, dir string, decisions bool, table io.Writer) (*Result, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("output dir: %w", err)
-	}
-	create := func(name string) (*os.File, error) {
-		f, err := os.Create(filepath.Join(dir, name))
-		if err != nil {
-			return nil, fmt.Errorf("create %s: %w", name, err)
-		}
-		return f, nil
-	}
-	var res *Result
-	var err error
-	if decisions {
-		dec, cerr := create("decisions.jsonl")
-		if cerr != nil {
-			return nil, cerr
-		}
-		res, err = Run(s, dec)
-		if cerr := dec.Close(); err == nil {
-			err = cerr
-		}
-	} else {
-		if err := os.Remove(filepath.Join(dir, "decisions.jsonl")); err != nil && !os.IsNotExist(err) {
-			return nil, fmt.Errorf("remove the previous decisions.jsonl: %w", err)
-		}
-		res, err = Run(s, nil)
-	}
-	if err != nil {
-		return nil, err
-	}
-	write := func(name string, fn func(io.Writer) error) error {
-		f, err := create(name)
-		if err != nil {
-			return err
-		}
-		if err := fn(f); err != nil {
-			f.Close()
-			return fmt.Errorf("write %s: %w", name, err)
-		}
-		return f.Close()
-	}
-	if err := write("summary.json", res.WriteSummary); err != nil {
-		return nil, err
-	}
-	var modes []byte
-	if err := write("plot.svg", func(w io.Writer) error {
-		var mb bytes.Buffer
-		err := res.WritePlots(w, &mb)
-		modes = mb.Bytes()
-		return err
-	}); err != nil {
-		return nil, err
-	}
-	if err := write("modes.svg", func(w io.Writer) error { _, err := w.Write(modes); return err }); err != nil {
-		return nil, err
-	}
-	var tb bytes.Buffer
-	if err := res.WriteTable(&tb); err != nil {
-		return nil, err
-	}
-	if err := write("report.html", func(w io.Writer) error { return writeReport(w, s, res, tb.String()) }); err != nil {
-		return nil, err
-	}
-	if table != nil {
-		if _, err := table.Write(tb.Bytes()); err != nil {
-			return nil, err
-		}
-	}
-	return res, nil
-}
+	"github.com/quota-lease/quota-lease/sim"
+)
 
 // writeReport writes one page a planner can open: what the scenario is,
 // the table, the bound's terms, and the two plots beside it.
-func writeReport(w io.Writer, s *Scenario, res *Result, table string) error {
+func writeReport(w io.Writer, s *sim.Scenario, res *sim.Result, table string) error {
 	var terms strings.Builder
 	for _, m := range res.Modes {
 		fmt.Fprintf(&terms, "<tr><td>%s</td><td>%.4g</td><td>", html.EscapeString(m.Mode), m.Bound)
-		for i, k := range sortedTerms(m.BoundTerms) {
+		for i, k := range termNames(m.BoundTerms) {
 			if i > 0 {
 				terms.WriteString(", ")
 			}
@@ -129,7 +52,7 @@ baselines: independent regional limits, a static split, and a central counter.</
 // edgeReport is the report's edge section: per window, the identity with
 // the most admitted at the edge and directly against the leased bound;
 // per move of demand, how fast the edge followed.
-func edgeReport(x *EdgeResult) string {
+func edgeReport(x *sim.EdgeResult) string {
 	if x == nil {
 		return ""
 	}
