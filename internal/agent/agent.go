@@ -298,10 +298,10 @@ func (a *Agent) Readiness() (bool, string) {
 // returns an error only when a policy file cannot be loaded at start.
 func (a *Agent) Run(ctx context.Context) error {
 	defer a.engine.Close()
-	var store storeWatch
+	store := &storeWatch{engine: a.engine, log: a.cfg.Logger, losses: a.m.storeLosses, bornAt: a.m.storeBorn}
 	sctx, cancel := context.WithTimeout(ctx, time.Second)
 	a.health.record(sctx, a.pingRedis(sctx))
-	a.watchStore(sctx, &store) // before the first check where Redis is up; else the presence loop retries
+	store.round(sctx) // before the first check where Redis is up; else the presence loop retries
 	fromSaved := a.restorePolicies(sctx)
 	cancel()
 	if !fromSaved {
@@ -323,8 +323,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Add(5)
 	go func() { defer wg.Done(); a.edge.Run(ctx) }()
 	go func() { defer wg.Done(); a.leaseLoop(ctx) }()
-	go func() { defer wg.Done(); a.presenceLoop(ctx, &store) }()
-	go func() { defer wg.Done(); a.probeLoop(ctx) }()
+	go func() { defer wg.Done(); a.presenceLoop(ctx, store) }()
+	go func() { defer wg.Done(); a.probe().run(ctx) }()
 	go func() { defer wg.Done(); a.refreshLoop(ctx, fromSaved) }()
 	wg.Wait()
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
@@ -478,7 +478,7 @@ func (a *Agent) presenceLoop(ctx context.Context, store *storeWatch) {
 		if err == nil {
 			a.saveState(pctx)
 		}
-		a.watchStore(pctx, store)
+		store.round(pctx)
 		cancel()
 		a.m.breakerOpen.Set(boolGauge(a.admit.BreakerOpen()))
 		if decay++; decay%30 == 0 {
@@ -492,12 +492,15 @@ func (a *Agent) presenceLoop(ctx context.Context, store *storeWatch) {
 	}
 }
 
-func boolGauge(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
+// probe is the agent's redisProbe, with the intervals of its
+// configuration (Config.RedisProbeInterval, RedisProbeMaxInterval).
+func (a *Agent) probe() redisProbe {
+	return redisProbe{admit: a.admit, ping: a.pingRedis, health: a.health, open: a.m.breakerOpen, log: a.cfg.Logger,
+		every: a.cfg.RedisProbeInterval, most: a.cfg.RedisProbeMaxInterval}
 }
+
+// pingRedis is one round trip to the region's Redis.
+func (a *Agent) pingRedis(ctx context.Context) error { return a.cfg.Redis.Ping(ctx).Err() }
 
 // Check decides one request through the admission pipeline.
 func (a *Agent) Check(ctx context.Context, r admission.Request) (admission.Outcome, error) {

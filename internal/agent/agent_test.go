@@ -16,7 +16,6 @@ import (
 	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/internal/agent/checkapi"
 	"github.com/quota-lease/quota-lease/internal/testenv"
-	"github.com/quota-lease/quota-lease/internal/testenv/faultproxy"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
@@ -72,10 +71,7 @@ func TestEnforcesLeasedShare(t *testing.T) {
 // exactly when its lease may have expired; when a coordinator is back it
 // resumes leased mode.
 func TestDegradedAtExpiryThenRecovers(t *testing.T) {
-	prefix := testenv.Prefix(t)
-	k := startCoordinator(t, prefix, "")
-	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\nfailure: {mode: static-share, static_fraction: 0.2}\n")
-	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, nil)
+	k, ra := coordinatedAgent(t, apiPolicy+"failure: {mode: static-share, static_fraction: 0.2}\n", nil)
 	ctx := t.Context()
 	testenv.WaitFor(t, 10*time.Second, "a leased share above the static one", func() bool {
 		ra.a.Check(ctx, admission.Request{Policy: "api", Attributes: tenantA, Cost: 1})
@@ -89,9 +85,7 @@ func TestDegradedAtExpiryThenRecovers(t *testing.T) {
 	testenv.WaitFor(t, testTiming.ValidFor, "a renewal to fail", func() bool {
 		return counterValue(t, ra.a, "quotalease_agent_lease_renew_failures_total") > failures
 	})
-	ra.a.leaser.mu.Lock()
-	_, validUntil := ra.a.leaser.quotas["api"].a.Grant()
-	ra.a.leaser.mu.Unlock()
+	_, validUntil := heldGrant(ra.a, "api")
 	// Each check is bracketed by two clock readings: its decision time is
 	// somewhere between them.
 	var before, after time.Time
@@ -126,7 +120,7 @@ func TestDegradedAtExpiryThenRecovers(t *testing.T) {
 	degradedAt := time.Now()
 	time.Sleep(500 * time.Millisecond) // degraded time to count: it must pass
 	// A coordinator comes back (a new leader on the same etcd state).
-	startCoordinator(t, prefix, k.addr)
+	startCoordinator(t, k.prefix, k.addr)
 	testenv.WaitFor(t, 15*time.Second, "leased mode again", func() bool {
 		o, _ := ra.a.Check(ctx, admission.Request{Policy: "api", Attributes: tenantA, Cost: 1})
 		return o.Mode == lease.ModeLeased
@@ -139,8 +133,8 @@ func TestDegradedAtExpiryThenRecovers(t *testing.T) {
 
 // Envoy's rate-limit API, through go-control-plane's own client.
 func TestEnvoyRateLimitService(t *testing.T) {
-	ra := regionAgent(t, "name: login\nidentity: [ip]\nalgorithm: sliding_log\nlimit: 5\nperiod: 1m\nscope: region\n", nil)
-	client := rlsv3.NewRateLimitServiceClient(grpcConn(t, ra.grpcAddr))
+	client := envoyClient(t, "name: login\nidentity: [ip]\nalgorithm: sliding_log\n"+
+		"limit: 5\nperiod: 1m\nscope: region\n", nil)
 	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonrl.RateLimitDescriptor{{
 		Entries: []*commonrl.RateLimitDescriptor_Entry{{Key: "generic_key", Value: "login"}, {Key: "remote_address", Value: "10.1.2.3"}}}}}
 	for i := 0; i < 5; i++ {
@@ -279,17 +273,10 @@ func TestHTTP429Contract(t *testing.T) {
 // cuts the connection: checks keep answering within the timeout, from the
 // local fallback, whose admissions never exceed its budget.
 func TestRedisSlowThenGone(t *testing.T) {
-	prefix := testenv.Prefix(t)
-	k := startCoordinator(t, prefix, "")
 	// Region-scoped: the whole limit is this region's; one instance, so the
 	// fallback budget is the full 20/s with a burst of 20.
-	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 20\nperiod: 1s\nscope: region\n")
-	redisSrv := startRedis(t)
-	proxy, err := faultproxy.Start(redisSrv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
+	k := policyCoordinator(t, "name: api\nidentity: [tenant]\nlimit: 20\nperiod: 1s\nscope: region\n")
+	proxy := startRedisBehindProxy(t)
 	const timeout = 20 * time.Millisecond
 	ra := startAgent(t, "us", proxy.Addr, []string{k.addr}, func(c *Config) { c.CheckTimeout = timeout })
 	ctx := t.Context()
@@ -347,9 +334,7 @@ func TestRedisSlowThenGone(t *testing.T) {
 // counting the old process's grant until it expires, so the region cannot
 // be granted twice.
 func TestAgentRestartForgetsNoLease(t *testing.T) {
-	prefix := testenv.Prefix(t)
-	k := startCoordinator(t, prefix, "")
-	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\n")
+	k := policyCoordinator(t, apiPolicy)
 	redisAddr := startRedis(t).Addr
 	first := startAgent(t, "us", redisAddr, []string{k.addr}, nil)
 	ctx := t.Context()
@@ -409,10 +394,8 @@ func TestGRPCCheckAPI(t *testing.T) {
 // seconds: a check naming it triggers an early policy refresh, instead of
 // waiting for the periodic one.
 func TestNewPolicyUsableSoon(t *testing.T) {
-	prefix := testenv.Prefix(t)
-	k := startCoordinator(t, prefix, "")
-	setPolicy(t, k.addr, "name: old\nidentity: [tenant]\nlimit: 5\nperiod: 1s\nscope: region\n")
-	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, func(c *Config) { c.PolicyRefresh = time.Hour })
+	k, ra := coordinatedAgent(t, "name: old\nidentity: [tenant]\nlimit: 5\nperiod: 1s\nscope: region\n",
+		func(c *Config) { c.PolicyRefresh = time.Hour })
 	setPolicy(t, k.addr, "name: fresh\nidentity: [tenant]\nlimit: 5\nperiod: 1s\nscope: region\n")
 	if _, err := ra.a.Check(t.Context(), admission.Request{Policy: "fresh", Attributes: tenantA}); err == nil || !strings.Contains(err.Error(), "unknown policy") {
 		t.Fatalf("first check: %v, want unknown policy", err)
@@ -427,9 +410,7 @@ func TestNewPolicyUsableSoon(t *testing.T) {
 // each leases on its own, the coordinator counts the region at the larger
 // grant (not the sum), and both see two live instances through Redis.
 func TestTwoReplicasInOneRegion(t *testing.T) {
-	prefix := testenv.Prefix(t)
-	k := startCoordinator(t, prefix, "")
-	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\n")
+	k := policyCoordinator(t, apiPolicy)
 	redisAddr := startRedis(t).Addr
 	a := startAgent(t, "us", redisAddr, []string{k.addr}, nil)
 	b := startAgent(t, "us", redisAddr, []string{k.addr}, func(c *Config) { c.Instance = "us-2" })

@@ -18,7 +18,6 @@ import (
 	"github.com/quota-lease/quota-lease/internal/agent/checkapi"
 	"github.com/quota-lease/quota-lease/internal/devca"
 	"github.com/quota-lease/quota-lease/internal/mtls"
-	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/lease"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
@@ -30,12 +29,8 @@ func benchAgent(b *testing.B) pb.CheckServiceClient {
 }
 
 func benchRunningAgent(b *testing.B, more ...string) *runningAgent {
-	prefix := testenv.Prefix(b)
-	k := startCoordinator(b, prefix, "")
-	setPolicy(b, k.addr, "name: api\nidentity: [tenant]\nlimit: 1000000\nperiod: 1s\n")
-	for _, p := range more {
-		setPolicy(b, k.addr, p)
-	}
+	k := policyCoordinator(b, append([]string{"name: api\nidentity: [tenant]\nlimit: 1000000\nperiod: 1s\n"},
+		more...)...)
 	ra := startAgent(b, "us", startRedis(b).Addr, []string{k.addr}, nil)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -81,7 +76,7 @@ func benchGRPCCheck(b *testing.B, callers int) {
 		closedLoop(b, c)
 		return
 	}
-	parallelLoop(b, callers/2, func(i int) error {
+	parallelLoop(b, callers/2, 1, func(i int) error {
 		r, err := c.Check(b.Context(), &pb.CheckRequest{Policy: "api", Attributes: map[string]string{"tenant": fmt.Sprint("t", i%1000)}})
 		if err != nil || r.Mode != "leased" {
 			return fmt.Errorf("%v %v", r, err)
@@ -91,9 +86,9 @@ func benchGRPCCheck(b *testing.B, callers int) {
 }
 
 // parallelLoop runs check from parallelism x GOMAXPROCS goroutines, each
-// with its own call counter, and reports latency and throughput; a failed
-// check fails the benchmark.
-func parallelLoop(b *testing.B, parallelism int, check func(i int) error) {
+// with its own call counter (from 1), and reports latency and throughput,
+// counting per checks a call; a failed check fails the benchmark.
+func parallelLoop(b *testing.B, parallelism, per int, check func(i int) error) {
 	var lat latencies
 	b.SetParallelism(parallelism)
 	b.ResetTimer()
@@ -111,7 +106,7 @@ func parallelLoop(b *testing.B, parallelism int, check func(i int) error) {
 		}
 	})
 	b.StopTimer()
-	lat.report(b, 1)
+	lat.report(b, per)
 }
 
 // closedLoop checks one at a time through c, over 1,000 tenants, and
@@ -132,37 +127,22 @@ func closedLoop(b *testing.B, c pb.CheckServiceClient) {
 
 // BenchmarkGRPCCheckBatch: 16 checks per call (one Redis pipeline).
 func BenchmarkGRPCCheckBatch(b *testing.B) {
+	const per = 16
 	c := benchAgent(b)
-	var lat latencies
-	b.SetParallelism(2)
-	b.ResetTimer()
-	b.RunParallel(func(pb_ *testing.PB) {
-		i := 0
-		req := &pb.CheckBatchRequest{Checks: make([]*pb.CheckRequest, 16)}
-		for pb_.Next() {
-			for j := range req.Checks {
-				i++
-				req.Checks[j] = &pb.CheckRequest{Policy: "api", Attributes: map[string]string{"tenant": fmt.Sprint("t", i%1000)}}
-			}
-			t0 := time.Now()
-			_, err := c.CheckBatch(b.Context(), req)
-			lat.add(time.Since(t0))
-			if err != nil {
-				b.Error(err)
-				return
-			}
+	parallelLoop(b, 2, per, func(i int) error {
+		req := &pb.CheckBatchRequest{Checks: make([]*pb.CheckRequest, per)}
+		for j := range req.Checks { // tenants t1 to t16 in the first call, then on
+			tenant := fmt.Sprint("t", ((i-1)*per+j+1)%1000)
+			req.Checks[j] = &pb.CheckRequest{Policy: "api", Attributes: map[string]string{"tenant": tenant}}
 		}
+		_, err := c.CheckBatch(b.Context(), req)
+		return err
 	})
-	b.StopTimer()
-	lat.report(b, 16)
 }
 
 // BenchmarkCheckInProcess is the agent's decision without gRPC.
 func BenchmarkCheckInProcess(b *testing.B) {
-	prefix := testenv.Prefix(b)
-	k := startCoordinator(b, prefix, "")
-	setPolicy(b, k.addr, "name: api\nidentity: [tenant]\nlimit: 1000000\nperiod: 1s\nscope: region\n")
-	ra := startAgent(b, "us", startRedis(b).Addr, []string{k.addr}, nil)
+	ra := regionAgent(b, "name: api\nidentity: [tenant]\nlimit: 1000000\nperiod: 1s\nscope: region\n", nil)
 	var lat latencies
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
@@ -279,7 +259,7 @@ func BenchmarkHotRejectedKey(b *testing.B) {
 					time.Sleep(10 * time.Millisecond)
 				}
 			}
-			parallelLoop(b, 2, func(i int) error {
+			parallelLoop(b, 2, 1, func(i int) error {
 				attrs := tenantA
 				if !hot {
 					attrs = map[string]string{"tenant": fmt.Sprint("t", i%1000)}
@@ -301,11 +281,9 @@ func BenchmarkHotRejectedKey(b *testing.B) {
 func BenchmarkCheckConcurrent(b *testing.B) {
 	for _, pipelines := range []int{0, 2} {
 		b.Run(fmt.Sprintf("pipelines=%d", pipelines), func(b *testing.B) {
-			prefix := testenv.Prefix(b)
-			k := startCoordinator(b, prefix, "")
-			setPolicy(b, k.addr, "name: api\nidentity: [tenant]\nlimit: 1000000\nperiod: 1s\nscope: region\n")
-			ra := startAgent(b, "us", startRedis(b).Addr, []string{k.addr}, func(c *Config) { c.RedisPipelines = pipelines })
-			parallelLoop(b, 16, func(i int) error {
+			ra := regionAgent(b, "name: api\nidentity: [tenant]\nlimit: 1000000\nperiod: 1s\nscope: region\n",
+				func(c *Config) { c.RedisPipelines = pipelines })
+			parallelLoop(b, 16, 1, func(i int) error {
 				o, err := ra.a.Check(b.Context(), admission.Request{Policy: "api", Attributes: map[string]string{"tenant": fmt.Sprint("t", i%1000)}, Cost: 1})
 				if err != nil || o.Mode != lease.ModeRegion {
 					return fmt.Errorf("%+v %v", o, err)

@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/quota-lease/quota-lease/admission"
-	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/internal/testenv/promnames"
 )
 
@@ -13,10 +12,7 @@ import (
 // empty dashboard during an incident. Per-policy counters exist at zero as
 // soon as the policy is loaded.
 func TestDeployedQueriesUseExportedMetrics(t *testing.T) {
-	prefix := testenv.Prefix(t)
-	k := startCoordinator(t, prefix, "")
-	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\n")
-	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, nil)
+	ra := regionAgent(t, apiPolicy, nil)
 	if _, err := ra.a.Check(t.Context(), admission.Request{Policy: "api", Attributes: tenantA}); err != nil {
 		t.Fatal(err)
 	}

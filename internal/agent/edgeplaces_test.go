@@ -14,9 +14,7 @@ import (
 // refused wherever it connects, and a place that frees on one agent goes
 // to the instance waiting on the other.
 func TestRLQSPlacesAcrossAgents(t *testing.T) {
-	prefix := testenv.Prefix(t)
-	k := startCoordinator(t, prefix, "")
-	setPolicy(t, k.addr, edgeTestPolicy)
+	k := policyCoordinator(t, edgeTestPolicy)
 	redisAddr := startRedis(t).Addr
 	a := startAgent(t, "us", redisAddr, []string{k.addr}, fastEdge)
 	b := startAgent(t, "us", redisAddr, []string{k.addr}, func(c *Config) { fastEdge(c); c.Instance = "us-2" })
@@ -39,12 +37,11 @@ func TestRLQSPlacesAcrossAgents(t *testing.T) {
 		t.Fatalf("the fourth instance, on the second agent: %v, want an assignment", got)
 	}
 
-	refused := func(ra *runningAgent) float64 {
-		return counterValueLabeled(t, ra.a, "quotalease_agent_edge_buckets_refused_total", "reason", "instances")
-	}
 	fifth := openRaw(t, b.grpcAddr)
 	fifth.send(t, "shop", use(tenant, 0, 1, 0))
-	testenv.WaitFor(t, 5*time.Second, "the fifth instance refused", func() bool { return refused(b) >= 1 })
+	testenv.WaitFor(t, 5*time.Second, "the fifth instance refused", func() bool {
+		return edgeRefused(t, b.a, "instances") >= 1
+	})
 	// Three more syncs of the second agent, each of which would push an
 	// assignment the fifth instance had a place for.
 	syncs := counterValue(t, b.a, "quotalease_agent_edge_syncs_total")
@@ -57,16 +54,13 @@ func TestRLQSPlacesAcrossAgents(t *testing.T) {
 	default:
 	}
 
-	if err := onA[0].s.CloseSend(); err != nil {
-		t.Fatal(err)
-	}
-	<-onA[0].ended
+	onA[0].closeSend(t)
 	// The first agent writes the freed place with its next read; the
 	// second asks again with its own.
 	if got, _ := fifth.next(t, tenant); got.GetQuotaAssignmentAction() == nil {
 		t.Fatalf("the fifth instance once a place freed on the other agent: %v, want an assignment", got)
 	}
-	if n := refused(a); n != 0 {
+	if n := edgeRefused(t, a.a, "instances"); n != 0 {
 		t.Errorf("the first agent refused %v instances, want none", n)
 	}
 }

@@ -16,9 +16,7 @@ import (
 // its assigned rate the agent's own gauge and its usage what they ask; once
 // they are gone, the next renewal clears it.
 func TestEdgeSummaryReachesListLeases(t *testing.T) {
-	k := startCoordinator(t, testenv.Prefix(t), "")
-	setPolicy(t, k.addr, edgeTestPolicy)
-	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, fastEdge)
+	k, ra := coordinatedAgent(t, edgeTestPolicy, fastEdge)
 	a, b := startEnvoy(t, ra.grpcAddr, "a"), startEnvoy(t, ra.grpcAddr, "b")
 	globex := map[string]string{"policy": "api", "tenant": "globex"}
 	stop := make(chan struct{})

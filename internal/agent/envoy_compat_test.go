@@ -5,9 +5,24 @@ import (
 
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-
-	"github.com/quota-lease/quota-lease/internal/testenv"
 )
+
+// readmeMessagingConfig is envoyproxy/ratelimit's README example of
+// marketing messages and phone numbers, as the compatibility and parity
+// tables load it.
+const readmeMessagingConfig = `domain: messaging
+descriptors:
+  - key: message_type
+    value: marketing
+    descriptors:
+      - key: to_number
+        rate_limit: {unit: day, requests_per_unit: 2}
+  - key: to_number
+    rate_limit: {unit: day, requests_per_unit: 3}
+  - key: to_number
+    value: "911"
+    rate_limit: {unlimited: true}
+`
 
 // envoyStep is one ShouldRateLimit call and what envoyproxy/ratelimit
 // answers for it: per descriptor, OK or OVER_LIMIT, and the limit it
@@ -19,22 +34,17 @@ type envoyStep struct {
 	times       int // repeat the call this often (default 1)
 }
 
-const (
-	ok   = rlsv3.RateLimitResponse_OK
-	over = rlsv3.RateLimitResponse_OVER_LIMIT
-)
-
 // The compatibility table: envoyproxy/ratelimit configurations from its
 // README, loaded unchanged (plus scope: region, so that one agent holds
-// the whole limit), and request sequences answered as that service
-// answers them, descriptor by descriptor, through a real gRPC client.
+// the whole limit, as in the parity table), and request sequences
+// answered as that service answers them, descriptor by descriptor, through
+// a real gRPC client.
 func TestEnvoyCompatibility(t *testing.T) {
 	cases := []struct {
 		name, config, domain string
 		steps                []envoyStep
 	}{
 		{"database users", `domain: mongo_cps
-scope: region
 descriptors:
   - key: database
     value: users
@@ -48,20 +58,7 @@ descriptors:
 			{descriptors: d(entries("database", "default")), codes: c(ok), limits: l(500)},
 			{descriptors: d(entries("database", "other")), codes: c(ok), limits: l(0)}, // no such value: no limit
 		}},
-		{"messaging", `domain: messaging
-scope: region
-descriptors:
-  - key: message_type
-    value: marketing
-    descriptors:
-      - key: to_number
-        rate_limit: {unit: day, requests_per_unit: 2}
-  - key: to_number
-    rate_limit: {unit: day, requests_per_unit: 3}
-  - key: to_number
-    value: "911"
-    rate_limit: {unlimited: true}
-`, "messaging", []envoyStep{
+		{"messaging", readmeMessagingConfig, "messaging", []envoyStep{
 			// A marketing message to a number counts against both limits.
 			{descriptors: d(entries("message_type", "marketing", "to_number", "2061111111"), entries("to_number", "2061111111")),
 				codes: c(ok, ok), limits: l(2, 3), times: 2},
@@ -73,7 +70,6 @@ descriptors:
 			{descriptors: d(entries("to_number", "911")), codes: c(ok), limits: l(0), times: 5},
 		}},
 		{"to_number and from_number", `domain: sms
-scope: region
 descriptors:
   - key: to_number
     value: "2061111111"
@@ -90,7 +86,6 @@ descriptors:
 			{descriptors: d(entries("to_number", "2061111111")), codes: c(ok), limits: l(0), times: 3},
 		}},
 		{"exact value before key-only, greedily", `domain: walk
-scope: region
 descriptors:
   - key: database
     value: users
@@ -107,7 +102,6 @@ descriptors:
 			{descriptors: d(entries("database", "users", "collection", "c")), codes: c(ok), limits: l(0), times: 3},
 		}},
 		{"replaces", `domain: rp
-scope: region
 descriptors:
   - key: key1
     rate_limit: {unit: minute, requests_per_unit: 1, name: key1-limit}
@@ -123,7 +117,6 @@ descriptors:
 			{descriptors: d(entries("key1", "a")), codes: c(over), limits: l(1)},
 		}},
 		{"domains are namespaces", `domain: one
-scope: region
 descriptors:
   - key: user
     rate_limit: {unit: minute, requests_per_unit: 1}
@@ -133,11 +126,7 @@ descriptors:
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			prefix := testenv.Prefix(t)
-			k := startCoordinator(t, prefix, "")
-			setPolicy(t, k.addr, tc.config)
-			ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, nil)
-			client := rlsv3.NewRateLimitServiceClient(grpcConn(t, ra.grpcAddr))
+			client := envoyClient(t, tc.config+"scope: region\n", nil)
 			for si, st := range tc.steps {
 				for n := 0; n < max(1, st.times); n++ {
 					resp, err := client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: tc.domain, Descriptors: st.descriptors})
@@ -159,6 +148,5 @@ descriptors:
 	}
 }
 
-func d(ds ...*commonrl.RateLimitDescriptor) []*commonrl.RateLimitDescriptor { return ds }
-func c(cs ...rlsv3.RateLimitResponse_Code) []rlsv3.RateLimitResponse_Code   { return cs }
-func l(ls ...uint32) []uint32                                               { return ls }
+func c(cs ...rlsv3.RateLimitResponse_Code) []rlsv3.RateLimitResponse_Code { return cs }
+func l(ls ...uint32) []uint32                                             { return ls }

@@ -1,7 +1,7 @@
 package agent
 
 import (
-	"strings"
+	"fmt"
 	"testing"
 	"time"
 
@@ -9,10 +9,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
-	"github.com/quota-lease/quota-lease/internal/testenv"
-	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
 )
 
@@ -22,17 +19,15 @@ import (
 // original crashes on it), or a window longer than a day. In a domain
 // no configuration loaded, an override is not read, as in the original.
 func TestEnvoyBadOverrideChargesNothing(t *testing.T) {
-	ra := regionAgent(t, "domain: ov\nscope: region\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 5}\n", nil)
-	client := rlsv3.NewRateLimitServiceClient(grpcConn(t, ra.grpcAddr))
+	client := envoyClient(t,
+		"domain: ov\nscope: region\ndescriptors:\n"+
+			"  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 5}\n", nil)
 	for _, c := range []struct {
 		unit typev3.RateLimitUnit
 		want string
 	}{{typev3.RateLimitUnit_UNKNOWN, "unit UNKNOWN"}, {99, "unit 99"}, {typev3.RateLimitUnit_MONTH, "period 720h0m0s"}} {
-		req := &rlsv3.RateLimitRequest{Domain: "ov", Descriptors: d(entries("user", "u"), withOverride(entries("user", "v"), 1, c.unit))}
-		_, err := client.ShouldRateLimit(t.Context(), req)
-		if st := status.Convert(err); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), c.want) {
-			t.Fatalf("override unit %v: %v, want INVALID_ARGUMENT mentioning %q", c.unit, err, c.want)
-		}
+		wantRefused(t, client, fmt.Sprintf("override unit %v", c.unit), codes.InvalidArgument, c.want,
+			"ov", entries("user", "u"), withOverride(entries("user", "v"), 1, c.unit))
 	}
 	resp, err := client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "ov", Descriptors: d(entries("user", "u"), entries("user", "v"))})
 	if err != nil || resp.Statuses[0].LimitRemaining != 4 || resp.Statuses[1].LimitRemaining != 4 {
@@ -57,16 +52,9 @@ func TestEnvoyOverrideOfGlobalLimit(t *testing.T) {
 	client := rlsv3.NewRateLimitServiceClient(grpcConn(t, ra.grpcAddr))
 	call := func(ds ...*commonrl.RateLimitDescriptor) *rlsv3.RateLimitResponse_DescriptorStatus {
 		t.Helper()
-		resp, err := client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "og", Descriptors: ds})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.Statuses[0]
+		return shouldRateLimit(t, client, "og", ds...).Statuses[0]
 	}
-	testenv.WaitFor(t, 10*time.Second, "a lease", func() bool {
-		_, m := ra.a.leaser.Enforce("og.user", "", time.Now())
-		return m == lease.ModeLeased
-	})
+	waitLeased(t, ra.a, "og.user", 10*time.Second)
 	// The override of a global limit is global too: the region enforces
 	// its lease's fraction of it, so never more than 30 an hour.
 	oks := 0

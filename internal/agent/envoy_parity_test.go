@@ -144,19 +144,7 @@ descriptors:
 			pcall("mongo_cps", 0, entries("database", "default")),
 			pcall("mongo_cps", 0, entries("database", "other")), // no such value: no limit
 		)},
-		{Name: "README: messaging, with an unlimited number", Config: `domain: messaging
-descriptors:
-  - key: message_type
-    value: marketing
-    descriptors:
-      - key: to_number
-        rate_limit: {unit: day, requests_per_unit: 2}
-  - key: to_number
-    rate_limit: {unit: day, requests_per_unit: 3}
-  - key: to_number
-    value: "911"
-    rate_limit: {unlimited: true}
-`, Calls: seq(
+		{Name: "README: messaging, with an unlimited number", Config: readmeMessagingConfig, Calls: seq(
 			times(3, pcall("messaging", 0, entries("message_type", "marketing", "to_number", "2061111111"), entries("to_number", "2061111111"))),
 			pcall("messaging", 0, entries("to_number", "2061111111")),
 			pcall("messaging", 0, entries("to_number", "911"), entries("to_number", "2062222222")),
@@ -389,8 +377,8 @@ func readEnvoyOriginal(t *testing.T) []parityCase {
 func TestEnvoyParityWithOriginal(t *testing.T) {
 	for _, c := range readEnvoyOriginal(t) {
 		t.Run(c.Name, func(t *testing.T) {
-			ra := regionAgent(t, c.Config+"scope: region\n", agentConfig(t, c.Settings)) // one region holds the whole limit
-			client := rlsv3.NewRateLimitServiceClient(grpcConn(t, ra.grpcAddr))
+			// One region holds the whole limit.
+			client := envoyClient(t, c.Config+"scope: region\n", agentConfig(t, c.Settings))
 			for i, call := range c.Calls {
 				req := &rlsv3.RateLimitRequest{}
 				if err := protojson.Unmarshal(call.Request, req); err != nil {
@@ -465,15 +453,12 @@ func comparableOverrideText(r *rlsv3.RateLimitResponse) {
 // millisecond, and one retry-after.
 func TestEnvoyExtrasBehindSwitches(t *testing.T) {
 	// post_hoc: false: the refused 4 hits are not counted, and 2 are left.
-	ra := regionAgent(t, "domain: extras\nscope: region\npost_hoc: false\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 5}\n",
+	client := envoyClient(t,
+		"domain: extras\nscope: region\npost_hoc: false\ndescriptors:\n"+
+			"  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 5}\n",
 		func(c *Config) { c.EnvoyPolicyNames, c.EnvoyExactCounts, c.EnvoyRetryAfter = true, true, true })
-	client := rlsv3.NewRateLimitServiceClient(grpcConn(t, ra.grpcAddr))
 	call := func(hits uint64) *rlsv3.RateLimitResponse {
-		resp, err := client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "extras", Descriptors: d(withHits(entries("user", "u"), hits))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp
+		return shouldRateLimit(t, client, "extras", withHits(entries("user", "u"), hits))
 	}
 	resp := call(3)
 	st := resp.Statuses[0]
@@ -497,14 +482,12 @@ func TestEnvoyExtrasBehindSwitches(t *testing.T) {
 // only the overall code OK: each descriptor over its limit still says
 // OVER_LIMIT with 0 remaining, as in envoyproxy/ratelimit; no retry-after.
 func TestEnvoyGlobalShadowMode(t *testing.T) {
-	ra := regionAgent(t, "domain: gs\nscope: region\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 1}\n",
+	client := envoyClient(t,
+		"domain: gs\nscope: region\ndescriptors:\n"+
+			"  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 1}\n",
 		func(c *Config) { c.Shadow, c.EnvoyRetryAfter = true, true })
-	client := rlsv3.NewRateLimitServiceClient(grpcConn(t, ra.grpcAddr))
 	for i, want := range []rlsv3.RateLimitResponse_Code{ok, over, over} {
-		resp, err := client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "gs", Descriptors: d(entries("user", "u"))})
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := shouldRateLimit(t, client, "gs", entries("user", "u"))
 		if resp.OverallCode != ok || resp.Statuses[0].Code != want || resp.Statuses[0].LimitRemaining != 0 || len(resp.ResponseHeadersToAdd) != 0 {
 			t.Fatalf("call %d: %v, want overall OK, descriptor %s with 0 remaining, no headers", i, resp, want)
 		}
@@ -515,8 +498,9 @@ func TestEnvoyGlobalShadowMode(t *testing.T) {
 // than the agent's cap) charges nothing: the limit's next check sees
 // every unit it had.
 func TestEnvoyRefusedCallsChargeNothing(t *testing.T) {
-	ra := regionAgent(t, "domain: rf\nscope: region\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 5}\n", nil)
-	client := rlsv3.NewRateLimitServiceClient(grpcConn(t, ra.grpcAddr))
+	client := envoyClient(t,
+		"domain: rf\nscope: region\ndescriptors:\n"+
+			"  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 5}\n", nil)
 	many := make([]*commonrl.RateLimitDescriptor, checkapi.MaxBatch+1)
 	for i := range many {
 		many[i] = entries("user", "u")

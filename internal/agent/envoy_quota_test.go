@@ -3,8 +3,6 @@ package agent
 import (
 	"strings"
 	"testing"
-
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 )
 
 // A descriptor over a quota_mode limit is a soft limit (the parity table
@@ -13,14 +11,12 @@ import (
 // status as decided); quota-lease's retry-after is never added for it, as
 // the call is not OVER_LIMIT.
 func TestEnvoyQuotaModeHeaders(t *testing.T) {
-	ra := regionAgent(t, "domain: qh\nscope: region\ndescriptors:\n  - key: user\n    quota_mode: true\n    rate_limit: {unit: hour, requests_per_unit: 1}\n",
+	client := envoyClient(t,
+		"domain: qh\nscope: region\ndescriptors:\n"+
+			"  - key: user\n    quota_mode: true\n    rate_limit: {unit: hour, requests_per_unit: 1}\n",
 		func(c *Config) { c.EnvoyLimitHeaders, c.EnvoyRetryAfter = true, true })
-	client := rlsv3.NewRateLimitServiceClient(grpcConn(t, ra.grpcAddr))
 	for i := range 3 {
-		resp, err := client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "qh", Descriptors: d(entries("user", "u"))})
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := shouldRateLimit(t, client, "qh", entries("user", "u"))
 		st := resp.Statuses[0]
 		if resp.OverallCode != ok || st.Code != ok || st.LimitRemaining != 0 || st.CurrentLimit.GetRequestsPerUnit() != 1 {
 			t.Fatalf("call %d: %v, want OK with the limit and 0 remaining", i, resp)

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"math"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,8 +11,6 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/quota-lease/quota-lease/internal/testenv"
 )
@@ -51,8 +48,8 @@ descriptors:
 // hits is a descriptor of entries kv with its own hits_addend, returning
 // them when ret.
 func hits(n uint64, ret bool, kv ...string) *commonrl.RateLimitDescriptor {
-	e := entries(kv...)
-	e.HitsAddend, e.IsNegativeHits = wrapperspb.UInt64(n), ret
+	e := withHits(entries(kv...), n)
+	e.IsNegativeHits = ret
 	return e
 }
 
@@ -61,23 +58,12 @@ func hits(n uint64, ret bool, kv ...string) *commonrl.RateLimitDescriptor {
 // N racers who take and return never hold more than the limit, refused
 // requests returning too, as Envoy's do.
 func TestEnvoyReturns(t *testing.T) {
-	k := startCoordinator(t, testenv.Prefix(t), "")
-	for _, p := range []string{returnsConfig, racersConfig, plainPolicy} {
-		setPolicy(t, k.addr, p)
-	}
+	k := policyCoordinator(t, returnsConfig, racersConfig, plainPolicy)
 	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, func(c *Config) { c.EnvoyExactCounts = true })
 	client := rlsv3.NewRateLimitServiceClient(grpcConn(t, ra.grpcAddr))
-	call := func(t *testing.T, domain string, ds ...*commonrl.RateLimitDescriptor) *rlsv3.RateLimitResponse {
-		t.Helper()
-		resp, err := client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: domain, Descriptors: ds})
-		if err != nil {
-			t.Fatalf("call %v: %v", ds, err)
-		}
-		return resp
-	}
 	one := func(t *testing.T, domain string, d *commonrl.RateLimitDescriptor) *rlsv3.RateLimitResponse_DescriptorStatus {
 		t.Helper()
-		return call(t, domain, d).Statuses[0]
+		return shouldRateLimit(t, client, domain, d).Statuses[0]
 	}
 	returned := func(result string) float64 {
 		return counterValueLabeled(t, ra.a, "quotalease_agent_returned_units_total", "result", result)
@@ -176,14 +162,12 @@ func TestEnvoyReturns(t *testing.T) {
 			{"to a policy named by generic_key", "elsewhere", d(hits(1, true, "generic_key", "plain", "user", "bad")), codes.InvalidArgument, "does not accept returns"},
 			{"in no domain", "", d(hits(1, true, "team", "bad")), codes.Unknown, "domain must not be empty"},
 		} {
-			_, err := client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: c.domain, Descriptors: c.ds})
-			if st := status.Convert(err); st.Code() != c.code || !strings.Contains(st.Message(), c.want) {
-				t.Fatalf("%s: %v, want %s mentioning %q", c.name, err, c.code, c.want)
-			}
+			wantRefused(t, client, c.name, c.code, c.want, c.domain, c.ds...)
 		}
 		// Answered, matching nothing: more hits than a return may carry,
 		// an unlimited descriptor, a descriptor no limit matches.
-		resp := call(t, "conc", hits(math.MaxUint64, true, "user", "bad"), hits(1, true, "gone", "x"), hits(1, true, "nomatch", "x"))
+		resp := shouldRateLimit(t, client, "conc",
+			hits(math.MaxUint64, true, "user", "bad"), hits(1, true, "gone", "x"), hits(1, true, "nomatch", "x"))
 		if resp.OverallCode != ok || resp.Statuses[0].CurrentLimit != nil || resp.Statuses[1].LimitRemaining != math.MaxUint32 || resp.Statuses[2].CurrentLimit != nil {
 			t.Fatalf("unmatched returns: %v, want OK, no limits", resp)
 		}

@@ -9,14 +9,6 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-func entries(kv ...string) *commonrl.RateLimitDescriptor {
-	d := &commonrl.RateLimitDescriptor{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		d.Entries = append(d.Entries, &commonrl.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
-	}
-	return d
-}
-
 // One odd descriptor never switches limiting off for the others: an
 // unknown policy, a missing attribute or a descriptor naming no policy is
 // answered OK with no limit (as envoyproxy/ratelimit answers an unmatched
@@ -27,8 +19,9 @@ func entries(kv ...string) *commonrl.RateLimitDescriptor {
 // With --envoy-retry-after, a rejected call carries exactly one
 // retry-after.
 func TestEnvoyOddDescriptorDoesNotDisableLimiting(t *testing.T) {
-	ra := regionAgent(t, "name: api\nidentity: [user]\nalgorithm: fixed_window\nlimit: 3\nperiod: 1m\nscope: region\n", func(c *Config) { c.EnvoyRetryAfter = true })
-	client := rlsv3.NewRateLimitServiceClient(grpcConn(t, ra.grpcAddr))
+	client := envoyClient(t, "name: api\nidentity: [user]\nalgorithm: fixed_window\n"+
+		"limit: 3\nperiod: 1m\nscope: region\n",
+		func(c *Config) { c.EnvoyRetryAfter = true })
 	long := strings.Repeat("v", 4000)
 	odd := []*commonrl.RateLimitDescriptor{
 		entries("generic_key", "nope", "user", "u"), // unknown policy
@@ -80,8 +73,8 @@ func TestEnvoyOddDescriptorDoesNotDisableLimiting(t *testing.T) {
 // A descriptor's own hits_addend overrides the request's, and more hits
 // than the limit holds are over the limit (never admitted), not an error.
 func TestEnvoyHitsAddendPerDescriptor(t *testing.T) {
-	ra := regionAgent(t, "name: api\nidentity: [user]\nalgorithm: fixed_window\nlimit: 10\nperiod: 1m\nscope: region\n", nil)
-	client := rlsv3.NewRateLimitServiceClient(grpcConn(t, ra.grpcAddr))
+	client := envoyClient(t, "name: api\nidentity: [user]\nalgorithm: fixed_window\n"+
+		"limit: 10\nperiod: 1m\nscope: region\n", nil)
 	d := entries("generic_key", "api", "user", "bob")
 	d.HitsAddend = wrapperspb.UInt64(4)
 	resp, err := client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 1, Descriptors: []*commonrl.RateLimitDescriptor{d}})
@@ -103,15 +96,12 @@ func TestEnvoyHitsAddendPerDescriptor(t *testing.T) {
 // With the limit headers on, an answer carries RateLimit-Limit, -Remaining
 // and -Reset of the descriptor closest to its limit.
 func TestEnvoyLimitHeaders(t *testing.T) {
-	ra := regionAgent(t, "name: api\nidentity: [user]\nalgorithm: fixed_window\nlimit: 10\nperiod: 1m\nscope: region\n", func(c *Config) { c.EnvoyLimitHeaders = true })
-	client := rlsv3.NewRateLimitServiceClient(grpcConn(t, ra.grpcAddr))
+	client := envoyClient(t, "name: api\nidentity: [user]\nalgorithm: fixed_window\n"+
+		"limit: 10\nperiod: 1m\nscope: region\n",
+		func(c *Config) { c.EnvoyLimitHeaders = true })
 	heavy := entries("generic_key", "api", "user", "heavy")
 	heavy.HitsAddend = wrapperspb.UInt64(7)
-	resp, err := client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonrl.RateLimitDescriptor{
-		entries("generic_key", "api", "user", "light"), heavy}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := shouldRateLimit(t, client, "edge", entries("generic_key", "api", "user", "light"), heavy)
 	h := map[string]string{}
 	for _, v := range resp.ResponseHeadersToAdd {
 		h[v.Key] = v.Value

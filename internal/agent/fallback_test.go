@@ -37,10 +37,8 @@ func maxInWindow(at []time.Duration, w time.Duration) int {
 // stall met a full bucket.
 func TestFlappingRedisStaysWithinBound(t *testing.T) {
 	testenv.SkipSlow(t, "stops and starts a real redis-server under load for over 10 s")
-	prefix := testenv.Prefix(t)
-	k := startCoordinator(t, prefix, "")
 	const yaml = "name: api\nidentity: [tenant]\nlimit: 20\nperiod: 1s\nscope: region\n"
-	setPolicy(t, k.addr, yaml)
+	k := policyCoordinator(t, yaml)
 	redisSrv := startRedis(t)
 	ra := startAgent(t, "us", redisSrv.Addr, []string{k.addr}, func(c *Config) { c.CheckTimeout = DefaultConfig().CheckTimeout })
 
@@ -114,9 +112,7 @@ func TestFlappingRedisStaysWithinBound(t *testing.T) {
 // local fallback: still at most one is admitted. A fallback that started
 // full admitted up to ten.
 func TestLastTokenRaceWithSlowRedis(t *testing.T) {
-	prefix := testenv.Prefix(t)
-	k := startCoordinator(t, prefix, "")
-	setPolicy(t, k.addr, "name: last\nidentity: [tenant]\nlimit: 1\nperiod: 1h\nburst: 10\nscope: region\n")
+	k := policyCoordinator(t, "name: last\nidentity: [tenant]\nlimit: 1\nperiod: 1h\nburst: 10\nscope: region\n")
 	proxy := startRedisBehindProxy(t)
 	// Every check its own round trip (no pipelining), so that checks queued
 	// behind others in the connection pool miss the timeout and meet the
@@ -195,10 +191,9 @@ func TestLastTokenRaceWithSlowRedis(t *testing.T) {
 // times while Redis is gone (local fallback), then again once Redis is
 // back, it is admitted every time and charged one token, locally.
 func TestKeyedRetryChargedOnceAcrossOutage(t *testing.T) {
-	prefix := testenv.Prefix(t)
-	k := startCoordinator(t, prefix, "")
 	// fallback_start 1: the fallback budget starts full, so it admits.
-	setPolicy(t, k.addr, "name: keyed\nidentity: [tenant]\nlimit: 10\nperiod: 1h\nscope: region\nfailure: {fallback_start: 1}\n")
+	k := policyCoordinator(t, "name: keyed\nidentity: [tenant]\nlimit: 10\nperiod: 1h\nscope: region\n"+
+		"failure: {fallback_start: 1}\n")
 	proxy := startRedisBehindProxy(t)
 	ra := startAgent(t, "us", proxy.Addr, []string{k.addr}, nil)
 	ctx := t.Context()

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"io"
 	"net"
 	"sync"
 	"testing"
@@ -32,13 +33,18 @@ func TestMain(m *testing.M) { testenv.MainWithEtcd(m) }
 // testTiming: 2 s leases so expiry happens within a test.
 var testTiming = lease.Timing{ValidFor: 2 * time.Second, Drift: 1e-4, Margin: 20 * time.Millisecond, DegradedTimeout: 30 * time.Second}
 
+// apiPolicy is the policy most tests check against: api, 100 checks a
+// second per tenant, global (leased); tests append what they change.
+const apiPolicy = "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\n"
+
 // coord is a coordinator replica in this process.
 type coord struct {
-	c    *coordinator.Coordinator
-	cli  *clientv3.Client
-	srv  *grpc.Server
-	addr string
-	stop func()
+	c      *coordinator.Coordinator
+	cli    *clientv3.Client
+	srv    *grpc.Server
+	addr   string
+	prefix string // its etcd key prefix, for a successor on the same state
+	stop   func()
 }
 
 // startCoordinator starts a leading replica on addr ("" for any port);
@@ -56,7 +62,7 @@ func startCoordinator(t testing.TB, prefix string, addr string, mods ...func(*co
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := &coord{cli: cli, srv: grpc.NewServer(), addr: lis.Addr().String()}
+	k := &coord{cli: cli, srv: grpc.NewServer(), addr: lis.Addr().String(), prefix: prefix}
 	cfg := coordinator.DefaultConfig()
 	cfg.Name, cfg.Advertise, cfg.Prefix, cfg.Regions = "c", k.addr, prefix, []string{"us", "eu", "ap"}
 	cfg.Timing, cfg.SessionTTL, cfg.RebalanceInterval, cfg.FlushInterval = testTiming, 2*time.Second, 50*time.Millisecond, 200*time.Millisecond
@@ -86,6 +92,20 @@ func startCoordinator(t testing.TB, prefix string, addr string, mods ...func(*co
 	return k
 }
 
+// policyCoordinator starts a leading coordinator replica on a key prefix
+// of t's own and stores each of policies in it: the start of the tests
+// that keep the coordinator at hand, to stop it, store more policies or
+// reach its admin API.
+func policyCoordinator(t testing.TB, policies ...string) *coord {
+	t.Helper()
+	k := startCoordinator(t, testenv.Prefix(t), "")
+	for _, p := range policies {
+		setPolicy(t, k.addr, p)
+	}
+	return k
+}
+
+// setPolicy stores the policies of yaml through the admin API at addr.
 func setPolicy(t testing.TB, addr, yaml string) {
 	t.Helper()
 	cl, err := leaseapi.NewClient([]string{addr})
@@ -179,7 +199,10 @@ func runAgent(t testing.TB, cfg Config) (a *Agent, stop func()) {
 	return a, func() { cancel(); <-done }
 }
 
+// grpcConn is a plaintext client connection to addr, closed at the end of
+// t.
 func grpcConn(t testing.TB, addr string) *grpc.ClientConn {
+	t.Helper()
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -240,7 +263,48 @@ func callEvery(t testing.TB, a *Agent, in admission.Request, every time.Duration
 // (YAML), a fresh Redis, and region us's agent on both, changed by mod.
 func regionAgent(t testing.TB, policy string, mod func(*Config)) *runningAgent {
 	t.Helper()
-	k := startCoordinator(t, testenv.Prefix(t), "")
-	setPolicy(t, k.addr, policy)
-	return startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, mod)
+	_, ra := coordinatedAgent(t, policy, mod)
+	return ra
+}
+
+// coordinatedAgent is regionAgent's set-up with its coordinator, for the
+// tests that stop it, store more policies or read its admin API.
+func coordinatedAgent(t testing.TB, policy string, mod func(*Config)) (*coord, *runningAgent) {
+	t.Helper()
+	k := policyCoordinator(t, policy)
+	return k, startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, mod)
+}
+
+// waitLeased waits up to within for a to enforce a lease of quota, as
+// tests that then take the coordinator away or change the policy need.
+func waitLeased(t testing.TB, a *Agent, quota string, within time.Duration) {
+	t.Helper()
+	testenv.WaitFor(t, within, "a lease", func() bool {
+		_, m := a.leaser.Enforce(quota, "", time.Now())
+		return m == lease.ModeLeased
+	})
+}
+
+// heldGrant is the grant a holds of quota and how long it is valid, read
+// under the leaser's lock.
+func heldGrant(a *Agent, quota string) (lease.Grant, time.Time) {
+	a.leaser.mu.Lock()
+	defer a.leaser.mu.Unlock()
+	return a.leaser.quotas[quota].a.Grant()
+}
+
+// logTo is a logger writing the lines of level and above to w, for tests
+// that read what an agent logs.
+func logTo(w io.Writer, level hclog.Level) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{Level: level, Output: w})
+}
+
+// failFastRedis is a client of the Redis at addr that gives up as soon as
+// an agent's does (no retries, 200 ms to dial), closed at the end of t.
+func failFastRedis(t testing.TB, addr, password string) *redis.Client {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr, Password: password, MaxRetries: -1, ContextTimeoutEnabled: true,
+		DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
 }

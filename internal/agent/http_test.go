@@ -21,7 +21,7 @@ import (
 // escape, are refused with 400 instead of being counted as U+FFFD, one
 // identity for many byte strings; a surrogate pair is a character.
 func TestHTTPRefusesInvalidUTF8(t *testing.T) {
-	ra := regionAgent(t, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\nscope: region\n", nil)
+	ra := regionAgent(t, apiPolicy+"scope: region\n", nil)
 	for body, want := range map[string]int{
 		"{\"policy\":\"api\",\"attributes\":{\"tenant\":\"a\xffb\"}}":  http.StatusBadRequest,
 		`{"policy":"api","attributes":{"tenant":"a\ud800b"}}`:          http.StatusBadRequest,

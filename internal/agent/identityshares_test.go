@@ -15,7 +15,6 @@ import (
 	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/internal/leaseapi"
 	"github.com/quota-lease/quota-lease/internal/testenv"
-	"github.com/quota-lease/quota-lease/lease"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 	"github.com/quota-lease/quota-lease/regional"
 )
@@ -28,9 +27,8 @@ import (
 // run, after the shares have moved.
 func TestHomedTenantsGetTheirWholeLimit(t *testing.T) {
 	testenv.SkipSlow(t, "sends paced load through two agents for over 10 s")
-	prefix := testenv.Prefix(t)
-	k := startCoordinator(t, prefix, "")
-	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 10\nperiod: 1s\nburst: 10\nfailure: {mode: static-share, static_fraction: 0.2}\n")
+	k := policyCoordinator(t, "name: api\nidentity: [tenant]\nlimit: 10\nperiod: 1s\nburst: 10\n"+
+		"failure: {mode: static-share, static_fraction: 0.2}\n")
 	checks := map[string]*ackChecker{}
 	agentIn := func(region string) *runningAgent {
 		srv := startRedis(t)
@@ -41,10 +39,7 @@ func TestHomedTenantsGetTheirWholeLimit(t *testing.T) {
 	}
 	us, eu := agentIn("us"), agentIn("eu")
 	for _, ra := range []*runningAgent{us, eu} {
-		testenv.WaitFor(t, 5*time.Second, "a lease", func() bool {
-			_, m := ra.a.leaser.Enforce("api", "", time.Now())
-			return m == lease.ModeLeased
-		})
+		waitLeased(t, ra.a, "api", 5*time.Second)
 	}
 
 	const rate, seconds, measured = 15, 14, 6 // checks/s per tenant; the run; its last seconds counted
@@ -109,9 +104,7 @@ func TestHomedTenantsGetTheirWholeLimit(t *testing.T) {
 	if l := resp.Leases[0]; l.Identities["tenant=a"] < l.Limit*95/100 || l.Identities["tenant=b"] > l.Limit/20 {
 		t.Errorf("us's lease lists identity shares %v, want tenant=a (nearly) the whole limit %d and tenant=b (nearly) none", l.Identities, l.Limit)
 	}
-	us.a.leaser.mu.Lock()
-	g, _ := us.a.leaser.quotas["api"].a.Grant()
-	us.a.leaser.mu.Unlock()
+	g, _ := heldGrant(us.a, "api")
 	t.Logf("admitted in the last %d s: %v; us's grant: default %d, identities %v", measured, admitted, g.Amount, g.Identities)
 }
 

@@ -27,7 +27,7 @@ func TestInstanceHeldBacksOff(t *testing.T) {
 	coord := &heldCoordinator{heldFor: 5 * time.Second}
 	m := newMetrics()
 	l := newLeaser(regional.NewRegion(startRedis(t).Client(t), "us"), "us-a", coord, testTiming, func() time.Time { return now }, log, m, nil)
-	ps, err := policy.ParsePolicies([]byte("name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\n"))
+	ps, err := policy.ParsePolicies([]byte(apiPolicy))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -85,55 +86,56 @@ func TestEnvoyKeepaliveKeepsStream(t *testing.T) {
 	}()
 	const interval, pings = 5 * time.Second, 6
 	for i := 1; i <= pings; i++ {
-		timer := time.NewTimer(interval)
-	wait:
-		for {
-			select {
-			case f := <-frames:
-				switch f := f.(type) {
-				case *http2.GoAwayFrame:
-					t.Fatalf("before ping %d the agent sent GOAWAY %v", i, f.ErrCode)
-				case *http2.RSTStreamFrame:
-					t.Fatalf("before ping %d the agent reset the stream: %v", i, f.ErrCode)
-				case *http2.SettingsFrame:
-					if err := fr.WriteSettingsAck(); err != nil {
-						t.Fatal(err)
-					}
-				case *http2.PingFrame:
-					if !f.IsAck() { // the agent's own keepalive
-						if err := fr.WritePing(true, f.Data); err != nil {
-							t.Fatal(err)
-						}
-					}
-				}
-			case err := <-readErr:
-				t.Fatalf("before ping %d the connection ended: %v", i, err)
-			case <-timer.C:
-				break wait
-			}
-		}
+		serveFrames(t, fr, frames, readErr, interval, fmt.Sprintf("before ping %d", i), nil)
 		data := [8]byte{byte(i)}
 		if err := fr.WritePing(false, data); err != nil {
 			t.Fatalf("ping %d: %v", i, err)
 		}
 		// Its answer comes in the next wait (or the last one below).
 	}
-	deadline := time.After(interval)
+	// Every ping answered, the stream still open.
+	last := func(f *http2.PingFrame) bool { return f.Data[0] == pings }
+	if !serveFrames(t, fr, frames, readErr, interval, fmt.Sprintf("after %d pings", pings), last) {
+		t.Fatalf("ping %d was not answered", pings)
+	}
+}
+
+// serveFrames answers what the agent sends on fr for up to d, as an Envoy
+// keeping a stream open does (its settings acknowledged, its pings
+// answered), and fails t, saying when, if the agent sends GOAWAY or resets
+// the stream or the connection ends. It hands each acknowledgement of a
+// ping of ours to acked, if any, and returns true as soon as acked does;
+// false once d has passed.
+func serveFrames(t *testing.T, fr *http2.Framer, frames <-chan http2.Frame, readErr <-chan error, d time.Duration,
+	when string, acked func(*http2.PingFrame) bool) bool {
+	t.Helper()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
 	for {
 		select {
 		case f := <-frames:
 			switch f := f.(type) {
 			case *http2.GoAwayFrame:
-				t.Fatalf("after %d pings the agent sent GOAWAY %v", pings, f.ErrCode)
+				t.Fatalf("%s the agent sent GOAWAY %v", when, f.ErrCode)
+			case *http2.RSTStreamFrame:
+				t.Fatalf("%s the agent reset the stream: %v", when, f.ErrCode)
+			case *http2.SettingsFrame:
+				if err := fr.WriteSettingsAck(); err != nil {
+					t.Fatal(err)
+				}
 			case *http2.PingFrame:
-				if f.IsAck() && f.Data[0] == pings {
-					return // every ping answered, the stream still open
+				if !f.IsAck() { // the agent's own keepalive
+					if err := fr.WritePing(true, f.Data); err != nil {
+						t.Fatal(err)
+					}
+				} else if acked != nil && acked(f) {
+					return true
 				}
 			}
 		case err := <-readErr:
-			t.Fatalf("after %d pings the connection ended: %v", pings, err)
-		case <-deadline:
-			t.Fatalf("ping %d was not answered", pings)
+			t.Fatalf("%s the connection ended: %v", when, err)
+		case <-timer.C:
+			return false
 		}
 	}
 }

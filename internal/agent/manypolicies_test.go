@@ -14,16 +14,16 @@ import (
 // leased: the agent splits its renewals. Before, the coordinator refused
 // the one request and every policy degraded at once.
 func TestManyPoliciesAllLeased(t *testing.T) {
-	prefix := testenv.Prefix(t)
-	k := startCoordinator(t, prefix, "")
 	const n = 1500
+	var sets []string
 	for part := 0; part < n/100; part++ { // at most 100 per quota set
 		var b strings.Builder
 		for i := part * 100; i < (part+1)*100; i++ {
 			fmt.Fprintf(&b, "---\nname: p%04d\nidentity: [tenant]\nlimit: 100\nperiod: 1s\n", i)
 		}
-		setPolicy(t, k.addr, b.String())
+		sets = append(sets, b.String())
 	}
+	k := policyCoordinator(t, sets...)
 	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, nil)
 	testenv.WaitFor(t, 30*time.Second, "every policy leased", func() bool {
 		for i := 0; i < n; i++ {

@@ -16,9 +16,7 @@ import (
 // per outage, not one per attempt.
 func TestCoordinatorOutageLogsPaced(t *testing.T) {
 	testenv.SkipSlow(t, "holds a coordinator outage through a real Redis and a fault proxy, over 10 s")
-	prefix := testenv.Prefix(t)
-	k := startCoordinator(t, prefix, "")
-	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\n")
+	k := policyCoordinator(t, apiPolicy)
 	px, err := faultproxy.Start(k.addr)
 	if err != nil {
 		t.Fatal(err)
@@ -26,7 +24,7 @@ func TestCoordinatorOutageLogsPaced(t *testing.T) {
 	defer px.Close()
 	var logs testenv.SyncBuffer
 	ra := startAgent(t, "us", startRedis(t).Addr, []string{px.Addr}, func(c *Config) {
-		c.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: &logs})
+		c.Logger = logTo(&logs, hclog.Info)
 	})
 	testenv.WaitFor(t, 5*time.Second, "a lease", func() bool { amt, _ := ra.a.leaser.Enforce("api", "", time.Now()); return amt > 0 })
 	px.Cut()

@@ -8,16 +8,13 @@ import (
 	"time"
 
 	"github.com/quota-lease/quota-lease/admission"
-	"github.com/quota-lease/quota-lease/internal/testenv"
 )
 
 // A hot key over its limit costs Redis one call per retry delay, not one
 // per check: Redis counts the scripts it ran. Every check is still
 // rejected, and the key is admitted by Redis again once it refilled.
 func TestHotRejectedKeySparesRedis(t *testing.T) {
-	prefix := testenv.Prefix(t)
-	k := startCoordinator(t, prefix, "")
-	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 2\nperiod: 1s\nburst: 2\nscope: region\n")
+	k := policyCoordinator(t, "name: api\nidentity: [tenant]\nlimit: 2\nperiod: 1s\nburst: 2\nscope: region\n")
 	srv := startRedis(t)
 	ra := startAgent(t, "us", srv.Addr, []string{k.addr}, nil)
 	ctx := context.Background()

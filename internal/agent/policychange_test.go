@@ -26,18 +26,14 @@ import (
 // (that first renewal). A renewal already in flight at the change may
 // carry a grant of the old policy; it started before and does not count.
 func TestChangedPolicyEnforcedWithinOneRenewal(t *testing.T) {
-	prefix := testenv.Prefix(t)
-	k := startCoordinator(t, prefix, "")
-	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\n")
-	redisSrv := startRedis(t)
 	var lc *renewalCounter
-	ra := startAgent(t, "us", redisSrv.Addr, []string{k.addr}, func(c *Config) {
+	k, ra := coordinatedAgent(t, apiPolicy, func(c *Config) {
 		c.PolicyRefresh = time.Hour
 		lc = &renewalCounter{LeaseClient: c.Coordinator}
 		c.Coordinator = lc
 	})
 	lc.old = func() bool { p, ok := ra.a.policies.Policy("api"); return ok && p.Limit != 10 }
-	testenv.WaitFor(t, 5*time.Second, "a lease", func() bool { _, m := ra.a.leaser.Enforce("api", "", time.Now()); return m == lease.ModeLeased })
+	waitLeased(t, ra.a, "api", 5*time.Second)
 
 	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 10\nperiod: 1s\n")
 	lc.changed.Store(true) // in force at the coordinator from here
@@ -70,13 +66,9 @@ func (c *renewalCounter) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.L
 // the agent: with the coordinator gone, the lapsed lease admits nothing.
 // The lease used to keep the failure mode it was created with.
 func TestChangedFailureModeApplied(t *testing.T) {
-	prefix := testenv.Prefix(t)
-	k := startCoordinator(t, prefix, "")
-	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\nfailure: {mode: static-share, static_fraction: 0.3}\n")
-	redisSrv := startRedis(t)
-	ra := startAgent(t, "us", redisSrv.Addr, []string{k.addr}, nil)
-	testenv.WaitFor(t, 5*time.Second, "a lease", func() bool { _, m := ra.a.leaser.Enforce("api", "", time.Now()); return m == lease.ModeLeased })
-	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\nfailure: {mode: fail-closed}\n")
+	k, ra := coordinatedAgent(t, apiPolicy+"failure: {mode: static-share, static_fraction: 0.3}\n", nil)
+	waitLeased(t, ra.a, "api", 5*time.Second)
+	setPolicy(t, k.addr, apiPolicy+"failure: {mode: fail-closed}\n")
 	testenv.WaitFor(t, 10*time.Second, "the new failure mode loaded", func() bool {
 		p, ok := ra.a.policies.Policy("api")
 		return ok && p.Failure.Mode == policy.FailClosed

@@ -4,50 +4,70 @@ import (
 	"context"
 	"math/rand/v2"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/quota-lease/quota-lease/admission"
 )
 
-// probeLoop closes the breaker in front of Redis once Redis answers again,
-// without waiting for a check to probe it. Only a check used to: an agent
-// left idle after an outage (its load balancer stops sending checks to an
-// unready agent) stayed unready for good. While the breaker is open, the
-// loop pings Redis in the breaker's half-open slot (admission's
-// ProbeStore: after its cooldown, within the check timeout), first
-// RedisProbeInterval after it opened, then backing off to
-// RedisProbeMaxInterval while Redis keeps failing. It returns when ctx ends.
-func (a *Agent) probeLoop(ctx context.Context) {
-	wait := a.cfg.RedisProbeInterval
+// redisProbe closes the breaker in front of Redis once Redis answers
+// again, without waiting for a check to probe it. Only a check used to: an
+// agent left idle after an outage (its load balancer stops sending checks
+// to an unready agent) stayed unready for good.
+type redisProbe struct {
+	admit  *admission.Pipeline
+	ping   func(context.Context) error // one round trip to the region's Redis
+	health *redisHealth
+	open   prometheus.Gauge // the breaker is open
+	log    hclog.Logger
+	// every is the first wait after the breaker opens; the wait doubles
+	// up to most while Redis keeps failing.
+	every, most time.Duration
+}
+
+// run pings Redis, while the breaker is open, in the breaker's half-open
+// slot (admission's ProbeStore: after its cooldown, within the check
+// timeout), first p.every after it opened, then backing off to p.most. It
+// returns when ctx ends.
+func (p redisProbe) run(ctx context.Context) {
+	wait := p.every
 	for {
-		if !a.admit.BreakerOpen() { // closed: nothing to probe until it opens
+		if !p.admit.BreakerOpen() { // closed: nothing to probe until it opens
 			select {
 			case <-ctx.Done():
 				return
-			case <-a.admit.BreakerOpened():
+			case <-p.admit.BreakerOpened():
 			}
-			wait = a.cfg.RedisProbeInterval
+			wait = p.every
 		}
 		select { // jittered by up to a quarter, so that a region's agents do not probe in step
 		case <-ctx.Done():
 			return
 		case <-time.After(wait - time.Duration(rand.Int64N(int64(wait/4)+1))):
 		}
-		probed, err := a.admit.ProbeStore(ctx, a.pingRedis)
+		probed, err := p.admit.ProbeStore(ctx, p.ping)
 		switch {
-		case !probed && !a.admit.BreakerOpen():
-			wait = a.cfg.RedisProbeInterval // closed: ready for the next outage
+		case !probed && !p.admit.BreakerOpen():
+			wait = p.every // closed: ready for the next outage
 			continue
 		case !probed: // open, but a check is probing or the cooldown is not over
 			continue
 		}
-		a.health.record(ctx, err)
-		a.m.breakerOpen.Set(boolGauge(a.admit.BreakerOpen()))
+		p.health.record(ctx, err)
+		p.open.Set(boolGauge(p.admit.BreakerOpen()))
 		if err == nil {
-			a.cfg.Logger.Info("Redis answers again: the breaker in front of it is closed, checks go to Redis")
-			wait = a.cfg.RedisProbeInterval
+			p.log.Info("Redis answers again: the breaker in front of it is closed, checks go to Redis")
+			wait = p.every
 			continue
 		}
-		wait = min(2*wait, a.cfg.RedisProbeMaxInterval)
+		wait = min(2*wait, p.most)
 	}
 }
 
-// pingRedis is one round trip to the region's Redis.
-func (a *Agent) pingRedis(ctx context.Context) error { return a.cfg.Redis.Ping(ctx).Err() }
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

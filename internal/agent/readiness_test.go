@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/internal/testenv"
@@ -24,8 +23,7 @@ import (
 // time /readyz says why the agent is unready while it is.
 func TestReadyAgainWithoutTraffic(t *testing.T) {
 	testenv.SkipSlow(t, "pauses and restarts a real redis-server and waits for readiness")
-	k := startCoordinator(t, testenv.Prefix(t), "")
-	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 1000\nperiod: 1s\n")
+	k := policyCoordinator(t, "name: api\nidentity: [tenant]\nlimit: 1000\nperiod: 1s\n")
 	srv := redistest.Start(t)
 	ra := startAgent(t, "us", srv.Addr, []string{k.addr}, func(c *Config) {
 		c.CheckTimeout, c.BreakerCooldown = 50*time.Millisecond, 200*time.Millisecond
@@ -78,11 +76,9 @@ func TestWrongRedisPasswordNamed(t *testing.T) {
 	srv := redistest.Start(t, "--requirepass", "right")
 	var logs testenv.SyncBuffer
 	a := startBare(t, srv.Addr, func(c *Config) {
-		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: "wrong", MaxRetries: -1, ContextTimeoutEnabled: true, DialTimeout: 200 * time.Millisecond})
-		t.Cleanup(func() { rdb.Close() })
-		c.Redis, c.Coordinator, c.KeepPolicies = rdb, &hungCoordinator{}, true
+		c.Redis, c.Coordinator, c.KeepPolicies = failFastRedis(t, srv.Addr, "wrong"), &hungCoordinator{}, true
 		c.Policies = func(context.Context) ([]*policy.Policy, error) { return nil, io.ErrUnexpectedEOF } // the coordinator is down too
-		c.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: &logs})
+		c.Logger = logTo(&logs, hclog.Info)
 	})
 	testenv.WaitFor(t, 10*time.Second, "the start's warnings", func() bool { return strings.Contains(logs.String(), "no policies yet") })
 	ok, why := a.Readiness()

@@ -41,10 +41,8 @@ func (h *hungCoordinator) policies(ctx context.Context) ([]*policy.Policy, error
 // coordinator and policies, without waiting for it to be ready.
 func startBare(t *testing.T, redisAddr string, mod func(*Config)) *Agent {
 	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, MaxRetries: -1, ContextTimeoutEnabled: true, DialTimeout: 200 * time.Millisecond})
-	t.Cleanup(func() { rdb.Close() })
 	cfg := DefaultConfig()
-	cfg.Region, cfg.Instance, cfg.Redis = "us", "us-2", rdb
+	cfg.Region, cfg.Instance, cfg.Redis = "us", "us-2", failFastRedis(t, redisAddr, "")
 	cfg.Drift, cfg.Margin, cfg.RenewTick = testTiming.Drift, testTiming.Margin, 20*time.Millisecond
 	cfg.CheckTimeout, cfg.SavedClockSkew, cfg.Logger = 250*time.Millisecond, 50*time.Millisecond, hclog.NewNullLogger()
 	mod(&cfg)
@@ -58,10 +56,8 @@ func startBare(t *testing.T, redisAddr string, mod func(*Config)) *Agent {
 // previous agent held, then the degraded budget falling back from it. It
 // never waits for the coordinator, which never answers here.
 func TestStartDuringCoordinatorOutage(t *testing.T) {
-	prefix := testenv.Prefix(t)
-	k := startCoordinator(t, prefix, "")
-	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\nfailure: {mode: static-share, static_fraction: 0.3}\n")
-	setPolicy(t, k.addr, "name: strict\nidentity: [tenant]\nlimit: 100\nperiod: 1s\n")
+	k := policyCoordinator(t, apiPolicy+"failure: {mode: static-share, static_fraction: 0.3}\n",
+		"name: strict\nidentity: [tenant]\nlimit: 100\nperiod: 1s\n")
 	redisAddr := startRedis(t).Addr
 	first := startAgent(t, "us", redisAddr, []string{k.addr}, nil)
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
@@ -69,9 +65,7 @@ func TestStartDuringCoordinatorOutage(t *testing.T) {
 	var saved regional.SavedGrant
 	testenv.WaitFor(t, 10*time.Second, "the first agent's grant saved in Redis", func() bool {
 		saved = savedGrantOf(t, rdb, "api")
-		first.a.leaser.mu.Lock()
-		g, _ := first.a.leaser.quotas["api"].a.Grant()
-		first.a.leaser.mu.Unlock()
+		g, _ := heldGrant(first.a, "api")
 		return saved.ID != "" && saved.ID == g.ID
 	})
 	first.stop()
@@ -194,9 +188,7 @@ func TestNoPoliciesNotReadyButRunning(t *testing.T) {
 // Readiness follows Redis: a cut store turns /readyz 503 within a presence
 // round or two, naming Redis, and back to 200 once it answers.
 func TestReadinessFollowsRedis(t *testing.T) {
-	prefix := testenv.Prefix(t)
-	k := startCoordinator(t, prefix, "")
-	setPolicy(t, k.addr, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\n")
+	k := policyCoordinator(t, apiPolicy)
 	px := startRedisBehindProxy(t)
 	ra := startAgent(t, "us", px.Addr, []string{k.addr}, nil)
 	readyz := func() (int, string) {

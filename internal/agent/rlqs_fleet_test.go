@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 
-	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/internal/testenv/rlqsenvoy"
 	"github.com/quota-lease/quota-lease/lease"
@@ -46,22 +45,17 @@ func startEnvoyOn(t testing.TB, name string, addrs ...string) *rlqsenvoy.Instanc
 // Redis. Everything admitted for the tenant, counted from the clients' own
 // records, stays within what one limiter admits in every window.
 func TestRLQSTwoAgentsOneRedis(t *testing.T) {
-	k := startCoordinator(t, testenv.Prefix(t), "")
-	setPolicy(t, k.addr, edgeTestPolicy)
+	k := policyCoordinator(t, edgeTestPolicy)
 	rs := startRedis(t)
 	one := startAgent(t, "us", rs.Addr, []string{k.addr}, func(c *Config) { fastEdge(c); c.Instance = "us-1" })
 	two := startAgent(t, "us", rs.Addr, []string{k.addr}, func(c *Config) { fastEdge(c); c.Instance = "us-2" })
 	a := startEnvoyOn(t, "a", one.grpcAddr, two.grpcAddr)
 	b := startEnvoyOn(t, "b", two.grpcAddr)
-	var rec admissions
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	direct := admission.Request{Policy: "api", Attributes: map[string]string{"tenant": "acme"}}
-	wg.Add(4)
-	go func() { defer wg.Done(); drive(a, acme, 300, stop, 30*time.Second) }()
-	go func() { defer wg.Done(); drive(b, acme, 300, stop, 30*time.Second) }()
-	go func() { defer wg.Done(); checkDirect(t, one.a, direct, 8*time.Millisecond, stop, &rec) }()
-	go func() { defer wg.Done(); checkDirect(t, two.a, direct, 8*time.Millisecond, stop, &rec) }()
+	tr := newEdgeTraffic(t)
+	tr.drive(a, 300, 30*time.Second)
+	tr.drive(b, 300, 30*time.Second)
+	tr.check(t, one.a, 8*time.Millisecond)
+	tr.check(t, two.a, 8*time.Millisecond)
 	testenv.WaitFor(t, 10*time.Second, "both agents reserving for the edge", func() bool {
 		return gaugeValue(t, one.a, "quotalease_agent_edge_reserved") > 0 && gaugeValue(t, two.a, "quotalease_agent_edge_reserved") > 0 &&
 			assignedRate(a, acme) > 0 && assignedRate(b, acme) > 0
@@ -72,11 +66,7 @@ func TestRLQSTwoAgentsOneRedis(t *testing.T) {
 		return a.Stats().StreamStarts >= 2 && gaugeValue(t, two.a, "quotalease_agent_edge_streams") == 2
 	})
 	time.Sleep(2 * time.Second)
-	close(stop)
-	wg.Wait()
-	rec.addEnvoy(a, acme)
-	rec.addEnvoy(b, acme)
-	withinLimit(t, &rec, 100, 100)
+	withinLimit(t, tr.end(), 100, 100)
 	if s := a.Stats(); s.Allowed < 50 {
 		t.Fatalf("a admitted only %d", s.Allowed)
 	}
@@ -86,15 +76,11 @@ func TestRLQSTwoAgentsOneRedis(t *testing.T) {
 // (a fifth of the limit here), before the grant ends: what the edge admits
 // after it, counted from the client's records, stays within that budget.
 func TestRLQSDegraded(t *testing.T) {
-	k := startCoordinator(t, testenv.Prefix(t), "")
-	setPolicy(t, k.addr, edgeTestPolicy)
-	ra := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, fastEdge)
+	k, ra := coordinatedAgent(t, edgeTestPolicy, fastEdge)
 	a, b := startEnvoy(t, ra.grpcAddr, "a"), startEnvoy(t, ra.grpcAddr, "b")
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); drive(a, acme, 300, stop, 30*time.Second) }()
-	go func() { defer wg.Done(); drive(b, acme, 300, stop, 30*time.Second) }()
+	tr := newEdgeTraffic(t)
+	tr.drive(a, 300, 30*time.Second)
+	tr.drive(b, 300, 30*time.Second)
 	testenv.WaitFor(t, 10*time.Second, "the edge holding most of the limit", func() bool {
 		return assignedRate(a, acme)+assignedRate(b, acme) > 60
 	})
@@ -108,11 +94,7 @@ func TestRLQSDegraded(t *testing.T) {
 		t.Errorf("assigned %.1f requests/s when the lease lapsed, the degraded budget is 20", got)
 	}
 	time.Sleep(3 * time.Second)
-	close(stop)
-	wg.Wait()
-	var rec admissions
-	rec.addEnvoy(a, acme)
-	rec.addEnvoy(b, acme)
+	rec := tr.end()
 	var after admissions
 	for _, at := range rec.at {
 		if at.After(lapsed.Add(1100 * time.Millisecond)) { // assignments made before may live that long
@@ -135,8 +117,8 @@ func TestRLQSRegionsShift(t *testing.T) {
 	if os.Getenv("QUOTALEASE_RLQS_LONG") == "" {
 		t.Skip("moves a tenant's share between regions for 12 s: make test-rlqs (QUOTALEASE_RLQS_LONG=1)")
 	}
-	k := startCoordinator(t, testenv.Prefix(t), "")
-	setPolicy(t, k.addr, strings.Replace(edgeTestPolicy, "burst: 100", "burst: 10", 1)) // little burst: an overlap would show
+	// Little burst: an overlap would show.
+	k := policyCoordinator(t, strings.Replace(edgeTestPolicy, "burst: 100", "burst: 10", 1))
 	us := startAgent(t, "us", startRedis(t).Addr, []string{k.addr}, fastEdge)
 	eu := startAgent(t, "eu", startRedis(t).Addr, []string{k.addr}, fastEdge)
 	a, b := startEnvoy(t, us.grpcAddr, "us-a"), startEnvoy(t, eu.grpcAddr, "eu-a")
@@ -153,8 +135,7 @@ func TestRLQSRegionsShift(t *testing.T) {
 	phase(b, 8*time.Second) // the tenant's share moves to eu within it
 	wg.Wait()
 	var rec admissions
-	rec.addEnvoy(a, acme)
-	rec.addEnvoy(b, acme)
+	rec.addEnvoy(acme, a, b)
 	withinLimit(t, &rec, 10, 100)
 	if sa, sb := a.Stats(), b.Stats(); sa.Allowed < 100 || sb.Allowed < 50 {
 		t.Fatalf("the edges admitted %d and %d: shares did not follow demand", sa.Allowed, sb.Allowed)

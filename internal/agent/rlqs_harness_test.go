@@ -82,8 +82,7 @@ func startEnvoyEvery(t testing.TB, target, name string, every time.Duration) *rl
 // holds a token bucket the agent assigned.
 func servedEnvoy(t *testing.T, redisAddr string) (*runningAgent, *rlqsenvoy.Instance) {
 	t.Helper()
-	k := startCoordinator(t, testenv.Prefix(t), "")
-	setPolicy(t, k.addr, edgeTestPolicy)
+	k := policyCoordinator(t, edgeTestPolicy)
 	ra := startAgent(t, "us", redisAddr, []string{k.addr}, fastEdge)
 	in := startEnvoy(t, ra.grpcAddr, "a")
 	stop := make(chan struct{})
@@ -113,6 +112,59 @@ func drive(in *rlqsenvoy.Instance, bucket map[string]string, perSecond float64, 
 			in.Allow(bucket)
 		}
 	}
+}
+
+// edgeTraffic is load on tenant acme's bucket from Envoy-like instances
+// and direct checks, running until end; rec holds what the direct checks
+// admitted (and, once ended, the instances' admissions too).
+type edgeTraffic struct {
+	stop    chan struct{}
+	stopped sync.Once
+	wg      sync.WaitGroup
+	envoys  []*rlqsenvoy.Instance
+	rec     admissions
+}
+
+// newEdgeTraffic is load that has not started yet: drive and check start
+// its parts. It is stopped at the end of t at the latest, before the
+// agents it runs against.
+func newEdgeTraffic(t testing.TB) *edgeTraffic {
+	t.Helper()
+	tr := &edgeTraffic{stop: make(chan struct{})}
+	t.Cleanup(tr.halt)
+	return tr
+}
+
+// drive has in send acme's requests at about perSecond, for at most limit.
+func (tr *edgeTraffic) drive(in *rlqsenvoy.Instance, perSecond float64, limit time.Duration) {
+	tr.envoys = append(tr.envoys, in)
+	tr.wg.Add(1)
+	go func() { defer tr.wg.Done(); drive(in, acme, perSecond, tr.stop, limit) }()
+}
+
+// check checks acme in on a every interval, recording what it admits.
+func (tr *edgeTraffic) check(t testing.TB, a *Agent, every time.Duration) {
+	t.Helper()
+	tr.wg.Add(1)
+	go func() {
+		defer tr.wg.Done()
+		in := admission.Request{Policy: "api", Attributes: map[string]string{"tenant": "acme"}}
+		checkDirect(t, a, in, every, tr.stop, &tr.rec)
+	}()
+}
+
+// end stops the load, waits for it to stop and returns everything it had
+// admitted, by the direct checks' and the instances' own records.
+func (tr *edgeTraffic) end() *admissions {
+	tr.halt()
+	tr.rec.addEnvoy(acme, tr.envoys...)
+	return &tr.rec
+}
+
+// halt stops the load and waits for it to stop.
+func (tr *edgeTraffic) halt() {
+	tr.stopped.Do(func() { close(tr.stop) })
+	tr.wg.Wait()
 }
 
 // assignedRate is the refill, in requests per second, of the token bucket
@@ -158,12 +210,14 @@ func (r *admissions) count() int {
 	return len(r.at)
 }
 
-// addEnvoy adds what in admitted of bucket.
-func (r *admissions) addEnvoy(in *rlqsenvoy.Instance, bucket map[string]string) {
-	for _, rec := range in.Records() {
-		if maps.Equal(rec.Bucket, bucket) {
-			for _, t := range rec.Admitted {
-				r.add(t)
+// addEnvoy adds what each of ins admitted of bucket.
+func (r *admissions) addEnvoy(bucket map[string]string, ins ...*rlqsenvoy.Instance) {
+	for _, in := range ins {
+		for _, rec := range in.Records() {
+			if maps.Equal(rec.Bucket, bucket) {
+				for _, t := range rec.Admitted {
+					r.add(t)
+				}
 			}
 		}
 	}

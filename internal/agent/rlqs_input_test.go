@@ -82,6 +82,38 @@ func (r *rawStream) next(t *testing.T, bucket map[string]string) (*rlqsv3.RateLi
 	}
 }
 
+// wantEnd waits for the agent to end r with code. It fails t, naming what
+// was sent on the stream (what), if the stream ends otherwise or is still
+// open after 5 s.
+func (r *rawStream) wantEnd(t *testing.T, code codes.Code, what string) {
+	t.Helper()
+	select {
+	case err := <-r.ended:
+		if status.Code(err) != code {
+			t.Fatalf("%s: the stream ended with %v, want %s", what, err, code)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s: the stream did not end, want %s", what, code)
+	}
+}
+
+// closeSend ends r from the client's side, as an Envoy instance going away
+// does, and waits for the agent to end it too.
+func (r *rawStream) closeSend(t *testing.T) {
+	t.Helper()
+	if err := r.s.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	<-r.ended
+}
+
+// edgeRefused counts the buckets a refused for reason
+// (quotalease_agent_edge_buckets_refused_total).
+func edgeRefused(t testing.TB, a *Agent, reason string) float64 {
+	t.Helper()
+	return counterValueLabeled(t, a, "quotalease_agent_edge_buckets_refused_total", "reason", reason)
+}
+
 func use(b map[string]string, elapsed time.Duration, allowed, denied uint64) *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage {
 	return &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{BucketId: &rlqsv3.BucketId{Bucket: b},
 		TimeElapsed: durationpb.New(elapsed), NumRequestsAllowed: allowed, NumRequestsDenied: denied}
@@ -136,15 +168,11 @@ func TestRLQSBadInput(t *testing.T) {
 		fastEdge(c)
 		c.Edge.MaxBucketsPerStream, c.Edge.ReportsPerSecond, c.Edge.ReportBurst = 4, 2, 30
 	})
-	refused := func(reason string) float64 {
-		return counterValueLabeled(t, ra.a, "quotalease_agent_edge_buckets_refused_total", "reason", reason)
-	}
+	refused := func(reason string) float64 { return edgeRefused(t, ra.a, reason) }
 
 	r := openRaw(t, ra.grpcAddr)
 	r.send(t, "", use(acme, 0, 1, 0))
-	if err := <-r.ended; status.Code(err) != codes.InvalidArgument {
-		t.Fatalf("a first report without a domain ended with %v, want InvalidArgument", err)
-	}
+	r.wantEnd(t, codes.InvalidArgument, "a first report without a domain")
 
 	r = openRaw(t, ra.grpcAddr)
 	big := map[string]string{"policy": "api"}
@@ -186,14 +214,7 @@ func TestRLQSBadInput(t *testing.T) {
 	})
 	// Another domain on the same stream ends it.
 	r.send(t, "other", use(acme, 0, 1, 0))
-	select {
-	case err := <-r.ended:
-		if status.Code(err) != codes.InvalidArgument {
-			t.Fatalf("a second domain ended the stream with %v, want InvalidArgument", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a second domain did not end the stream")
-	}
+	r.wantEnd(t, codes.InvalidArgument, "a second domain")
 	// Nothing the refused buckets named was reserved.
 	for id := range ra.a.edge.Load().Identities {
 		if id.Policy != "api" || id.Identity == "x" {
@@ -224,22 +245,12 @@ func TestRLQSAgentBudgets(t *testing.T) {
 
 	third := openRaw(t, ra.grpcAddr)
 	third.send(t, "shop", use(tenant("e"), 0, 1, 0))
-	select {
-	case err := <-third.ended:
-		if status.Code(err) != codes.ResourceExhausted {
-			t.Fatalf("a third stream ended with %v, want ResourceExhausted", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a third stream was served beyond the agent's most")
-	}
+	third.wantEnd(t, codes.ResourceExhausted, "a third stream, beyond the agent's most")
 	if limited("streams") < 1 {
 		t.Error("the refused stream was not counted")
 	}
 
-	if err := first.s.CloseSend(); err != nil {
-		t.Fatal(err)
-	}
-	<-first.ended
+	first.closeSend(t)
 	testenv.WaitFor(t, 5*time.Second, "the first stream's place freed", func() bool {
 		l := ra.a.edge.Load()
 		return l.Streams == 1 && l.Buckets == 1
@@ -258,9 +269,7 @@ func TestRLQSAgentBudgets(t *testing.T) {
 // the instance waiting for one.
 func TestRLQSInstancesAndSpellings(t *testing.T) {
 	ra := regionAgent(t, strings.Replace(edgeTestPolicy, "instances: 4", "instances: 2", 1), fastEdge)
-	refused := func(reason string) float64 {
-		return counterValueLabeled(t, ra.a, "quotalease_agent_edge_buckets_refused_total", "reason", reason)
-	}
+	refused := func(reason string) float64 { return edgeRefused(t, ra.a, reason) }
 	slots := func() (n, placed int) {
 		for _, s := range ra.a.edge.Load().Identities { // the test serves one identity
 			n, placed = n+s.Buckets, placed+s.Placed
@@ -286,10 +295,7 @@ func TestRLQSInstancesAndSpellings(t *testing.T) {
 		t.Fatalf("identity a has %d buckets, %d placed, with the policy's 2 instances: want 3, 2", n, placed)
 	}
 
-	if err := first.s.CloseSend(); err != nil {
-		t.Fatal(err)
-	}
-	<-first.ended
+	first.closeSend(t)
 	// The third instance gets the place at once: its first message since
 	// it reported is the assignment.
 	if got, _ := third.next(t, a); got.GetQuotaAssignmentAction() == nil {

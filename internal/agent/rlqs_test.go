@@ -1,11 +1,9 @@
 package agent
 
 import (
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/internal/testenv"
 )
 
@@ -71,27 +69,17 @@ func TestRLQSDemandMoves(t *testing.T) {
 func TestRLQSDirectAndEdgeWithinLimit(t *testing.T) {
 	ra := regionAgent(t, edgeTestPolicy, fastEdge)
 	a, b := startEnvoy(t, ra.grpcAddr, "a"), startEnvoy(t, ra.grpcAddr, "b")
-	var rec admissions
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(3)
-	go func() { defer wg.Done(); drive(a, acme, 300, stop, 20*time.Second) }()
-	go func() { defer wg.Done(); drive(b, acme, 100, stop, 20*time.Second) }()
-	go func() {
-		defer wg.Done()
-		checkDirect(t, ra.a, admission.Request{Policy: "api", Attributes: map[string]string{"tenant": "acme"}}, 4*time.Millisecond, stop, &rec)
-	}()
+	tr := newEdgeTraffic(t)
+	tr.drive(a, 300, 20*time.Second)
+	tr.drive(b, 100, 20*time.Second)
+	tr.check(t, ra.a, 4*time.Millisecond)
 	testenv.WaitFor(t, 10*time.Second, "both paths admitting", func() bool {
-		return assignedRate(a, acme) > 0 && assignedRate(b, acme) > 0 && rec.count() > 50
+		return assignedRate(a, acme) > 0 && assignedRate(b, acme) > 0 && tr.rec.count() > 50
 	})
 	time.Sleep(2 * time.Second) // traffic runs; the checks are below, on the records
 	b.ResetStream()
 	time.Sleep(3 * time.Second)
-	close(stop)
-	wg.Wait()
-	rec.addEnvoy(a, acme)
-	rec.addEnvoy(b, acme)
-	withinLimit(t, &rec, 100, 100)
+	withinLimit(t, tr.end(), 100, 100)
 	if s := a.Stats(); s.Allowed < 100 {
 		t.Fatalf("the edge admitted only %d: %+v", s.Allowed, s)
 	}

@@ -13,9 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/quota-lease/quota-lease/internal/agent/checkapi"
@@ -28,13 +26,8 @@ import (
 // through and taken the agent past a gigabyte), and a normal check is
 // answered meanwhile.
 func TestOversizedChecksRefused(t *testing.T) {
-	ra := regionAgent(t, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\nscope: region\n", nil)
-	cc, err := grpc.NewClient(ra.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	cl := pb.NewCheckServiceClient(cc)
+	ra := regionAgent(t, apiPolicy+"scope: region\n", nil)
+	cl := pb.NewCheckServiceClient(grpcConn(t, ra.grpcAddr))
 	ctx := t.Context()
 	big := strings.Repeat("x", 4<<20-1024) // just under gRPC's default limit
 	var wg sync.WaitGroup
@@ -71,7 +64,7 @@ func TestOversizedChecksRefused(t *testing.T) {
 // answered once the stalled connections are gone.
 func TestSlowBodiesDoNotStarveOthers(t *testing.T) {
 	testenv.SkipSlow(t, "waits out the HTTP read timeout with 200 stalled connections, about 16 s")
-	ra := regionAgent(t, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\nscope: region\n", nil)
+	ra := regionAgent(t, apiPolicy+"scope: region\n", nil)
 	host := strings.TrimPrefix(ra.httpURL, "http://")
 	var slow []net.Conn
 	defer func() {
@@ -87,13 +80,10 @@ func TestSlowBodiesDoNotStarveOthers(t *testing.T) {
 		fmt.Fprintf(c, "POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
 		slow = append(slow, c)
 	}
-	cc, err := grpc.NewClient(ra.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	if resp, err := pb.NewCheckServiceClient(cc).Check(t.Context(), &pb.CheckRequest{Policy: "api", Attributes: tenantA}); err != nil || !resp.Allowed {
-		t.Fatalf("gRPC check during the slow bodies: %+v %v", resp, err)
+	cl := pb.NewCheckServiceClient(grpcConn(t, ra.grpcAddr))
+	answer, err := cl.Check(t.Context(), &pb.CheckRequest{Policy: "api", Attributes: tenantA})
+	if err != nil || !answer.Allowed {
+		t.Fatalf("gRPC check during the slow bodies: %+v %v", answer, err)
 	}
 	hc := &http.Client{Timeout: 4 * checkapi.HTTPReadTimeout}
 	resp, err := hc.Post(ra.httpURL+"/v1/check", "application/json", strings.NewReader(`{"policy":"api","attributes":{"tenant":"b"}}`))

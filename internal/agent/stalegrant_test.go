@@ -27,7 +27,7 @@ func TestStaleGrantAskedAnew(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
 	coord := &staleCoordinator{}
 	l := newLeaser(regional.NewRegion(rdb, "us"), "us-a", coord, testTiming, func() time.Time { return now }, hclog.NewNullLogger(), newMetrics(), nil)
-	ps, err := policy.ParsePolicies([]byte("name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\n"))
+	ps, err := policy.ParsePolicies([]byte(apiPolicy))
 	if err != nil {
 		t.Fatal(err)
 	}

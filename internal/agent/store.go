@@ -3,6 +3,11 @@ package agent
 import (
 	"context"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/quota-lease/quota-lease/regional"
 )
 
 // storeWatch follows the region store's birth marker (regional.BornKey):
@@ -13,37 +18,42 @@ import (
 // conservatively; this only makes it visible. Not safe for concurrent use:
 // the presence loop owns it.
 type storeWatch struct {
+	engine *regional.Engine
+	log    hclog.Logger
+	losses prometheus.Counter // changes of the marker seen
+	bornAt prometheus.Gauge   // the marker, in seconds
+
 	initDone bool
 	seen     bool  // a marker has been read
 	born     int64 // the marker last read
 }
 
-// watchStore runs one round of w: at most one Redis round trip, bounded by ctx.
-func (a *Agent) watchStore(ctx context.Context, w *storeWatch) {
+// round runs one round of w: at most one Redis round trip, bounded by ctx.
+func (w *storeWatch) round(ctx context.Context) {
 	if !w.initDone {
-		isNew, err := a.engine.InitStore(ctx)
+		isNew, err := w.engine.InitStore(ctx)
 		if err != nil {
-			a.cfg.Logger.Debug("store not marked yet", "error", err)
+			w.log.Debug("store not marked yet", "error", err)
 			return
 		}
 		w.initDone = true
 		if isNew {
-			a.cfg.Logger.Info("Redis holds no quota-lease state: marked as a new store")
+			w.log.Info("Redis holds no quota-lease state: marked as a new store")
 		}
-		if err := a.engine.LoadScripts(ctx); err != nil {
-			a.cfg.Logger.Debug("scripts not loaded yet", "error", err)
+		if err := w.engine.LoadScripts(ctx); err != nil {
+			w.log.Debug("scripts not loaded yet", "error", err)
 		}
 	}
-	born, err := a.engine.StoreBorn(ctx)
+	born, err := w.engine.StoreBorn(ctx)
 	if err != nil {
 		return // unreachable
 	}
 	if w.seen && born != w.born {
-		a.m.storeLosses.Inc()
-		a.cfg.Logger.Warn("Redis lost its quota-lease state; each identity starts as if it had used its whole "+
+		w.losses.Inc()
+		w.log.Warn("Redis lost its quota-lease state; each identity starts as if it had used its whole "+
 			"share at the loss (docs/failure-modes.md)",
 			"lost_at", time.UnixMilli(born).UTC().Format(time.RFC3339Nano))
 	}
 	w.seen, w.born = true, born
-	a.m.storeBorn.Set(float64(born) / 1000)
+	w.bornAt.Set(float64(born) / 1000)
 }

@@ -18,10 +18,8 @@ import (
 // at the loss, and the client's own count stays within the bound.
 func TestRedisRestartedEmptyMintsNoBurst(t *testing.T) {
 	testenv.SkipSlow(t, "restarts a real redis-server under load for over 10 s")
-	prefix := testenv.Prefix(t)
-	k := startCoordinator(t, prefix, "")
 	const yaml = "name: api\nidentity: [tenant]\nlimit: 10\nperiod: 10s\nscope: region\n"
-	setPolicy(t, k.addr, yaml)
+	k := policyCoordinator(t, yaml)
 	redisSrv := startRedis(t)
 	ra := startAgent(t, "us", redisSrv.Addr, []string{k.addr}, nil)
 
