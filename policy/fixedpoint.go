@@ -1,7 +1,5 @@
 package policy
 
-import "github.com/quota-lease/quota-lease/scale"
-
 // Micro is the number of micro-units in one unit of quota: a request of
 // cost 1 consumes Micro micro-units. Quota state is kept in micro-units so
 // that fractional shares of a limit (a third of 100 req/min) need no floats.
@@ -33,8 +31,3 @@ const (
 // scale.Up, exact for non-negative inputs whose result fits. The Lua
 // scripts compute the same values by splitting a on d, which is exact
 // under the bounds above.
-
-// ceilDiv returns a/d rounded up for a >= 0, d > 0.
-func ceilDiv(a, d int64) int64 {
-	return scale.Up(a, 1, d)
-}

@@ -452,6 +452,3 @@ func (in *envoyInst) apply(st uint64, identity int, a edge.Send[uint64]) {
 	b.Assign(envoy.Assignment(a.Bucket), a.TTL, in.mono())
 	in.x.e.follow.assigned(in, identity)
 }
-
-// instanceName names instance i of region r.
-func instanceName(r string, i int) string { return r + "/envoy-" + strconv.Itoa(i) }

@@ -212,9 +212,6 @@ type EdgeDriver struct {
 // NewEdgeDriver returns a driver whose elapsed time starts now.
 func NewEdgeDriver() *EdgeDriver { return &EdgeDriver{start: time.Now()} }
 
-// Start is when the driver's elapsed time began.
-func (d *EdgeDriver) Start() time.Time { return d.start }
-
 // Decisions are the requests decided at the edge so far, and of them
 // those allowed.
 func (d *EdgeDriver) Decisions() (decided, allowed int64) {
