@@ -87,11 +87,7 @@ func dialAs(t testing.TB, p *pki, r *replica, name string) (pb.AdminServiceClien
 	if name != "" {
 		f = p.files[name]
 	}
-	cfg, err := mtls.Client(f, "localhost")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc, err := grpc.NewClient(r.addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	cc, err := grpc.NewClient(r.addr, grpc.WithTransportCredentials(credentials.NewTLS(clientTLS(t, f, "localhost"))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +96,18 @@ func dialAs(t testing.TB, p *pki, r *replica, name string) (pb.AdminServiceClien
 }
 
 func code(err error) codes.Code { return status.Code(err) }
+
+// clientTLS is the client side of mutual TLS with the certificate files f,
+// for a server that must be named serverName; files that do not load fail
+// t.
+func clientTLS(t testing.TB, f mtls.Files, serverName string) *tls.Config {
+	t.Helper()
+	cfg, err := mtls.Client(f, serverName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
 
 func TestAdminNeedsRole(t *testing.T) {
 	p := newPKI(t)
@@ -170,9 +178,7 @@ func TestLeaseOnlyForOwnRegion(t *testing.T) {
 	r := startSecure(t, p)
 	ctx := t.Context()
 	adm, _ := dialAs(t, p, r, "admin")
-	if _, err := adm.SetPolicy(ctx, &pb.SetPolicyRequest{Yaml: "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\n"}); err != nil {
-		t.Fatal(err)
-	}
+	setPolicy(t, adm, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\n")
 	_, us := dialAs(t, p, r, "us")
 	req := func(region string) *pb.LeaseRequest {
 		return &pb.LeaseRequest{Region: region, Instance: region + "-1", Nonce: "n-" + region, Quotas: []*pb.QuotaRequest{{Quota: "api", Demand: 1 << 50}}}
@@ -241,11 +247,7 @@ func TestUntrustedCallersRefused(t *testing.T) {
 	}
 	tlsAs := func(f mtls.Files) credentials.TransportCredentials {
 		f.CA = p.ca.CertFile // trust the server
-		cfg, err := mtls.Client(f, "localhost")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return credentials.NewTLS(cfg)
+		return credentials.NewTLS(clientTLS(t, f, "localhost"))
 	}
 	cases := map[string]credentials.TransportCredentials{
 		"no certificate":     tlsAs(mtls.Files{}),
@@ -261,18 +263,13 @@ func TestUntrustedCallersRefused(t *testing.T) {
 		t.Logf("%s: %v", name, err)
 	}
 	// And a client that does not trust the server's CA refuses it.
-	cfg, err := mtls.Client(mtls.Files{CA: other.ca.CertFile, Cert: p.files["admin"].Cert, Key: p.files["admin"].Key}, "localhost")
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := p.files["admin"]
+	cfg := clientTLS(t, mtls.Files{CA: other.ca.CertFile, Cert: admin.Cert, Key: admin.Key}, "localhost")
 	if err := try("server of an unknown CA", credentials.NewTLS(cfg)); !strings.Contains(err.Error(), "certificate") {
 		t.Errorf("client accepted an unknown server CA: %v", err)
 	}
 	// Nor a server whose certificate does not name what was dialed.
-	cfg, err = mtls.Client(p.files["admin"], "not-the-coordinator.example")
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg = clientTLS(t, p.files["admin"], "not-the-coordinator.example")
 	if err := try("server under another name", credentials.NewTLS(cfg)); !strings.Contains(err.Error(), "not-the-coordinator.example") {
 		t.Errorf("client accepted a server certificate for another name: %v", err)
 	}
@@ -288,11 +285,7 @@ func TestServerCertificateRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	serial := func() string {
-		cfg, err := mtls.Client(p.files["admin"], "localhost")
-		if err != nil {
-			t.Fatal(err)
-		}
-		conn, err := tls.Dial("tcp", r.addr, cfg)
+		conn, err := tls.Dial("tcp", r.addr, clientTLS(t, p.files["admin"], "localhost"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -324,9 +317,7 @@ func TestLeaseCallsLimitedPerRegion(t *testing.T) {
 	r := startSecure(t, p, func(c *Config) { c.LeaseCallRate = 10 })
 	ctx := t.Context()
 	adm, _ := dialAs(t, p, r, "admin")
-	if _, err := adm.SetPolicy(ctx, &pb.SetPolicyRequest{Yaml: "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\n"}); err != nil {
-		t.Fatal(err)
-	}
+	setPolicy(t, adm, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\n")
 	_, us := dialAs(t, p, r, "us")
 	_, eu := dialAs(t, p, r, "eu")
 	lease := func(cl pb.LeaseServiceClient, region, nonce string, demand int64) error {

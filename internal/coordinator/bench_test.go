@@ -20,16 +20,12 @@ func BenchmarkRenewals(b *testing.B) {
 	for _, quotas := range []int{1, 10} {
 		b.Run(fmt.Sprintf("quotas=%d", quotas), func(b *testing.B) {
 			prefix := testenv.Prefix(b)
-			r := startReplica(b, prefix, "bench", func(c *Config) { c.Timing.ValidFor = 10 * time.Second })
-			waitLeader(b, r)
-			adm, cl := admin(b, r.addr)
+			r, adm, cl := startLeader(b, prefix, "bench", func(c *Config) { c.Timing.ValidFor = 10 * time.Second })
 			names := make([]string, quotas)
 			for i := range names {
 				names[i] = fmt.Sprintf("q%d", i)
 				yaml := fmt.Sprintf("name: %s\nidentity: [tenant]\nlimit: 300\nperiod: 1s\n", names[i])
-				if _, err := adm.SetPolicy(b.Context(), &pb.SetPolicyRequest{Yaml: yaml}); err != nil {
-					b.Fatal(err)
-				}
+				setPolicy(b, adm, yaml)
 			}
 			regions := []string{"us", "eu", "ap"}
 			var next atomic.Int64
@@ -86,10 +82,8 @@ func BenchmarkRenewalsTLS(b *testing.B) {
 					_, clients[region] = dialAs(b, p, r, region)
 				}
 			} else {
-				r = startReplica(b, testenv.Prefix(b), "bench", nil)
-				waitLeader(b, r)
 				var cl *leaseapi.Client
-				adm, cl = admin(b, r.addr)
+				r, adm, cl = startLeader(b, testenv.Prefix(b), "bench", nil)
 				cc, err := cl.Conn(r.addr)
 				if err != nil {
 					b.Fatal(err)
@@ -98,9 +92,7 @@ func BenchmarkRenewalsTLS(b *testing.B) {
 					clients[region] = pb.NewLeaseServiceClient(cc)
 				}
 			}
-			if _, err := adm.SetPolicy(b.Context(), &pb.SetPolicyRequest{Yaml: "name: q\nidentity: [tenant]\nlimit: 300\nperiod: 1s\n"}); err != nil {
-				b.Fatal(err)
-			}
+			setPolicy(b, adm, "name: q\nidentity: [tenant]\nlimit: 300\nperiod: 1s\n")
 			var next, renewals atomic.Int64
 			b.ResetTimer()
 			b.RunParallel(func(pb_ *testing.PB) {

@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -30,10 +29,7 @@ func TestWriteNeverLandsInAnotherCluster(t *testing.T) {
 	}
 	defer cl.Close()
 	set := func(name string) error {
-		return cl.Call(t.Context(), func(cc *grpc.ClientConn, opts ...grpc.CallOption) error {
-			_, err := pb.NewAdminServiceClient(cc).SetPolicy(t.Context(), &pb.SetPolicyRequest{Yaml: "name: " + name + "\nidentity: [tenant]\nlimit: 10\nperiod: 1s\n"}, opts...)
-			return err
-		})
+		return setPolicyVia(t.Context(), cl, "name: "+name+"\nidentity: [tenant]\nlimit: 10\nperiod: 1s\n")
 	}
 	if err := set("first"); err != nil {
 		t.Fatal(err)
@@ -54,11 +50,7 @@ func TestWriteNeverLandsInAnotherCluster(t *testing.T) {
 	cl2, _ := leaseapi.NewClient([]string{b.addr})
 	defer cl2.Close()
 	cl2.SetClusterID("not-this-one")
-	err = cl2.Call(t.Context(), func(cc *grpc.ClientConn, opts ...grpc.CallOption) error {
-		_, err := pb.NewAdminServiceClient(cc).ListPolicies(t.Context(), &pb.ListPoliciesRequest{}, opts...)
-		return err
-	})
-	if status.Code(err) != codes.FailedPrecondition {
+	if err := listPolicies(t.Context(), cl2); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("wrongly pinned client: %v", err)
 	}
 }

@@ -67,16 +67,7 @@ func (w *watcher) run(ctx context.Context, limit int64, agents []*testAgent, lea
 		}
 		var booked int64 = -1
 		if l := leader(); l != nil {
-			if t := l.c.term(); t != nil {
-				t.mu.RLock()
-				q := t.quotas["api"]
-				t.mu.RUnlock()
-				if q != nil {
-					q.mu.Lock()
-					booked = q.book.MostBooked(time.Now())
-					q.mu.Unlock()
-				}
-			}
+			withQuota(l.c, "api", func(q *quota) { booked = q.book.MostBooked(time.Now()) })
 		}
 		w.mu.Lock()
 		w.samples++
@@ -114,19 +105,9 @@ func itoa(v int64) string { return fmt.Sprint(float64(v) / float64(M)) }
 // the sum of may-be-enforcing shares stays <= 100 at every sample.
 func TestSharesFollowDemand(t *testing.T) {
 	prefix := testenv.Prefix(t)
-	r := startReplica(t, prefix, "c1", nil)
-	waitLeader(t, r)
-	adm, cl := admin(t, r.addr)
-	if _, err := adm.SetPolicy(t.Context(), &pb.SetPolicyRequest{Yaml: policy100}); err != nil {
-		t.Fatal(err)
-	}
-	var agents []*testAgent
-	for _, region := range []string{"us", "eu", "ap"} {
-		agents = append(agents, newTestAgent(t, cl, region, "api", 100*M))
-	}
-	agents[0].demand.Store(80 * M)
-	agents[1].demand.Store(10 * M)
-	agents[2].demand.Store(10 * M)
+	r, adm, cl := startLeader(t, prefix, "c1", nil)
+	setPolicy(t, adm, policy100)
+	agents := regionAgents(t, cl, 80*M, 10*M, 10*M)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	w := watcher{ledger: ledgerSum(t, prefix)}
@@ -162,16 +143,9 @@ func TestLeaderFailover(t *testing.T) {
 	leader := waitLeader(t, r1)
 	r2 := startReplica(t, prefix, "c2", nil)
 	adm, _ := admin(t, leader.addr)
-	if _, err := adm.SetPolicy(t.Context(), &pb.SetPolicyRequest{Yaml: policy100}); err != nil {
-		t.Fatal(err)
-	}
+	setPolicy(t, adm, policy100)
 	_, cl := admin(t, r1.addr, r2.addr)
-	var agents []*testAgent
-	for i, region := range []string{"us", "eu", "ap"} {
-		a := newTestAgent(t, cl, region, "api", 100*M)
-		a.demand.Store(int64(20+30*i) * M)
-		agents = append(agents, a)
-	}
+	agents := regionAgents(t, cl, 20*M, 50*M, 80*M)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	var mu sync.Mutex
@@ -259,19 +233,8 @@ func TestLeaderFailover(t *testing.T) {
 // from computing its write until the book records it, so none is in
 // flight either.
 func ledgerSettled(r *replica, name string) bool {
-	t := r.c.term()
-	if t == nil {
-		return false
-	}
-	t.mu.RLock()
-	q := t.quotas[name]
-	t.mu.RUnlock()
-	if q == nil {
-		return false
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.book.Shrunk(r.c.cfg.Clock.Now())) == 0
+	var settled bool
+	return withQuota(r.c, name, func(q *quota) { settled = len(q.book.Shrunk(r.c.cfg.Clock.Now())) == 0 }) && settled
 }
 
 func mustConn(t *testing.T, cl *leaseapi.Client, addr string) grpcConn {
@@ -285,17 +248,11 @@ func mustConn(t *testing.T, cl *leaseapi.Client, addr string) grpcConn {
 // A region that stops renewing keeps its degraded budget reserved, visible
 // in ListLeases, until an SRE releases it.
 func TestDegradedBudgetStaysReserved(t *testing.T) {
-	prefix := testenv.Prefix(t)
-	r := startReplica(t, prefix, "c1", nil)
-	waitLeader(t, r)
-	adm, cl := admin(t, r.addr)
-	pol := policy100 + "failure: {mode: static-share, static_fraction: 0.2}\n"
-	if _, err := adm.SetPolicy(t.Context(), &pb.SetPolicyRequest{Yaml: pol}); err != nil {
-		t.Fatal(err)
-	}
-	us, eu, ap := newTestAgent(t, cl, "us", "api", 100*M), newTestAgent(t, cl, "eu", "api", 100*M), newTestAgent(t, cl, "ap", "api", 100*M)
-	for _, a := range []*testAgent{us, eu, ap} {
-		a.demand.Store(100 * M)
+	_, adm, cl := startLeader(t, testenv.Prefix(t), "c1", nil)
+	setPolicy(t, adm, policy100+"failure: {mode: static-share, static_fraction: 0.2}\n")
+	agents := regionAgents(t, cl, 100*M, 100*M, 100*M)
+	us, eu, ap := agents[0], agents[1], agents[2]
+	for _, a := range agents {
 		if err := a.renew(t.Context()); err != nil {
 			t.Fatal(err)
 		}
@@ -348,15 +305,71 @@ func TestDegradedBudgetStaysReserved(t *testing.T) {
 	}
 }
 
+// Deleting a policy and recreating it under the same name (the runbook's
+// way to change its algorithm) cannot grant the limit twice: agents that
+// have not reloaded yet keep enforcing the old grants until they end, so
+// the new policy starts with them reserved. Sampled every few ms, the
+// fractions the old and the new agents may enforce sum to at most 1.
+func TestDeleteAndRecreateCannotGrantTwice(t *testing.T) {
+	_, adm, cl := startLeader(t, testenv.Prefix(t), "c1", nil)
+	setPolicy(t, adm, policy100)
+	old := regionAgents(t, cl, 100*M, 100*M, 100*M)
+	ctx := t.Context()
+	sum := func(as []*testAgent) int64 {
+		var s int64
+		for _, a := range as {
+			amt, _ := a.enforcing()
+			s += amt
+		}
+		return s
+	}
+	testenv.WaitFor(t, 5*time.Second, "the old policy fully granted", func() bool {
+		for _, a := range old {
+			rctx, cancel := context.WithTimeout(ctx, time.Second)
+			a.renew(rctx)
+			cancel()
+		}
+		return sum(old) >= 99*M
+	})
+	if _, err := adm.DeletePolicy(ctx, &pb.DeletePolicyRequest{Name: "api"}); err != nil {
+		t.Fatal(err)
+	}
+	// Recreated with another burst (the test agents read token-bucket
+	// grants; another algorithm carries over the same way, as a fraction).
+	setPolicy(t, adm, "name: api\nidentity: [tenant]\nlimit: 100\nperiod: 1s\nburst: 50\n")
+	fresh := regionAgents(t, cl, 100*M, 100*M, 100*M)
+	for _, a := range fresh { // agents that reloaded: new processes of the new policy
+		a.nonce += "-new"
+		a.instance = a.region + "-2"
+	}
+	deadline := time.Now().Add(3 * testTiming.ValidFor)
+	worst, newMax := int64(0), int64(0)
+	for time.Now().Before(deadline) {
+		for _, a := range fresh {
+			rctx, cancel := context.WithTimeout(ctx, time.Second)
+			if err := a.renew(rctx); err != nil {
+				t.Logf("renew %s: %v", a.region, err)
+			}
+			cancel()
+		}
+		o, n := sum(old), sum(fresh)
+		worst, newMax = max(worst, o+n), max(newMax, n)
+		if o+n > 100*M {
+			t.Fatalf("old agents may enforce %s and new ones %s of the recreated 100", itoa(o), itoa(n))
+		}
+		time.Sleep(5 * time.Millisecond) // paces the renewals; the sum is checked on each
+	}
+	if newMax < 99*M {
+		t.Fatalf("the recreated policy was granted at most %s once the old grants ended", itoa(newMax))
+	}
+	t.Logf("worst sum %s; the new policy reached %s", itoa(worst), itoa(newMax))
+}
+
 // Bad input gets a clear error and changes nothing in etcd.
 func TestBadInputChangesNothing(t *testing.T) {
 	prefix := testenv.Prefix(t)
-	r := startReplica(t, prefix, "c1", nil)
-	waitLeader(t, r)
-	adm, cl := admin(t, r.addr)
-	if _, err := adm.SetPolicy(t.Context(), &pb.SetPolicyRequest{Yaml: policy100}); err != nil {
-		t.Fatal(err)
-	}
+	r, adm, cl := startLeader(t, prefix, "c1", nil)
+	setPolicy(t, adm, policy100)
 	a := newTestAgent(t, cl, "us", "api", 100*M)
 	a.demand.Store(10 * M)
 	if err := a.renew(t.Context()); err != nil {
@@ -371,67 +384,46 @@ func TestBadInputChangesNothing(t *testing.T) {
 		return resp.Header.Revision
 	}
 	before := rev()
+	ctx := t.Context()
+	// setting and leasing are the refused calls of most cases: a SetPolicy
+	// of yaml, a Lease call of req.
+	setting := func(yaml string) func() error {
+		return func() error { _, err := adm.SetPolicy(ctx, &pb.SetPolicyRequest{Yaml: yaml}); return err }
+	}
+	leasing := func(req *pb.LeaseRequest) func() error {
+		return func() error { _, err := cl.Lease(ctx, req); return err }
+	}
 	adminCases := []struct {
 		call func() error
 		code codes.Code
 		text string
 	}{
+		{setting("name: x\nidentity: [tenant]\nlimit: .nan\nperiod: 1s\n"), codes.InvalidArgument, `field "limit"`},
+		{setting(policy100 + "floors: {us: 60, eu: 50}\n"),
+			codes.InvalidArgument, "below the sum of the regions' floors"},
+		{setting(policy100 + "failure: {mode: static-share, static_fraction: 0.4}\n"),
+			codes.InvalidArgument, "need 120% of the quota"},
+		{setting(policy100 + "burst: 2\n"), codes.InvalidArgument, "raise burst to at least 3 x cost"},
+		{setting(policy100 + "floors: {mars: 5}\n"), codes.InvalidArgument, `unknown region "mars"`},
+		{setting(strings.Replace(policy100, "limit: 100", "limit: 100\nalgorithm: fixed_window", 1)),
+			codes.FailedPrecondition, "changing algorithm"},
+		{setting(policy100 + "shards: 4\n"), codes.FailedPrecondition, "change the version with it"},
 		{func() error {
-			_, err := adm.SetPolicy(t.Context(), &pb.SetPolicyRequest{Yaml: "name: x\nidentity: [tenant]\nlimit: .nan\nperiod: 1s\n"})
-			return err
-		}, codes.InvalidArgument, `field "limit"`},
-		{func() error {
-			_, err := adm.SetPolicy(t.Context(), &pb.SetPolicyRequest{Yaml: policy100 + "floors: {us: 60, eu: 50}\n"})
-			return err
-		}, codes.InvalidArgument, "below the sum of the regions' floors"},
-		{func() error {
-			_, err := adm.SetPolicy(t.Context(), &pb.SetPolicyRequest{Yaml: policy100 + "failure: {mode: static-share, static_fraction: 0.4}\n"})
-			return err
-		}, codes.InvalidArgument, "need 120% of the quota"},
-		{func() error {
-			_, err := adm.SetPolicy(t.Context(), &pb.SetPolicyRequest{Yaml: policy100 + "burst: 2\n"})
-			return err
-		}, codes.InvalidArgument, "raise burst to at least 3 x cost"},
-		{func() error {
-			_, err := adm.SetPolicy(t.Context(), &pb.SetPolicyRequest{Yaml: policy100 + "floors: {mars: 5}\n"})
-			return err
-		}, codes.InvalidArgument, `unknown region "mars"`},
-		{func() error {
-			_, err := adm.SetPolicy(t.Context(), &pb.SetPolicyRequest{Yaml: strings.Replace(policy100, "limit: 100", "limit: 100\nalgorithm: fixed_window", 1)})
-			return err
-		}, codes.FailedPrecondition, "changing algorithm"},
-		{func() error {
-			_, err := adm.SetPolicy(t.Context(), &pb.SetPolicyRequest{Yaml: policy100 + "shards: 4\n"})
-			return err
-		}, codes.FailedPrecondition, "change the version with it"},
-		{func() error {
-			_, err := adm.SetRegion(t.Context(), &pb.SetRegionRequest{Name: "EU West", Weight: 1})
+			_, err := adm.SetRegion(ctx, &pb.SetRegionRequest{Name: "EU West", Weight: 1})
 			return err
 		}, codes.InvalidArgument, "region name"},
-		{func() error {
-			_, err := adm.SetRegion(t.Context(), &pb.SetRegionRequest{Name: "eu", Weight: -1})
-			return err
-		}, codes.InvalidArgument, "weight"},
-		{func() error {
-			_, err := adm.ListLeases(t.Context(), &pb.ListLeasesRequest{Region: "mars"})
-			return err
-		}, codes.NotFound, "unknown region"},
-		{func() error {
-			_, err := adm.DeletePolicy(t.Context(), &pb.DeletePolicyRequest{Name: "nope"})
-			return err
-		}, codes.NotFound, "no policy"},
-		{func() error {
-			_, err := cl.Lease(t.Context(), &pb.LeaseRequest{Region: "mars", Instance: "i", Nonce: "n", Quotas: []*pb.QuotaRequest{{Quota: "api"}}})
-			return err
-		}, codes.InvalidArgument, `unknown region "mars"`},
-		{func() error {
-			_, err := cl.Lease(t.Context(), &pb.LeaseRequest{Region: "us", Instance: "i", Nonce: "n", Quotas: []*pb.QuotaRequest{{Quota: "api"}, {Quota: "api"}}})
-			return err
-		}, codes.InvalidArgument, "named twice"},
-		{func() error {
-			_, err := cl.Lease(t.Context(), &pb.LeaseRequest{Region: "us", Nonce: "n", Quotas: []*pb.QuotaRequest{{Quota: "api"}}})
-			return err
-		}, codes.InvalidArgument, "instance"},
+		{func() error { _, err := adm.SetRegion(ctx, &pb.SetRegionRequest{Name: "eu", Weight: -1}); return err },
+			codes.InvalidArgument, "weight"},
+		{func() error { _, err := adm.ListLeases(ctx, &pb.ListLeasesRequest{Region: "mars"}); return err },
+			codes.NotFound, "unknown region"},
+		{func() error { _, err := adm.DeletePolicy(ctx, &pb.DeletePolicyRequest{Name: "nope"}); return err },
+			codes.NotFound, "no policy"},
+		{leasing(&pb.LeaseRequest{Region: "mars", Instance: "i", Nonce: "n",
+			Quotas: []*pb.QuotaRequest{{Quota: "api"}}}), codes.InvalidArgument, `unknown region "mars"`},
+		{leasing(&pb.LeaseRequest{Region: "us", Instance: "i", Nonce: "n",
+			Quotas: []*pb.QuotaRequest{{Quota: "api"}, {Quota: "api"}}}), codes.InvalidArgument, "named twice"},
+		{leasing(&pb.LeaseRequest{Region: "us", Nonce: "n", Quotas: []*pb.QuotaRequest{{Quota: "api"}}}),
+			codes.InvalidArgument, "instance"},
 	}
 	for i, c := range adminCases {
 		err := c.call()
@@ -479,9 +471,7 @@ func TestFollowerRedirects(t *testing.T) {
 	waitLeader(t, r1)
 	r2 := startReplica(t, prefix, "c2", nil)
 	adm, _ := admin(t, r1.addr)
-	if _, err := adm.SetPolicy(t.Context(), &pb.SetPolicyRequest{Yaml: policy100}); err != nil {
-		t.Fatal(err)
-	}
+	setPolicy(t, adm, policy100)
 	testenv.WaitFor(t, 5*time.Second, "follower to observe the leader", func() bool { s, _ := r2.c.leader.Load().(string); return s == r1.addr })
 	direct := pb.NewLeaseServiceClient(mustConnAddr(t, r2.addr))
 	_, err := direct.Lease(t.Context(), &pb.LeaseRequest{Region: "us", Instance: "i", Nonce: "n", Quotas: []*pb.QuotaRequest{{Quota: "api"}}})

@@ -19,14 +19,9 @@ import (
 // renewing once its grant ends; a negative summary is refused whole and
 // changes nothing; a renewal without one (an older agent) works as before.
 func TestEdgeSummariesInListLeases(t *testing.T) {
-	prefix := testenv.Prefix(t)
-	r := startReplica(t, prefix, "c1", nil)
-	waitLeader(t, r)
-	adm, cl := admin(t, r.addr)
+	_, adm, cl := startLeader(t, testenv.Prefix(t), "c1", nil)
+	setPolicy(t, adm, policy100)
 	ctx := t.Context()
-	if _, err := adm.SetPolicy(ctx, &pb.SetPolicyRequest{Yaml: policy100}); err != nil {
-		t.Fatal(err)
-	}
 	renew := func(region, instance string, edge *pb.EdgeSummary) error {
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()

@@ -111,6 +111,47 @@ func waitLeader(t testing.TB, rs ...*replica) *replica {
 	return nil
 }
 
+// startLeader starts replica name under prefix (mod as for startReplica)
+// and waits until it leads: the set-up of every test of a lone replica. It
+// returns the replica and clients of its admin and lease APIs.
+func startLeader(t testing.TB, prefix, name string, mod func(*Config)) (
+	*replica, pb.AdminServiceClient, *leaseapi.Client) {
+	t.Helper()
+	r := startReplica(t, prefix, name, mod)
+	waitLeader(t, r)
+	adm, cl := admin(t, r.addr)
+	return r, adm, cl
+}
+
+// setPolicy stores the policies of yaml through adm, failing t if they
+// are refused: for the tests' set-up, not for the refusals they check.
+func setPolicy(t testing.TB, adm pb.AdminServiceClient, yaml string) {
+	t.Helper()
+	if _, err := adm.SetPolicy(t.Context(), &pb.SetPolicyRequest{Yaml: yaml}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// withQuota runs f with quota name of c's current term, under the quota's
+// lock, as the tests that read a leader's books do; it reports false, and
+// runs nothing, when c leads no term or the term has no such quota.
+func withQuota(c *Coordinator, name string, f func(q *quota)) bool {
+	t := c.term()
+	if t == nil {
+		return false
+	}
+	t.mu.RLock()
+	q := t.quotas[name]
+	t.mu.RUnlock()
+	if q == nil {
+		return false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	f(q)
+	return true
+}
+
 func admin(t testing.TB, addrs ...string) (pb.AdminServiceClient, *leaseapi.Client) {
 	cl, err := leaseapi.NewClient(addrs)
 	if err != nil {
@@ -140,6 +181,19 @@ type testAgent struct {
 func newTestAgent(t testing.TB, cl *leaseapi.Client, region, quota string, total int64) *testAgent {
 	return &testAgent{region: region, instance: region + "-1", nonce: fmt.Sprintf("%s-%d", region, time.Now().UnixNano()),
 		quota: quota, a: lease.NewHolder(testTiming, failClosed, total), cl: cl}
+}
+
+// regionAgents are test agents of quota "api" (a total of 100) in the
+// regions every replica serves, us, eu and ap in that order, asking the
+// demands given: the agents of most tests of how a quota is shared.
+func regionAgents(t testing.TB, cl *leaseapi.Client, us, eu, ap int64) []*testAgent {
+	var agents []*testAgent
+	for i, region := range []string{"us", "eu", "ap"} {
+		a := newTestAgent(t, cl, region, "api", 100*M)
+		a.demand.Store([]int64{us, eu, ap}[i])
+		agents = append(agents, a)
+	}
+	return agents
 }
 
 func (ta *testAgent) renew(ctx context.Context) error {

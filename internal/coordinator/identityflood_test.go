@@ -17,13 +17,9 @@ import (
 // hold (lease.HeldFor), and another region renewing meanwhile never fails
 // a renewal: planning stays bounded however much is sent.
 func TestIdentityDemandFlood(t *testing.T) {
-	r := startReplica(t, fmt.Sprintf("/flood-%d", time.Now().UnixNano()), "c1", nil)
-	waitLeader(t, r)
-	adm, cl := admin(t, r.addr)
+	r, adm, cl := startLeader(t, fmt.Sprintf("/flood-%d", time.Now().UnixNano()), "c1", nil)
+	setPolicy(t, adm, policy100)
 	ctx := t.Context()
-	if _, err := adm.SetPolicy(ctx, &pb.SetPolicyRequest{Yaml: policy100}); err != nil {
-		t.Fatal(err)
-	}
 	eu := newTestAgent(t, cl, "eu", "api", 100)
 	if err := eu.renew(ctx); err != nil {
 		t.Fatal(err)
@@ -87,13 +83,8 @@ func TestIdentityDemandFlood(t *testing.T) {
 	t.Logf("%d calls of %d identities: %d held, %d ignored; eu renewed %d times, the slowest in %v", workers*calls, leaseapi.MaxIdentityDemands, held, ignored, eu.renewals.Load(), slowest)
 }
 
-// identityDemandsHeld reads quota's plan: the demands held and ignored.
-func identityDemandsHeld(c *Coordinator, quota string) (held int, ignored int64) {
-	t := c.term()
-	t.mu.RLock()
-	q := t.quotas[quota]
-	t.mu.RUnlock()
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.ids.Held(), q.ids.Ignored
+// identityDemandsHeld reads quota name's plan: the demands held and ignored.
+func identityDemandsHeld(c *Coordinator, name string) (held int, ignored int64) {
+	withQuota(c, name, func(q *quota) { held, ignored = q.ids.Held(), q.ids.Ignored })
+	return held, ignored
 }

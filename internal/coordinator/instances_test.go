@@ -9,7 +9,6 @@ import (
 
 	"github.com/quota-lease/quota-lease/internal/caller"
 	"github.com/quota-lease/quota-lease/internal/leaseapi"
-	"github.com/quota-lease/quota-lease/internal/mtls"
 	"github.com/quota-lease/quota-lease/internal/testenv"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
@@ -28,9 +27,7 @@ func TestLiveInstanceKeepsName(t *testing.T) {
 	r := startSecure(t, p)
 	ctx := t.Context()
 	adm, _ := dialAs(t, p, r, "admin")
-	if _, err := adm.SetPolicy(ctx, &pb.SetPolicyRequest{Yaml: policy100}); err != nil {
-		t.Fatal(err)
-	}
+	setPolicy(t, adm, policy100)
 	live := newTestAgent(t, leaseClientAs(t, p, r, "us"), "us", "api", 100*M)
 	live.instance = "us-a"
 	if err := live.renew(ctx); err != nil {
@@ -85,10 +82,7 @@ func TestLiveInstanceKeepsName(t *testing.T) {
 // leaseClientAs is a lease client of r presenting the certificate name.
 func leaseClientAs(t testing.TB, p *pki, r *replica, name string) *leaseapi.Client {
 	t.Helper()
-	cfg, err := mtls.Client(p.files[name], "localhost")
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := clientTLS(t, p.files[name], "localhost")
 	cl, err := leaseapi.NewClient([]string{r.addr})
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/quota-lease/quota-lease/internal/testenv"
-	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
 // steppingClock is a clock whose wall time an operator (or NTP) can step,
@@ -68,12 +67,8 @@ func TestLeaderServesAcrossWallClockSteps(t *testing.T) {
 	// keepalives, which ends leadership for a reason that is not the step
 	// (the grant presented then is stale). A step that ended leadership
 	// would still show, whatever the session's length.
-	r := startReplica(t, prefix, "a", func(c *Config) { c.Clock, c.SessionTTL = clk, 5*time.Second })
-	waitLeader(t, r)
-	adm, cl := admin(t, r.addr)
-	if _, err := adm.SetPolicy(t.Context(), &pb.SetPolicyRequest{Yaml: policy100}); err != nil {
-		t.Fatal(err)
-	}
+	_, adm, cl := startLeader(t, prefix, "a", func(c *Config) { c.Clock, c.SessionTTL = clk, 5*time.Second })
+	setPolicy(t, adm, policy100)
 	ta := newTestAgent(t, cl, "us", "api", 100_000_000)
 	for _, step := range []time.Duration{0, -time.Hour, 2 * time.Hour} {
 		clk.step(step)

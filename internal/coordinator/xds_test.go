@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -58,6 +59,13 @@ func storedSource(t *testing.T, r *replica, prefix, name string) *policySource {
 	return src
 }
 
+// waitAcked waits until srv has seen the leader acknowledge (apply) the
+// state it serves as version: the step between an xDS update and its checks.
+func waitAcked(t *testing.T, srv *xdsserver.Server, version string) {
+	t.Helper()
+	testenv.WaitFor(t, 10*time.Second, "version "+version+" ACKed", func() bool { return srv.Acked(version) })
+}
+
 // The leader stores what an xDS management server serves (over mutual
 // TLS) as policies marked with their source; an SRE cannot change or
 // delete them by hand while it subscribes, nor can the server take over a
@@ -71,10 +79,8 @@ func TestXDSPoliciesStored(t *testing.T) {
 	srv.Set(t, "1", edgeConfig(10, false))
 	prefix := testenv.Prefix(t)
 	withXDS := func(c *Config) { c.RateLimitXDS = xdsserver.Settings(srv.Addr, ctls) }
-	a := startReplica(t, prefix, "a", withXDS)
-	waitLeader(t, a)
-	adm, _ := admin(t, a.addr)
-	testenv.WaitFor(t, 10*time.Second, "version 1 ACKed", func() bool { return srv.Acked("1") })
+	a, adm, _ := startLeader(t, prefix, "a", withXDS)
+	waitAcked(t, srv, "1")
 	p, err := storedPolicy(t, adm, "edge.user")
 	if err != nil || p.Limit != 10 || p.Envoy == nil || p.Envoy.Domain != "edge" {
 		t.Fatalf("edge.user: %+v, %v", p, err)
@@ -93,9 +99,7 @@ func TestXDSPoliciesStored(t *testing.T) {
 	}
 
 	// The server may not take over a policy set by hand: NACKed whole.
-	if _, err := adm.SetPolicy(t.Context(), &pb.SetPolicyRequest{Yaml: "name: mine\nidentity: [tenant]\nlimit: 100\nperiod: 1s\n"}); err != nil {
-		t.Fatal(err)
-	}
+	setPolicy(t, adm, "name: mine\nidentity: [tenant]\nlimit: 100\nperiod: 1s\n")
 	takeover := edgeConfig(50, false)
 	takeover.Descriptors = append(takeover.Descriptors, &rlsconf.RateLimitDescriptor{Key: "tenant",
 		RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_SECOND, RequestsPerUnit: 5, Name: "mine"}})
@@ -114,7 +118,7 @@ func TestXDSPoliciesStored(t *testing.T) {
 	// An update: the limit changes, and per-ip turns unlimited (region
 	// scope: deleted and recreated, its grants reserved).
 	srv.Set(t, "3", edgeConfig(20, true))
-	testenv.WaitFor(t, 10*time.Second, "version 3 ACKed", func() bool { return srv.Acked("3") })
+	waitAcked(t, srv, "3")
 	if p, _ := storedPolicy(t, adm, "edge.user"); p.Limit != 20 {
 		t.Fatalf("edge.user limit %v after the update", p.Limit)
 	}
@@ -140,7 +144,7 @@ func TestXDSPoliciesStored(t *testing.T) {
 	// The same state again: acknowledged, nothing written.
 	_, writes := a.c.Stats()
 	srv.Set(t, "4", edgeConfig(20, true))
-	testenv.WaitFor(t, 10*time.Second, "version 4 ACKed", func() bool { return srv.Acked("4") })
+	waitAcked(t, srv, "4")
 	if _, after := a.c.Stats(); after != writes {
 		t.Fatalf("an unchanged state made %d etcd writes", after-writes)
 	}
@@ -149,7 +153,7 @@ func TestXDSPoliciesStored(t *testing.T) {
 	only := edgeConfig(20, true)
 	only.Descriptors = only.Descriptors[:1]
 	srv.Set(t, "5", only)
-	testenv.WaitFor(t, 10*time.Second, "version 5 ACKed", func() bool { return srv.Acked("5") })
+	waitAcked(t, srv, "5")
 	if _, err := storedPolicy(t, adm, "per-ip"); status.Code(err) != codes.NotFound {
 		t.Fatalf("per-ip, no longer sent: %v", err)
 	}
@@ -173,9 +177,7 @@ func TestXDSPoliciesStored(t *testing.T) {
 
 	// Without a subscription, the policies it left are the SRE's.
 	b.stop()
-	c := startReplica(t, prefix, "c", nil)
-	waitLeader(t, c)
-	admC, _ := admin(t, c.addr)
+	c, admC, _ := startLeader(t, prefix, "c", nil)
 	if _, err := admC.SetPolicy(t.Context(), &pb.SetPolicyRequest{Yaml: "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 99}\n"}); err != nil {
 		t.Fatalf("quota set of a formerly xDS policy without a subscription: %v", err)
 	}
@@ -189,10 +191,9 @@ func TestXDSPoliciesStored(t *testing.T) {
 func TestXDSServerAwayKeepsPolicies(t *testing.T) {
 	srv := xdsserver.Start(t, "", "envoy-ratelimit", nil)
 	srv.Set(t, "1", edgeConfig(10, false))
-	a := startReplica(t, testenv.Prefix(t), "a", func(c *Config) { c.RateLimitXDS = xdsserver.Settings(srv.Addr, nil) })
-	waitLeader(t, a)
-	adm, _ := admin(t, a.addr)
-	testenv.WaitFor(t, 10*time.Second, "version 1 ACKed", func() bool { return srv.Acked("1") })
+	withXDS := func(c *Config) { c.RateLimitXDS = xdsserver.Settings(srv.Addr, nil) }
+	a, adm, _ := startLeader(t, testenv.Prefix(t), "a", withXDS)
+	waitAcked(t, srv, "1")
 	srv.Stop()
 	testenv.WaitFor(t, 10*time.Second, "the stream's end seen", func() bool { return !a.c.xdsMetrics.Connected() })
 	if p, err := storedPolicy(t, adm, "edge.user"); err != nil || p.Limit != 10 {
@@ -204,4 +205,41 @@ func TestXDSServerAwayKeepsPolicies(t *testing.T) {
 		p, err := storedPolicy(t, adm, "edge.user")
 		return err == nil && p.Limit == 30
 	})
+}
+
+// An envoyproxy/ratelimit configuration is stored by quota set as the
+// policies it maps to, with their Envoy match; a global limit too small
+// to give each of the 3 regions one request is refused with what to do.
+func TestEnvoyConfigStored(t *testing.T) {
+	_, adm, _ := startLeader(t, testenv.Prefix(t), "a", nil)
+	setPolicy(t, adm, "domain: mongo_cps\ndescriptors:\n  - key: database\n    value: users\n"+
+		"    rate_limit: {unit: second, requests_per_unit: 500}\n")
+	got, err := adm.GetPolicy(t.Context(), &pb.GetPolicyRequest{Name: "mongo_cps.database_users"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(got.Json, `"domain":"mongo_cps"`) || !strings.Contains(got.Json, `"value":"users"`) {
+		t.Fatalf("stored policy lacks its Envoy match:\n%s", got.Json)
+	}
+	small := "domain: sms\ndescriptors:\n  - key: to\n    rate_limit: {unit: day, requests_per_unit: 2}\n"
+	if _, err := adm.SetPolicy(t.Context(), &pb.SetPolicyRequest{Yaml: small}); err == nil || !strings.Contains(err.Error(), "raise") {
+		t.Fatalf("2 per day shared by 3 regions: %v, want a refusal saying what to raise", err)
+	}
+}
+
+// One quota set stores at most MaxPoliciesPerSet policies, all or none:
+// a larger file is refused whole, with what to do, and stores nothing.
+func TestQuotaSetAllOrNone(t *testing.T) {
+	_, adm, _ := startLeader(t, testenv.Prefix(t), "a", nil)
+	var b strings.Builder
+	for i := 0; i <= MaxPoliciesPerSet; i++ {
+		b.WriteString("---\nname: p" + strconv.Itoa(i) + "\nidentity: [tenant]\nlimit: 100\nperiod: 1s\n")
+	}
+	if _, err := adm.SetPolicy(t.Context(), &pb.SetPolicyRequest{Yaml: b.String()}); err == nil || !strings.Contains(err.Error(), "split the file") {
+		t.Fatalf("%d policies in one set: %v, want a refusal", MaxPoliciesPerSet+1, err)
+	}
+	list, err := adm.ListPolicies(t.Context(), &pb.ListPoliciesRequest{})
+	if err != nil || len(list.Policies) != 0 {
+		t.Fatalf("a refused set stored %d policies (%v)", len(list.Policies), err)
+	}
 }

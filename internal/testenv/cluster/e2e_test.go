@@ -107,6 +107,55 @@ func steady(policy, attr string, ids int, hot float64, rates map[string]float64)
 		Rate: func(region string, _ time.Duration) float64 { return rates[region] }}
 }
 
+// checkGlobal asserts what every run of api-global alone must show: no
+// identity admitted more in a window than the bound for dep allows, and no
+// check failed.
+func checkGlobal(t *testing.T, d *Driver, dep bound.Deployment) {
+	t.Helper()
+	checkBound(t, d, policyOf(t, globalPolicy), dep)
+	noErrors(t, d, "api-global")
+}
+
+// decidedIn asserts that region decided some of policy's checks in mode,
+// where a run's fault must have taken it; what says what it missed.
+func decidedIn(t *testing.T, d *Driver, policy, region, mode, what string) {
+	t.Helper()
+	if st := d.Stats(policy)[region]; st.Modes[mode] == 0 {
+		t.Fatalf("%s: %s", what, st.Describe())
+	}
+}
+
+// runWhile drives loads through c for dur in the background while script
+// runs in the test's goroutine (the test's faults, timed by sleeps from the
+// load's start), and returns the driver once both are done. A script that
+// fails the test ends it at once; the load then stops with the test.
+func runWhile(t *testing.T, c *Cluster, dur time.Duration, script func(), loads ...Load) *Driver {
+	t.Helper()
+	d := NewDriver(c)
+	done := make(chan struct{})
+	go func() { d.Run(t.Context(), dur, loads...); close(done) }()
+	script()
+	<-done
+	return d
+}
+
+// runRegionFault starts a cluster serving globalPolicy and drives a steady
+// load of it at rates (requests a second by region) for dur, with fault on
+// for region's agent between from and to after the load's start: the run
+// of each test of one region's fault. It returns the driver.
+func runRegionFault(t *testing.T, rates map[string]float64, dur time.Duration, region string, from, to time.Duration,
+	fault func(a *AgentProcess, on bool)) *Driver {
+	t.Helper()
+	c := start(t, globalPolicy)
+	a := regionAgents(c, region)[0]
+	return runWhile(t, c, dur, func() {
+		time.Sleep(from)
+		fault(a, true)
+		time.Sleep(to - from)
+		fault(a, false)
+	}, steady("api-global", "api", 1, 0, rates))
+}
+
 func noErrors(t *testing.T, d *Driver, policy string) {
 	for region, st := range d.Stats(policy) {
 		t.Logf("%s in %s: %s", policy, region, st.Describe())
@@ -133,21 +182,18 @@ func TestE2ELeaderKilled(t *testing.T) {
 			}
 			return map[string]float64{"us": 10, "eu": 50, "ap": 20}[region]
 		}}
-	done := make(chan struct{})
-	d := NewDriver(c)
-	go func() { d.Run(ctx, 14*time.Second, load); close(done) }()
-	time.Sleep(6 * time.Second)
-	leader.Kill()
-	next, err := c.WaitLeader(ctx, 20*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if next == leader {
-		t.Fatal("the killed replica still leads")
-	}
-	<-done
-	checkBound(t, d, policyOf(t, globalPolicy), bound.Deployment{})
-	noErrors(t, d, "api-global")
+	d := runWhile(t, c, 14*time.Second, func() {
+		time.Sleep(6 * time.Second)
+		leader.Kill()
+		next, err := c.WaitLeader(ctx, 20*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if next == leader {
+			t.Fatal("the killed replica still leads")
+		}
+	}, load)
+	checkGlobal(t, d, bound.Deployment{})
 	leases, err := c.Leases(ctx)
 	if err != nil || len(leases) == 0 {
 		t.Fatalf("new leader lists no leases: %v %v", leases, err)
@@ -159,27 +205,11 @@ func TestE2ELeaderKilled(t *testing.T) {
 // and it re-leases when the partition heals.
 func TestE2EPartition(t *testing.T) {
 	testenv.SkipMultiProcess(t)
-	c := start(t, globalPolicy)
-	ctx := t.Context()
-	load := steady("api-global", "api", 1, 0, map[string]float64{"us": 40, "eu": 30, "ap": 30})
-	d := NewDriver(c)
-	done := make(chan struct{})
-	go func() { d.Run(ctx, 16*time.Second, load); close(done) }()
-	time.Sleep(4 * time.Second)
-	ap := c.Agents[2]
-	ap.Partition(true)
-	time.Sleep(7 * time.Second)
-	ap.Partition(false)
-	<-done
-	checkBound(t, d, policyOf(t, globalPolicy), bound.Deployment{})
-	st := d.Stats("api-global")["ap"]
-	if st.Modes["degraded"] == 0 {
-		t.Fatalf("ap never decided on its degraded budget: %s", st.Describe())
-	}
-	if st.Modes["leased"] == 0 {
-		t.Fatalf("ap never leased: %s", st.Describe())
-	}
-	noErrors(t, d, "api-global")
+	d := runRegionFault(t, map[string]float64{"us": 40, "eu": 30, "ap": 30}, 16*time.Second,
+		"ap", 4*time.Second, 11*time.Second, (*AgentProcess).Partition)
+	checkGlobal(t, d, bound.Deployment{})
+	decidedIn(t, d, "api-global", "ap", "degraded", "ap never decided on its degraded budget")
+	decidedIn(t, d, "api-global", "ap", "leased", "ap never leased")
 }
 
 // Redis in one region gets slower than the check timeout: that agent
@@ -187,24 +217,17 @@ func TestE2EPartition(t *testing.T) {
 // stay within the bound (which counts the fallback).
 func TestE2ERedisSlow(t *testing.T) {
 	testenv.SkipMultiProcess(t)
-	c := start(t, globalPolicy)
-	ctx := t.Context()
-	load := steady("api-global", "api", 1, 0, map[string]float64{"us": 30, "eu": 40, "ap": 20})
-	d := NewDriver(c)
-	done := make(chan struct{})
-	go func() { d.Run(ctx, 12*time.Second, load); close(done) }()
-	time.Sleep(3 * time.Second)
-	eu := c.Agents[1]
-	eu.ToRedis.SetDelay(100 * time.Millisecond)
-	time.Sleep(5 * time.Second)
-	eu.ToRedis.Restore()
-	<-done
-	checkBound(t, d, policyOf(t, globalPolicy), bound.Deployment{RedisOutages: true})
-	st := d.Stats("api-global")["eu"]
-	if st.Modes["local-fallback"] == 0 {
-		t.Fatalf("eu never used its fallback: %s", st.Describe())
+	slow := func(eu *AgentProcess, on bool) {
+		if !on {
+			eu.ToRedis.Restore()
+			return
+		}
+		eu.ToRedis.SetDelay(100 * time.Millisecond)
 	}
-	noErrors(t, d, "api-global")
+	d := runRegionFault(t, map[string]float64{"us": 30, "eu": 40, "ap": 20}, 12*time.Second,
+		"eu", 3*time.Second, 8*time.Second, slow)
+	checkGlobal(t, d, bound.Deployment{RedisOutages: true})
+	decidedIn(t, d, "api-global", "eu", "local-fallback", "eu never used its fallback")
 }
 
 // The quota is lowered while keys are active; the bound counts the grants
@@ -212,18 +235,13 @@ func TestE2ERedisSlow(t *testing.T) {
 func TestE2EQuotaChange(t *testing.T) {
 	testenv.SkipMultiProcess(t)
 	c := start(t, globalPolicy)
-	ctx := t.Context()
-	load := steady("api-global", "api", 1, 0, map[string]float64{"us": 40, "eu": 30, "ap": 30})
-	d := NewDriver(c)
-	done := make(chan struct{})
-	go func() { d.Run(ctx, 12*time.Second, load); close(done) }()
-	time.Sleep(5 * time.Second)
-	if err := c.SetPolicies(ctx, strings.Replace(globalPolicy, "limit: 60", "limit: 30", 1)); err != nil {
-		t.Fatal(err)
-	}
-	<-done
-	checkBound(t, d, policyOf(t, globalPolicy), bound.Deployment{QuotaDecrease: 30})
-	noErrors(t, d, "api-global")
+	d := runWhile(t, c, 12*time.Second, func() {
+		time.Sleep(5 * time.Second)
+		if err := c.SetPolicies(t.Context(), strings.Replace(globalPolicy, "limit: 60", "limit: 30", 1)); err != nil {
+			t.Fatal(err)
+		}
+	}, steady("api-global", "api", 1, 0, map[string]float64{"us": 40, "eu": 30, "ap": 30}))
+	checkGlobal(t, d, bound.Deployment{QuotaDecrease: 30})
 }
 
 // One hot tenant among many, sending from every region, under a
@@ -256,8 +274,7 @@ func TestE2EFastShift(t *testing.T) {
 		}}
 	d := NewDriver(c)
 	d.Run(ctx, 12*time.Second, load)
-	checkBound(t, d, policyOf(t, globalPolicy), bound.Deployment{})
-	noErrors(t, d, "api-global")
+	checkGlobal(t, d, bound.Deployment{})
 }
 
 // The demo, shortened: it runs its whole script and reports every policy

@@ -195,12 +195,8 @@ func TestEdgeE2E(t *testing.T) {
 	b := s.buckets()
 	var edges []*Edge
 	for _, r := range edgeRegions {
-		e, err := c.StartEdge(ctx, r, EdgeOptions{Envoys: s.envoys, Filters: edgeFilters(t, s.report), ReportInterval: s.report})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { e.Close() })
-		edges = append(edges, e)
+		o := EdgeOptions{Envoys: s.envoys, Filters: edgeFilters(t, s.report), ReportInterval: s.report}
+		edges = append(edges, startEdge(t, c, r, o))
 	}
 	us, eu := edges[0], edges[1]
 	t.Logf("%d Envoy-like clients per region, %d buckets, reports every %s", s.envoys, b.count(), s.report)
@@ -227,11 +223,8 @@ func TestEdgeE2E(t *testing.T) {
 
 	// Meanwhile, in eu, a tenant's demand moves between two Envoy
 	// instances on different agents, reporting every 5 s as Envoy does.
-	mover, err := c.StartEdge(ctx, "eu", EdgeOptions{Envoys: 2, Filters: edgeFilters(t, rlqsenvoy.EnvoyReportInterval)[:1], ReportInterval: rlqsenvoy.EnvoyReportInterval})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { mover.Close() })
+	mover := startEdge(t, c, "eu", EdgeOptions{Envoys: 2, Filters: edgeFilters(t, rlqsenvoy.EnvoyReportInterval)[:1],
+		ReportInterval: rlqsenvoy.EnvoyReportInterval})
 	edges = append(edges, mover)
 	moved := make(chan moveResult, 1)
 	wg.Add(1)
@@ -349,10 +342,7 @@ func TestEdgeE2E(t *testing.T) {
 			t.Logf("direct %s in %s: %s", p, region, st.Describe())
 		}
 	}
-	adm := direct.Admissions()
-	for _, e := range edges {
-		adm = append(adm, e.Admissions()...)
-	}
+	adm := append(direct.Admissions(), admissions(edges)...)
 	slack := time.Duration(0)
 	for _, x := range adm {
 		slack = max(slack, x.Took)

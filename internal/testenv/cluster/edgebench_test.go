@@ -1,14 +1,11 @@
 package cluster
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"text/tabwriter"
 	"time"
@@ -16,10 +13,8 @@ import (
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlqfv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/quota-lease/quota-lease/internal/testenv"
+	"github.com/quota-lease/quota-lease/internal/mtls"
 	"github.com/quota-lease/quota-lease/internal/testenv/rlqsenvoy"
 	"github.com/quota-lease/quota-lease/policy"
 )
@@ -89,11 +84,7 @@ const fleetEnvoys, fleetBuckets = 100, 1000
 // `make bench-peers` runs it (QUOTALEASE_PEER_RATELIMIT names
 // envoyproxy/ratelimit's service_cmd); without that it is skipped.
 func BenchmarkEdgePeers(b *testing.B) {
-	testenv.SkipMultiProcess(b)
-	peerBin := os.Getenv("QUOTALEASE_PEER_RATELIMIT")
-	if peerBin == "" {
-		b.Skip("set QUOTALEASE_PEER_RATELIMIT to envoyproxy/ratelimit's service_cmd (make bench-peers does)")
-	}
+	peerBin := peerRatelimit(b)
 	ctx := b.Context()
 	dir := b.TempDir()
 	// Leases of 10 s (the default), and a check timeout long enough that
@@ -112,21 +103,9 @@ func BenchmarkEdgePeers(b *testing.B) {
 	}
 	agent := c.Agents[0]
 	ours := []int{agent.Pid(), c.Redis[0].Pid()}
-	service, err := grpcCreds(c.pki.service)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cc, err := grpc.NewClient(agent.Addr, grpc.WithTransportCredentials(service))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cc.Close()
+	cc := dial(b, agent.Addr, c.pki.service)
 	peerAddr, _, peer := startRatelimit(b, dir, peerBin, edgeBenchConfig("bench", 100000, ""))
-	pc, err := grpc.NewClient(peerAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pc.Close()
+	pc := dial(b, peerAddr, mtls.Files{})
 	systems := []struct {
 		name   string
 		client rlsv3.RateLimitServiceClient
@@ -206,27 +185,15 @@ type benchRound struct {
 // on configuration cfg, drives them until every bucket is assigned, then
 // measures two rounds of four reporting intervals, and stops them.
 func measureEdge(b *testing.B, c *Cluster, pids []int, sh edgeShape, cfg string) []benchRound {
-	ctx := b.Context()
-	e, err := c.StartEdge(ctx, "bench", EdgeOptions{Envoys: sh.envoys, Filters: []EdgeFilter{{Domain: "edge", Settings: edgeSettings(b, cfg)}},
-		ReportInterval: rlqsenvoy.EnvoyReportInterval})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer e.Close()
 	demand := make([][]EdgeDemand, sh.envoys)
 	for i := range demand {
 		for j := range sh.buckets {
 			demand[i] = append(demand[i], EdgeDemand{Bucket: map[string]string{"tenant": fmt.Sprint("t", i*sh.buckets+j)}, Rate: sh.perBucket})
 		}
 	}
-	d := NewEdgeDriver()
-	traffic, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		d.Run(traffic, 5*time.Minute, EdgeLoad{Demand: func(_ string, i int, _ time.Duration) []EdgeDemand { return demand[i] }}, e)
-	}()
-	defer func() { stop(); <-done }()
+	e, d, stop := driveBenchEdge(b, c, "edge", cfg, sh.envoys,
+		EdgeLoad{Demand: func(_ string, i int, _ time.Duration) []EdgeDemand { return demand[i] }})
+	defer stop()
 	waitAssigned(b, e, sh.envoys*sh.buckets, time.Minute)
 	var out []benchRound
 	for range 2 {
@@ -243,26 +210,14 @@ func measureEdge(b *testing.B, c *Cluster, pids []int, sh edgeShape, cfg string)
 // none is abandoned) and logs the agent's and its Redis's CPU while they
 // report, and the report-to-first-assignment latencies.
 func fleetReports(b *testing.B, c *Cluster, agent *AgentProcess, cfg string) {
-	ctx := b.Context()
-	e, err := c.StartEdge(ctx, "bench", EdgeOptions{Envoys: fleetEnvoys, Filters: []EdgeFilter{{Domain: "fleet", Settings: edgeSettings(b, cfg)}},
-		ReportInterval: rlqsenvoy.EnvoyReportInterval})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer e.Close()
 	var buckets []EdgeDemand
 	for j := range fleetBuckets {
 		buckets = append(buckets, EdgeDemand{Bucket: map[string]string{"tenant": fmt.Sprint("t", j)}, Rate: 0.1})
 	}
-	d := NewEdgeDriver()
-	traffic, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		d.Run(traffic, 5*time.Minute, EdgeLoad{Demand: func(string, int, time.Duration) []EdgeDemand { return buckets },
-			Step: 200 * time.Millisecond, DemandEvery: time.Minute}, e)
-	}()
-	defer func() { stop(); <-done }()
+	e, _, stop := driveBenchEdge(b, c, "fleet", cfg, fleetEnvoys, EdgeLoad{
+		Demand: func(string, int, time.Duration) []EdgeDemand { return buckets },
+		Step:   200 * time.Millisecond, DemandEvery: time.Minute})
+	defer stop()
 	t0 := time.Now()
 	waitAssigned(b, e, fleetEnvoys*fleetBuckets, 3*time.Minute)
 	allAssigned := time.Since(t0)
@@ -293,6 +248,27 @@ func fleetReports(b *testing.B, c *Cluster, agent *AgentProcess, cfg string) {
 	b.ReportMetric(float64(q(.99).Milliseconds()), "fleet-p99-report-to-assignment-ms")
 }
 
+// driveBenchEdge starts envoys Envoy-like clients behind the cluster's
+// region bench, each with one filter of domain configured as cfg's edge
+// states and reporting at Envoy's interval, and drives load through them
+// (for at most 5 minutes); stop ends the traffic and closes the clients,
+// so that each measurement's clients are gone before the next one's start.
+func driveBenchEdge(b *testing.B, c *Cluster, domain, cfg string, envoys int, load EdgeLoad) (e *Edge, d *EdgeDriver,
+	stop func()) {
+	b.Helper()
+	e, err := c.StartEdge(b.Context(), "bench", EdgeOptions{Envoys: envoys,
+		Filters:        []EdgeFilter{{Domain: domain, Settings: edgeSettings(b, cfg)}},
+		ReportInterval: rlqsenvoy.EnvoyReportInterval})
+	if err != nil {
+		b.Fatal(err)
+	}
+	d = NewEdgeDriver()
+	traffic, cancel := context.WithCancel(b.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(traffic, 5*time.Minute, load, e) }()
+	return e, d, func() { cancel(); <-done; e.Close() }
+}
+
 // edgeSettings are the bucket settings of an Envoy configured as the edge
 // settings of configuration cfg state.
 func edgeSettings(b testing.TB, cfg string) *rlqfv3.RateLimitQuotaBucketSettings {
@@ -310,20 +286,17 @@ func edgeSettings(b testing.TB, cfg string) *rlqfv3.RateLimitQuotaBucketSettings
 // waitAssigned waits until e's instances hold n assigned buckets, all of
 // them assigned at least once.
 func waitAssigned(b testing.TB, e *Edge, n int, limit time.Duration) {
-	deadline := time.Now().Add(limit)
-	for {
+	b.Helper()
+	poll(b, limit, 200*time.Millisecond, func() error {
 		got := 0
 		for _, in := range e.Instances(0) {
 			got += len(in.FirstAssignments())
 		}
 		if got >= n {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d buckets assigned after %s: %+v", got, n, limit, e.Stats())
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return fmt.Errorf("%d of %d buckets assigned after %s: %+v", got, n, limit, e.Stats())
+	})
 }
 
 func decided(d *EdgeDriver) float64 { n, _ := d.Decisions(); return float64(n) }
@@ -338,77 +311,64 @@ func rlsOpenLoop(b *testing.B, ctx context.Context, client rlsv3.RateLimitServic
 	ctx, cancel := context.WithTimeout(ctx, dur)
 	defer cancel()
 	start := time.Now()
-	var mu sync.Mutex
-	var lat []time.Duration
-	var wg sync.WaitGroup
-	for g := range callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var mine []time.Duration
-			for i := g; ctx.Err() == nil; i += callers {
-				if w := time.Until(start.Add(time.Duration(float64(i) / rate * float64(time.Second)))); w > 0 {
-					select {
-					case <-ctx.Done():
-					case <-time.After(w):
-					}
-					if ctx.Err() != nil {
-						break
-					}
+	return gather(callers, func(g int) []time.Duration {
+		var mine []time.Duration
+		for i := g; ctx.Err() == nil; i += callers {
+			if w := time.Until(start.Add(time.Duration(float64(i) / rate * float64(time.Second)))); w > 0 {
+				select {
+				case <-ctx.Done():
+				case <-time.After(w):
 				}
-				req := &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*commonrl.RateLimitDescriptor{{Entries: []*commonrl.RateLimitDescriptor_Entry{
-					{Key: "tenant", Value: "t" + strconv.Itoa(i%edgeBenchTenants)}}}}}
-				t := time.Now()
-				if _, err := client.ShouldRateLimit(ctx, req); err != nil {
-					if !ending(ctx) {
-						b.Errorf("ShouldRateLimit: %v", err)
-					}
+				if ctx.Err() != nil {
 					break
 				}
-				mine = append(mine, time.Since(t))
 			}
-			mu.Lock()
-			lat = append(lat, mine...)
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	return lat
+			req := &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*commonrl.RateLimitDescriptor{{Entries: []*commonrl.RateLimitDescriptor_Entry{
+				{Key: "tenant", Value: "t" + strconv.Itoa(i%edgeBenchTenants)}}}}}
+			t := time.Now()
+			if _, err := client.ShouldRateLimit(ctx, req); err != nil {
+				if !ending(ctx) {
+					b.Errorf("ShouldRateLimit: %v", err)
+				}
+				break
+			}
+			mine = append(mine, time.Since(t))
+		}
+		return mine
+	})
 }
 
-// waitAnswers waits until client answers ShouldRateLimit with a limit.
+// waitAnswers waits until client, of the system name, answers
+// ShouldRateLimit with a limit.
 func waitAnswers(b *testing.B, name string, client rlsv3.RateLimitServiceClient) {
-	req := &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*commonrl.RateLimitDescriptor{{Entries: []*commonrl.RateLimitDescriptor_Entry{{Key: "tenant", Value: "t0"}}}}}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := client.ShouldRateLimit(b.Context(), req)
-		if err == nil && resp.Statuses[0].CurrentLimit != nil {
-			return
+	b.Helper()
+	poll(b, 30*time.Second, 100*time.Millisecond, func() error {
+		if err := answersLimit(b.Context(), client); err != nil {
+			return fmt.Errorf("%s %v", name, err)
 		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%s not answering with the limit: %v %v", name, resp, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
-// scrapeMetric sums every series of the metric name on agent's /metrics.
-func scrapeMetric(b testing.TB, a *AgentProcess, name string) float64 {
-	resp, err := a.web.Get(a.HTTP + "/metrics")
-	if err != nil {
-		b.Fatal(err)
+// answersLimit returns an error unless client answers a call of one
+// tenant's descriptor (domain bench) with its limit, as a system serving
+// the benchmark's configuration does.
+func answersLimit(ctx context.Context, client rlsv3.RateLimitServiceClient) error {
+	resp, err := client.ShouldRateLimit(ctx, peerLoad{descriptors: 1}.request(0))
+	if err == nil && resp.Statuses[0].CurrentLimit != nil {
+		return nil
 	}
-	defer resp.Body.Close()
+	return fmt.Errorf("not answering with the limit: %v %v", resp, err)
+}
+
+// scrapeMetric sums every series of the metric name on agent's /metrics;
+// a name with labels (name{label="value"}) selects the one series written
+// so.
+func scrapeMetric(b testing.TB, a *AgentProcess, name string) float64 {
 	sum := 0.0
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name) || (len(line) > len(name) && line[len(name)] != '{' && line[len(name)] != ' ') {
-			continue
-		}
-		f := strings.Fields(line)
-		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
-			sum += v
+	for _, s := range scrape(b, a.web, a.HTTP+"/metrics") {
+		if s.name == name || s.labels != "" && s.name+"{"+s.labels+"}" == name {
+			sum += s.value
 		}
 	}
 	return sum

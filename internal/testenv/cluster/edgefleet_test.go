@@ -2,13 +2,16 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/quota-lease/quota-lease/bound"
 	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/internal/testenv/rlqsenvoy"
+	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
 )
 
@@ -29,16 +32,71 @@ func edgeFleet(t *testing.T, yaml string, o Options, domain string, envoys int, 
 	if err != nil {
 		t.Fatal(err)
 	}
+	clients := EdgeOptions{Envoys: envoys, Filters: []EdgeFilter{{Domain: domain, Settings: settings}},
+		ReportInterval: time.Second}
 	var edges []*Edge
 	for _, r := range regions {
-		e, err := c.StartEdge(t.Context(), r, EdgeOptions{Envoys: envoys, Filters: []EdgeFilter{{Domain: domain, Settings: settings}}, ReportInterval: time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { e.Close() })
-		edges = append(edges, e)
+		edges = append(edges, startEdge(t, c, r, clients))
 	}
 	return c, p, edges
+}
+
+// startEdge starts Envoy-like clients (o) behind c's region, closed at the
+// end of t.
+func startEdge(t testing.TB, c *Cluster, region string, o EdgeOptions) *Edge {
+	t.Helper()
+	e, err := c.StartEdge(t.Context(), region, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// tenantFleet is one tenant's traffic at the edge: a cluster of regions us
+// and eu (one coordinator; leases of 10 s, so that a grant outlives the
+// assignments' 4 s) serving a policy of 100 requests a second per tenant,
+// and Envoy-like clients sending tenant a's requests.
+type tenantFleet struct {
+	c      *Cluster
+	p      *policy.Policy
+	edges  []*Edge           // the clients, by region
+	bucket map[string]string // tenant a's
+	d      *EdgeDriver       // the clients' traffic
+	stop   func()            // ends the traffic (at the test's end if not before)
+}
+
+// startTenantFleet starts a tenantFleet whose policy, name, is served at
+// the edge to envoys instances per region, which deny while they hold no
+// assignment, with envoys clients in each region of serve, each sending
+// rate requests a second; it returns once every client holds an
+// assignment.
+func startTenantFleet(t *testing.T, name string, envoys int, rate float64, serve ...string) *tenantFleet {
+	t.Helper()
+	yaml := fmt.Sprintf("name: %s\nidentity: [tenant]\nlimit: 100\nperiod: 1s\nburst: 100\n"+
+		"edge: {instances: %d, no_assignment: deny}\n", name, envoys)
+	o := Options{Regions: []string{"us", "eu"}, Coordinators: 1, LeaseDuration: 10 * time.Second}
+	f := &tenantFleet{bucket: map[string]string{"policy": name, "tenant": "a"}}
+	f.c, f.p, f.edges = edgeFleet(t, yaml, o, "shop", envoys, serve...)
+	f.d, f.stop = drive(t, f.bucket, rate, f.edges...)
+	waitAllAssigned(t, f.bucket, f.edges...)
+	return f
+}
+
+// admissions are what the clients of edges admitted, by their own records.
+func admissions(edges []*Edge) []Admission {
+	var adm []Admission
+	for _, e := range edges {
+		adm = append(adm, e.Admissions()...)
+	}
+	return adm
+}
+
+// edgeDeployment is c's deployment as the bound of the edge tests counts
+// it: an agent per region, Redis outages included.
+func edgeDeployment(c *Cluster) bound.Deployment {
+	return bound.Deployment{Regions: len(c.Opts.Regions), Instances: 1, LeaseDuration: c.Opts.LeaseDuration,
+		Drift: lease.DefaultTiming.Drift, RedisOutages: true}
 }
 
 // assigned reports whether in holds an assignment for bucket.

@@ -4,20 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quota-lease/quota-lease/bound"
 	"github.com/quota-lease/quota-lease/internal/testenv"
-	"github.com/quota-lease/quota-lease/lease"
 )
-
-// usePolicy is one tenant's limit of 100 a second, served at the edge to
-// the 10 Envoy instances each region runs.
-const usePolicy = `name: tenant-api
-identity: [tenant]
-limit: 100
-period: 1s
-burst: 100
-edge: {instances: 10, no_assignment: deny}
-`
 
 // An Envoy user moving a per-tenant limit from ShouldRateLimit to RLQS:
 // two regions, each with its agent and 10 Envoy-like clients on one tenant,
@@ -37,12 +25,10 @@ edge: {instances: 10, no_assignment: deny}
 // start full at every change, a bucket of one token, which admitted 67%.
 func TestEdgeUsesTheLimit(t *testing.T) {
 	testenv.SkipMultiProcess(t)
-	regions := []string{"us", "eu"}
-	// Leases of 10 s: a grant outlives the assignments' 4 s.
-	c, p, edges := edgeFleet(t, usePolicy, Options{Regions: regions, Coordinators: 1, LeaseDuration: 10 * time.Second}, "shop", 10, regions...)
-	bucket := map[string]string{"policy": "tenant-api", "tenant": "a"}
-	d, stop := drive(t, bucket, 10, edges...)
-	waitAllAssigned(t, bucket, edges...)
+	// The tenant's limit of 100 a second, served at the edge to the 10
+	// Envoy instances each region runs.
+	f := startTenantFleet(t, "tenant-api", 10, 10, "us", "eu")
+	c, p, edges, bucket := f.c, f.p, f.edges, f.bucket
 	// Settled: the regions' shares of the tenant split by its demand (the
 	// first split comes while the demand is still being measured), and
 	// every bucket grown to most of its part's burst (5 tokens) as the
@@ -78,13 +64,10 @@ func TestEdgeUsesTheLimit(t *testing.T) {
 	}
 	time.Sleep(10 * time.Second)
 	restart.to = time.Now()
-	stop()
+	f.stop()
 
-	var adm []Admission
-	for _, e := range edges {
-		adm = append(adm, e.Admissions()...)
-	}
-	decided, allowed := d.Decisions()
+	adm := admissions(edges)
+	decided, allowed := f.d.Decisions()
 	t.Logf("%d decisions, %d allowed", decided, allowed)
 	for _, st := range []struct {
 		name string
@@ -98,7 +81,7 @@ func TestEdgeUsesTheLimit(t *testing.T) {
 			t.Errorf("%s the edge admitted %d, under %.0f%% of the limit's %.0f", st.name, n, 100*st.least, ideal)
 		}
 	}
-	dep := bound.Deployment{Regions: len(regions), Instances: 1, LeaseDuration: c.Opts.LeaseDuration, Drift: lease.DefaultTiming.Drift, RedisOutages: true}
+	dep := edgeDeployment(c)
 	checkPublished(t, c, p, dep)
 	checkEdgeWindows(t, adm, p, dep, time.Second, 0)
 }

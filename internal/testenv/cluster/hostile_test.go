@@ -13,7 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-lease/quota-lease/internal/testenv"
-	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
 // floodPolicy is a per-tenant policy served at the edge and checked
@@ -45,10 +44,7 @@ func TestRLQSFloodLeavesDirectChecks(t *testing.T) {
 	if err := agent.WaitKnows(ctx, floodPolicy); err != nil {
 		t.Fatal(err)
 	}
-	testenv.WaitFor(t, 30*time.Second, "us leased", func() bool {
-		resp, err := agent.Check.Check(ctx, &pb.CheckRequest{Policy: "api", Attributes: map[string]string{"tenant": "probe"}})
-		return err == nil && resp.Mode == "leased"
-	})
+	waitLeased(t, agent, "api", "tenant", 30*time.Second)
 	quiet := Load{Policy: "api", Attribute: "tenant", Identities: 1, Rate: func(string, time.Duration) float64 { return 100 }}
 	// checks runs the quiet tenant's direct checks for dur: the part of the
 	// decisions taken by the local fallback, the p99 of the admitted ones,
@@ -85,12 +81,9 @@ func TestRLQSFloodLeavesDirectChecks(t *testing.T) {
 	}
 
 	const streams, buckets = 20, 2000
-	e, err := c.StartEdge(ctx, "us", EdgeOptions{Envoys: streams, Filters: []EdgeFilter{{Domain: "shop", Settings: edgeSettings(t, floodPolicy)}},
+	e := startEdge(t, c, "us", EdgeOptions{Envoys: streams,
+		Filters:        []EdgeFilter{{Domain: "shop", Settings: edgeSettings(t, floodPolicy)}},
 		ReportInterval: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
 	for i, in := range e.Instances(0) {
 		for j := range buckets {
 			in.Allow(map[string]string{"policy": "api", "tenant": fmt.Sprintf("flood-%d-%d", i, j)})

@@ -16,10 +16,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/quota-lease/quota-lease/internal/leaseapi"
+	"github.com/quota-lease/quota-lease/internal/mtls"
 	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
@@ -65,13 +65,8 @@ func TestIdentityShareScale(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	coord := startScaleCoordinator(t, ctx)
-	cc, err := grpc.NewClient(coord.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(leaseapi.MaxAnswerBytes)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	lc := pb.NewLeaseServiceClient(cc)
+	lc := pb.NewLeaseServiceClient(dial(t, coord.addr, mtls.Files{},
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(leaseapi.MaxAnswerBytes))))
 	p := testenv.MustPolicy(t, scalePolicy)
 	total := p.Limits().Amount()
 
@@ -80,6 +75,16 @@ func TestIdentityShareScale(t *testing.T) {
 		regions[i] = &scaleAgent{name: name, index: i, p: p, meter: lease.NewMeter[string](lease.MeterTracks(p.IdentityShareLimit()))}
 	}
 	tr := scaleTraffic{n: n, hot: hot}
+	// step is one round of the load loop: the traffic's demand moves on and
+	// every region renews whatever grant is due.
+	step := func() {
+		tr.step(regions, time.Now())
+		for _, r := range regions {
+			if err := r.renewIfDue(ctx, lc, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	start := time.Now()
 	// Phase 1: every hot identity gets 90% of its limit in its region.
 	var grown time.Duration
@@ -92,12 +97,7 @@ func TestIdentityShareScale(t *testing.T) {
 		if ctx.Err() != nil {
 			t.Fatalf("after %s: %d of %d hot identities hold 90%% of their limit in their region", time.Since(start).Round(time.Second), countHomed(regions, hot, total), hot)
 		}
-		tr.step(regions, time.Now())
-		for _, r := range regions {
-			if err := r.renewIfDue(ctx, lc, time.Now()); err != nil {
-				t.Fatal(err)
-			}
-		}
+		step()
 		if countHomed(regions, hot, total) == hot {
 			grown = time.Since(start)
 		}
@@ -112,12 +112,7 @@ func TestIdentityShareScale(t *testing.T) {
 	cpu0, writes0 := processCPU(t, []int{coord.pid()}), coord.metric(t, "quotalease_coordinator_ledger_writes_total")
 	steady := time.Now()
 	for time.Since(steady) < time.Minute {
-		tr.step(regions, time.Now())
-		for _, r := range regions {
-			if err := r.renewIfDue(ctx, lc, time.Now()); err != nil {
-				t.Fatal(err)
-			}
-		}
+		step()
 		time.Sleep(200 * time.Millisecond)
 	}
 	span := time.Since(steady)
@@ -153,12 +148,7 @@ func TestIdentityShareScale(t *testing.T) {
 			if time.Since(t0) > 3*time.Minute {
 				t.Fatalf("%s: not at 90%% of its limit in %s after 3 minutes", scaleName(id), home.name)
 			}
-			tr.step(regions, time.Now())
-			for _, r := range regions {
-				if err := r.renewIfDue(ctx, lc, time.Now()); err != nil {
-					t.Fatal(err)
-				}
-			}
+			step()
 			time.Sleep(200 * time.Millisecond)
 		}
 		took = append(took, time.Since(t0))
@@ -297,20 +287,9 @@ func (c *scaleCoordinator) pid() int { return c.cmd.Process.Pid }
 
 // metric reads one unlabelled metric from the coordinator's /metrics.
 func (c *scaleCoordinator) metric(t *testing.T, name string) float64 {
-	resp, err := http.Get("http://" + c.httpAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-			return f
+	for _, s := range scrape(t, http.DefaultClient, "http://"+c.httpAddr+"/metrics") {
+		if s.name == name && s.labels == "" {
+			return s.value
 		}
 	}
 	t.Fatalf("no %s in the coordinator's metrics", name)

@@ -69,15 +69,7 @@ func TestE2EAgentResourceLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	creds, err := grpcCreds(c.pki.service)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc, err := grpc.NewClient(a.Addr, grpc.WithTransportCredentials(creds), grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(8<<20)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
+	cc := dial(t, a.Addr, c.pki.service, grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(8<<20)))
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	got := map[codes.Code]int{}

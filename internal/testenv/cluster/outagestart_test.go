@@ -41,19 +41,11 @@ func TestE2EAgentStartsDuringOutage(t *testing.T) {
 	if err := us.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	creds, err := grpcCreds(c.pki.service)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// A connection of its own that retries every 10 ms, so the time measured
 	// is the agent's, not a client's reconnection backoff.
-	cc, err := grpc.NewClient(us.Addr, grpc.WithTransportCredentials(creds),
-		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 10 * time.Millisecond, Multiplier: 1, MaxDelay: 10 * time.Millisecond}, MinConnectTimeout: time.Second}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	check := pb.NewCheckServiceClient(cc)
+	every10ms := backoff.Config{BaseDelay: 10 * time.Millisecond, Multiplier: 1, MaxDelay: 10 * time.Millisecond}
+	check := pb.NewCheckServiceClient(dial(t, us.Addr, c.pki.service,
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: every10ms, MinConnectTimeout: time.Second})))
 	var first *pb.CheckResponse
 	for deadline := time.Now().Add(30 * time.Second); first == nil && time.Now().Before(deadline); {
 		cctx, cancel := context.WithTimeout(ctx, time.Second)

@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"text/tabwriter"
@@ -23,9 +22,8 @@ import (
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.yaml.in/yaml/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/quota-lease/quota-lease/internal/mtls"
 	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/internal/testenv/redistest"
 	"github.com/quota-lease/quota-lease/policy"
@@ -175,18 +173,6 @@ func (s *peerSystem) call(ctx context.Context, l peerLoad, i int) error {
 	return nil
 }
 
-// BenchmarkEnvoyAPIPeers measures Envoy's ShouldRateLimit against the
-// agent and against envoyproxy/ratelimit side by side in one run, each
-// with its own redis-server, the same configuration and the same loads
-// (peerLoads) from 16 closed-loop callers. The systems alternate in rounds
-// (A B A B), so the machine's drift hits both; read the ratios. It prints
-// one table: calls and decisions per second, p50, p99 and p99.9, the CPU
-// time per decision of the server and its Redis together, of its Redis
-// alone and of the callers (this process), all from /proc, and the share
-// of decisions the agent made without Redis; then the Redis CPU per
-// decision of every algorithm quota-lease offers beside the original's
-// fixed window. `make bench-peers` builds envoyproxy/ratelimit and runs
-// this; without it (QUOTALEASE_PEER_RATELIMIT unset) it is skipped.
 // startProcess starts bin with args and env added to this process's,
 // logging to dir/name.log, in a process group killed at the end of b; it
 // returns the process ID.
@@ -227,12 +213,33 @@ func startRatelimit(b *testing.B, dir, bin, cfg string) (grpcAddr, httpAddr stri
 	return grpcAddr, httpAddr, []int{pid, rs.Pid()}
 }
 
-func BenchmarkEnvoyAPIPeers(b *testing.B) {
+// peerRatelimit is the envoyproxy/ratelimit binary (its service_cmd) the
+// peer benchmarks run, from QUOTALEASE_PEER_RATELIMIT: without it, as
+// under -short, they skip.
+func peerRatelimit(b *testing.B) string {
+	b.Helper()
 	testenv.SkipMultiProcess(b)
-	peerBin := os.Getenv("QUOTALEASE_PEER_RATELIMIT")
-	if peerBin == "" {
+	bin := os.Getenv("QUOTALEASE_PEER_RATELIMIT")
+	if bin == "" {
 		b.Skip("set QUOTALEASE_PEER_RATELIMIT to envoyproxy/ratelimit's service_cmd (make bench-peers does)")
 	}
+	return bin
+}
+
+// BenchmarkEnvoyAPIPeers measures Envoy's ShouldRateLimit against the
+// agent and against envoyproxy/ratelimit side by side in one run, each
+// with its own redis-server, the same configuration and the same loads
+// (peerLoads) from 16 closed-loop callers. The systems alternate in rounds
+// (A B A B), so the machine's drift hits both; read the ratios. It prints
+// one table: calls and decisions per second, p50, p99 and p99.9, the CPU
+// time per decision of the server and its Redis together, of its Redis
+// alone and of the callers (this process), all from /proc, and the share
+// of decisions the agent made without Redis; then the Redis CPU per
+// decision of every algorithm quota-lease offers beside the original's
+// fixed window. `make bench-peers` builds envoyproxy/ratelimit and runs
+// this; without it (QUOTALEASE_PEER_RATELIMIT unset) it is skipped.
+func BenchmarkEnvoyAPIPeers(b *testing.B) {
+	peerBin := peerRatelimit(b)
 	dir := b.TempDir()
 	ours := filepath.Join(dir, "ours.yaml")
 	if err := os.WriteFile(ours, oursPolicies(b), 0o644); err != nil {
@@ -274,30 +281,16 @@ func BenchmarkEnvoyAPIPeers(b *testing.B) {
 	}
 	for i, s := range systems {
 		addr := []string{agentAddr, peerAddr}[i]
-		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { cc.Close() })
-		s.client = rlsv3.NewRateLimitServiceClient(cc)
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		s.client = rlsv3.NewRateLimitServiceClient(dial(b, addr, mtls.Files{}))
+		poll(b, 30*time.Second, 100*time.Millisecond, func() error {
 			if err := s.call(b.Context(), peerLoad{descriptors: 1, http: true}, 0); err != nil {
-				if time.Now().After(deadline) {
-					b.Fatalf("%s's HTTP API not answering: %v (logs in %s)", s.name, err, dir)
-				}
-				time.Sleep(100 * time.Millisecond)
-				continue
+				return fmt.Errorf("%s's HTTP API not answering: %v (logs in %s)", s.name, err, dir)
 			}
-			resp, err := s.client.ShouldRateLimit(b.Context(), peerLoad{descriptors: 1}.request(0))
-			if err == nil && resp.Statuses[0].CurrentLimit != nil {
-				break
+			if err := answersLimit(b.Context(), s.client); err != nil {
+				return fmt.Errorf("%s %v (logs in %s)", s.name, err, dir)
 			}
-			if time.Now().After(deadline) {
-				b.Fatalf("%s not answering with the limit: %v %v (logs in %s)", s.name, resp, err, dir)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return nil
+		})
 		// Both must reject the hot key once it is over its limit, or that
 		// load would compare admitting with rejecting.
 		hot := peerLoad{hot: true}.request(0)
@@ -393,9 +386,6 @@ func BenchmarkEnvoyAPIPeers(b *testing.B) {
 func peerRound(b *testing.B, s *peerSystem, l peerLoad, callers int, d time.Duration) peerRun {
 	ctx, cancel := context.WithTimeout(context.Background(), d+30*time.Second)
 	defer cancel()
-	var mu sync.Mutex
-	var lat []time.Duration
-	var wg sync.WaitGroup
 	var local0 float64
 	if s.local != nil {
 		local0 = s.local()
@@ -403,25 +393,18 @@ func peerRound(b *testing.B, s *peerSystem, l peerLoad, callers int, d time.Dura
 	server0, redis0, callers0 := processCPU(b, s.pids[:1]), processCPU(b, s.pids[1:]), processCPU(b, []int{os.Getpid()})
 	t0 := time.Now()
 	end := t0.Add(d)
-	for g := 0; g < callers; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var mine []time.Duration
-			for i := g; time.Now().Before(end) && len(mine) < 2_000_000; i += callers {
-				st := time.Now()
-				if err := s.call(ctx, l, i); err != nil {
-					b.Error(err)
-					break
-				}
-				mine = append(mine, time.Since(st))
+	lat := gather(callers, func(g int) []time.Duration {
+		var mine []time.Duration
+		for i := g; time.Now().Before(end) && len(mine) < 2_000_000; i += callers {
+			st := time.Now()
+			if err := s.call(ctx, l, i); err != nil {
+				b.Error(err)
+				break
 			}
-			mu.Lock()
-			lat = append(lat, mine...)
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
+			mine = append(mine, time.Since(st))
+		}
+		return mine
+	})
 	server, redis := processCPU(b, s.pids[:1])-server0, processCPU(b, s.pids[1:])-redis0
 	run := peerRun{lat: lat, dur: time.Since(t0), cpu: server + redis, redisCPU: redis, callers: processCPU(b, []int{os.Getpid()}) - callers0}
 	if s.local != nil {
@@ -434,23 +417,10 @@ func peerRound(b *testing.B, s *peerSystem, l peerLoad, callers int, d time.Dura
 // far (quotalease_agent_decisions_total{mode="local-fallback"}), from its
 // metrics at url.
 func localDecisions(b *testing.B, web *http.Client, url string) float64 {
-	resp, err := web.Get(url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		b.Fatal(err)
-	}
 	var n float64
-	for _, line := range strings.Split(string(raw), "\n") {
-		if strings.HasPrefix(line, "quotalease_agent_decisions_total{") && strings.Contains(line, `mode="local-fallback"`) {
-			v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-			if err != nil {
-				b.Fatalf("%s: %q: %v", url, line, err)
-			}
-			n += v
+	for _, s := range scrape(b, web, url) {
+		if s.name == "quotalease_agent_decisions_total" && strings.Contains(s.labels, `mode="local-fallback"`) {
+			n += s.value
 		}
 	}
 	return n

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -83,13 +82,8 @@ func TestPostHoc(t *testing.T) {
 	// Every region holds a lease of every policy before the traffic starts
 	// (unleased, a region has no share, and would refuse charges without
 	// counting them).
-	for _, a := range c.Agents {
-		for _, al := range algos {
-			testenv.WaitFor(t, 30*time.Second, al.name+" leased in "+a.Region, func() bool {
-				ans := postHocCall(ctx, web, a, al.name, "probe", 0)
-				return ans.err == nil && ans.status == http.StatusOK && ans.mode == "leased"
-			})
-		}
+	for _, al := range algos {
+		waitPostHocLeased(t, c, web, al.name)
 	}
 
 	pols := map[string]*policy.Policy{}
@@ -100,11 +94,7 @@ func TestPostHoc(t *testing.T) {
 	for _, al := range algos {
 		run.records[al.name] = &postHocRecords{}
 	}
-	poll := newPostHocPoller(c, "user=u1")
-	pollCtx, stopPolling := context.WithCancel(ctx)
-	polled := make(chan struct{})
-	go func() { poll.run(pollCtx); close(polled) }()
-	defer func() { stopPolling(); <-polled }()
+	poll := startPostHocPoller(t, c, "user=u1")
 
 	began := time.Now()
 	end := began.Add(traffic)
@@ -135,15 +125,7 @@ func TestPostHoc(t *testing.T) {
 			}
 		}
 	}
-	settledAt := (last.UnixMilli()/period.Milliseconds()+1)*period.Milliseconds() + postHocSettle.Milliseconds()
-	testenv.WaitFor(t, 3*period+10*time.Second, "a Redis poll after the last window closed", func() bool {
-		return poll.polledSince(settledAt)
-	})
-	stopPolling()
-	<-polled
-	if poll.err() != nil {
-		t.Fatalf("polling Redis: %v", poll.err())
-	}
+	poll.finish(t, last, period)
 
 	dep := bound.Deployment{Regions: len(c.Agents), Instances: 1, LeaseDuration: c.Opts.LeaseDuration, Drift: 1e-4}
 	for _, al := range algos {
@@ -166,6 +148,41 @@ func serviceClient(t *testing.T, c *Cluster) *http.Client {
 	tr := &http.Transport{TLSClientConfig: tlsCfg, MaxIdleConnsPerHost: 64}
 	t.Cleanup(tr.CloseIdleConnections)
 	return &http.Client{Transport: tr}
+}
+
+// waitPostHocLeased waits until every agent of c holds a lease of the
+// post-hoc policy pol: its check of a probe user is decided on a lease
+// (unleased, a region has no share, and would refuse charges without
+// counting them).
+func waitPostHocLeased(t *testing.T, c *Cluster, web *http.Client, pol string) {
+	t.Helper()
+	for _, a := range c.Agents {
+		testenv.WaitFor(t, 30*time.Second, pol+" leased in "+a.Region, func() bool {
+			ans := postHocCall(t.Context(), web, a, pol, "probe", 0)
+			return ans.err == nil && ans.status == http.StatusOK && ans.mode == "leased"
+		})
+	}
+}
+
+// postCheck posts body as JSON to a's HTTP check API (/v1/check) and
+// returns the answer's status and body. Not the run's deadline but 10 s of
+// its own: a charge in flight when the run ends is answered, never
+// abandoned (its tokens would be counted unseen).
+func postCheck(ctx context.Context, web *http.Client, a *AgentProcess, body map[string]any) (int, []byte, error) {
+	b, _ := json.Marshal(body)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.HTTP+"/v1/check", bytes.NewReader(b))
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := web.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, out, err
 }
 
 // postHocSettle is how long after a fixed window's end its counters are
@@ -261,25 +278,11 @@ func postHocCall(ctx context.Context, web *http.Client, a *AgentProcess, pol, us
 	} else {
 		body["cost"] = cost
 	}
-	b, _ := json.Marshal(body)
-	// Not the run's deadline: a charge in flight when the run ends is
-	// answered, never abandoned (its tokens would be counted unseen).
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(cctx, http.MethodPost, a.HTTP+"/v1/check", bytes.NewReader(b))
+	code, out, err := postCheck(ctx, web, a, body)
 	if err != nil {
 		return postHocAnswer{err: err}
 	}
-	resp, err := web.Do(req)
-	if err != nil {
-		return postHocAnswer{err: err}
-	}
-	defer resp.Body.Close()
-	out, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return postHocAnswer{err: err}
-	}
-	switch resp.StatusCode {
+	switch code {
 	case http.StatusOK:
 		var ans struct {
 			Allowed bool   `json:"allowed"`
@@ -292,7 +295,7 @@ func postHocCall(ctx context.Context, web *http.Client, a *AgentProcess, pol, us
 	case http.StatusTooManyRequests:
 		return postHocAnswer{status: 429}
 	default:
-		return postHocAnswer{err: fmt.Errorf("%d %s", resp.StatusCode, bytes.TrimSpace(out))}
+		return postHocAnswer{err: fmt.Errorf("%d %s", code, bytes.TrimSpace(out))}
 	}
 }
 
@@ -461,34 +464,16 @@ func postHocMaxWindow(charges []postHocCharge, w time.Duration, upper bool) (int
 // the decisions by mode as `name|mode="..."`, summed over the other labels.
 func postHocMetrics(t *testing.T, web *http.Client, a *AgentProcess, pol string) map[string]float64 {
 	t.Helper()
-	resp, err := web.Get(a.HTTP + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		brace := strings.IndexByte(line, '{')
-		if brace < 0 || strings.HasPrefix(line, "#") || !strings.Contains(line[brace:], `policy="`+pol+`"`) {
+	for _, s := range scrape(t, web, a.HTTP+"/metrics") {
+		if !strings.Contains(s.labels, `policy="`+pol+`"`) {
 			continue
 		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err != nil {
-			continue
+		out[s.name] += s.value
+		if i := strings.Index(s.labels, `mode="`); i >= 0 {
+			j := strings.IndexByte(s.labels[i+6:], '"')
+			out[s.name+"|"+s.labels[i:i+6+j+1]] += s.value
 		}
-		name := line[:brace]
-		out[name] += v
-		if i := strings.Index(line, `mode="`); i >= 0 {
-			j := strings.IndexByte(line[i+6:], '"')
-			out[name+"|"+line[i:i+6+j+1]] += v
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
 	}
 	return out
 }
@@ -507,6 +492,8 @@ type postHocPoller struct {
 	tokens   map[string]int64          // policy: the lowest token bucket level seen
 	lastPoll []int64                   // per region: the Redis time a complete poll last began
 	failure  error
+
+	stop func() // ends run and waits for it (startPostHocPoller)
 }
 
 // postHocSeen is a reading of a fixed window's counter.
@@ -519,6 +506,35 @@ type postHocSeen struct {
 type postHocState struct {
 	atMs       int64
 	w, pv, cur int64
+}
+
+// startPostHocPoller starts polling identity's keys in c's Redis (run)
+// until finish, or the test's end.
+func startPostHocPoller(t *testing.T, c *Cluster, identity string) *postHocPoller {
+	p := newPostHocPoller(c, identity)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { p.run(ctx); close(done) }()
+	p.stop = sync.OnceFunc(func() { cancel(); <-done })
+	t.Cleanup(p.stop)
+	return p
+}
+
+// finish waits until p has polled after the window of period holding last
+// (the last charge's answer) closed and its counters settled, stops p, and
+// fails t if a poll failed: p's readings are then the windows' final
+// counts in every region (a counter lives until its window's end plus a
+// second).
+func (p *postHocPoller) finish(t *testing.T, last time.Time, period time.Duration) {
+	t.Helper()
+	settledAt := (last.UnixMilli()/period.Milliseconds()+1)*period.Milliseconds() + postHocSettle.Milliseconds()
+	testenv.WaitFor(t, 3*period+10*time.Second, "a Redis poll after the last window closed", func() bool {
+		return p.polledSince(settledAt)
+	})
+	p.stop()
+	if p.err() != nil {
+		t.Fatalf("polling Redis: %v", p.err())
+	}
 }
 
 func newPostHocPoller(c *Cluster, identity string) *postHocPoller {

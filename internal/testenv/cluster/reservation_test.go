@@ -1,11 +1,9 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"sync"
@@ -45,19 +43,10 @@ func TestReservationsEndToEnd(t *testing.T) {
 	c := startWith(t, yaml, Options{Regions: []string{"us", "eu"}, Coordinators: 1, CheckTimeout: 2 * time.Second})
 	ctx := t.Context()
 	web := serviceClient(t, c)
-	for _, a := range c.Agents {
-		testenv.WaitFor(t, 30*time.Second, "llm-reserved leased in "+a.Region, func() bool {
-			ans := postHocCall(ctx, web, a, "llm-reserved", "probe", 0)
-			return ans.err == nil && ans.status == http.StatusOK && ans.mode == "leased"
-		})
-	}
+	waitPostHocLeased(t, c, web, "llm-reserved")
 	p := testenv.MustPolicies(t, yaml)[0]
 
-	poll := newPostHocPoller(c, "user=u1")
-	pollCtx, stopPolling := context.WithCancel(ctx)
-	polled := make(chan struct{})
-	go func() { poll.run(pollCtx); close(polled) }()
-	defer func() { stopPolling(); <-polled }()
+	poll := startPostHocPoller(t, c, "user=u1")
 
 	var mu sync.Mutex
 	var reqs []reservedRequest
@@ -99,13 +88,7 @@ func TestReservationsEndToEnd(t *testing.T) {
 		actual += r.actual
 		largest += max(r.actual, r.estimate)
 	}
-	settledAt := (last.UnixMilli()/period.Milliseconds()+1)*period.Milliseconds() + postHocSettle.Milliseconds()
-	testenv.WaitFor(t, 3*period+10*time.Second, "a Redis poll after the last window closed", func() bool { return poll.polledSince(settledAt) })
-	stopPolling()
-	<-polled
-	if poll.err() != nil {
-		t.Fatalf("polling Redis: %v", poll.err())
-	}
+	poll.finish(t, last, period)
 	perWindow, err := poll.windowTotals(p, &rec)
 	if err != nil {
 		t.Fatal(err)
@@ -192,25 +175,13 @@ func reservationCall(ctx context.Context, web *http.Client, a *AgentProcess, fie
 	for k, v := range fields {
 		body[k] = v
 	}
-	b, _ := json.Marshal(body)
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(cctx, http.MethodPost, a.HTTP+"/v1/check", bytes.NewReader(b))
-	if err != nil {
-		return 0, nil, err
-	}
-	resp, err := web.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	out, err := io.ReadAll(resp.Body)
+	code, out, err := postCheck(ctx, web, a, body)
 	if err != nil {
 		return 0, nil, err
 	}
 	var m map[string]any
 	_ = json.Unmarshal(out, &m)
-	return resp.StatusCode, m, nil
+	return code, m, nil
 }
 
 func maxTime(a, b time.Time) time.Time {

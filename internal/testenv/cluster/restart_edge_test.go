@@ -7,16 +7,6 @@ import (
 	"github.com/quota-lease/quota-lease/internal/testenv"
 )
 
-// restartPolicy is one tenant's limit served at the edge to 4 Envoy
-// instances per region.
-const restartPolicy = `name: api
-identity: [tenant]
-limit: 100
-period: 1s
-burst: 100
-edge: {instances: 4, no_assignment: deny}
-`
-
 // An agent killed (SIGKILL) and started again at once under its name, as a
 // StatefulSet or systemd restarts it, serves its Envoys again as soon as
 // their streams reopen: it takes its instance name back from the dead
@@ -25,12 +15,11 @@ edge: {instances: 4, no_assignment: deny}
 // nothing from the end of their last assignments until then).
 func TestRestartedAgentServesItsEnvoys(t *testing.T) {
 	testenv.SkipMultiProcess(t)
-	c, _, edges := edgeFleet(t, restartPolicy, Options{Regions: []string{"us", "eu"}, Coordinators: 1, LeaseDuration: 10 * time.Second}, "shop", 4, "us")
-	e := edges[0]
-	bucket := map[string]string{"policy": "api", "tenant": "a"}
-	drive(t, bucket, 40, e)
+	// One tenant's limit served at the edge to 4 Envoy instances per region,
+	// through us's.
+	f := startTenantFleet(t, "api", 4, 40, "us")
+	c, e, bucket := f.c, f.edges[0], f.bucket
 	envoys := e.Instances(0)
-	waitAllAssigned(t, bucket, e)
 	// Past a renewal, so the process has recorded itself as the name's
 	// holder in Redis (a restart in the field comes long after).
 	time.Sleep(2 * time.Second)

@@ -9,11 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/quota-lease/quota-lease/internal/mtls"
 	"github.com/quota-lease/quota-lease/internal/testenv"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
@@ -33,35 +32,23 @@ func TestE2EForgedLeaseCallsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	usCreds, err := grpcCreds(c.pki.regions["us"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc, err := grpc.NewClient(leader.Addr, grpc.WithTransportCredentials(usCreds))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	attacker := pb.NewLeaseServiceClient(cc)
+	attacker := pb.NewLeaseServiceClient(dial(t, leader.Addr, c.pki.regions["us"]))
 
-	load := steady("api-global", "api", 1, 0, map[string]float64{"us": 20, "eu": 20, "ap": 20})
-	d := NewDriver(c)
-	done := make(chan struct{})
-	go func() { d.Run(ctx, 10*time.Second, load); close(done) }()
-	time.Sleep(2 * time.Second)
 	refused := 0
-	for i := 0; i < 30; i++ {
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err := attacker.Lease(cctx, &pb.LeaseRequest{Region: "eu", Instance: "eu-1", Nonce: "forged-" + time.Now().String(),
-			Quotas: []*pb.QuotaRequest{{Quota: "api-global", Demand: 1 << 50}}})
-		cancel()
-		if status.Code(err) != codes.PermissionDenied {
-			t.Fatalf("forged lease call %d: %v, want PermissionDenied", i, err)
+	d := runWhile(t, c, 10*time.Second, func() {
+		time.Sleep(2 * time.Second)
+		for i := 0; i < 30; i++ {
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err := attacker.Lease(cctx, &pb.LeaseRequest{Region: "eu", Instance: "eu-1", Nonce: "forged-" + time.Now().String(),
+				Quotas: []*pb.QuotaRequest{{Quota: "api-global", Demand: 1 << 50}}})
+			cancel()
+			if status.Code(err) != codes.PermissionDenied {
+				t.Fatalf("forged lease call %d: %v, want PermissionDenied", i, err)
+			}
+			refused++
+			time.Sleep(200 * time.Millisecond)
 		}
-		refused++
-		time.Sleep(200 * time.Millisecond)
-	}
-	<-done
+	}, steady("api-global", "api", 1, 0, map[string]float64{"us": 20, "eu": 20, "ap": 20}))
 	st := d.Stats("api-global")["eu"]
 	t.Logf("%d forged calls refused; eu: %s", refused, st.Describe())
 	if st.Modes["degraded"] > 0 || st.Modes["leased"] == 0 {
@@ -69,11 +56,7 @@ func TestE2EForgedLeaseCallsRefused(t *testing.T) {
 	}
 	noErrors(t, d, "api-global")
 
-	plain, err := grpc.NewClient(leader.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer plain.Close()
+	plain := dial(t, leader.Addr, mtls.Files{})
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if _, err := pb.NewAdminServiceClient(plain).ListPolicies(cctx, &pb.ListPoliciesRequest{}); status.Code(err) != codes.Unavailable {
@@ -121,15 +104,12 @@ func TestE2ECertificateRotationUnderLoad(t *testing.T) {
 		return conn.ConnectionState().PeerCertificates[0].SerialNumber.String()
 	}
 	before := serial()
-	load := steady("api-global", "api", 1, 0, map[string]float64{"us": 30, "eu": 30, "ap": 30})
-	d := NewDriver(c)
-	done := make(chan struct{})
-	go func() { d.Run(ctx, 8*time.Second, load); close(done) }()
-	time.Sleep(3 * time.Second)
-	if err := c.Rotate(); err != nil {
-		t.Fatal(err)
-	}
-	<-done
+	d := runWhile(t, c, 8*time.Second, func() {
+		time.Sleep(3 * time.Second)
+		if err := c.Rotate(); err != nil {
+			t.Fatal(err)
+		}
+	}, steady("api-global", "api", 1, 0, map[string]float64{"us": 30, "eu": 30, "ap": 30}))
 	noErrors(t, d, "api-global")
 	after := serial()
 	for i := 0; after == before && i < 50; i++ { // re-read within a second

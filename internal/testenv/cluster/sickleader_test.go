@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/quota-lease/quota-lease/internal/testenv"
-	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
 // The leader is stopped (SIGSTOP) for 20 s under load: a hung leader, its
@@ -24,27 +23,14 @@ func TestE2ELeaderPaused(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, a := range c.Agents { // every region holds its lease before the load starts
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			resp, err := a.Check.Check(ctx, &pb.CheckRequest{Policy: "api-global", Attributes: map[string]string{"api": "probe"}})
-			if err == nil && resp.Mode == "leased" {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s not leased: %v %v", a.Region, resp, err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		waitLeased(t, a, "api-global", "api", 20*time.Second)
 	}
-	load := steady("api-global", "api", 1, 0, map[string]float64{"us": 20, "eu": 20, "ap": 20})
-	d := NewDriver(c)
-	done := make(chan struct{})
-	go func() { d.Run(ctx, 26*time.Second, load); close(done) }()
-	time.Sleep(3 * time.Second)
-	leader.Pause()
-	time.Sleep(20 * time.Second)
-	leader.Resume()
-	<-done
+	d := runWhile(t, c, 26*time.Second, func() {
+		time.Sleep(3 * time.Second)
+		leader.Pause()
+		time.Sleep(20 * time.Second)
+		leader.Resume()
+	}, steady("api-global", "api", 1, 0, map[string]float64{"us": 20, "eu": 20, "ap": 20}))
 	for region, st := range d.Stats("api-global") {
 		t.Logf("%s: %s", region, st.Describe())
 		if st.Modes["degraded"] > 0 || st.Modes["unleased"] > 0 || st.Errors > 0 {

@@ -24,43 +24,36 @@ func TestE2ERedisClusterAndSentinel(t *testing.T) {
 	ctx := t.Context()
 	global := steady("api-global", "api", 1, 0, map[string]float64{"us": 30, "eu": 30, "ap": 20})
 	tenants := steady("per-tenant", "tenant", 40, 0.3, map[string]float64{"us": 40, "eu": 40, "ap": 10})
-	d := NewDriver(c)
-	done := make(chan struct{})
-	go func() { d.Run(ctx, 18*time.Second, global, tenants); close(done) }()
-
-	time.Sleep(4 * time.Second)
-	se := c.Sentinels["eu"]
-	old := se.Master.Addr
-	se.Master.Stop() // SIGKILL
-	killed := time.Now()
 	var promoted time.Time
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if m, err := se.CurrentMaster(ctx); err == nil && m != old {
-			promoted = time.Now()
-			t.Logf("the Sentinel promoted %s after %v", m, promoted.Sub(killed).Round(time.Millisecond))
-			break
+	d := runWhile(t, c, 18*time.Second, func() {
+		time.Sleep(4 * time.Second)
+		se := c.Sentinels["eu"]
+		old := se.Master.Addr
+		se.Master.Stop() // SIGKILL
+		killed := time.Now()
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			if m, err := se.CurrentMaster(ctx); err == nil && m != old {
+				promoted = time.Now()
+				t.Logf("the Sentinel promoted %s after %v", m, promoted.Sub(killed).Round(time.Millisecond))
+				break
+			}
 		}
-	}
-	if promoted.IsZero() {
-		t.Fatal("the Sentinel never promoted the replica")
-	}
-	time.Sleep(2 * time.Second)
-	if err := c.RedisClusters["us"].Nodes[0].Restart(); err != nil { // SIGKILL, back empty
-		t.Fatal(err)
-	}
-	<-done
+		if promoted.IsZero() {
+			t.Fatal("the Sentinel never promoted the replica")
+		}
+		time.Sleep(2 * time.Second)
+		if err := c.RedisClusters["us"].Nodes[0].Restart(); err != nil { // SIGKILL, back empty
+			t.Fatal(err)
+		}
+	}, global, tenants)
 
 	dep := bound.Deployment{RedisOutages: true, StoreLag: time.Second}
 	checkBound(t, d, policyOf(t, globalPolicy), dep)
 	checkBound(t, d, policyOf(t, tenantPolicy), dep)
 	noErrors(t, d, "api-global")
 	noErrors(t, d, "per-tenant")
-	if st := d.Stats("per-tenant")["us"]; st.Modes["leased"] == 0 {
-		t.Fatalf("us never decided on its Redis Cluster: %s", st.Describe())
-	}
-	if st := d.Stats("api-global")["eu"]; st.Modes["local-fallback"] == 0 {
-		t.Fatalf("eu never used its fallback: the failover was not felt (%s)", st.Describe())
-	}
+	decidedIn(t, d, "per-tenant", "us", "leased", "us never decided on its Redis Cluster")
+	decidedIn(t, d, "api-global", "eu", "local-fallback", "eu never used its fallback: the failover was not felt")
 	after := 0
 	for _, a := range d.Admissions() {
 		if a.Region == "eu" && a.Mode == "leased" && a.At.After(promoted.Add(2*time.Second)) {

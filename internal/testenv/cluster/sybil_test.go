@@ -4,9 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quota-lease/quota-lease/bound"
 	"github.com/quota-lease/quota-lease/internal/testenv"
-	"github.com/quota-lease/quota-lease/lease"
 )
 
 // sybilPolicy promises at most 4 Envoy instances per region, each falling
@@ -66,13 +64,10 @@ func TestEdgeInstancesBeyondThePromise(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	stop()
 
-	var adm []Admission
-	for _, e := range edges {
-		adm = append(adm, e.Admissions()...)
-	}
+	adm := admissions(edges)
 	decided, allowed := d.Decisions()
 	t.Logf("%d Envoy-like clients per region (the policy promises %d): %d decisions, %d allowed", perRegion, p.Edge.Instances, decided, allowed)
-	dep := bound.Deployment{Regions: len(regions), Instances: 1, LeaseDuration: c.Opts.LeaseDuration, Drift: lease.DefaultTiming.Drift, RedisOutages: true}
+	dep := edgeDeployment(c)
 	checkPublished(t, c, p, dep)
 	for _, w := range []time.Duration{time.Second, 5 * time.Second} {
 		checkEdgeWindows(t, adm, p, dep, w, 0)
