@@ -10,6 +10,7 @@ import (
 	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/internal/testenv/redistest"
 	"github.com/quota-lease/quota-lease/regional"
+	"github.com/quota-lease/quota-lease/sim/scenario"
 )
 
 // parityScenario is a short run with every fault the simulator models
@@ -59,7 +60,7 @@ func TestSimulatorAdmitsAsTheAgent(t *testing.T) {
 				if alg == "token_bucket" {
 					burst = [3]any{"\n  burst: 45", ", burst: 20", ", burst: 60"}
 				}
-				s, err := Parse([]byte(fmt.Sprintf(parityScenario, alg, shards, burst[0], burst[1], burst[2])))
+				s, err := scenario.Parse([]byte(fmt.Sprintf(parityScenario, alg, shards, burst[0], burst[1], burst[2])))
 				if err != nil {
 					t.Fatal(err)
 				}

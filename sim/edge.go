@@ -14,6 +14,7 @@ import (
 	"github.com/quota-lease/quota-lease/edge/envoy"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
+	"github.com/quota-lease/quota-lease/sim/scenario"
 )
 
 // This file gives each region Envoy instances and makes its agent their
@@ -35,32 +36,8 @@ import (
 // simulated Envoy stays within them); a stream opens at once, and a round's
 // Redis sync takes no time.
 
-// EdgeSpec is the scenario's edge: Envoy instances behind every region.
-type EdgeSpec struct {
-	// Instances per region; default and at most the policy's
-	// edge.instances (the bound's edge term counts that many).
-	Instances int `yaml:"instances"`
-	// Delay is the one-way delay between an instance and its agent.
-	// Default 1ms.
-	Delay policy.Duration `yaml:"delay"`
-	// ReportInterval is Envoy's report period: 5s, hard-coded in Envoy.
-	ReportInterval policy.Duration `yaml:"report_interval"`
-	// ChangeEvery, BurstFraction and RepayOver override the agent's
-	// defaults (edge.DefaultConfig): the least time between changes of one
-	// bucket's assignment, the most of its refill given up to pay for
-	// buckets that start full, and the time over which it pays
-	// (edge.Assign, edge.Resize).
-	ChangeEvery   policy.Duration `yaml:"change_every"`
-	BurstFraction float64         `yaml:"burst_fraction"`
-	RepayOver     policy.Duration `yaml:"repay_over"`
-	// OldEnvoy runs Envoy from before PR #37624, whose replaced token
-	// buckets start full, and the agent set for it
-	// (--edge-envoy-keeps-fill=false).
-	OldEnvoy bool `yaml:"old_envoy"`
-}
-
-// config is the agent's edge tuning in the scenario.
-func (s *EdgeSpec) config(drift float64) edge.Config {
+// edgeConfig is the agent's edge tuning in the scenario's edge s.
+func edgeConfig(s *scenario.EdgeSpec, drift float64) edge.Config {
 	cfg := edge.DefaultConfig()
 	cfg.Drift = drift
 	if s.ChangeEvery > 0 {
@@ -75,13 +52,6 @@ func (s *EdgeSpec) config(drift float64) edge.Config {
 	cfg.KeepsFill = !s.OldEnvoy
 	return cfg
 }
-
-// EnvoyReportInterval is the report period of Envoy's rate limit quota
-// filter, whatever its settings say (filter_persistence.cc).
-const EnvoyReportInterval = 5 * time.Second
-
-// MaxEdgeInstances bounds the instances a region may run in a scenario.
-const MaxEdgeInstances = 1000
 
 // edgeRegion is region r's edge: its agent's RLQS side and its Envoy
 // instances. Its agent's rounds are the agent's (edge.Round); the region
@@ -112,7 +82,7 @@ type edgeRegion struct {
 
 // newEdge gives region r its edge.
 func (e *engine) newEdge(r *region) *edgeRegion {
-	cfg := e.s.Edge.config(e.s.Lease.Drift)
+	cfg := edgeConfig(e.s.Edge, e.s.Lease.Drift)
 	x := &edgeRegion{e: e, r: r, cfg: cfg, set: envoy.SettingsOf(e.policy.Edge), up: true, trust: cfg.Trust(),
 		streams: map[uint64]int{}, store: edge.NewMemStore(func() int64 { return r.clock(e.now) })}
 	x.set.StartsFull = !cfg.KeepsFill // Envoy as the agent is set for

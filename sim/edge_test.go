@@ -1,21 +1,20 @@
 package sim
 
 import (
-	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/quota-lease/quota-lease/edge"
 	"github.com/quota-lease/quota-lease/policy"
+	"github.com/quota-lease/quota-lease/sim/scenario"
 )
 
 // runEdge runs edge-shift, cut to dur when positive, with the edge rule
 // broken that breakEdge names ("": none).
 func runEdge(t *testing.T, dur time.Duration, breakEdge string) *Result {
 	t.Helper()
-	s, err := Load("scenarios/edge-shift.yaml")
+	s, err := scenario.Load("scenarios/edge-shift.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +66,7 @@ func TestEdgeShiftWithinBound(t *testing.T) {
 		t.Errorf("%d reports dropped, %d abandons: the outage and the moves must show", x.ReportsDropped, x.Abandons)
 	}
 	cfg := edge.DefaultConfig()
-	follow := EnvoyReportInterval + edge.Lifetime(5*time.Second, 1e-4, cfg.Margin) + 2*cfg.Tick
+	follow := scenario.EnvoyReportInterval + edge.Lifetime(5*time.Second, 1e-4, cfg.Margin) + 2*cfg.Tick
 	moves := 0
 	for _, f := range x.Follow {
 		if f.Kind != "instances" {
@@ -101,32 +100,5 @@ func TestEdgeRulesMatter(t *testing.T) {
 	}
 	if m := overlap.Mode("leased"); m.MaxOvershoot <= 0 || !strings.HasPrefix(m.MaxWindowIdentity, "tenant=mixed-") {
 		t.Errorf("direct checks ignoring the edge's reservation: overshoot %v (%s), want the mixed tenants above their limit", m.MaxOvershoot, m.MaxWindowIdentity)
-	}
-}
-
-// Bad edge settings are refused with what to change.
-func TestBadEdgeScenarios(t *testing.T) {
-	base := "name: x\nduration: 1m\nregions: [us]\npolicy: {name: p, identity: [t], limit: 10, period: 1s%s}\n%sgroups: [{name: g, tenants: 1, rate: 1, regions: {us: 1}%s}]\n%s"
-	edgePol := ", edge: {instances: 2, no_assignment: deny}"
-	cases := []struct{ pol, edge, group, events, want string }{
-		{"", "edge: {instances: 1}\n", ", edge: 1", "", "no edge settings"},
-		{edgePol, "edge: {instances: 3}\n", ", edge: 1", "", "1 to 2 instances"},
-		{edgePol, "", ", edge: 1", "", "has none"},
-		{edgePol, "edge: {instances: 2}\n", "", "", "no group sends"},
-		{edgePol, "edge: {instances: 2}\n", ", edge: 1.5", "", "edge must be in [0, 1]"},
-		{edgePol, "edge: {instances: 2}\n", ", edge: 1, instances: [1, 1, 1]", "", "at least 3 instances"},
-		{edgePol, "edge: {instances: 2}\n", ", edge: 1, instances: [0, 0]", "", "no instance with a positive weight"},
-		{edgePol, "edge: {instances: 2}\n", ", edge: 1, moves: [{at: 1s}]", "", "moves nothing"},
-		{edgePol, "edge: {instances: 2, burst_fraction: 1}\n", ", edge: 1", "", "burst_fraction"},
-		{edgePol, "edge: {instances: 2, report_interval: 500ms}\n", ", edge: 1", "", "report_interval"},
-		{edgePol, "", "", "events: [{kind: agent-outage, region: us, at: 1s, for: 1s}]\n", "needs an edge"},
-		{edgePol, "edge: {instances: 2}\n", ", edge: 1", "events: [{kind: edge-partition, region: us, at: 1s}]\n", "positive 'for'"},
-	}
-	for _, c := range cases {
-		y := fmt.Sprintf(base, c.pol, c.edge, c.group, c.events)
-		_, err := Parse([]byte(y))
-		if err == nil || !errors.Is(err, ErrInvalidScenario) || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s\n got %v\n want %q", y, err, c.want)
-		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/quota-lease/quota-lease/edge"
 	"github.com/quota-lease/quota-lease/edge/envoy"
 	"github.com/quota-lease/quota-lease/policy"
+	"github.com/quota-lease/quota-lease/sim/scenario"
 )
 
 // EdgeResult is what the edge did, in summary.json (scenarios with an
@@ -201,7 +202,7 @@ type followed struct {
 }
 
 // start watches group gi's move m.
-func (ft *followTracker) start(gi int, m Move) {
+func (ft *followTracker) start(gi int, m scenario.Move) {
 	e := ft.e
 	g := &e.s.Groups[gi]
 	for _, f := range ft.open {
@@ -211,8 +212,8 @@ func (ft *followTracker) start(gi int, m Move) {
 	}
 	ft.open = slices.DeleteFunc(ft.open, func(f *follower) bool { return f.group == gi })
 	at := time.Duration(m.At)
-	oldR, newR := g.weights(at-1), g.weights(at)
-	oldI, newI := g.instanceWeights(at-1), g.instanceWeights(at)
+	oldR, newR := g.Weights(at-1), g.Weights(at)
+	oldI, newI := g.InstanceWeights(at-1), g.InstanceWeights(at)
 	weight := func(w []float64, i int) float64 {
 		if w == nil {
 			return 1

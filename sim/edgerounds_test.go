@@ -9,6 +9,7 @@ import (
 	"github.com/quota-lease/quota-lease/edge"
 	"github.com/quota-lease/quota-lease/internal/testenv/edgescript"
 	"github.com/quota-lease/quota-lease/lease"
+	"github.com/quota-lease/quota-lease/sim/scenario"
 )
 
 // The simulator's edge rounds send what the agent's send: the scripted
@@ -19,7 +20,7 @@ import (
 // recorded, which the agent's test (internal/agent
 // TestEdgeRoundsAsTheSimulator in internal/agent/rlqs) checks its own against.
 func TestEdgeRoundsAsTheAgent(t *testing.T) {
-	s, err := Parse([]byte("name: edge-rounds\nduration: 1m\nregions: [us]\npolicy:\n  " +
+	s, err := scenario.Parse([]byte("name: edge-rounds\nduration: 1m\nregions: [us]\npolicy:\n  " +
 		strings.ReplaceAll(strings.TrimSpace(edgescript.PolicyYAML), "\n", "\n  ") +
 		"\nlease: {drift: 0.0001}\nedge: {instances: 4}\ngroups: [{name: g, tenants: 1, rate: 1, regions: {us: 1}, edge: 1}]\n"))
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/quota-lease/quota-lease/bound"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
+	"github.com/quota-lease/quota-lease/sim/scenario"
 )
 
 // systems are the ways every arrival is decided, in the order of
@@ -140,16 +141,16 @@ func (r *region) leaseTime(t int64) time.Time { return time.UnixMilli(r.clock(t)
 
 // Run simulates s and returns its result; decisions, when not nil,
 // receives one JSON line per request decided by quota-lease.
-func Run(s *Scenario, decisions io.Writer) (*Result, error) {
+func Run(s *scenario.Scenario, decisions io.Writer) (*Result, error) {
 	return newEngine(s).run(decisions)
 }
 
-func newEngine(s *Scenario) *engine {
-	return &engine{s: s, rng: rand.New(rand.NewPCG(s.Seed, 0x5eed)), policy: s.policy, maxPolicy: s.policy, ledger: map[string]lease.LedgerMark{}}
+func newEngine(s *scenario.Scenario) *engine {
+	return &engine{s: s, rng: rand.New(rand.NewPCG(s.Seed, 0x5eed)), policy: s.Parsed(), maxPolicy: s.Parsed(), ledger: map[string]lease.LedgerMark{}}
 }
 
 type engine struct {
-	s         *Scenario
+	s         *scenario.Scenario
 	rng       *rand.Rand
 	q         queue
 	seq       uint64
@@ -253,7 +254,7 @@ func (e *engine) setUp() (map[string]int, error) {
 	e.full = e.policy.Limits()
 	e.timing = lease.Timing{ValidFor: time.Duration(s.Lease.Duration), Drift: s.Lease.Drift, Margin: time.Duration(s.Lease.Margin), DegradedTimeout: time.Duration(s.Lease.DegradedTimeout)}
 	if err := e.timing.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: lease: %v", ErrInvalidScenario, err)
+		return nil, fmt.Errorf("%w: lease: %v", scenario.ErrInvalidScenario, err)
 	}
 	e.epoch, e.coordUp = 1, true
 	e.book = lease.NewBook(e.full.Amount(), e.policy.Failure, e.timing, e.epoch)
@@ -305,7 +306,7 @@ func (e *engine) setUp() (map[string]int, error) {
 func (e *engine) addTraffic(index map[string]int, durMs int64) error {
 	s := e.s
 	if s.Trace != "" {
-		tr, err := readTrace(filepath.Join(s.dir, s.Trace), index, e.ids)
+		tr, err := readTrace(filepath.Join(s.Dir(), s.Trace), index, e.ids)
 		if err != nil {
 			return err
 		}
@@ -413,7 +414,7 @@ func (e *engine) generate() {
 	sec := e.now
 	mid := time.Duration(sec+500) * time.Millisecond
 	for ri, r := range e.regions {
-		n := poisson(e.rng, s.rate(r.name, mid))
+		n := poisson(e.rng, s.Rate(r.name, mid))
 		for k := 0; k < n; k++ {
 			id := 0
 			if s.Tenants > 1 && e.rng.Float64() >= s.HotTenant {
@@ -568,7 +569,7 @@ func (e *engine) recover() {
 
 // reconfigure applies a config change: new limits; a new version starts
 // every key fresh.
-func (e *engine) reconfigure(ev Event) {
+func (e *engine) reconfigure(ev scenario.Event) {
 	p := *e.policy
 	if ev.Limit > 0 {
 		p.Limit = ev.Limit

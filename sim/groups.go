@@ -31,7 +31,7 @@ func (e *engine) generateGroups() {
 	mid := time.Duration(sec+500) * time.Millisecond
 	for gi := range e.s.Groups {
 		g := &e.s.Groups[gi]
-		w := g.weights(mid)
+		w := g.Weights(mid)
 		var sum float64
 		for _, v := range w {
 			sum += v
@@ -42,7 +42,7 @@ func (e *engine) generateGroups() {
 				id := e.groupIDs[gi] + e.rng.IntN(g.Tenants)
 				a := arrival{t: time.Duration(sec+e.rng.Int64N(1000)) * time.Millisecond, region: ri, identity: id, cost: 1}
 				if g.Edge > 0 && e.rng.Float64() < g.Edge {
-					a.envoy = 1 + pick(e.rng, g.instanceWeights(mid), e.s.Edge.Instances)
+					a.envoy = 1 + pick(e.rng, g.InstanceWeights(mid), e.s.Edge.Instances)
 				}
 				e.at(a.t.Milliseconds(), func() { e.arrive(a) })
 			}

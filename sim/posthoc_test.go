@@ -1,11 +1,10 @@
 package sim
 
 import (
-	"errors"
-	"strings"
 	"testing"
 
 	"github.com/quota-lease/quota-lease/bound"
+	"github.com/quota-lease/quota-lease/sim/scenario"
 )
 
 // llm-tokens: conversations under a token budget charged after the fact.
@@ -16,7 +15,7 @@ import (
 // some (charges are counted over it); leasing keeps most of the ideal's
 // tokens, far more than a static split.
 func TestLLMTokens(t *testing.T) {
-	s, err := Load("scenarios/llm-tokens.yaml")
+	s, err := scenario.Load("scenarios/llm-tokens.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,7 +23,7 @@ func TestLLMTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := s.policy
+	p := s.Parsed()
 	// One counter window ends over its limit by at most what was in flight.
 	perPeriod := p.Limit + float64(p.MaxInFlight)*float64(p.MaxCost)
 	for _, m := range res.Modes {
@@ -64,7 +63,7 @@ func TestLLMTokens(t *testing.T) {
 // A gateway that keeps max_in_flight: no mode ever has more conversations
 // of one identity checked and not yet charged.
 func TestConversationsKeepMaxInFlight(t *testing.T) {
-	s, err := Load("scenarios/llm-tokens.yaml")
+	s, err := scenario.Load("scenarios/llm-tokens.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +78,7 @@ func TestConversationsKeepMaxInFlight(t *testing.T) {
 			t.Errorf("%s: the gateway never turned an arrival away", m.Mode)
 		}
 		for id, n := range e.conv.inFlight[i] {
-			if n < 0 || n > s.policy.MaxInFlight {
+			if n < 0 || n > s.Parsed().MaxInFlight {
 				t.Errorf("%s: %s has %d in flight", m.Mode, e.ids.names[id], n)
 			}
 		}
@@ -87,38 +86,4 @@ func TestConversationsKeepMaxInFlight(t *testing.T) {
 			t.Errorf("%s: %v in a window, bound %v", m.Mode, m.MaxWindow, m.Bound)
 		}
 	}
-}
-
-// Conversations need a policy that takes charges after the fact, and costs
-// within its max_cost.
-func TestConversationsValidate(t *testing.T) {
-	base := `
-name: c
-duration: 1m
-regions: [us]
-traffic: [{region: us, rate: 1}]
-conversations: {think: {min: 1s, max: 2s}, cost: {distribution: %s, min: 10, max: 500, median: 50, sigma: 1}}
-policy: {name: t, identity: [user], algorithm: fixed_window, limit: 1000, period: 1m%s}
-`
-	for _, c := range []struct{ dist, pol, err string }{
-		{"pareto", ", post_hoc: true, max_cost: 500, max_in_flight: 2", ""},
-		{"lognormal", ", post_hoc: true", ""},
-		{"uniform", "", "post_hoc"},
-		{"pareto", ", post_hoc: true, max_cost: 400, max_in_flight: 2", "max_cost"},
-		{"zipf", ", post_hoc: true", "distribution"},
-	} {
-		_, err := Parse([]byte(fillIn(base, c.dist, c.pol)))
-		switch {
-		case c.err == "" && err != nil:
-			t.Errorf("%s%s: %v", c.dist, c.pol, err)
-		case c.err != "" && (!errors.Is(err, ErrInvalidScenario) || !strings.Contains(err.Error(), c.err)):
-			t.Errorf("%s%s: %v, want an error about %s", c.dist, c.pol, err, c.err)
-		}
-	}
-}
-
-// fillIn puts the distribution and the policy's extra fields into base.
-func fillIn(base, dist, pol string) string {
-	base = strings.Replace(base, "%s", dist, 1)
-	return strings.Replace(base, "%s", pol, 1)
 }

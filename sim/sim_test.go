@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/quota-lease/quota-lease/policy"
+	"github.com/quota-lease/quota-lease/sim/scenario"
 )
 
 func shipped(t testing.TB) []string {
@@ -28,7 +29,7 @@ func shipped(t testing.TB) []string {
 func TestShippedScenariosWithinBound(t *testing.T) {
 	for _, f := range shipped(t) {
 		t.Run(filepath.Base(f), func(t *testing.T) {
-			s, err := Load(f)
+			s, err := scenario.Load(f)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -51,7 +52,7 @@ func TestShippedScenariosWithinBound(t *testing.T) {
 			}
 			// Charges after the fact go over the limit by design, within
 			// the post-hoc term (TestLLMTokens).
-			if s.policy.Failure.Mode == policy.StaticShare && !disturbed && !s.policy.PostHoc && leased.MaxOvershoot != 0 {
+			if s.Parsed().Failure.Mode == policy.StaticShare && !disturbed && !s.Parsed().PostHoc && leased.MaxOvershoot != 0 {
 				t.Errorf("static-share, reserved: leased overshoot %v, want 0", leased.MaxOvershoot)
 			}
 			if strings.HasPrefix(s.Name, "partition") && leased.DecisionModes["degraded"] == 0 {
@@ -64,7 +65,7 @@ func TestShippedScenariosWithinBound(t *testing.T) {
 // Follow-the-sun: leasing's utilization well above the static split's, its
 // overshoot well below independent limits', side by side in the table.
 func TestFollowTheSun(t *testing.T) {
-	s, err := Load("scenarios/follow-the-sun.yaml")
+	s, err := scenario.Load("scenarios/follow-the-sun.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,43 +85,14 @@ func TestFollowTheSun(t *testing.T) {
 	}
 }
 
-func TestBadScenarios(t *testing.T) {
+// A malformed trace names its line when the run reads it.
+func TestBadTraceNamesTheLine(t *testing.T) {
 	base := "name: x\nduration: 1m\nregions: [us, eu]\npolicy: {name: p, identity: [api], limit: 10, period: 1s}\ntraffic: [{region: us, rate: 1}]\n"
-	cases := []struct{ yaml, want string }{
-		{base + "bogus: 1\n", "field bogus not found"},
-		{strings.Replace(base, "name: x\n", "", 1), "name is required"},
-		{strings.Replace(base, "duration: 1m", "duration: 90", 1), "duration must be a string"},
-		{strings.Replace(base, "[us, eu]", "[us, us]", 1), "listed twice"},
-		{strings.Replace(base, "limit: 10", "limit: .nan", 1), "policy"},
-		{strings.Replace(base, "period: 1s}", "period: 1s, scope: region}", 1), "must be global"},
-		{strings.Replace(base, "region: us, rate: 1", "region: mars, rate: 1", 1), "unknown region"},
-		{strings.Replace(base, "rate: 1}", "rate: -1}", 1), "rates must be"},
-		{strings.Replace(base, "rate: 1}", "rate: 1, shape: zigzag}", 1), "shape"},
-		{base + "events: [{kind: meteor}]\n", "unknown kind"},
-		{base + "events: [{kind: partition, region: us}]\n", "positive 'for'"},
-		{base + "events: [{kind: clock-drift, region: us, rate: 0.1}]\n", "|rate| <= lease.drift"},
-		{base + "events: [{kind: failover, region: us, to: us}]\n", "two different"},
-		{base + "network: {loss: 1.5}\n", "loss"},
-		{strings.Replace(base, "traffic: [{region: us, rate: 1}]\n", "", 1), "nothing to simulate"},
-		{base + "groups: [{name: g, tenants: 1, rate: 1, regions: {us: 1}}]\n", "groups replace traffic"},
-		{strings.Replace(base, "traffic: [{region: us, rate: 1}]\n", "groups: [{name: g, tenants: 1, rate: 1, regions: {mars: 1}}]\n", 1), "unknown"},
-		{strings.Replace(base, "traffic: [{region: us, rate: 1}]\n", "groups: [{name: g, tenants: 1, rate: 1, regions: {us: 0}}]\n", 1), "no region with a positive weight"},
-		{strings.Replace(base, "traffic: [{region: us, rate: 1}]\n", "groups: [{name: g, tenants: 0, rate: 1, regions: {us: 1}}]\n", 1), "1 or more tenants"},
-		{strings.Replace(base, "traffic: [{region: us, rate: 1}]\n", "groups: [{name: g, tenants: 1, rate: 0, regions: {us: 1}}]\n", 1), "rate must be positive"},
-		{strings.Replace(base, "traffic: [{region: us, rate: 1}]\n", "groups: [{name: g, tenants: 1, rate: 1, regions: {us: 1}}, {name: g, tenants: 1, rate: 1, regions: {us: 1}}]\n", 1), "not repeat"},
-		{strings.Replace(base, "traffic: [{region: us, rate: 1}]\n", "groups: [{name: g, tenants: 1, rate: 1, regions: {us: 1}, moves: [{at: 2s, regions: {eu: 1}}, {at: 1s, regions: {us: 1}}]}]\n", 1), "after the one before"},
-	}
-	for _, c := range cases {
-		_, err := Parse([]byte(c.yaml))
-		if err == nil || !errors.Is(err, ErrInvalidScenario) || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%q:\n got %v\n want %q", c.yaml, err, c.want)
-		}
-	}
 	// A malformed trace names the line.
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "bad.trace"), []byte("# ok\n100 us a 1\n200 mars a 1\n"), 0o644)
 	os.WriteFile(filepath.Join(dir, "s.yaml"), []byte(strings.Replace(base, "traffic: [{region: us, rate: 1}]\n", "trace: bad.trace\n", 1)), 0o644)
-	s, err := Load(filepath.Join(dir, "s.yaml"))
+	s, err := scenario.Load(filepath.Join(dir, "s.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,11 +107,11 @@ func FuzzParseScenario(f *testing.F) {
 		f.Add(data)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		s, err := Parse(data)
+		s, err := scenario.Parse(data)
 		if err != nil {
 			return
 		}
-		if s.policy == nil || s.Name == "" || len(s.Regions) == 0 {
+		if s.Parsed() == nil || s.Name == "" || len(s.Regions) == 0 {
 			t.Fatalf("accepted an incomplete scenario: %+v", s)
 		}
 	})
@@ -148,7 +120,7 @@ func FuzzParseScenario(f *testing.F) {
 // BenchmarkFollowTheSun reports simulated requests per second (each
 // decided by quota-lease, three baselines and the ideal limiter).
 func BenchmarkFollowTheSun(b *testing.B) {
-	s, err := Load("scenarios/follow-the-sun.yaml")
+	s, err := scenario.Load("scenarios/follow-the-sun.yaml")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -196,7 +168,7 @@ func TestLimitChangesJudgedPerEpoch(t *testing.T) {
 // runFile loads and runs one scenario file.
 func runFile(t testing.TB, path string) *Result {
 	t.Helper()
-	s, err := Load(path)
+	s, err := scenario.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +206,7 @@ func TestRedisFlapNeedsAPeriod(t *testing.T) {
 		"{kind: redis-flap, region: us, at: 1s, for: 10s, period: 50ms, down: 50ms}",
 		"{kind: redis-restart, region: us, at: 1s}",
 	} {
-		if _, err := Parse([]byte(fmt.Sprintf(base, ev))); !errors.Is(err, ErrInvalidScenario) {
+		if _, err := scenario.Parse([]byte(fmt.Sprintf(base, ev))); !errors.Is(err, scenario.ErrInvalidScenario) {
 			t.Errorf("%s: error %v, want ErrInvalidScenario", ev, err)
 		}
 	}
@@ -248,12 +220,12 @@ func TestRedisFlapNeedsAPeriod(t *testing.T) {
 func TestShardsFalseRejections(t *testing.T) {
 	var one *ModeResult
 	for _, n := range []int{1, 2, 4} {
-		s, err := Load("scenarios/hot-tenant.yaml")
+		s, err := scenario.Load("scenarios/hot-tenant.yaml")
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.policy.Shards = n
-		if err := s.policy.Validate(); err != nil {
+		s.Parsed().Shards = n
+		if err := s.Parsed().Validate(); err != nil {
 			t.Fatal(err)
 		}
 		res, err := Run(s, nil)
@@ -290,12 +262,12 @@ func TestShardsFalseRejections(t *testing.T) {
 func TestShardsWithinBoundUnderFaults(t *testing.T) {
 	for _, f := range []string{"scenarios/limit-changes.yaml", "scenarios/redis-faults.yaml"} {
 		t.Run(filepath.Base(f), func(t *testing.T) {
-			s, err := Load(f)
+			s, err := scenario.Load(f)
 			if err != nil {
 				t.Fatal(err)
 			}
-			s.policy.Shards = 4
-			if err := s.policy.Validate(); err != nil {
+			s.Parsed().Shards = 4
+			if err := s.Parsed().Validate(); err != nil {
 				t.Fatal(err)
 			}
 			res, err := Run(s, nil)
@@ -320,7 +292,7 @@ func TestShardsWithinBoundUnderFaults(t *testing.T) {
 // their moves say: every request of tenants-moving's movers arrives in us,
 // then eu from 2m, then ap from 4m; the others only ever in eu.
 func TestGroupsSendFromTheirHomes(t *testing.T) {
-	s, err := Load("scenarios/tenants-moving.yaml")
+	s, err := scenario.Load("scenarios/tenants-moving.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,12 +337,12 @@ func TestIdentitySharesUtilization(t *testing.T) {
 			t.Errorf("%s: leased utilization %.3f (want at least %.2f), within bound %v", file, m.Utilization, want, m.WithinBound)
 		}
 	}
-	s, err := Load("scenarios/homed-tenants.yaml")
+	s, err := scenario.Load("scenarios/homed-tenants.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	none := 0
-	s.policy.IdentityShares = &none
+	s.Parsed().IdentityShares = &none
 	res, err := Run(s, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -6,8 +6,8 @@ import (
 	"io"
 	"path/filepath"
 
-	"github.com/quota-lease/quota-lease/sim"
 	"github.com/quota-lease/quota-lease/sim/report"
+	"github.com/quota-lease/quota-lease/sim/scenario"
 )
 
 func simRun(_ context.Context, args []string, stdout, stderr io.Writer) error {
@@ -27,7 +27,7 @@ Scenarios ship in sim/scenarios/.`, stderr)
 	}
 	failed := 0
 	for _, path := range fs.Args() {
-		s, err := sim.Load(path)
+		s, err := scenario.Load(path)
 		if err != nil {
 			return err
 		}

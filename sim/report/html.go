@@ -8,11 +8,12 @@ import (
 	"time"
 
 	"github.com/quota-lease/quota-lease/sim"
+	"github.com/quota-lease/quota-lease/sim/scenario"
 )
 
 // writeReport writes one page a planner can open: what the scenario is,
 // the table, the bound's terms, and the two plots beside it.
-func writeReport(w io.Writer, s *sim.Scenario, res *sim.Result, table string) error {
+func writeReport(w io.Writer, s *scenario.Scenario, res *sim.Result, table string) error {
 	var terms strings.Builder
 	for _, m := range res.Modes {
 		fmt.Fprintf(&terms, "<tr><td>%s</td><td>%.4g</td><td>", html.EscapeString(m.Mode), m.Bound)

@@ -12,13 +12,14 @@ import (
 	"path/filepath"
 
 	"github.com/quota-lease/quota-lease/sim"
+	"github.com/quota-lease/quota-lease/sim/scenario"
 )
 
 // RunToDir simulates s and writes dir/summary.json, dir/plot.svg,
 // dir/modes.svg and, with decisions, dir/decisions.jsonl (one line per
 // request: a day of traffic is some 100 MB); it prints the table to table
 // when not nil.
-func RunToDir(s *sim.Scenario, dir string, decisions bool, table io.Writer) (*sim.Result, error) {
+func RunToDir(s *scenario.Scenario, dir string, decisions bool, table io.Writer) (*sim.Result, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("output dir: %w", err)
 	}

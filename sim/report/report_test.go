@@ -10,12 +10,13 @@ import (
 
 	"github.com/quota-lease/quota-lease/policy"
 	"github.com/quota-lease/quota-lease/sim"
+	"github.com/quota-lease/quota-lease/sim/scenario"
 )
 
 // load reads one of the shipped scenarios.
-func load(t *testing.T, name string) *sim.Scenario {
+func load(t *testing.T, name string) *scenario.Scenario {
 	t.Helper()
-	s, err := sim.Load("../scenarios/" + name + ".yaml")
+	s, err := scenario.Load("../scenarios/" + name + ".yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,8 @@
-package sim
+// Package scenario is the simulator's scenario file: the regions, the one
+// policy, the traffic (generated, in tenant groups that move, or a trace),
+// the faults and the edge a run replays, read from YAML with every default
+// filled in and every field checked (Load, Parse). Package sim runs it.
+package scenario
 
 import (
 	"bytes"
@@ -60,17 +64,24 @@ type Scenario struct {
 	// default the policy's period.
 	Window policy.Duration `yaml:"window"`
 	// Edge, when set, puts Envoy instances behind every region, served by
-	// the region's agent as an RLQS server (sim/edge.go); groups send
+	// the region's agent as an RLQS server (package sim, edge.go); groups send
 	// through them the part of their requests their Edge field says.
 	Edge *EdgeSpec `yaml:"edge"`
 	// Conversations, when set, makes every arrival a request whose cost
 	// is known only when it ends, under a policy that takes charges after
-	// the fact: a check, then a charge (sim/conversation.go).
+	// the fact: a check, then a charge (conversations.go).
 	Conversations *Conversations `yaml:"conversations"`
 
 	policy *policy.Policy
 	dir    string
 }
+
+// Parsed is the scenario's policy, parsed and validated.
+func (s *Scenario) Parsed() *policy.Policy { return s.policy }
+
+// Dir is the directory of the scenario file (Load), which a trace's path
+// is relative to; "" for a scenario from Parse.
+func (s *Scenario) Dir() string { return s.dir }
 
 // Traffic is one region's request rate over time.
 type Traffic struct {
@@ -117,8 +128,8 @@ type Move struct {
 	Instances []float64          `yaml:"instances"`
 }
 
-// weights returns g's regional weights at t.
-func (g *Group) weights(t time.Duration) map[string]float64 {
+// Weights returns g's regional weights at t.
+func (g *Group) Weights(t time.Duration) map[string]float64 {
 	w := g.Regions
 	for _, m := range g.Moves {
 		if t >= time.Duration(m.At) && m.Regions != nil {
@@ -128,8 +139,8 @@ func (g *Group) weights(t time.Duration) map[string]float64 {
 	return w
 }
 
-// instanceWeights returns g's Envoy instance weights at t (nil: all alike).
-func (g *Group) instanceWeights(t time.Duration) []float64 {
+// InstanceWeights returns g's Envoy instance weights at t (nil: all alike).
+func (g *Group) InstanceWeights(t time.Duration) []float64 {
 	w := g.Instances
 	for _, m := range g.Moves {
 		if t >= time.Duration(m.At) && m.Instances != nil {
@@ -472,13 +483,13 @@ func (s *Scenario) validateEdge() error {
 	return nil
 }
 
-// rate is region's generated request rate at t.
-func (s *Scenario) rate(region string, t time.Duration) float64 {
+// Rate is region's generated request rate at t, its failovers applied.
+func (s *Scenario) Rate(region string, t time.Duration) float64 {
 	own := func(r string) float64 {
 		var sum float64
 		for _, tr := range s.Traffic {
 			if tr.Region == r {
-				sum += tr.at(t)
+				sum += tr.RateAt(t)
 			}
 		}
 		return sum
@@ -498,7 +509,8 @@ func (s *Scenario) rate(region string, t time.Duration) float64 {
 	return math.Max(0, total)
 }
 
-func (t Traffic) at(now time.Duration) float64 {
+// RateAt is t's rate at now.
+func (t Traffic) RateAt(now time.Duration) float64 {
 	switch t.Shape {
 	case "ramp":
 		at, until := time.Duration(t.At), time.Duration(t.Until)
