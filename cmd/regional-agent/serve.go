@@ -131,32 +131,7 @@ func serveFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 	fs.StringVar(&o.clusterID, "cluster-id", "",
 		"the cluster ID the coordinators must have (they log it at start); without it the agent pins the "+
 			"cluster of the first answer. Either way a coordinator of another deployment is refused")
-	fs.BoolVar(&o.envoyHeaders, "envoy-limit-headers", false,
-		"add RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset to Envoy answers for the descriptor "+
-			"closest to its limit (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED)")
-	fs.BoolVar(&o.envoyQuotaMode, "envoy-quota-mode", false,
-		"every limit in quota mode for Envoy answers (envoyproxy/ratelimit's QUOTA_MODE): a descriptor over its "+
-			"limit is answered OK and never makes the call OVER_LIMIT; per limit, quota_mode: true in the "+
-			"configuration")
-	fs.BoolVar(&o.envoyDynamicMetadata, "envoy-dynamic-metadata", false,
-		"add dynamic_metadata (domain, descriptors, hits, quota-mode violations) to Envoy answers "+
-			"(envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA)")
-	fs.BoolVar(&o.envoyRetryAfter, "envoy-retry-after", false,
-		"quota-lease extra: add a retry-after header (whole seconds, the longest wait of the descriptors over "+
-			"their limit) to Envoy OVER_LIMIT answers; envoyproxy/ratelimit adds none")
-	fs.BoolVar(&o.envoyPolicyNames, "envoy-policy-names", false,
-		"quota-lease extra: name every Envoy answer's current_limit after its policy, also where the "+
-			"configuration names none (envoyproxy/ratelimit leaves the name empty there)")
-	fs.BoolVar(&o.envoyExact, "envoy-exact-counts", false,
-		"quota-lease extra: Envoy answers report what is left of a limit also when over it "+
-			"(envoyproxy/ratelimit reports 0) and duration_until_reset to the millisecond (it reports whole "+
-			"seconds)")
-	fs.BoolVar(&o.shadow, "shadow-mode", false,
-		"shadow mode for every policy: decide and count as usual, admit everything (rejections are counted as "+
-			"result=\"shadow\"); for watching limits before enforcing them")
-	fs.StringVar(&o.metricIDs, "metric-identities", agent.IdentitiesHashed,
-		"how the hot-identity metric names identities (tenants, IPs): hashed (sha256:<12 hex>), plain (opt in "+
-			"to the names) or off")
+	answerFlags(fs, o)
 	edgeFlags(fs, &o.edge)
 	o.tls = mtls.ServerFlags(fs)
 	fs.StringVar(&o.coordCA, "coordinator-tls-ca", os.Getenv("QUOTALEASE_TLS_CA"),
@@ -196,6 +171,38 @@ func serveFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 		return nil, cli.ErrUsage
 	}
 	return o, nil
+}
+
+// answerFlags defines the flags that choose what the agent's answers carry
+// beyond the decision: Envoy's extras, shadow mode and the hot-identity
+// metric's names.
+func answerFlags(fs *flag.FlagSet, o *serveOptions) {
+	fs.BoolVar(&o.envoyHeaders, "envoy-limit-headers", false,
+		"add RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset to Envoy answers for the descriptor "+
+			"closest to its limit (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED)")
+	fs.BoolVar(&o.envoyQuotaMode, "envoy-quota-mode", false,
+		"every limit in quota mode for Envoy answers (envoyproxy/ratelimit's QUOTA_MODE): a descriptor over its "+
+			"limit is answered OK and never makes the call OVER_LIMIT; per limit, quota_mode: true in the "+
+			"configuration")
+	fs.BoolVar(&o.envoyDynamicMetadata, "envoy-dynamic-metadata", false,
+		"add dynamic_metadata (domain, descriptors, hits, quota-mode violations) to Envoy answers "+
+			"(envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA)")
+	fs.BoolVar(&o.envoyRetryAfter, "envoy-retry-after", false,
+		"quota-lease extra: add a retry-after header (whole seconds, the longest wait of the descriptors over "+
+			"their limit) to Envoy OVER_LIMIT answers; envoyproxy/ratelimit adds none")
+	fs.BoolVar(&o.envoyPolicyNames, "envoy-policy-names", false,
+		"quota-lease extra: name every Envoy answer's current_limit after its policy, also where the "+
+			"configuration names none (envoyproxy/ratelimit leaves the name empty there)")
+	fs.BoolVar(&o.envoyExact, "envoy-exact-counts", false,
+		"quota-lease extra: Envoy answers report what is left of a limit also when over it "+
+			"(envoyproxy/ratelimit reports 0) and duration_until_reset to the millisecond (it reports whole "+
+			"seconds)")
+	fs.BoolVar(&o.shadow, "shadow-mode", false,
+		"shadow mode for every policy: decide and count as usual, admit everything (rejections are counted as "+
+			"result=\"shadow\"); for watching limits before enforcing them")
+	fs.StringVar(&o.metricIDs, "metric-identities", agent.IdentitiesHashed,
+		"how the hot-identity metric names identities (tenants, IPs): hashed (sha256:<12 hex>), plain (opt in "+
+			"to the names) or off")
 }
 
 // serveConfig is an agent ready to run: its configuration (but for the

@@ -93,27 +93,7 @@ func RunDemo(ctx context.Context, bins Binaries, dir string, dur time.Duration, 
 	}
 	fmt.Fprintln(out, "each progress line: per region, its lease on api-global (active, renewing, shrinking, "+
 		"degraded) and the share of the 60/s it holds; then what each region admitted so far")
-	phase := func(el time.Duration) int { return int(4 * el / dur) } // 0..3
-	heavy := []string{"us", "eu", "eu", "ap"}
-	global := Load{Policy: "api-global", Attribute: "api", Identities: 1, Rate: func(region string, el time.Duration) float64 {
-		if heavy[min(phase(el), 3)] == region {
-			return 60
-		}
-		return 12
-	}}
-	tenant := Load{Policy: "per-tenant", Attribute: "tenant", Identities: 40, Hot: 0.5, Rate: func(region string, el time.Duration) float64 {
-		if heavy[min(phase(el), 3)] == region {
-			return 25
-		}
-		return 5
-	}}
-	direct := Load{Policy: "edge-tenant", Attribute: "tenant", Identity: func(string, time.Duration) string { return "t-0" },
-		Rate: func(region string, _ time.Duration) float64 {
-			if region == DemoEdgeRegion {
-				return 0
-			}
-			return 10
-		}}
+	global, tenant, direct := demoLoads(dur)
 	d, ed := NewDriver(c), NewEdgeDriver()
 	done, edgeDone := make(chan struct{}), make(chan struct{})
 	go func() { d.Run(ctx, dur, global, tenant, direct); close(done) }()
@@ -162,6 +142,35 @@ func RunDemo(ctx context.Context, bins Binaries, dir string, dur time.Duration, 
 	}
 	<-edgeDone
 	return report(out, c, d, edge, shares)
+}
+
+// demoLoads are the demo's direct checks over a run of dur: api-global
+// and per-tenant heavy in one region a quarter at a time (us, eu, eu, ap),
+// and edge-tenant's hot tenant checked directly in the regions without
+// the edge.
+func demoLoads(dur time.Duration) (global, tenant, direct Load) {
+	phase := func(el time.Duration) int { return int(4 * el / dur) } // 0..3
+	heavy := []string{"us", "eu", "eu", "ap"}
+	global = Load{Policy: "api-global", Attribute: "api", Identities: 1, Rate: func(region string, el time.Duration) float64 {
+		if heavy[min(phase(el), 3)] == region {
+			return 60
+		}
+		return 12
+	}}
+	tenant = Load{Policy: "per-tenant", Attribute: "tenant", Identities: 40, Hot: 0.5, Rate: func(region string, el time.Duration) float64 {
+		if heavy[min(phase(el), 3)] == region {
+			return 25
+		}
+		return 5
+	}}
+	direct = Load{Policy: "edge-tenant", Attribute: "tenant", Identity: func(string, time.Duration) string { return "t-0" },
+		Rate: func(region string, _ time.Duration) float64 {
+			if region == DemoEdgeRegion {
+				return 0
+			}
+			return 10
+		}}
+	return global, tenant, direct
 }
 
 // startDemoEdge starts the demo's Envoy-like clients behind DemoEdgeRegion,
