@@ -36,9 +36,10 @@ func dial(t testing.TB, addr string, f mtls.Files, opts ...grpc.DialOption) *grp
 }
 
 // poll calls try until it returns nil, waiting every between calls, and
-// fails t with the last error try returned once limit has passed. It serves the waits
-// whose failure should say what was last seen, and those that poll a
-// process at a pace of their own (testenv.WaitFor polls every few ms).
+// fails t with the last error try returned once limit has passed. It
+// serves the waits whose failure should say what was last seen, and those
+// that poll a process at a pace of their own (testenv.WaitFor polls every
+// few ms).
 func poll(t testing.TB, limit, every time.Duration, try func() error) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
