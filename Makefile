@@ -36,8 +36,8 @@ deps: ## install what the tests and demo need (redis-server, and chromium for th
 REVISION ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)
 LDFLAGS  := -X github.com/quota-lease/quota-lease/internal/version.revision=$(REVISION)
 
-build: ## build all binaries into bin/ (--version names the revision)
-	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
+build: ## build all binaries into bin/ (--version names the revision), and the example service
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/... ./examples/limited-service
 
 fmt-check: ## fail if any file is not gofmt-clean
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

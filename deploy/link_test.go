@@ -95,3 +95,22 @@ func TestPureLogicLinksNoIO(t *testing.T) {
 		}
 	}
 }
+
+// The client library a Go service links stays small: the pure decision
+// logic and gRPC, no store, no coordinator, no agent, no metrics registry.
+func TestLibraryLinksNoDaemon(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command to list packages with")
+	}
+	out, err := exec.Command("go", "list", "-deps", "../quotalease").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		for _, not := range []string{"redis", "etcd", "prometheus", "hclog", "internal/agent", "internal/coordinator", "internal/testenv"} {
+			if strings.Contains(pkg, not) {
+				t.Errorf("package quotalease imports %s", pkg)
+			}
+		}
+	}
+}

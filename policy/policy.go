@@ -178,6 +178,10 @@ var (
 	attributeRE  = regexp.MustCompile(`^[a-z][a-z0-9_.-]{0,31}$`)
 )
 
+// ValidName says whether s can name a policy: 1-63 characters of a-z, 0-9,
+// '.', '_', '-', starting with a letter or digit.
+func ValidName(s string) bool { return policyNameRE.MatchString(s) }
+
 // MaxIdentityAttributes is how many attributes a composite identity may use.
 const MaxIdentityAttributes = 8
 
@@ -230,7 +234,7 @@ func (p *Policy) Validate() error {
 			}
 		}
 	}
-	if !policyNameRE.MatchString(p.Name) {
+	if !ValidName(p.Name) {
 		return bad("name", "must be 1-63 characters of a-z, 0-9, '.', '_', '-', starting with a letter or digit")
 	}
 	if p.Version < 0 {

@@ -230,8 +230,9 @@ func leasesList(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			"RESERVED the degraded\nbudget kept for a lapsed region. Shares are in units per period "+
 			"(token\nbucket: per second; windows: per window) and as a part of the limit.\nENVOYS, BUCKETS, "+
 			"ASSIGNED and USAGE are the edge: the Envoy instances\nstreaming to the region's agents (Rate Limit "+
-			"Quota Service), their buckets,\nthe refill assigned to them and the rate they report, in the same "+
-			"units,\nas of each agent's last renewal (docs/rlqs-server.md); - for none.\nWith --identities, the "+
+			"Quota Service; Go services\nusing the client library counted with them and named apart, \"6 "+
+			"(3\nlibrary)\"), their buckets, the refill assigned to them and the rate they\nreport, in the same "+
+			"units, as of each agent's last renewal\n(docs/rlqs-server.md); - for none.\nWith --identities, the "+
 			"identities with shares of their own instead: each\nregion's share of the identity's limit "+
 			"(docs/identity-shares.md).", stderr)
 	af := addAdminFlags(fs)
@@ -260,14 +261,19 @@ func leasesList(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return tw.Flush()
 }
 
-// edgeColumns are a lease's edge columns: Envoy instances, buckets, the
-// assigned refill (and its part of the limit) and the reported usage.
+// edgeColumns are a lease's edge columns: instances (Envoys and, named
+// apart, Go services using the client library), buckets, the assigned
+// refill (and its part of the limit) and the reported usage.
 func edgeColumns(l *pb.LeaseRecord) string {
 	e := l.Edge
 	if e == nil {
 		return "-\t-\t-\t-"
 	}
-	return fmt.Sprintf("%d\t%d\t%s (%s)\t%s", e.Instances, e.Buckets, units(e.Assigned), percent(e.Assigned, l.Limit), units(e.Usage))
+	instances := strconv.Itoa(int(e.Instances))
+	if e.LibraryInstances > 0 {
+		instances += fmt.Sprintf(" (%d library)", e.LibraryInstances)
+	}
+	return fmt.Sprintf("%s\t%d\t%s (%s)\t%s", instances, e.Buckets, units(e.Assigned), percent(e.Assigned, l.Limit), units(e.Usage))
 }
 
 // printIdentityShares lists, per quota and identity with shares of its

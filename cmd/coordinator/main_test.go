@@ -216,7 +216,7 @@ func checkJSONStyle(t *testing.T, c string) {
 	// assigned 12.5/s, asking 80/s; ap's agent reports none.
 	if _, err := cl.Lease(t.Context(), &pb.LeaseRequest{Region: "us", Instance: "us-1", Nonce: "n1",
 		Quotas: []*pb.QuotaRequest{{Quota: "api-per-tenant", Seq: 1, Demand: 10 * policy.Micro,
-			Edge: &pb.EdgeSummary{Instances: 3, Buckets: 7, Assigned: 12_500_000, Usage: 80 * policy.Micro}}}}); err != nil {
+			Edge: &pb.EdgeSummary{Instances: 3, LibraryInstances: 1, Buckets: 7, Assigned: 12_500_000, Usage: 80 * policy.Micro}}}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cl.Lease(t.Context(), &pb.LeaseRequest{Region: "ap", Instance: "ap-1", Nonce: "n1",
@@ -240,8 +240,8 @@ func checkJSONStyle(t *testing.T, c string) {
 	for _, l := range leases.Leases {
 		edges[l.Region] = l.Edge
 	}
-	if e := edges["us"]; e["instances"] != 3 || e["buckets"] != 7 || e["assigned"] != 12.5 || e["usage"] != 80 || e["agents"] != 1 {
-		t.Errorf("leases -o json: us's edge is %v, want 3 instances, 7 buckets, assigned 12.5, usage 80 (units), 1 agent:\n%s", e, out)
+	if e := edges["us"]; e["instances"] != 3 || e["library_instances"] != 1 || e["buckets"] != 7 || e["assigned"] != 12.5 || e["usage"] != 80 || e["agents"] != 1 {
+		t.Errorf("leases -o json: us's edge is %v, want 3 instances (1 the library's), 7 buckets, assigned 12.5, usage 80 (units), 1 agent:\n%s", e, out)
 	}
 	if e := edges["ap"]; e["instances"] != 0 || e["agents"] != 0 {
 		t.Errorf("leases -o json: ap, without an edge, shows %v", e)
@@ -254,9 +254,9 @@ func checkJSONStyle(t *testing.T, c string) {
 		}
 	}
 	us, ap := rows["us"], rows["ap"]
-	if code != 0 || !strings.Contains(strings.Join(strings.Fields(out), " "), "ENVOYS BUCKETS ASSIGNED USAGE") || len(us) < 5 ||
-		strings.Join(us[len(us)-5:], " ") != "3 7 12.5 (25%) 80" || len(ap) < 4 || strings.Join(ap[len(ap)-4:], " ") != "- - - -" {
-		t.Errorf("leases: the edge columns are not 3 7 12.5 (25%%) 80 for us and - for ap:\n%s", out)
+	if code != 0 || !strings.Contains(strings.Join(strings.Fields(out), " "), "ENVOYS BUCKETS ASSIGNED USAGE") || len(us) < 7 ||
+		strings.Join(us[len(us)-7:], " ") != "3 (1 library) 7 12.5 (25%) 80" || len(ap) < 4 || strings.Join(ap[len(ap)-4:], " ") != "- - - -" {
+		t.Errorf("leases: the edge columns are not 3 (1 library) 7 12.5 (25%%) 80 for us and - for ap:\n%s", out)
 	}
 	for _, args := range [][]string{
 		{"quota", "list"}, {"quota", "get", "api-per-tenant"}, {"quota", "validate", "-f", "../../examples/policies.yaml"},

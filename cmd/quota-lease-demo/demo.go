@@ -18,7 +18,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := flag.NewFlagSet("quota-lease-demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	exe, _ := os.Executable()
-	bin := fs.String("bin", filepath.Dir(exe), "directory holding the coordinator and regional-agent binaries")
+	bin := fs.String("bin", filepath.Dir(exe), "directory holding the coordinator, regional-agent and limited-service binaries")
 	dur := fs.Duration("duration", time.Minute, "how long to send traffic (events are placed along it)")
 	keep := fs.Bool("keep", false, "keep the work directory (data and logs of every process)")
 	fs.Usage = func() {
@@ -29,10 +29,12 @@ coordinator replicas, and three regions (us, eu, ap) each with its own
 redis-server and agent. Loads three policies, drives region-shifting traffic
 through the agents' gRPC API, and runs Envoy-like clients behind eu that
 decide one policy themselves on token buckets eu's agent assigns them
-(Envoy's Rate Limit Quota Service); kills the coordinator leader, cuts ap
-off from the coordinators for a while, prints progress, then per policy a
-table per region (and eu's Envoys) and in total against the limit and the
-bound, and stops everything.
+(Envoy's Rate Limit Quota Service), and two Go services behind us that
+decide it in-process with the client library (examples/limited-service);
+kills the coordinator leader, cuts ap off from the coordinators for a
+while, prints progress, then per policy a table per region (and eu's
+Envoys, us's services) and in total against the limit and the bound, and
+stops everything.
 'make demo' builds the binaries and runs this (bin/quota-lease-demo --bin bin).
 
 Flags:
@@ -45,8 +47,9 @@ Flags:
 		}
 		return cli.ErrUsage
 	}
-	bins := cluster.Binaries{Coordinator: filepath.Join(*bin, "coordinator"), Agent: filepath.Join(*bin, "regional-agent")}
-	for _, b := range []string{bins.Coordinator, bins.Agent} {
+	bins := cluster.Binaries{Coordinator: filepath.Join(*bin, "coordinator"), Agent: filepath.Join(*bin, "regional-agent"),
+		Service: filepath.Join(*bin, "limited-service")}
+	for _, b := range []string{bins.Coordinator, bins.Agent, bins.Service} {
 		if _, err := os.Stat(b); err != nil {
 			return fmt.Errorf("%s not found: run 'make build' (or pass --bin)", b)
 		}

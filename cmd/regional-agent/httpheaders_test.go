@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/quota-lease/quota-lease/internal/agent"
-	"github.com/quota-lease/quota-lease/internal/agent/checkapi"
+	"github.com/quota-lease/quota-lease/internal/httplimit"
 )
 
 // --http-ratelimit-headers (or QUOTALEASE_HTTP_RATELIMIT_HEADERS) reaches
@@ -24,14 +24,14 @@ func TestHTTPRateLimitHeadersFlag(t *testing.T) {
 		}
 		return sc.agent.HTTPRateLimitHeaders, agent.ValidateConfig(sc.agent)
 	}
-	if got, _ := chosen(); got != checkapi.RateLimitDraft06 {
-		t.Errorf("default %q, want %q", got, checkapi.RateLimitDraft06)
+	if got, _ := chosen(); got != httplimit.Draft06 {
+		t.Errorf("default %q, want %q", got, httplimit.Draft06)
 	}
-	if got, _ := chosen("--http-ratelimit-headers", "draft-11"); got != checkapi.RateLimitDraft11 {
+	if got, _ := chosen("--http-ratelimit-headers", "draft-11"); got != httplimit.Draft11 {
 		t.Errorf("--http-ratelimit-headers draft-11: %q", got)
 	}
 	t.Setenv("QUOTALEASE_HTTP_RATELIMIT_HEADERS", "none")
-	if got, _ := chosen(); got != checkapi.RateLimitNone {
+	if got, _ := chosen(); got != httplimit.None {
 		t.Errorf("from the environment: %q, want none", got)
 	}
 	if _, err := chosen("--http-ratelimit-headers", "draft-12"); err == nil || !strings.Contains(err.Error(), `http ratelimit headers "draft-12": use draft-06, draft-11 or none`) {

@@ -25,6 +25,7 @@ import (
 	"github.com/quota-lease/quota-lease/internal/agent/rlqs"
 	"github.com/quota-lease/quota-lease/internal/cli"
 	"github.com/quota-lease/quota-lease/internal/envflag"
+	"github.com/quota-lease/quota-lease/internal/httplimit"
 	"github.com/quota-lease/quota-lease/internal/leaseapi"
 	"github.com/quota-lease/quota-lease/internal/logs"
 	"github.com/quota-lease/quota-lease/internal/mtls"
@@ -143,7 +144,7 @@ func serveFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 	fs.DurationVar(&o.drain, "drain-delay", 0,
 		"on SIGTERM, answer /readyz 503 (and gRPC health NOT_SERVING) for this long while still serving checks, "+
 			"before waiting for in-flight ones and closing: set it to your load balancer's probe period")
-	fs.StringVar(&o.httpRateLimitHeaders, "http-ratelimit-headers", checkapi.RateLimitDraft06,
+	fs.StringVar(&o.httpRateLimitHeaders, "http-ratelimit-headers", httplimit.Draft06,
 		"the RateLimit response fields of the HTTP API, by the version of the IETF draft they follow: draft-06 "+
 			"(draft-ietf-httpapi-ratelimit-headers-06: RateLimit-Limit, -Remaining, -Reset and -Policy), draft-11 "+
 			"(draft-ietf-httpapi-ratelimit-headers-11: structured RateLimit-Policy and RateLimit, with a partition "+

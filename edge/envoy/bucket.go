@@ -137,7 +137,13 @@ func (b *Bucket) AssignNothing(now time.Duration) {
 }
 
 // Allow decides one request at now (shouldAllowRequest) and counts it.
-func (b *Bucket) Allow(now time.Duration) bool {
+func (b *Bucket) Allow(now time.Duration) bool { return b.AllowN(now, 1) }
+
+// AllowN decides a request that costs n units at now and counts it as n
+// requests, which is how Envoy would count n requests of one unit: a
+// token bucket admits it only with n tokens in it, and then takes them
+// all. Envoy's filter only ever asks for one.
+func (b *Bucket) AllowN(now time.Duration, n uint64) bool {
 	b.Settle(now)
 	s := b.action
 	if s == nil {
@@ -149,20 +155,23 @@ func (b *Bucket) Allow(now time.Duration) bool {
 	case TokenBucket:
 		// A default action's token bucket gets no limiter: Envoy
 		// dereferences a null one (settings refuse it); allowed here.
-		ok = b.limiter == nil || b.limiter.consume(now.Seconds())
+		ok = b.limiter == nil || b.limiter.consume(now.Seconds(), float64(n))
 	default: // ALLOW_ALL, requests_per_time_unit and unset allow all
 		ok = true
 	}
-	b.Count(ok)
+	b.CountN(ok, n)
 	return ok
 }
 
 // Count adds one decided request to the usage since the last report.
-func (b *Bucket) Count(allowed bool) {
+func (b *Bucket) Count(allowed bool) { b.CountN(allowed, 1) }
+
+// CountN adds n decided requests to the usage since the last report.
+func (b *Bucket) CountN(allowed bool, n uint64) {
 	if allowed {
-		b.allowed++
+		b.allowed += n
 	} else {
-		b.denied++
+		b.denied += n
 	}
 }
 

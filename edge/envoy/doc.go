@@ -10,10 +10,10 @@
 // docs/rlqs.md says what Envoy does, and internal/testenv/rlqsenvoy's
 // doc names the commits.
 //
-// Two programs run it: the Envoy-like test client
-// (internal/testenv/rlqsenvoy) on the wire, converting Envoy's protos into
-// Strategy, and the simulator (sim) on virtual time, so both play the same
-// Envoy. Where Envoy's implementation departs from the API's comments,
+// Two programs run it: the client library (quotalease, and through it
+// the Envoy-like test client internal/testenv/rlqsenvoy) on the wire,
+// converting Envoy's protos into Strategy, and the simulator (sim) on
+// virtual time, so both play the same Envoy. Where Envoy's implementation departs from the API's comments,
 // this package does what the implementation does: time to live and
 // fallback timeouts in whole seconds (under one second an assignment
 // expires at once), fill intervals truncated to whole seconds (under one

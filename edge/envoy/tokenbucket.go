@@ -20,12 +20,11 @@ type limiter struct {
 	empty float64 // the instant the bucket held no tokens
 }
 
-// fillRate is createTokenBucketFromAction's rate: tokens_per_fill over the
-// fill interval truncated to whole seconds. Under one second that is a
-// division by zero, an infinite rate in Envoy's doubles: the bucket is
-// always full. An unset tokens_per_fill reads as 0, clamped to the
-// one-token-a-year floor.
-func fillRate(c TokenBucketConfig) float64 {
+// Rate is the tokens a second Envoy refills a bucket of c with
+// (createTokenBucketFromAction): tokens_per_fill over the fill interval
+// truncated to whole seconds, +Inf under one second, and at least one
+// token a year.
+func (c TokenBucketConfig) Rate() float64 {
 	secs := int64(c.FillInterval / time.Second)
 	if secs <= 0 {
 		return math.Inf(1)
@@ -41,7 +40,7 @@ func newLimiter(c TokenBucketConfig, now float64, prev *limiter) *limiter {
 	if prev != nil {
 		initial = prev.share(now, uint64(c.MaxTokens))
 	}
-	l := &limiter{cfg: c, max: float64(c.MaxTokens), rate: fillRate(c), empty: now}
+	l := &limiter{cfg: c, max: float64(c.MaxTokens), rate: c.Rate(), empty: now}
 	if initial != 0 && !math.IsInf(l.rate, 1) {
 		l.empty = now - float64(initial)/l.rate
 	}
@@ -66,14 +65,14 @@ func (l *limiter) share(now float64, newMax uint64) uint64 {
 	return uint64(float64(newMax) * (l.tokens(now) / l.max))
 }
 
-// consume takes one token if there is one (consume(1, false)).
-func (l *limiter) consume(now float64) bool {
+// consume takes n tokens if the bucket holds them (consume(n, false)).
+func (l *limiter) consume(now, n float64) bool {
 	total := l.tokens(now)
-	if total < 1 {
+	if total < n {
 		return false
 	}
 	if !math.IsInf(l.rate, 1) {
-		l.empty = now - (total-1)/l.rate
+		l.empty = now - (total-n)/l.rate
 	}
 	return true
 }

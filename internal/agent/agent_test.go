@@ -15,6 +15,7 @@ import (
 
 	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/internal/agent/checkapi"
+	"github.com/quota-lease/quota-lease/internal/httplimit"
 	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
@@ -218,7 +219,7 @@ func TestHTTP429Contract(t *testing.T) {
 	if got := h.Get("RateLimit-Reset"); got != strconv.FormatInt((retryMs+999)/1000, 10) {
 		t.Errorf("RateLimit-Reset %q, want %q", got, strconv.FormatInt((retryMs+999)/1000, 10))
 	}
-	wantBody := map[string]any{"type": checkapi.ProblemRateLimited, "title": "Too Many Requests", "status": float64(429), "policy": "search"}
+	wantBody := map[string]any{"type": httplimit.ProblemRateLimited, "title": "Too Many Requests", "status": float64(429), "policy": "search"}
 	for k, v := range wantBody {
 		if body[k] != v {
 			t.Errorf("body %s = %v, want %v", k, body[k], v)

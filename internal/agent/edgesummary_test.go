@@ -5,14 +5,20 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/policy"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
+	"github.com/quota-lease/quota-lease/quotalease"
 )
 
 // What Envoy instances hold at the edge reaches the coordinator's admin
-// API with the agent's renewals: two instances streaming to the agent,
-// three buckets of two tenants, show as the region's edge in ListLeases,
+// API with the agent's renewals: two Envoy instances and a Go service using
+// the client library streaming to the agent, four buckets of two tenants,
+// show as the region's edge in ListLeases (the library's instance named
+// apart),
 // its assigned rate the agent's own gauge and its usage what they ask; once
 // they are gone, the next renewal clears it.
 func TestEdgeSummaryReachesListLeases(t *testing.T) {
@@ -23,6 +29,12 @@ func TestEdgeSummaryReachesListLeases(t *testing.T) {
 	go drive(a, acme, 150, stop, 20*time.Second)
 	go drive(b, acme, 50, stop, 20*time.Second)
 	go drive(b, globex, 50, stop, 20*time.Second)
+	lib, err := quotalease.New(t.Context(), quotalease.Config{Agents: []string{ra.grpcAddr}, Domain: "shop",
+		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go drive(lib, globex, 20, stop, 20*time.Second)
 	edgeOf := func() *pb.EdgeSummary {
 		resp, err := k.c.Admin().ListLeases(t.Context(), &pb.ListLeasesRequest{Region: "us"})
 		if err != nil {
@@ -38,7 +50,8 @@ func TestEdgeSummaryReachesListLeases(t *testing.T) {
 	var got *pb.EdgeSummary
 	testenv.WaitFor(t, 15*time.Second, "the edge in ListLeases", func() bool {
 		got = edgeOf()
-		return got != nil && got.Instances == 2 && got.Buckets == 3 && got.Assigned > 0 && got.Usage >= 200*policy.Micro
+		return got != nil && got.Instances == 3 && got.LibraryInstances == 1 && got.Buckets == 4 && got.Assigned > 0 &&
+			got.Usage >= 200*policy.Micro
 	})
 	t.Logf("ListLeases: %v", got)
 	if got.Agents != 1 {
@@ -54,11 +67,12 @@ func TestEdgeSummaryReachesListLeases(t *testing.T) {
 	if lim := 2 * 100 * policy.Micro; got.Assigned > lim { // two tenants, each limited to 100/s
 		t.Errorf("assigned %d, more than the two tenants' limits %d", got.Assigned, lim)
 	}
-	if got.Usage > 400*policy.Micro {
+	if got.Usage > 440*policy.Micro {
 		t.Errorf("usage %d, twice what the instances ask", got.Usage)
 	}
 	close(stop)
 	a.Close()
 	b.Close()
+	lib.Close()
 	testenv.WaitFor(t, 15*time.Second, "the edge gone from ListLeases", func() bool { return edgeOf() == nil })
 }

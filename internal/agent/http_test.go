@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/quota-lease/quota-lease/admission"
-	"github.com/quota-lease/quota-lease/internal/agent/checkapi"
+	"github.com/quota-lease/quota-lease/internal/httplimit"
 	"github.com/quota-lease/quota-lease/policy"
 )
 
@@ -50,7 +50,7 @@ func TestHTTPRefusesInvalidUTF8(t *testing.T) {
 // none on a refused request.
 func TestHTTPRateLimitHeaderChoice(t *testing.T) {
 	const pol = "name: search\nidentity: [user]\nalgorithm: fixed_window\nlimit: 2\nperiod: 1m\nscope: region\n"
-	for _, mode := range []string{checkapi.RateLimitDraft06, checkapi.RateLimitDraft11, checkapi.RateLimitNone} {
+	for _, mode := range []string{httplimit.Draft06, httplimit.Draft11, httplimit.None} {
 		t.Run(mode, func(t *testing.T) {
 			ra := regionAgent(t, pol, func(c *Config) { c.HTTPRateLimitHeaders = mode })
 			for i, c := range []struct {
@@ -78,11 +78,11 @@ func TestHTTPRateLimitHeaderChoice(t *testing.T) {
 				var want map[string]string
 				r, s, pk := strconv.FormatInt(remaining, 10), strconv.FormatInt(seconds, 10), ";pk=:"+partitionKey("user="+c.user)+":"
 				switch mode {
-				case checkapi.RateLimitDraft06:
+				case httplimit.Draft06:
 					want = map[string]string{"RateLimit-Limit": "2", "RateLimit-Remaining": r, "RateLimit-Reset": s, "RateLimit-Policy": "2;w=60"}
-				case checkapi.RateLimitDraft11:
+				case httplimit.Draft11:
 					want = map[string]string{"RateLimit-Policy": `"search";q=2;w=60` + pk, "RateLimit": `"search";r=` + r + `;t=` + s + pk}
-				case checkapi.RateLimitNone:
+				case httplimit.None:
 					want = map[string]string{}
 				}
 				if got := rateLimitFieldsIn(h); !reflect.DeepEqual(got, want) {

@@ -95,9 +95,10 @@ func servedEnvoy(t *testing.T, redisAddr string) (*runningAgent, *rlqsenvoy.Inst
 	return ra, in
 }
 
-// drive sends requests of bucket to in at about perSecond until stop is
-// closed or limit passes.
-func drive(in *rlqsenvoy.Instance, bucket map[string]string, perSecond float64, stop <-chan struct{}, limit time.Duration) {
+// drive sends requests of bucket to in (an Envoy-like instance or a
+// library client) at about perSecond until stop is closed or limit passes.
+func drive[D any](in interface{ Allow(map[string]string) D }, bucket map[string]string, perSecond float64,
+	stop <-chan struct{}, limit time.Duration) {
 	every := time.Duration(float64(time.Second) / perSecond)
 	t := time.NewTicker(every)
 	defer t.Stop()

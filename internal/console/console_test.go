@@ -145,7 +145,8 @@ func TestOverviewOnTheLeader(t *testing.T) {
 }
 
 // A region whose agents report Envoy instances holding the quota's
-// buckets shows them in the quota's edge table, in the quota's units; a
+// buckets shows them in the quota's edge table (library clients named
+// apart), in the quota's units; a
 // region without says so; a region without a lease has no row, and a
 // quota nobody serves at the edge has no edge table.
 func TestOverviewEdge(t *testing.T) {
@@ -154,19 +155,19 @@ func TestOverviewEdge(t *testing.T) {
 	if _, body := get(t, c, "GET", "/"); strings.Contains(body, "data-edge-region") {
 		t.Fatal("a quota without an edge shows an edge table")
 	}
-	src.leases[1].Edge = &pb.EdgeSummary{Instances: 20, Buckets: 1000, Assigned: 27_500_000, Usage: 91_250_000, Agents: 2}
+	src.leases[1].Edge = &pb.EdgeSummary{Instances: 20, LibraryInstances: 5, Buckets: 1000, Assigned: 27_500_000, Usage: 91_250_000, Agents: 2}
 	_, body := get(t, c, "GET", "/")
 	for _, want := range []string{
 		`<th class="n">assigned <small>per second</small></th>`,
 		`<tr data-edge-region="us">`,
-		`data-k="instances" data-v="20">20<`,
+		`data-k="instances" data-v="20">20 (5 library)<`,
 		`data-k="buckets" data-v="1000">1000<`,
 		// api's limit is each tenant's: the sum over tenants is no part of it.
 		`data-k="assigned" data-v="27.5" title="summed over the identities' buckets; the limit is each identity's">27.5 <small>(all identities)</small>`,
 		`data-k="usage" data-v="91.25">91.25<`,
 		`data-k="agents" data-v="2">2<`,
 		`<tr data-edge-region="eu">`,
-		`data-k="instances" data-v="0" colspan="5">no Envoy instance streams`,
+		`data-k="instances" data-v="0" colspan="5">no Envoy instance or library client streams`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("overview lacks %s", want)

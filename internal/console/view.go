@@ -93,6 +93,7 @@ type regionView struct {
 // tenant's limit).
 type edgeView struct {
 	Instances, Buckets, Agents int32
+	Library                    int32 // of the instances, Go services using the client library
 	Assigned, AssignedPct      float64
 	OfLimit                    bool
 	Usage                      float64
@@ -103,7 +104,8 @@ func newEdgeView(l *pb.LeaseRecord, perIdentity bool) *edgeView {
 	if e == nil {
 		return nil
 	}
-	return &edgeView{Instances: e.Instances, Buckets: e.Buckets, Agents: e.Agents, Assigned: policy.Units(e.Assigned),
+	return &edgeView{Instances: e.Instances, Library: e.LibraryInstances, Buckets: e.Buckets, Agents: e.Agents,
+		Assigned:    policy.Units(e.Assigned),
 		AssignedPct: 100 * fraction(e.Assigned, l.Limit), OfLimit: !perIdentity, Usage: policy.Units(e.Usage)}
 }
 

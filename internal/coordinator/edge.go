@@ -38,7 +38,8 @@ func (r *edgeReports) record(region, instance string, s *pb.EdgeSummary, now, ho
 	if r.by == nil {
 		r.by, r.sweep = map[instanceKey]edgeReport{}, minSweep
 	}
-	r.by[k] = edgeReport{sum: &pb.EdgeSummary{Instances: s.Instances, Buckets: s.Buckets, Assigned: s.Assigned, Usage: s.Usage}, until: now + hold}
+	r.by[k] = edgeReport{sum: &pb.EdgeSummary{Instances: s.Instances, LibraryInstances: s.LibraryInstances, Buckets: s.Buckets,
+		Assigned: s.Assigned, Usage: s.Usage}, until: now + hold}
 	if len(r.by) >= r.sweep {
 		for k, v := range r.by {
 			if now >= v.until {
@@ -62,6 +63,7 @@ func (r *edgeReports) region(region string, now time.Duration) *pb.EdgeSummary {
 		}
 		out.Agents++
 		out.Instances = addInt32(out.Instances, v.sum.Instances)
+		out.LibraryInstances = addInt32(out.LibraryInstances, v.sum.LibraryInstances)
 		out.Buckets = addInt32(out.Buckets, v.sum.Buckets)
 		out.Assigned = addInt64(out.Assigned, v.sum.Assigned)
 		out.Usage = addInt64(out.Usage, v.sum.Usage)
@@ -70,9 +72,10 @@ func (r *edgeReports) region(region string, now time.Duration) *pb.EdgeSummary {
 }
 
 // validEdge checks a renewal's edge summary: counts and amounts are never
-// negative.
+// negative, and the library's instances are some of the instances.
 func validEdge(s *pb.EdgeSummary) bool {
-	return s == nil || (s.Instances >= 0 && s.Buckets >= 0 && s.Assigned >= 0 && s.Usage >= 0 && s.Agents >= 0)
+	return s == nil || (s.Instances >= 0 && s.Buckets >= 0 && s.Assigned >= 0 && s.Usage >= 0 && s.Agents >= 0 &&
+		s.LibraryInstances >= 0 && s.LibraryInstances <= s.Instances)
 }
 
 // addInt32 and addInt64 add two non-negative numbers, saturating.

@@ -16,7 +16,8 @@ import (
 // API: ListLeases shows, per region, the sum over its agent instances
 // (and how many reported), usage beyond the quota's total included; an
 // instance that reports none is forgotten at once, one that stops
-// renewing once its grant ends; a negative summary is refused whole and
+// renewing once its grant ends; a negative summary, or one with more
+// library clients than instances, is refused whole and
 // changes nothing; a renewal without one (an older agent) works as before.
 func TestEdgeSummariesInListLeases(t *testing.T) {
 	_, adm, cl := startLeader(t, testenv.Prefix(t), "c1", nil)
@@ -37,13 +38,13 @@ func TestEdgeSummariesInListLeases(t *testing.T) {
 	if e := edgeOf("eu"); e != nil {
 		t.Fatalf("a region whose agent sent no summary shows edge %v", e)
 	}
-	if err := renew("us", "us-1", &pb.EdgeSummary{Instances: 3, Buckets: 7, Assigned: 40 * M, Usage: 55 * M}); err != nil {
+	if err := renew("us", "us-1", &pb.EdgeSummary{Instances: 3, LibraryInstances: 1, Buckets: 7, Assigned: 40 * M, Usage: 55 * M}); err != nil {
 		t.Fatal(err)
 	}
-	if err := renew("us", "us-2", &pb.EdgeSummary{Instances: 2, Buckets: 2, Assigned: 10 * M, Usage: 500 * M}); err != nil {
+	if err := renew("us", "us-2", &pb.EdgeSummary{Instances: 2, LibraryInstances: 2, Buckets: 2, Assigned: 10 * M, Usage: 500 * M}); err != nil {
 		t.Fatal(err)
 	}
-	want := &pb.EdgeSummary{Instances: 5, Buckets: 9, Assigned: 50 * M, Usage: 555 * M, Agents: 2}
+	want := &pb.EdgeSummary{Instances: 5, LibraryInstances: 3, Buckets: 9, Assigned: 50 * M, Usage: 555 * M, Agents: 2}
 	if got := edgeOf("us"); !proto.Equal(got, want) {
 		t.Fatalf("us's edge: %v, want %v", got, want)
 	}
@@ -51,9 +52,10 @@ func TestEdgeSummariesInListLeases(t *testing.T) {
 		t.Fatalf("eu shows us's edge: %v", e)
 	}
 
-	err := renew("us", "us-2", &pb.EdgeSummary{Instances: -1})
-	if code(err) != codes.InvalidArgument {
-		t.Fatalf("a negative edge summary: %v, want InvalidArgument", err)
+	for _, bad := range []*pb.EdgeSummary{{Instances: -1}, {Instances: 1, LibraryInstances: 2}} {
+		if err := renew("us", "us-2", bad); code(err) != codes.InvalidArgument {
+			t.Fatalf("edge summary %v: %v, want InvalidArgument", bad, err)
+		}
 	}
 	if got := edgeOf("us"); !proto.Equal(got, want) {
 		t.Fatalf("a refused renewal changed us's edge: %v, want %v", got, want)
@@ -62,7 +64,7 @@ func TestEdgeSummariesInListLeases(t *testing.T) {
 	if err := renew("us", "us-2", nil); err != nil { // its Envoy instances went away
 		t.Fatal(err)
 	}
-	want = &pb.EdgeSummary{Instances: 3, Buckets: 7, Assigned: 40 * M, Usage: 55 * M, Agents: 1}
+	want = &pb.EdgeSummary{Instances: 3, LibraryInstances: 1, Buckets: 7, Assigned: 40 * M, Usage: 55 * M, Agents: 1}
 	if got := edgeOf("us"); !proto.Equal(got, want) {
 		t.Fatalf("us's edge after us-2 reported none: %v, want %v", got, want)
 	}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quota-lease/quota-lease/admission"
+	"github.com/quota-lease/quota-lease/internal/httplimit"
 	"github.com/quota-lease/quota-lease/policy"
 )
 
@@ -110,10 +111,10 @@ func envoyAnswer(cfg *Answers, req *rlsv3.RateLimitRequest, res []admission.Resu
 		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd,
 			&corev3.HeaderValue{Key: "RateLimit-Limit", Value: strconv.FormatUint(uint64(closest.CurrentLimit.RequestsPerUnit), 10)},
 			&corev3.HeaderValue{Key: "RateLimit-Remaining", Value: strconv.FormatUint(uint64(closest.LimitRemaining), 10)},
-			&corev3.HeaderValue{Key: "RateLimit-Reset", Value: ceilSeconds(closest.DurationUntilReset.AsDuration().Milliseconds())})
+			&corev3.HeaderValue{Key: "RateLimit-Reset", Value: httplimit.CeilSeconds(closest.DurationUntilReset.AsDuration().Milliseconds())})
 	}
 	if cfg.EnvoyRetryAfter && retryMs >= 0 {
-		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: "retry-after", Value: retryAfterSeconds(retryMs)})
+		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: "retry-after", Value: httplimit.RetryAfterSeconds(retryMs)})
 	}
 	if cfg.EnvoyDynamicMetadata {
 		out.DynamicMetadata = envoyMetadata(req, quotaViolations, matched)

@@ -5,17 +5,17 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"sync"
 
 	"github.com/quota-lease/quota-lease/admission"
+	"github.com/quota-lease/quota-lease/internal/httplimit"
 )
 
 // The HTTP contract (docs/http.md): POST /v1/check decides one check; a
 // rejection is 429 with application/problem+json (RFC 9457), Retry-After
 // in whole seconds rounded up, Cache-Control: no-store, and the remaining
 // quota in the RateLimit fields of the draft version the deployment chose
-// (httpratelimit.go; draft-ietf-httpapi-ratelimit-headers-06 by default).
+// (package httplimit; draft-ietf-httpapi-ratelimit-headers-06 by default).
 // The body names the policy and never an internal key.
 
 // MaxCheckBody bounds a check request body.
@@ -23,7 +23,6 @@ const MaxCheckBody = 64 << 10
 
 // Problem types.
 const (
-	ProblemRateLimited    = "urn:quota-lease:problem:rate-limited"
 	ProblemInvalidRequest = "urn:quota-lease:problem:invalid-request"
 	ProblemUnavailable    = "urn:quota-lease:problem:unavailable"
 )
@@ -147,9 +146,9 @@ func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	s.writeLimitFields(h, o, in.Attributes)
 	if !o.Allowed {
-		h["Retry-After"] = retryAfterHeader(o.RetryAfterMs)
+		h["Retry-After"] = httplimit.RetryAfter(o.RetryAfterMs)
 		writeJSON(w, http.StatusTooManyRequests, problemContentType, func(b []byte) []byte {
-			return appendRateLimited(b, o.Policy.Name, o.RetryAfterMs)
+			return httplimit.AppendRateLimited(b, o.Policy.Name, o.RetryAfterMs)
 		})
 		return
 	}
@@ -194,33 +193,3 @@ func readBody(r io.Reader, b []byte, max int) ([]byte, error) {
 		}
 	}
 }
-
-// secondsUp is ms in whole seconds, rounded up.
-func secondsUp(ms int64) int64 { return (ms + 999) / 1000 }
-
-// ceilSeconds formats ms as whole seconds, rounded up.
-func ceilSeconds(ms int64) string { return strconv.FormatInt(secondsUp(ms), 10) }
-
-// retryAfterSecs is the Retry-After of a wait of ms: whole seconds rounded
-// up, at least 1 (0 would invite an immediate retry that is bound to fail).
-func retryAfterSecs(ms int64) int64 { return max(1, secondsUp(ms)) }
-
-// retryAfterSeconds formats retryAfterSecs(ms).
-func retryAfterSeconds(ms int64) string { return strconv.FormatInt(retryAfterSecs(ms), 10) }
-
-// retryAfterHeader is the Retry-After header value of a wait of ms, the
-// same one for every answer with a wait of up to a minute (net/http only
-// reads header values; each has capacity 1, so an append copies it).
-func retryAfterHeader(ms int64) []string {
-	if s := retryAfterSecs(ms); s < int64(len(retryAfterValues)) {
-		return retryAfterValues[s]
-	}
-	return []string{retryAfterSeconds(ms)}
-}
-
-var retryAfterValues = func() (v [61][]string) {
-	for i := range v {
-		v[i] = []string{strconv.Itoa(i)}
-	}
-	return v
-}()

@@ -74,23 +74,6 @@ func appendProblem(b []byte, p problem) []byte {
 	return append(b, "}\n"...)
 }
 
-// appendRateLimited appends the problem of a rejected check of policy:
-// appendProblem's, with the detail written in place.
-func appendRateLimited(b []byte, policy string, retryAfterMs int64) []byte {
-	b = append(b, `{"type":"`+ProblemRateLimited+`","title":"Too Many Requests","status":429,"detail":"policy `...)
-	b = append(b, policy...) // [a-z0-9._-] (policy.Policy.Validate): nothing to escape
-	b = append(b, ` admits no more now; retry after `...)
-	b = strconv.AppendFloat(b, float64(retryAfterMs)/1000, 'f', -1, 64)
-	b = append(b, `s","policy":"`...)
-	b = append(b, policy...)
-	b = append(b, '"')
-	if retryAfterMs != 0 {
-		b = append(b, `,"retry_after_ms":`...)
-		b = strconv.AppendInt(b, retryAfterMs, 10)
-	}
-	return append(b, "}\n"...)
-}
-
 // appendJSONString appends s as a JSON string the way encoding/json
 // escapes it: quotes, backslashes and control characters; <, > and & as
 // \u003c and so on; U+2028 and U+2029; invalid UTF-8 as U+FFFD.

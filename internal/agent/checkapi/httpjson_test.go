@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quota-lease/quota-lease/internal/httplimit"
 )
 
 // appendJSONString writes what encoding/json writes, for any string.
@@ -41,18 +43,18 @@ func TestAppendProblemAsEncodingJSON(t *testing.T) {
 	for _, p := range []problem{
 		{Type: ProblemInvalidRequest, Title: http.StatusText(400), Status: 400, Detail: `the body must be JSON: invalid character 'x' looking for "value"`},
 		{Type: ProblemInvalidRequest, Title: "Request Entity Too Large", Status: 413},
-		{Type: ProblemRateLimited, Title: "Too Many Requests", Status: 429, Detail: "<&>", Policy: "api.v2", RetryAfterMs: 1500},
+		{Type: httplimit.ProblemRateLimited, Title: "Too Many Requests", Status: 429, Detail: "<&>", Policy: "api.v2", RetryAfterMs: 1500},
 	} {
 		if got, want := string(appendProblem(nil, p)), encoded(t, p); got != want {
 			t.Errorf("appendProblem = %s, encoding/json writes %s", got, want)
 		}
 	}
 	for _, ms := range []int64{1, 999, 1000, 1500, 59_998, 3_600_000} {
-		want := encoded(t, problem{Type: ProblemRateLimited, Title: "Too Many Requests", Status: http.StatusTooManyRequests,
+		want := encoded(t, problem{Type: httplimit.ProblemRateLimited, Title: "Too Many Requests", Status: http.StatusTooManyRequests,
 			Detail: fmt.Sprintf("policy api-2.x admits no more now; retry after %gs", (time.Duration(ms) * time.Millisecond).Seconds()),
 			Policy: "api-2.x", RetryAfterMs: ms})
-		if got := string(appendRateLimited(nil, "api-2.x", ms)); got != want {
-			t.Errorf("appendRateLimited(%d) = %s, want %s", ms, got, want)
+		if got := string(httplimit.AppendRateLimited(nil, "api-2.x", ms)); got != want {
+			t.Errorf("AppendRateLimited(%d) = %s, want %s", ms, got, want)
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/quota-lease/quota-lease/admission"
+	"github.com/quota-lease/quota-lease/internal/httplimit"
 	"github.com/quota-lease/quota-lease/internal/logs"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
@@ -61,22 +62,21 @@ type Answers struct {
 	// envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA does.
 	EnvoyDynamicMetadata bool
 	// HTTPRateLimitHeaders is the version of the IETF RateLimit header
-	// fields the HTTP API sends (httpratelimit.go, docs/http.md):
-	// RateLimitDraft06 by default, RateLimitDraft11 or RateLimitNone.
+	// fields the HTTP API sends (package httplimit, docs/http.md):
+	// httplimit.Draft06 by default, httplimit.Draft11 or httplimit.None.
 	HTTPRateLimitHeaders string
 }
 
 // DefaultAnswers are envoyproxy/ratelimit's answers to Envoy, and the HTTP
 // API's RateLimit fields of draft-06.
-func DefaultAnswers() Answers { return Answers{HTTPRateLimitHeaders: RateLimitDraft06} }
+func DefaultAnswers() Answers { return Answers{HTTPRateLimitHeaders: httplimit.Draft06} }
 
 // Validate reports a choice the check APIs cannot answer with.
 func (a Answers) Validate() error {
-	switch a.HTTPRateLimitHeaders {
-	case RateLimitDraft06, RateLimitDraft11, RateLimitNone:
-		return nil
+	if err := httplimit.ValidVersion(a.HTTPRateLimitHeaders); err != nil {
+		return fmt.Errorf("http %w", err)
 	}
-	return fmt.Errorf("http ratelimit headers %q: use %s, %s or %s", a.HTTPRateLimitHeaders, RateLimitDraft06, RateLimitDraft11, RateLimitNone)
+	return nil
 }
 
 // Config is what the check APIs are given.

@@ -283,7 +283,7 @@ func (e *Engine) collect() map[*rlqsStream]*rlqsv3.RateLimitQuotaResponse {
 // report. e.mu is held.
 func (e *Engine) updateMetrics(now time.Time) {
 	type agg struct {
-		streams              map[uint64]bool
+		streams              map[uint64]bool // whether each is the client library's
 		buckets              int
 		rate, reserve, usage float64
 		pol                  *policy.Policy
@@ -296,7 +296,7 @@ func (e *Engine) updateMetrics(now time.Time) {
 			by[id.Policy] = g
 		}
 		for sid, s := range k.Slots {
-			g.streams[sid.stream] = true
+			g.streams[sid.stream] = e.streams[sid.stream] != nil && e.streams[sid.stream].library
 			g.buckets++
 			if _, active := k.Ledger.Current(sid, now); active {
 				g.rate += s.Bucket.Rate()
@@ -313,7 +313,8 @@ func (e *Engine) updateMetrics(now time.Time) {
 	sums := map[string]edgeSummary{}
 	for name, g := range by {
 		if g.pol != nil && len(g.streams) > 0 {
-			sums[name] = edgeSummary{instances: len(g.streams), buckets: g.buckets, assigned: edge.DemandAmount(g.pol, g.rate), usage: amountOf(g.usage)}
+			sums[name] = edgeSummary{instances: len(g.streams), library: countTrue(g.streams), buckets: g.buckets,
+				assigned: edge.DemandAmount(g.pol, g.rate), usage: amountOf(g.usage)}
 		}
 	}
 	e.summary.Store(&sums)

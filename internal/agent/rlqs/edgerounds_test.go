@@ -78,7 +78,7 @@ func TestEdgeRoundsAsTheSimulator(t *testing.T) {
 			case "report":
 				st := streams[ev.Instance]
 				if st == nil {
-					st = e.open()
+					st = e.open(false)
 					streams[ev.Instance], instanceOf[st] = st, ev.Instance
 				}
 				m := &rlqsv3.RateLimitQuotaUsageReports{Domain: "d", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{

@@ -12,6 +12,7 @@ import (
 // plays no part in any grant.
 type edgeSummary struct {
 	instances, buckets int   // streams with a bucket of the policy; their buckets
+	library            int   // of the instances, the client library's
 	assigned, usage    int64 // assigned refill and reported rate, amount units
 }
 
@@ -30,7 +31,8 @@ func (e *Engine) Summary(name string) *pb.EdgeSummary {
 	if !ok {
 		return nil
 	}
-	return &pb.EdgeSummary{Instances: clampInt32(s.instances), Buckets: clampInt32(s.buckets), Assigned: s.assigned, Usage: s.usage}
+	return &pb.EdgeSummary{Instances: clampInt32(s.instances), LibraryInstances: clampInt32(s.library),
+		Buckets: clampInt32(s.buckets), Assigned: s.assigned, Usage: s.usage}
 }
 
 // amountOf is a sum of amounts, kept in a float64 so that it cannot wrap,
@@ -43,3 +45,14 @@ func amountOf(sum float64) int64 {
 }
 
 func clampInt32(n int) int32 { return int32(min(n, math.MaxInt32)) }
+
+// countTrue is how many of m's values are true.
+func countTrue[K comparable](m map[K]bool) int {
+	n := 0
+	for _, v := range m {
+		if v {
+			n++
+		}
+	}
+	return n
+}

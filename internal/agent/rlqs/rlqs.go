@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -22,6 +23,7 @@ import (
 	"github.com/quota-lease/quota-lease/edge"
 	"github.com/quota-lease/quota-lease/internal/logs"
 	"github.com/quota-lease/quota-lease/policy"
+	"github.com/quota-lease/quota-lease/quotalease"
 )
 
 // Envoy's Rate Limit Quota Service
@@ -57,9 +59,12 @@ func (e *Engine) Register(s *grpc.Server) {
 type rlqsStream struct {
 	id     uint64
 	domain string
-	out    chan *rlqsv3.RateLimitQuotaResponse
-	done   chan struct{}
-	slots  map[string]*rlqsSlot // by bucketKey
+	// library: the client is the quota-lease client library, not an Envoy
+	// (it names itself when the stream opens).
+	library bool
+	out     chan *rlqsv3.RateLimitQuotaResponse
+	done    chan struct{}
+	slots   map[string]*rlqsSlot // by bucketKey
 	// allowAll: buckets that nothing limits, and when ALLOW_ALL was sent.
 	allowAll map[string]time.Time
 	pend     []*rlqsv3.RateLimitQuotaResponse_BucketAction
@@ -93,7 +98,8 @@ func (s *rlqsServer) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_S
 		return errDraining
 	default:
 	}
-	st := s.e.open()
+	md, _ := metadata.FromIncomingContext(stream.Context())
+	st := s.e.open(len(md.Get(quotalease.ClientMetadata)) > 0)
 	if st == nil {
 		return status.Errorf(codes.ResourceExhausted,
 			"this agent serves %d RLQS streams, its most (--edge-max-streams): connect to another agent of the "+
@@ -150,8 +156,8 @@ func (st *rlqsStream) send(m *rlqsv3.RateLimitQuotaResponse, ms *metrics) {
 	}
 }
 
-// open registers a new stream.
-func (e *Engine) open() *rlqsStream {
+// open registers a new stream, of the client library or of an Envoy.
+func (e *Engine) open(library bool) *rlqsStream {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if len(e.streams) >= e.cfg.MaxStreams {
@@ -159,7 +165,7 @@ func (e *Engine) open() *rlqsStream {
 		return nil
 	}
 	e.nextStream++
-	st := &rlqsStream{id: e.nextStream, out: make(chan *rlqsv3.RateLimitQuotaResponse, rlqsOutbox), done: make(chan struct{}),
+	st := &rlqsStream{id: e.nextStream, library: library, out: make(chan *rlqsv3.RateLimitQuotaResponse, rlqsOutbox), done: make(chan struct{}),
 		slots: map[string]*rlqsSlot{}, allowAll: map[string]time.Time{}, tokens: float64(e.cfg.ReportBurst), tokensAt: e.h.Clock.Now(),
 		refused: logs.Outage{What: "RLQS buckets refused", Interval: 30 * time.Second, Level: hclog.Warn}}
 	e.streams[st.id] = st

@@ -32,21 +32,25 @@ import (
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
-// Binaries are the built commands.
-type Binaries struct{ Coordinator, Agent string }
+// Binaries are the built commands: the coordinator, the agent and the
+// example service that uses the client library (examples/limited-service).
+type Binaries struct{ Coordinator, Agent, Service string }
 
-// Build compiles cmd/coordinator and cmd/regional-agent into dir.
+// Build compiles cmd/coordinator, cmd/regional-agent and
+// examples/limited-service into dir.
 func Build(ctx context.Context, dir string) (Binaries, error) {
 	root, err := moduleRoot(ctx)
 	if err != nil {
 		return Binaries{}, err
 	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+string(os.PathSeparator), "./cmd/coordinator", "./cmd/regional-agent")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+string(os.PathSeparator), "./cmd/coordinator", "./cmd/regional-agent",
+		"./examples/limited-service")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return Binaries{}, fmt.Errorf("go build: %w\n%s", err, out)
 	}
-	return Binaries{Coordinator: filepath.Join(dir, "coordinator"), Agent: filepath.Join(dir, "regional-agent")}, nil
+	return Binaries{Coordinator: filepath.Join(dir, "coordinator"), Agent: filepath.Join(dir, "regional-agent"),
+		Service: filepath.Join(dir, "limited-service")}, nil
 }
 
 // BuildTemp builds the commands into a new temporary directory, for a
@@ -126,10 +130,13 @@ type Cluster struct {
 	Etcd          *Process
 	Coords        []*Process
 	Agents        []*AgentProcess
-	etcd          string
-	admin         *leaseapi.Client
-	used          map[string]bool
-	pki           *pki
+	// Services are the example service's processes (StartServices).
+	Services []*ServiceProcess
+	bins     Binaries
+	etcd     string
+	admin    *leaseapi.Client
+	used     map[string]bool
+	pki      *pki
 	// adminCreds and web reach the coordinators as an admin and the
 	// agents' HTTPS listeners as a service.
 	adminCreds credentials.TransportCredentials
@@ -360,7 +367,7 @@ func Start(ctx context.Context, bins Binaries, dir string, o Options) (_ *Cluste
 	if o.AgentsPerRegion == 0 {
 		o.AgentsPerRegion = 1
 	}
-	c := &Cluster{Dir: dir, Opts: o, used: map[string]bool{}, RedisClusters: map[string]*redistest.Cluster{}, Sentinels: map[string]*redistest.Sentinel{}}
+	c := &Cluster{Dir: dir, Opts: o, bins: bins, used: map[string]bool{}, RedisClusters: map[string]*redistest.Cluster{}, Sentinels: map[string]*redistest.Sentinel{}}
 	defer func() {
 		if err != nil {
 			c.Stop()
@@ -523,6 +530,17 @@ func (c *Cluster) startAgent(ctx context.Context, bins Binaries, i int, region s
 	return a, nil
 }
 
+// RegionAgents are region's agent processes, in Cluster.Agents' order.
+func (c *Cluster) RegionAgents(region string) []*AgentProcess {
+	var out []*AgentProcess
+	for _, a := range c.Agents {
+		if a.Region == region {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
 // Admin calls the leader's admin API.
 func (c *Cluster) Admin(ctx context.Context, fn func(pb.AdminServiceClient, ...grpc.CallOption) error) error {
 	return c.admin.Call(ctx, func(cc *grpc.ClientConn, opts ...grpc.CallOption) error {
@@ -655,6 +673,10 @@ func (c *Cluster) Leases(ctx context.Context) ([]*pb.LeaseRecord, error) {
 
 // Stop stops every process, agents first, and every proxy.
 func (c *Cluster) Stop() {
+	for _, sv := range c.Services {
+		sv.Stop()
+		sv.Proxy.Close()
+	}
 	for _, a := range c.Agents {
 		if a.checkCon != nil {
 			a.checkCon.Close()

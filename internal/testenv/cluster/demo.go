@@ -44,20 +44,24 @@ edge: {instances: 6, no_assignment: deny, ttl: 1s}
 `
 
 // DemoEdgeRegion is the region whose Envoy-like clients the demo runs, and
-// demoEnvoys how many.
+// demoEnvoys how many; DemoServiceRegion the region of its Go services
+// deciding in-process with the client library (examples/limited-service),
+// and demoServices how many.
 const (
-	DemoEdgeRegion = "eu"
-	demoEnvoys     = 6
+	DemoEdgeRegion    = "eu"
+	demoEnvoys        = 6
+	DemoServiceRegion = "us"
+	demoServices      = 2
 )
 
 // RunDemo starts a cluster in dir, drives region-shifting traffic through
 // the agents' real gRPC APIs for dur while it kills the coordinator leader
 // and partitions a region, prints progress and then a table per policy,
 // region and total against the limit and the bound, and stops everything.
-// Beside the direct checks, Envoy-like clients behind eu decide a
-// per-tenant policy at the edge (DemoEdgePolicy), also checked directly
-// from the other regions; the report counts what both admitted against
-// the bound.
+// Beside the direct checks, Envoy-like clients behind eu and Go services
+// behind us decide a per-tenant policy at the edge (DemoEdgePolicy), also
+// checked directly from us and ap; the report counts what all of them
+// admitted against the bound.
 func RunDemo(ctx context.Context, bins Binaries, dir string, dur time.Duration, out io.Writer) error {
 	fmt.Fprintf(out, "starting: etcd, 2 coordinator replicas, 3 regions (us, eu, ap) each with a "+
 		"redis-server and an agent (data and logs in %s)\n", dir)
@@ -80,10 +84,15 @@ func RunDemo(ctx context.Context, bins Binaries, dir string, dur time.Duration, 
 		return err
 	}
 	defer edge.Close()
+	services, err := c.StartServices(ctx, DemoServiceRegion, "edge-tenant", demoServices, time.Second)
+	if err != nil {
+		return err
+	}
 	fmt.Fprintf(out, "edge: %d Envoy-like clients behind %s decide edge-tenant's requests themselves, on "+
-		"token buckets %s's agents assign them over Envoy's Rate Limit Quota Service, reporting every 2s; us "+
-		"and ap check edge-tenant directly\n",
-		demoEnvoys, DemoEdgeRegion, DemoEdgeRegion)
+		"token buckets %s's agents assign them over Envoy's Rate Limit Quota Service, reporting every 2s; "+
+		"%d Go services behind %s decide them in-process with the client library (examples/limited-service), "+
+		"reporting every second; us and ap check edge-tenant directly too\n",
+		demoEnvoys, DemoEdgeRegion, DemoEdgeRegion, demoServices, DemoServiceRegion)
 	if console, stop, err := c.ConsoleProxy(); err != nil {
 		fmt.Fprintf(out, "no web console: %v\n", err)
 	} else {
@@ -94,10 +103,11 @@ func RunDemo(ctx context.Context, bins Binaries, dir string, dur time.Duration, 
 	fmt.Fprintln(out, "each progress line: per region, its lease on api-global (active, renewing, shrinking, "+
 		"degraded) and the share of the 60/s it holds; then what each region admitted so far")
 	global, tenant, direct := demoLoads(dur)
-	d, ed := NewDriver(c), NewEdgeDriver()
-	done, edgeDone := make(chan struct{}), make(chan struct{})
+	d, ed, sd := NewDriver(c), NewEdgeDriver(), &ServiceDriver{Policy: "edge-tenant", Tenant: "t-0"}
+	done, edgeDone, servicesDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() { d.Run(ctx, dur, global, tenant, direct); close(done) }()
 	go func() { ed.Run(ctx, dur, EdgeLoad{Demand: demoEdgeDemand()}, edge); close(edgeDone) }()
+	go func() { sd.Run(ctx, dur, 10, services...); close(servicesDone) }()
 
 	start := time.Now()
 	events := []struct {
@@ -141,7 +151,8 @@ func RunDemo(ctx context.Context, bins Binaries, dir string, dur time.Duration, 
 		progress(ctx, out, c, d, ed, el, shares)
 	}
 	<-edgeDone
-	return report(out, c, d, edge, shares)
+	<-servicesDone
+	return report(out, c, d, edge, sd, shares)
 }
 
 // demoLoads are the demo's direct checks over a run of dur: api-global
@@ -234,14 +245,14 @@ func progress(ctx context.Context, out io.Writer, c *Cluster, d *Driver, ed *Edg
 	fmt.Fprintf(out, "%s | api-global admitted so far: %s | %s's Envoys admitted %d of %d\n", strings.Join(line, "  "), strings.Join(adm, ", "), DemoEdgeRegion, allowed, decided)
 }
 
-func report(out io.Writer, c *Cluster, d *Driver, edge *Edge, shares map[string][]float64) error {
+func report(out io.Writer, c *Cluster, d *Driver, edge *Edge, sd *ServiceDriver, shares map[string][]float64) error {
 	ps, err := policy.ParsePolicies([]byte(DemoPolicies + "---\n" + DemoEdgePolicy))
 	if err != nil {
 		return err
 	}
 	dep := bound.Deployment{Regions: len(c.Agents), Instances: 1, LeaseDuration: c.Opts.LeaseDuration, Drift: 1e-4}
 	const w = 5 * time.Second
-	adm := append(d.Admissions(), edge.Admissions()...)
+	adm := append(append(d.Admissions(), edge.Admissions()...), sd.Admissions()...)
 	for _, p := range ps {
 		b, err := bound.Compute(p, dep, bound.Leased, w+200*time.Millisecond)
 		if err != nil {
@@ -264,6 +275,9 @@ func report(out io.Writer, c *Cluster, d *Driver, edge *Edge, shares map[string]
 			s := edge.Stats()
 			total.Sent, total.Admitted, total.Rejected = total.Sent+int64(s.Allowed+s.Denied), total.Admitted+int64(s.Allowed), total.Rejected+int64(s.Denied)
 			fmt.Fprintf(tw, "%s's Envoys\t%d\t%d\t%d\t\t\t\t\t\t\n", edge.Region, s.Allowed+s.Denied, s.Allowed, s.Denied)
+			admitted, refused := sd.Counts()
+			total.Sent, total.Admitted, total.Rejected = total.Sent+int64(admitted+refused), total.Admitted+int64(admitted), total.Rejected+int64(refused)
+			fmt.Fprintf(tw, "%s's services\t%d\t%d\t%d\t\t\t\t\t\t\n", DemoServiceRegion, admitted+refused, admitted, refused)
 		}
 		fmt.Fprintf(tw, "total\t%d\t%d\t%d\t\t\t\t\t\t\n", total.Sent, total.Admitted, total.Rejected)
 		tw.Flush()
@@ -280,8 +294,8 @@ func report(out io.Writer, c *Cluster, d *Driver, edge *Edge, shares map[string]
 		}
 		what := ""
 		if p.Edge != nil {
-			what = fmt.Sprintf(" (Envoys' own records and direct checks; the bound's edge term %g: the Envoys deny "+
-				"without an assignment)", b.Terms[bound.TermEdge])
+			what = fmt.Sprintf(" (Envoys' own records, the services' answers and direct checks; the bound's edge "+
+				"term %g: the Envoys and services deny without an assignment)", b.Terms[bound.TermEdge])
 		}
 		fmt.Fprintf(out, "most admitted for one identity (%s) in any %s window%s: %d; one ideal global limiter "+
 			"admits at most %.0f (%s); bound %.0f: %s\n",

@@ -147,7 +147,7 @@ func runRegionFault(t *testing.T, rates map[string]float64, dur time.Duration, r
 	fault func(a *AgentProcess, on bool)) *Driver {
 	t.Helper()
 	c := start(t, globalPolicy)
-	a := regionAgents(c, region)[0]
+	a := c.RegionAgents(region)[0]
 	return runWhile(t, c, dur, func() {
 		time.Sleep(from)
 		fault(a, true)
@@ -288,7 +288,7 @@ func TestDemoShort(t *testing.T) {
 	s := out.String()
 	for _, want := range []string{"killed coordinator-", "cutting ap off", "policy api-global", "policy per-tenant", "| api-global admitted so far",
 		"each progress line:", "checks decided in that mode", "(burst 60 + 60/s x 5s)",
-		"policy edge-tenant", "| eu's Envoys admitted", "eu's Envoys", "the bound's edge term 0"} {
+		"policy edge-tenant", "| eu's Envoys admitted", "eu's Envoys", "us's services", "the bound's edge term 0"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, s)
 		}
@@ -300,6 +300,10 @@ func TestDemoShort(t *testing.T) {
 	m := regexp.MustCompile(`eu's Envoys admitted (\d+) of (\d+)`).FindAllStringSubmatch(s, -1)
 	if len(m) == 0 || m[len(m)-1][1] == "0" {
 		t.Fatalf("eu's Envoys admitted nothing:\n%s", s)
+	}
+	// So did the services: their row's admitted column.
+	if m := regexp.MustCompile(`us's services\s+\d+\s+(\d+)`).FindStringSubmatch(s); m == nil || m[1] == "0" {
+		t.Fatalf("us's services admitted nothing:\n%s", s)
 	}
 }
 

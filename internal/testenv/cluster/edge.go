@@ -65,12 +65,7 @@ type Edge struct {
 // StartEdge starts o.Envoys Envoy-like clients behind region, streaming
 // to its agents over mutual TLS as a service.
 func (c *Cluster) StartEdge(ctx context.Context, region string, o EdgeOptions) (_ *Edge, err error) {
-	var agents []*AgentProcess
-	for _, a := range c.Agents {
-		if a.Region == region {
-			agents = append(agents, a)
-		}
-	}
+	agents := c.RegionAgents(region)
 	if len(agents) == 0 || o.Envoys < 1 || len(o.Filters) == 0 {
 		return nil, fmt.Errorf("edge of %s: %d agents, %d Envoys, %d filters", region, len(agents), o.Envoys, len(o.Filters))
 	}

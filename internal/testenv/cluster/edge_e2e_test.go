@@ -247,7 +247,7 @@ func TestEdgeE2E(t *testing.T) {
 	time.Sleep(s.settle) // traffic runs; everything is judged from the records at the end
 
 	// An agent instance is killed: its Envoys reconnect to the other.
-	usAgents := regionAgents(c, "us")
+	usAgents := c.RegionAgents("us")
 	var onFirst []*rlqsenvoy.Instance // the Envoys streaming to us-1, and their streams so far
 	var started []uint64
 	for i := 0; i < len(us.Envoys); i += 2 {
@@ -371,17 +371,6 @@ func cachedEvery(d time.Duration, f func() float64) func() float64 {
 		}
 		return v
 	}
-}
-
-// regionAgents are region's agent processes, in Cluster.Agents' order.
-func regionAgents(c *Cluster, region string) []*AgentProcess {
-	var out []*AgentProcess
-	for _, a := range c.Agents {
-		if a.Region == region {
-			out = append(out, a)
-		}
-	}
-	return out
 }
 
 // regionCapacity is, in requests per second, what region is granted of

@@ -57,7 +57,7 @@ func TestEdgeUsesTheLimit(t *testing.T) {
 	// Through a restart: us's agent killed (SIGKILL) and started again at
 	// once under its name, as a StatefulSet or systemd restarts it.
 	restart := stretch{from: time.Now()}
-	ag := regionAgents(c, "us")[0]
+	ag := c.RegionAgents("us")[0]
 	ag.Kill()
 	if err := ag.Restart(); err != nil {
 		t.Fatal(err)

@@ -37,7 +37,7 @@ func TestIdentityDemandFloodOverRealProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eu := regionAgents(c, "eu")[0]
+	eu := c.RegionAgents("eu")[0]
 	home := steady("homed", "tenant", 1, 0, map[string]float64{"eu": 40})
 	NewDriver(c).Run(ctx, 5*time.Second, home) // the tenant's share moves home to eu
 	failsBefore := scrapeMetric(t, eu, "quotalease_agent_lease_renew_failures_total")

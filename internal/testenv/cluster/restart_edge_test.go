@@ -24,7 +24,7 @@ func TestRestartedAgentServesItsEnvoys(t *testing.T) {
 	// holder in Redis (a restart in the field comes long after).
 	time.Sleep(2 * time.Second)
 
-	ag := regionAgents(c, "us")[0]
+	ag := c.RegionAgents("us")[0]
 	starts, assigns := make([]uint64, len(envoys)), make([]uint64, len(envoys))
 	for i, in := range envoys {
 		s := in.Stats()

@@ -5,6 +5,12 @@
 // from Envoy's own source, behaviour for behaviour. Many Instances run in
 // one process; each is one Envoy with one stream.
 //
+// An Instance is the client library (package quotalease) run with Envoy's
+// settings and behaviours: the bucket settings read from Envoy's proto,
+// its report interval, a stream reopened only with the next report,
+// buckets kept until the server abandons them. What this package adds is
+// Envoy's configuration and each instance's own records.
+//
 // Read from envoyproxy/envoy, source/extensions/filters/http/rate_limit_quota/:
 //   - filter.cc (commit 1736899111be41f7567a2c4a16af886291db8151): the
 //     request path. A request of a bucket the cache lacks is decided by

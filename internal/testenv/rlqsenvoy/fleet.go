@@ -39,7 +39,7 @@ func (f *Fleet) Close() error {
 func (f *Fleet) Stats() Stats {
 	var s Stats
 	for _, in := range f.Instances {
-		s.add(in.Stats())
+		s.Add(in.Stats())
 	}
 	return s
 }

@@ -10,12 +10,13 @@ import (
 	"time"
 
 	rlqfv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
-	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/quota-lease/quota-lease/clock"
+	"github.com/quota-lease/quota-lease/edge/envoy"
+	"github.com/quota-lease/quota-lease/quotalease"
 )
 
 // EnvoyReportInterval is the report period of Envoy's filter: hard-coded,
@@ -90,28 +91,20 @@ type Decision struct {
 	Status int
 }
 
-// Instance is one Envoy: a bucket cache, one stream, its own records.
+// Stats are an instance's counters.
+type Stats = quotalease.Stats
+
+// Instance is one Envoy: the quota-lease client library configured with
+// Envoy's settings and behaviours (its report interval, a stream reopened
+// only with the next report, buckets kept until abandoned), and its own
+// records.
 type Instance struct {
-	cfg    Config
-	set    *settings
-	conn   *grpc.ClientConn
-	client rlqsv3.RateLimitQuotaServiceClient
-
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-
-	outbox  chan *rlqsv3.RateLimitQuotaUsageReports // first reports, to the main loop
-	tickNow chan struct{}
-	reset   chan struct{}
+	cfg Config
+	set *settings
+	c   *quotalease.Client
 
 	mu      sync.Mutex
-	buckets map[string]*bucket
 	records map[string]*record
-	stats   Stats
-	// firstAssign: for each bucket's first assignment, the time since the
-	// last report that carried the bucket was built.
-	firstAssign []time.Duration
 }
 
 // New starts an instance. It opens its stream with its first bucket, as
@@ -121,108 +114,56 @@ func New(ctx context.Context, cfg Config) (*Instance, error) {
 		return nil, fmt.Errorf("envoy %q: %w", cfg.Name, err)
 	}
 	set, _ := parseSettings(cfg.Settings)
-	conn, err := grpc.NewClient(cfg.Target, cfg.DialOptions...)
+	c, err := quotalease.New(ctx, quotalease.Config{
+		Target: cfg.Target, DialOptions: cfg.DialOptions, Metadata: cfg.InitialMetadata, Anonymous: true,
+		Domain: cfg.Domain, Buckets: set.model,
+		ReportInterval: cfg.ReportInterval, ReconnectWithReport: true, ForgetAfter: -1,
+		SendQueue: cfg.SendQueue, Clock: cfg.Clock,
+	})
 	if err != nil {
-		return nil, fmt.Errorf("envoy %q: dial %s: %w", cfg.Name, cfg.Target, err)
+		return nil, fmt.Errorf("envoy %q: %w", cfg.Name, err)
 	}
-	in := &Instance{
-		cfg: cfg, set: set, conn: conn, client: rlqsv3.NewRateLimitQuotaServiceClient(conn),
-		outbox:  make(chan *rlqsv3.RateLimitQuotaUsageReports, cfg.SendQueue),
-		tickNow: make(chan struct{}, 1),
-		reset:   make(chan struct{}, 1),
-		buckets: map[string]*bucket{},
-		records: map[string]*record{},
-	}
-	in.ctx, in.cancel = context.WithCancel(ctx)
-	in.wg.Add(1)
-	go in.run()
-	return in, nil
+	return &Instance{cfg: cfg, set: set, c: c, records: map[string]*record{}}, nil
 }
 
 // Name is the instance's name.
 func (in *Instance) Name() string { return in.cfg.Name }
 
 // Close stops the instance: its stream, its goroutines, its connection.
-func (in *Instance) Close() error {
-	in.cancel()
-	in.wg.Wait()
-	return in.conn.Close()
-}
+func (in *Instance) Close() error { return in.c.Close() }
 
 // Allow decides one request matched into the bucket id (a BucketId map, as
 // Envoy's bucket_id_builder would build it) and records it. It never
 // blocks on the network.
 func (in *Instance) Allow(id map[string]string) Decision {
-	now, wall := in.cfg.Clock.Mono(), in.cfg.Clock.Now()
-	k := key(id)
+	allowed := in.c.Allow(id)
+	wall := in.cfg.Clock.Now()
+	k := quotalease.Key(id)
 	in.mu.Lock()
-	b, ok := in.buckets[k]
-	var allowed bool
-	var first *rlqsv3.RateLimitQuotaUsageReports
-	if ok {
-		allowed = b.m.Allow(now)
-	} else {
-		// A new bucket: decided by no_assignment_behavior, counted, and
-		// reported at once, alone (createBucketImpl).
-		allowed = in.set.model.FirstAllowed()
-		b = newBucket(&rlqsv3.BucketId{Bucket: maps.Clone(id)}, in.set, now)
-		b.m.Count(allowed)
-		in.buckets[k] = b
-		first = &rlqsv3.RateLimitQuotaUsageReports{Domain: in.cfg.Domain,
-			BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{b.usage(now)}}
-		in.stats.FirstReports++
-	}
+	defer in.mu.Unlock()
 	r := in.records[k]
 	if r == nil {
 		r = &record{bucket: maps.Clone(id)}
 		in.records[k] = r
 	}
-	d := Decision{Allowed: allowed}
-	if allowed {
-		in.stats.Allowed++
-		r.admitted = append(r.admitted, wall.UnixNano())
-	} else {
-		in.stats.Denied++
+	if !allowed {
 		r.denied++
-		d.Status = in.set.denyStatus
+		return Decision{Status: in.set.denyStatus}
 	}
-	if first != nil {
-		select {
-		case in.outbox <- first:
-		default:
-			in.stats.Dropped++
-		}
-	}
-	in.mu.Unlock()
-	return d
+	r.admitted = append(r.admitted, wall.UnixNano())
+	return Decision{Allowed: true}
 }
 
 // ReportNow fires the report timer once, now (once the first bucket has
 // started it): for tests that drive reports on a manual clock.
-func (in *Instance) ReportNow() {
-	select {
-	case in.tickNow <- struct{}{}:
-	default:
-	}
-}
+func (in *Instance) ReportNow() { in.c.ReportNow() }
 
 // ResetStream ends the current stream as if the server had closed it
 // (onRemoteClose); the next report tick opens a new one.
-func (in *Instance) ResetStream() {
-	select {
-	case in.reset <- struct{}{}:
-	default:
-	}
-}
+func (in *Instance) ResetStream() { in.c.ResetStream() }
 
 // Stats are the instance's counters.
-func (in *Instance) Stats() Stats {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	s := in.stats
-	s.Buckets = len(in.buckets)
-	return s
-}
+func (in *Instance) Stats() Stats { return in.c.Stats() }
 
 // Records are the instance's own records, one per bucket it ever saw,
 // ordered by bucket.
@@ -243,11 +184,7 @@ func (in *Instance) Records() []BucketRecord {
 // was built (it is written at once when the stream is up). A report the
 // server dropped (beyond its pace) counts from the next one that carried
 // the bucket.
-func (in *Instance) FirstAssignments() []time.Duration {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return slices.Clone(in.firstAssign)
-}
+func (in *Instance) FirstAssignments() []time.Duration { return in.c.FirstAssignments() }
 
 // BucketState is what the cache holds for a bucket now.
 type BucketState struct {
@@ -266,72 +203,16 @@ type BucketState struct {
 // State is bucket's cache entry now, after any expiry that fell due; false
 // if the cache does not hold it (never seen, or abandoned).
 func (in *Instance) State(bucket map[string]string) (BucketState, bool) {
-	now := in.cfg.Clock.Mono()
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	b, ok := in.buckets[key(bucket)]
+	st, ok := in.c.State(bucket)
 	if !ok {
 		return BucketState{}, false
 	}
-	return b.state(now), true
-}
-
-// periodicReport is buildReports(): every bucket in the cache, with the
-// domain, ordered by bucket (Envoy's order is its hash map's).
-func (in *Instance) periodicReport() *rlqsv3.RateLimitQuotaUsageReports {
-	now := in.cfg.Clock.Mono()
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	msg := &rlqsv3.RateLimitQuotaUsageReports{Domain: in.cfg.Domain}
-	for _, k := range slices.Sorted(maps.Keys(in.buckets)) {
-		b := in.buckets[k]
-		b.m.Settle(now)
-		msg.BucketQuotaUsages = append(msg.BucketQuotaUsages, b.usage(now))
+	out := BucketState{Assigned: st.Phase == envoy.Assigned, Until: st.Until, Tokens: st.Tokens}
+	switch st.Phase {
+	case envoy.Assigned:
+		out.Strategy = strategyProto(st.Strategy)
+	case envoy.Fallback:
+		out.Strategy = in.set.fallback
 	}
-	in.stats.PeriodicReports++
-	return msg
-}
-
-// apply is onQuotaResponseImpl: each action in order, against the cache.
-func (in *Instance) apply(resp *rlqsv3.RateLimitQuotaResponse) {
-	now := in.cfg.Clock.Mono()
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	in.stats.Responses++
-	for _, a := range resp.GetBucketAction() {
-		if len(a.GetBucketId().GetBucket()) == 0 {
-			in.stats.Ignored++
-			continue
-		}
-		k := key(a.GetBucketId().GetBucket())
-		b, ok := in.buckets[k]
-		if !ok { // the server cannot create buckets; only reports subscribe
-			in.stats.Ignored++
-			continue
-		}
-		b.m.Settle(now)
-		switch {
-		case a.GetQuotaAssignmentAction() != nil:
-			if b.assign(a.GetQuotaAssignmentAction(), now) {
-				in.stats.Assignments++
-				if !b.assignedOnce {
-					b.assignedOnce = true
-					in.firstAssign = append(in.firstAssign, now-b.reported)
-				}
-			} else {
-				in.stats.Ignored++
-			}
-		case a.GetAbandonAction() != nil:
-			delete(in.buckets, k) // its unreported usage goes with it
-			in.stats.Abandoned++
-		default:
-			b.assignNothing(now)
-		}
-	}
-}
-
-func (in *Instance) count(f func(*Stats)) {
-	in.mu.Lock()
-	f(&in.stats)
-	in.mu.Unlock()
+	return out, true
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/quota-lease/quota-lease/clock"
 	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/internal/testenv/faultproxy"
+	"github.com/quota-lease/quota-lease/internal/testenv/rlqsfake"
 )
 
 var (
@@ -41,16 +42,16 @@ func reportOf(us ...*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage) *rlqsv3
 // alone, with the domain; later requests of it wait for the timer; another
 // new bucket is reported at once too.
 func TestFirstRequestReportsAtOnce(t *testing.T) {
-	f := startFake(t)
+	f := rlqsfake.Start(t)
 	var clk clock.Manual
 	in := newTestInstance(t, f, &clk, nil)
-	if f.count() != 0 {
+	if f.Count() != 0 {
 		t.Fatal("a stream opened before any request")
 	}
 	if d := in.Allow(tenantA); !d.Allowed {
 		t.Fatal("first request denied with no no_assignment_behavior (Envoy allows)")
 	}
-	got := f.waitReports(t, 0, 1)
+	got := f.WaitReports(t, 0, 1)
 	if want := reportOf(usage(tenantA, 0, 1, 0)); !sameMsg(got[0], want) {
 		t.Fatalf("first report %v, want %v", got[0], want)
 	}
@@ -58,14 +59,14 @@ func TestFirstRequestReportsAtOnce(t *testing.T) {
 	in.Allow(tenantA)
 	in.Allow(tenantA)
 	in.Allow(tenantB)
-	got = f.waitReports(t, 0, 2)
+	got = f.WaitReports(t, 0, 2)
 	if want := reportOf(usage(tenantB, 0, 1, 0)); !sameMsg(got[1], want) {
 		t.Fatalf("second bucket's first report %v, want %v", got[1], want)
 	}
 	// The two later requests of tenantA are in the next periodic report,
 	// 3 s after its first report.
 	in.ReportNow()
-	got = f.waitReports(t, 0, 3)
+	got = f.WaitReports(t, 0, 3)
 	if want := reportOf(usage(tenantA, 3, 2, 0), usage(tenantB, 0, 0, 0)); !sameMsg(got[2], want) {
 		t.Fatalf("periodic report %v, want %v", got[2], want)
 	}
@@ -81,13 +82,13 @@ func TestPeriodicReportsEveryBucket(t *testing.T) {
 	clk.Set(4999)
 	allowN(in, tenantA, 5)
 	in.ReportNow()
-	got := f.waitReports(t, 0, 2)
+	got := f.WaitReports(t, 0, 2)
 	if want := reportOf(usage(tenantA, 4, 5, 0)); !sameMsg(got[1], want) { // 4.999 s reads 4 s
 		t.Fatalf("report %v, want %v", got[1], want)
 	}
 	clk.Set(10000)
 	in.ReportNow()
-	got = f.waitReports(t, 0, 3)
+	got = f.WaitReports(t, 0, 3)
 	if want := reportOf(usage(tenantA, 5, 0, 0)); !sameMsg(got[2], want) {
 		t.Fatalf("idle report %v, want %v", got[2], want)
 	}
@@ -96,8 +97,8 @@ func TestPeriodicReportsEveryBucket(t *testing.T) {
 // The report timer fires on its own every ReportInterval once the first
 // bucket started it.
 func TestReportTimerRuns(t *testing.T) {
-	f := startFake(t)
-	cfg := testConfig(f.addr, "envoy-t", clock.System(), 20*time.Millisecond)
+	f := rlqsfake.Start(t)
+	cfg := testConfig(f.Addr, "envoy-t", clock.System(), 20*time.Millisecond)
 	cfg.InitialMetadata = metadata.Pairs("x-envoy-node", "envoy-t")
 	in, err := New(context.Background(), cfg)
 	if err != nil {
@@ -105,13 +106,13 @@ func TestReportTimerRuns(t *testing.T) {
 	}
 	defer in.Close()
 	in.Allow(tenantA)
-	got := f.waitReports(t, 0, 4)
+	got := f.WaitReports(t, 0, 4)
 	for _, r := range got[1:] {
 		if r.GetDomain() != "edge" || len(r.GetBucketQuotaUsages()) != 1 {
 			t.Fatalf("periodic report %v", r)
 		}
 	}
-	if md := f.stream(0).md.Get("x-envoy-node"); len(md) != 1 || md[0] != "envoy-t" {
+	if md := f.Stream(0).MD.Get("x-envoy-node"); len(md) != 1 || md[0] != "envoy-t" {
 		t.Fatalf("initial metadata %v", md)
 	}
 }
@@ -123,8 +124,8 @@ func TestReportTimerRuns(t *testing.T) {
 func TestTokenBucketAssignment(t *testing.T) {
 	f, clk, in := withBucket(t, nil)
 
-	tb := tbStrategy(4, 2, time.Second) // 2 tokens a second, burst 4
-	f.push(t, in, 0, assignment(tenantA, tb, ttlOf(time.Minute)))
+	tb := rlqsfake.TokenBucket(4, 2, time.Second) // 2 tokens a second, burst 4
+	f.Push(t, in, 0, rlqsfake.Assignment(tenantA, tb, ttlOf(time.Minute)))
 	if n := allowN(in, tenantA, 10); n != 4 {
 		t.Fatalf("admitted %d of 10 on a fresh bucket of 4, want 4 (it starts full)", n)
 	}
@@ -133,24 +134,24 @@ func TestTokenBucketAssignment(t *testing.T) {
 		t.Fatalf("admitted %d after 1.5 s at 2/s, want 3", n)
 	}
 	// The same assignment again: tokens kept (0.0 now, not refilled).
-	f.push(t, in, 0, assignment(tenantA, tbStrategy(4, 2, time.Second), ttlOf(time.Minute)))
+	f.Push(t, in, 0, rlqsfake.Assignment(tenantA, rlqsfake.TokenBucket(4, 2, time.Second), ttlOf(time.Minute)))
 	if n := allowN(in, tenantA, 10); n != 0 {
 		t.Fatalf("an unchanged assignment refilled the bucket: admitted %d", n)
 	}
 	// Half full, then a new assignment of max 10: starts at 10 × 2/4 = 5.
 	clk.Set(2500)
-	f.push(t, in, 0, assignment(tenantA, tbStrategy(10, 1, time.Second), ttlOf(time.Minute)))
+	f.Push(t, in, 0, rlqsfake.Assignment(tenantA, rlqsfake.TokenBucket(10, 1, time.Second), ttlOf(time.Minute)))
 	if n := allowN(in, tenantA, 20); n != 5 {
 		t.Fatalf("admitted %d from a replaced bucket, want 5 (old fill ratio 2/4 of 10)", n)
 	}
 	// Blanket rule in between: the next token bucket starts full.
-	f.push(t, in, 0, assignment(tenantA, blanket(typev3.RateLimitStrategy_ALLOW_ALL), ttlOf(time.Minute)))
-	f.push(t, in, 0, assignment(tenantA, tbStrategy(3, 1, time.Second), ttlOf(time.Minute)))
+	f.Push(t, in, 0, rlqsfake.Assignment(tenantA, rlqsfake.Blanket(typev3.RateLimitStrategy_ALLOW_ALL), ttlOf(time.Minute)))
+	f.Push(t, in, 0, rlqsfake.Assignment(tenantA, rlqsfake.TokenBucket(3, 1, time.Second), ttlOf(time.Minute)))
 	if n := allowN(in, tenantA, 10); n != 3 {
 		t.Fatalf("admitted %d after a blanket rule, want 3 (full)", n)
 	}
 	in.ReportNow()
-	got := f.waitReports(t, 0, 2)
+	got := f.WaitReports(t, 0, 2)
 	if u := got[1].GetBucketQuotaUsages()[0]; u.GetNumRequestsAllowed() != 15 || u.GetNumRequestsDenied() != 45 {
 		t.Fatalf("reported %v, want 15 allowed, 45 denied", u)
 	}
@@ -160,21 +161,21 @@ func TestTokenBucketAssignment(t *testing.T) {
 // (under one second: never empties), and only the nanos of the fill
 // interval compared, so a change of its seconds alone keeps the old rate.
 func TestTokenBucketQuirks(t *testing.T) {
-	f := startFake(t)
+	f := rlqsfake.Start(t)
 	var clk clock.Manual
 	in := newTestInstance(t, f, &clk, nil)
 	in.Allow(tenantA)
 	in.Allow(tenantB)
-	f.waitReports(t, 0, 2)
+	f.WaitReports(t, 0, 2)
 
-	f.push(t, in, 0, assignment(tenantA, tbStrategy(2, 1, 500*time.Millisecond), ttlOf(time.Minute)))
+	f.Push(t, in, 0, rlqsfake.Assignment(tenantA, rlqsfake.TokenBucket(2, 1, 500*time.Millisecond), ttlOf(time.Minute)))
 	if n := allowN(in, tenantA, 100); n != 100 {
 		t.Fatalf("fill interval 0.5 s: admitted %d of 100, want all (Envoy divides by zero seconds)", n)
 	}
 
-	f.push(t, in, 0, assignment(tenantB, tbStrategy(1, 1, time.Second), ttlOf(time.Minute)))
+	f.Push(t, in, 0, rlqsfake.Assignment(tenantB, rlqsfake.TokenBucket(1, 1, time.Second), ttlOf(time.Minute)))
 	allowN(in, tenantB, 1)
-	f.push(t, in, 0, assignment(tenantB, tbStrategy(1, 1, 10*time.Second), ttlOf(time.Minute)))
+	f.Push(t, in, 0, rlqsfake.Assignment(tenantB, rlqsfake.TokenBucket(1, 1, 10*time.Second), ttlOf(time.Minute)))
 	clk.Set(1000)
 	if n := allowN(in, tenantB, 5); n != 1 {
 		t.Fatalf("admitted %d after 1 s; want 1: the 1 s rate is kept when only the interval's seconds change", n)
@@ -185,11 +186,11 @@ func TestTokenBucketQuirks(t *testing.T) {
 // expired-assignment fallback for its timeout; then the default action.
 // An unset or sub-second TTL expires at once.
 func TestExpiry(t *testing.T) {
-	f := startFake(t)
+	f := rlqsfake.Start(t)
 	var clk clock.Manual
 	set := settingsWith(func(s *rlqfv3.RateLimitQuotaBucketSettings) {
-		s.NoAssignmentBehavior = noAssignment(blanket(typev3.RateLimitStrategy_DENY_ALL))
-		s.ExpiredAssignmentBehavior = expiredFallback(3*time.Second, tbStrategy(2, 1, time.Second))
+		s.NoAssignmentBehavior = noAssignment(rlqsfake.Blanket(typev3.RateLimitStrategy_DENY_ALL))
+		s.ExpiredAssignmentBehavior = expiredFallback(3*time.Second, rlqsfake.TokenBucket(2, 1, time.Second))
 		s.DenyResponseSettings = &rlqfv3.RateLimitQuotaBucketSettings_DenyResponseSettings{
 			HttpStatus: &typev3.HttpStatus{Code: typev3.StatusCode_ServiceUnavailable}}
 	})
@@ -197,12 +198,12 @@ func TestExpiry(t *testing.T) {
 	if d := in.Allow(tenantA); d.Allowed || d.Status != http.StatusServiceUnavailable {
 		t.Fatalf("first request under DENY_ALL no-assignment: %+v, want denied with 503", d)
 	}
-	f.waitReports(t, 0, 1)
-	if got := f.stream(0).got()[0].GetBucketQuotaUsages()[0]; got.GetNumRequestsDenied() != 1 {
+	f.WaitReports(t, 0, 1)
+	if got := f.Stream(0).Got()[0].GetBucketQuotaUsages()[0]; got.GetNumRequestsDenied() != 1 {
 		t.Fatalf("first report %v, want one denied", got)
 	}
 
-	f.push(t, in, 0, assignment(tenantA, blanket(typev3.RateLimitStrategy_ALLOW_ALL), ttlOf(2900*time.Millisecond)))
+	f.Push(t, in, 0, rlqsfake.Assignment(tenantA, rlqsfake.Blanket(typev3.RateLimitStrategy_ALLOW_ALL), ttlOf(2900*time.Millisecond)))
 	clk.Set(1999)
 	if !in.Allow(tenantA).Allowed {
 		t.Fatal("denied within the TTL")
@@ -224,7 +225,7 @@ func TestExpiry(t *testing.T) {
 	}
 
 	// Unset TTL: expires at once (the API says never; Envoy reads 0 s).
-	f.push(t, in, 0, assignment(tenantA, blanket(typev3.RateLimitStrategy_ALLOW_ALL), nil))
+	f.Push(t, in, 0, rlqsfake.Assignment(tenantA, rlqsfake.Blanket(typev3.RateLimitStrategy_ALLOW_ALL), nil))
 	if st, _ := in.State(tenantA); st.Assigned {
 		t.Fatalf("an assignment without TTL still active: %+v", st)
 	}
@@ -234,14 +235,14 @@ func TestExpiry(t *testing.T) {
 // straight to its default action.
 func TestReuseLastAssignmentIgnored(t *testing.T) {
 	set := settingsWith(func(s *rlqfv3.RateLimitQuotaBucketSettings) {
-		s.NoAssignmentBehavior = noAssignment(blanket(typev3.RateLimitStrategy_DENY_ALL))
+		s.NoAssignmentBehavior = noAssignment(rlqsfake.Blanket(typev3.RateLimitStrategy_DENY_ALL))
 		s.ExpiredAssignmentBehavior = &rlqfv3.RateLimitQuotaBucketSettings_ExpiredAssignmentBehavior{
 			ExpiredAssignmentBehaviorTimeout: durationpb.New(time.Minute),
 			ExpiredAssignmentBehavior: &rlqfv3.RateLimitQuotaBucketSettings_ExpiredAssignmentBehavior_ReuseLastAssignment_{
 				ReuseLastAssignment: &rlqfv3.RateLimitQuotaBucketSettings_ExpiredAssignmentBehavior_ReuseLastAssignment{}}}
 	})
 	f, clk, in := withBucket(t, set)
-	f.push(t, in, 0, assignment(tenantA, blanket(typev3.RateLimitStrategy_ALLOW_ALL), ttlOf(time.Second)))
+	f.Push(t, in, 0, rlqsfake.Assignment(tenantA, rlqsfake.Blanket(typev3.RateLimitStrategy_ALLOW_ALL), ttlOf(time.Second)))
 	clk.Set(1000)
 	if in.Allow(tenantA).Allowed {
 		t.Fatal("allowed after expiry: reuse_last_assignment applied, Envoy ignores it")
@@ -252,15 +253,15 @@ func TestReuseLastAssignmentIgnored(t *testing.T) {
 // requests_per_time_unit, no strategy, unknown buckets, empty ids.
 func TestIgnoredActions(t *testing.T) {
 	f, clk, in := withBucket(t, nil)
-	f.push(t, in, 0, assignment(tenantA, blanket(typev3.RateLimitStrategy_DENY_ALL), ttlOf(2*time.Second)))
+	f.Push(t, in, 0, rlqsfake.Assignment(tenantA, rlqsfake.Blanket(typev3.RateLimitStrategy_DENY_ALL), ttlOf(2*time.Second)))
 	clk.Set(1000)
 	rptu := &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_RequestsPerTimeUnit_{
 		RequestsPerTimeUnit: &typev3.RateLimitStrategy_RequestsPerTimeUnit{RequestsPerTimeUnit: 100, TimeUnit: typev3.RateLimitUnit_SECOND}}}
-	f.push(t, in, 0,
-		assignment(tenantA, rptu, ttlOf(time.Minute)),
-		assignment(tenantA, nil, ttlOf(time.Minute)),
-		assignment(tenantB, blanket(typev3.RateLimitStrategy_ALLOW_ALL), ttlOf(time.Minute)),
-		assignment(map[string]string{}, blanket(typev3.RateLimitStrategy_ALLOW_ALL), ttlOf(time.Minute)))
+	f.Push(t, in, 0,
+		rlqsfake.Assignment(tenantA, rptu, ttlOf(time.Minute)),
+		rlqsfake.Assignment(tenantA, nil, ttlOf(time.Minute)),
+		rlqsfake.Assignment(tenantB, rlqsfake.Blanket(typev3.RateLimitStrategy_ALLOW_ALL), ttlOf(time.Minute)),
+		rlqsfake.Assignment(map[string]string{}, rlqsfake.Blanket(typev3.RateLimitStrategy_ALLOW_ALL), ttlOf(time.Minute)))
 	if in.Allow(tenantA).Allowed {
 		t.Fatal("requests_per_time_unit replaced the DENY_ALL assignment; Envoy ignores it")
 	}
@@ -281,9 +282,9 @@ func TestIgnoredActions(t *testing.T) {
 // instance's own records keep every admission.
 func TestAbandon(t *testing.T) {
 	f, clk, in := withBucket(t, nil)
-	f.push(t, in, 0, assignment(tenantA, tbStrategy(1, 1, time.Minute), ttlOf(time.Minute)))
+	f.Push(t, in, 0, rlqsfake.Assignment(tenantA, rlqsfake.TokenBucket(1, 1, time.Minute), ttlOf(time.Minute)))
 	allowN(in, tenantA, 3) // 1 admitted, 2 denied, never reported
-	f.push(t, in, 0, abandon(tenantA))
+	f.Push(t, in, 0, rlqsfake.Abandon(tenantA))
 	if _, ok := in.State(tenantA); ok {
 		t.Fatal("bucket still cached after abandon")
 	}
@@ -291,7 +292,7 @@ func TestAbandon(t *testing.T) {
 	if !in.Allow(tenantA).Allowed {
 		t.Fatal("a re-created bucket kept the abandoned token bucket")
 	}
-	got := f.waitReports(t, 0, 2)
+	got := f.WaitReports(t, 0, 2)
 	if want := reportOf(usage(tenantA, 0, 1, 0)); !sameMsg(got[1], want) {
 		t.Fatalf("report after abandon %v, want a new first report %v", got[1], want)
 	}
@@ -312,9 +313,9 @@ func TestAbandon(t *testing.T) {
 // a new stream whose first message reports every bucket, with the domain.
 func TestReconnectOnTick(t *testing.T) {
 	f, clk, in := withBucket(t, nil)
-	f.push(t, in, 0, assignment(tenantA, blanket(typev3.RateLimitStrategy_DENY_ALL), ttlOf(10*time.Second)))
+	f.Push(t, in, 0, rlqsfake.Assignment(tenantA, rlqsfake.Blanket(typev3.RateLimitStrategy_DENY_ALL), ttlOf(10*time.Second)))
 
-	close(f.stream(0).kill)
+	close(f.Stream(0).Kill)
 	testenv.WaitFor(t, 5*time.Second, "the stream's end seen", func() bool { return in.Stats().StreamsClosed == 1 })
 	clk.Set(9000)
 	if in.Allow(tenantA).Allowed {
@@ -322,11 +323,11 @@ func TestReconnectOnTick(t *testing.T) {
 	}
 	in.Allow(tenantB) // its first report has no stream: dropped
 	testenv.WaitFor(t, 5*time.Second, "the first report dropped", func() bool { return in.Stats().Dropped == 1 })
-	if f.count() != 1 {
+	if f.Count() != 1 {
 		t.Fatal("a new bucket reopened the stream; only the report timer does")
 	}
 	in.ReportNow()
-	got := f.waitReports(t, 1, 1)
+	got := f.WaitReports(t, 1, 1)
 	// tenantB's request went with its dropped first report.
 	if want := reportOf(usage(tenantA, 9, 0, 1), usage(tenantB, 0, 0, 0)); !sameMsg(got[0], want) {
 		t.Fatalf("first message on the new stream %v, want %v", got[0], want)
@@ -343,9 +344,9 @@ func TestReconnectOnTick(t *testing.T) {
 // A tick while the server is unreachable drops the report (counts already
 // reset); ticks keep trying, and the stream comes back with the server.
 func TestReconnectAfterServerDown(t *testing.T) {
-	f := startFake(t)
+	f := rlqsfake.Start(t)
 	var clk clock.Manual
-	proxy, err := faultproxy.Start(f.addr)
+	proxy, err := faultproxy.Start(f.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,7 +360,7 @@ func TestReconnectAfterServerDown(t *testing.T) {
 	}
 	defer in.Close()
 	in.Allow(tenantA)
-	f.waitReports(t, 0, 1)
+	f.WaitReports(t, 0, 1)
 	proxy.Cut()
 	testenv.WaitFor(t, 5*time.Second, "the stream's end seen", func() bool { return in.Stats().StreamsClosed == 1 })
 	allowN(in, tenantA, 4)
@@ -372,9 +373,9 @@ func TestReconnectAfterServerDown(t *testing.T) {
 	clk.Set(6000)
 	testenv.WaitFor(t, 10*time.Second, "a new stream", func() bool {
 		in.ReportNow()
-		return f.count() >= 2 && len(f.stream(f.count()-1).got()) > 0
+		return f.Count() >= 2 && len(f.Stream(f.Count()-1).Got()) > 0
 	})
-	got := f.stream(f.count() - 1).got()[0]
+	got := f.Stream(f.Count() - 1).Got()[0]
 	if len(got.GetBucketQuotaUsages()) != 1 || got.GetDomain() != "edge" || got.GetBucketQuotaUsages()[0].GetNumRequestsAllowed() != 0 {
 		t.Fatalf("first message after the outage %v, want tenant a with no requests (the 4 were in a dropped report)", got)
 	}
@@ -382,24 +383,21 @@ func TestReconnectAfterServerDown(t *testing.T) {
 
 // Close stops the stream, every goroutine and the connection.
 func TestCloseStopsEverything(t *testing.T) {
-	f := startFake(t)
+	f := rlqsfake.Start(t)
 	before := runtime.NumGoroutine()
 	var clk clock.Manual
-	cfg := testConfig(f.addr, "envoy-c", &clk, 10*time.Millisecond)
+	cfg := testConfig(f.Addr, "envoy-c", &clk, 10*time.Millisecond)
 	in, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	in.Allow(tenantA)
-	f.waitReports(t, 0, 2)
+	f.WaitReports(t, 0, 2)
 	if err := in.Close(); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 5*time.Second, "the server to see the stream end", func() bool {
-		s := f.stream(0)
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.ended
+		return f.Stream(0).Ended()
 	})
 	testenv.WaitFor(t, 5*time.Second, "goroutines back to before", func() bool {
 		return runtime.NumGoroutine() <= before
@@ -408,10 +406,10 @@ func TestCloseStopsEverything(t *testing.T) {
 
 // Many instances in one process: one stream each, records per instance.
 func TestFleet(t *testing.T) {
-	f := startFake(t)
+	f := rlqsfake.Start(t)
 	var clk clock.Manual
 	fl, err := NewFleet(context.Background(), 20, func(i int) Config {
-		return testConfig(f.addr, fmt.Sprintf("envoy-%d", i), &clk, time.Hour)
+		return testConfig(f.Addr, fmt.Sprintf("envoy-%d", i), &clk, time.Hour)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -421,7 +419,7 @@ func TestFleet(t *testing.T) {
 		in.Allow(tenantA)
 		in.Allow(tenantA)
 	}
-	testenv.WaitFor(t, 5*time.Second, "20 streams", func() bool { return f.count() == 20 })
+	testenv.WaitFor(t, 5*time.Second, "20 streams", func() bool { return f.Count() == 20 })
 	if s := fl.Stats(); s.Allowed != 40 || s.StreamStarts != 20 {
 		t.Fatalf("fleet stats %+v", s)
 	}
@@ -435,7 +433,7 @@ func TestFleet(t *testing.T) {
 // starts; a token bucket as no_assignment_behavior among them.
 func TestConfigRefused(t *testing.T) {
 	cfg := Config{Settings: settingsWith(func(s *rlqfv3.RateLimitQuotaBucketSettings) {
-		s.NoAssignmentBehavior = noAssignment(tbStrategy(1, 1, time.Second))
+		s.NoAssignmentBehavior = noAssignment(rlqsfake.TokenBucket(1, 1, time.Second))
 	})}
 	_, err := New(context.Background(), cfg)
 	if err == nil {
@@ -458,17 +456,17 @@ func TestConfigRefused(t *testing.T) {
 // flow are all counted: with the stream up throughout, the reports account
 // for every request, and the records for every admission.
 func TestConcurrentRequestsAllReported(t *testing.T) {
-	f := startFake(t)
-	cfg := testConfig(f.addr, "envoy-load", clock.System(), 5*time.Millisecond)
+	f := rlqsfake.Start(t)
+	cfg := testConfig(f.Addr, "envoy-load", clock.System(), 5*time.Millisecond)
 	in, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer in.Close()
 	in.Allow(tenantA)
-	f.waitReports(t, 0, 1)
-	f.stream(0).out <- &rlqsv3.RateLimitQuotaResponse{BucketAction: []*rlqsv3.RateLimitQuotaResponse_BucketAction{
-		assignment(tenantA, tbStrategy(500, 1000, time.Second), ttlOf(time.Minute))}}
+	f.WaitReports(t, 0, 1)
+	f.Stream(0).Out <- &rlqsv3.RateLimitQuotaResponse{BucketAction: []*rlqsv3.RateLimitQuotaResponse_BucketAction{
+		rlqsfake.Assignment(tenantA, rlqsfake.TokenBucket(500, 1000, time.Second), ttlOf(time.Minute))}}
 	const workers, each = 8, 500
 	var wg sync.WaitGroup
 	for w := range workers {
@@ -487,7 +485,7 @@ func TestConcurrentRequestsAllReported(t *testing.T) {
 	testenv.WaitFor(t, 5*time.Second, "every request reported", func() bool {
 		in.ReportNow()
 		reported = 0
-		for _, r := range f.stream(0).got() {
+		for _, r := range f.Stream(0).Got() {
 			for _, u := range r.GetBucketQuotaUsages() {
 				reported += u.GetNumRequestsAllowed() + u.GetNumRequestsDenied()
 			}

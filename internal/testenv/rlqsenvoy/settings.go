@@ -10,6 +10,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
 	"github.com/quota-lease/quota-lease/edge/envoy"
+	"github.com/quota-lease/quota-lease/quotalease"
 )
 
 // settings is what Envoy takes from a bucket's matched
@@ -62,10 +63,10 @@ func parseSettings(s *rlqfv3.RateLimitQuotaBucketSettings) (*settings, error) {
 	}
 	out.model = envoy.Settings{FallbackFor: out.fallbackFor}
 	if out.noAssignment != nil {
-		out.model.NoAssignment = strategy(out.noAssignment)
+		out.model.NoAssignment = quotalease.StrategyOf(out.noAssignment)
 	}
 	if out.fallback != nil {
-		fb := strategy(out.fallback)
+		fb := quotalease.StrategyOf(out.fallback)
 		out.model.Fallback = &fb
 	}
 	return out, nil

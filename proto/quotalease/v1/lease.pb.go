@@ -321,9 +321,13 @@ type EdgeSummary struct {
 	Usage int64 `protobuf:"varint,4,opt,name=usage,proto3" json:"usage,omitempty"`
 	// Agents is, in a LeaseRecord, how many of the region's agent instances
 	// reported the sums; unset in a QuotaRequest.
-	Agents        int32 `protobuf:"varint,5,opt,name=agents,proto3" json:"agents,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Agents int32 `protobuf:"varint,5,opt,name=agents,proto3" json:"agents,omitempty"`
+	// LibraryInstances is how many of Instances are Go services deciding
+	// with the quota-lease client library (package quotalease), which names
+	// itself when its stream opens; the others are Envoys.
+	LibraryInstances int32 `protobuf:"varint,6,opt,name=library_instances,json=libraryInstances,proto3" json:"library_instances,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *EdgeSummary) Reset() {
@@ -387,6 +391,13 @@ func (x *EdgeSummary) GetUsage() int64 {
 func (x *EdgeSummary) GetAgents() int32 {
 	if x != nil {
 		return x.Agents
+	}
+	return 0
+}
+
+func (x *EdgeSummary) GetLibraryInstances() int32 {
+	if x != nil {
+		return x.LibraryInstances
 	}
 	return 0
 }
@@ -678,13 +689,14 @@ const file_quotalease_v1_lease_proto_rawDesc = "" +
 	"\x04edge\x18\t \x01(\v2\x1a.quotalease.v1.EdgeSummaryR\x04edge\x1aA\n" +
 	"\x13IdentityDemandEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01J\x04\b\x04\x10\x05R\x04used\"\x8f\x01\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01J\x04\b\x04\x10\x05R\x04used\"\xbc\x01\n" +
 	"\vEdgeSummary\x12\x1c\n" +
 	"\tinstances\x18\x01 \x01(\x05R\tinstances\x12\x18\n" +
 	"\abuckets\x18\x02 \x01(\x05R\abuckets\x12\x1a\n" +
 	"\bassigned\x18\x03 \x01(\x03R\bassigned\x12\x14\n" +
 	"\x05usage\x18\x04 \x01(\x03R\x05usage\x12\x16\n" +
-	"\x06agents\x18\x05 \x01(\x05R\x06agents\"}\n" +
+	"\x06agents\x18\x05 \x01(\x05R\x06agents\x12+\n" +
+	"\x11library_instances\x18\x06 \x01(\x05R\x10libraryInstances\"}\n" +
 	"\rLeaseResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x03R\x05epoch\x121\n" +
 	"\x06grants\x18\x02 \x03(\v2\x19.quotalease.v1.QuotaGrantR\x06grants\x12#\n" +

@@ -1,0 +1,96 @@
+package quotalease
+
+import (
+	"slices"
+	"strconv"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/quota-lease/quota-lease/edge/envoy"
+)
+
+// bucket is one entry of the client's bucket cache: what it does with
+// requests is package edge/envoy's (Envoy's own rules, which the simulator
+// plays too); this adds the wire: its BucketId and its report times.
+type bucket struct {
+	id *rlqsv3.BucketId
+	m  *envoy.Bucket
+	// used is when the bucket last decided a request; reported when the
+	// last report carrying it was built; assignedOnce whether the agent
+	// has assigned it since it was created.
+	used, reported time.Duration
+	assignedOnce   bool
+}
+
+func newBucket(id *rlqsv3.BucketId, set *envoy.Settings, now time.Duration) *bucket {
+	return &bucket{id: id, m: envoy.New(set, now), used: now, reported: now}
+}
+
+// assign applies a quota assignment received at now and says whether it
+// was applied. requests_per_time_unit and an unset strategy are ignored:
+// the bucket keeps its action and its deadline.
+func (b *bucket) assign(qa *rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction, now time.Duration) bool {
+	return b.m.Assign(StrategyOf(qa.GetRateLimitStrategy()), qa.GetAssignmentTimeToLive().AsDuration(), now)
+}
+
+// usage is the counts since the last report, then reset, and the time
+// since it in whole seconds (Envoy's getUsageFromBucket).
+func (b *bucket) usage(now time.Duration) *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage {
+	allowed, denied, elapsed := b.m.Usage(now)
+	b.reported = now
+	return &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+		BucketId:           proto.Clone(b.id).(*rlqsv3.BucketId),
+		TimeElapsed:        &durationpb.Duration{Seconds: int64(elapsed / time.Second)},
+		NumRequestsAllowed: allowed,
+		NumRequestsDenied:  denied,
+	}
+}
+
+// StrategyOf is the rate_limit_strategy s as Envoy reads it:
+// requests_per_time_unit and an unset strategy are Unsupported; a token
+// bucket's unset tokens_per_fill is 0.
+func StrategyOf(s *typev3.RateLimitStrategy) envoy.Strategy {
+	switch x := s.GetStrategy().(type) {
+	case *typev3.RateLimitStrategy_BlanketRule_:
+		if x.BlanketRule == typev3.RateLimitStrategy_DENY_ALL {
+			return envoy.Strategy{Kind: envoy.DenyAll}
+		}
+		return envoy.Strategy{Kind: envoy.AllowAll}
+	case *typev3.RateLimitStrategy_TokenBucket:
+		tb := x.TokenBucket
+		return envoy.Strategy{Kind: envoy.TokenBucket, Bucket: envoy.TokenBucketConfig{MaxTokens: tb.GetMaxTokens(),
+			TokensPerFill: tb.GetTokensPerFill().GetValue(), FillInterval: tb.GetFillInterval().AsDuration()}}
+	default:
+		return envoy.Strategy{Kind: envoy.Unsupported}
+	}
+}
+
+// Key is a BucketId map's identity: Envoy hashes the proto
+// (MessageUtil::hash), for which key order does not matter; here the
+// sorted pairs, each string length-prefixed.
+func Key(bucket map[string]string) string { return string(appendKey(nil, bucket)) }
+
+// appendKey appends bucket's Key to dst without allocating for buckets of
+// up to eight entries when dst has room.
+func appendKey(dst []byte, bucket map[string]string) []byte {
+	var small [8]string
+	keys := small[:0]
+	for k := range bucket {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		dst = strconv.AppendInt(dst, int64(len(k)), 10)
+		dst = append(dst, ':')
+		dst = append(dst, k...)
+		v := bucket[k]
+		dst = strconv.AppendInt(dst, int64(len(v)), 10)
+		dst = append(dst, ':')
+		dst = append(dst, v...)
+	}
+	return dst
+}

@@ -1,0 +1,259 @@
+package quotalease
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
+
+	"github.com/quota-lease/quota-lease/edge/envoy"
+)
+
+// Client decides requests in-process on the token buckets its region's
+// agents assign, and reports their usage on one RLQS stream. It is safe
+// for concurrent use.
+type Client struct {
+	cfg    Config
+	conn   *grpc.ClientConn
+	client rlqsv3.RateLimitQuotaServiceClient
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	outbox  chan *rlqsv3.RateLimitQuotaUsageReports // first reports, to the main loop
+	tickNow chan struct{}
+	reset   chan struct{}
+
+	mu      sync.Mutex
+	buckets map[string]*bucket
+	stats   Stats
+	// firstAssign: for each bucket's first assignment, the time since the
+	// last report that carried the bucket was built.
+	firstAssign []time.Duration
+}
+
+// New starts a client. It opens its stream with its first bucket, as Envoy
+// does, and runs until ctx ends or Close.
+func New(ctx context.Context, cfg Config) (*Client, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("quotalease: %w", err)
+	}
+	target, opts := cfg.Target, cfg.DialOptions
+	if len(cfg.Agents) > 0 {
+		r := manual.NewBuilderWithScheme("quotalease")
+		var st resolver.State
+		for _, a := range cfg.Agents {
+			// Each agent's certificate is checked against its own host name.
+			host, _, _ := net.SplitHostPort(a)
+			st.Addresses = append(st.Addresses, resolver.Address{Addr: a, ServerName: host})
+		}
+		r.InitialState(st)
+		target, opts = r.Scheme()+":///agents", append(slices.Clip(opts), grpc.WithResolvers(r))
+	}
+	conn, err := grpc.NewClient(target, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("quotalease: dial %s: %w", target, err)
+	}
+	c := &Client{
+		cfg: cfg, conn: conn, client: rlqsv3.NewRateLimitQuotaServiceClient(conn),
+		outbox:  make(chan *rlqsv3.RateLimitQuotaUsageReports, cfg.SendQueue),
+		tickNow: make(chan struct{}, 1),
+		reset:   make(chan struct{}, 1),
+		buckets: map[string]*bucket{},
+	}
+	c.ctx, c.cancel = context.WithCancel(ctx)
+	c.wg.Add(1)
+	go c.run()
+	return c, nil
+}
+
+// Close stops the client: its stream, its goroutines, its connection.
+// Decisions after Close keep following the buckets' cached assignments
+// until they expire.
+func (c *Client) Close() error {
+	c.cancel()
+	c.wg.Wait()
+	return c.conn.Close()
+}
+
+// Allow decides one request of the bucket (a BucketId, as the agent's
+// policies match it: for example {"policy": "api-per-tenant", "tenant":
+// "acme"}). It never waits on the network.
+func (c *Client) Allow(bucket map[string]string) bool {
+	allowed, _, _ := c.decide(bucket, 1, false)
+	return allowed
+}
+
+// AllowN decides a request that costs n units of the bucket, and says
+// what the bucket holds after it. A request of a bucket the client has
+// not seen is decided by the no-assignment behaviour and reported at
+// once, so that the agent assigns the bucket within a round trip.
+func (c *Client) AllowN(bucket map[string]string, n uint64) Decision {
+	allowed, st, now := c.decide(bucket, n, true)
+	return decisionOf(allowed, n, st, now, c.cfg.ReportInterval)
+}
+
+// decide decides a request of n units of bucket at the clock's now and,
+// with state, returns what the bucket holds after it.
+func (c *Client) decide(bucket map[string]string, n uint64, state bool) (allowed bool, st envoy.State, now time.Duration) {
+	now = c.cfg.Clock.Mono()
+	var buf [128]byte
+	k := appendKey(buf[:0], bucket)
+	c.mu.Lock()
+	b, ok := c.buckets[string(k)] // no allocation: the compiler reads k in place
+	var first *rlqsv3.RateLimitQuotaUsageReports
+	if ok {
+		allowed = b.m.AllowN(now, n)
+	} else {
+		allowed = c.cfg.Buckets.FirstAllowed()
+		b = newBucket(&rlqsv3.BucketId{Bucket: maps.Clone(bucket)}, &c.cfg.Buckets, now)
+		b.m.CountN(allowed, n)
+		c.buckets[string(k)] = b
+		first = &rlqsv3.RateLimitQuotaUsageReports{Domain: c.cfg.Domain,
+			BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{b.usage(now)}}
+		c.stats.FirstReports++
+	}
+	b.used = now
+	if allowed {
+		c.stats.Allowed += n
+	} else {
+		c.stats.Denied += n
+	}
+	if state {
+		st = b.m.State(now)
+	}
+	if first != nil {
+		select {
+		case c.outbox <- first:
+		default:
+			c.stats.Dropped++
+		}
+	}
+	c.mu.Unlock()
+	return allowed, st, now
+}
+
+// ReportNow sends a report of every bucket now, once the first bucket has
+// started the report timer.
+func (c *Client) ReportNow() {
+	select {
+	case c.tickNow <- struct{}{}:
+	default:
+	}
+}
+
+// ResetStream ends the current stream as if the agent had closed it.
+func (c *Client) ResetStream() {
+	select {
+	case c.reset <- struct{}{}:
+	default:
+	}
+}
+
+// Stats are the client's counters.
+func (c *Client) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.stats
+	s.Buckets = len(c.buckets)
+	return s
+}
+
+// State is what the client holds for bucket now, after any expiry that
+// fell due; false if it holds nothing (never seen, abandoned, forgotten).
+func (c *Client) State(bucket map[string]string) (envoy.State, bool) {
+	now := c.cfg.Clock.Mono()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b, ok := c.buckets[Key(bucket)]
+	if !ok {
+		return envoy.State{}, false
+	}
+	return b.m.State(now), true
+}
+
+// FirstAssignments are, for every bucket the agent assigned since the
+// client created it (again after an abandon), how long after the last
+// report that carried the bucket its first assignment was applied: the
+// agent's report-to-assignment latency.
+func (c *Client) FirstAssignments() []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.firstAssign)
+}
+
+// periodicReport is every bucket's usage since the last report, ordered
+// by bucket, after forgetting the buckets unused for ForgetAfter.
+func (c *Client) periodicReport() *rlqsv3.RateLimitQuotaUsageReports {
+	now := c.cfg.Clock.Mono()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	msg := &rlqsv3.RateLimitQuotaUsageReports{Domain: c.cfg.Domain}
+	for _, k := range slices.Sorted(maps.Keys(c.buckets)) {
+		b := c.buckets[k]
+		if c.cfg.ForgetAfter > 0 && now-b.used >= c.cfg.ForgetAfter {
+			delete(c.buckets, k)
+			c.stats.Forgotten++
+			continue
+		}
+		b.m.Settle(now)
+		msg.BucketQuotaUsages = append(msg.BucketQuotaUsages, b.usage(now))
+	}
+	c.stats.PeriodicReports++
+	return msg
+}
+
+// apply applies each action of resp in order (Envoy's
+// onQuotaResponseImpl).
+func (c *Client) apply(resp *rlqsv3.RateLimitQuotaResponse) {
+	now := c.cfg.Clock.Mono()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stats.Responses++
+	for _, a := range resp.GetBucketAction() {
+		if len(a.GetBucketId().GetBucket()) == 0 {
+			c.stats.Ignored++
+			continue
+		}
+		k := Key(a.GetBucketId().GetBucket())
+		b, ok := c.buckets[k]
+		if !ok { // the agent cannot create buckets; only reports subscribe
+			c.stats.Ignored++
+			continue
+		}
+		b.m.Settle(now)
+		switch {
+		case a.GetQuotaAssignmentAction() != nil:
+			if !b.assign(a.GetQuotaAssignmentAction(), now) {
+				c.stats.Ignored++
+				continue
+			}
+			c.stats.Assignments++
+			if !b.assignedOnce {
+				b.assignedOnce = true
+				c.firstAssign = append(c.firstAssign, now-b.reported)
+			}
+		case a.GetAbandonAction() != nil:
+			delete(c.buckets, k) // its unreported usage goes with it
+			c.stats.Abandoned++
+		default:
+			b.m.AssignNothing(now)
+		}
+	}
+}
+
+func (c *Client) count(f func(*Stats)) {
+	c.mu.Lock()
+	f(&c.stats)
+	c.mu.Unlock()
+}
