@@ -30,3 +30,28 @@ func BenchmarkAllow(b *testing.B) {
 		})
 	})
 }
+
+// BenchmarkBucketAllow: Allow through a Bucket handle, which skips
+// building the key, beside x/time/rate in the same run. Run with
+// go test -run '^$' -bench BucketAllow -cpu 1,2 ./quotalease
+func BenchmarkBucketAllow(b *testing.B) {
+	_, _, c := assigned(b, 1<<30, 1<<30, nil)
+	h := c.Bucket(acme)
+	b.Run("quotalease", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				h.Allow()
+			}
+		})
+	})
+	lim := rate.NewLimiter(rate.Limit(1<<30), 1<<30)
+	b.Run("x-time-rate", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				lim.Allow()
+			}
+		})
+	})
+}

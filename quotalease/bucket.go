@@ -1,8 +1,7 @@
 package quotalease
 
 import (
-	"slices"
-	"strconv"
+	"encoding/binary"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
@@ -24,10 +23,14 @@ type bucket struct {
 	// has assigned it since it was created.
 	used, reported time.Duration
 	assignedOnce   bool
+	// fresh: no request decided yet (its first is reported at once); gone:
+	// no longer cached (abandoned or forgotten), so a Bucket handle holding
+	// it looks the bucket up again.
+	fresh, gone bool
 }
 
 func newBucket(id *rlqsv3.BucketId, set *envoy.Settings, now time.Duration) *bucket {
-	return &bucket{id: id, m: envoy.New(set, now), used: now, reported: now}
+	return &bucket{id: id, m: envoy.New(set, now), used: now, reported: now, fresh: true}
 }
 
 // assign applies a quota assignment received at now and says whether it
@@ -71,26 +74,27 @@ func StrategyOf(s *typev3.RateLimitStrategy) envoy.Strategy {
 
 // Key is a BucketId map's identity: Envoy hashes the proto
 // (MessageUtil::hash), for which key order does not matter; here the
-// sorted pairs, each string length-prefixed.
+// sorted pairs, each string prefixed by its length.
 func Key(bucket map[string]string) string { return string(appendKey(nil, bucket)) }
 
-// appendKey appends bucket's Key to dst without allocating for buckets of
-// up to eight entries when dst has room.
+// appendKey appends bucket's Key to dst, without allocating for buckets
+// of up to eight entries when dst has room.
 func appendKey(dst []byte, bucket map[string]string) []byte {
-	var small [8]string
-	keys := small[:0]
-	for k := range bucket {
-		keys = append(keys, k)
+	var small [8][2]string
+	pairs := small[:0]
+	for k, v := range bucket {
+		pairs = append(pairs, [2]string{k, v})
 	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		dst = strconv.AppendInt(dst, int64(len(k)), 10)
-		dst = append(dst, ':')
-		dst = append(dst, k...)
-		v := bucket[k]
-		dst = strconv.AppendInt(dst, int64(len(v)), 10)
-		dst = append(dst, ':')
-		dst = append(dst, v...)
+	for i := 1; i < len(pairs); i++ { // insertion sort: a handful of entries
+		for j := i; j > 0 && pairs[j][0] < pairs[j-1][0]; j-- {
+			pairs[j], pairs[j-1] = pairs[j-1], pairs[j]
+		}
+	}
+	for _, p := range pairs {
+		for _, s := range p {
+			dst = binary.AppendUvarint(dst, uint64(len(s)))
+			dst = append(dst, s...)
+		}
 	}
 	return dst
 }

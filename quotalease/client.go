@@ -110,18 +110,39 @@ func (c *Client) decide(bucket map[string]string, n uint64, state bool) (allowed
 	var buf [128]byte
 	k := appendKey(buf[:0], bucket)
 	c.mu.Lock()
-	b, ok := c.buckets[string(k)] // no allocation: the compiler reads k in place
-	var first *rlqsv3.RateLimitQuotaUsageReports
-	if ok {
-		allowed = b.m.AllowN(now, n)
-	} else {
+	defer c.mu.Unlock()
+	b := c.buckets[string(k)] // no allocation: the compiler reads k in place
+	if b == nil {
+		b = c.add(string(k), bucket, now)
+	}
+	return c.take(b, n, now, state)
+}
+
+// add caches a new bucket under key, at now; c.mu is held.
+func (c *Client) add(key string, id map[string]string, now time.Duration) *bucket {
+	b := newBucket(&rlqsv3.BucketId{Bucket: maps.Clone(id)}, &c.cfg.Buckets, now)
+	c.buckets[key] = b
+	return b
+}
+
+// take decides a request of n units on b at now, c.mu held. A new
+// bucket's first request is decided by the no-assignment behaviour and
+// reported at once, alone (Envoy's createBucketImpl).
+func (c *Client) take(b *bucket, n uint64, now time.Duration, state bool) (allowed bool, st envoy.State, _ time.Duration) {
+	if b.fresh {
+		b.fresh = false
 		allowed = c.cfg.Buckets.FirstAllowed()
-		b = newBucket(&rlqsv3.BucketId{Bucket: maps.Clone(bucket)}, &c.cfg.Buckets, now)
 		b.m.CountN(allowed, n)
-		c.buckets[string(k)] = b
-		first = &rlqsv3.RateLimitQuotaUsageReports{Domain: c.cfg.Domain,
+		first := &rlqsv3.RateLimitQuotaUsageReports{Domain: c.cfg.Domain,
 			BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{b.usage(now)}}
 		c.stats.FirstReports++
+		select {
+		case c.outbox <- first:
+		default:
+			c.stats.Dropped++
+		}
+	} else {
+		allowed = b.m.AllowN(now, n)
 	}
 	b.used = now
 	if allowed {
@@ -132,14 +153,6 @@ func (c *Client) decide(bucket map[string]string, n uint64, state bool) (allowed
 	if state {
 		st = b.m.State(now)
 	}
-	if first != nil {
-		select {
-		case c.outbox <- first:
-		default:
-			c.stats.Dropped++
-		}
-	}
-	c.mu.Unlock()
 	return allowed, st, now
 }
 
@@ -202,6 +215,7 @@ func (c *Client) periodicReport() *rlqsv3.RateLimitQuotaUsageReports {
 	for _, k := range slices.Sorted(maps.Keys(c.buckets)) {
 		b := c.buckets[k]
 		if c.cfg.ForgetAfter > 0 && now-b.used >= c.cfg.ForgetAfter {
+			b.gone = true
 			delete(c.buckets, k)
 			c.stats.Forgotten++
 			continue
@@ -244,6 +258,7 @@ func (c *Client) apply(resp *rlqsv3.RateLimitQuotaResponse) {
 				c.firstAssign = append(c.firstAssign, now-b.reported)
 			}
 		case a.GetAbandonAction() != nil:
+			b.gone = true
 			delete(c.buckets, k) // its unreported usage goes with it
 			c.stats.Abandoned++
 		default:

@@ -237,3 +237,28 @@ func TestKeyIsTheMapsIdentity(t *testing.T) {
 		}
 	}
 }
+
+// A Bucket handle decides as the client does, and outlives its bucket: one
+// the agent abandons starts again, reported anew, with the handle's next
+// request.
+func TestBucketHandle(t *testing.T) {
+	f, _, c := assigned(t, 3, 1, nil)
+	h := c.Bucket(acme)
+	if d := h.AllowN(2); !d.Allowed || d.Remaining != 1 {
+		t.Fatalf("AllowN(2) of 3: %+v", d)
+	}
+	if c.Allow(acme) != true || h.Allow() != false {
+		t.Fatal("the handle and the client do not share the bucket's tokens")
+	}
+	f.Push(t, c, 0, rlqsfake.Abandon(acme))
+	if _, held := c.State(acme); held {
+		t.Fatal("abandoned bucket still held")
+	}
+	first := c.Stats().FirstReports
+	if !h.Allow() { // decided by the no-assignment behaviour: allow (the zero Settings)
+		t.Error("the bucket started again refused its first request; the no-assignment behaviour allows it")
+	}
+	if _, held := c.State(acme); !held || c.Stats().FirstReports != first+1 {
+		t.Errorf("the handle's request did not start the bucket again (first reports %d, were %d)", c.Stats().FirstReports, first)
+	}
+}

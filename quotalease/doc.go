@@ -21,7 +21,9 @@
 //
 // A bucket is the map the agent's policies match, as a BucketId built by
 // Envoy's bucket matchers would be: a "policy" entry naming a quota-lease
-// policy with edge settings, and that policy's identity attributes.
+// policy with edge settings, and that policy's identity attributes. A
+// caller deciding many requests of one bucket can hold a handle on it
+// (Client.Bucket), whose decisions skip building the bucket's key.
 //
 // # What it does as Envoy does
 //
