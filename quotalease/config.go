@@ -52,7 +52,9 @@ type Config struct {
 	Metadata  metadata.MD
 	Anonymous bool
 	// Domain names the client's buckets to the agent, as the domain of
-	// Envoy's filter does (the agent's --rlqs-domain, or a policy's).
+	// Envoy's filter does: any name but that of an envoyproxy/ratelimit
+	// configuration the agents serve, whose buckets are matched to its
+	// descriptors (docs/rlqs-server.md).
 	Domain string
 	// Buckets is what a bucket does while it holds no assignment and after
 	// one expires: envoy.SettingsOf(policy.Edge) gives what the policy
