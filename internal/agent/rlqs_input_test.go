@@ -6,18 +6,23 @@ import (
 	"io"
 	"maps"
 	"math"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quota-lease/quota-lease/edge"
 	"github.com/quota-lease/quota-lease/internal/agent/rlqs"
+	"github.com/quota-lease/quota-lease/internal/devca"
+	"github.com/quota-lease/quota-lease/internal/mtls"
 	"github.com/quota-lease/quota-lease/internal/testenv"
 )
 
@@ -29,11 +34,14 @@ type rawStream struct {
 	ended chan error
 }
 
-func openRaw(t *testing.T, addr string) *rawStream {
+func openRaw(t *testing.T, addr string) *rawStream { return openRawOn(t, grpcConn(t, addr)) }
+
+// openRawOn opens a rawStream on cc.
+func openRawOn(t *testing.T, cc *grpc.ClientConn) *rawStream {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	s, err := rlqsv3.NewRateLimitQuotaServiceClient(grpcConn(t, addr)).StreamRateLimitQuotas(ctx)
+	s, err := rlqsv3.NewRateLimitQuotaServiceClient(cc).StreamRateLimitQuotas(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,6 +267,79 @@ func TestRLQSAgentBudgets(t *testing.T) {
 	again.send(t, "shop", use(tenant("e"), 0, 1, 0))
 	if a, _ := again.next(t, tenant("e")); a.GetQuotaAssignmentAction() == nil {
 		t.Fatalf("a stream opened after one ended: %v, want an assignment", a)
+	}
+}
+
+// One caller cannot take the agent's whole budget: over mutual TLS, each
+// client certificate is a caller, whose streams beyond its most are
+// refused with ResourceExhausted and whose buckets beyond its most are
+// ignored, each counted, while a caller with another certificate is
+// served.
+func TestRLQSCallerBudgets(t *testing.T) {
+	ra := regionAgent(t, edgeTestPolicy, func(c *Config) {
+		fastEdge(c)
+		c.Edge.MaxStreamsPerCaller, c.Edge.MaxBucketsPerCaller = 2, 3
+	})
+	ca, err := devca.New(t.TempDir(), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	issue := func(name string) mtls.Files {
+		cert, key, err := ca.Issue(devca.Leaf{Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mtls.Files{Cert: cert, Key: key, CA: ca.CertFile}
+	}
+	srvTLS, err := mtls.Server(issue("agent"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(srvTLS)))
+	ra.a.RegisterGRPC(gs)
+	go gs.Serve(l)
+	t.Cleanup(gs.Stop)
+	as := func(name string) *grpc.ClientConn {
+		cli, err := mtls.Client(issue(name), "localhost")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cc, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(cli)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cc.Close() })
+		return cc
+	}
+	limited := func(reason string) float64 {
+		return counterValueLabeled(t, ra.a, "quotalease_agent_edge_reports_limited_total", "reason", reason)
+	}
+	tenant := func(n string) map[string]string { return map[string]string{"policy": "api", "tenant": n} }
+
+	greedy := as("greedy")
+	one, two := openRawOn(t, greedy), openRawOn(t, greedy)
+	one.send(t, "shop", use(tenant("a"), 0, 1, 0), use(tenant("b"), 0, 1, 0), use(tenant("c"), 0, 1, 0))
+	one.next(t, tenant("c"))
+	two.send(t, "shop", use(tenant("d"), 0, 1, 0))
+	testenv.WaitFor(t, 5*time.Second, "the caller's fourth bucket ignored", func() bool { return limited("caller-buckets") >= 1 })
+	three := openRawOn(t, greedy)
+	three.send(t, "shop", use(tenant("e"), 0, 1, 0))
+	three.wantEnd(t, codes.ResourceExhausted, "a third stream of one certificate, beyond its most")
+	if limited("caller-streams") < 1 {
+		t.Error("the refused stream was not counted")
+	}
+
+	other := openRawOn(t, as("other"))
+	other.send(t, "shop", use(tenant("f"), 0, 1, 0))
+	if a, _ := other.next(t, tenant("f")); a.GetQuotaAssignmentAction() == nil {
+		t.Fatalf("another certificate's stream: %v, want an assignment", a)
+	}
+	if l := ra.a.edge.Load(); l.Streams != 3 || l.Buckets != 4 {
+		t.Errorf("the agent holds %d streams and %d buckets, want 3 and 4", l.Streams, l.Buckets)
 	}
 }
 

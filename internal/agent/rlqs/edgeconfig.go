@@ -23,6 +23,13 @@ type Config struct {
 	// buckets of all its streams together; more are ignored and counted.
 	// Defaults 1,000 and 100,000: at most 4 KiB a bucket id, 400 MB.
 	MaxStreams, MaxBuckets int
+	// MaxStreamsPerCaller and MaxBucketsPerCaller cap what one caller may
+	// hold of them: one client certificate (a fleet of Envoys sharing one
+	// is one caller), or one address over plaintext. A caller's stream
+	// beyond is refused with ResourceExhausted, its bucket beyond ignored,
+	// both counted, so that one certificate cannot take the agent's whole
+	// budget from the others. Defaults: half the agent's, 500 and 50,000.
+	MaxStreamsPerCaller, MaxBucketsPerCaller int
 	// MaxIdentities caps the policy identities the agent serves at the
 	// edge at once: each is a field of the region's reservations, which
 	// every agent of the region reads whole every 30 s (about 6 µs of
@@ -39,7 +46,8 @@ type Config struct {
 
 // DefaultConfig returns the RLQS settings' defaults.
 func DefaultConfig() Config {
-	return Config{Tuning: edge.DefaultTuning(), MaxBucketsPerStream: 10_000, MaxStreams: 1_000, MaxBuckets: 100_000, MaxIdentities: 10_000, ReportsPerSecond: 20, ReportBurst: 200}
+	return Config{Tuning: edge.DefaultTuning(), MaxBucketsPerStream: 10_000, MaxStreams: 1_000, MaxBuckets: 100_000,
+		MaxStreamsPerCaller: 500, MaxBucketsPerCaller: 50_000, MaxIdentities: 10_000, ReportsPerSecond: 20, ReportBurst: 200}
 }
 
 // rounds is what the edge rounds run with: the tuning and the lease's
@@ -64,9 +72,10 @@ func (c Config) Validate() error {
 	if math.IsNaN(c.BurstFraction) || c.BurstFraction <= 0 || c.BurstFraction >= 1 {
 		errs = append(errs, fmt.Errorf("edge burst fraction %v must be in (0, 1)", c.BurstFraction))
 	}
-	if c.MaxBucketsPerStream < 1 || c.MaxStreams < 1 || c.MaxBuckets < 1 || c.MaxIdentities < 1 || c.ReportBurst < 1 || !(c.ReportsPerSecond > 0) {
-		errs = append(errs, errors.New("edge max buckets per stream, max streams, max buckets, max identities, "+
-			"report rate and report burst must be positive"))
+	if c.MaxBucketsPerStream < 1 || c.MaxStreams < 1 || c.MaxBuckets < 1 || c.MaxIdentities < 1 || c.ReportBurst < 1 ||
+		!(c.ReportsPerSecond > 0) || c.MaxStreamsPerCaller < 1 || c.MaxBucketsPerCaller < 1 {
+		errs = append(errs, errors.New("edge max buckets per stream, max streams, max buckets, their caps per "+
+			"caller, max identities, report rate and report burst must be positive"))
 	}
 	return errors.Join(errs...)
 }

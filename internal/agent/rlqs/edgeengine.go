@@ -54,7 +54,8 @@ type Engine struct {
 	mu         sync.Mutex // over the streams and the rounds (r)
 	r          *edge.Round[rlqsSlotID]
 	streams    map[uint64]*rlqsStream
-	buckets    int // the streams' slots and ALLOW_ALL buckets together (MaxBuckets)
+	buckets    int                    // the streams' slots and ALLOW_ALL buckets together (MaxBuckets)
+	callers    map[string]*callerLoad // what each caller holds of streams and buckets (callers.go)
 	nextStream uint64
 	metricsAt  time.Time       // when the gauges were last set
 	metricKeys map[string]bool // policies with edge gauges set
@@ -89,7 +90,7 @@ func compareSlots(a, b rlqsSlotID) int {
 func New(h Host, cfg Config, drift float64, reg *prometheus.Registry) *Engine {
 	rc := cfg.rounds(drift)
 	e := &Engine{h: h, cfg: cfg, rc: rc, m: newMetrics(reg), trust: rc.Trust(), streams: map[uint64]*rlqsStream{},
-		metricKeys: map[string]bool{}, kick: make(chan struct{}, 1), draining: make(chan struct{})}
+		callers: map[string]*callerLoad{}, metricKeys: map[string]bool{}, kick: make(chan struct{}, 1), draining: make(chan struct{})}
 	st := &edgeStore{store: h.Shared.EdgeStore(e.self, h.Clock.Now, rc.Trust(), cfg.GrowWait), now: h.Clock.Now,
 		logger: h.Logger, down: logs.Outage{What: "edge reservation syncs with Redis", Interval: 30 * time.Second, Level: hclog.Warn}}
 	e.r = edge.NewRound(rc, compareSlots, edgeLeases{h.Policies, h.Leases}, st, e)
@@ -231,7 +232,7 @@ func (e *Engine) Queue(_ edge.ID, a edge.Send[rlqsSlotID]) {
 	}
 	s.st.pend = append(s.st.pend, abandonAction(s.id))
 	delete(s.st.slots, a.Slot.bucket)
-	e.buckets--
+	e.countBuckets(s.st, -1)
 }
 
 // Refused counts and logs a slot refused an instance place (edge.Sender).
@@ -263,7 +264,7 @@ func (e *Engine) Along() iter.Seq2[edge.ID, rlqsSlotID] {
 func (e *Engine) dropSlot(sid rlqsSlotID, s *rlqsSlot) {
 	e.r.Remove(s.key, sid)
 	delete(s.st.slots, sid.bucket)
-	e.buckets--
+	e.countBuckets(s.st, -1)
 }
 
 // collect takes every stream's pending actions as one message each. e.mu

@@ -3,6 +3,7 @@ package rlqs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -78,7 +79,10 @@ func TestEdgeRoundsAsTheSimulator(t *testing.T) {
 			case "report":
 				st := streams[ev.Instance]
 				if st == nil {
-					st = e.open(false)
+					var err error
+					if st, err = e.open(false, fmt.Sprint("instance ", ev.Instance)); err != nil {
+						t.Fatal(err)
+					}
 					streams[ev.Instance], instanceOf[st] = st, ev.Instance
 				}
 				m := &rlqsv3.RateLimitQuotaUsageReports{Domain: "d", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{

@@ -62,9 +62,11 @@ type rlqsStream struct {
 	// library: the client is the quota-lease client library, not an Envoy
 	// (it names itself when the stream opens).
 	library bool
-	out     chan *rlqsv3.RateLimitQuotaResponse
-	done    chan struct{}
-	slots   map[string]*rlqsSlot // by bucketKey
+	// caller is what the stream's caller holds (its budgets).
+	caller *callerLoad
+	out    chan *rlqsv3.RateLimitQuotaResponse
+	done   chan struct{}
+	slots  map[string]*rlqsSlot // by bucketKey
 	// allowAll: buckets that nothing limits, and when ALLOW_ALL was sent.
 	allowAll map[string]time.Time
 	pend     []*rlqsv3.RateLimitQuotaResponse_BucketAction
@@ -99,11 +101,9 @@ func (s *rlqsServer) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_S
 	default:
 	}
 	md, _ := metadata.FromIncomingContext(stream.Context())
-	st := s.e.open(len(md.Get(quotalease.ClientMetadata)) > 0)
-	if st == nil {
-		return status.Errorf(codes.ResourceExhausted,
-			"this agent serves %d RLQS streams, its most (--edge-max-streams): connect to another agent of the "+
-				"region, or retry", s.e.cfg.MaxStreams)
+	st, err := s.e.open(len(md.Get(quotalease.ClientMetadata)) > 0, callerOf(stream.Context()))
+	if err != nil {
+		return err
 	}
 	defer s.e.close(st)
 	failed := make(chan error, 2)
@@ -156,20 +156,35 @@ func (st *rlqsStream) send(m *rlqsv3.RateLimitQuotaResponse, ms *metrics) {
 	}
 }
 
-// open registers a new stream, of the client library or of an Envoy.
-func (e *Engine) open(library bool) *rlqsStream {
+// open registers a new stream of caller, of the client library or of an
+// Envoy, or refuses it beyond the agent's or the caller's budget.
+func (e *Engine) open(library bool, caller string) (*rlqsStream, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if len(e.streams) >= e.cfg.MaxStreams {
 		e.m.limited.WithLabelValues("streams").Inc()
-		return nil
+		return nil, status.Errorf(codes.ResourceExhausted,
+			"this agent serves %d RLQS streams, its most (--edge-max-streams): connect to another agent of the "+
+				"region, or retry", e.cfg.MaxStreams)
 	}
+	cl := e.callers[caller]
+	if cl == nil {
+		cl = &callerLoad{name: caller}
+		e.callers[caller] = cl
+	}
+	if cl.streams >= e.cfg.MaxStreamsPerCaller {
+		e.m.limited.WithLabelValues("caller-streams").Inc()
+		return nil, status.Errorf(codes.ResourceExhausted,
+			"this caller (%s) holds %d RLQS streams on this agent, the most one caller may "+
+				"(--edge-max-streams-per-caller): close some, or give other Envoys their own certificate", caller, cl.streams)
+	}
+	cl.streams++
 	e.nextStream++
-	st := &rlqsStream{id: e.nextStream, library: library, out: make(chan *rlqsv3.RateLimitQuotaResponse, rlqsOutbox), done: make(chan struct{}),
+	st := &rlqsStream{id: e.nextStream, library: library, caller: cl, out: make(chan *rlqsv3.RateLimitQuotaResponse, rlqsOutbox), done: make(chan struct{}),
 		slots: map[string]*rlqsSlot{}, allowAll: map[string]time.Time{}, tokens: float64(e.cfg.ReportBurst), tokensAt: e.h.Clock.Now(),
 		refused: logs.Outage{What: "RLQS buckets refused", Interval: 30 * time.Second, Level: hclog.Warn}}
 	e.streams[st.id] = st
-	return st
+	return st, nil
 }
 
 // close forgets a stream that ended; what its buckets were assigned keeps
@@ -182,8 +197,12 @@ func (e *Engine) close(st *rlqsStream) {
 	for bk, s := range st.slots {
 		e.dropSlot(rlqsSlotID{st.id, bk}, s)
 	}
-	e.buckets -= len(st.allowAll)
+	e.countBuckets(st, -len(st.allowAll))
 	delete(e.streams, st.id)
+	st.caller.streams--
+	if st.caller.streams == 0 { // its buckets went with its streams
+		delete(e.callers, st.caller.name)
+	}
 }
 
 // paced reports whether the stream may send one more message at now.
@@ -250,6 +269,10 @@ func (e *Engine) report(st *rlqsStream, m *rlqsv3.RateLimitQuotaUsageReports) er
 				e.m.limited.WithLabelValues("agent-buckets").Inc()
 				continue
 			}
+			if st.caller.buckets >= e.cfg.MaxBucketsPerCaller {
+				e.m.limited.WithLabelValues("caller-buckets").Inc()
+				continue
+			}
 			if s = e.subscribe(st, u.BucketId, bk, now); s == nil {
 				fresh = fresh || len(st.pend) > 0
 				continue
@@ -297,7 +320,7 @@ func (e *Engine) subscribe(st *rlqsStream, id *rlqsv3.BucketId, bk string, now t
 	}
 	if m.pol == nil {
 		st.allowAll[bk] = now
-		e.buckets++
+		e.countBuckets(st, 1)
 		st.pend = append(st.pend, allowAllAction(id))
 		e.m.refused.WithLabelValues("unlimited").Inc()
 		return nil
@@ -320,7 +343,7 @@ func (e *Engine) subscribe(st *rlqsStream, id *rlqsv3.BucketId, bk string, now t
 	sid := rlqsSlotID{st.id, bk}
 	s := &rlqsSlot{Slot: k.Add(sid, now), st: st, id: id, key: k}
 	st.slots[bk] = s
-	e.buckets++
+	e.countBuckets(st, 1)
 	return s
 }
 

@@ -1,0 +1,46 @@
+package rlqs
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"net"
+
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+)
+
+// callerLoad is what one caller holds on this agent: its streams and
+// their buckets, against Config.MaxStreamsPerCaller and
+// MaxBucketsPerCaller. e.mu guards it.
+type callerLoad struct {
+	name             string
+	streams, buckets int
+}
+
+// callerOf names who opened a stream, for the per-caller budgets: its
+// verified client certificate ("cert " and the first 8 bytes of its
+// SHA-256: a fleet of Envoys sharing one certificate is one caller), or
+// over plaintext its address's host.
+func callerOf(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return "unknown"
+	}
+	if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
+		sum := sha256.Sum256(ti.State.PeerCertificates[0].Raw)
+		return "cert " + hex.EncodeToString(sum[:8])
+	}
+	host, _, err := net.SplitHostPort(p.Addr.String())
+	if err != nil {
+		host = p.Addr.String()
+	}
+	return "plaintext " + host
+}
+
+// countBuckets adds n (negative to remove) to the buckets of the agent
+// and of st's caller. e.mu is held.
+func (e *Engine) countBuckets(st *rlqsStream, n int) {
+	e.buckets += n
+	st.caller.buckets += n
+}
