@@ -11,6 +11,7 @@ import (
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 
@@ -48,7 +49,13 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("quotalease: %w", err)
 	}
-	target, opts := cfg.Target, cfg.DialOptions
+	// Pings find an agent gone without closing its connection (a
+	// partition, a paused host) within Keepalive and its timeout, so the
+	// stream moves to another agent; the agents admit a ping every 2 s. A
+	// keepalive in cfg.DialOptions overrides this one.
+	target := cfg.Target
+	opts := append([]grpc.DialOption{grpc.WithKeepaliveParams(keepalive.ClientParameters{
+		Time: Keepalive, Timeout: Keepalive / 2})}, cfg.DialOptions...)
 	if len(cfg.Agents) > 0 {
 		r := manual.NewBuilderWithScheme("quotalease")
 		var st resolver.State
@@ -58,7 +65,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 			st.Addresses = append(st.Addresses, resolver.Address{Addr: a, ServerName: host})
 		}
 		r.InitialState(st)
-		target, opts = r.Scheme()+":///agents", append(slices.Clip(opts), grpc.WithResolvers(r))
+		target, opts = r.Scheme()+":///agents", append(opts, grpc.WithResolvers(r))
 	}
 	conn, err := grpc.NewClient(target, opts...)
 	if err != nil {

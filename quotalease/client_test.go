@@ -9,12 +9,14 @@ import (
 
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quota-lease/quota-lease/clock"
 	"github.com/quota-lease/quota-lease/edge/envoy"
 	"github.com/quota-lease/quota-lease/internal/testenv"
+	"github.com/quota-lease/quota-lease/internal/testenv/faultproxy"
 	"github.com/quota-lease/quota-lease/internal/testenv/rlqsfake"
 	"github.com/quota-lease/quota-lease/quotalease"
 )
@@ -261,4 +263,29 @@ func TestBucketHandle(t *testing.T) {
 	if _, held := c.State(acme); !held || c.Stats().FirstReports != first+1 {
 		t.Errorf("the handle's request did not start the bucket again (first reports %d, were %d)", c.Stats().FirstReports, first)
 	}
+}
+
+// An agent that stops answering without closing the connection (its host
+// paused or partitioned away) is found by the keepalive pings, and the
+// stream moves to the next agent.
+func TestStalledAgentIsLeft(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out a keepalive ping and its timeout (15 s)")
+	}
+	stalls, next := rlqsfake.Start(t), rlqsfake.Start(t)
+	px, err := faultproxy.Start(stalls.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	c := newClient(t, &clock.Manual{}, func(c *quotalease.Config) {
+		c.DialOptions = append(c.DialOptions, grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: time.Second,
+			Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 2, MaxDelay: time.Second}}))
+	}, px.Addr, next.Addr)
+	c.Allow(acme)
+	stalls.WaitReports(t, 0, 1)
+	px.Stall()
+	stalled := time.Now()
+	testenv.WaitFor(t, 40*time.Second, "a stream on the next agent", func() bool { return next.Count() > 0 })
+	t.Logf("the stream moved %v after the agent stalled", time.Since(stalled).Round(100*time.Millisecond))
 }

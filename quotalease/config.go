@@ -30,6 +30,10 @@ const (
 	DefaultForgetAfter = 5 * time.Minute
 	// DefaultSendQueue is how many reports may wait for a stream to open.
 	DefaultSendQueue = 1024
+	// Keepalive is how often an idle connection to an agent is pinged;
+	// one unanswered for half as long is closed and the stream reopened
+	// on the next agent.
+	Keepalive = 10 * time.Second
 )
 
 // Config configures a Client. Domain and one of Agents or Target are

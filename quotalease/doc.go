@@ -43,7 +43,9 @@
 //   - Reports go out every ReportInterval (1 s by default; Envoy
 //     hard-codes 5 s), so the agent follows demand sooner.
 //   - A stream that breaks is opened again after a backoff from 100 ms,
-//     on the next agent that answers, rather than at the next report.
+//     on the next agent that answers, rather than at the next report; an
+//     agent that stops answering without closing is found by keepalive
+//     pings (every 10 s, 5 s to answer).
 //   - A bucket unused for ForgetAfter (5 minutes) is forgotten instead of
 //     reported forever.
 //   - A request may cost more than one unit (AllowN).

@@ -19,6 +19,7 @@ type Proxy struct {
 	lis      net.Listener
 	delay    atomic.Int64 // nanoseconds added before forwarding each chunk
 	cut      atomic.Bool
+	stalled  atomic.Bool // forward nothing, close nothing: a host paused or partitioned away
 
 	mu    sync.Mutex
 	conns map[net.Conn]bool
@@ -50,9 +51,15 @@ func (p *Proxy) Cut() {
 	p.mu.Unlock()
 }
 
-// Restore accepts connections again, with no delay.
+// Stall stops forwarding on every connection, without closing any, until
+// Restore: what a peer sees of a host paused or partitioned away. New
+// connections are accepted and stall too.
+func (p *Proxy) Stall() { p.stalled.Store(true) }
+
+// Restore accepts connections again, with no delay, and forwards again.
 func (p *Proxy) Restore() {
 	p.SetDelay(0)
+	p.stalled.Store(false)
 	p.cut.Store(false)
 }
 
@@ -111,6 +118,9 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 		if n > 0 {
 			if d := time.Duration(p.delay.Load()); d > 0 {
 				time.Sleep(d)
+			}
+			for p.stalled.Load() && !p.cut.Load() { // Close cuts
+				time.Sleep(5 * time.Millisecond)
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
