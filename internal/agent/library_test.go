@@ -39,7 +39,9 @@ func libraryRate(c *quotalease.Client, bucket map[string]string) float64 {
 
 // A hot bucket's demand moves from one library client to another, both
 // reporting every second: the second holds 90% of the region's capacity
-// within two report intervals.
+// within two report intervals and the life of the first's last larger
+// assignment, which the first may enforce until then (1.6-1.7 s on a quiet
+// machine: about the report's phase, that life and a change's wait).
 func TestLibraryDemandMoves(t *testing.T) {
 	const every = time.Second
 	ra := regionAgent(t, edgeTestPolicy, fastEdge)
@@ -61,7 +63,7 @@ func TestLibraryDemandMoves(t *testing.T) {
 	took := time.Since(moved)
 	t.Logf("b got 90%% of the region's capacity %s (%.2f report intervals) after the demand moved; b's stats %+v",
 		took.Round(10*time.Millisecond), took.Seconds()/every.Seconds(), b.Stats())
-	if took > 2*every {
-		t.Errorf("took %s, more than two report intervals", took)
+	if limit := 2*every + 1100*time.Millisecond; took > limit {
+		t.Errorf("took %s, more than two report intervals and one assignment's life (%s)", took, limit)
 	}
 }
