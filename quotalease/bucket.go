@@ -43,13 +43,31 @@ func (b *bucket) assign(qa *rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssi
 // usage is the counts since the last report, then reset, and the time
 // since it in whole seconds (Envoy's getUsageFromBucket).
 func (b *bucket) usage(now time.Duration) *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage {
+	return b.take(now).proto()
+}
+
+// usage is one bucket's part of a report, taken under the client's lock
+// and written out (proto) after it.
+type usage struct {
+	key             string
+	id              *rlqsv3.BucketId // never changed once the bucket exists
+	allowed, denied uint64
+	elapsed         time.Duration
+}
+
+// take is usage's reading and reset of b at now.
+func (b *bucket) take(now time.Duration) usage {
 	allowed, denied, elapsed := b.m.Usage(now)
 	b.reported = now
+	return usage{id: b.id, allowed: allowed, denied: denied, elapsed: elapsed}
+}
+
+func (u usage) proto() *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage {
 	return &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
-		BucketId:           proto.Clone(b.id).(*rlqsv3.BucketId),
-		TimeElapsed:        &durationpb.Duration{Seconds: int64(elapsed / time.Second)},
-		NumRequestsAllowed: allowed,
-		NumRequestsDenied:  denied,
+		BucketId:           proto.Clone(u.id).(*rlqsv3.BucketId),
+		TimeElapsed:        &durationpb.Duration{Seconds: int64(u.elapsed / time.Second)},
+		NumRequestsAllowed: u.allowed,
+		NumRequestsDenied:  u.denied,
 	}
 }
 

@@ -2,18 +2,18 @@ package quotalease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/resolver"
-	"google.golang.org/grpc/resolver/manual"
 
 	"github.com/quota-lease/quota-lease/edge/envoy"
 )
@@ -23,8 +23,7 @@ import (
 // for concurrent use.
 type Client struct {
 	cfg    Config
-	conn   *grpc.ClientConn
-	client rlqsv3.RateLimitQuotaServiceClient
+	agents []agentConn // one connection per agent (one for a Target), tried in turn
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -42,6 +41,9 @@ type Client struct {
 	firstAssign []time.Duration
 }
 
+// maxFirstAssign bounds what FirstAssignments keeps.
+const maxFirstAssign = 1024
+
 // New starts a client. It opens its stream with its first bucket, as Envoy
 // does, and runs until ctx ends or Close.
 func New(ctx context.Context, cfg Config) (*Client, error) {
@@ -49,34 +51,34 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("quotalease: %w", err)
 	}
-	// Pings find an agent gone without closing its connection (a
-	// partition, a paused host) within Keepalive and its timeout, so the
-	// stream moves to another agent; the agents admit a ping every 2 s. A
-	// keepalive in cfg.DialOptions overrides this one.
-	target := cfg.Target
-	opts := append([]grpc.DialOption{grpc.WithKeepaliveParams(keepalive.ClientParameters{
-		Time: Keepalive, Timeout: Keepalive / 2})}, cfg.DialOptions...)
-	if len(cfg.Agents) > 0 {
-		r := manual.NewBuilderWithScheme("quotalease")
-		var st resolver.State
-		for _, a := range cfg.Agents {
-			// Each agent's certificate is checked against its own host name.
-			host, _, _ := net.SplitHostPort(a)
-			st.Addresses = append(st.Addresses, resolver.Address{Addr: a, ServerName: host})
-		}
-		r.InitialState(st)
-		target, opts = r.Scheme()+":///agents", append(opts, grpc.WithResolvers(r))
-	}
-	conn, err := grpc.NewClient(target, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("quotalease: dial %s: %w", target, err)
-	}
 	c := &Client{
-		cfg: cfg, conn: conn, client: rlqsv3.NewRateLimitQuotaServiceClient(conn),
+		cfg:     cfg,
 		outbox:  make(chan *rlqsv3.RateLimitQuotaUsageReports, cfg.SendQueue),
 		tickNow: make(chan struct{}, 1),
 		reset:   make(chan struct{}, 1),
 		buckets: map[string]*bucket{},
+	}
+	c.cfg.Buckets = cfg.Buckets.Clone()
+	targets := cfg.Agents
+	if cfg.Target != "" {
+		targets = []string{cfg.Target}
+	}
+	// Pings find an agent gone without closing its connection (a
+	// partition, a paused host) within Keepalive and its timeout, and a
+	// connection attempt to one gives up after ConnectTimeout, so the
+	// stream moves to the next agent; the agents admit a ping every 2 s.
+	// The same options in cfg.DialOptions override these.
+	opts := append([]grpc.DialOption{
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: Keepalive, Timeout: Keepalive / 2}),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: ConnectTimeout}),
+	}, cfg.DialOptions...)
+	for _, t := range targets {
+		conn, err := grpc.NewClient(t, opts...)
+		if err != nil {
+			c.closeConns()
+			return nil, fmt.Errorf("quotalease: agent %s: %w", t, err)
+		}
+		c.agents = append(c.agents, agentConn{target: t, conn: conn, rlqs: rlqsv3.NewRateLimitQuotaServiceClient(conn)})
 	}
 	c.ctx, c.cancel = context.WithCancel(ctx)
 	c.wg.Add(1)
@@ -90,7 +92,24 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 func (c *Client) Close() error {
 	c.cancel()
 	c.wg.Wait()
-	return c.conn.Close()
+	return c.closeConns()
+}
+
+// agentConn is the connection to one agent. Each is its own, rather than
+// one balanced over all, so that an agent that refuses the stream (at its
+// most streams, draining) is left for the next, as its answer asks.
+type agentConn struct {
+	target string
+	conn   *grpc.ClientConn
+	rlqs   rlqsv3.RateLimitQuotaServiceClient
+}
+
+func (c *Client) closeConns() error {
+	var errs []error
+	for _, a := range c.agents {
+		errs = append(errs, a.conn.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // Allow decides one request of the bucket (a BucketId, as the agent's
@@ -202,10 +221,10 @@ func (c *Client) State(bucket map[string]string) (envoy.State, bool) {
 	return b.m.State(now), true
 }
 
-// FirstAssignments are, for every bucket the agent assigned since the
-// client created it (again after an abandon), how long after the last
-// report that carried the bucket its first assignment was applied: the
-// agent's report-to-assignment latency.
+// FirstAssignments are, for the last 1,024 buckets the agent assigned
+// since the client created them (again after an abandon), how long after
+// the last report that carried the bucket its first assignment was
+// applied: the agent's report-to-assignment latency.
 func (c *Client) FirstAssignments() []time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -213,14 +232,14 @@ func (c *Client) FirstAssignments() []time.Duration {
 }
 
 // periodicReport is every bucket's usage since the last report, ordered
-// by bucket, after forgetting the buckets unused for ForgetAfter.
+// by bucket, after forgetting the buckets unused for ForgetAfter. The
+// client's lock is held only to read and reset the counts: decisions do
+// not wait while the report is written out.
 func (c *Client) periodicReport() *rlqsv3.RateLimitQuotaUsageReports {
 	now := c.cfg.Clock.Mono()
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	msg := &rlqsv3.RateLimitQuotaUsageReports{Domain: c.cfg.Domain}
-	for _, k := range slices.Sorted(maps.Keys(c.buckets)) {
-		b := c.buckets[k]
+	us := make([]usage, 0, len(c.buckets))
+	for k, b := range c.buckets {
 		if c.cfg.ForgetAfter > 0 && now-b.used >= c.cfg.ForgetAfter {
 			b.gone = true
 			delete(c.buckets, k)
@@ -228,9 +247,18 @@ func (c *Client) periodicReport() *rlqsv3.RateLimitQuotaUsageReports {
 			continue
 		}
 		b.m.Settle(now)
-		msg.BucketQuotaUsages = append(msg.BucketQuotaUsages, b.usage(now))
+		u := b.take(now)
+		u.key = k
+		us = append(us, u)
 	}
 	c.stats.PeriodicReports++
+	c.mu.Unlock()
+	slices.SortFunc(us, func(a, b usage) int { return strings.Compare(a.key, b.key) })
+	msg := &rlqsv3.RateLimitQuotaUsageReports{Domain: c.cfg.Domain,
+		BucketQuotaUsages: make([]*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, len(us))}
+	for i, u := range us {
+		msg.BucketQuotaUsages[i] = u.proto()
+	}
 	return msg
 }
 
@@ -262,6 +290,9 @@ func (c *Client) apply(resp *rlqsv3.RateLimitQuotaResponse) {
 			c.stats.Assignments++
 			if !b.assignedOnce {
 				b.assignedOnce = true
+				if len(c.firstAssign) == maxFirstAssign {
+					c.firstAssign = append(c.firstAssign[:0], c.firstAssign[1:]...)
+				}
 				c.firstAssign = append(c.firstAssign, now-b.reported)
 			}
 		case a.GetAbandonAction() != nil:

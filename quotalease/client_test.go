@@ -9,7 +9,6 @@ import (
 
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -180,6 +179,7 @@ func TestConfigRefused(t *testing.T) {
 		{quotalease.Config{Domain: "d"}, "no agents"},
 		{quotalease.Config{Domain: "d", Agents: []string{"a:1"}, Target: "dns:///b"}, "both Agents and Target"},
 		{quotalease.Config{Agents: []string{"a:1"}}, "domain is empty"},
+		{quotalease.Config{Agents: []string{"localhost"}, Domain: "d"}, "give each agent as host:port"},
 		{quotalease.Config{Agents: []string{"a:1"}, Domain: "d", ReportInterval: -time.Second}, "report interval"},
 		{quotalease.Config{Agents: []string{"a:1"}, Domain: "d",
 			Buckets: envoy.Settings{NoAssignment: envoy.Strategy{Kind: envoy.TokenBucket}}}, "token bucket"},
@@ -278,14 +278,48 @@ func TestStalledAgentIsLeft(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { px.Close() })
-	c := newClient(t, &clock.Manual{}, func(c *quotalease.Config) {
-		c.DialOptions = append(c.DialOptions, grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: time.Second,
-			Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 2, MaxDelay: time.Second}}))
-	}, px.Addr, next.Addr)
+	c := newClient(t, &clock.Manual{}, nil, px.Addr, next.Addr)
 	c.Allow(acme)
 	stalls.WaitReports(t, 0, 1)
 	px.Stall()
 	stalled := time.Now()
 	testenv.WaitFor(t, 40*time.Second, "a stream on the next agent", func() bool { return next.Count() > 0 })
 	t.Logf("the stream moved %v after the agent stalled", time.Since(stalled).Round(100*time.Millisecond))
+}
+
+// An agent that refuses the stream (at its most streams, draining) is
+// left for the next, and refusals are not retried in a storm.
+func TestRefusedStreamMovesOn(t *testing.T) {
+	refuses, next := rlqsfake.Start(t), rlqsfake.Start(t)
+	refuses.Refuse()
+	c := newClient(t, &clock.Manual{}, nil, refuses.Addr, next.Addr)
+	c.Allow(acme)
+	if got := next.WaitReports(t, 0, 1); len(got[0].GetBucketQuotaUsages()) != 1 {
+		t.Fatalf("the next agent got %v, want the bucket's first report", got)
+	}
+	if n := refuses.Refused(); n != 1 {
+		t.Errorf("the refusing agent was asked %d times, want once", n)
+	}
+	// Both refuse: the client keeps trying, each wait longer, up to the
+	// report interval (here 300 ms): a handful of attempts in a second.
+	next.Refuse()
+	c2 := newClient(t, &clock.Manual{}, func(c *quotalease.Config) { c.ReportInterval = 300 * time.Millisecond }, refuses.Addr, next.Addr)
+	c2.Allow(acme)
+	before := refuses.Refused() + next.Refused()
+	time.Sleep(time.Second) // counting attempts over a second of the client's own retries
+	if n := refuses.Refused() + next.Refused() - before; n < 2 || n > 8 {
+		t.Errorf("%d refused attempts in a second, want a few (backoff from 100 ms to 300 ms)", n)
+	}
+}
+
+// A refused request is never told to wait past the end of its bucket's
+// assignment, however slowly the bucket refills.
+func TestRetryAfterEndsWithTheAssignment(t *testing.T) {
+	f, _, c := assigned(t, 1, 1, nil)
+	// One token a minute, assigned for 10 s.
+	f.Push(t, c, 0, rlqsfake.Assignment(acme, rlqsfake.TokenBucket(1, 1, time.Minute), durationpb.New(10*time.Second)))
+	c.Allow(acme) // the last token
+	if d := c.AllowN(acme, 1); d.Allowed || d.RetryAfter != 10*time.Second {
+		t.Errorf("refused on a bucket of a token a minute assigned for 10 s: %+v, want retry after 10s", d)
+	}
 }

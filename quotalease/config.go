@@ -3,6 +3,7 @@ package quotalease
 import (
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"google.golang.org/grpc"
@@ -34,6 +35,8 @@ const (
 	// one unanswered for half as long is closed and the stream reopened
 	// on the next agent.
 	Keepalive = 10 * time.Second
+	// ConnectTimeout bounds one attempt to connect to an agent.
+	ConnectTimeout = 5 * time.Second
 )
 
 // Config configures a Client. Domain and one of Agents or Target are
@@ -114,6 +117,11 @@ func (c Config) validate() error {
 		errs = append(errs, errors.New("no agents: set Agents (or Target) to the region's agents' RLQS addresses"))
 	case len(c.Agents) > 0 && c.Target != "":
 		errs = append(errs, errors.New("both Agents and Target are set; set one"))
+	}
+	for _, a := range c.Agents {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			errs = append(errs, fmt.Errorf("agent %q: %v: give each agent as host:port (its --grpc-listen)", a, err))
+		}
 	}
 	if c.Domain == "" {
 		errs = append(errs, errors.New("domain is empty: set it to the agent's RLQS domain"))

@@ -22,9 +22,10 @@ type Decision struct {
 	Remaining uint64
 	Reset     time.Duration
 	// RetryAfter is, for a refused request, how long until the same
-	// request could fit: until the token bucket holds its cost again, or
-	// until a denying rule ends (at most a report interval, when a report
-	// may bring an assignment). 0 when allowed.
+	// request could fit: until the token bucket holds its cost again, at
+	// most until its assignment ends; for a denying rule, until it ends,
+	// at most a report interval (a report may bring an assignment). 0
+	// when allowed.
 	RetryAfter time.Duration
 }
 
@@ -45,13 +46,18 @@ func decisionOf(allowed bool, n uint64, st envoy.State, now, retry time.Duration
 	if allowed {
 		return d
 	}
+	// The action ends at Until (and the next assignment may differ): no
+	// wait is said to be longer than that, nor, for a rule whose end
+	// nothing sets, than a report interval.
+	end := retry
+	if st.Phase != envoy.Default && st.Until > now {
+		end = st.Until - now
+	}
 	switch {
 	case limited && float64(n) <= float64(tb.MaxTokens):
-		d.RetryAfter = seconds((float64(n) - st.Tokens) / rate)
-	case st.Phase != envoy.Default && st.Until > now:
-		d.RetryAfter = min(st.Until-now, retry)
+		d.RetryAfter = min(seconds((float64(n)-st.Tokens)/rate), end)
 	default:
-		d.RetryAfter = retry
+		d.RetryAfter = min(end, retry)
 	}
 	return d
 }

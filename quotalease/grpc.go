@@ -14,8 +14,9 @@ import (
 // GRPCOptions configure the client's gRPC server interceptors.
 type GRPCOptions struct {
 	// Bucket is the bucket a call counts against, from its context (its
-	// metadata, its peer's certificate) and its full method name; nil lets
-	// the call through undecided.
+	// metadata, its peer's certificate) and its full method name; a nil
+	// bucket lets the call through undecided. Required: an interceptor
+	// without it decides nothing.
 	Bucket func(ctx context.Context, fullMethod string) map[string]string
 	// Policy names the limit in a refusal's message; empty takes the
 	// bucket's "policy" attribute, or "quota".

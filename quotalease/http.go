@@ -32,7 +32,10 @@ type HTTPOptions struct {
 // 429 with an application/problem+json body naming the policy,
 // Retry-After in whole seconds, Cache-Control: no-store, and the RateLimit
 // fields of the chosen version, which admitted requests carry too while
-// their bucket holds a token bucket.
+// their bucket holds a token bucket. The numbers are the client's bucket's
+// (its part of the region's share); draft-11's fields carry no partition
+// key, the client not knowing which of the bucket's entries are the
+// policy's identity.
 func (c *Client) Middleware(opts HTTPOptions) (func(http.Handler) http.Handler, error) {
 	if opts.Bucket == nil {
 		return nil, fmt.Errorf("quotalease: middleware: Bucket is nil: say which bucket a request counts against")

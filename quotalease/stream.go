@@ -2,6 +2,7 @@ package quotalease
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
@@ -23,8 +24,15 @@ type conn struct {
 	stream  rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient
 	cancel  context.CancelFunc
 	pending []*rlqsv3.RateLimitQuotaUsageReports
-	// wait is the next reconnection's delay, and retry its timer (nil
-	// when none is due).
+	// answered is set by the stream's receiver at its first answer;
+	// unanswered are the reports written before it, written again on the
+	// next stream if the agent ends this one without answering (refused
+	// it): so a new bucket's first report is not lost to a refusal.
+	answered   *atomic.Bool
+	unanswered []*rlqsv3.RateLimitQuotaUsageReports
+	// agent is the index of the agent streams open to; wait is the next
+	// reconnection's delay, and retry its timer (nil when none is due).
+	agent int
 	wait  time.Duration
 	retry *time.Timer
 }
@@ -98,18 +106,27 @@ func (c *Client) run() {
 		case gen := <-closeCh:
 			if gen == cn.gen && cn.phase == up {
 				c.count(func(s *Stats) { s.StreamsClosed++ })
-				c.lost(&cn)
+				c.lost(&cn, cn.answered.Load())
 			}
 		}
 	}
 }
 
 // lost forgets the stream and, unless reconnecting with the next report,
-// schedules a reconnection after the current wait, doubling it up to the
-// report interval.
-func (c *Client) lost(cn *conn) {
+// schedules a reconnection. A stream the agent answered on is opened again
+// after the first wait, to the same agent; one it never answered (refused,
+// or never opened) moves to the next agent, after a wait doubling up to
+// the report interval, so that refusals are not retried in a storm.
+func (c *Client) lost(cn *conn, answered bool) {
 	cn.cancel()
 	cn.phase, cn.stream = down, nil
+	if answered {
+		cn.wait = c.cfg.Reconnect
+	} else {
+		cn.agent = (cn.agent + 1) % len(c.agents)
+		cn.pending = append(cn.unanswered, cn.pending...)
+	}
+	cn.unanswered = nil
 	if c.cfg.ReconnectWithReport || cn.retry != nil {
 		return
 	}
@@ -144,11 +161,11 @@ func (c *Client) start(cn *conn, startCh chan<- started) {
 		ctx = metadata.NewOutgoingContext(ctx, md)
 	}
 	cn.phase, cn.cancel = starting, cancel
-	gen := cn.gen
+	gen, agent := cn.gen, c.agents[cn.agent].rlqs
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		s, err := c.client.StreamRateLimitQuotas(ctx)
+		s, err := agent.StreamRateLimitQuotas(ctx)
 		select {
 		case startCh <- started{gen: gen, stream: s, err: err}:
 		case <-c.ctx.Done():
@@ -161,15 +178,18 @@ func (c *Client) onStarted(cn *conn, s started, closeCh chan<- int) {
 		return
 	}
 	if s.err != nil {
-		c.count(func(st *Stats) { st.StreamFailures++; st.Dropped += uint64(len(cn.pending)) })
-		cn.pending = nil
-		c.lost(cn)
+		c.count(func(st *Stats) { st.StreamFailures++ })
+		if c.cfg.ReconnectWithReport { // Envoy drops what waited for the stream
+			c.count(func(st *Stats) { st.Dropped += uint64(len(cn.pending)) })
+			cn.pending = nil
+		}
+		c.lost(cn, false)
 		return
 	}
 	c.count(func(st *Stats) { st.StreamStarts++ })
-	cn.phase, cn.stream, cn.wait = up, s.stream, c.cfg.Reconnect
+	cn.phase, cn.stream, cn.answered = up, s.stream, &atomic.Bool{}
 	c.wg.Add(1)
-	go c.receive(s.stream, s.gen, closeCh)
+	go c.receive(s.stream, s.gen, cn.answered, closeCh)
 	pending := cn.pending
 	cn.pending = nil
 	for _, msg := range pending {
@@ -178,8 +198,9 @@ func (c *Client) onStarted(cn *conn, s started, closeCh chan<- int) {
 }
 
 // receive applies each response until the stream ends, then tells the
-// main loop which stream ended.
-func (c *Client) receive(s rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient, gen int, closeCh chan<- int) {
+// main loop which stream ended; answered is set at the first response.
+func (c *Client) receive(s rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient, gen int, answered *atomic.Bool,
+	closeCh chan<- int) {
 	defer c.wg.Done()
 	for {
 		resp, err := s.Recv()
@@ -190,27 +211,45 @@ func (c *Client) receive(s rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasCli
 			}
 			return
 		}
+		answered.Store(true)
 		c.apply(resp)
 	}
 }
 
-// send writes msg on the stream, queues it while the stream opens, or
-// drops it when there is none.
+// send writes msg on the stream, or queues it while the stream opens or
+// until a retry opens one (with ReconnectWithReport, as Envoy, a report
+// while there is no stream is dropped).
 func (c *Client) send(cn *conn, msg *rlqsv3.RateLimitQuotaUsageReports) {
 	switch cn.phase {
 	case up:
+		kept := !cn.answered.Load() && !c.cfg.ReconnectWithReport && len(cn.unanswered) < c.cfg.SendQueue
+		if kept {
+			cn.unanswered = append(cn.unanswered, msg)
+		}
 		if err := cn.stream.Send(msg); err != nil { // the stream ended; Recv reports it
-			c.count(func(s *Stats) { s.Dropped++ })
+			if !kept {
+				c.count(func(s *Stats) { s.Dropped++ })
+			}
 			return
 		}
 		c.count(func(s *Stats) { s.Sent++ })
 	case starting:
-		if len(cn.pending) < c.cfg.SendQueue {
-			cn.pending = append(cn.pending, msg)
+		c.queue(cn, msg)
+	default: // down: kept for the stream the retry opens; Envoy drops it
+		if c.cfg.ReconnectWithReport {
+			c.count(func(s *Stats) { s.Dropped++ })
 			return
 		}
-		c.count(func(s *Stats) { s.Dropped++ })
-	default:
-		c.count(func(s *Stats) { s.Dropped++ })
+		c.queue(cn, msg)
 	}
+}
+
+// queue keeps msg for the stream being opened, up to SendQueue; beyond,
+// it is dropped.
+func (c *Client) queue(cn *conn, msg *rlqsv3.RateLimitQuotaUsageReports) {
+	if len(cn.pending) < c.cfg.SendQueue {
+		cn.pending = append(cn.pending, msg)
+		return
+	}
+	c.count(func(s *Stats) { s.Dropped++ })
 }

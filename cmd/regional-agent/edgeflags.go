@@ -47,11 +47,11 @@ func edgeFlags(fs *flag.FlagSet, e *rlqs.Config) {
 		"RLQS: most buckets of all streams together; more are ignored and counted ({reason=\"agent-buckets\"})")
 	fs.IntVar(&e.MaxStreamsPerCaller, "edge-max-streams-per-caller", d.MaxStreamsPerCaller,
 		"RLQS: most streams one caller may hold on the agent: one client certificate (Envoys sharing one are one "+
-			"caller), or one address over plaintext; one more is refused with RESOURCE_EXHAUSTED "+
-			"({reason=\"caller-streams\"})")
+			"caller), or one address without one; one more is refused with RESOURCE_EXHAUSTED "+
+			"({reason=\"caller-streams\"}); 0: half of --edge-max-streams")
 	fs.IntVar(&e.MaxBucketsPerCaller, "edge-max-buckets-per-caller", d.MaxBucketsPerCaller,
 		"RLQS: most buckets of one caller's streams together; more are ignored and counted "+
-			"({reason=\"caller-buckets\"})")
+			"({reason=\"caller-buckets\"}); 0: half of --edge-max-agent-buckets")
 	fs.IntVar(&e.MaxIdentities, "edge-max-identities", d.MaxIdentities,
 		"RLQS: most policy identities (e.g. tenants) the agent serves at the edge at once; each is a field of "+
 			"the region's edge reservations in Redis, which every agent of the region reads whole every 30 s "+

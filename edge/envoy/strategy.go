@@ -76,6 +76,15 @@ type Settings struct {
 	StartsFull bool
 }
 
+// Clone is s with its own copy of Fallback.
+func (s Settings) Clone() Settings {
+	if s.Fallback != nil {
+		fb := *s.Fallback
+		s.Fallback = &fb
+	}
+	return s
+}
+
 // FirstAllowed is noAssignmentBehaviorShouldAllow: a bucket's first
 // request is denied only by a DENY_ALL default action, whatever else it is.
 func (s *Settings) FirstAllowed() bool { return s.NoAssignment.Kind != DenyAll }

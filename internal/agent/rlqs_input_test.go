@@ -239,6 +239,7 @@ func TestRLQSAgentBudgets(t *testing.T) {
 	ra := regionAgent(t, edgeTestPolicy, func(c *Config) {
 		fastEdge(c)
 		c.Edge.MaxStreams, c.Edge.MaxBuckets = 2, 3
+		c.Edge.MaxStreamsPerCaller, c.Edge.MaxBucketsPerCaller = 2, 3 // one caller may take all: the agent's own caps are tested
 	})
 	limited := func(reason string) float64 {
 		return counterValueLabeled(t, ra.a, "quotalease_agent_edge_reports_limited_total", "reason", reason)

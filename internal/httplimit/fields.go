@@ -41,21 +41,22 @@ const (
 // Fields is what the RateLimit fields report of one decided request,
 // in the whole units and seconds the drafts use.
 type Fields struct {
-	// policy names the check's policy.
+	// Policy names the decision's policy.
 	Policy string
-	// limit is how many units per window the region enforces (its share,
-	// for a global policy), rounded down; window is the policy's period in
+	// Limit is how many units per window the region enforces (its share,
+	// for a global policy), rounded down; Window is the policy's period in
 	// seconds, rounded up (the drafts have no sub-second precision).
 	Limit, Window int64
-	// remaining is the whole units left, rounded down, never negative;
-	// reset the seconds until the quota is whole again (the bucket full,
+	// Remaining is the whole units left, rounded down, never negative;
+	// Reset the seconds until the quota is whole again (the bucket full,
 	// the window empty), rounded up.
 	Remaining, Reset int64
-	// retryAfter is a refused check's Retry-After in seconds; 0 for an
+	// RetryAfter is a refused request's Retry-After in seconds; 0 for an
 	// admitted one.
 	RetryAfter int64
-	// partition is the check's partition key (for example the SHA-256 of its identity); nil for a
-	// policy that counts every request as one.
+	// Partition is the request's partition key (the agent sends the
+	// SHA-256 of its identity); nil for a policy that counts every request
+	// as one, or a server that does not know the identity.
 	Partition []byte
 }
 
@@ -126,7 +127,7 @@ func writeDraft11(h http.Header, fs []Fields) {
 	h["Ratelimit-Policy"], h["Ratelimit"] = v[0:1:1], v[1:2:2]
 }
 
-// effectiveWindow is draft-11's t (section 4.1.2): seconds within which
+// EffectiveWindow is draft-11's t (section 4.1.2): seconds within which
 // the client can use no more than the remaining quota. For an admitted
 // check, until the quota is whole again: exact for a fixed window, an
 // upper bound for the algorithms that give quota back gradually. For a

@@ -20,8 +20,9 @@ type callerLoad struct {
 
 // callerOf names who opened a stream, for the per-caller budgets: its
 // verified client certificate ("cert " and the first 8 bytes of its
-// SHA-256: a fleet of Envoys sharing one certificate is one caller), or
-// over plaintext its address's host.
+// SHA-256: a fleet of Envoys sharing one certificate is one caller), or,
+// without one (plaintext, or TLS without client certificates), its
+// address's host.
 func callerOf(ctx context.Context) string {
 	p, ok := peer.FromContext(ctx)
 	if !ok || p.Addr == nil {
@@ -35,7 +36,7 @@ func callerOf(ctx context.Context) string {
 	if err != nil {
 		host = p.Addr.String()
 	}
-	return "plaintext " + host
+	return "address " + host
 }
 
 // countBuckets adds n (negative to remove) to the buckets of the agent

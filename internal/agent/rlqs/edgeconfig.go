@@ -28,7 +28,8 @@ type Config struct {
 	// is one caller), or one address over plaintext. A caller's stream
 	// beyond is refused with ResourceExhausted, its bucket beyond ignored,
 	// both counted, so that one certificate cannot take the agent's whole
-	// budget from the others. Defaults: half the agent's, 500 and 50,000.
+	// budget from the others. 0 (the default) is half the agent's:
+	// MaxStreams/2 and MaxBuckets/2.
 	MaxStreamsPerCaller, MaxBucketsPerCaller int
 	// MaxIdentities caps the policy identities the agent serves at the
 	// edge at once: each is a field of the region's reservations, which
@@ -46,8 +47,19 @@ type Config struct {
 
 // DefaultConfig returns the RLQS settings' defaults.
 func DefaultConfig() Config {
-	return Config{Tuning: edge.DefaultTuning(), MaxBucketsPerStream: 10_000, MaxStreams: 1_000, MaxBuckets: 100_000,
-		MaxStreamsPerCaller: 500, MaxBucketsPerCaller: 50_000, MaxIdentities: 10_000, ReportsPerSecond: 20, ReportBurst: 200}
+	return Config{Tuning: edge.DefaultTuning(), MaxBucketsPerStream: 10_000, MaxStreams: 1_000, MaxBuckets: 100_000, MaxIdentities: 10_000, ReportsPerSecond: 20, ReportBurst: 200}
+}
+
+// callerStreams and callerBuckets are what one caller may hold: as set,
+// or half the agent's.
+func (c Config) callerStreams() int { return perCaller(c.MaxStreamsPerCaller, c.MaxStreams) }
+func (c Config) callerBuckets() int { return perCaller(c.MaxBucketsPerCaller, c.MaxBuckets) }
+
+func perCaller(set, agent int) int {
+	if set > 0 {
+		return set
+	}
+	return max(1, agent/2)
 }
 
 // rounds is what the edge rounds run with: the tuning and the lease's
@@ -73,9 +85,15 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("edge burst fraction %v must be in (0, 1)", c.BurstFraction))
 	}
 	if c.MaxBucketsPerStream < 1 || c.MaxStreams < 1 || c.MaxBuckets < 1 || c.MaxIdentities < 1 || c.ReportBurst < 1 ||
-		!(c.ReportsPerSecond > 0) || c.MaxStreamsPerCaller < 1 || c.MaxBucketsPerCaller < 1 {
-		errs = append(errs, errors.New("edge max buckets per stream, max streams, max buckets, their caps per "+
-			"caller, max identities, report rate and report burst must be positive"))
+		!(c.ReportsPerSecond > 0) {
+		errs = append(errs, errors.New("edge max buckets per stream, max streams, max buckets, max identities, "+
+			"report rate and report burst must be positive"))
+	}
+	if c.MaxStreamsPerCaller < 0 || c.MaxStreamsPerCaller > c.MaxStreams || c.MaxBucketsPerCaller < 0 ||
+		c.MaxBucketsPerCaller > c.MaxBuckets {
+		errs = append(errs, fmt.Errorf("edge max streams per caller %d and max buckets per caller %d must be "+
+			"within the agent's (%d and %d), or 0 for half of them", c.MaxStreamsPerCaller, c.MaxBucketsPerCaller,
+			c.MaxStreams, c.MaxBuckets))
 	}
 	return errors.Join(errs...)
 }

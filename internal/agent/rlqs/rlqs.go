@@ -172,7 +172,7 @@ func (e *Engine) open(library bool, caller string) (*rlqsStream, error) {
 		cl = &callerLoad{name: caller}
 		e.callers[caller] = cl
 	}
-	if cl.streams >= e.cfg.MaxStreamsPerCaller {
+	if cl.streams >= e.cfg.callerStreams() {
 		e.m.limited.WithLabelValues("caller-streams").Inc()
 		return nil, status.Errorf(codes.ResourceExhausted,
 			"this caller (%s) holds %d RLQS streams on this agent, the most one caller may "+
@@ -269,7 +269,7 @@ func (e *Engine) report(st *rlqsStream, m *rlqsv3.RateLimitQuotaUsageReports) er
 				e.m.limited.WithLabelValues("agent-buckets").Inc()
 				continue
 			}
-			if st.caller.buckets >= e.cfg.MaxBucketsPerCaller {
+			if st.caller.buckets >= e.cfg.callerBuckets() {
 				e.m.limited.WithLabelValues("caller-buckets").Inc()
 				continue
 			}

@@ -8,8 +8,10 @@
 // An Instance is the client library (package quotalease) run with Envoy's
 // settings and behaviours: the bucket settings read from Envoy's proto,
 // its report interval, a stream reopened only with the next report,
-// buckets kept until the server abandons them. What this package adds is
-// Envoy's configuration and each instance's own records.
+// buckets kept until the server abandons them. It pings the server as the
+// library does (every 10 s), where an Envoy pings as its cluster's
+// keepalive says (docs/rlqs.md has it ping every 5 s). What this package
+// adds is Envoy's configuration and each instance's own records.
 //
 // Read from envoyproxy/envoy, source/extensions/filters/http/rate_limit_quota/:
 //   - filter.cc (commit 1736899111be41f7567a2c4a16af886291db8151): the

@@ -14,7 +14,9 @@ import (
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -30,6 +32,23 @@ type Server struct {
 
 	mu      sync.Mutex
 	streams []*Stream
+	refused int  // streams refused
+	refuse  bool // refuse every stream, as an agent at its most streams does
+}
+
+// Refuse makes the server refuse every stream from now on with
+// ResourceExhausted, before any answer.
+func (f *Server) Refuse() {
+	f.mu.Lock()
+	f.refuse = true
+	f.mu.Unlock()
+}
+
+// Refused is how many streams the server refused.
+func (f *Server) Refused() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.refused
 }
 
 // Stream is one stream the server accepted.
@@ -65,6 +84,13 @@ func Start(t testing.TB) *Server {
 // StreamRateLimitQuotas records the stream's reports and sends what the
 // test puts in Out until the client or Kill ends it.
 func (f *Server) StreamRateLimitQuotas(s rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
+	f.mu.Lock()
+	if f.refuse {
+		f.refused++
+		f.mu.Unlock()
+		return status.Error(codes.ResourceExhausted, "refused")
+	}
+	f.mu.Unlock()
 	md, _ := metadata.FromIncomingContext(s.Context())
 	fs := &Stream{MD: md, Out: make(chan *rlqsv3.RateLimitQuotaResponse, 16), Kill: make(chan struct{})}
 	f.mu.Lock()
