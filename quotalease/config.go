@@ -24,7 +24,7 @@ const (
 	// demand sooner at the cost of one small message a period.
 	DefaultReportInterval = time.Second
 	// DefaultReconnect is the first wait before a closed stream is opened
-	// again; it doubles on each failed attempt up to the report interval.
+	// again; it doubles on each refused or failed attempt up to the report interval.
 	DefaultReconnect = 100 * time.Millisecond
 	// DefaultForgetAfter is how long a bucket may go without a request
 	// before the client forgets it and stops reporting it.
@@ -71,8 +71,9 @@ type Config struct {
 
 	// ReportInterval is the period of usage reports (DefaultReportInterval).
 	ReportInterval time.Duration
-	// Reconnect is the first wait before reopening a closed stream
-	// (DefaultReconnect), doubling up to ReportInterval.
+	// Reconnect is the wait before reopening a closed stream
+	// (DefaultReconnect); after streams the agents refuse, it doubles up
+	// to ReportInterval.
 	// ReconnectWithReport reopens it only with the next report instead,
 	// as Envoy does.
 	Reconnect           time.Duration

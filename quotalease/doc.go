@@ -42,10 +42,11 @@
 //
 //   - Reports go out every ReportInterval (1 s by default; Envoy
 //     hard-codes 5 s), so the agent follows demand sooner.
-//   - A stream that breaks is opened again after a backoff from 100 ms,
-//     on the next agent that answers, rather than at the next report; an
-//     agent that stops answering without closing is found by keepalive
-//     pings (every 10 s, 5 s to answer).
+//   - A stream that breaks is opened again after 100 ms, rather than at
+//     the next report; one an agent refuses (at its most streams,
+//     draining) moves to the next agent, the wait doubling; an agent that
+//     stops answering without closing is found by keepalive pings (every
+//     10 s, 5 s to answer).
 //   - A bucket unused for ForgetAfter (5 minutes) is forgotten instead of
 //     reported forever.
 //   - A request may cost more than one unit (AllowN).
