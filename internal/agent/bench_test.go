@@ -2,7 +2,6 @@ package agent
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"sort"
@@ -11,13 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-
 	"github.com/quota-lease/quota-lease/admission"
-	"github.com/quota-lease/quota-lease/internal/agent/checkapi"
-	"github.com/quota-lease/quota-lease/internal/devca"
-	"github.com/quota-lease/quota-lease/internal/mtls"
 	"github.com/quota-lease/quota-lease/lease"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
@@ -198,39 +191,7 @@ func BenchmarkGRPCCheckModerate(b *testing.B) {
 // (read as the ratio of the two).
 func BenchmarkGRPCCheckTLS(b *testing.B) {
 	ra := benchRunningAgent(b)
-	dir := b.TempDir()
-	ca, err := devca.New(dir, "bench")
-	if err != nil {
-		b.Fatal(err)
-	}
-	files := func(name string) mtls.Files {
-		cert, key, err := ca.Issue(devca.Leaf{Name: name})
-		if err != nil {
-			b.Fatal(err)
-		}
-		return mtls.Files{Cert: cert, Key: key, CA: ca.CertFile}
-	}
-	scfg, err := mtls.Server(files("agent"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	gs := grpc.NewServer(append(checkapi.GRPCServerOptions(), grpc.Creds(credentials.NewTLS(scfg)))...)
-	ra.a.RegisterGRPC(gs)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go gs.Serve(lis)
-	b.Cleanup(gs.Stop)
-	ccfg, err := mtls.Client(files("service"), "")
-	if err != nil {
-		b.Fatal(err)
-	}
-	tc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(ccfg)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { tc.Close() })
+	tc := tlsGRPC(b, ra)("service")
 	clients := map[bool]pb.CheckServiceClient{false: pb.NewCheckServiceClient(grpcConn(b, ra.grpcAddr)), true: pb.NewCheckServiceClient(tc)}
 	for _, secure := range []bool{false, true} {
 		b.Run(fmt.Sprintf("mtls=%v", secure), func(b *testing.B) { closedLoop(b, clients[secure]) })

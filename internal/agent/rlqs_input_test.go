@@ -6,7 +6,6 @@ import (
 	"io"
 	"maps"
 	"math"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,14 +14,11 @@ import (
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quota-lease/quota-lease/edge"
 	"github.com/quota-lease/quota-lease/internal/agent/rlqs"
-	"github.com/quota-lease/quota-lease/internal/devca"
-	"github.com/quota-lease/quota-lease/internal/mtls"
 	"github.com/quota-lease/quota-lease/internal/testenv"
 )
 
@@ -281,41 +277,7 @@ func TestRLQSCallerBudgets(t *testing.T) {
 		fastEdge(c)
 		c.Edge.MaxStreamsPerCaller, c.Edge.MaxBucketsPerCaller = 2, 3
 	})
-	ca, err := devca.New(t.TempDir(), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	issue := func(name string) mtls.Files {
-		cert, key, err := ca.Issue(devca.Leaf{Name: name})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return mtls.Files{Cert: cert, Key: key, CA: ca.CertFile}
-	}
-	srvTLS, err := mtls.Server(issue("agent"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(srvTLS)))
-	ra.a.RegisterGRPC(gs)
-	go gs.Serve(l)
-	t.Cleanup(gs.Stop)
-	as := func(name string) *grpc.ClientConn {
-		cli, err := mtls.Client(issue(name), "localhost")
-		if err != nil {
-			t.Fatal(err)
-		}
-		cc, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(cli)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cc.Close() })
-		return cc
-	}
+	as := tlsGRPC(t, ra)
 	limited := func(reason string) float64 {
 		return counterValueLabeled(t, ra.a, "quotalease_agent_edge_reports_limited_total", "reason", reason)
 	}
