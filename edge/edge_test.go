@@ -222,4 +222,9 @@ func TestRate(t *testing.T) {
 	if r, _ := Rate(50, 5*time.Second, 0); r != 10 {
 		t.Fatalf("time_elapsed when nothing is measured: %v", r)
 	}
+	// The client library's exact interval wins over a receipt the network
+	// or the agent's load delayed.
+	if r, _ := Rate(25, 2500*time.Millisecond, 3*time.Second); r != 10 {
+		t.Fatalf("an exact time_elapsed loses to the measured interval: %v", r)
+	}
 }

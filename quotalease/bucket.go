@@ -41,9 +41,9 @@ func (b *bucket) assign(qa *rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssi
 }
 
 // usage is the counts since the last report, then reset, and the time
-// since it in whole seconds (Envoy's getUsageFromBucket).
-func (b *bucket) usage(now time.Duration) *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage {
-	return b.take(now).proto()
+// since it (Envoy's getUsageFromBucket; exact: see take).
+func (b *bucket) usage(now time.Duration, exact bool) *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage {
+	return b.take(now, exact).proto()
 }
 
 // usage is one bucket's part of a report, taken under the client's lock
@@ -55,9 +55,15 @@ type usage struct {
 	elapsed         time.Duration
 }
 
-// take is usage's reading and reset of b at now.
-func (b *bucket) take(now time.Duration) usage {
+// take is usage's reading and reset of b at now. With exact, the time
+// since the last report is sent to the nanosecond (the agent then reads
+// the rate from it rather than from when reports reach it, which the
+// network and its own load shift); else in whole seconds, as Envoy does.
+func (b *bucket) take(now time.Duration, exact bool) usage {
 	allowed, denied, elapsed := b.m.Usage(now)
+	if exact {
+		elapsed = now - b.reported
+	}
 	b.reported = now
 	return usage{id: b.id, allowed: allowed, denied: denied, elapsed: elapsed}
 }
@@ -65,7 +71,7 @@ func (b *bucket) take(now time.Duration) usage {
 func (u usage) proto() *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage {
 	return &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
 		BucketId:           proto.Clone(u.id).(*rlqsv3.BucketId),
-		TimeElapsed:        &durationpb.Duration{Seconds: int64(u.elapsed / time.Second)},
+		TimeElapsed:        durationpb.New(u.elapsed),
 		NumRequestsAllowed: u.allowed,
 		NumRequestsDenied:  u.denied,
 	}

@@ -160,7 +160,7 @@ func (c *Client) take(b *bucket, n uint64, now time.Duration, state bool) (allow
 		allowed = c.cfg.Buckets.FirstAllowed()
 		b.m.CountN(allowed, n)
 		first := &rlqsv3.RateLimitQuotaUsageReports{Domain: c.cfg.Domain,
-			BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{b.usage(now)}}
+			BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{b.usage(now, !c.cfg.WholeSeconds)}}
 		c.stats.FirstReports++
 		select {
 		case c.outbox <- first:
@@ -247,7 +247,7 @@ func (c *Client) periodicReport() *rlqsv3.RateLimitQuotaUsageReports {
 			continue
 		}
 		b.m.Settle(now)
-		u := b.take(now)
+		u := b.take(now, !c.cfg.WholeSeconds)
 		u.key = k
 		us = append(us, u)
 	}

@@ -78,6 +78,10 @@ type Config struct {
 	// as Envoy does.
 	Reconnect           time.Duration
 	ReconnectWithReport bool
+	// WholeSeconds reports the time since a bucket's last report in whole
+	// seconds, as Envoy does, instead of to the nanosecond (from which the
+	// agent reads the bucket's rate exactly, whatever delays the reports).
+	WholeSeconds bool
 	// ForgetAfter is how long an unused bucket is kept
 	// (DefaultForgetAfter); negative keeps every bucket until the agent
 	// abandons it, as Envoy does.

@@ -49,6 +49,9 @@
 //     10 s, 5 s to answer).
 //   - A bucket unused for ForgetAfter (5 minutes) is forgotten instead of
 //     reported forever.
+//   - A report says the time it covers to the nanosecond (Envoy: whole
+//     seconds), so the agent reads each bucket's rate exactly, whatever
+//     delays the report.
 //   - A request may cost more than one unit (AllowN).
 //
 // # Middleware

@@ -117,7 +117,7 @@ func New(ctx context.Context, cfg Config) (*Instance, error) {
 	c, err := quotalease.New(ctx, quotalease.Config{
 		Target: cfg.Target, DialOptions: cfg.DialOptions, Metadata: cfg.InitialMetadata, Anonymous: true,
 		Domain: cfg.Domain, Buckets: set.model,
-		ReportInterval: cfg.ReportInterval, ReconnectWithReport: true, ForgetAfter: -1,
+		ReportInterval: cfg.ReportInterval, ReconnectWithReport: true, WholeSeconds: true, ForgetAfter: -1,
 		SendQueue: cfg.SendQueue, Clock: cfg.Clock,
 	})
 	if err != nil {
