@@ -273,7 +273,8 @@ func edgeColumns(l *pb.LeaseRecord) string {
 	if e.LibraryInstances > 0 {
 		instances += fmt.Sprintf(" (%d library)", e.LibraryInstances)
 	}
-	return fmt.Sprintf("%s\t%d\t%s (%s)\t%s", instances, e.Buckets, units(e.Assigned), percent(e.Assigned, l.Limit), units(e.Usage))
+	return fmt.Sprintf("%s\t%d\t%s (%s)\t%s", instances, e.Buckets, units(e.Assigned), percent(e.Assigned, l.Limit),
+		units(e.Usage))
 }
 
 // printIdentityShares lists, per quota and identity with shares of its

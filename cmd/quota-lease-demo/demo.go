@@ -18,7 +18,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := flag.NewFlagSet("quota-lease-demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	exe, _ := os.Executable()
-	bin := fs.String("bin", filepath.Dir(exe), "directory holding the coordinator, regional-agent and limited-service binaries")
+	bin := fs.String("bin", filepath.Dir(exe),
+		"directory holding the coordinator, regional-agent and limited-service binaries")
 	dur := fs.Duration("duration", time.Minute, "how long to send traffic (events are placed along it)")
 	keep := fs.Bool("keep", false, "keep the work directory (data and logs of every process)")
 	fs.Usage = func() {

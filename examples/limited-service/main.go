@@ -43,13 +43,17 @@ func main() {
 
 func run() error {
 	listen := flag.String("listen", "127.0.0.1:8080", "address the service listens on")
-	agents := flag.String("agents", "127.0.0.1:7500", "the region's agents' gRPC (RLQS) addresses, comma-separated, tried in order")
+	agents := flag.String("agents", "127.0.0.1:7500",
+		"the region's agents' gRPC (RLQS) addresses, comma-separated, tried in order")
 	domain := flag.String("domain", "shop", "the RLQS domain the agents serve")
-	pol := flag.String("policy", "service-per-tenant", "the quota-lease policy limiting each tenant (one with edge settings)")
+	pol := flag.String("policy", "service-per-tenant",
+		"the quota-lease policy limiting each tenant (one with edge settings)")
 	deny := flag.Bool("deny-without-assignment", true,
 		"refuse a tenant's requests until the agent assigns its bucket, as the policy's edge.no_assignment: deny states")
-	report := flag.Duration("report-interval", quotalease.DefaultReportInterval, "how often usage is reported to the agent")
-	ca := flag.String("tls-ca", "", "PEM CA that signs the agents' certificates; without it the agents are called in plain text")
+	report := flag.Duration("report-interval", quotalease.DefaultReportInterval,
+		"how often usage is reported to the agent")
+	ca := flag.String("tls-ca", "",
+		"PEM CA that signs the agents' certificates; without it the agents are called in plain text")
 	cert := flag.String("tls-cert", "", "PEM certificate of this service (mutual TLS)")
 	key := flag.String("tls-key", "", "PEM private key of --tls-cert")
 	flag.Parse()

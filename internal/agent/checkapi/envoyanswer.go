@@ -111,10 +111,12 @@ func envoyAnswer(cfg *Answers, req *rlsv3.RateLimitRequest, res []admission.Resu
 		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd,
 			&corev3.HeaderValue{Key: "RateLimit-Limit", Value: strconv.FormatUint(uint64(closest.CurrentLimit.RequestsPerUnit), 10)},
 			&corev3.HeaderValue{Key: "RateLimit-Remaining", Value: strconv.FormatUint(uint64(closest.LimitRemaining), 10)},
-			&corev3.HeaderValue{Key: "RateLimit-Reset", Value: httplimit.CeilSeconds(closest.DurationUntilReset.AsDuration().Milliseconds())})
+			&corev3.HeaderValue{Key: "RateLimit-Reset",
+				Value: httplimit.CeilSeconds(closest.DurationUntilReset.AsDuration().Milliseconds())})
 	}
 	if cfg.EnvoyRetryAfter && retryMs >= 0 {
-		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: "retry-after", Value: httplimit.RetryAfterSeconds(retryMs)})
+		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd,
+			&corev3.HeaderValue{Key: "retry-after", Value: httplimit.RetryAfterSeconds(retryMs)})
 	}
 	if cfg.EnvoyDynamicMetadata {
 		out.DynamicMetadata = envoyMetadata(req, quotaViolations, matched)

@@ -90,7 +90,8 @@ func compareSlots(a, b rlqsSlotID) int {
 func New(h Host, cfg Config, drift float64, reg *prometheus.Registry) *Engine {
 	rc := cfg.rounds(drift)
 	e := &Engine{h: h, cfg: cfg, rc: rc, m: newMetrics(reg), trust: rc.Trust(), streams: map[uint64]*rlqsStream{},
-		callers: map[string]*callerLoad{}, metricKeys: map[string]bool{}, kick: make(chan struct{}, 1), draining: make(chan struct{})}
+		callers: map[string]*callerLoad{}, metricKeys: map[string]bool{}, kick: make(chan struct{}, 1),
+		draining: make(chan struct{})}
 	st := &edgeStore{store: h.Shared.EdgeStore(e.self, h.Clock.Now, rc.Trust(), cfg.GrowWait), now: h.Clock.Now,
 		logger: h.Logger, down: logs.Outage{What: "edge reservation syncs with Redis", Interval: 30 * time.Second, Level: hclog.Warn}}
 	e.r = edge.NewRound(rc, compareSlots, edgeLeases{h.Policies, h.Leases}, st, e)

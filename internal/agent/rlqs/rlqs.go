@@ -176,11 +176,13 @@ func (e *Engine) open(library bool, caller string) (*rlqsStream, error) {
 		e.m.limited.WithLabelValues("caller-streams").Inc()
 		return nil, status.Errorf(codes.ResourceExhausted,
 			"this caller (%s) holds %d RLQS streams on this agent, the most one caller may "+
-				"(--edge-max-streams-per-caller): close some, or give other Envoys their own certificate", caller, cl.streams)
+				"(--edge-max-streams-per-caller): close some, or give other Envoys their own certificate",
+			caller, cl.streams)
 	}
 	cl.streams++
 	e.nextStream++
-	st := &rlqsStream{id: e.nextStream, library: library, caller: cl, out: make(chan *rlqsv3.RateLimitQuotaResponse, rlqsOutbox), done: make(chan struct{}),
+	st := &rlqsStream{id: e.nextStream, library: library, caller: cl,
+		out: make(chan *rlqsv3.RateLimitQuotaResponse, rlqsOutbox), done: make(chan struct{}),
 		slots: map[string]*rlqsSlot{}, allowAll: map[string]time.Time{}, tokens: float64(e.cfg.ReportBurst), tokensAt: e.h.Clock.Now(),
 		refused: logs.Outage{What: "RLQS buckets refused", Interval: 30 * time.Second, Level: hclog.Warn}}
 	e.streams[st.id] = st
