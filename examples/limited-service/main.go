@@ -56,6 +56,18 @@ func run() error {
 		"PEM CA that signs the agents' certificates; without it the agents are called in plain text")
 	cert := flag.String("tls-cert", "", "PEM certificate of this service (mutual TLS)")
 	key := flag.String("tls-key", "", "PEM private key of --tls-cert")
+	flag.Usage = func() {
+		fmt.Fprint(flag.CommandLine.Output(), `Usage: limited-service [flags]
+
+An HTTP service that limits each tenant (its X-Tenant header) in-process with
+the quota-lease client library: no call to the agent per request, and what it
+admits counted in the policy's global bound (docs/library.md). A refused
+request gets 429, as the agent's HTTP API answers.
+
+Flags:
+`)
+		flag.PrintDefaults()
+	}
 	flag.Parse()
 
 	creds, err := transport(*ca, *cert, *key)
