@@ -1,7 +1,7 @@
 package quotalease
 
 import (
-	"encoding/binary"
+	"strconv"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
@@ -98,7 +98,8 @@ func StrategyOf(s *typev3.RateLimitStrategy) envoy.Strategy {
 
 // Key is a BucketId map's identity: Envoy hashes the proto
 // (MessageUtil::hash), for which key order does not matter; here the
-// sorted pairs, each string prefixed by its length.
+// sorted pairs, each string prefixed by its length and a colon
+// ("6:policy3:api6:tenant4:acme"), readable in the agent's logs.
 func Key(bucket map[string]string) string { return string(appendKey(nil, bucket)) }
 
 // appendKey appends bucket's Key to dst, without allocating for buckets
@@ -116,7 +117,8 @@ func appendKey(dst []byte, bucket map[string]string) []byte {
 	}
 	for _, p := range pairs {
 		for _, s := range p {
-			dst = binary.AppendUvarint(dst, uint64(len(s)))
+			dst = strconv.AppendInt(dst, int64(len(s)), 10)
+			dst = append(dst, ':')
 			dst = append(dst, s...)
 		}
 	}

@@ -3,10 +3,6 @@ package rlqs
 import (
 	"errors"
 	"io"
-	"maps"
-	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
@@ -66,7 +62,7 @@ type rlqsStream struct {
 	caller *callerLoad
 	out    chan *rlqsv3.RateLimitQuotaResponse
 	done   chan struct{}
-	slots  map[string]*rlqsSlot // by bucketKey
+	slots  map[string]*rlqsSlot // by quotalease.Key
 	// allowAll: buckets that nothing limits, and when ALLOW_ALL was sent.
 	allowAll map[string]time.Time
 	pend     []*rlqsv3.RateLimitQuotaResponse_BucketAction
@@ -252,7 +248,7 @@ func (e *Engine) report(st *rlqsStream, m *rlqsv3.RateLimitQuotaUsageReports) er
 			st.refused.Failed(e.h.Logger, now, "domain", st.domain, "error", err)
 			continue
 		}
-		bk := bucketKey(b)
+		bk := quotalease.Key(b)
 		s := st.slots[bk]
 		if s == nil {
 			if t, ok := st.allowAll[bk]; ok {
@@ -390,22 +386,6 @@ func refusedReason(err error) string {
 	default:
 		return "invalid"
 	}
-}
-
-// bucketKey is a bucket id's entries in a canonical form: Envoy tells
-// buckets apart by their whole map.
-func bucketKey(b map[string]string) string {
-	keys := slices.Sorted(maps.Keys(b))
-	var sb strings.Builder
-	for _, k := range keys {
-		sb.WriteString(strconv.Itoa(len(k)))
-		sb.WriteByte(':')
-		sb.WriteString(k)
-		sb.WriteString(strconv.Itoa(len(b[k])))
-		sb.WriteByte(':')
-		sb.WriteString(b[k])
-	}
-	return sb.String()
 }
 
 // assignAction assigns b (DENY_ALL when it is none) for ttl.
