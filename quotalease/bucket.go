@@ -8,6 +8,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/quota-lease/quota-lease/edge/envoy"
 )
@@ -93,6 +94,24 @@ func StrategyOf(s *typev3.RateLimitStrategy) envoy.Strategy {
 			TokensPerFill: tb.GetTokensPerFill().GetValue(), FillInterval: tb.GetFillInterval().AsDuration()}}
 	default:
 		return envoy.Strategy{Kind: envoy.Unsupported}
+	}
+}
+
+// StrategyProto is s as a rate_limit_strategy, the inverse of StrategyOf
+// (Unsupported is an unset strategy): how an agent sends an assignment,
+// and a policy's edge settings become Envoy's bucket settings.
+func StrategyProto(s envoy.Strategy) *typev3.RateLimitStrategy {
+	switch s.Kind {
+	case envoy.AllowAll:
+		return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_ALLOW_ALL}}
+	case envoy.DenyAll:
+		return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}
+	case envoy.TokenBucket:
+		return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
+			MaxTokens: s.Bucket.MaxTokens, TokensPerFill: wrapperspb.UInt32(s.Bucket.TokensPerFill),
+			FillInterval: durationpb.New(s.Bucket.FillInterval)}}}
+	default:
+		return &typev3.RateLimitStrategy{}
 	}
 }
 

@@ -13,10 +13,10 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/edge"
+	"github.com/quota-lease/quota-lease/edge/envoy"
 	"github.com/quota-lease/quota-lease/internal/logs"
 	"github.com/quota-lease/quota-lease/policy"
 	"github.com/quota-lease/quota-lease/quotalease"
@@ -390,16 +390,13 @@ func refusedReason(err error) string {
 
 // assignAction assigns b (DENY_ALL when it is none) for ttl.
 func assignAction(id *rlqsv3.BucketId, b edge.Bucket, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {
-	s := &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}
-	if !b.Deny() {
-		s.Strategy = &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
-			MaxTokens: b.MaxTokens, TokensPerFill: wrapperspb.UInt32(b.TokensPerFill), FillInterval: durationpb.New(b.FillInterval)}}
-	}
-	return strategyAction(id, s, ttl)
+	return strategyAction(id, quotalease.StrategyProto(envoy.Assignment(b)), ttl)
 }
 
+// allowAllAction assigns ALLOW_ALL for allowAllTTL, to a bucket nothing
+// limits.
 func allowAllAction(id *rlqsv3.BucketId) *rlqsv3.RateLimitQuotaResponse_BucketAction {
-	return strategyAction(id, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_ALLOW_ALL}}, allowAllTTL)
+	return strategyAction(id, quotalease.StrategyProto(envoy.Strategy{Kind: envoy.AllowAll}), allowAllTTL)
 }
 
 func strategyAction(id *rlqsv3.BucketId, s *typev3.RateLimitStrategy, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {

@@ -210,7 +210,7 @@ func (in *Instance) State(bucket map[string]string) (BucketState, bool) {
 	out := BucketState{Assigned: st.Phase == envoy.Assigned, Until: st.Until, Tokens: st.Tokens}
 	switch st.Phase {
 	case envoy.Assigned:
-		out.Strategy = strategyProto(st.Strategy)
+		out.Strategy = quotalease.StrategyProto(st.Strategy)
 	case envoy.Fallback:
 		out.Strategy = in.set.fallback
 	}

@@ -5,12 +5,11 @@ import (
 	"time"
 
 	rlqfv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/quota-lease/quota-lease/edge/envoy"
 	"github.com/quota-lease/quota-lease/policy"
+	"github.com/quota-lease/quota-lease/quotalease"
 )
 
 // SettingsFor are the RateLimitQuotaBucketSettings of an Envoy configured
@@ -27,30 +26,14 @@ func SettingsFor(e *policy.Edge, reporting time.Duration) (*rlqfv3.RateLimitQuot
 	m := envoy.SettingsOf(e)
 	s := &rlqfv3.RateLimitQuotaBucketSettings{ReportingInterval: durationpb.New(reporting),
 		NoAssignmentBehavior: &rlqfv3.RateLimitQuotaBucketSettings_NoAssignmentBehavior{
-			NoAssignmentBehavior: &rlqfv3.RateLimitQuotaBucketSettings_NoAssignmentBehavior_FallbackRateLimit{FallbackRateLimit: strategyProto(m.NoAssignment)}}}
+			NoAssignmentBehavior: &rlqfv3.RateLimitQuotaBucketSettings_NoAssignmentBehavior_FallbackRateLimit{FallbackRateLimit: quotalease.StrategyProto(m.NoAssignment)}}}
 	if m.Fallback != nil {
 		s.ExpiredAssignmentBehavior = &rlqfv3.RateLimitQuotaBucketSettings_ExpiredAssignmentBehavior{
 			ExpiredAssignmentBehaviorTimeout: durationpb.New(m.FallbackFor),
-			ExpiredAssignmentBehavior:        &rlqfv3.RateLimitQuotaBucketSettings_ExpiredAssignmentBehavior_FallbackRateLimit{FallbackRateLimit: strategyProto(*m.Fallback)}}
+			ExpiredAssignmentBehavior:        &rlqfv3.RateLimitQuotaBucketSettings_ExpiredAssignmentBehavior_FallbackRateLimit{FallbackRateLimit: quotalease.StrategyProto(*m.Fallback)}}
 	}
 	if err := ValidateSettings(s); err != nil {
 		return nil, err
 	}
 	return s, nil
-}
-
-// strategyProto is s as a rate_limit_strategy (the inverse of strategy;
-// Unsupported, which no policy states, is an unset strategy).
-func strategyProto(s envoy.Strategy) *typev3.RateLimitStrategy {
-	switch s.Kind {
-	case envoy.AllowAll:
-		return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_ALLOW_ALL}}
-	case envoy.DenyAll:
-		return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}
-	case envoy.TokenBucket:
-		return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
-			MaxTokens: s.Bucket.MaxTokens, TokensPerFill: wrapperspb.UInt32(s.Bucket.TokensPerFill), FillInterval: durationpb.New(s.Bucket.FillInterval)}}}
-	default:
-		return &typev3.RateLimitStrategy{}
-	}
 }
