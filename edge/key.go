@@ -295,7 +295,10 @@ func (k *Key[K]) Synced(sent, done time.Time, u Update, g Granted, cfg Config) (
 		k.Pending, k.PendingSince = granted, done
 	}
 	k.Covered = sent.Add(surely(u.Life, cfg.Drift))
-	return k.place(true)
+	// Only a store that granted fewer places than asked refused any: a
+	// slot added while the write was in flight was not asked for, and
+	// asks with the next write (Urgent), not refused.
+	return k.place(g.Places < u.Instances)
 }
 
 // Send is one action for one slot: an assignment of Bucket for TTL, or an

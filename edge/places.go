@@ -31,8 +31,8 @@ type Granted struct {
 // lose their places, and are abandoned at the next push (lost), so that
 // their assignments cannot outlive the place into their fallback. With
 // refuse, the slots left without a place are marked refused, and those
-// newly so returned: the store was just asked for a place for each.
-// Without it they wait for that answer.
+// newly so returned: the store was just asked for a place for each and
+// granted fewer. Without it they wait for an answer that does.
 func (k *Key[K]) place(refuse bool) (refused []K) {
 	most := k.Places
 	if k.most > 0 {

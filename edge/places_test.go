@@ -113,3 +113,28 @@ func TestReleaseFreesPlaces(t *testing.T) {
 		t.Fatal("nothing held, nothing enforced: not dropped")
 	}
 }
+
+// A slot added while a write was in flight is not refused by its answer:
+// the store was not asked for its place. The next plan asks at once.
+func TestSlotAddedDuringSyncIsNotRefused(t *testing.T) {
+	p := edgePolicy(t)
+	p.Edge.Instances = 4
+	cfg := DefaultConfig()
+	k := NewKey[int](cmp.Compare[int])
+	capAt := func(time.Time) int64 { return p.Limits().Amount() }
+	k.Add(1, t0).Report(p, 100, 5*time.Second, t0)
+	k.Add(2, t0).Report(p, 100, 5*time.Second, t0)
+	u, _ := k.Plan(t0, p, time.Minute, capAt, 0, Others{}, cfg)
+	k.Add(3, t0).Report(p, 100, 5*time.Second, t0) // while u is written
+	g := Granted{Reserved: Reserve(u.Want, k.Written, u.Capacity, 0), Places: u.Instances}
+	if refused := k.Synced(t0, t0, u, g, cfg); len(refused) != 0 || k.Slots[3].Refused {
+		t.Fatalf("slot 3 added during the write: refused %v, want none", refused)
+	}
+	u, write := k.Plan(t0, p, time.Minute, capAt, 0, Others{}, cfg)
+	if !write || u.Instances != 3 || !k.Urgent(u) {
+		t.Fatalf("next plan: write %v, asks %d places, urgent %v; want 3 asked at once", write, u.Instances, k.Urgent(u))
+	}
+	if refused := k.Synced(t0, t0, u, Granted{Reserved: g.Reserved, Places: 2}, cfg); len(refused) != 1 || refused[0] != 3 {
+		t.Fatalf("the store granting 2 of the 3 asked: refused %v, want slot 3", refused)
+	}
+}
