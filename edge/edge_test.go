@@ -163,6 +163,16 @@ func TestSplitFollowsDemand(t *testing.T) {
 	if got[0] < 100 || got[1] < 300 || got[0]+got[1] != 1000 {
 		t.Fatalf("demand that fits is met and the rest spread: %v", got)
 	}
+	// Demand that fits: an equal level for those asking less, whatever
+	// they ask, so that the chance in their reports moves no share.
+	for _, d := range [][]int64{{100, 200, 50}, {300, 0, 299}} {
+		if got := Split(1000, d); got[0] != 334 || got[1] != 333 || got[2] != 333 {
+			t.Fatalf("%v fits in 1000: %v, want 334, 333, 333", d, got)
+		}
+	}
+	if got := Split(1000, []int64{100, 600, 50}); got[0] != 200 || got[1] != 600 || got[2] != 200 {
+		t.Fatalf("one asking more than the level: %v, want 200, 600, 200", got)
+	}
 	got = Split(1000, []int64{-1, 600, 200})
 	if got[0] != 400 || got[2] != 200 || got[0]+got[1]+got[2] != 1000 { // 400 of 1,200 asked
 		t.Fatalf("an unknown demand counts as the mean of the known: %v", got)
@@ -212,19 +222,74 @@ func TestTarget(t *testing.T) {
 	}
 }
 
-func TestRate(t *testing.T) {
-	if _, ok := Rate(1, 0, 0); ok {
+func TestSpan(t *testing.T) {
+	if _, ok := Span(0, 0); ok {
 		t.Fatal("a first report (0s, nothing measured) has no rate")
 	}
-	if r, _ := Rate(50, 4*time.Second, 5*time.Second); r != 10 {
-		t.Fatalf("the measured interval wins over Envoy's truncated seconds: %v", r)
+	if d, _ := Span(4*time.Second, 5*time.Second); d != 5*time.Second {
+		t.Fatalf("the measured interval wins over Envoy's truncated seconds: %v", d)
 	}
-	if r, _ := Rate(50, 5*time.Second, 0); r != 10 {
-		t.Fatalf("time_elapsed when nothing is measured: %v", r)
+	if d, _ := Span(5*time.Second, 0); d != 5*time.Second {
+		t.Fatalf("time_elapsed when nothing is measured: %v", d)
 	}
 	// The client library's exact interval wins over a receipt the network
 	// or the agent's load delayed.
-	if r, _ := Rate(25, 2500*time.Millisecond, 3*time.Second); r != 10 {
-		t.Fatalf("an exact time_elapsed loses to the measured interval: %v", r)
+	if d, _ := Span(2500*time.Millisecond, 3*time.Second); d != 2500*time.Millisecond {
+		t.Fatalf("an exact time_elapsed loses to the measured interval: %v", d)
+	}
+}
+
+// A bucket's first rate is measured over at least firstSpan: Envoy's
+// report timer ticking 3 ms after a new bucket's first report, with no
+// request in between, says nothing of its rate (it read as none, and the
+// instance the demand had moved to got no share for a report interval).
+func TestFirstRateOverAtLeastFirstSpan(t *testing.T) {
+	p := edgePolicy(t)
+	s := &Slot{Demand: -1}
+	s.Report(p, 1, 0, t0) // the first request, reported at once
+	s.Report(p, 0, 0, t0.Add(3*time.Millisecond))
+	if s.Demand != -1 {
+		t.Fatalf("after a report over 3 ms: demand %d, want still unknown", s.Demand)
+	}
+	s.Report(p, 400, 5*time.Second, t0.Add(5003*time.Millisecond))
+	if want := DemandAmount(p, 400/5.003); s.Demand != want {
+		t.Fatalf("after the next report: demand %d, want %d (400 requests over both reports, 5.003 s)", s.Demand, want)
+	}
+}
+
+// A report over less than demandWindow moves the demand toward its rate
+// in proportion to the time it covers: a second without requests at
+// 3 a second does not take the instance's demand to nothing. Envoy's
+// 5 s reports, and a count chance cannot explain, are taken whole.
+func TestDemandAveragedOverShortReports(t *testing.T) {
+	p := edgePolicy(t)
+	perSecond := func(n float64) int64 { return DemandAmount(p, n) }
+	s := &Slot{Demand: -1}
+	at := t0
+	report := func(count uint64, d time.Duration) {
+		at = at.Add(d)
+		s.Report(p, count, d, at)
+	}
+	report(3, 1001*time.Millisecond)
+	if want := DemandAmount(p, 3/1.001); s.Demand != want {
+		t.Fatalf("a first known rate: %d, want %d, taken whole", s.Demand, want)
+	}
+	report(0, time.Second+time.Millisecond)
+	if lo, hi := perSecond(1.9), perSecond(2.1); s.Demand < lo || s.Demand > hi {
+		t.Fatalf("a second of no requests after 3/s: demand %d, want about 2/s (%d-%d)", s.Demand, lo, hi)
+	}
+	report(0, 5*time.Second)
+	if s.Demand != 0 {
+		t.Fatalf("5 s of no requests: demand %d, want 0", s.Demand)
+	}
+	report(400, 5*time.Second)
+	if s.Demand != perSecond(80) {
+		t.Fatalf("a 5 s report of 80/s: demand %d, want %d", s.Demand, perSecond(80))
+	}
+	// At 80 a second, a second without requests is no chance: the demand
+	// moved away, and the next split should follow at once.
+	report(0, time.Second+time.Millisecond)
+	if s.Demand != 0 {
+		t.Fatalf("a second of no requests after 80/s: demand %d, want 0", s.Demand)
 	}
 }

@@ -1,6 +1,9 @@
 package edge
 
 import (
+	"cmp"
+	"slices"
+
 	"github.com/quota-lease/quota-lease/allocation"
 )
 
@@ -31,14 +34,18 @@ func Target(c, direct, self, others int64) int64 {
 	return out[0]
 }
 
-// Split divides amount among instances by their demand (same unit): met
-// where it fits, the rest spread evenly; max-min fair otherwise (water
-// filled: an instance asking less than an equal part gets what it asks),
-// so that one instance reporting more than it uses, whether a slow
-// measure or a caller inflating its counts, cannot push the others of
-// the same identity toward nothing. A negative demand is unknown (a
-// bucket's first report says nothing of its rate): it counts as the mean
-// of the known ones, or as all of amount when none is known.
+// Split divides amount among instances by their demand (same unit). When
+// it fits, every instance gets at least an equal level and one asking
+// more what it asks (levelled): the shares of instances asking less than
+// the level do not move with the chance in their reports, and a change
+// costs a message and may shrink a bucket that takes a while to grow
+// back. Otherwise max-min fair (water filled: an instance asking less
+// than an equal part gets what it asks), so that one instance reporting
+// more than it uses, whether a slow measure or a caller inflating its
+// counts, cannot push the others of the same identity toward nothing. A
+// negative demand is unknown (a bucket's first report says nothing of its
+// rate): it counts as the mean of the known ones, or as all of amount
+// when none is known.
 func Split(amount int64, demand []int64) []int64 {
 	if len(demand) == 0 {
 		return nil
@@ -55,11 +62,16 @@ func Split(amount int64, demand []int64) []int64 {
 		guess = sum / known
 	}
 	rs := make([]allocation.Region, len(demand))
+	var asked int64
 	for i, d := range demand {
 		if d < 0 {
 			d = guess
 		}
 		rs[i] = allocation.Region{Weight: 1, Demand: d}
+		asked += d
+	}
+	if asked <= amount {
+		return levelled(amount, rs)
 	}
 	out, err := allocation.Allocate(allocation.StrategyMaxMinFair, max(0, amount), rs)
 	if err != nil {
@@ -91,4 +103,34 @@ func Wants(c, direct, others int64, demands []int64) (self int64, shares []int64
 		self += unknown * guess
 	}
 	return self, Split(Target(c, direct, self, others), demands)
+}
+
+// levelled divides amount, which covers every party's demand, so that
+// each gets at least an equal level L and one asking more than L what it
+// asks: the parts sum to amount, the remainder of the level's division
+// to the first parties in order.
+func levelled(amount int64, parties []allocation.Region) []int64 {
+	byDemand := make([]int, len(parties))
+	for i := range byDemand {
+		byDemand[i] = i
+	}
+	slices.SortStableFunc(byDemand, func(a, b int) int { return cmp.Compare(parties[b].Demand, parties[a].Demand) })
+	out := make([]int64, len(parties))
+	rest, n := amount, int64(len(parties))
+	k := 0
+	for ; k < len(byDemand) && parties[byDemand[k]].Demand > rest/n; k++ {
+		i := byDemand[k]
+		out[i] = parties[i].Demand // asks more than an equal part of what is left
+		rest -= out[i]
+		n--
+	}
+	level := byDemand[k:]
+	slices.Sort(level)
+	for j, i := range level {
+		out[i] = rest / n
+		if int64(j) < rest%n {
+			out[i]++
+		}
+	}
+	return out
 }
