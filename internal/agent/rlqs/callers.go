@@ -38,10 +38,3 @@ func callerOf(ctx context.Context) string {
 	}
 	return "address " + host
 }
-
-// countBuckets adds n (negative to remove) to the buckets of the agent
-// and of st's caller. e.mu is held.
-func (e *Engine) countBuckets(st *rlqsStream, n int) {
-	e.buckets += n
-	st.caller.buckets += n
-}

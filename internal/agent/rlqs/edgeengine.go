@@ -10,7 +10,6 @@
 package rlqs
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"iter"
@@ -26,6 +25,7 @@ import (
 	"github.com/quota-lease/quota-lease/internal/logs"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
+	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 	"github.com/quota-lease/quota-lease/regional"
 )
 
@@ -62,29 +62,6 @@ type Engine struct {
 
 	summary atomic.Pointer[map[string]edgeSummary] // per policy, as of the last round (edgesummary.go)
 	kick    chan struct{}
-}
-
-// rlqsSlotID is one bucket on one stream: one Envoy instance's view of
-// one policy identity.
-type rlqsSlotID struct {
-	stream uint64
-	bucket string
-}
-
-// edgeKey is one policy identity the edge serves from this agent.
-type edgeKey = edge.Served[rlqsSlotID]
-
-// rlqsSlot is a bucket an Envoy instance reports: the key's edge.Slot of
-// it, and where to send its actions.
-type rlqsSlot struct {
-	*edge.Slot
-	st  *rlqsStream
-	id  *rlqsv3.BucketId
-	key *edgeKey
-}
-
-func compareSlots(a, b rlqsSlotID) int {
-	return cmp.Or(cmp.Compare(a.stream, b.stream), cmp.Compare(a.bucket, b.bucket))
 }
 
 func New(h Host, cfg Config, drift float64, reg *prometheus.Registry) *Engine {
@@ -336,4 +313,30 @@ func (e *Engine) updateMetrics(now time.Time) {
 		e.m.assignedRate.WithLabelValues(name).Set(g.rate)
 		e.m.reserved.WithLabelValues(name).Set(g.reserve)
 	}
+}
+
+// countBuckets adds n (negative to remove) to the buckets of the agent
+// and of st's caller. e.mu is held.
+func (e *Engine) countBuckets(st *rlqsStream, n int) {
+	e.buckets += n
+	st.caller.buckets += n
+}
+
+// Summary returns what renewals report of policy name's edge, nil
+// when no Envoy instance holds a bucket of it (or the policy is no longer
+// served at the edge: a summary of a round before that would be stale).
+func (e *Engine) Summary(name string) *pb.EdgeSummary {
+	if !e.r.Serves(name) {
+		return nil
+	}
+	p := e.summary.Load()
+	if p == nil {
+		return nil
+	}
+	s, ok := (*p)[name]
+	if !ok {
+		return nil
+	}
+	return &pb.EdgeSummary{Instances: clampInt32(s.instances), LibraryInstances: clampInt32(s.library),
+		Buckets: clampInt32(s.buckets), Assigned: s.assigned, Usage: s.usage}
 }

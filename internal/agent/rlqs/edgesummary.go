@@ -1,10 +1,6 @@
 package rlqs
 
-import (
-	"math"
-
-	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
-)
+import "math"
 
 // edgeSummary is what the Envoy instances streaming to this agent hold of
 // one policy: renewals report it to the coordinator (QuotaRequest.edge),
@@ -14,25 +10,6 @@ type edgeSummary struct {
 	instances, buckets int   // streams with a bucket of the policy; their buckets
 	library            int   // of the instances, the client library's
 	assigned, usage    int64 // assigned refill and reported rate, amount units
-}
-
-// Summary returns what renewals report of policy name's edge, nil
-// when no Envoy instance holds a bucket of it (or the policy is no longer
-// served at the edge: a summary of a round before that would be stale).
-func (e *Engine) Summary(name string) *pb.EdgeSummary {
-	if !e.r.Serves(name) {
-		return nil
-	}
-	p := e.summary.Load()
-	if p == nil {
-		return nil
-	}
-	s, ok := (*p)[name]
-	if !ok {
-		return nil
-	}
-	return &pb.EdgeSummary{Instances: clampInt32(s.instances), LibraryInstances: clampInt32(s.library),
-		Buckets: clampInt32(s.buckets), Assigned: s.assigned, Usage: s.usage}
 }
 
 // amountOf is a sum of amounts, kept in a float64 so that it cannot wrap,

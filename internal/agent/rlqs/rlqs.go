@@ -6,17 +6,13 @@ import (
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/edge"
-	"github.com/quota-lease/quota-lease/edge/envoy"
 	"github.com/quota-lease/quota-lease/internal/logs"
 	"github.com/quota-lease/quota-lease/policy"
 	"github.com/quota-lease/quota-lease/quotalease"
@@ -51,31 +47,6 @@ func (e *Engine) Register(s *grpc.Server) {
 	rlqsv3.RegisterRateLimitQuotaServiceServer(s, &rlqsServer{e: e})
 }
 
-// rlqsStream is one Envoy instance's stream.
-type rlqsStream struct {
-	id     uint64
-	domain string
-	// library: the client is the quota-lease client library, not an Envoy
-	// (it names itself when the stream opens).
-	library bool
-	// caller is what the stream's caller holds (its budgets).
-	caller *callerLoad
-	out    chan *rlqsv3.RateLimitQuotaResponse
-	done   chan struct{}
-	slots  map[string]*rlqsSlot // by quotalease.Key
-	// allowAll: buckets that nothing limits, and when ALLOW_ALL was sent.
-	allowAll map[string]time.Time
-	pend     []*rlqsv3.RateLimitQuotaResponse_BucketAction
-	tokens   float64 // the message pace's bucket
-	tokensAt time.Time
-	refused  logs.Outage // paced log of refused buckets
-}
-
-// rlqsOutbox is how many messages a stream may have waiting to be sent;
-// more are dropped (and counted), the assignments they held counted as
-// sent: a slow Envoy gets its next refresh later.
-const rlqsOutbox = 8
-
 // maxReportedRequests caps the requests one report may claim per bucket
 // and result (a billion: more than any Envoy serves in a reporting
 // interval), so that no report overflows the demand.
@@ -86,9 +57,6 @@ const maxReportedRequests = 1_000_000_000
 var errDraining = status.Error(codes.Unavailable,
 	"this agent is shutting down: reopen the stream to another agent of the region, or to this one once it "+
 		"is back")
-
-// allowAllTTL is the time to live of ALLOW_ALL for buckets nothing limits.
-const allowAllTTL = time.Hour
 
 func (s *rlqsServer) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
 	select {
@@ -142,16 +110,6 @@ func (s *rlqsServer) receive(stream rlqsv3.RateLimitQuotaService_StreamRateLimit
 	}
 }
 
-// send queues m on the stream without waiting.
-func (st *rlqsStream) send(m *rlqsv3.RateLimitQuotaResponse, ms *metrics) {
-	select {
-	case st.out <- m:
-		ms.messages.Inc()
-	default:
-		ms.dropped.Inc()
-	}
-}
-
 // open registers a new stream of caller, of the client library or of an
 // Envoy, or refuses it beyond the agent's or the caller's budget.
 func (e *Engine) open(library bool, caller string) (*rlqsStream, error) {
@@ -201,17 +159,6 @@ func (e *Engine) close(st *rlqsStream) {
 	if st.caller.streams == 0 { // its buckets went with its streams
 		delete(e.callers, st.caller.name)
 	}
-}
-
-// paced reports whether the stream may send one more message at now.
-func (st *rlqsStream) paced(now time.Time, cfg Config) bool {
-	st.tokens = min(float64(cfg.ReportBurst), st.tokens+now.Sub(st.tokensAt).Seconds()*cfg.ReportsPerSecond)
-	st.tokensAt = now
-	if st.tokens < 1 {
-		return false
-	}
-	st.tokens--
-	return true
 }
 
 // report takes one usage report. An error ends the stream.
@@ -355,56 +302,4 @@ func onStream(k *edgeKey, stream uint64) bool {
 		}
 	}
 	return false
-}
-
-// Refusals of a bucket the agent would serve otherwise: a policy without
-// edge settings, a second bucket id for an identity one stream already
-// reports, and instances beyond the policy's per region (edge/places.go:
-// refused as the region's Redis answers, the bucket kept to ask again).
-var (
-	errNoEdge       = errors.New("the policy has no edge settings: it is not served to Envoy's RLQS")
-	errSecondBucket = errors.New("the stream already reports a bucket of this identity under another bucket " +
-		"id: one Envoy instance gets one bucket per identity")
-	errInstances = errors.New("the policy's edge instances per region already hold this identity's " +
-		"places: this one gets no assignment, and keeps the policy's no_assignment behaviour, until a place " +
-		"frees")
-)
-
-// refusedReason is the metric reason of a refused bucket.
-func refusedReason(err error) string {
-	switch {
-	case errors.Is(err, errNoEdge):
-		return "no-edge"
-	case errors.Is(err, errSecondBucket):
-		return "second-bucket"
-	case errors.Is(err, errInstances):
-		return "instances"
-	case errors.Is(err, admission.ErrUnknownPolicy):
-		return "unknown-policy"
-	case errors.Is(err, policy.ErrInvalidIdentity):
-		return "identity"
-	default:
-		return "invalid"
-	}
-}
-
-// assignAction assigns b (DENY_ALL when it is none) for ttl.
-func assignAction(id *rlqsv3.BucketId, b edge.Bucket, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {
-	return strategyAction(id, quotalease.StrategyProto(envoy.Assignment(b)), ttl)
-}
-
-// allowAllAction assigns ALLOW_ALL for allowAllTTL, to a bucket nothing
-// limits.
-func allowAllAction(id *rlqsv3.BucketId) *rlqsv3.RateLimitQuotaResponse_BucketAction {
-	return strategyAction(id, quotalease.StrategyProto(envoy.Strategy{Kind: envoy.AllowAll}), allowAllTTL)
-}
-
-func strategyAction(id *rlqsv3.BucketId, s *typev3.RateLimitStrategy, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {
-	return &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: id, BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
-		QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{AssignmentTimeToLive: durationpb.New(ttl), RateLimitStrategy: s}}}
-}
-
-func abandonAction(id *rlqsv3.BucketId) *rlqsv3.RateLimitQuotaResponse_BucketAction {
-	return &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: id, BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{
-		AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}}}
 }
