@@ -5,7 +5,11 @@ import (
 	"errors"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/quota-lease/quota-lease/admission"
+	"github.com/quota-lease/quota-lease/clock"
+	"github.com/quota-lease/quota-lease/internal/agent/rlqs"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"
 	"github.com/quota-lease/quota-lease/regional"
@@ -17,12 +21,15 @@ import (
 // agentPolicies looks a request's policy up in the agent's set, and asks
 // for a reload when a check names one it does not know (perhaps just
 // stored).
-type agentPolicies struct{ a *Agent }
+type agentPolicies struct {
+	set     *admission.PolicySet
+	refresh func()
+}
 
 func (p agentPolicies) Policy(name string) (*policy.Policy, bool) {
-	pol, ok := p.a.policies.Policy(name)
+	pol, ok := p.set.Policy(name)
 	if !ok && name != "" {
-		p.a.refreshSoon()
+		p.refresh()
 	}
 	return pol, ok
 }
@@ -41,24 +48,32 @@ func (s timedStore) Decide(ctx context.Context, ts []*admission.Ticket) []admiss
 	return res
 }
 
-// observer counts every outcome in the agent's metrics, its demand and its
-// hot identities.
-type observer struct{ a *Agent }
+// observer counts every outcome in the agent's metrics, its demand (the
+// leases' and the edge's) and its hot identities.
+type observer struct {
+	m            *metrics
+	leaser       *leaser
+	edge         *rlqs.Engine
+	hot          *hotIdentities
+	clock        clock.Clock
+	log          hclog.Logger
+	fallbackKeys int
+}
 
 func (o observer) Observe(t admission.Ticket, out admission.Outcome) {
 	if t.Return { // neither a decision nor demand
-		o.a.m.observeReturn(t, out)
+		o.m.observeReturn(t, out)
 		return
 	}
-	a, name := o.a, t.Policy.Name
+	name := t.Policy.Name
 	demand := admission.Demand(t.Policy, t.Charged(), out.Allowed)
-	a.leaser.Observe(name, t.Identity, demand, a.cfg.Clock.Now())
-	a.edge.ObserveDirect(name, t.Identity, demand)
+	o.leaser.Observe(name, t.Identity, demand, o.clock.Now())
+	o.edge.ObserveDirect(name, t.Identity, demand)
 	if out.Via == admission.ViaOverLimit {
-		a.m.overLimitHits.WithLabelValues(name).Inc()
+		o.m.overLimitHits.WithLabelValues(name).Inc()
 	}
 	if t.Limits.PostHoc && t.Charged() > 0 && (!out.Allowed || out.Shadow) && (out.Via == admission.ViaStore || out.Via == admission.ViaFallback) {
-		a.m.overCharged.WithLabelValues(name).Add(float64(t.Charged())) // refused, and counted
+		o.m.overCharged.WithLabelValues(name).Add(float64(t.Charged())) // refused, and counted
 	}
 	result := "rejected"
 	switch {
@@ -67,22 +82,22 @@ func (o observer) Observe(t admission.Ticket, out admission.Outcome) {
 	case out.Allowed:
 		result = "allowed"
 		if out.Mode == lease.ModeDegraded || out.Mode == lease.ModeLocalFallback {
-			a.m.budgetAdmits.WithLabelValues(name, string(out.Mode)).Inc()
+			o.m.budgetAdmits.WithLabelValues(name, string(out.Mode)).Inc()
 		}
 	}
-	a.m.decisions.WithLabelValues(name, string(out.Mode), result).Inc()
-	a.hotFor(name).add(t.Identity, t.Cost)
+	o.m.decisions.WithLabelValues(name, string(out.Mode), result).Inc()
+	o.hot.of(name).add(t.Identity, t.Cost)
 }
 
 func (o observer) Replayed(t admission.Ticket) {
-	o.a.m.replays.WithLabelValues(t.Policy.Name).Inc()
+	o.m.replays.WithLabelValues(t.Policy.Name).Inc()
 }
 
 func (o observer) FellBack(t admission.Ticket, storeErr error, full bool) {
 	if errors.Is(storeErr, context.DeadlineExceeded) {
-		o.a.m.fallbackAfterTimeout.WithLabelValues(t.Policy.Name).Inc()
+		o.m.fallbackAfterTimeout.WithLabelValues(t.Policy.Name).Inc()
 	}
 	if full {
-		o.a.cfg.Logger.Warn("local fallback table full; rejecting new identities", "keys", o.a.cfg.FallbackKeys)
+		o.log.Warn("local fallback table full; rejecting new identities", "keys", o.fallbackKeys)
 	}
 }

@@ -14,9 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -191,6 +189,9 @@ func ValidateConfig(c Config) error {
 	return errors.Join(errs...)
 }
 
+// httpLogInterval paces the HTTP listener's and server's log lines.
+const httpLogInterval = 10 * time.Second
+
 // Agent decides checks for one region. It is safe for concurrent use.
 type Agent struct {
 	cfg      Config
@@ -201,8 +202,7 @@ type Agent struct {
 	shared   *regional.Region // what the region's agents keep in its Redis beside the counters
 	m        *metrics
 
-	hotMu sync.Mutex
-	hot   map[string]*topK
+	hot *hotIdentities // every policy's heaviest identities (metrics)
 
 	loaded   atomic.Bool  // a policy set is installed
 	health   *redisHealth // how the agent's own round trips to Redis went
@@ -229,14 +229,16 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, engine: eng, m: m, hot: map[string]*topK{}, refresh: make(chan struct{}, 1), renew: make(chan struct{}, 1), health: newRedisHealth(cfg.Logger, cfg.Clock.Now)}
+	a := &Agent{cfg: cfg, engine: eng, m: m, hot: newHotIdentities(cfg.HotKeys), refresh: make(chan struct{}, 1), renew: make(chan struct{}, 1), health: newRedisHealth(cfg.Logger, cfg.Clock.Now)}
 	a.shared = regional.NewRegion(cfg.Redis, cfg.Region)
 	a.leaser = newLeaser(a.shared, cfg.Instance, cfg.Coordinator, lease.Timing{Drift: cfg.Drift, Margin: cfg.Margin}, cfg.Clock.Now, cfg.Logger, m, a.refreshSoon)
+	asked := agentPolicies{set: &a.policies, refresh: a.refreshSoon}
 	host := rlqs.Host{Clock: cfg.Clock, Logger: cfg.Logger, Shared: a.shared, Leases: a.leaser,
-		Policies: &a.policies, Asked: agentPolicies{a}, Envoy: a.envoyIndex}
+		Policies: &a.policies, Asked: asked, Envoy: a.envoyIndex}
 	a.edge = rlqs.New(host, cfg.Edge, cfg.Drift, m.reg)
 	acfg := admission.DefaultConfig()
-	acfg.Policies, acfg.Store, acfg.Shares, acfg.Observer, acfg.Clock = agentPolicies{a}, timedStore{eng, m}, edgeShares{a.leaser, a.edge}, observer{a}, cfg.Clock
+	obs := observer{m: m, leaser: a.leaser, edge: a.edge, hot: a.hot, clock: cfg.Clock, log: cfg.Logger, fallbackKeys: cfg.FallbackKeys}
+	acfg.Policies, acfg.Store, acfg.Shares, acfg.Observer, acfg.Clock = asked, timedStore{eng, m}, edgeShares{a.leaser, a.edge}, obs, cfg.Clock
 	acfg.StoreTimeout, acfg.FallbackKeys, acfg.OverLimitKeys, acfg.ReplayKeys = cfg.CheckTimeout, cfg.FallbackKeys, cfg.FallbackKeys, cfg.FallbackKeys
 	acfg.BreakerThreshold, acfg.BreakerCooldown = cfg.BreakerThreshold, cfg.BreakerCooldown
 	acfg.ReplayWindow, acfg.Shadow = cfg.IdempotencyWindow, cfg.Shadow
@@ -246,7 +248,7 @@ func New(cfg Config) (*Agent, error) {
 	a.api = checkapi.New(checkapi.Config{Checker: a, Answers: cfg.Answers, Envoy: a.envoyIndex, Ready: a.Readiness,
 		Metrics: promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}), HandshakeFailures: m.handshakeFails,
 		Log: logs.NewPaced(cfg.Logger.Named("http"), httpLogInterval, cfg.Clock.Mono)})
-	m.reg.MustRegister(hotCollector{a})
+	m.reg.MustRegister(hotCollector{a.hot, cfg.MetricIdentities})
 	return a, nil
 }
 
@@ -288,111 +290,6 @@ func (a *Agent) Readiness() (bool, string) {
 	return true, "ready"
 }
 
-// Run loads policies, leases, and keeps doing both until ctx ends; then it
-// removes this process's heartbeat, so a restart takes its instance name at
-// once (succession.go), and stops the engine's pipeline senders (checks
-// after that go to Redis one by one). At start
-// it restores the region's saved state (policies and grants) when the
-// coordinator cannot give them, so an agent serves its region's grants and
-// degraded budgets within a second of starting during an outage. It
-// returns an error only when a policy file cannot be loaded at start.
-func (a *Agent) Run(ctx context.Context) error {
-	defer a.engine.Close()
-	store := &storeWatch{engine: a.engine, log: a.cfg.Logger, losses: a.m.storeLosses, bornAt: a.m.storeBorn}
-	sctx, cancel := context.WithTimeout(ctx, time.Second)
-	a.health.record(sctx, a.pingRedis(sctx))
-	store.round(sctx) // before the first check where Redis is up; else the presence loop retries
-	fromSaved := a.restorePolicies(sctx)
-	cancel()
-	if !fromSaved {
-		if err := a.loadPolicies(ctx); err != nil {
-			if !a.cfg.KeepPolicies {
-				return err
-			}
-			saved := "the region's Redis holds no saved set"
-			if rerr := a.health.last(); rerr != nil {
-				saved = "the region's saved set cannot be read: " + redisProblem(rerr)
-			}
-			a.cfg.Logger.Warn("no policies yet: the coordinator is unreachable and "+saved+"; retrying every second (not ready meanwhile)", "error", err)
-		}
-	}
-	rctx, cancel := context.WithTimeout(ctx, time.Second)
-	a.restoreGrants(rctx, true)
-	cancel()
-	var wg sync.WaitGroup
-	wg.Add(5)
-	go func() { defer wg.Done(); a.edge.Run(ctx) }()
-	go func() { defer wg.Done(); a.leaseLoop(ctx) }()
-	go func() { defer wg.Done(); a.presenceLoop(ctx, store) }()
-	go func() { defer wg.Done(); a.probe().run(ctx) }()
-	go func() { defer wg.Done(); a.refreshLoop(ctx, fromSaved) }()
-	wg.Wait()
-	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-	defer cancel()
-	if err := a.edge.Leave(lctx); err != nil {
-		a.cfg.Logger.Debug("the region's edge reservations of this agent stay for their usual life", "error", err)
-	}
-	if err := a.shared.Leave(lctx, a.leaser.nonce); err != nil {
-		a.cfg.Logger.Debug("a restart under this instance name waits for the heartbeat to go stale", "error", err)
-	}
-	return nil
-}
-
-// refreshLoop reloads the policies every PolicyRefresh, when a check names
-// an unknown policy or a grant comes from a changed one, and every second
-// while the agent runs on a saved set or none.
-func (a *Agent) refreshLoop(ctx context.Context, fromSaved bool) {
-	t := time.NewTicker(a.cfg.PolicyRefresh)
-	defer t.Stop()
-	pending := fromSaved || !a.loaded.Load() // the coordinator's set is still to come
-	for {
-		if !pending {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			case <-a.refresh: // an unknown policy was named, or a grant came from a changed one
-			}
-		}
-		err := a.loadPolicies(ctx)
-		switch {
-		case err == nil && pending:
-			a.cfg.Logger.Info("policies loaded from the coordinator", "policies", len(a.leaser.names()))
-			pending = false
-		case err != nil && ctx.Err() == nil && !pending:
-			a.cfg.Logger.Warn("policy refresh failed; keeping the current set", "error", err)
-		}
-		select { // at most one refresh per second, however many checks ask
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-// Drain marks the agent not ready, keeps serving for delay (so that load
-// balancers watching /readyz stop sending first), then ends its RLQS
-// streams (Envoy reopens them elsewhere) and waits until no check is in
-// flight, or ctx ends. Checks that still arrive are decided as usual.
-func (a *Agent) Drain(ctx context.Context, delay time.Duration) {
-	a.closing.Store(true)
-	select {
-	case <-time.After(delay):
-	case <-ctx.Done():
-		return
-	}
-	a.edge.EndStreams()
-	t := time.NewTicker(5 * time.Millisecond)
-	defer t.Stop()
-	for a.inflight.Load() > 0 {
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return
-		}
-	}
-}
-
 // refreshSoon asks the refresh loop to reload the policies now (at most
 // once a second, however many ask).
 func (a *Agent) refreshSoon() {
@@ -400,22 +297,6 @@ func (a *Agent) refreshSoon() {
 	case a.refresh <- struct{}{}:
 	default:
 	}
-}
-
-func (a *Agent) loadPolicies(ctx context.Context) error {
-	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	ps, err := a.cfg.Policies(lctx)
-	if err != nil {
-		return fmt.Errorf("load policies: %w", err)
-	}
-	if err := a.installPolicies(ps); err != nil {
-		return fmt.Errorf("load policies: %w", err)
-	}
-	if a.cfg.KeepPolicies {
-		a.savePolicies(lctx, ps)
-	}
-	return nil
 }
 
 // installPolicies validates ps and puts it in force.
@@ -436,60 +317,6 @@ func (a *Agent) installPolicies(ps []*policy.Policy) error {
 	}
 	a.loaded.Store(true)
 	return nil
-}
-
-func (a *Agent) leaseLoop(ctx context.Context) {
-	for {
-		// A round may take until the next renewal would be due (a third
-		// of a lease): time for the client to give up on a hung replica
-		// and reach another, and for large renewals split in several
-		// requests. Not a fixed few hundred ms.
-		rctx, cancel := context.WithTimeout(ctx, max(a.cfg.RenewTick*5, a.leaser.renewInterval()))
-		a.leaser.renew(rctx, a.edge)
-		cancel()
-		now := a.cfg.Clock.Now()
-		a.leaser.updateMetrics(now)
-		// Until the next renewal falls due, or policies are installed (a
-		// new one wants its lease), at most a second (metrics), at least
-		// about a RenewTick: an idle agent wakes about once a second, not
-		// ten times.
-		wait := time.Second
-		if at, ok := a.leaser.renewAt(); ok {
-			wait = min(wait, at.Sub(now))
-		}
-		wait = max(wait, time.Duration(float64(a.cfg.RenewTick)*(0.5+rand.Float64())))
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		case <-a.renew:
-		}
-	}
-}
-
-func (a *Agent) presenceLoop(ctx context.Context, store *storeWatch) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	decay := 0
-	for {
-		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		err := a.leaser.publish(pctx, 3*time.Second)
-		a.health.record(pctx, err)
-		if err == nil {
-			a.saveState(pctx)
-		}
-		store.round(pctx)
-		cancel()
-		a.m.breakerOpen.Set(boolGauge(a.admit.BreakerOpen()))
-		if decay++; decay%30 == 0 {
-			a.decayHot()
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }
 
 // probe is the agent's redisProbe, with the intervals of its
@@ -515,24 +342,4 @@ func (a *Agent) CheckBatch(ctx context.Context, rs []admission.Request) []admiss
 	a.inflight.Add(1)
 	defer a.inflight.Add(-1)
 	return a.admit.CheckBatch(ctx, rs)
-}
-
-func (a *Agent) hotFor(policy string) *topK {
-	a.hotMu.Lock()
-	defer a.hotMu.Unlock()
-	t := a.hot[policy]
-	if t == nil {
-		t = newTopK(a.cfg.HotKeys)
-		a.hot[policy] = t
-	}
-	return t
-}
-
-// decayHot halves every policy's top-K counts.
-func (a *Agent) decayHot() {
-	a.hotMu.Lock()
-	defer a.hotMu.Unlock()
-	for _, t := range a.hot {
-		t.decay()
-	}
 }

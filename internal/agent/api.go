@@ -3,7 +3,6 @@ package agent
 import (
 	"net"
 	"net/http"
-	"time"
 
 	"google.golang.org/grpc"
 
@@ -14,9 +13,6 @@ import (
 // Envoy's RateLimitService), which translate into its admission pipeline,
 // and Envoy's Rate Limit Quota Service (package rlqs), which streams to its
 // edge engine.
-
-// httpLogInterval paces the HTTP listener's and server's log lines.
-const httpLogInterval = 10 * time.Second
 
 // HTTPHandler returns the agent's HTTP API (checkapi.Server.Handler).
 func (a *Agent) HTTPHandler() http.Handler { return a.api.Handler() }

@@ -143,25 +143,22 @@ func metricIdentity(mode, identity string) string {
 	return "sha256:" + hex.EncodeToString(sum[:6])
 }
 
-// hotCollector exposes the top-K identities at scrape time.
-type hotCollector struct{ a *Agent }
+// hotCollector exposes the top-K identities at scrape time, named as mode
+// says (Config.MetricIdentities).
+type hotCollector struct {
+	hot  *hotIdentities
+	mode string
+}
 
 func (h hotCollector) Describe(ch chan<- *prometheus.Desc) { ch <- hotDesc }
 
 func (h hotCollector) Collect(ch chan<- prometheus.Metric) {
-	mode := h.a.cfg.MetricIdentities
-	if mode == IdentitiesOff {
+	if h.mode == IdentitiesOff {
 		return
 	}
-	h.a.hotMu.Lock()
-	hot := make(map[string]*topK, len(h.a.hot))
-	for k, v := range h.a.hot {
-		hot[k] = v
-	}
-	h.a.hotMu.Unlock()
-	for policy, t := range hot {
+	for policy, t := range h.hot.policies() {
 		for _, e := range t.top() {
-			ch <- prometheus.MustNewConstMetric(hotDesc, prometheus.GaugeValue, float64(e.Count), policy, metricIdentity(mode, e.ID))
+			ch <- prometheus.MustNewConstMetric(hotDesc, prometheus.GaugeValue, float64(e.Count), policy, metricIdentity(h.mode, e.ID))
 		}
 	}
 }

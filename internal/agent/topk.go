@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"maps"
 	"sort"
 	"sync"
 )
@@ -95,4 +96,42 @@ func (t *topK) top() []entry {
 		return out[i].ID < out[j].ID
 	})
 	return out
+}
+
+// hotIdentities is the top-K heaviest identities of every policy, as the
+// hot-identity metric shows them (hotCollector).
+type hotIdentities struct {
+	k  int
+	mu sync.Mutex
+	by map[string]*topK // by policy
+}
+
+func newHotIdentities(k int) *hotIdentities { return &hotIdentities{k: k, by: map[string]*topK{}} }
+
+// of is policy's top-K, made on first use.
+func (h *hotIdentities) of(policy string) *topK {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t := h.by[policy]
+	if t == nil {
+		t = newTopK(h.k)
+		h.by[policy] = t
+	}
+	return t
+}
+
+// decay halves every policy's top-K counts.
+func (h *hotIdentities) decay() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, t := range h.by {
+		t.decay()
+	}
+}
+
+// policies is a copy of the top-K by policy.
+func (h *hotIdentities) policies() map[string]*topK {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return maps.Clone(h.by)
 }

@@ -107,13 +107,6 @@ func (s *envoyServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitR
 	return envoyAnswer(&s.api.c.Answers, req, res, matched), nil
 }
 
-// envoyMatched is what the configuration says of one descriptor beyond
-// its admission request, for its answer: it matched an unlimited limit,
-// or the limit applied to it is in quota_mode (policy.EnvoyMatch.
-// QuotaMode; a replaced or unlimited limit is not applied, so it is not);
-// and whether it returns hits (is_negative_hits).
-type envoyMatched struct{ unlimited, quota, ret bool }
-
 // envoyRequests decodes req's descriptors into one admission request each
 // (a request naming no policy where no limit applies), and what the
 // configuration says of each (envoyMatched).

@@ -115,3 +115,10 @@ func (ix EnvoyIndex) MatchMap(domain string, b map[string]string) (*policy.Polic
 	}
 	return n.policy, true
 }
+
+// envoyMatched is what the configuration says of one descriptor beyond
+// its admission request, for its answer: it matched an unlimited limit,
+// or the limit applied to it is in quota_mode (policy.EnvoyMatch.
+// QuotaMode; a replaced or unlimited limit is not applied, so it is not);
+// and whether it returns hits (is_negative_hits).
+type envoyMatched struct{ unlimited, quota, ret bool }

@@ -4,15 +4,14 @@ import (
 	"context"
 	"time"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/quota-lease/quota-lease/admission"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
-
-// MaxBatch bounds a batch of checks.
-const MaxBatch = 1000
 
 // checkServer serves quotalease.v1.CheckService.
 type checkServer struct {
@@ -56,14 +55,14 @@ func input(r *pb.CheckRequest) admission.Request {
 		Check: r.Check, Reserve: r.Reserve, Settle: r.Settle}
 }
 
-// enforcedLimit is the limit an outcome enforced, in whole units per the
-// policy's period: the policy's limit scaled by the share.
-func enforcedLimit(o admission.Outcome) float64 {
-	return o.Policy.Limit * float64(o.Limits.Amount()) / float64(o.Policy.Limits().Amount())
-}
-
 func response(o admission.Outcome) *pb.CheckResponse {
 	return &pb.CheckResponse{Allowed: o.Allowed, Remaining: o.RemainingUnits(), RetryAfterMs: o.RetryAfterMs,
 		ResetMs: o.ResetAfterMs, Policy: o.Policy.Name, Mode: string(o.Mode), Limit: enforcedLimit(o),
 		PeriodMs: time.Duration(o.Policy.Period).Milliseconds(), Replayed: o.Replayed, Shadow: o.Shadow, Reservation: o.Reservation}
+}
+
+// Register adds the check service and Envoy's rate-limit service to g.
+func (s *Server) Register(g *grpc.Server) {
+	pb.RegisterCheckServiceServer(g, &checkServer{api: s})
+	rlsv3.RegisterRateLimitServiceServer(g, &envoyServer{api: s})
 }

@@ -27,48 +27,6 @@ const (
 	ProblemUnavailable    = "urn:quota-lease:problem:unavailable"
 )
 
-// checkBody is the JSON of POST /v1/check.
-type checkBody struct {
-	Policy         string            `json:"policy"`
-	Attributes     map[string]string `json:"attributes"`
-	Cost           int64             `json:"cost"`
-	IdempotencyKey string            `json:"idempotency_key"`
-	// Check asks without charging (admission.Request.Check): a request
-	// whose cost is charged when it ends, to a post_hoc policy.
-	Check bool `json:"check"`
-	// Reserve reserves cost, the request's estimated cost, to be settled
-	// when it ends (admission.Request.Reserve); the answer names the
-	// reservation.
-	Reserve bool `json:"reserve"`
-	// Settle names the reservation this request settles with cost, its
-	// actual cost (admission.Request.Settle).
-	Settle string `json:"settle"`
-}
-
-// checkAnswer is the JSON answer of an admitted check.
-type checkAnswer struct {
-	Allowed      bool    `json:"allowed"`
-	Policy       string  `json:"policy"`
-	Remaining    int64   `json:"remaining"`
-	Limit        float64 `json:"limit"`
-	ResetMs      int64   `json:"reset_ms"`
-	Mode         string  `json:"mode"`
-	Replayed     bool    `json:"replayed,omitempty"`
-	Shadow       bool    `json:"shadow,omitempty"`
-	RetryAfterMs int64   `json:"retry_after_ms,omitempty"`
-	Reservation  string  `json:"reservation,omitempty"`
-}
-
-// problem is an RFC 9457 problem detail.
-type problem struct {
-	Type         string `json:"type"`
-	Title        string `json:"title"`
-	Status       int    `json:"status"`
-	Detail       string `json:"detail,omitempty"`
-	Policy       string `json:"policy,omitempty"`
-	RetryAfterMs int64  `json:"retry_after_ms,omitempty"`
-}
-
 // Handler returns the agent's HTTP API: /v1/check, /metrics, /healthz
 // (the process is alive) and /readyz (it can admit traffic).
 func (s *Server) Handler() http.Handler {

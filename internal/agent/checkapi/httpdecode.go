@@ -257,3 +257,21 @@ func (d *plainDecoder) attributes(in *checkBody) bool {
 		}
 	}
 }
+
+// checkBody is the JSON of POST /v1/check.
+type checkBody struct {
+	Policy         string            `json:"policy"`
+	Attributes     map[string]string `json:"attributes"`
+	Cost           int64             `json:"cost"`
+	IdempotencyKey string            `json:"idempotency_key"`
+	// Check asks without charging (admission.Request.Check): a request
+	// whose cost is charged when it ends, to a post_hoc policy.
+	Check bool `json:"check"`
+	// Reserve reserves cost, the request's estimated cost, to be settled
+	// when it ends (admission.Request.Reserve); the answer names the
+	// reservation.
+	Reserve bool `json:"reserve"`
+	// Settle names the reservation this request settles with cost, its
+	// actual cost (admission.Request.Settle).
+	Settle string `json:"settle"`
+}

@@ -129,3 +129,27 @@ func appendJSONString(b []byte, s string) []byte {
 	b = append(b, s[start:]...)
 	return append(b, '"')
 }
+
+// checkAnswer is the JSON answer of an admitted check.
+type checkAnswer struct {
+	Allowed      bool    `json:"allowed"`
+	Policy       string  `json:"policy"`
+	Remaining    int64   `json:"remaining"`
+	Limit        float64 `json:"limit"`
+	ResetMs      int64   `json:"reset_ms"`
+	Mode         string  `json:"mode"`
+	Replayed     bool    `json:"replayed,omitempty"`
+	Shadow       bool    `json:"shadow,omitempty"`
+	RetryAfterMs int64   `json:"retry_after_ms,omitempty"`
+	Reservation  string  `json:"reservation,omitempty"`
+}
+
+// problem is an RFC 9457 problem detail.
+type problem struct {
+	Type         string `json:"type"`
+	Title        string `json:"title"`
+	Status       int    `json:"status"`
+	Detail       string `json:"detail,omitempty"`
+	Policy       string `json:"policy,omitempty"`
+	RetryAfterMs int64  `json:"retry_after_ms,omitempty"`
+}

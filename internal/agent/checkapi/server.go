@@ -12,14 +12,10 @@ import (
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
-
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/internal/httplimit"
 	"github.com/quota-lease/quota-lease/internal/logs"
-	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
 // Checker decides checks: the agent's admission pipeline.
@@ -97,6 +93,10 @@ type Config struct {
 	Log               *logs.Paced
 }
 
+// MaxBatch bounds a batch of checks, and the descriptors of one Envoy
+// request.
+const MaxBatch = 1000
+
 // Server is the agent's check APIs: HTTP POST /v1/check, gRPC
 // quotalease.v1.CheckService and Envoy's RateLimitService. Each only
 // translates: the request into admission.Requests, the Checker's results
@@ -106,8 +106,8 @@ type Server struct{ c Config }
 // New returns the check APIs of c.
 func New(c Config) *Server { return &Server{c: c} }
 
-// Register adds the check service and Envoy's rate-limit service to g.
-func (s *Server) Register(g *grpc.Server) {
-	pb.RegisterCheckServiceServer(g, &checkServer{api: s})
-	rlsv3.RegisterRateLimitServiceServer(g, &envoyServer{api: s})
+// enforcedLimit is the limit an outcome enforced, in whole units per the
+// policy's period: the policy's limit scaled by the share.
+func enforcedLimit(o admission.Outcome) float64 {
+	return o.Policy.Limit * float64(o.Limits.Amount()) / float64(o.Policy.Limits().Amount())
 }
