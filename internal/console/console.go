@@ -26,8 +26,8 @@ type Source interface {
 	IsLeader() bool
 	Epoch() int64
 	Leader() string
-	// Name is this replica's name.
-	Name() string
+	// Replica is this replica's name.
+	Replica() string
 }
 
 //go:embed templates/*.html

@@ -65,8 +65,8 @@ func (f *fakeSource) Epoch() int64 {
 	}
 	return 0
 }
-func (f *fakeSource) Leader() string { return f.leaderAt }
-func (f *fakeSource) Name() string   { return "coord-a" }
+func (f *fakeSource) Leader() string  { return f.leaderAt }
+func (f *fakeSource) Replica() string { return "coord-a" }
 
 func leader() *fakeSource {
 	return &fakeSource{leader: true, leaderAt: "10.0.0.1:7400", leases: []*pb.LeaseRecord{

@@ -141,7 +141,7 @@ type term struct {
 const requestTimeout = 5 * time.Second
 
 func (c *Console) header() pageView {
-	return pageView{Replica: c.src.Name(), Leader: c.src.IsLeader(), Epoch: c.src.Epoch(), LeaderAt: c.src.Leader(),
+	return pageView{Replica: c.src.Replica(), Leader: c.src.IsLeader(), Epoch: c.src.Epoch(), LeaderAt: c.src.Leader(),
 		Updated: c.cfg.Clock.Now(), RefreshMs: c.cfg.Refresh.Milliseconds()}
 }
 

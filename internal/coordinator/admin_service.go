@@ -28,7 +28,9 @@ type AdminService struct {
 	c *Coordinator
 }
 
-func record(p *policy.Policy, src *policySource) *pb.PolicyRecord {
+// policyRecord is p as the admin API answers it, with who manages it (src;
+// nil: set by hand).
+func policyRecord(p *policy.Policy, src *policySource) *pb.PolicyRecord {
 	r := &pb.PolicyRecord{Name: p.Name, Version: p.Version, Json: mustJSON(p)}
 	if src != nil {
 		r.Source = src.String()
@@ -54,7 +56,7 @@ func (s *AdminService) SetPolicy(ctx context.Context, req *pb.SetPolicyRequest) 
 	}
 	resp := &pb.SetPolicyResponse{}
 	for _, p := range ps {
-		resp.Policies = append(resp.Policies, record(p, nil))
+		resp.Policies = append(resp.Policies, policyRecord(p, nil))
 	}
 	return resp, nil
 }
@@ -85,7 +87,7 @@ func (s *AdminService) GetPolicy(ctx context.Context, req *pb.GetPolicyRequest) 
 			return nil, status.Errorf(codes.Internal, "policy %q's source in etcd: %v", req.Name, err)
 		}
 	}
-	return record(&p, src), nil
+	return policyRecord(&p, src), nil
 }
 
 // ListPolicies returns every stored policy, by name.
@@ -97,7 +99,7 @@ func (s *AdminService) ListPolicies(ctx context.Context, _ *pb.ListPoliciesReque
 	}
 	resp := &pb.ListPoliciesResponse{}
 	for _, p := range st.policies {
-		resp.Policies = append(resp.Policies, record(p, st.sources[p.Name]))
+		resp.Policies = append(resp.Policies, policyRecord(p, st.sources[p.Name]))
 	}
 	sort.Slice(resp.Policies, func(i, j int) bool { return resp.Policies[i].Name < resp.Policies[j].Name })
 	return resp, nil

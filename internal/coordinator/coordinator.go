@@ -4,82 +4,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 
 	"github.com/quota-lease/quota-lease/internal/ratelimitxds"
-	"github.com/quota-lease/quota-lease/lease"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
-// Coordinator is one coordinator replica. Run campaigns for leadership and,
-// while leader, serves leases; followers refuse lease calls with the
-// leader's address.
-type Coordinator struct {
-	cfg  Config
-	cli  *clientv3.Client
-	log  hclog.Logger
-	keys keys
-	// refused counts calls Authorize refused.
-	refused *refusals
-	// etcdWrite times ledger transactions (exported with /metrics).
-	etcdWrite prometheus.Histogram
-	// leaseCalls limits each region identity's Lease calls.
-	leaseCalls *callRate
-	// clusterID is the deployment's ID (*string), once loaded.
-	clusterID atomic.Pointer[string]
-	// etcd is what this replica's etcd calls last found.
-	etcd *etcdHealth
-	// xdsMetrics count the xDS subscription's responses (Config.RateLimitXDS).
-	xdsMetrics *ratelimitxds.Metrics
-
-	mu     sync.RWMutex
-	cur    *term        // nil unless leader and ready
-	leader atomic.Value // string: the leader's advertised address, as observed
-
-	grants   atomic.Int64 // lease answers given, for metrics and benchmarks
-	persists atomic.Int64 // ledger writes made
-	// compacted is the etcd revision this replica last compacted up to.
-	compacted atomic.Int64
-}
-
-// term is one period of leadership.
-type term struct {
-	epoch     int64
-	leaderKey string
-	leaderRev int64
-	lease     *leaderLease
-
-	// serving is read-held by every handler that may grant, and
-	// write-held by stepDown, so a replica that steps down has finished
-	// every grant before it gives up its session.
-	serving sync.RWMutex
-
-	mu     sync.RWMutex // guards the maps and paused
-	quotas map[string]*quota
-	// retired are deleted policies' quotas whose grants may still be
-	// enforced by agents: a policy recreated under the same name starts
-	// with them reserved (quota.inherit), so deleting and recreating it
-	// (the way to change its algorithm) cannot grant the limit twice.
-	retired map[string]*quota
-	// sources say who manages each policy not set by hand (an xDS server).
-	sources map[string]*policySource
-	regions map[string]regionRecord
-	paused  bool
-	now     chan struct{} // rebalance now
-	// claims are the agent processes holding the instance names.
-	claims *instanceClaims
-}
+// A replica's life: New makes it (replica.go holds its state), Register
+// serves its lease and admin services, and Run campaigns for leadership,
+// leads its terms (keeping its etcd lease alive) and compacts etcd's
+// history while it leads.
 
 // New returns a coordinator replica using cli for etcd.
 func New(cli *clientv3.Client, cfg Config) (*Coordinator, error) {
@@ -109,37 +51,6 @@ func (c *Coordinator) Leases() *LeaseService { return &LeaseService{c: c} }
 
 // Admin is this replica's AdminService.
 func (c *Coordinator) Admin() *AdminService { return &AdminService{c: c} }
-
-// IsLeader reports whether this replica leads and serves leases.
-func (c *Coordinator) IsLeader() bool { return c.term() != nil }
-
-// Epoch returns the current leader epoch of this replica (0 if follower).
-func (c *Coordinator) Epoch() int64 {
-	if t := c.term(); t != nil {
-		return t.epoch
-	}
-	return 0
-}
-
-// Leader returns the advertised address of the replica this one last saw
-// leading (its own while it leads; empty before any election is seen).
-func (c *Coordinator) Leader() string {
-	l, _ := c.leader.Load().(string)
-	return l
-}
-
-// Name returns this replica's name (Config.Name).
-func (c *Coordinator) Name() string { return c.cfg.Name }
-
-// Stats returns how many lease answers this replica gave and how many
-// ledger writes it made.
-func (c *Coordinator) Stats() (grants, persists int64) { return c.grants.Load(), c.persists.Load() }
-
-func (c *Coordinator) term() *term {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.cur
-}
 
 // Run campaigns for leadership and leads when elected, until ctx ends. On
 // return this replica has stepped down and released its session, so a
@@ -225,14 +136,6 @@ func (c *Coordinator) campaign(ctx context.Context) error {
 	return err
 }
 
-func (c *Coordinator) observe(ctx context.Context, el *concurrency.Election) {
-	for resp := range el.Observe(ctx) {
-		if len(resp.Kvs) > 0 {
-			c.leader.Store(string(resp.Kvs[0].Value))
-		}
-	}
-}
-
 // lead loads the state, restores the ledger and serves until ctx ends.
 func (c *Coordinator) lead(ctx context.Context, el *concurrency.Election, ll *leaderLease) error {
 	st, err := c.readState(ctx)
@@ -301,176 +204,56 @@ func (c *Coordinator) lead(ctx context.Context, el *concurrency.Election, ll *le
 	}
 }
 
-// stepDown stops serving: it waits for handlers that may grant to finish
-// before the session is released by the caller.
-func (c *Coordinator) stepDown() {
-	c.mu.Lock()
-	t := c.cur
-	c.cur = nil
-	c.mu.Unlock()
-	if t != nil {
-		t.serving.Lock()
-		t.serving.Unlock() // only a barrier: every in-flight grant is done
-		c.log.Info("stepped down", "epoch", t.epoch)
-	}
-}
-
-func (t *term) isPaused() bool {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	return t.paused
-}
-
-func (t *term) regionNames() []string {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	names := make([]string, 0, len(t.regions))
-	for n := range t.regions {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
-
-func (c *Coordinator) rebalanceAll(t *term) {
-	t.mu.RLock()
-	regions := make(map[string]regionRecord, len(t.regions))
-	for k, v := range t.regions {
-		regions[k] = v
-	}
-	quotas := make([]*quota, 0, len(t.quotas))
-	for _, q := range t.quotas {
-		quotas = append(quotas, q)
-	}
-	t.mu.RUnlock()
-	for _, q := range quotas {
-		q.mu.Lock()
-		if err := q.rebalance(regions, lease.PlanOptions{Strategy: c.cfg.Strategy, MaxStep: c.cfg.MaxStep, Hysteresis: c.cfg.Hysteresis}); err != nil {
-			c.log.Warn("rebalance skipped", "error", err)
+// keepAlive renews the session lease every ttl/3 (each renewal within the
+// etcd timeout) and extends l after each success, until ctx ends. Its
+// failures are the replica's first sign of an etcd outage, recorded and
+// logged by etcdCall. etcd's own keepalive (started by the session)
+// runs too; this one exists to know the send times.
+func (c *Coordinator) keepAlive(ctx context.Context, id clientv3.LeaseID, l *leaderLease) {
+	t := time.NewTicker(c.cfg.SessionTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
-		q.mu.Unlock()
-	}
-}
-
-// errNotLeader reports a write refused because leadership moved.
-var errNotLeader = errors.New("this replica is no longer the leader")
-
-// txn applies ops only if this replica still holds the leadership key.
-func (c *Coordinator) txn(ctx context.Context, t *term, ops ...clientv3.Op) error {
-	for len(ops) > 0 {
-		n := min(len(ops), 100) // etcd's default --max-txn-ops is 128
-		t0 := c.cfg.Clock.Mono()
-		var resp *clientv3.TxnResponse
-		err := c.etcdCall(ctx, "write a transaction", func(ctx context.Context) (err error) {
-			resp, err = c.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(t.leaderKey), "=", t.leaderRev)).Then(ops[:n]...).Commit()
+		sent := c.cfg.Clock.Mono()
+		err := c.etcdCall(ctx, "renew the leadership session", func(ctx context.Context) error {
+			_, err := c.cli.KeepAliveOnce(ctx, id)
 			return err
 		})
-		c.etcdWrite.Observe((c.cfg.Clock.Mono() - t0).Seconds())
 		if err != nil {
-			return fmt.Errorf("etcd txn: %w", err)
+			continue // an etcd failure is logged, paced, by etcdCall
 		}
-		if !resp.Succeeded {
-			return errNotLeader
-		}
-		c.persists.Add(1)
-		ops = ops[n:]
-	}
-	return nil
-}
-
-// flush writes lowered high-water marks and deletes ledger entries of
-// leases that are over: one batched transaction per quota, made while
-// holding the quota's lock so that no grant raises a mark in between.
-func (c *Coordinator) flush(ctx context.Context, t *term) error {
-	t.mu.RLock()
-	quotas := make(map[string]*quota, len(t.quotas))
-	for k, v := range t.quotas {
-		quotas[k] = v
-	}
-	retired := make(map[string]*quota, len(t.retired))
-	for k, v := range t.retired {
-		retired[k] = v
-	}
-	t.mu.RUnlock()
-	c.forgetRetired(t, retired)
-	var errs []error
-	for name, q := range quotas {
-		if err := c.flushQuota(ctx, t, name, q); err != nil {
-			errs = append(errs, fmt.Errorf("quota %s: %w", name, err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// forgetRetired drops the deleted policies' books once nothing they
-// granted can count any more.
-func (c *Coordinator) forgetRetired(t *term, retired map[string]*quota) {
-	now := c.cfg.Clock.Now()
-	for name, q := range retired {
-		q.mu.Lock()
-		q.book.Prune(now)
-		done := q.book.Idle(now)
-		q.mu.Unlock()
-		if !done {
-			continue
-		}
-		t.mu.Lock()
-		if t.retired[name] == q { // not recreated and deleted again meanwhile
-			delete(t.retired, name)
-		}
-		t.mu.Unlock()
+		l.extend(sent, c.cfg.SessionTTL, c.cfg.Timing.Drift, c.cfg.Timing.Margin)
 	}
 }
 
-func (c *Coordinator) flushQuota(ctx context.Context, t *term, name string, q *quota) error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	d := q.book.Flush(c.cfg.Clock.Now())
-	if d.Empty() {
-		return nil
+// compact reads etcd's current revision and compacts up to the one read
+// at the previous call. A revision compacted already (by another
+// compactor, or etcd's own) is no failure; the others are logged and
+// retried at the next tick.
+func (c *Coordinator) compact(ctx context.Context, cp *compactor) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.EtcdTimeout)
+	defer cancel()
+	resp, err := c.cli.Get(ctx, c.keys.clusterID(), clientv3.WithCountOnly())
+	if err != nil {
+		if ctx.Err() == nil {
+			c.log.Warn("etcd compaction: could not read etcd's revision; will retry", "error", err)
+		}
+		return
 	}
-	return c.writeLedger(ctx, t, write{name, q.book, d})
-}
-
-// write is one quota's ledger change (lease.LedgerDelta), with the book to
-// tell once it is written.
-type write struct {
-	quota string
-	book  *lease.Book
-	delta lease.LedgerDelta
-}
-
-// writeLedger turns ws into etcd operations, writes them in one
-// transaction (lowerings and deletions before raisings, should it have to
-// be split), and tells each book what was written. The caller holds every
-// quota's lock.
-func (c *Coordinator) writeLedger(ctx context.Context, t *term, ws ...write) error {
-	var lower, raise []clientv3.Op
-	for _, w := range ws {
-		for _, region := range w.delta.Delete {
-			lower = append(lower, clientv3.OpDelete(c.keys.ledgerEntry(w.quota, region)))
-		}
-		for _, m := range w.delta.Lower {
-			lower = append(lower, c.markOp(t, w.quota, m))
-		}
-		for _, m := range w.delta.Raise {
-			raise = append(raise, c.markOp(t, w.quota, m))
+	if cp.next > 0 {
+		_, err := c.cli.Compact(ctx, cp.next)
+		switch {
+		case err == nil:
+			c.compacted.Store(cp.next)
+		case errors.Is(err, rpctypes.ErrCompacted):
+		default:
+			c.log.Warn("etcd compaction failed; will retry", "revision", cp.next, "error", err)
+			return
 		}
 	}
-	if len(lower)+len(raise) == 0 {
-		return nil
-	}
-	if err := c.txn(ctx, t, append(lower, raise...)...); err != nil {
-		return err
-	}
-	for _, w := range ws {
-		w.book.Written(w.delta)
-	}
-	return nil
-}
-
-// markOp writes mark m of quota: the one form of a ledger record.
-func (c *Coordinator) markOp(t *term, quota string, m lease.LedgerMark) clientv3.Op {
-	return clientv3.OpPut(c.keys.ledgerEntry(quota, m.Region),
-		mustJSON(ledgerRecord{Instance: m.Instance, Nonce: m.Nonce, GrantID: m.GrantID, Amount: m.Amount, Total: m.Total, Epoch: t.epoch}))
+	cp.next = resp.Header.Revision
 }

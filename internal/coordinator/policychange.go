@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"context"
-	"encoding/json"
 	"sort"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -11,32 +10,6 @@ import (
 
 	"github.com/quota-lease/quota-lease/policy"
 )
-
-// policySource says who stores a policy: kept in etcd beside the policy
-// (keys.source) for policies an xDS management server manages; a policy
-// without one was set by hand (quota set).
-type policySource struct {
-	// Source is "xds".
-	Source string `json:"source"`
-	// Server and Node are the management server and the node id it was
-	// subscribed to as.
-	Server string `json:"server"`
-	Node   string `json:"node"`
-	// Resource is the RateLimitConfig the policy came from.
-	Resource string `json:"resource"`
-	// Version is the response's version_info that last changed the policy.
-	Version string `json:"version"`
-}
-
-// sourceXDS is policySource.Source for a policy an xDS server manages.
-const sourceXDS = "xds"
-
-func (s *policySource) String() string {
-	if s == nil {
-		return "quota set"
-	}
-	return "xDS server " + s.Server + " (node " + s.Node + ", resource " + policy.QuoteName(s.Resource) + ", version " + policy.QuoteName(s.Version) + ")"
-}
 
 // policyChange is one change of the stored policies, written all or none
 // (in one etcd transaction up to 100 operations): what quota set, quota
@@ -186,13 +159,4 @@ func (c *Coordinator) retire(t *term, name string) {
 		t.retired[name] = q
 		delete(t.quotas, name)
 	}
-}
-
-// loadSource decodes a stored policySource.
-func loadSource(b []byte) (*policySource, error) {
-	var s policySource
-	if err := json.Unmarshal(b, &s); err != nil {
-		return nil, err
-	}
-	return &s, nil
 }
