@@ -712,3 +712,14 @@ func (c *Cluster) Stop() {
 		se.Stop()
 	}
 }
+
+// ServiceProcess is one process of examples/limited-service: an HTTP
+// service that decides its requests in-process with package quotalease,
+// streaming to its region's agent through a fault proxy of its own
+// (cutting Proxy cuts its stream).
+type ServiceProcess struct {
+	*Process
+	Region string
+	URL    string
+	Proxy  *faultproxy.Proxy
+}

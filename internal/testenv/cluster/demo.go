@@ -152,7 +152,7 @@ func RunDemo(ctx context.Context, bins Binaries, dir string, dur time.Duration, 
 	}
 	<-edgeDone
 	<-servicesDone
-	return report(out, c, d, edge, sd, shares)
+	return writeDemoReport(out, c, d, edge, sd, shares)
 }
 
 // demoLoads are the demo's direct checks over a run of dur: api-global
@@ -245,7 +245,10 @@ func progress(ctx context.Context, out io.Writer, c *Cluster, d *Driver, ed *Edg
 	fmt.Fprintf(out, "%s | api-global admitted so far: %s | %s's Envoys admitted %d of %d\n", strings.Join(line, "  "), strings.Join(adm, ", "), DemoEdgeRegion, allowed, decided)
 }
 
-func report(out io.Writer, c *Cluster, d *Driver, edge *Edge, sd *ServiceDriver, shares map[string][]float64) error {
+// writeDemoReport writes the demo's closing report to out: per policy,
+// what each region, the Envoys and the services sent and admitted, and
+// the fullest window against the bound the policy publishes.
+func writeDemoReport(out io.Writer, c *Cluster, d *Driver, edge *Edge, sd *ServiceDriver, shares map[string][]float64) error {
 	ps, err := policy.ParsePolicies([]byte(DemoPolicies + "---\n" + DemoEdgePolicy))
 	if err != nil {
 		return err

@@ -11,17 +11,6 @@ import (
 	"github.com/quota-lease/quota-lease/internal/testenv/faultproxy"
 )
 
-// ServiceProcess is one process of examples/limited-service: an HTTP
-// service that decides its requests in-process with package quotalease,
-// streaming to its region's agent through a fault proxy of its own
-// (cutting Proxy cuts its stream).
-type ServiceProcess struct {
-	*Process
-	Region string
-	URL    string
-	Proxy  *faultproxy.Proxy
-}
-
 // StartServices starts n limited-service processes in region, limiting
 // the tenants of policy (served at the edge in domain "shop") and
 // reporting every report, over mutual TLS as a service; each lists the
