@@ -202,23 +202,28 @@ func TestSplitFollowsDemand(t *testing.T) {
 }
 
 func TestTarget(t *testing.T) {
-	if got := Target(1000, 0, 5000, 0); got != 1000 {
+	if got := Target(1000, 0, 5000, 0, 1); got != 1000 {
 		t.Fatalf("the only demand gets the whole capacity, got %d", got)
 	}
-	if got := Target(1000, 500, 1000, 500); got != 500 {
+	if got := Target(1000, 500, 1000, 500, 4); got != 500 {
 		t.Fatalf("demand beyond capacity is served in proportion, got %d", got)
 	}
-	if got := Target(1000, 1000, 1000, 2000); got < 333 || got > 334 {
+	if got := Target(1000, 1000, 1000, 2000, 1); got < 333 || got > 334 {
 		t.Fatalf("no party counts for more than the capacity, got %d", got)
 	}
-	if got := Target(1000, 500, 1<<60, 0); got < 666 || got > 667 {
+	if got := Target(1000, 500, 1<<60, 0, 4); got < 666 || got > 667 {
 		t.Fatalf("an inflated edge demand beside direct checks, got %d", got)
 	}
-	if got := Target(1000, 0, 0, 500); got != 0 {
+	if got := Target(1000, 0, 0, 500, 1); got != 0 {
 		t.Fatalf("no demand of its own, got %d", got)
 	}
-	if got := Target(1000, 200, 300, 0); got < 300 || got > 800 {
-		t.Fatalf("demand that fits is met, got %d", got)
+	if got := Target(1000, 200, 300, 0, 1); got != 550 {
+		t.Fatalf("demand that fits is met, the rest spread evenly between one instance and the direct checks: got %d, want 550", got)
+	}
+	// Four instances hold four buckets, each needing room for bursts; the
+	// direct checks pool in one: the rest goes √4 to 1.
+	if got := Target(1000, 200, 300, 0, 4); got != 300+333 {
+		t.Fatalf("demand that fits, four instances: got %d, want 633", got)
 	}
 }
 

@@ -2,6 +2,7 @@ package edge
 
 import (
 	"cmp"
+	"math"
 	"slices"
 
 	"github.com/quota-lease/quota-lease/allocation"
@@ -10,22 +11,29 @@ import (
 // Target is an agent's part of capacity c for one policy identity at the
 // edge: c split by demand between the region's direct checks (direct: the
 // demand of HTTP, gRPC and Envoy RLS checks, summed over the agents), this
-// agent's Envoy instances (self) and the other agents' (others, when any
-// report), all in the policy's amount unit. Demand that fits is met and
-// the rest spread evenly; demand that does not is served in proportion
+// agent's Envoy instances (self, instances of them) and the other agents'
+// (others, when any report), all in the policy's amount unit. Demand that
+// fits is met and the rest spread by the room each party's bursts need:
+// requests that arrive at random need room in proportion to the square
+// root of their rate, so n instances, each enforcing its own bucket of a
+// part of the rate, need √n times what the direct checks, pooled in one
+// bucket in Redis, need at the same rate (the other agents' count as this
+// agent's: their instances are not read; a region's agents usually serve
+// alike). Demand that does not fit is served in proportion
 // (allocation.StrategyDemand), each party's counted at most c: no party
 // can use more, so Envoy's reports (the caller's word) inflated without
 // end take at most their part in proportion to c, never all of it.
-func Target(c, direct, self, others int64) int64 {
+func Target(c, direct, self, others int64, instances int) int64 {
 	if c <= 0 || self <= 0 {
 		return 0
 	}
+	room := math.Sqrt(float64(max(1, instances)))
 	parties := []allocation.Region{
-		{Name: "self", Weight: 1, Demand: min(self, c)},
+		{Name: "self", Weight: room, Demand: min(self, c)},
 		{Name: "direct", Weight: 1, Demand: min(max(0, direct), c)},
 	}
 	if others > 0 {
-		parties = append(parties, allocation.Region{Name: "others", Weight: 1, Demand: min(others, c)})
+		parties = append(parties, allocation.Region{Name: "others", Weight: room, Demand: min(others, c)})
 	}
 	out, err := allocation.Allocate(allocation.StrategyDemand, c, parties)
 	if err != nil { // inputs are checked above; never for valid ones
@@ -102,7 +110,7 @@ func Wants(c, direct, others int64, demands []int64) (self int64, shares []int64
 		}
 		self += unknown * guess
 	}
-	return self, Split(Target(c, direct, self, others), demands)
+	return self, Split(Target(c, direct, self, others, len(demands)), demands)
 }
 
 // levelled divides amount, which covers every party's demand, so that
