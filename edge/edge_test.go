@@ -225,6 +225,11 @@ func TestTarget(t *testing.T) {
 	if got := Target(1000, 200, 300, 0, 4); got != 300+333 {
 		t.Fatalf("demand that fits, four instances: got %d, want 633", got)
 	}
+	// The other agents' instances count as many as this agent's: the
+	// rest goes √4 : 1 : √4.
+	if got := Target(1000, 200, 300, 100, 4); got != 300+160 {
+		t.Fatalf("demand that fits beside another agent's, four instances: got %d, want 460", got)
+	}
 }
 
 func TestSpan(t *testing.T) {
@@ -256,9 +261,13 @@ func TestFirstRateOverAtLeastFirstSpan(t *testing.T) {
 	if s.Demand != -1 {
 		t.Fatalf("after a report over 3 ms: demand %d, want still unknown", s.Demand)
 	}
-	s.Report(p, 400, 5*time.Second, t0.Add(5003*time.Millisecond))
+	s.Report(p, 2, 0, t0.Add(500*time.Millisecond))
+	if s.Demand != -1 {
+		t.Fatalf("after reports over 0.5 s: demand %d, want still unknown", s.Demand)
+	}
+	s.Report(p, 398, 4*time.Second, t0.Add(5003*time.Millisecond))
 	if want := DemandAmount(p, 400/5.003); s.Demand != want {
-		t.Fatalf("after the next report: demand %d, want %d (400 requests over both reports, 5.003 s)", s.Demand, want)
+		t.Fatalf("after the next report: demand %d, want %d (400 requests over the three reports, 5.003 s)", s.Demand, want)
 	}
 }
 

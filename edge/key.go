@@ -295,9 +295,10 @@ func (k *Key[K]) Synced(sent, done time.Time, u Update, g Granted, cfg Config) (
 		k.Pending, k.PendingSince = granted, done
 	}
 	k.Covered = sent.Add(surely(u.Life, cfg.Drift))
-	// Only a store that granted fewer places than asked refused any: a
-	// slot added while the write was in flight was not asked for, and
-	// asks with the next write (Urgent), not refused.
+	// Only a store that granted fewer places than asked refused any. A
+	// slot added while the write was in flight was not asked for: it asks
+	// with the next write (Urgent), unless the store just refused others,
+	// when there is surely no place for it either.
 	return k.place(g.Places < u.Instances)
 }
 

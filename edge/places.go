@@ -30,9 +30,9 @@ type Granted struct {
 // the policy's instances may be lowered: then the last slots in order
 // lose their places, and are abandoned at the next push (lost), so that
 // their assignments cannot outlive the place into their fallback. With
-// refuse, the slots left without a place are marked refused, and those
-// newly so returned: the store was just asked for a place for each and
-// granted fewer. Without it they wait for an answer that does.
+// refuse (the store granted fewer places than it was asked), the slots
+// left without a place are marked refused, and those newly so returned.
+// Without it they wait for the answer to a write that asks for them.
 func (k *Key[K]) place(refuse bool) (refused []K) {
 	most := k.Places
 	if k.most > 0 {

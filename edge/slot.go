@@ -11,12 +11,15 @@ import (
 // assigned.
 type Slot struct {
 	// Demand is the reported demand in the policy's amount unit; -1 while
-	// unknown (a bucket's first report says nothing of its rate).
+	// unknown (a bucket's first report says nothing of its rate, nor
+	// reports over less than firstSpan in all).
 	Demand int64
-	// perSecond is the request rate Demand stands for, averaged over
-	// short reports (demandWindow); early and earlyFor are the requests
-	// and the time of reports too short for a first rate (firstSpan).
+	// perSecond is the request rate Demand stands for, once rated,
+	// averaged over short reports (demandWindow); early and earlyFor are
+	// the requests and the time of reports too short for a first rate
+	// (firstSpan).
 	perSecond float64
+	rated     bool
 	early     uint64
 	earlyFor  time.Duration
 	// At is when the last report came; Busy the last one with requests
@@ -48,33 +51,35 @@ type Slot struct {
 // Report takes a usage report of the slot received at now: count
 // requests (allowed and denied) over elapsed, Envoy's time_elapsed. The
 // rate is measured between the reports as they arrived when there was an
-// earlier one (Span), and reports over less than demandWindow are
-// averaged.
+// earlier one (Span), the first over at least firstSpan, and reports over
+// less than demandWindow are averaged.
 func (s *Slot) Report(p *policy.Policy, count uint64, elapsed time.Duration, now time.Time) {
 	var measured time.Duration
 	if !s.At.IsZero() {
 		measured = now.Sub(s.At)
 	}
-	if d, ok := Span(elapsed, measured); ok {
-		if s.Demand < 0 {
-			// A first rate over less than firstSpan says little (Envoy's
-			// report timer may tick a few milliseconds after a bucket's
-			// first report): it waits for the next report, which
-			// counts it too.
-			count, d = count+s.early, d+s.earlyFor
-			if d < firstSpan {
-				s.early, s.earlyFor, s.At = count, d, now
-				return
-			}
-			s.early, s.earlyFor, s.perSecond = 0, 0, -1
-		}
-		s.perSecond = averaged(s.perSecond, count, d)
-		s.Demand = DemandAmount(p, s.perSecond)
-	}
 	s.At = now
 	if count > 0 {
 		s.Busy = now
 	}
+	d, ok := Span(elapsed, measured)
+	if !ok {
+		return
+	}
+	last := s.perSecond
+	if !s.rated {
+		// A first rate over less than firstSpan says little (Envoy's
+		// report timer may tick a few milliseconds after a bucket's first
+		// report): it waits for the next report, which counts it too.
+		count, d = count+s.early, d+s.earlyFor
+		if d < firstSpan {
+			s.early, s.earlyFor = count, d
+			return
+		}
+		s.early, s.earlyFor, s.rated, last = 0, 0, true, -1
+	}
+	s.perSecond = averaged(last, count, d)
+	s.Demand = DemandAmount(p, s.perSecond)
 }
 
 // DirectDemand is the demand of direct checks (HTTP, gRPC, Envoy's RLS)

@@ -44,10 +44,10 @@ func Target(c, direct, self, others int64, instances int) int64 {
 
 // Split divides amount among instances by their demand (same unit). When
 // it fits, every instance gets at least an equal level and one asking
-// more what it asks (levelled): the shares of instances asking less than
-// the level do not move with the chance in their reports, and a change
-// costs a message and may shrink a bucket that takes a while to grow
-// back. Otherwise max-min fair (water filled: an instance asking less
+// more gets what it asks (levelled): the shares of instances asking less
+// than the level do not move with the chance in their reports, and a
+// change costs a message and may shrink a bucket that takes a while to
+// grow back. Otherwise max-min fair (water filled: an instance asking less
 // than an equal part gets what it asks), so that one instance reporting
 // more than it uses, whether a slow measure or a caller inflating its
 // counts, cannot push the others of the same identity toward nothing. A
@@ -71,14 +71,17 @@ func Split(amount int64, demand []int64) []int64 {
 	}
 	rs := make([]allocation.Region, len(demand))
 	var asked int64
+	fits := true
 	for i, d := range demand {
 		if d < 0 {
 			d = guess
 		}
 		rs[i] = allocation.Region{Weight: 1, Demand: d}
-		asked += d
+		if fits = fits && d <= amount-asked; fits { // amount-asked ≥ 0: no sum overflows
+			asked += d
+		}
 	}
-	if asked <= amount {
+	if fits {
 		return levelled(amount, rs)
 	}
 	out, err := allocation.Allocate(allocation.StrategyMaxMinFair, max(0, amount), rs)
@@ -114,8 +117,8 @@ func Wants(c, direct, others int64, demands []int64) (self int64, shares []int64
 }
 
 // levelled divides amount, which covers every party's demand, so that
-// each gets at least an equal level L and one asking more than L what it
-// asks: the parts sum to amount, the remainder of the level's division
+// each gets at least an equal level L and one asking more than L gets what
+// it asks: the parts sum to amount, the remainder of the level's division
 // to the first parties in order.
 func levelled(amount int64, parties []allocation.Region) []int64 {
 	byDemand := make([]int, len(parties))

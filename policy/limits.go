@@ -139,12 +139,13 @@ func (l Limits) Share(amount int64) (share Limits, ok bool) {
 
 // RateAmount converts a rate in micro-units per second (a demand) to l's
 // amount unit: itself for a token bucket, per window for the window
-// algorithms.
+// algorithms, the rate counted at most MaxRate (a demand beyond it, a day's
+// window of it, would not fit an int64).
 func (l Limits) RateAmount(rate int64) int64 {
 	if l.Algorithm == TokenBucket {
 		return rate
 	}
-	return rate * l.WindowMs / 1000
+	return scale.Down(min(max(rate, 0), MaxRate), l.WindowMs, 1000)
 }
 
 // ttlMs is how long a key must outlive its last write: long enough that a
