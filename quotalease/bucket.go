@@ -41,12 +41,6 @@ func (b *bucket) assign(qa *rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssi
 	return b.m.Assign(StrategyOf(qa.GetRateLimitStrategy()), qa.GetAssignmentTimeToLive().AsDuration(), now)
 }
 
-// usage is the counts since the last report, then reset, and the time
-// since it (Envoy's getUsageFromBucket; exact: see take).
-func (b *bucket) usage(now time.Duration, exact bool) *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage {
-	return b.take(now, exact).proto()
-}
-
 // usage is one bucket's part of a report, taken under the client's lock
 // and written out (proto) after it.
 type usage struct {
@@ -56,7 +50,8 @@ type usage struct {
 	elapsed         time.Duration
 }
 
-// take is usage's reading and reset of b at now. With exact, the time
+// take is the counts of b since the last report, then reset, and the time
+// since it, at now (Envoy's getUsageFromBucket). With exact, the time
 // since the last report is sent to the nanosecond (the agent then reads
 // the rate from it rather than from when reports reach it, which the
 // network and its own load shift); else in whole seconds, as Envoy does.

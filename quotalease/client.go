@@ -160,7 +160,7 @@ func (c *Client) take(b *bucket, n uint64, now time.Duration, state bool) (allow
 		allowed = c.cfg.Buckets.FirstAllowed()
 		b.m.CountN(allowed, n)
 		first := &rlqsv3.RateLimitQuotaUsageReports{Domain: c.cfg.Domain,
-			BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{b.usage(now, !c.cfg.WholeSeconds)}}
+			BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{b.take(now, !c.cfg.WholeSeconds).proto()}}
 		c.stats.FirstReports++
 		select {
 		case c.outbox <- first:

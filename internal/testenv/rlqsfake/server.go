@@ -18,8 +18,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/quota-lease/quota-lease/edge/envoy"
 	"github.com/quota-lease/quota-lease/quotalease"
 )
 
@@ -190,10 +190,11 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 	}
 }
 
-// TokenBucket is a token_bucket strategy.
+// TokenBucket is a token_bucket strategy, as the agent sends one
+// (quotalease.StrategyProto).
 func TokenBucket(maxTokens, perFill uint32, every time.Duration) *typev3.RateLimitStrategy {
-	return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
-		MaxTokens: maxTokens, TokensPerFill: wrapperspb.UInt32(perFill), FillInterval: durationpb.New(every)}}}
+	return quotalease.StrategyProto(envoy.Strategy{Kind: envoy.TokenBucket,
+		Bucket: envoy.TokenBucketConfig{MaxTokens: maxTokens, TokensPerFill: perFill, FillInterval: every}})
 }
 
 // Blanket is a blanket_rule strategy.
