@@ -72,11 +72,18 @@ type Config struct {
 // the lease's).
 func DefaultConfig() Config { return Config{Tuning: DefaultTuning()} }
 
-// KeepFor is how long the region's store keeps a reservation entry past a
-// sync, for assignments that live life: twice that plus a few rounds, so
-// that entries are rewritten about once per life and pushes never wait
-// for one.
+// KeepFor is how long the region's store keeps an agent alive past a
+// sync (Store), for assignments that live life: twice that plus a few
+// rounds and a read, so that a dead agent's reservations end about two
+// lives after its last sync, and a live agent, which syncs every
+// ReadEvery, never waits for one to push.
 func (c Config) KeepFor(life time.Duration) time.Duration { return 2*life + 4*c.Tick + c.ReadEvery() }
+
+// EntryFor is how long the store keeps an entry past its write while its
+// agent lives: ten times KeepFor, so that an entry whose reservation and
+// demands hold is rewritten about once in that, not once per life (its
+// agent's life ends it sooner, should the agent die).
+func (c Config) EntryFor(life time.Duration) time.Duration { return 10 * c.KeepFor(life) }
 
 // RefreshLead is how long before an assignment of ttl may expire it is
 // sent again: a quarter of it, or a few rounds, and more than the longest

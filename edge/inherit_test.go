@@ -88,6 +88,7 @@ func TestSuccessorAssignsWithinTheInheritance(t *testing.T) {
 				a.Synced(now, now, u, alone(a, u), cfg)
 				last = u
 			}
+			a.Alive = t0.Add(time.Hour) // alive in the store throughout
 			a.Push(now, p, cfg)
 			now = now.Add(cfg.Tick)
 		}
@@ -119,6 +120,7 @@ func TestSuccessorAssignsWithinTheInheritance(t *testing.T) {
 				}
 				b.Synced(now, now, u, g, cfg)
 			}
+			b.Alive = t0.Add(time.Hour) // alive in the store throughout
 			for _, s := range b.Push(now, p, cfg) {
 				if s.Abandon {
 					t.Fatalf("seed %d: slot %d abandoned", seed, s.Slot)

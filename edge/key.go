@@ -31,10 +31,13 @@ type Key[K comparable] struct {
 	// agent (confirmed by a sync); Visible what every agent may be
 	// counting (written GrowWait ago); Pending a larger written amount
 	// waiting for that since PendingSince; Covered until when the store
-	// keeps the entry, on this agent's clock; SentEdge and SentDirect the
-	// demands last written.
+	// keeps the entry, and Alive until when it keeps this agent alive (the
+	// entry ends with the agent's life, Store: the agent's rounds set it),
+	// on this agent's clock; SentEdge and SentDirect the demands last
+	// written.
 	Written, Visible, Pending int64
 	PendingSince, Covered     time.Time
+	Alive                     time.Time
 	SentEdge, SentDirect      int64
 	// SentLargest is the largest share the store records for this agent
 	// (Update.Largest).
@@ -147,10 +150,10 @@ func (k *Key[K]) Plan(now time.Time, p *policy.Policy, validLeft time.Duration, 
 	k.adopt(now)
 	need, largest := k.Ledger.Need(now, k.Want), k.Ledger.Largest(now, k.Want)
 	instances := int64(len(k.Slots))
-	if need != k.Written || now.After(k.rewriteAt(cfg)) || moved(k.Self, k.SentEdge) || direct != k.SentDirect ||
+	if need != k.Written || now.After(k.rewriteAt(cfg)) || moved(k.Self, k.SentEdge, k.Capacity) || moved(direct, k.SentDirect, k.Capacity) ||
 		instances != k.SentInstances || largest != k.SentLargest || k.Waiting(now) {
 		return Update{Want: need, Capacity: k.Capacity, Instances: instances, Most: int64(p.Edge.Instances),
-			EdgeDemand: k.Self, Direct: direct, Largest: largest, Life: cfg.KeepFor(k.Life)}, true
+			EdgeDemand: k.Self, Direct: direct, Largest: largest, Life: cfg.EntryFor(k.Life)}, true
 	}
 	return Update{}, false
 }
@@ -252,10 +255,16 @@ func (k *Key[K]) Leave(now time.Time, cfg Config) (u Update, write bool) {
 		Life: max(left, time.Millisecond)}, true
 }
 
-// moved reports whether a demand moved by more than a tenth since it was
-// last written.
-func moved(now, sent int64) bool {
-	return now > sent+sent/10 || now < sent-sent/10
+// moved reports whether a demand moved since it was last written by more
+// than a tenth and more than a 64th of capacity: the other agents split
+// the capacity by it, and a smaller move changes their shares by less than
+// a share moves before it is changed (keep). Demand counted over a few
+// seconds wavers by more than a tenth by chance alone (5 s of 2 requests
+// a second count 10 ± 3), so with the tenth alone most reports would cost
+// a write.
+func moved(now, sent, capacity int64) bool {
+	d := max(sent/10, capacity/64)
+	return now-sent > d || sent-now > d // both at least 0: no overflow
 }
 
 // Synced applies the store's answer to u, sent at sent and answered at
@@ -302,6 +311,17 @@ func (k *Key[K]) Synced(sent, done time.Time, u Update, g Granted, cfg Config) (
 	return k.place(g.Places < u.Instances)
 }
 
+// Lapsed is a key whose agent's life in the store ended (a sync found the
+// store counting it in another: Store): the store holds nothing of it for
+// this agent any more, so its reservation grows again from none, waiting
+// as any growth does, and nothing is pushed until it is written (the
+// write asks for its places again: the answer says which slots keep one).
+func (k *Key[K]) Lapsed() {
+	k.Written, k.Visible, k.Pending = 0, 0, 0
+	k.SentEdge, k.SentDirect, k.SentLargest, k.SentInstances = 0, 0, 0, 0
+	k.Covered = time.Time{}
+}
+
 // Send is one action for one slot: an assignment of Bucket for TTL, or an
 // abandon (the slot is then removed).
 type Send[K comparable] struct {
@@ -315,8 +335,8 @@ type Send[K comparable] struct {
 // when not served): the changes the ledger allows within the visible
 // reservation (Ledger.Plan; a changed share gets a new bucket, Assign),
 // the refreshes due, and abandons of slots idle for AbandonAfter. Nothing
-// is pushed while the store may not keep the reservation for one more
-// assignment's life.
+// is pushed while the store may not keep the reservation, or this agent
+// alive, for one more assignment's life.
 func (k *Key[K]) Push(now time.Time, p *policy.Policy, cfg Config) []Send[K] {
 	return k.push(now, p, cfg, cfg.RefreshLead(k.TTL))
 }
@@ -336,7 +356,7 @@ func (k *Key[K]) push(now time.Time, p *policy.Policy, cfg Config, lead time.Dur
 	}
 	k.Visible = min(k.Visible, k.Written)
 	out := k.abandonLost(now)
-	if p == nil || k.Want == nil || now.Add(k.Life).After(k.Covered) {
+	if p == nil || k.Want == nil || now.Add(k.Life).After(k.Covered) || now.Add(k.Life).After(k.Alive) {
 		return out
 	}
 	changes := k.Ledger.Plan(now, k.placedWant(), k.Visible, cfg.ChangeEvery)

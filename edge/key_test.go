@@ -40,6 +40,7 @@ func TestKeyRounds(t *testing.T) {
 		if u, write := k.Plan(now, p, time.Minute, capAt, 0, Others{}, cfg); write {
 			k.Synced(now, now, u, alone(k, u), cfg)
 		}
+		k.Alive = t0.Add(time.Hour) // alive in the store throughout
 		return k.Push(now, p, cfg)
 	}
 	k.Add(1, now)
@@ -122,10 +123,7 @@ func TestView(t *testing.T) {
 	if none.Reserved("p", "a", t0, time.Second) != math.MaxInt64 || none.Holds("p", lease.Grant{}, t0, time.Second) {
 		t.Fatal("no view: everything reserved, nothing held")
 	}
-	v := NewView(t0)
-	v.Add("p", "a", 300)
-	v.Add("p", "a", 200)
-	v.Add("p", "b", 0)
+	v := NewView(t0, map[ID]Others{{"p", "a"}: {Reserved: 300}}, map[ID]int64{{"p", "a"}: 200, {"p", "b"}: 0})
 	if r := v.Reserved("p", "a", t0.Add(time.Second), time.Second); r != 500 {
 		t.Fatalf("reserved %d, want 500", r)
 	}

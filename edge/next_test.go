@@ -58,10 +58,11 @@ func TestKeySkipsOnlyIdleRounds(t *testing.T) {
 			u, write := plan.Plan(now, p, time.Minute, capAt, direct, others, cfg)
 			granted := Reserve(u.Want, plan.Written, u.Capacity, others.Reserved)
 			retry := write && granted == plan.Written && u.Want > granted && !now.After(plan.rewriteAt(cfg)) &&
-				!moved(u.EdgeDemand, plan.SentEdge) && u.Direct == plan.SentDirect && u.Instances == plan.SentInstances
+				!moved(u.EdgeDemand, plan.SentEdge, u.Capacity) && !moved(u.Direct, plan.SentDirect, u.Capacity) && u.Instances == plan.SentInstances
 			if write {
 				plan.Synced(now, now.Add(gap), u, Granted{Reserved: granted, Places: Reserve(u.Instances, plan.Places, u.Most, 0)}, cfg)
 			}
+			plan.Alive = t0.Add(time.Hour) // alive in the store throughout
 			sends := plan.Push(now.Add(gap), p, cfg)
 			if plan != k {
 				skipped++

@@ -29,6 +29,7 @@ func TestKeyPlaces(t *testing.T) {
 			refused = k.Synced(now, now, u, Granted{Reserved: Reserve(u.Want, k.Written, u.Capacity, 0), Places: min(u.Instances, places)}, cfg)
 		}
 		sent = map[int]bool{}
+		k.Alive = t0.Add(time.Hour) // alive in the store throughout
 		for _, s := range k.Push(now, p, cfg) {
 			sent[s.Slot] = true
 		}
@@ -65,6 +66,7 @@ func TestKeyPlaces(t *testing.T) {
 	}
 	// A slot that lost its place is abandoned at once: its assignment
 	// must not outlive the place into its fallback.
+	k.Alive = t0.Add(time.Hour) // alive in the store throughout
 	if sends := k.Push(now, p, cfg); len(sends) == 0 || sends[0].Slot != 3 || !sends[0].Abandon || k.Slots[3] != nil {
 		t.Fatalf("after losing a place: %+v, want slot 3 abandoned", sends)
 	}
@@ -78,6 +80,7 @@ func TestKeyPlaces(t *testing.T) {
 	}
 	p.Edge.Instances = 1
 	k.Plan(now, p, time.Minute, capAt, 0, Others{}, cfg)
+	k.Alive = t0.Add(time.Hour) // alive in the store throughout
 	if sends := k.Push(now, p, cfg); len(sends) == 0 || sends[0].Slot != 4 || !sends[0].Abandon {
 		t.Fatalf("instances lowered to 1: %+v, want slot 4 abandoned", sends)
 	}

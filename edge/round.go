@@ -39,6 +39,7 @@ type Round[S comparable] struct {
 	// this one only checks directly: its direct demand, as last written.
 	directOnly map[ID]int64
 	regionKeys map[ID]Others // the other agents' holdings, from the last read
+	own        map[ID]int64  // this agent's reservations, as written (Written)
 	directAt   time.Time     // when direct demands were last measured
 	// readAt is when the last round that read the reservations (and wrote
 	// what waited for it) planned: reads come every ReadEvery, even
@@ -47,6 +48,12 @@ type Round[S comparable] struct {
 	heir           string       // the predecessor whose instances this agent took, as last planned
 	visited        []*Served[S] // the keys this round plans and pushes
 	nextGrow       time.Time    // when the first pending growth becomes usable
+	// keepAlive is how long each sync keeps this agent alive in the store
+	// (KeepFor the longest life planned); alive until when the last sync
+	// surely did, on this agent's clock, in the store's life life.
+	keepAlive time.Duration
+	alive     time.Time
+	life      int64
 	// fps are the fingerprints of the policies last set: a reload that
 	// changed nothing plans no key again.
 	fps map[*policy.Policy]uint64
@@ -64,7 +71,7 @@ type Round[S comparable] struct {
 // keys. The leases, the store and the sender are the agent's.
 func NewRound[S comparable](cfg Config, order func(a, b S) int, l Leases, st Store, out Sender[S]) *Round[S] {
 	r := &Round[S]{cfg: cfg, order: order, leases: l, store: st, out: out, keys: map[ID]*Served[S]{},
-		directOnly: map[ID]int64{}, direct: map[ID]int64{}}
+		directOnly: map[ID]int64{}, direct: map[ID]int64{}, own: map[ID]int64{}}
 	none := map[string]bool{}
 	r.enabled.Store(&none)
 	return r
@@ -102,9 +109,9 @@ func (r *Round[S]) Run(ctx context.Context, mu sync.Locker, clock func() time.Ti
 	mu.Unlock()
 	if sync {
 		sent := clock()
-		granted, others, err := r.store.Sync(ctx, writes, read)
+		ans, err := r.store.Sync(ctx, writes, read, r.keepAlive)
 		mu.Lock()
-		res.Soon = r.synced(sent, clock(), writes, granted, others, err, read)
+		res.Soon = r.synced(sent, clock(), writes, ans, err, read)
 		mu.Unlock()
 	}
 	mu.Lock()
@@ -162,7 +169,9 @@ func (r *Round[S]) prepare(now time.Time) (writes []Write, sync, read bool) {
 		until time.Time      // its grant's validity
 	}
 	policies := map[string]served{} // looked up once a round
+	var longest time.Duration
 	for _, k := range r.keys {
+		longest = max(longest, k.Life)
 		sv, ok := policies[k.ID.Policy]
 		if !ok {
 			sv = served{r.leases.Policy(k.ID.Policy), r.leases.ValidUntil(k.ID.Policy)}
@@ -183,7 +192,9 @@ func (r *Round[S]) prepare(now time.Time) (writes []Write, sync, read bool) {
 			urgent = urgent || k.Urgent(u)
 			writes = append(writes, Write{ID: k.ID, Update: u})
 		}
+		longest = max(longest, k.Life)
 	}
+	r.keepAlive = r.cfg.KeepFor(longest)
 	writes = append(writes, r.directOnlyWrites(measured)...)
 	if read || urgent {
 		return writes, true, read
@@ -221,18 +232,22 @@ func (r *Round[S]) plan(k *Served[S], pol *policy.Policy, now time.Time) (Update
 }
 
 // synced applies the store's answer to a sync sent at sent and answered at
-// done (Key.Synced says what counts from which): granted answers the
-// writes that landed, all of them unless err; others is what the read
+// done (Key.Synced says what counts from which): its grants answer the
+// writes that landed, all of them unless err; its others are what the read
 // found, nil when it read nothing (the view keeps the last read's). A key
 // whose update did not land is planned again next round, and counts the
 // lesser of both. It reports whether the store moved a predecessor's
 // entry to this agent: a round is then wanted at once.
-func (r *Round[S]) synced(sent, done time.Time, writes []Write, granted []Granted, others map[ID]Others, err error, read bool) (soon bool) {
-	if err != nil {
+func (r *Round[S]) synced(sent, done time.Time, writes []Write, ans SyncAnswer, err error, read bool) (soon bool) {
+	granted, others := ans.Granted, ans.Others
+	if err == nil {
+		r.lived(sent, ans.Life)
+	} else {
 		for _, w := range writes[len(granted):] {
 			if k := r.keys[w.ID]; k != nil {
 				k.Unsynced(w.Update) // landed or not: the lesser of both counts
 				k.dirty = true
+				r.setOwn(k)
 			}
 		}
 		writes, others = writes[:len(granted)], nil
@@ -259,9 +274,37 @@ func (r *Round[S]) synced(sent, done time.Time, writes []Write, granted []Grante
 		for _, s := range k.Synced(sent, done, w.Update, granted[i], r.cfg) {
 			r.out.Refused(k.ID, s)
 		}
+		r.setOwn(k)
 	}
 	r.setView(sent, changed, others)
 	return soon
+}
+
+// setOwn notes k's reservation as written, for the next view.
+func (r *Round[S]) setOwn(k *Served[S]) {
+	if k.Written > 0 {
+		r.own[k.ID] = k.Written
+	} else {
+		delete(r.own, k.ID)
+	}
+}
+
+// lived takes the life a sync sent at sent found this agent in: it lives
+// until at least the sync's keepAlive from then. A life other than the
+// last one means the last one ended (this agent was stopped, or could not
+// reach the store, longer than that): the store holds nothing of what it
+// wrote then, so every key lapses (Key.Lapsed), before the sync's grants,
+// which the store made in the new life, are applied: they grow from none
+// and wait as any growth does, as the others may not have read them yet.
+func (r *Round[S]) lived(sent time.Time, life int64) {
+	if r.life != 0 && life != r.life {
+		for _, k := range r.keys {
+			k.Lapsed()
+			k.dirty = true
+			r.setOwn(k)
+		}
+	}
+	r.life, r.alive = life, sent.Add(surely(r.keepAlive, r.cfg.Drift))
 }
 
 // setView stores the view of a read at sent that found others (nil: no
@@ -278,22 +321,18 @@ func (r *Round[S]) setView(sent time.Time, changed bool, others map[ID]Others) {
 		if old != nil {
 			readAt = old.ReadAt
 		}
-	} else if old != nil && !changed && maps.Equal(others, r.regionKeys) {
+	} else if !maps.Equal(others, r.regionKeys) {
+		r.regionKeys = others
+		for id, k := range r.keys {
+			if o := others[id]; o != k.others {
+				k.others, k.dirty = o, true
+			}
+		}
+	} else if old != nil && !changed {
 		r.view.Store(old.ReadAgain(sent)) // the same reservations, read again
 		return
 	}
-	r.regionKeys = others
-	v := NewView(readAt)
-	for id, o := range others {
-		v.Add(id.Policy, id.Identity, o.Reserved)
-	}
-	for id, k := range r.keys {
-		if o := others[id]; o != k.others {
-			k.others, k.dirty = o, true
-		}
-		v.Add(id.Policy, id.Identity, k.Written)
-	}
-	r.view.Store(v)
+	r.view.Store(NewView(readAt, others, maps.Clone(r.own)))
 }
 
 // push sends, on the slots of every key this round planned, the changes
@@ -305,6 +344,7 @@ func (r *Round[S]) setView(sent time.Time, changed bool, others map[ID]Others) {
 func (r *Round[S]) push(now time.Time) {
 	for _, k := range r.visited {
 		if r.keys[k.ID] == k { // not dropped this round
+			k.Alive = r.alive
 			r.send(k, k.Push(now, k.pol, r.cfg), now)
 			// Due from the plan on: a time that passed during the sync
 			// makes the next round plan the key.
@@ -321,6 +361,7 @@ func (r *Round[S]) push(now time.Time) {
 	}
 	for _, a := range along {
 		if k := r.keys[a.id]; k != nil && k.Slots[a.slot] != nil && r.alongOK(k, now) && k.Ledger.Due(a.slot, now, r.cfg.AlongLead(k.TTL)) {
+			k.Alive = r.alive
 			r.send(k, k.PushAlong(now, k.pol, r.cfg), now)
 			k.due = earliest(k.due, k.Next(now, r.cfg))
 		}

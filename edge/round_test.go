@@ -19,6 +19,7 @@ type roundWorld struct {
 	capacity   func(since time.Duration) int64 // by the time since the start
 	start, now time.Time
 	step       time.Duration // the longest between two looks at the capacity
+	renewEvery time.Duration // 0: the grant always has an hour left; else a 10 s grant renewed this often
 	sent       []sent
 }
 
@@ -34,7 +35,12 @@ func (w *roundWorld) Policy(name string) *policy.Policy {
 	}
 	return nil
 }
-func (w *roundWorld) ValidUntil(string) time.Time { return w.now.Add(time.Hour) }
+func (w *roundWorld) ValidUntil(string) time.Time {
+	if w.renewEvery == 0 {
+		return w.now.Add(time.Hour)
+	}
+	return w.start.Add(w.now.Sub(w.start).Truncate(w.renewEvery) + 10*time.Second)
+}
 func (w *roundWorld) EnforceAt(string, string, time.Time) int64 {
 	return w.capacity(w.now.Sub(w.start))
 }
@@ -145,5 +151,105 @@ func TestShrinkWaitingForItsChangeKeepsTheBucket(t *testing.T) {
 	}
 	if !shrunk {
 		t.Fatal("no bucket shrank with the capacity before the change interval ended")
+	}
+}
+
+// An agent paused longer than its life in the store (its entries ended
+// there, and another agent grew into the capacity) grows again from none
+// when it syncs again, and waits as any growth does: once it runs again,
+// the two agents' visible reservations, what each pushes assignments
+// within, never add up to more than the capacity (while it was paused, it
+// pushed nothing, and what it had pushed expired).
+func TestPausedAgentGrowsAgain(t *testing.T) {
+	p := edgePolicy(t)
+	capacity := p.Limits().Amount()
+	var now time.Time
+	store := NewMemStore(func() int64 { return now.UnixMilli() })
+	cfg := Config{Tuning: DefaultTuning(), Drift: 1e-4}
+	type agent struct {
+		w    *roundWorld
+		r    *Round[int]
+		next time.Duration
+	}
+	newAgent := func(name string) *agent {
+		w := newRoundWorld(p, func(time.Duration) int64 { return capacity })
+		r := NewRound(cfg, cmp.Compare[int], w, store.Agent(name, ""), w)
+		r.SetPolicies([]*policy.Policy{p})
+		return &agent{w: w, r: r}
+	}
+	a, b := newAgent("a"), newAgent("b")
+	id := ID{p.Name, "tenant=a"}
+	var mu sync.Mutex
+	// step runs ag at at: its instance's report every 5 s (demand at
+	// twice the limit), and its rounds as its timer runs them.
+	step := func(ag *agent, at time.Duration) {
+		now = ag.w.start.Add(at)
+		ag.w.now = now
+		if at%(5*time.Second) == 0 {
+			k := ag.r.Key(id, p)
+			s := k.Slots[1]
+			if s == nil {
+				s, ag.next = k.Add(1, now), at
+			}
+			s.Report(p, uint64(2*p.Limit*5), 5*time.Second, now)
+			k.Touch()
+		}
+		for ag.next <= at {
+			ag.next = at + ag.r.Run(context.Background(), &mu, ag.w.clock).After(cfg, now).Truncate(time.Millisecond)
+		}
+	}
+	visible := func(ag *agent) int64 {
+		if k := ag.r.Lookup(id); k != nil {
+			return k.Visible
+		}
+		return 0
+	}
+	for at := time.Duration(0); at < 45*time.Second; at += 10 * time.Millisecond {
+		if at < 10*time.Second || at >= 30*time.Second { // a is paused in between
+			step(a, at)
+		}
+		if at >= 10*time.Second {
+			step(b, at)
+		}
+		if va, vb := visible(a), visible(b); at >= 30*time.Second && va+vb > capacity {
+			t.Fatalf("at %s a may enforce %d and b %d, more than the capacity %d", at, va, vb, capacity)
+		}
+		if at == 29*time.Second && visible(b) < capacity*9/10 {
+			t.Fatalf("b may enforce %d of %d once a's life ended", visible(b), capacity)
+		}
+	}
+	if visible(a) == 0 || visible(b) == 0 {
+		t.Fatalf("the two do not share the capacity 15 s after a came back: a %d, b %d of %d", visible(a), visible(b), capacity)
+	}
+}
+
+// An agent paused longer than its life in the store finds, at its next
+// sync, that the store holds nothing of what it reserved: whatever it held
+// visible is gone, and what the store grants it anew waits GrowWait, as
+// any growth does (the other agents' direct checks have not read it yet).
+func TestPausedAgentWaitsForItsGrowth(t *testing.T) {
+	p := edgePolicy(t)
+	w := newRoundWorld(p, func(time.Duration) int64 { return p.Limits().Amount() })
+	w.renewEvery = 3 * time.Second
+	cfg := Config{Tuning: DefaultTuning(), Drift: 1e-4}
+	r := w.rounds(cfg)
+	r.SetPolicies([]*policy.Policy{p})
+	id := ID{p.Name, "tenant=a"}
+	demand := func(time.Duration) map[int]uint64 { return map[int]uint64{1: uint64(2 * p.Limit * 5)} }
+	w.run(r, id, 10*time.Second, demand)
+	k := r.Lookup(id)
+	if k.Visible == 0 {
+		t.Fatal("nothing visible before the pause")
+	}
+	w.start = w.start.Add(30 * time.Second) // paused for 20 s, past its life
+	var mu sync.Mutex
+	w.now = w.start
+	r.Run(context.Background(), &mu, w.clock)
+	if k.Visible != 0 {
+		t.Fatalf("%d visible right after the pause, want none until a growth waited", k.Visible)
+	}
+	w.run(r, id, 2*time.Second, demand)
+	if k.Visible == 0 {
+		t.Fatal("nothing visible 2 s after the pause")
 	}
 }

@@ -33,10 +33,23 @@ type Leases interface {
 // the region's Redis, MemStore in memory).
 type Store interface {
 	// Sync applies writes, in order, and returns what it granted each;
-	// when read, it also returns what the other agents hold, per key
-	// (nil when it read nothing). On an error, granted answers the writes
-	// that landed, the first ones.
-	Sync(ctx context.Context, writes []Write, read bool) (granted []Granted, others map[ID]Others, err error)
+	// when read, it also returns what the other agents hold, per key. It
+	// keeps the agent alive for alive more: the entries it writes end
+	// with that life (or their own Life, if sooner), so that an agent
+	// whose entries do not change need not rewrite them, and a dead
+	// agent's end soon after its last sync. An agent that syncs after its
+	// life ended starts another, and what it held in the last is over.
+	// On an error, Granted answers the writes that landed, the first ones.
+	Sync(ctx context.Context, writes []Write, read bool, alive time.Duration) (SyncAnswer, error)
+}
+
+// SyncAnswer is what a sync found: what the store granted each write, what
+// the other agents hold per key (nil when it read nothing), and the life
+// the agent synced in (Store.Sync; 0 when it was not kept alive).
+type SyncAnswer struct {
+	Granted []Granted
+	Others  map[ID]Others
+	Life    int64
 }
 
 // Write is an update of one key's reservation.

@@ -8,35 +8,31 @@ import (
 )
 
 // View is the region's edge reservations as an agent last read them from
-// the store (its own included): per policy and identity, what every agent
-// reserved for its Envoy instances. Direct checks leave that to the edge
-// (Reserved); a renewal keeps presenting the grant that covered it
-// (Holds).
+// the store, its own as it wrote them: per policy identity, what every
+// agent reserved for its Envoy instances. Direct checks leave that to the
+// edge (Reserved); a renewal keeps presenting the grant that covered it
+// (Holds). A view is not changed once made: the direct path reads it
+// while the rounds make the next.
 type View struct {
-	ReadAt   time.Time
-	ByPolicy map[string]map[string]int64
+	ReadAt time.Time
+	others map[ID]Others // the other agents' holdings
+	own    map[ID]int64  // this agent's reservations
 }
 
-// NewView is an empty view read at readAt.
-func NewView(readAt time.Time) *View {
-	return &View{ReadAt: readAt, ByPolicy: map[string]map[string]int64{}}
+// NewView is the view read at readAt of the other agents' holdings others
+// and this agent's reservations own. The view keeps both maps: neither
+// may be changed after.
+func NewView(readAt time.Time, others map[ID]Others, own map[ID]int64) *View {
+	return &View{ReadAt: readAt, others: others, own: own}
 }
 
 // ReadAgain is v read again at readAt and found unchanged.
-func (v *View) ReadAgain(readAt time.Time) *View { return &View{ReadAt: readAt, ByPolicy: v.ByPolicy} }
-
-// Add counts r reserved for identity of policy name.
-func (v *View) Add(name, identity string, r int64) {
-	if r <= 0 {
-		return
-	}
-	m := v.ByPolicy[name]
-	if m == nil {
-		m = map[string]int64{}
-		v.ByPolicy[name] = m
-	}
-	m[identity] += r
+func (v *View) ReadAgain(readAt time.Time) *View {
+	return &View{ReadAt: readAt, others: v.others, own: v.own}
 }
+
+// reserved is every agent's reservation for id.
+func (v *View) reserved(id ID) int64 { return max(0, v.own[id]) + max(0, v.others[id].Reserved) }
 
 // Reserved is what direct checks of identity of policy name must leave
 // the edge at now: every agent's reservation for it, or everything when
@@ -45,7 +41,7 @@ func (v *View) Reserved(name, identity string, now time.Time, trust time.Duratio
 	if v == nil || now.After(v.ReadAt.Add(trust)) {
 		return math.MaxInt64
 	}
-	return v.ByPolicy[name][identity]
+	return v.reserved(ID{name, identity})
 }
 
 // Holds reports whether acknowledging g, a grant of policy name, would let
@@ -57,12 +53,18 @@ func (v *View) Holds(name string, g lease.Grant, now time.Time, trust time.Durat
 	if v == nil {
 		return false // never synced: nothing was assigned
 	}
-	ids := v.ByPolicy[name]
-	if now.After(v.ReadAt.Add(trust)) {
-		return len(ids) > 0 // unknown now: keep what covered them
+	stale := now.After(v.ReadAt.Add(trust))
+	over := func(id ID) bool {
+		r := v.reserved(id)
+		return id.Policy == name && r > 0 && (stale || r > g.AmountFor(id.Identity)) // stale: keep what covered them
 	}
-	for id, r := range ids {
-		if r > g.AmountFor(id) {
+	for id := range v.own {
+		if over(id) {
+			return true
+		}
+	}
+	for id := range v.others {
+		if over(id) {
 			return true
 		}
 	}

@@ -48,8 +48,14 @@ type edgeReader struct {
 	cursor  string
 	sweepAt time.Time
 
+	// lives is each live agent's life, as last read: the entries written
+	// in one end with it. life is this agent's, as its last call found it.
+	lives map[string]edgeLife
+	life  int64
+
 	// sumsOf are the sums last returned, good while no field changed
-	// (dirty) and until the earliest entry expires (sumsUntil, Redis ms).
+	// and no life was cut short (dirty), and until the earliest entry
+	// ends (sumsUntil, Redis ms).
 	sumsOf    map[edge.ID]edge.Others
 	sumsUntil int64
 	dirty     bool
@@ -58,8 +64,24 @@ type edgeReader struct {
 }
 
 // edgeEntry is one other agent's entry for one policy identity, expiring
-// at expiresMs on Redis's clock.
-type edgeEntry struct{ reserved, edge, direct, expiresMs int64 }
+// at expiresMs on Redis's clock, or with the life of its agent (who) it
+// was written in (life, its start; 0 for none), if sooner.
+type edgeEntry struct {
+	reserved, edge, direct, expiresMs int64
+	who                               string
+	life                              int64
+}
+
+// ends is when e stops counting, given the agents' lives.
+func (e edgeEntry) ends(lives map[string]edgeLife) int64 {
+	if e.life == 0 {
+		return e.expiresMs
+	}
+	if l := lives[e.who]; l.start == e.life {
+		return min(e.expiresMs, l.until)
+	}
+	return 0 // a life over (not recorded), or not its agent's last
+}
 
 // edgeFullEvery is how often a reader sweeps the whole hash anyway, and
 // edgeSweepPages how many pages a read adds to a sweep while a copy
@@ -82,11 +104,11 @@ var errEdgeReset = errors.New("edge reservations: the log must be read whole")
 
 // read brings the copy up to date and returns the others' sums for every
 // policy identity they hold something for, at Redis's clock of the read.
-func (r *edgeReader) read(ctx context.Context, rg *Region, a EdgeAgent) (map[edge.ID]edge.Others, error) {
-	nowMs, err := r.step(ctx, rg, a)
+func (r *edgeReader) read(ctx context.Context, rg *Region, a EdgeAgent, alive time.Duration) (map[edge.ID]edge.Others, error) {
+	nowMs, err := r.step(ctx, rg, a, alive)
 	if errors.Is(err, errEdgeReset) {
 		r.reset()
-		nowMs, err = r.step(ctx, rg, a)
+		nowMs, err = r.step(ctx, rg, a, alive)
 	}
 	switch {
 	case err != nil && timedOut(err):
@@ -119,10 +141,10 @@ func (r *edgeReader) reset() {
 
 // step reads the log (once a sweep began), then goes on with a sweep,
 // beginning one when due; it returns Redis's clock at the last call.
-func (r *edgeReader) step(ctx context.Context, rg *Region, a EdgeAgent) (int64, error) {
+func (r *edgeReader) step(ctx context.Context, rg *Region, a EdgeAgent, alive time.Duration) (int64, error) {
 	var nowMs int64
 	if r.epoch != "" {
-		n, err := r.readLog(ctx, rg, a)
+		n, err := r.readLog(ctx, rg, a, alive)
 		if err != nil {
 			return 0, err
 		}
@@ -141,10 +163,11 @@ func (r *edgeReader) step(ctx context.Context, rg *Region, a EdgeAgent) (int64, 
 		pages = math.MaxInt // no copy serves: as far as the read's time allows
 	}
 	for ; pages > 0; pages-- {
-		res, err := rg.edgeCall(ctx, a, nil, edgeRead{mode: "full", from: r.cursor, page: edgePage})
+		res, err := rg.edgeCall(ctx, a, alive, nil, edgeRead{mode: "full", from: r.cursor, page: edgePage})
 		if err != nil {
 			return 0, err
 		}
+		r.setLives(res)
 		switch first := r.cursor == "0"; {
 		case first && r.epoch == "":
 			// The sweep's first page: the log from here on is read into it,
@@ -169,12 +192,13 @@ func (r *edgeReader) step(ctx context.Context, rg *Region, a EdgeAgent) (int64, 
 
 // readLog reads the fields written since the last read, a page a call,
 // into the copy and the sweep under way.
-func (r *edgeReader) readLog(ctx context.Context, rg *Region, a EdgeAgent) (int64, error) {
+func (r *edgeReader) readLog(ctx context.Context, rg *Region, a EdgeAgent, alive time.Duration) (int64, error) {
 	for {
-		res, err := rg.edgeCall(ctx, a, nil, edgeRead{mode: "log", from: strconv.FormatInt(r.since, 10), page: edgePage, epoch: r.epoch})
+		res, err := rg.edgeCall(ctx, a, alive, nil, edgeRead{mode: "log", from: strconv.FormatInt(r.since, 10), page: edgePage, epoch: r.epoch})
 		if err != nil {
 			return 0, err
 		}
+		r.setLives(res)
 		if res.next == "reset" || res.seq < r.since {
 			return 0, errEdgeReset
 		}
@@ -198,6 +222,20 @@ func (r *edgeReader) readLog(ctx context.Context, rg *Region, a EdgeAgent) (int6
 	}
 }
 
+// setLives keeps the agents' lives a read's call res found, and this
+// agent's. Lives only grow while their agents call; one cut short or
+// begun again (the store lost it, the agent was paused) makes the sums
+// stale, as an entry may end sooner than they were kept for.
+func (r *edgeReader) setLives(res edgeResult) {
+	for who, l := range r.lives {
+		if n := res.lives[who]; n.start != l.start || n.until < l.until {
+			r.dirty = true
+			break
+		}
+	}
+	r.lives, r.life = res.lives, res.life
+}
+
 // apply sets one field's other entries in fields from its value.
 func (r *edgeReader) apply(fields map[string][]edgeEntry, f [2]string) {
 	var es []edgeEntry
@@ -206,7 +244,10 @@ func (r *edgeReader) apply(fields map[string][]edgeEntry, f [2]string) {
 		if len(w) < 5 || w[0] == r.self {
 			continue
 		}
-		var e edgeEntry
+		e := edgeEntry{who: w[0]}
+		if len(w) > 7 {
+			e.life, _ = strconv.ParseInt(w[7], 10, 64)
+		}
 		var errs [4]error
 		e.reserved, errs[0] = strconv.ParseInt(w[1], 10, 64)
 		e.edge, errs[1] = strconv.ParseInt(w[2], 10, 64)
@@ -238,10 +279,10 @@ func (r *edgeReader) sums(nowMs int64) map[edge.ID]edge.Others {
 		live := es[:0]
 		var o edge.Others
 		for _, e := range es {
-			if e.expiresMs > nowMs {
+			if end := e.ends(r.lives); end > nowMs {
 				live = append(live, e)
 				o.Reserved, o.Edge, o.Direct = o.Reserved+e.reserved, o.Edge+e.edge, o.Direct+e.direct
-				until = min(until, e.expiresMs)
+				until = min(until, end)
 			}
 		}
 		if len(live) == 0 {

@@ -17,16 +17,18 @@ import (
 // The region's edge reservations in its Redis (lua/edge_sync.lua): what
 // each agent process reserved of every policy identity's capacity for the
 // Envoy instances it serves, with an expiry on Redis's clock so that a dead
-// agent's reservation ends by itself once its assignments may have expired.
+// agent's reservation ends by itself once its assignments may have expired:
+// the entry's own, or its agent's life, which every sync renews, so that
+// an unchanged entry needs no rewriting.
 
 // edgeSyncScript applies one agent's updates and reads a page of what the
 // others hold (lua/edge_sync.lua).
 var edgeSyncScript = script("edge_sync.lua")
 
 // edgeKeys are the region's hash of edge reservations, the log of its
-// writes and the log's counter.
+// writes, the log's counter and the agents' lives.
 func (r *Region) edgeKeys() []string {
-	return []string{r.Key("edge"), r.Key("edgelog"), r.Key("edgeseq")}
+	return []string{r.Key("edge"), r.Key("edgelog"), r.Key("edgeseq"), r.Key("edgealive")}
 }
 
 // edgeField names a policy identity in the hash.
@@ -66,20 +68,28 @@ func EdgeAgentOf(nonce, heir string) EdgeAgent {
 
 // EdgeWrite applies updates for agent a, in batches, and returns, in
 // order, what Redis granted each (what the others hold is EdgeStore's to
-// read).
+// read). The entries it writes end at their own expiry alone, whether a
+// lives on or not: an agent leaving writes its last ones so.
 // On an error, granted holds what the batches that landed granted, the
 // first len(granted) updates, so that a sync too large for its time still
 // makes progress.
 func (r *Region) EdgeWrite(ctx context.Context, a EdgeAgent, updates []edge.Write) (granted []edge.Granted, err error) {
+	granted, _, err = r.edgeWrite(ctx, a, 0, updates)
+	return granted, err
+}
+
+// edgeWrite is EdgeWrite keeping a alive for alive more with each call
+// (none when 0); life is the life its last call found a in.
+func (r *Region) edgeWrite(ctx context.Context, a EdgeAgent, alive time.Duration, updates []edge.Write) (granted []edge.Granted, life int64, err error) {
 	granted = make([]edge.Granted, 0, len(updates))
 	for start := 0; start < len(updates); start += edgeBatch {
-		res, err := r.edgeCall(ctx, a, updates[start:min(len(updates), start+edgeBatch)], edgeRead{})
+		res, err := r.edgeCall(ctx, a, alive, updates[start:min(len(updates), start+edgeBatch)], edgeRead{})
 		if err != nil {
-			return granted, err
+			return granted, life, err
 		}
-		granted = append(granted, res.granted...)
+		granted, life = append(granted, res.granted...), res.life
 	}
-	return granted, nil
+	return granted, life, nil
 }
 
 // edgeRead is the read one call of the script makes: none (mode ""), a
@@ -93,20 +103,28 @@ type edgeRead struct {
 // edgeResult is one call's answer: Redis's clock (ms), the grants of its
 // updates, the fields its page read (name and value, "" for nothing of
 // the other agents'), where to go on (next: "0" when done, "reset" when a
-// log read must read whole), and the log's epoch and position after the
-// call.
+// log read must read whole), the log's epoch and position after the
+// call, with a read, each live agent's life, and the caller's life (its
+// start, 0 for none).
 type edgeResult struct {
 	nowMs       int64
 	granted     []edge.Granted
 	fields      [][2]string
 	next, epoch string
-	seq         int64
+	seq, life   int64
+	lives       map[string]edgeLife
 }
 
-// edgeCall is one call of the script: updates applied, then rd's page.
-func (r *Region) edgeCall(ctx context.Context, a EdgeAgent, updates []edge.Write, rd edgeRead) (edgeResult, error) {
-	args := make([]any, 0, 7+9*len(updates))
-	args = append(args, a.ID, a.Heir, len(updates))
+// edgeLife is one life of an agent process: until when it lives, and
+// when it began, which names it (Redis ms).
+type edgeLife struct{ until, start int64 }
+
+// edgeCall is one call of the script: a kept alive for alive more (none
+// when 0; its updates are then not bound to its life), updates applied,
+// then rd's page.
+func (r *Region) edgeCall(ctx context.Context, a EdgeAgent, alive time.Duration, updates []edge.Write, rd edgeRead) (edgeResult, error) {
+	args := make([]any, 0, 8+9*len(updates))
+	args = append(args, a.ID, a.Heir, max(0, alive.Milliseconds()), len(updates))
 	for _, u := range updates {
 		args = append(args, edgeField(u.ID), u.Want, u.Capacity, u.EdgeDemand, u.Direct, max(1, u.Life.Milliseconds()), u.Instances, u.Most, u.Largest)
 	}
@@ -115,20 +133,22 @@ func (r *Region) edgeCall(ctx context.Context, a EdgeAgent, updates []edge.Write
 	if err != nil {
 		return edgeResult{}, fmt.Errorf("edge reservations: %w", err)
 	}
-	if len(res) != 6 {
-		return edgeResult{}, fmt.Errorf("edge reservations: %d results, want 6", len(res))
+	if len(res) != 8 {
+		return edgeResult{}, fmt.Errorf("edge reservations: %d results, want 8", len(res))
 	}
 	var out edgeResult
 	gs, _ := res[1].([]any)
 	fs, _ := res[2].([]any)
 	out.next, _ = res[3].(string)
 	out.epoch, _ = res[4].(string)
-	if len(gs) != edgeGrantWidth*len(updates) || len(fs)%2 != 0 {
-		return edgeResult{}, fmt.Errorf("edge reservations: %d grants for %d updates, %d field values", len(gs), len(updates), len(fs))
+	ls, _ := res[6].([]any)
+	if len(gs) != edgeGrantWidth*len(updates) || len(fs)%2 != 0 || len(ls)%2 != 0 {
+		return edgeResult{}, fmt.Errorf("edge reservations: %d grants for %d updates, %d field values, %d lives", len(gs), len(updates), len(fs), len(ls))
 	}
-	var errs [3]error
+	var errs [5]error
 	out.nowMs, errs[0] = edgeInt(res[0])
 	out.seq, errs[1] = edgeInt(res[5])
+	out.life, errs[4] = edgeInt(res[7])
 	out.granted = make([]edge.Granted, len(updates))
 	for i := range out.granted {
 		var n [edgeGrantWidth]int64
@@ -139,6 +159,16 @@ func (r *Region) edgeCall(ctx context.Context, a EdgeAgent, updates []edge.Write
 		}
 		out.granted[i] = edge.Granted{Reserved: n[0], Places: n[1], Inherited: edge.Inheritance{
 			Reserved: n[2], Largest: n[3], Places: n[4], Left: time.Duration(n[5]) * time.Millisecond, Edge: n[6], Direct: n[7]}}
+	}
+	out.lives = make(map[string]edgeLife, len(ls)/2)
+	for i := 0; i < len(ls); i += 2 {
+		who, _ := ls[i].(string)
+		v, _ := ls[i+1].(string)
+		var l edgeLife
+		if _, err := fmt.Sscanf(v, "%d %d", &l.until, &l.start); err != nil {
+			errs[3] = fmt.Errorf("edge reservations: agent %q's life %q: %w", who, v, err)
+		}
+		out.lives[who] = l
 	}
 	if err := errors.Join(errs[:]...); err != nil {
 		return edgeResult{}, err
@@ -194,11 +224,12 @@ func (r *Region) EdgeStore(self func() EdgeAgent, now func() time.Time, trust, g
 }
 
 // Sync reads the other agents' reservations when read, then writes
-// writes. The read may take as long as it may be trusted
+// writes, each call keeping this agent alive for alive more (its entries
+// bound to that life). The read may take as long as it may be trusted
 // (edge.Config.Trust: it counts from when it was sent); the writes get
 // growWait after it. A read that found no copy to serve from, its sweep of
 // the whole hash going on at the next, returns ErrEdgeSweeping.
-func (s *EdgeStore) Sync(ctx context.Context, writes []edge.Write, read bool) ([]edge.Granted, map[edge.ID]edge.Others, error) {
+func (s *EdgeStore) Sync(ctx context.Context, writes []edge.Write, read bool, alive time.Duration) (edge.SyncAnswer, error) {
 	agent := s.self()
 	if s.reader == nil {
 		s.reader = newEdgeReader(agent.ID, s.now)
@@ -208,16 +239,21 @@ func (s *EdgeStore) Sync(ctx context.Context, writes []edge.Write, read bool) ([
 	// rule counts whatever the others wrote since).
 	var others map[edge.ID]edge.Others
 	var readErr error
+	life := s.reader.life
 	if read {
 		rctx, cancel := context.WithTimeout(ctx, s.trust)
-		others, readErr = s.reader.read(rctx, s.r, agent)
+		others, readErr = s.reader.read(rctx, s.r, agent, alive)
+		life = s.reader.life
 		cancel()
 	}
 	wctx, cancel := context.WithTimeout(ctx, s.growWait)
-	granted, err := s.r.EdgeWrite(wctx, agent, writes)
+	granted, wlife, err := s.r.edgeWrite(wctx, agent, alive, writes)
 	cancel()
 	if err = errors.Join(err, readErr); err != nil {
-		return granted, nil, err
+		return edge.SyncAnswer{Granted: granted}, err
 	}
-	return granted, others, nil
+	if len(writes) > 0 {
+		life = wlife
+	}
+	return edge.SyncAnswer{Granted: granted, Others: others, Life: life}, nil
 }

@@ -60,7 +60,7 @@ func TestEdgeReservationsOnRedis(t *testing.T) {
 	}
 	// The others see what each holds.
 	ra := newEdgeReader("a", time.Now) // kept: later reads read the log
-	others, err := ra.read(ctx, region, EdgeAgent{ID: "a"})
+	others, err := ra.read(ctx, region, EdgeAgent{ID: "a"}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,11 +97,60 @@ func TestEdgeReservationsOnRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 5*time.Second, "b's reservation expiring", func() bool {
-		others, err := ra.read(ctx, region, EdgeAgent{ID: "a"})
+		others, err := ra.read(ctx, region, EdgeAgent{ID: "a"}, 0)
 		return err == nil && others[id].Reserved == sum-granted[0].Reserved-granted[1].Reserved
 	})
 	if ttl := rdb.PTTL(ctx, region.Key("edge")).Val(); ttl <= 0 || ttl > time.Minute {
 		t.Fatalf("the region's hash expires in %s, want within the longest life", ttl)
+	}
+}
+
+// An entry written in an agent's life counts while the agent syncs,
+// however long after its write, and ends soon after the agent's last sync
+// though written for an hour; the others then grow into what it held. The
+// agent syncing again starts another life, in which what it held in the
+// last is over: it grows again from none, counting the others.
+func TestEdgeEntriesEndWithTheirAgent(t *testing.T) {
+	_, region := edgeRedis(t)
+	ctx := context.Background()
+	id := edge.ID{Policy: "api", Identity: "acme"}
+	const capacity, alive = 1000, 400 * time.Millisecond
+	store := func(name string) *EdgeStore {
+		return region.EdgeStore(func() EdgeAgent { return EdgeAgent{ID: name} }, time.Now, time.Second, time.Second)
+	}
+	a, b := store("a"), store("b")
+	want := func(n int64) []edge.Write {
+		return []edge.Write{{ID: id, Update: edge.Update{Want: n, Capacity: capacity, Life: time.Hour}}}
+	}
+	sync := func(s *EdgeStore, ws []edge.Write) edge.SyncAnswer {
+		t.Helper()
+		ans, err := s.Sync(ctx, ws, true, alive)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ans
+	}
+	first := sync(a, want(600))
+	if first.Granted[0].Reserved != 600 || first.Life == 0 {
+		t.Fatalf("a alone was granted %+v in life %d, want 600 in a life", first.Granted[0], first.Life)
+	}
+	for end := time.Now().Add(3 * alive); time.Now().Before(end); time.Sleep(alive / 8) {
+		if l := sync(a, nil).Life; l != first.Life {
+			t.Fatalf("a's life changed from %d to %d while it synced", first.Life, l)
+		}
+		if r := sync(b, nil).Others[id].Reserved; r != 600 {
+			t.Fatalf("b sees a holding %d while a syncs, want 600", r)
+		}
+	}
+	testenv.WaitFor(t, 5*time.Second, "a's entry ending with its life", func() bool {
+		return sync(b, nil).Others[id].Reserved == 0
+	})
+	if g := sync(b, want(capacity)).Granted[0].Reserved; g != capacity {
+		t.Fatalf("b was granted %d once a's life ended, want the whole %d", g, capacity)
+	}
+	again := sync(a, want(600))
+	if again.Life == first.Life || again.Granted[0].Reserved != 0 {
+		t.Fatalf("a syncing again was granted %+v in life %d (was %d), want none in another life", again.Granted[0], again.Life, first.Life)
 	}
 }
 
@@ -123,14 +172,14 @@ func TestEdgeReservationsInPages(t *testing.T) {
 	if len(g) != n || g[n-1].Reserved != 10 {
 		t.Fatalf("%d grants (the last %d); want %d of 10", len(g), g[n-1], n)
 	}
-	res, err := region.edgeCall(ctx, EdgeAgent{ID: "a"}, nil, edgeRead{mode: "full", from: "0", page: edgePage})
+	res, err := region.edgeCall(ctx, EdgeAgent{ID: "a"}, 0, nil, edgeRead{mode: "full", from: "0", page: edgePage})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.next == "0" || len(res.fields) == 0 || len(res.fields) > 2*edgePage {
 		t.Fatalf("one call read %d of %d identities (next cursor %q): want one page", len(res.fields), n, res.next)
 	}
-	others, err := newEdgeReader("a", time.Now).read(ctx, region, EdgeAgent{ID: "a"})
+	others, err := newEdgeReader("a", time.Now).read(ctx, region, EdgeAgent{ID: "a"}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +210,7 @@ func BenchmarkEdgeRead(b *testing.B) {
 			for b.Loop() {
 				for cursor := "0"; ; {
 					start := time.Now()
-					res, err := region.edgeCall(ctx, EdgeAgent{ID: "a"}, nil, edgeRead{mode: "full", from: cursor, page: page})
+					res, err := region.edgeCall(ctx, EdgeAgent{ID: "a"}, 0, nil, edgeRead{mode: "full", from: cursor, page: page})
 					longest = max(longest, time.Since(start))
 					if err != nil {
 						b.Fatal(err)
@@ -178,11 +227,11 @@ func BenchmarkEdgeRead(b *testing.B) {
 	// since its last read (here nothing).
 	b.Run("log", func(b *testing.B) {
 		r := newEdgeReader("a", time.Now)
-		if _, err := r.read(ctx, region, EdgeAgent{ID: "a"}); err != nil {
+		if _, err := r.read(ctx, region, EdgeAgent{ID: "a"}, 0); err != nil {
 			b.Fatal(err)
 		}
 		for b.Loop() {
-			if _, err := r.read(ctx, region, EdgeAgent{ID: "a"}); err != nil {
+			if _, err := r.read(ctx, region, EdgeAgent{ID: "a"}, 0); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -223,7 +272,7 @@ func TestEdgeReaderReadsChanges(t *testing.T) {
 	r := newEdgeReader("a", time.Now)
 	read := func() map[edge.ID]edge.Others {
 		t.Helper()
-		others, err := r.read(ctx, region, EdgeAgent{ID: "a"})
+		others, err := r.read(ctx, region, EdgeAgent{ID: "a"}, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -306,7 +355,7 @@ func TestEdgeLogTrimmed(t *testing.T) {
 		t.Fatal(err)
 	}
 	early := newEdgeReader("a", time.Now) // has not read the removals when they are trimmed
-	if _, err := early.read(ctx, region, EdgeAgent{ID: "a"}); err != nil {
+	if _, err := early.read(ctx, region, EdgeAgent{ID: "a"}, 0); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := region.EdgeWrite(ctx, b, removed); err != nil {
@@ -324,11 +373,11 @@ func TestEdgeLogTrimmed(t *testing.T) {
 	if n := rdb.ZCard(ctx, region.Key("edgelog")).Val(); n != 10 {
 		t.Fatalf("the log holds %d members for 10 fields", n)
 	}
-	others, err := early.read(ctx, region, EdgeAgent{ID: "a"})
+	others, err := early.read(ctx, region, EdgeAgent{ID: "a"}, 0)
 	if err != nil || len(others) != 10 || early.wholeReads != 2 {
 		t.Fatalf("a reader from before the trim: %d identities, %d whole reads, %v; want 10, 2", len(others), early.wholeReads, err)
 	}
-	others, err = early.read(ctx, region, EdgeAgent{ID: "a"})
+	others, err = early.read(ctx, region, EdgeAgent{ID: "a"}, 0)
 	if err != nil || len(others) != 10 || early.wholeReads != 2 {
 		t.Fatalf("the same reader after: %d identities, %d whole reads, %v; want 10, 2", len(others), early.wholeReads, err)
 	}
@@ -359,7 +408,7 @@ func TestEdgeSweepSpreadsOverReads(t *testing.T) {
 	}
 	r := newEdgeReader("a", time.Now)
 	read := func(ctx context.Context) (map[edge.ID]edge.Others, error) {
-		return r.read(ctx, region, EdgeAgent{ID: "a"})
+		return r.read(ctx, region, EdgeAgent{ID: "a"}, 0)
 	}
 	if others, err := read(ctx); err != nil || len(others) != n || r.wholeReads != 1 {
 		t.Fatalf("first read: %d identities, %d whole reads, %v; want %d, 1", len(others), r.wholeReads, err, n)
@@ -434,7 +483,14 @@ func TestEdgeStoreAsMemStore(t *testing.T) {
 			}
 			ws = append(ws, edge.Write{ID: id(i), Update: u})
 		}
-		want, wantOthers, err := m.Agent(who, heir).Sync(ctx, ws, true)
+		// Agents 0 and 1 write in their lives (which outlast the test),
+		// 2 does not: entries of both kinds side by side.
+		alive := time.Hour
+		if gen == 2 {
+			alive = 0
+		}
+		ans, err := m.Agent(who, heir).Sync(ctx, ws, true, alive)
+		want, wantOthers := ans.Granted, ans.Others
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -443,11 +499,13 @@ func TestEdgeStoreAsMemStore(t *testing.T) {
 		store := func() *EdgeStore {
 			return region.EdgeStore(func() EdgeAgent { return EdgeAgent{who, heir} }, time.Now, time.Minute, time.Minute)
 		}
-		got, _, err := store().Sync(ctx, ws, false)
+		ans, err = store().Sync(ctx, ws, false, alive)
+		got := ans.Granted
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, others, err := store().Sync(ctx, nil, true)
+		ans, err = store().Sync(ctx, nil, true, alive)
+		others := ans.Others
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -186,11 +186,11 @@ type regionStore struct {
 // errRedisDown is the store's answer while the region's Redis is down.
 var errRedisDown = errors.New("the region's Redis is down")
 
-func (s regionStore) Sync(ctx context.Context, writes []edge.Write, read bool) ([]edge.Granted, map[edge.ID]edge.Others, error) {
+func (s regionStore) Sync(ctx context.Context, writes []edge.Write, read bool, alive time.Duration) (edge.SyncAnswer, error) {
 	if s.r.redisDown {
-		return nil, nil, errRedisDown
+		return edge.SyncAnswer{}, errRedisDown
 	}
-	return s.Store.Sync(ctx, writes, read)
+	return s.Store.Sync(ctx, writes, read, alive)
 }
 
 // Queue delivers a round's action to its stream's instance after the

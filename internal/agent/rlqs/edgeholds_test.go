@@ -55,8 +55,8 @@ func TestEdgeHoldsShrinkingGrant(t *testing.T) {
 // writes nothing.
 type readOnly map[edge.ID]edge.Others
 
-func (r readOnly) Sync(_ context.Context, ws []edge.Write, _ bool) ([]edge.Granted, map[edge.ID]edge.Others, error) {
-	return make([]edge.Granted, len(ws)), r, nil
+func (r readOnly) Sync(_ context.Context, ws []edge.Write, _ bool, _ time.Duration) (edge.SyncAnswer, error) {
+	return edge.SyncAnswer{Granted: make([]edge.Granted, len(ws)), Others: r, Life: 1}, nil
 }
 
 // servesOnly is leases of no grant, of one policy served at the edge.

@@ -153,12 +153,12 @@ func (s *downStore) set(down bool) {
 	s.mu.Unlock()
 }
 
-func (s *downStore) Sync(ctx context.Context, ws []edge.Write, read bool) ([]edge.Granted, map[edge.ID]edge.Others, error) {
+func (s *downStore) Sync(ctx context.Context, ws []edge.Write, read bool, alive time.Duration) (edge.SyncAnswer, error) {
 	s.mu.Lock()
 	down := s.down
 	s.mu.Unlock()
 	if down {
-		return nil, nil, errors.New("the store is down")
+		return edge.SyncAnswer{}, errors.New("the store is down")
 	}
-	return s.Store.Sync(ctx, ws, read)
+	return s.Store.Sync(ctx, ws, read, alive)
 }

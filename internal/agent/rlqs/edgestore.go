@@ -24,15 +24,15 @@ type edgeStore struct {
 }
 
 // Sync syncs with the region's reservations (regional.EdgeStore.Sync).
-func (s *edgeStore) Sync(ctx context.Context, writes []edge.Write, read bool) ([]edge.Granted, map[edge.ID]edge.Others, error) {
+func (s *edgeStore) Sync(ctx context.Context, writes []edge.Write, read bool, alive time.Duration) (edge.SyncAnswer, error) {
 	sent := s.now()
-	granted, others, err := s.store.Sync(ctx, writes, read)
+	ans, err := s.store.Sync(ctx, writes, read, alive)
 	if err != nil {
 		if ctx.Err() == nil && !errors.Is(err, regional.ErrEdgeSweeping) {
 			s.down.Failed(s.logger, sent, "error", err)
 		}
-		return granted, nil, err
+		return ans, err
 	}
 	s.down.OK(s.logger, sent)
-	return granted, others, nil
+	return ans, nil
 }

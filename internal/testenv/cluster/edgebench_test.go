@@ -89,8 +89,11 @@ func BenchmarkEdgePeers(b *testing.B) {
 	dir := b.TempDir()
 	// Leases of 10 s (the default), and a check timeout long enough that
 	// every ShouldRateLimit decision is Redis's, as every one of
-	// envoyproxy/ratelimit's is.
-	c, err := Start(ctx, bins, dir, Options{Regions: []string{"bench"}, Coordinators: 1, LeaseDuration: 10 * time.Second, CheckTimeout: time.Second})
+	// envoyproxy/ratelimit's is. The report benchmark's instances all
+	// hold this process's certificate, one caller: its budget of buckets
+	// is the agent's (100,000), not half of it.
+	c, err := Start(ctx, bins, dir, Options{Regions: []string{"bench"}, Coordinators: 1, LeaseDuration: 10 * time.Second, CheckTimeout: time.Second,
+		AgentArgs: []string{"--edge-max-buckets-per-caller", "100000"}})
 	if err != nil {
 		b.Fatal(err)
 	}
