@@ -222,7 +222,7 @@ func (k *Key[K]) Release(now time.Time, direct int64, cfg Config) (u Update, wri
 	if need == 0 && k.Written == 0 && k.SentInstances == 0 && k.Ledger.Empty(now) {
 		return Update{}, false, true
 	}
-	if largest := k.Ledger.Largest(now, nil); need != k.Written || direct != k.SentDirect || k.SentInstances != 0 ||
+	if largest := k.Ledger.Largest(now, nil); need != k.Written || moved(direct, k.SentDirect, k.Capacity) || k.SentInstances != 0 ||
 		largest != k.SentLargest {
 		return Update{Want: need, Direct: direct, Largest: largest, Life: cfg.KeepFor(max(k.Life, time.Second))}, true, false
 	}

@@ -95,7 +95,7 @@ type memAgent struct {
 func (a memAgent) Sync(_ context.Context, writes []Write, read bool, alive time.Duration) (SyncAnswer, error) {
 	nowMs := a.m.nowMs()
 	var lifeStart int64
-	if alive > 0 {
+	if alive.Milliseconds() > 0 { // in whole ms, as regional sends it
 		a.m.keepAlive(a.id, nowMs+alive.Milliseconds(), nowMs)
 		lifeStart = a.m.lives[a.id].start
 	}

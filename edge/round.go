@@ -240,9 +240,8 @@ func (r *Round[S]) plan(k *Served[S], pol *policy.Policy, now time.Time) (Update
 // entry to this agent: a round is then wanted at once.
 func (r *Round[S]) synced(sent, done time.Time, writes []Write, ans SyncAnswer, err error, read bool) (soon bool) {
 	granted, others := ans.Granted, ans.Others
-	if err == nil {
-		r.lived(sent, ans.Life)
-	} else {
+	lapsed := ans.Life != 0 && r.lived(sent, ans.Life) // a sync that failed may still have kept this agent alive
+	if err != nil {
 		for _, w := range writes[len(granted):] {
 			if k := r.keys[w.ID]; k != nil {
 				k.Unsynced(w.Update) // landed or not: the lesser of both counts
@@ -255,7 +254,7 @@ func (r *Round[S]) synced(sent, done time.Time, writes []Write, ans SyncAnswer, 
 			r.readAt = time.Time{} // read again next round
 		}
 	}
-	changed := false
+	changed := lapsed // the view drops what this agent no longer holds
 	for i, w := range writes {
 		k := r.keys[w.ID]
 		if k == nil {
@@ -296,15 +295,18 @@ func (r *Round[S]) setOwn(k *Served[S]) {
 // wrote then, so every key lapses (Key.Lapsed), before the sync's grants,
 // which the store made in the new life, are applied: they grow from none
 // and wait as any growth does, as the others may not have read them yet.
-func (r *Round[S]) lived(sent time.Time, life int64) {
+// It reports whether the keys lapsed.
+func (r *Round[S]) lived(sent time.Time, life int64) (lapsed bool) {
 	if r.life != 0 && life != r.life {
 		for _, k := range r.keys {
 			k.Lapsed()
 			k.dirty = true
 			r.setOwn(k)
 		}
+		lapsed = true
 	}
 	r.life, r.alive = life, sent.Add(surely(r.keepAlive, r.cfg.Drift))
+	return lapsed
 }
 
 // setView stores the view of a read at sent that found others (nil: no

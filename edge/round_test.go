@@ -3,6 +3,7 @@ package edge
 import (
 	"cmp"
 	"context"
+	"errors"
 	"iter"
 	"sync"
 	"testing"
@@ -227,29 +228,51 @@ func TestPausedAgentGrowsAgain(t *testing.T) {
 // sync, that the store holds nothing of what it reserved: whatever it held
 // visible is gone, and what the store grants it anew waits GrowWait, as
 // any growth does (the other agents' direct checks have not read it yet).
+// The same holds when every sync before the pause failed after reaching
+// the store (a read that timed out, say): those syncs kept the agent alive
+// in a life all the same.
 func TestPausedAgentWaitsForItsGrowth(t *testing.T) {
-	p := edgePolicy(t)
-	w := newRoundWorld(p, func(time.Duration) int64 { return p.Limits().Amount() })
-	w.renewEvery = 3 * time.Second
-	cfg := Config{Tuning: DefaultTuning(), Drift: 1e-4}
-	r := w.rounds(cfg)
-	r.SetPolicies([]*policy.Policy{p})
-	id := ID{p.Name, "tenant=a"}
-	demand := func(time.Duration) map[int]uint64 { return map[int]uint64{1: uint64(2 * p.Limit * 5)} }
-	w.run(r, id, 10*time.Second, demand)
-	k := r.Lookup(id)
-	if k.Visible == 0 {
-		t.Fatal("nothing visible before the pause")
+	for _, failing := range []bool{false, true} {
+		p := edgePolicy(t)
+		w := newRoundWorld(p, func(time.Duration) int64 { return p.Limits().Amount() })
+		w.renewEvery = 3 * time.Second
+		cfg := Config{Tuning: DefaultTuning(), Drift: 1e-4}
+		st := &failingStore{Store: NewMemStore(w.ms).Agent("a", ""), fail: failing}
+		r := NewRound(cfg, cmp.Compare[int], w, st, w)
+		r.SetPolicies([]*policy.Policy{p})
+		id := ID{p.Name, "tenant=a"}
+		demand := func(time.Duration) map[int]uint64 { return map[int]uint64{1: uint64(2 * p.Limit * 5)} }
+		w.run(r, id, 10*time.Second, demand)
+		k := r.Lookup(id)
+		if k.Visible == 0 {
+			t.Fatalf("failing %v: nothing visible before the pause", failing)
+		}
+		w.start = w.start.Add(30 * time.Second) // paused for 20 s, past its life
+		st.fail = false
+		var mu sync.Mutex
+		w.now = w.start
+		r.Run(context.Background(), &mu, w.clock)
+		if k.Visible != 0 {
+			t.Fatalf("failing %v: %d visible right after the pause, want none until a growth waited", failing, k.Visible)
+		}
+		w.run(r, id, 2*time.Second, demand)
+		if k.Visible == 0 {
+			t.Fatalf("failing %v: nothing visible 2 s after the pause", failing)
+		}
 	}
-	w.start = w.start.Add(30 * time.Second) // paused for 20 s, past its life
-	var mu sync.Mutex
-	w.now = w.start
-	r.Run(context.Background(), &mu, w.clock)
-	if k.Visible != 0 {
-		t.Fatalf("%d visible right after the pause, want none until a growth waited", k.Visible)
+}
+
+// failingStore is a store whose syncs, while fail, reach it and then fail
+// (the read timed out): the writes land, the read is lost.
+type failingStore struct {
+	Store
+	fail bool
+}
+
+func (s *failingStore) Sync(ctx context.Context, writes []Write, read bool, alive time.Duration) (SyncAnswer, error) {
+	ans, err := s.Store.Sync(ctx, writes, read, alive)
+	if s.fail && err == nil {
+		ans.Others, err = nil, errors.New("the read timed out")
 	}
-	w.run(r, id, 2*time.Second, demand)
-	if k.Visible == 0 {
-		t.Fatal("nothing visible 2 s after the pause")
-	}
+	return ans, err
 }

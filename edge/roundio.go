@@ -39,13 +39,16 @@ type Store interface {
 	// whose entries do not change need not rewrite them, and a dead
 	// agent's end soon after its last sync. An agent that syncs after its
 	// life ended starts another, and what it held in the last is over.
-	// On an error, Granted answers the writes that landed, the first ones.
+	// On an error, Granted answers the writes that landed, the first ones,
+	// and Life the life the store found the agent in, if it reached the
+	// store at all: it kept the agent alive all the same.
 	Sync(ctx context.Context, writes []Write, read bool, alive time.Duration) (SyncAnswer, error)
 }
 
 // SyncAnswer is what a sync found: what the store granted each write, what
 // the other agents hold per key (nil when it read nothing), and the life
-// the agent synced in (Store.Sync; 0 when it was not kept alive).
+// the agent synced in (Store.Sync; 0 when it was not kept alive, or the
+// sync never reached the store).
 type SyncAnswer struct {
 	Granted []Granted
 	Others  map[ID]Others

@@ -25,7 +25,7 @@ import (
 // back in it (a failover that lost the last writes), after an error
 // talking to Redis other than a timeout (a failover shows as errors
 // first), and every fullEvery, which drops the entries of agents that stopped
-// (they expire unwritten) and repairs anything else a failover lost. A
+// (their lives ended) and repairs anything else a failover lost. A
 // sweep goes a few pages a read while a copy serves, the log's changes
 // going into both, and replaces the copy when done; without a copy it
 // reads as many pages as a read's time allows, and the reads return
@@ -49,7 +49,8 @@ type edgeReader struct {
 	sweepAt time.Time
 
 	// lives is each live agent's life, as last read: the entries written
-	// in one end with it. life is this agent's, as its last call found it.
+	// in one end with it. life is this agent's, as its last call found it
+	// (its user clears it to learn whether a read reached Redis).
 	lives map[string]edgeLife
 	life  int64
 
@@ -266,8 +267,8 @@ func (r *edgeReader) apply(fields map[string][]edgeEntry, f [2]string) {
 }
 
 // sums are the others' entries alive at nowMs, summed by policy identity;
-// the expired ones are dropped from the copy. They are summed again only
-// when a field changed or an entry expired. The caller must not change
+// the ended ones are dropped from the copy. They are summed again only
+// when a field changed, an entry ended or a life was cut short. The caller must not change
 // the map.
 func (r *edgeReader) sums(nowMs int64) map[edge.ID]edge.Others {
 	if !r.dirty && r.sumsOf != nil && nowMs < r.sumsUntil {

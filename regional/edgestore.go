@@ -228,7 +228,9 @@ func (r *Region) EdgeStore(self func() EdgeAgent, now func() time.Time, trust, g
 // bound to that life). The read may take as long as it may be trusted
 // (edge.Config.Trust: it counts from when it was sent); the writes get
 // growWait after it. A read that found no copy to serve from, its sweep of
-// the whole hash going on at the next, returns ErrEdgeSweeping.
+// the whole hash going on at the next, returns ErrEdgeSweeping. The
+// answer's Life is the life the last call that reached Redis found this
+// agent in, on an error too (0 when none did): those calls kept it alive.
 func (s *EdgeStore) Sync(ctx context.Context, writes []edge.Write, read bool, alive time.Duration) (edge.SyncAnswer, error) {
 	agent := s.self()
 	if s.reader == nil {
@@ -239,21 +241,20 @@ func (s *EdgeStore) Sync(ctx context.Context, writes []edge.Write, read bool, al
 	// rule counts whatever the others wrote since).
 	var others map[edge.ID]edge.Others
 	var readErr error
-	life := s.reader.life
+	s.reader.life = 0
 	if read {
 		rctx, cancel := context.WithTimeout(ctx, s.trust)
 		others, readErr = s.reader.read(rctx, s.r, agent, alive)
-		life = s.reader.life
 		cancel()
 	}
 	wctx, cancel := context.WithTimeout(ctx, s.growWait)
-	granted, wlife, err := s.r.edgeWrite(wctx, agent, alive, writes)
+	granted, life, err := s.r.edgeWrite(wctx, agent, alive, writes)
 	cancel()
-	if err = errors.Join(err, readErr); err != nil {
-		return edge.SyncAnswer{Granted: granted}, err
+	if life == 0 {
+		life = s.reader.life
 	}
-	if len(writes) > 0 {
-		life = wlife
+	if err = errors.Join(err, readErr); err != nil {
+		return edge.SyncAnswer{Granted: granted, Life: life}, err
 	}
 	return edge.SyncAnswer{Granted: granted, Others: others, Life: life}, nil
 }

@@ -24,10 +24,11 @@
 -- so an agent reads the fields changed since the score it last read
 -- ('log'). A whole read ('full', HSCAN) starts an agent, follows a lost
 -- store (the counter's epoch changed) or a log trimmed past it, and sweeps
--- the entries of agents that stopped (an entry expires unwritten), now and
--- then. Every call's cost is bounded by the caller, never by the hash's
--- size: the updates it is given and one page of the read, so that a
--- decision's script never waits long behind it.
+-- the entries of agents that stopped (an entry outlives neither its expiry
+-- nor its life), now and then. Every call's cost is bounded by the caller
+-- and the region's agents, never by the hash's size: the updates it is
+-- given, one page of the read and, with a read, the agents' lives, so that
+-- a decision's script never waits long behind it.
 --
 -- KEYS[1]  the region's hash; KEYS[2] its log (sorted set: field -> the
 --          counter at its last write); KEYS[3] the counter (hash: epoch,
@@ -40,8 +41,9 @@
 --          caller counts until the entry would have expired: edge/inherit.go),
 --          and should it write again it grows from none, counting the
 --          caller's
--- ARGV[3]  how long, in ms, the caller stays alive from now (0: as it
---          was); its updates are then written in its life
+-- ARGV[3]  how long, in ms, the caller stays alive from now, its updates
+--          written in that life; 0: its life is left as it was, and its
+--          updates are written in none (they end at their own expiry)
 -- ARGV[4]  n, the number of updates, then 9 per update:
 --          field, wanted reservation, capacity (growth stops at it, counting
 --          the others), edge demand, direct demand, lifetime in ms, wanted
@@ -252,13 +254,15 @@ if n > 0 then
   trim()
 end
 local seq = tonumber(redis.call('HGET', seqkey, 'seq') or '0')
--- The three keys live as long as the longest entry (an expiry of -1, none
--- yet, is below any); a call that only removed entries gives the log and
--- its counter the hash's expiry, or a minute when the hash is gone.
+-- The keys live as long as the longest entry (an expiry of -1, none yet,
+-- is below any); a call that only removed entries gives the log, its
+-- counter and the lives the hash's expiry, or a minute when the hash is
+-- gone. The lives last at least as long as the entries written in them
+-- (keepAlive), so that no eviction by expiry takes them first.
 if longest == 0 and n > 0 then
   longest = math.max(60000, redis.call('PTTL', key))
 end
-for _, k in ipairs({key, logkey, seqkey}) do
+for _, k in ipairs({key, logkey, seqkey, alivekey}) do
   if longest > 0 and redis.call('PTTL', k) < longest then
     redis.call('PEXPIRE', k, longest)
   end
