@@ -1,6 +1,9 @@
 package edge
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // Instance places. The bound's edge term counts N instances per region
 // (the policy's edge.instances), each running its own fallback once an
@@ -65,7 +68,47 @@ func (k *Key[K]) place(refuse bool) (refused []K) {
 			refused = append(refused, id)
 		}
 	}
+	if placed < int64(len(ids)) {
+		k.balance(ids)
+	}
 	return refused
+}
+
+// balance shares the places between the slots' groups (Slot.Group, the
+// hosts their instances run on) max-min fairly: while a slot waits whose
+// group holds two places fewer than another group, that group's last
+// placed slot gives its place up to it, and is abandoned at the next push
+// (lost), so that it cannot hold an assignment beside the one that takes
+// its place. So streams that came first from one host, however many,
+// cannot keep the policy's instances from every other host's.
+func (k *Key[K]) balance(ids []K) {
+	held := map[string]int{}
+	for _, id := range ids {
+		if s := k.Slots[id]; s.Placed {
+			held[s.Group]++
+		}
+	}
+	for {
+		var rich K
+		var ps, rs *Slot // the first waiting slot of the poorest group, the last placed of the richest
+		for _, id := range ids {
+			s := k.Slots[id]
+			switch {
+			case !s.Placed && !slices.Contains(k.lost, id) && (ps == nil || held[s.Group] < held[ps.Group]):
+				ps = s
+			case s.Placed && (rs == nil || held[s.Group] >= held[rs.Group]):
+				rich, rs = id, s
+			}
+		}
+		if ps == nil || rs == nil || held[rs.Group]-held[ps.Group] < 2 {
+			return
+		}
+		held[rs.Group]--
+		held[ps.Group]++
+		rs.Placed, rs.Refused = false, true
+		ps.Placed, ps.Refused = true, false
+		k.lost = append(k.lost, rich)
+	}
 }
 
 // Unsynced takes a write of u whose answer was lost: the store may have

@@ -141,3 +141,70 @@ func TestSlotAddedDuringSyncIsNotRefused(t *testing.T) {
 		t.Fatalf("the store granting 2 of the 3 asked: refused %v, want slot 3", refused)
 	}
 }
+
+// Places are shared between the hosts instances run on (Slot.Group) max-min
+// fairly: instances that came first from one host hold every place until
+// others' instances wait, then give up their last places, abandoned at
+// once, until no host holds two more than a host whose instance waits.
+// Instances of one host (the ungrouped ones too) keep first come, first
+// served among themselves.
+func TestPlacesSharedBetweenHosts(t *testing.T) {
+	p := edgePolicy(t)
+	p.Edge.Instances = 4
+	cfg := DefaultConfig()
+	k := NewKey[int](cmp.Compare[int])
+	now := t0
+	capAt := func(time.Time) int64 { return p.Limits().Amount() }
+	add := func(id int, group string) {
+		k.Add(id, now).Report(p, 100, 5*time.Second, now)
+		k.Slots[id].Group = group
+	}
+	// round plans, syncs with a store granting the policy's 4 places, and
+	// pushes: the slots abandoned.
+	round := func() (abandoned []int) {
+		t.Helper()
+		u, _ := k.Plan(now, p, time.Minute, capAt, 0, Others{}, cfg)
+		k.Synced(now, now, u, Granted{Reserved: Reserve(u.Want, k.Written, u.Capacity, 0), Places: min(u.Instances, 4)}, cfg)
+		k.Alive = now.Add(time.Hour)
+		for _, s := range k.Push(now, p, cfg) {
+			if s.Abandon {
+				abandoned = append(abandoned, s.Slot)
+			}
+		}
+		now = now.Add(cfg.GrowWait)
+		return abandoned
+	}
+	placed := func() map[string]int {
+		n := map[string]int{}
+		for _, s := range k.Slots {
+			if s.Placed {
+				n[s.Group]++
+			}
+		}
+		return n
+	}
+	for id := 1; id <= 6; id++ {
+		add(id, "sybil")
+	}
+	if a := round(); len(a) != 0 || placed()["sybil"] != 4 {
+		t.Fatalf("one host's 6 instances: placed %v, abandoned %v; want 4 placed, none abandoned", placed(), a)
+	}
+	add(7, "h1")
+	add(8, "h2")
+	if a := round(); len(a) != 2 || a[0]+a[1] != 3+4 || a[0] == a[1] {
+		t.Fatalf("two other hosts' instances waiting: abandoned %v, want the first host's last two placed (3, 4)", a)
+	}
+	if n := placed(); n["sybil"] != 2 || n["h1"] != 1 || n["h2"] != 1 {
+		t.Fatalf("places %v, want 2 for the first host, 1 each for the others", n)
+	}
+	add(9, "sybil")
+	add(10, "h3")
+	round()
+	if n := placed(); n["sybil"] != 1 || n["h1"] != 1 || n["h2"] != 1 || n["h3"] != 1 {
+		t.Fatalf("places %v, want one each once a fourth host's instance waits", n)
+	}
+	add(11, "h1")
+	if a := round(); len(a) != 0 || placed()["h1"] != 1 {
+		t.Fatalf("a second instance of a host holding one place: abandoned %v, places %v; want it to wait", a, placed())
+	}
+}

@@ -33,8 +33,10 @@ type Slot struct {
 	// store granted this agent for the identity, and only then is
 	// assigned (Key.Places). Refused: a sync found no place free for it;
 	// it takes no part in the split and asks again with the key's next
-	// write.
+	// write. Group names the host its instance runs on, as the agent sees
+	// its stream: places are shared fairly between groups (Key.place).
 	Placed, Refused bool
+	Group           string
 
 	// What Resize knows of the room between the share's virtual bucket
 	// and Envoy's (slack, tokens) as of slackAt: it grows by withheld a

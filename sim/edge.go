@@ -269,6 +269,7 @@ func (x *edgeRegion) report(st uint64, us []usage) {
 		s := k.Slots[st]
 		if s == nil {
 			s = k.Add(st, now)
+			s.Group = "instance " + strconv.Itoa(x.streams[st]) // each instance a host of its own, as the agent's groupOf
 			x.kick()
 		}
 		count := u.allowed + u.denied

@@ -6,6 +6,7 @@ import (
 	"io"
 	"maps"
 	"math"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -347,5 +349,44 @@ func TestRLQSInstancesAndSpellings(t *testing.T) {
 	}
 	if n, placed := slots(); n != 2 || placed != 2 {
 		t.Fatalf("after the first stream ended: %d buckets, %d placed, want 2, 2", n, placed)
+	}
+}
+
+// Streams that came first from one host cannot keep a policy's instances
+// from other hosts' Envoys: four streams from 127.0.0.1 take both places
+// of an identity, then an Envoy on 127.0.0.2 reports it, and one of the
+// first host's instances is abandoned so that it gets its assignment.
+// Before, it waited for as long as the four streams lasted.
+func TestRLQSPlacesSharedBetweenHosts(t *testing.T) {
+	ra := regionAgent(t, strings.Replace(edgeTestPolicy, "instances: 4", "instances: 2", 1), fastEdge)
+	a := map[string]string{"policy": "api", "tenant": "a"}
+	from := func(ip string) *rawStream {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+		cc, err := grpc.NewClient(ra.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cc.Close() })
+		return openRawOn(t, cc)
+	}
+	var first []*rawStream
+	for range 4 {
+		st := from("127.0.0.1")
+		st.send(t, "shop", use(a, 0, 1, 0))
+		first = append(first, st)
+	}
+	first[0].next(t, a)
+	first[1].next(t, a)
+	testenv.WaitFor(t, 5*time.Second, "the first host's two instances beyond the places refused", func() bool {
+		return edgeRefused(t, ra.a, "instances") >= 2
+	})
+	other := from("127.0.0.2")
+	other.send(t, "shop", use(a, 0, 1, 0))
+	if got, _ := other.next(t, a); got.GetQuotaAssignmentAction() == nil {
+		t.Fatalf("another host's instance: %v, want an assignment", got)
+	}
+	if got, _ := first[1].next(t, a); got.GetAbandonAction() == nil {
+		t.Fatalf("the first host's last placed instance: %v, want its bucket abandoned", got)
 	}
 }

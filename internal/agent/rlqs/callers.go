@@ -32,9 +32,26 @@ func callerOf(ctx context.Context) string {
 		sum := sha256.Sum256(ti.State.PeerCertificates[0].Raw)
 		return "cert " + hex.EncodeToString(sum[:8])
 	}
-	host, _, err := net.SplitHostPort(p.Addr.String())
-	if err != nil {
-		host = p.Addr.String()
+	return "address " + hostOf(p.Addr)
+}
+
+// groupOf names the caller of a stream together with the host it comes
+// from: a policy identity's instance places are shared fairly between
+// such groups (edge.Slot.Group), so that many streams from one host, one
+// certificate, cannot take the places of the Envoys of other hosts that
+// share it.
+func groupOf(ctx context.Context, caller string) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return caller + " at " + hostOf(p.Addr)
 	}
-	return "address " + host
+	return caller
+}
+
+// hostOf is addr's host.
+func hostOf(addr net.Addr) string {
+	host, _, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return addr.String()
+	}
+	return host
 }

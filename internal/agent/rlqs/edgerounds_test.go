@@ -80,7 +80,7 @@ func TestEdgeRoundsAsTheSimulator(t *testing.T) {
 				st := streams[ev.Instance]
 				if st == nil {
 					var err error
-					if st, err = e.open(false, fmt.Sprint("instance ", ev.Instance)); err != nil {
+					if st, err = e.open(false, fmt.Sprint("instance ", ev.Instance), fmt.Sprint("instance ", ev.Instance)); err != nil {
 						t.Fatal(err)
 					}
 					streams[ev.Instance], instanceOf[st] = st, ev.Instance

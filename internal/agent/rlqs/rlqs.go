@@ -65,7 +65,8 @@ func (s *rlqsServer) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_S
 	default:
 	}
 	md, _ := metadata.FromIncomingContext(stream.Context())
-	st, err := s.e.open(len(md.Get(quotalease.ClientMetadata)) > 0, callerOf(stream.Context()))
+	caller := callerOf(stream.Context())
+	st, err := s.e.open(len(md.Get(quotalease.ClientMetadata)) > 0, caller, groupOf(stream.Context(), caller))
 	if err != nil {
 		return err
 	}
@@ -110,9 +111,10 @@ func (s *rlqsServer) receive(stream rlqsv3.RateLimitQuotaService_StreamRateLimit
 	}
 }
 
-// open registers a new stream of caller, of the client library or of an
-// Envoy, or refuses it beyond the agent's or the caller's budget.
-func (e *Engine) open(library bool, caller string) (*rlqsStream, error) {
+// open registers a new stream of caller, in group (groupOf), of the client
+// library or of an Envoy, or refuses it beyond the agent's or the caller's
+// budget.
+func (e *Engine) open(library bool, caller, group string) (*rlqsStream, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if len(e.streams) >= e.cfg.MaxStreams {
@@ -135,7 +137,7 @@ func (e *Engine) open(library bool, caller string) (*rlqsStream, error) {
 	}
 	cl.streams++
 	e.nextStream++
-	st := &rlqsStream{id: e.nextStream, library: library, caller: cl,
+	st := &rlqsStream{id: e.nextStream, library: library, caller: cl, group: group,
 		out: make(chan *rlqsv3.RateLimitQuotaResponse, rlqsOutbox), done: make(chan struct{}),
 		slots: map[string]*rlqsSlot{}, allowAll: map[string]time.Time{}, tokens: float64(e.cfg.ReportBurst), tokensAt: e.h.Clock.Now(),
 		refused: logs.Outage{What: "RLQS buckets refused", Interval: 30 * time.Second, Level: hclog.Warn}}
@@ -287,6 +289,7 @@ func (e *Engine) subscribe(st *rlqsStream, id *rlqsv3.BucketId, bk string, now t
 	k = e.r.Key(kid, m.pol)
 	sid := rlqsSlotID{st.id, bk}
 	s := &rlqsSlot{Slot: k.Add(sid, now), st: st, id: id, key: k}
+	s.Group = st.group
 	st.slots[bk] = s
 	e.countBuckets(st, 1)
 	return s

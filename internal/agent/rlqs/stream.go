@@ -19,8 +19,10 @@ type rlqsStream struct {
 	// library: the client is the quota-lease client library, not an Envoy
 	// (it names itself when the stream opens).
 	library bool
-	// caller is what the stream's caller holds (its budgets).
+	// caller is what the stream's caller holds (its budgets); group names
+	// it with the host the stream comes from (groupOf).
 	caller *callerLoad
+	group  string
 	out    chan *rlqsv3.RateLimitQuotaResponse
 	done   chan struct{}
 	slots  map[string]*rlqsSlot // by quotalease.Key
