@@ -1,9 +1,6 @@
 package edge
 
-import (
-	"slices"
-	"time"
-)
+import "time"
 
 // Instance places. The bound's edge term counts N instances per region
 // (the policy's edge.instances), each running its own fallback once an
@@ -28,14 +25,21 @@ type Granted struct {
 
 // place gives the places the store holds for this agent, at most the
 // policy's instances, to its slots: placed slots keep theirs, the others
-// take what is free in order. The store grants no fewer than an agent
-// held unless its entry was lost or a write's answer was (Unsynced), and
-// the policy's instances may be lowered: then the last slots in order
-// lose their places, and are abandoned at the next push (lost), so that
-// their assignments cannot outlive the place into their fallback. With
-// refuse (the store granted fewer places than it was asked), the slots
-// left without a place are marked refused, and those newly so returned.
-// Without it they wait for the answer to a write that asks for them.
+// take what is free, first those of the group (Slot.Group, the host an
+// instance runs on) holding fewest, in order. The store grants no fewer
+// than an agent held unless its entry was lost or a write's answer was
+// (Unsynced), and the policy's instances may be lowered: then slots of
+// the group holding most lose their places, the last first, and are
+// abandoned at the next push (lost), so that their assignments cannot
+// outlive the place into their fallback. Then, while a slot waits whose
+// group holds two places fewer than another group, that group's last
+// placed slot gives its place up to it, abandoned the same way: places are
+// shared max-min fairly between groups, so that streams that came first
+// from one host, however many, cannot keep the policy's instances from
+// every other host's. With refuse (the store granted fewer places than it
+// was asked), the slots left without a place are marked refused, and those
+// newly so returned. Without it they wait for the answer to a write that
+// asks for them.
 func (k *Key[K]) place(refuse bool) (refused []K) {
 	most := k.Places
 	if k.most > 0 {
@@ -45,70 +49,94 @@ func (k *Key[K]) place(refuse bool) (refused []K) {
 		return nil // every slot placed, within the places: nothing to do (most keys, most rounds)
 	}
 	defer func() { k.placed = k.countPlaced() }()
-	ids := k.sorted()
+	g := groups[K]{k: k, ids: k.sorted(), held: map[string]int64{}, leaving: map[K]bool{}}
+	for _, id := range k.lost {
+		g.leaving[id] = true
+	}
 	var placed int64
-	for _, id := range ids {
-		if k.Slots[id].Placed {
+	for _, id := range g.ids {
+		if s := k.Slots[id]; s.Placed {
 			placed++
+			g.held[s.Group]++
 		}
 	}
-	for i := len(ids) - 1; i >= 0 && placed > most; i-- {
-		if s := k.Slots[ids[i]]; s.Placed {
-			s.Placed, s.Refused, placed = false, true, placed-1
-			k.lost = append(k.lost, ids[i])
-		}
+	for ; placed > most; placed-- {
+		id, _ := g.richest() // some slot holds a place
+		g.give(id)
 	}
-	for _, id := range ids {
-		switch s := k.Slots[id]; {
-		case s.Placed:
-		case placed < most:
-			s.Placed, s.Refused, placed = true, false, placed+1
-		case refuse && !s.Refused:
+	for ; placed < most; placed++ {
+		id, ok := g.poorest()
+		if !ok {
+			break
+		}
+		g.take(id)
+	}
+	for {
+		poor, ok1 := g.poorest()
+		rich, ok2 := g.richest()
+		if !ok1 || !ok2 || g.held[k.Slots[rich].Group]-g.held[k.Slots[poor].Group] < 2 {
+			break
+		}
+		g.give(rich)
+		g.take(poor)
+	}
+	for _, id := range g.ids {
+		if s := k.Slots[id]; refuse && !s.Placed && !s.Refused && !g.leaving[id] {
 			s.Refused = true
 			refused = append(refused, id)
 		}
 	}
-	if placed < int64(len(ids)) {
-		k.balance(ids)
-	}
 	return refused
 }
 
-// balance shares the places between the slots' groups (Slot.Group, the
-// hosts their instances run on) max-min fairly: while a slot waits whose
-// group holds two places fewer than another group, that group's last
-// placed slot gives its place up to it, and is abandoned at the next push
-// (lost), so that it cannot hold an assignment beside the one that takes
-// its place. So streams that came first from one host, however many,
-// cannot keep the policy's instances from every other host's.
-func (k *Key[K]) balance(ids []K) {
-	held := map[string]int{}
-	for _, id := range ids {
-		if s := k.Slots[id]; s.Placed {
-			held[s.Group]++
+// groups is a key's slots, in order, as place shares the places between
+// their groups: the places each group holds, and the slots giving theirs
+// up (lost).
+type groups[K comparable] struct {
+	k       *Key[K]
+	ids     []K
+	held    map[string]int64
+	leaving map[K]bool
+}
+
+// poorest is the first waiting slot (no place, not leaving) of the group
+// holding fewest places; ok is false when none waits.
+func (g groups[K]) poorest() (id K, ok bool) {
+	var best *Slot
+	for _, i := range g.ids {
+		if s := g.k.Slots[i]; !s.Placed && !g.leaving[i] && (best == nil || g.held[s.Group] < g.held[best.Group]) {
+			id, best = i, s
 		}
 	}
-	for {
-		var rich K
-		var ps, rs *Slot // the first waiting slot of the poorest group, the last placed of the richest
-		for _, id := range ids {
-			s := k.Slots[id]
-			switch {
-			case !s.Placed && !slices.Contains(k.lost, id) && (ps == nil || held[s.Group] < held[ps.Group]):
-				ps = s
-			case s.Placed && (rs == nil || held[s.Group] >= held[rs.Group]):
-				rich, rs = id, s
-			}
+	return id, best != nil
+}
+
+// richest is the last placed slot of the group holding most places; ok is
+// false when none holds one.
+func (g groups[K]) richest() (id K, ok bool) {
+	var best *Slot
+	for _, i := range g.ids {
+		if s := g.k.Slots[i]; s.Placed && (best == nil || g.held[s.Group] >= g.held[best.Group]) {
+			id, best = i, s
 		}
-		if ps == nil || rs == nil || held[rs.Group]-held[ps.Group] < 2 {
-			return
-		}
-		held[rs.Group]--
-		held[ps.Group]++
-		rs.Placed, rs.Refused = false, true
-		ps.Placed, ps.Refused = true, false
-		k.lost = append(k.lost, rich)
 	}
+	return id, best != nil
+}
+
+// take places slot id.
+func (g groups[K]) take(id K) {
+	s := g.k.Slots[id]
+	s.Placed, s.Refused = true, false
+	g.held[s.Group]++
+}
+
+// give takes slot id's place from it: it is abandoned at the next push.
+func (g groups[K]) give(id K) {
+	s := g.k.Slots[id]
+	s.Placed, s.Refused = false, true
+	g.held[s.Group]--
+	g.leaving[id] = true
+	g.k.lost = append(g.k.lost, id)
 }
 
 // Unsynced takes a write of u whose answer was lost: the store may have

@@ -2,6 +2,7 @@ package edge
 
 import (
 	"cmp"
+	"slices"
 	"testing"
 	"time"
 )
@@ -191,7 +192,7 @@ func TestPlacesSharedBetweenHosts(t *testing.T) {
 	}
 	add(7, "h1")
 	add(8, "h2")
-	if a := round(); len(a) != 2 || a[0]+a[1] != 3+4 || a[0] == a[1] {
+	if a := round(); len(a) != 2 || !(a[0] == 3 && a[1] == 4 || a[0] == 4 && a[1] == 3) {
 		t.Fatalf("two other hosts' instances waiting: abandoned %v, want the first host's last two placed (3, 4)", a)
 	}
 	if n := placed(); n["sybil"] != 2 || n["h1"] != 1 || n["h2"] != 1 {
@@ -206,5 +207,58 @@ func TestPlacesSharedBetweenHosts(t *testing.T) {
 	add(11, "h1")
 	if a := round(); len(a) != 0 || placed()["h1"] != 1 {
 		t.Fatalf("a second instance of a host holding one place: abandoned %v, places %v; want it to wait", a, placed())
+	}
+}
+
+// Free places go first to the hosts holding fewest, and places the store
+// takes back come first from the hosts holding most: no slot is placed
+// only to be abandoned at once, and a slot placed in a sync is not also
+// reported refused by it.
+func TestPlacesFillAndShrinkByHost(t *testing.T) {
+	p := edgePolicy(t)
+	p.Edge.Instances = 8
+	cfg := DefaultConfig()
+	k := NewKey[int](cmp.Compare[int])
+	now := t0
+	add := func(id int, group string) { k.Add(id, now).Group = group }
+	sync := func(places int64) []int {
+		return k.Synced(now, now, Update{Instances: int64(len(k.Slots)), Most: 8}, Granted{Places: places}, cfg)
+	}
+	placed := func() (ids []int) {
+		for _, id := range k.sorted() {
+			if k.Slots[id].Placed {
+				ids = append(ids, id)
+			}
+		}
+		return ids
+	}
+	add(1, "a")
+	add(2, "a")
+	add(3, "b")
+	if refused := sync(2); len(refused) != 1 || refused[0] != 2 || !slices.Equal(placed(), []int{1, 3}) || len(k.lost) != 0 {
+		t.Fatalf("2 places for a, a, b: refused %v, placed %v, lost %v; want 1 and 3 placed, 2 refused, none lost", refused, placed(), k.lost)
+	}
+	add(4, "c")
+	add(5, "a")
+	add(6, "b")
+	byHost := func() map[string]int {
+		n := map[string]int{}
+		for _, id := range placed() {
+			n[k.Slots[id].Group]++
+		}
+		return n
+	}
+	sync(4)
+	if n := byHost(); n["a"] != 2 || n["b"] != 1 || n["c"] != 1 || len(k.lost) != 0 {
+		t.Fatalf("4 places for a, a, b, c, a, b: placed %v, lost %v; want 2, 1, 1, none lost", n, k.lost)
+	}
+	k.Remove(4) // c leaves: its place goes to b, holding fewer than a
+	sync(4)
+	if n := byHost(); n["a"] != 2 || n["b"] != 2 || len(k.lost) != 0 {
+		t.Fatalf("after c left: placed %v, lost %v; want 2 each, none lost", n, k.lost)
+	}
+	sync(2)
+	if n := byHost(); n["a"] != 1 || n["b"] != 1 || len(k.lost) != 2 {
+		t.Fatalf("places cut to 2: placed %v, lost %v; want one each, two lost", n, k.lost)
 	}
 }
