@@ -173,6 +173,7 @@ func TestEnvoyRateLimitService(t *testing.T) {
 // The HTTP 429, header by header and body field by field.
 func TestHTTP429Contract(t *testing.T) {
 	ra := regionAgent(t, "name: search\nidentity: [user]\nalgorithm: fixed_window\nlimit: 2\nperiod: 1m\nscope: region\n", nil)
+	roomInWindow(t, time.Minute)
 	post := func(body string) *http.Response {
 		resp, err := http.Post(ra.httpURL+"/v1/check", "application/json", strings.NewReader(body))
 		if err != nil {

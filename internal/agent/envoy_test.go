@@ -3,6 +3,7 @@ package agent
 import (
 	"strings"
 	"testing"
+	"time"
 
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -22,6 +23,7 @@ func TestEnvoyOddDescriptorDoesNotDisableLimiting(t *testing.T) {
 	client := envoyClient(t, "name: api\nidentity: [user]\nalgorithm: fixed_window\n"+
 		"limit: 3\nperiod: 1m\nscope: region\n",
 		func(c *Config) { c.EnvoyRetryAfter = true })
+	roomInWindow(t, time.Minute)
 	long := strings.Repeat("v", 4000)
 	odd := []*commonrl.RateLimitDescriptor{
 		entries("generic_key", "nope", "user", "u"), // unknown policy
@@ -75,6 +77,7 @@ func TestEnvoyOddDescriptorDoesNotDisableLimiting(t *testing.T) {
 func TestEnvoyHitsAddendPerDescriptor(t *testing.T) {
 	client := envoyClient(t, "name: api\nidentity: [user]\nalgorithm: fixed_window\n"+
 		"limit: 10\nperiod: 1m\nscope: region\n", nil)
+	roomInWindow(t, time.Minute)
 	d := entries("generic_key", "api", "user", "bob")
 	d.HitsAddend = wrapperspb.UInt64(4)
 	resp, err := client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 1, Descriptors: []*commonrl.RateLimitDescriptor{d}})

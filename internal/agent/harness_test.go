@@ -213,6 +213,17 @@ func grpcConn(t testing.TB, addr string) *grpc.ClientConn {
 
 func startRedis(t testing.TB) *redistest.Server { return redistest.Start(t) }
 
+// roomInWindow waits until the fixed window of period now in progress
+// (windows align to the Unix epoch, on Redis's clock, this machine's) has
+// at least a sixth of it left, so that the checks a test makes next, which
+// expect exact counts, fall in one window.
+func roomInWindow(t testing.TB, period time.Duration) {
+	t.Helper()
+	testenv.WaitFor(t, 2*period, "room left in the window", func() bool {
+		return time.Now().UnixNano()%int64(period) < int64(period)*5/6
+	})
+}
+
 // counterValue sums every series of the counter named name on a's registry.
 func counterValue(t testing.TB, a *Agent, name string) float64 {
 	t.Helper()

@@ -15,7 +15,6 @@ import (
 
 	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/internal/httplimit"
-	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/policy"
 )
 
@@ -55,12 +54,7 @@ func TestHTTPRateLimitHeaderChoice(t *testing.T) {
 	for _, mode := range []string{httplimit.Draft06, httplimit.Draft11, httplimit.None} {
 		t.Run(mode, func(t *testing.T) {
 			ra := regionAgent(t, pol, func(c *Config) { c.HTTPRateLimitHeaders = mode })
-			// The checks must fall in one window (windows align to the Unix
-			// epoch): not in a minute's last 10 s, where a new window could
-			// begin between them.
-			testenv.WaitFor(t, 15*time.Second, "a minute with room for the checks", func() bool {
-				return time.Now().UnixMilli()%60000 < 50000
-			})
+			roomInWindow(t, time.Minute)
 			for i, c := range []struct {
 				user    string
 				allowed bool

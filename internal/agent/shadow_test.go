@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -17,6 +18,7 @@ import (
 // result="shadow", and charges nothing more.
 func TestShadowModeNeverRejects(t *testing.T) {
 	ra := regionAgent(t, "name: trial\nidentity: [user]\nalgorithm: fixed_window\nlimit: 2\nperiod: 1m\nscope: region\nshadow_mode: true\n", nil)
+	roomInWindow(t, time.Minute)
 	for i := 0; i < 5; i++ {
 		o, err := ra.a.Check(t.Context(), admission.Request{Policy: "trial", Attributes: map[string]string{"user": "u"}})
 		if err != nil || !o.Allowed || o.Shadow != (i >= 2) {
