@@ -3,10 +3,11 @@
 -- agent process: "id reserved edgeDemand directDemand expiresMs places
 -- largest life", one per line, expiry on this server's clock (places, the
 -- Envoy instances the agent assigns to, and largest, the most one of them
--- may enforce, may be missing: 0, unknown; life may be missing: 0, none). The script applies one agent's
--- updates and reads what the other agents hold, atomically, so that two
--- agents growing at once never reserve more than the capacity, nor hold
--- more places than the policy's instances, between them.
+-- may enforce, may be missing: 0, unknown; life may be missing: 0,
+-- none). The script applies one agent's updates and reads what the other
+-- agents hold, atomically, so that two agents growing at once never
+-- reserve more than the capacity, nor hold more places than the policy's
+-- instances, between them.
 --
 -- An entry written in a life of its agent also ends with that life: every
 -- call that says how long (ARGV[3]) keeps the caller alive that much longer,
