@@ -88,8 +88,7 @@ func TestSuccessorAssignsWithinTheInheritance(t *testing.T) {
 				a.Synced(now, now, u, alone(a, u), cfg)
 				last = u
 			}
-			a.Alive = t0.Add(time.Hour) // alive in the store throughout
-			a.Push(now, p, cfg)
+			a.Push(now, p, t0.Add(time.Hour), cfg)
 			now = now.Add(cfg.Tick)
 		}
 		held := map[int]int64{} // what each instance enforces: the predecessor's share
@@ -120,8 +119,7 @@ func TestSuccessorAssignsWithinTheInheritance(t *testing.T) {
 				}
 				b.Synced(now, now, u, g, cfg)
 			}
-			b.Alive = t0.Add(time.Hour) // alive in the store throughout
-			for _, s := range b.Push(now, p, cfg) {
+			for _, s := range b.Push(now, p, t0.Add(time.Hour), cfg) {
 				if s.Abandon {
 					t.Fatalf("seed %d: slot %d abandoned", seed, s.Slot)
 				}

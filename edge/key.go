@@ -31,13 +31,10 @@ type Key[K comparable] struct {
 	// agent (confirmed by a sync); Visible what every agent may be
 	// counting (written GrowWait ago); Pending a larger written amount
 	// waiting for that since PendingSince; Covered until when the store
-	// keeps the entry, and Alive until when it keeps this agent alive (the
-	// entry ends with the agent's life, Store: the agent's rounds set it),
-	// on this agent's clock; SentEdge and SentDirect the demands last
-	// written.
+	// keeps the entry, on this agent's clock; SentEdge and SentDirect the
+	// demands last written.
 	Written, Visible, Pending int64
 	PendingSince, Covered     time.Time
-	Alive                     time.Time
 	SentEdge, SentDirect      int64
 	// SentLargest is the largest share the store records for this agent
 	// (Update.Largest).
@@ -335,10 +332,12 @@ type Send[K comparable] struct {
 // when not served): the changes the ledger allows within the visible
 // reservation (Ledger.Plan; a changed share gets a new bucket, Assign),
 // the refreshes due, and abandons of slots idle for AbandonAfter. Nothing
-// is pushed while the store may not keep the reservation, or this agent
-// alive, for one more assignment's life.
-func (k *Key[K]) Push(now time.Time, p *policy.Policy, cfg Config) []Send[K] {
-	return k.push(now, p, cfg, cfg.RefreshLead(k.TTL))
+// is pushed while the store may not keep the reservation for one more
+// assignment's life: its entry (Covered), or this agent alive (until
+// alive, on this agent's clock: the entry ends with the agent's life,
+// Store).
+func (k *Key[K]) Push(now time.Time, p *policy.Policy, alive time.Time, cfg Config) []Send[K] {
+	return k.push(now, p, alive, cfg, cfg.RefreshLead(k.TTL))
 }
 
 // PushAlong is Push for a key whose round is not due (Next), when an
@@ -346,17 +345,17 @@ func (k *Key[K]) Push(now time.Time, p *policy.Policy, cfg Config) []Send[K] {
 // every assignment due within AlongLead, so that the refreshes of one
 // instance's buckets come together, one message per assignment's life,
 // instead of one message for each.
-func (k *Key[K]) PushAlong(now time.Time, p *policy.Policy, cfg Config) []Send[K] {
-	return k.push(now, p, cfg, cfg.AlongLead(k.TTL))
+func (k *Key[K]) PushAlong(now time.Time, p *policy.Policy, alive time.Time, cfg Config) []Send[K] {
+	return k.push(now, p, alive, cfg, cfg.AlongLead(k.TTL))
 }
 
-func (k *Key[K]) push(now time.Time, p *policy.Policy, cfg Config, lead time.Duration) []Send[K] {
+func (k *Key[K]) push(now time.Time, p *policy.Policy, alive time.Time, cfg Config, lead time.Duration) []Send[K] {
 	if k.grown(now, cfg) {
 		k.Visible, k.Pending = max(k.Visible, k.Pending), 0
 	}
 	k.Visible = min(k.Visible, k.Written)
 	out := k.abandonLost(now)
-	if p == nil || k.Want == nil || now.Add(k.Life).After(k.Covered) || now.Add(k.Life).After(k.Alive) {
+	if p == nil || k.Want == nil || now.Add(k.Life).After(k.Covered) || now.Add(k.Life).After(alive) {
 		return out
 	}
 	changes := k.Ledger.Plan(now, k.placedWant(), k.Visible, cfg.ChangeEvery)

@@ -40,8 +40,7 @@ func TestKeyRounds(t *testing.T) {
 		if u, write := k.Plan(now, p, time.Minute, capAt, 0, Others{}, cfg); write {
 			k.Synced(now, now, u, alone(k, u), cfg)
 		}
-		k.Alive = t0.Add(time.Hour) // alive in the store throughout
-		return k.Push(now, p, cfg)
+		return k.Push(now, p, t0.Add(time.Hour), cfg)
 	}
 	k.Add(1, now)
 	if got := round(); len(got) != 0 || k.Written != capacity {

@@ -62,8 +62,7 @@ func TestKeySkipsOnlyIdleRounds(t *testing.T) {
 			if write {
 				plan.Synced(now, now.Add(gap), u, Granted{Reserved: granted, Places: Reserve(u.Instances, plan.Places, u.Most, 0)}, cfg)
 			}
-			plan.Alive = t0.Add(time.Hour) // alive in the store throughout
-			sends := plan.Push(now.Add(gap), p, cfg)
+			sends := plan.Push(now.Add(gap), p, t0.Add(time.Hour), cfg)
 			if plan != k {
 				skipped++
 				if write && !retry || len(sends) > 0 {

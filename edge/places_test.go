@@ -30,8 +30,7 @@ func TestKeyPlaces(t *testing.T) {
 			refused = k.Synced(now, now, u, Granted{Reserved: Reserve(u.Want, k.Written, u.Capacity, 0), Places: min(u.Instances, places)}, cfg)
 		}
 		sent = map[int]bool{}
-		k.Alive = t0.Add(time.Hour) // alive in the store throughout
-		for _, s := range k.Push(now, p, cfg) {
+		for _, s := range k.Push(now, p, t0.Add(time.Hour), cfg) {
 			sent[s.Slot] = true
 		}
 		now = now.Add(cfg.GrowWait)
@@ -67,8 +66,7 @@ func TestKeyPlaces(t *testing.T) {
 	}
 	// A slot that lost its place is abandoned at once: its assignment
 	// must not outlive the place into its fallback.
-	k.Alive = t0.Add(time.Hour) // alive in the store throughout
-	if sends := k.Push(now, p, cfg); len(sends) == 0 || sends[0].Slot != 3 || !sends[0].Abandon || k.Slots[3] != nil {
+	if sends := k.Push(now, p, t0.Add(time.Hour), cfg); len(sends) == 0 || sends[0].Slot != 3 || !sends[0].Abandon || k.Slots[3] != nil {
 		t.Fatalf("after losing a place: %+v, want slot 3 abandoned", sends)
 	}
 
@@ -81,8 +79,7 @@ func TestKeyPlaces(t *testing.T) {
 	}
 	p.Edge.Instances = 1
 	k.Plan(now, p, time.Minute, capAt, 0, Others{}, cfg)
-	k.Alive = t0.Add(time.Hour) // alive in the store throughout
-	if sends := k.Push(now, p, cfg); len(sends) == 0 || sends[0].Slot != 4 || !sends[0].Abandon {
+	if sends := k.Push(now, p, t0.Add(time.Hour), cfg); len(sends) == 0 || sends[0].Slot != 4 || !sends[0].Abandon {
 		t.Fatalf("instances lowered to 1: %+v, want slot 4 abandoned", sends)
 	}
 
@@ -166,8 +163,7 @@ func TestPlacesSharedBetweenHosts(t *testing.T) {
 		t.Helper()
 		u, _ := k.Plan(now, p, time.Minute, capAt, 0, Others{}, cfg)
 		k.Synced(now, now, u, Granted{Reserved: Reserve(u.Want, k.Written, u.Capacity, 0), Places: min(u.Instances, 4)}, cfg)
-		k.Alive = now.Add(time.Hour)
-		for _, s := range k.Push(now, p, cfg) {
+		for _, s := range k.Push(now, p, t0.Add(time.Hour), cfg) {
 			if s.Abandon {
 				abandoned = append(abandoned, s.Slot)
 			}

@@ -346,8 +346,7 @@ func (r *Round[S]) setView(sent time.Time, changed bool, others map[ID]Others) {
 func (r *Round[S]) push(now time.Time) {
 	for _, k := range r.visited {
 		if r.keys[k.ID] == k { // not dropped this round
-			k.Alive = r.alive
-			r.send(k, k.Push(now, k.pol, r.cfg), now)
+			r.send(k, k.Push(now, k.pol, r.alive, r.cfg), now)
 			// Due from the plan on: a time that passed during the sync
 			// makes the next round plan the key.
 			k.due = k.Next(r.planAt, r.cfg)
@@ -363,8 +362,7 @@ func (r *Round[S]) push(now time.Time) {
 	}
 	for _, a := range along {
 		if k := r.keys[a.id]; k != nil && k.Slots[a.slot] != nil && r.alongOK(k, now) && k.Ledger.Due(a.slot, now, r.cfg.AlongLead(k.TTL)) {
-			k.Alive = r.alive
-			r.send(k, k.PushAlong(now, k.pol, r.cfg), now)
+			r.send(k, k.PushAlong(now, k.pol, r.alive, r.cfg), now)
 			k.due = earliest(k.due, k.Next(now, r.cfg))
 		}
 	}

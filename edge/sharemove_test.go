@@ -27,8 +27,7 @@ func TestSmallShareMoveMovesBucketsLittle(t *testing.T) {
 		if u, write := k.Plan(now, p, time.Minute, capAt, 0, Others{}, cfg); write {
 			k.Synced(now, now, u, alone(k, u), cfg)
 		}
-		k.Alive = t0.Add(time.Hour) // alive in the store throughout
-		k.Push(now, p, cfg)
+		k.Push(now, p, t0.Add(time.Hour), cfg)
 		now = now.Add(cfg.Tick)
 	}
 	for range 300 { // 30 s: settled, the buckets grown
