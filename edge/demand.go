@@ -30,8 +30,8 @@ func Span(elapsed, measured time.Duration) (d time.Duration, ok bool) {
 // over: a report over less is added to the next.
 const firstSpan = time.Second
 
-// demandWindow is about how long a span of reports a slot's rate stands
-// for. A report over less, as a client reporting every second sends,
+// demandWindow is about how long a span of reports a slot's rate (and of
+// measures the direct checks' rate) stands for. A report over less, as a client reporting every second sends,
 // moves the rate toward its own in proportion to the time it covers (a
 // moving average over about this long), so that the chance gaps and
 // clusters of a few requests do not shrink and grow an instance's share

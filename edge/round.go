@@ -38,9 +38,10 @@ type Round[S comparable] struct {
 	// directOnly are policy identities other agents serve at the edge and
 	// this one only checks directly: its direct demand, as last written.
 	directOnly map[ID]int64
-	regionKeys map[ID]Others // the other agents' holdings, from the last read
-	own        map[ID]int64  // this agent's reservations, as written (Written)
-	directAt   time.Time     // when direct demands were last measured
+	regionKeys map[ID]Others  // the other agents' holdings, from the last read
+	own        map[ID]int64   // this agent's reservations, as written (Written)
+	directAt   time.Time      // when direct demands were last measured
+	directRate map[ID]float64 // direct checks' rates, requests a second, as last measured (averaged)
 	// readAt is when the last round that read the reservations (and wrote
 	// what waited for it) planned: reads come every ReadEvery, even
 	// between urgent syncs. planAt is when this round planned.

@@ -22,6 +22,9 @@ type roundWorld struct {
 	step       time.Duration // the longest between two looks at the capacity
 	renewEvery time.Duration // 0: the grant always has an hour left; else a 10 s grant renewed this often
 	sent       []sent
+	// each, when set, runs at every step of run before its rounds (direct
+	// checks, a look at the keys).
+	each func(at time.Duration)
 }
 
 type sent struct {
@@ -59,8 +62,8 @@ func (w *roundWorld) rounds(cfg Config) *Round[int] {
 func (w *roundWorld) ms() int64 { return w.now.UnixMilli() }
 
 // run drives r until end: every 5 s the reports (slot: requests over the
-// 5 s since the last), and rounds as the agent's timer
-// runs them (Result.After, rounded down to whole ms).
+// 5 s since the last), at every step w.each, and rounds as the agent's
+// timer runs them (Result.After, rounded down to whole ms).
 func (w *roundWorld) run(r *Round[int], id ID, end time.Duration, report func(at time.Duration) map[int]uint64) {
 	start := w.start
 	var mu sync.Mutex
@@ -78,6 +81,9 @@ func (w *roundWorld) run(r *Round[int], id ID, end time.Duration, report func(at
 				s.Report(w.p, n, 5*time.Second, w.now)
 				k.Touch()
 			}
+		}
+		if w.each != nil {
+			w.each(at)
 		}
 		for roundAt == at {
 			roundAt = at + r.Run(context.Background(), &mu, w.clock).After(r.cfg, w.now).Truncate(time.Millisecond)

@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"math"
 	"time"
 
 	"github.com/quota-lease/quota-lease/policy"
@@ -84,14 +85,10 @@ func (s *Slot) Report(p *policy.Policy, count uint64, elapsed time.Duration, now
 	s.Demand = DemandAmount(p, s.perSecond)
 }
 
-// DirectDemand is the demand of direct checks (HTTP, gRPC, Envoy's RLS)
-// that asked cost (micro-units) of one identity of p over d, in p's amount
-// unit.
-func DirectDemand(p *policy.Policy, cost int64, d time.Duration) int64 {
-	if d <= 0 || cost <= 0 {
-		return 0
-	}
-	return p.Limits().RateAmount(int64(float64(cost) / d.Seconds()))
+// DirectCount is how many requests of p's cost direct checks that asked
+// cost (micro-units) stand for, as Envoy's reports count them.
+func DirectCount(p *policy.Policy, cost int64) uint64 {
+	return uint64(max(0, math.Round(float64(cost)/(float64(p.Cost)*float64(policy.Micro)))))
 }
 
 // ReportedCost is the cost (micro-units) count reported requests of p
