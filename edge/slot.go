@@ -55,8 +55,10 @@ type Slot struct {
 // requests (allowed and denied) over elapsed, Envoy's time_elapsed. The
 // rate is measured between the reports as they arrived when there was an
 // earlier one (Span), the first over at least firstSpan, and reports over
-// less than demandWindow are averaged.
-func (s *Slot) Report(p *policy.Policy, count uint64, elapsed time.Duration, now time.Time) {
+// less than demandWindow are averaged. It returns the span the count is
+// over (0: unknown), for the lease meter, which counts it as the region's
+// demand.
+func (s *Slot) Report(p *policy.Policy, count uint64, elapsed time.Duration, now time.Time) time.Duration {
 	var measured time.Duration
 	if !s.At.IsZero() {
 		measured = now.Sub(s.At)
@@ -65,11 +67,11 @@ func (s *Slot) Report(p *policy.Policy, count uint64, elapsed time.Duration, now
 	if count > 0 {
 		s.Busy = now
 	}
-	d, ok := Span(elapsed, measured)
+	span, ok := Span(elapsed, measured)
 	if !ok {
-		return
+		return 0
 	}
-	last := s.perSecond
+	last, d := s.perSecond, span
 	if !s.rated {
 		// A first rate over less than firstSpan says little (Envoy's
 		// report timer may tick a few milliseconds after a bucket's first
@@ -77,12 +79,13 @@ func (s *Slot) Report(p *policy.Policy, count uint64, elapsed time.Duration, now
 		count, d = count+s.early, d+s.earlyFor
 		if d < firstSpan {
 			s.early, s.earlyFor = count, d
-			return
+			return span
 		}
 		s.early, s.earlyFor, s.rated, last = 0, 0, true, -1
 	}
 	s.perSecond = averaged(last, count, d)
 	s.Demand = DemandAmount(p, s.perSecond)
+	return span
 }
 
 // DirectCount is how many requests of p's cost direct checks that asked

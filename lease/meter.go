@@ -18,30 +18,34 @@ func MeterTracks(identityShares int) int { return max(10_000, 4*identityShares) 
 // is scaled by the same share, so the hottest one decides what share is
 // enough; for a policy with a single identity it is the total), as a rate
 // over the last four buckets. Buckets of several seconds keep a sparse
-// identity's single request from reading as a high rate. It tracks at most
-// a bounded number of identities per bucket (NewMeter). Time is in milliseconds of any clock
+// identity's single request from reading as a high rate. A usage report,
+// a cost asked over a span, counts as a flow at its rate (meterflow.go).
+// It tracks at most a bounded number of identities per bucket (NewMeter). Time is in milliseconds of any clock
 // that does not go back. It is not safe for concurrent use.
 type Meter[K comparable] struct {
 	buckets [4]int64 // hottest identity's cost per bucket, newest first
 	cur     map[K]int64
-	prev    map[K]int64 // every identity's cost in the bucket before cur
-	bucket  int64       // number (nowMs / span) of buckets[0]
-	track   int         // most identities per bucket
-	started int64       // ms of the first look: before it nothing was counted
+	prev    map[K]int64  // every identity's cost in the bucket before cur
+	bucket  int64        // number (nowMs / span) of buckets[0]
+	track   int          // most identities per bucket
+	started int64        // ms of the first look: before it nothing was counted
+	flows   map[K][]flow // costs reported over a span, counted as time passes (meterflow.go)
 }
 
 // NewMeter returns an empty meter that tracks at most track identities per
 // bucket (MeterTracks); costs of further identities count in no bucket.
 func NewMeter[K comparable](track int) *Meter[K] {
-	return &Meter[K]{cur: map[K]int64{}, prev: map[K]int64{}, track: track}
+	return &Meter[K]{cur: map[K]int64{}, prev: map[K]int64{}, track: track, flows: map[K][]flow{}}
 }
 
 func (m *Meter[K]) roll(nowMs int64) {
-	b := nowMs / MeterSpan.Milliseconds()
+	span := MeterSpan.Milliseconds()
+	b := nowMs / span
 	if m.bucket == 0 {
 		m.bucket, m.started = b, nowMs
 	}
 	for m.bucket < b {
+		m.accrue((m.bucket + 1) * span) // the flows' part of the bucket that ends
 		copy(m.buckets[1:], m.buckets[:3])
 		m.buckets[0] = 0
 		m.prev, m.cur = m.cur, m.prev
@@ -50,6 +54,7 @@ func (m *Meter[K]) roll(nowMs int64) {
 		if b-m.bucket > 4 {
 			m.buckets, m.bucket = [4]int64{}, b
 			clear(m.prev)
+			clear(m.flows) // flows last at most four buckets: none reaches this one
 		}
 	}
 }
@@ -64,33 +69,43 @@ func (m *Meter[K]) Age(nowMs int64) time.Duration {
 // (MeterTracks); identities already tracked stay.
 func (m *Meter[K]) SetTracks(n int) { m.track = n }
 
-// Add counts cost (micro-units) asked by identity id at nowMs.
-func (m *Meter[K]) Add(id K, cost, nowMs int64) {
-	if m.add(id, cost, nowMs) {
-		m.buckets[0] = max(m.buckets[0], m.cur[id])
+// Add counts cost (micro-units) asked by identity id over the spanMs ms
+// up to nowMs: at nowMs for a check (0), as a flow for a usage report
+// (meterflow.go).
+func (m *Meter[K]) Add(id K, cost, spanMs, nowMs int64) { m.count(id, cost, spanMs, nowMs, false) }
+
+// AddOwn counts cost asked by id, an identity holding shares of its own,
+// as Add does: in its own rate (Rates), not in the region's default
+// demand (Rate), which its shares do not serve.
+func (m *Meter[K]) AddOwn(id K, cost, spanMs, nowMs int64) { m.count(id, cost, spanMs, nowMs, true) }
+
+// count is Add, and AddOwn when own.
+func (m *Meter[K]) count(id K, cost, spanMs, nowMs int64, own bool) {
+	m.roll(nowMs)
+	if spanMs > 0 {
+		m.flow(id, cost, spanMs, nowMs, own)
+		return
 	}
+	m.add(id, cost, own)
 }
 
-// AddOwn counts cost asked by id, an identity holding shares of its own:
-// in its own rate (Rates), not in the region's default demand (Rate),
-// which its shares do not serve.
-func (m *Meter[K]) AddOwn(id K, cost, nowMs int64) { m.add(id, cost, nowMs) }
-
-// add counts cost to id's current bucket, unless the bucket tracks too
-// many identities already; it reports whether it did.
-func (m *Meter[K]) add(id K, cost, nowMs int64) bool {
-	m.roll(nowMs)
+// add counts cost to id's current bucket, and to the hottest identity's
+// unless own, unless the bucket tracks too many identities already.
+func (m *Meter[K]) add(id K, cost int64, own bool) {
 	if _, ok := m.cur[id]; !ok && len(m.cur) >= m.track {
-		return false
+		return
 	}
 	m.cur[id] += cost
-	return true
+	if !own {
+		m.buckets[0] = max(m.buckets[0], m.cur[id])
+	}
 }
 
 // Rate is the hottest identity's cost over the three complete buckets and
 // the current partial one, in micro-units per second.
 func (m *Meter[K]) Rate(nowMs int64) int64 {
 	m.roll(nowMs)
+	m.accrue(nowMs)
 	span := MeterSpan.Milliseconds()
 	frac := float64(nowMs%span) / float64(span)
 	sum := m.buckets[0] + m.buckets[1] + m.buckets[2] + m.buckets[3]
@@ -103,6 +118,7 @@ func (m *Meter[K]) Rate(nowMs int64) int64 {
 // the demand of the identities a region may want shares of their own for.
 func (m *Meter[K]) Rates(nowMs, atLeast int64, want func(K) bool) map[K]int64 {
 	m.roll(nowMs)
+	m.accrue(nowMs)
 	span := MeterSpan.Milliseconds()
 	// The ms the two buckets cover, or less for a meter younger than
 	// that (a restarted agent): a second at least, so a meter's first

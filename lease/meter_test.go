@@ -17,9 +17,9 @@ func TestMeterRates(t *testing.T) {
 	const start = 1_000_000 // ms, at a bucket's start
 	for s := int64(0); s < 10; s++ {
 		at := start + s*1000
-		m.Add("cold", 1*policy.Micro, at)
-		m.Add("warm", 3*policy.Micro, at)
-		m.AddOwn("own", 8*policy.Micro, at)
+		m.Add("cold", 1*policy.Micro, 0, at)
+		m.Add("warm", 3*policy.Micro, 0, at)
+		m.AddOwn("own", 8*policy.Micro, 0, at)
 	}
 	now := int64(start + 10_000) // two whole buckets later
 	if r := m.Rate(now); r < 2*policy.Micro || r > 3*policy.Micro {
@@ -40,14 +40,14 @@ func TestMeterTracks(t *testing.T) {
 	m := NewMeter[int](2)
 	const at = 1_000_000
 	for id := 0; id < 5; id++ {
-		m.Add(id, policy.Micro, at)
+		m.Add(id, policy.Micro, 0, at)
 	}
 	if got := m.Rates(at+1, 0, func(int) bool { return false }); len(got) != 2 {
 		t.Fatalf("tracked %d identities, want 2", len(got))
 	}
 	m.SetTracks(4)
 	for id := 0; id < 5; id++ {
-		m.Add(id, policy.Micro, at+2)
+		m.Add(id, policy.Micro, 0, at+2)
 	}
 	if got := m.Rates(at+3, 0, func(int) bool { return false }); len(got) != 4 {
 		t.Fatalf("tracked %d identities after raising to 4, want 4", len(got))
@@ -66,7 +66,7 @@ func TestYoungMeterRates(t *testing.T) {
 	start := int64(1_000_000_000_000) // ms, mid-bucket
 	m.Rates(start, 0, func(string) bool { return true })
 	for i := range int64(20) {
-		m.Add("x", 50, start+100*i) // 1,000 over 2 s: 500 a second
+		m.Add("x", 50, 0, start+100*i) // 1,000 over 2 s: 500 a second
 	}
 	if age := m.Age(start + 2000); age != 2*time.Second {
 		t.Fatalf("age %v, want 2s", age)
@@ -77,7 +77,7 @@ func TestYoungMeterRates(t *testing.T) {
 	// Its first requests do not read as a burst: a second at least.
 	n := NewMeter[string](10)
 	n.Rates(start, 0, func(string) bool { return true })
-	n.Add("x", 50, start+10)
+	n.Add("x", 50, 0, start+10)
 	if r := n.Rates(start+20, 0, func(string) bool { return true })["x"]; r > 50 {
 		t.Fatalf("a meter 20 ms old reads %d a second for 50 asked", r)
 	}

@@ -159,7 +159,7 @@ func (e *engine) chargeLeased(r *region, a arrival, cost int64) (allowed, counte
 	if err != nil {
 		return false, false, fmt.Errorf("region %s, identity %s, cost %d: %w", r.name, e.ids.names[a.identity], cost, err)
 	}
-	e.observe(r, a.identity, admission.Demand(e.policy, cost, o.Allowed))
+	e.observe(r, a.identity, admission.Demand(e.policy, cost, o.Allowed), 0)
 	if cost == 0 {
 		e.res.Modes[0].countMode(string(o.Mode))
 	}

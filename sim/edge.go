@@ -273,8 +273,8 @@ func (x *edgeRegion) report(st uint64, us []usage) {
 			x.kick()
 		}
 		count := u.allowed + u.denied
-		x.e.observe(x.r, u.identity, edge.ReportedCost(p, count))
-		s.Report(p, count, u.elapsed, now)
+		span := s.Report(p, count, u.elapsed, now)
+		x.e.observe(x.r, u.identity, edge.ReportedCost(p, count), span)
 		k.Touch()
 	}
 }

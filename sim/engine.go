@@ -679,7 +679,7 @@ func (e *engine) leased(r *region, a arrival, ideal bool) (d policy.Decision, mo
 		// change): the agent refuses it as bad input; counted as rejected.
 		d, mode = policy.Decision{}, "refused"
 	}
-	e.observe(r, a.identity, cost)
+	e.observe(r, a.identity, cost, 0)
 	if r.edge != nil {
 		r.edge.rounds.ObserveDirect(e.policy.Name, e.ids.names[a.identity], cost) // the agent's observer: the direct part of the demand
 		e.edgeRes.DirectRequests++
@@ -691,14 +691,14 @@ func (e *engine) leased(r *region, a arrival, ideal bool) (d policy.Decision, mo
 	return d, mode, true
 }
 
-// observe counts cost asked by identity in region r as its agent's lease
-// meter does (leaser.observe): against the identity's own share where the
+// observe counts cost asked by identity in region r over span (0: a
+// check) as its agent's lease meter does (leaser.observe): against the identity's own share where the
 // grant gives it one, else the default.
-func (e *engine) observe(r *region, id int, cost int64) {
+func (e *engine) observe(r *region, id int, cost int64, span time.Duration) {
 	if g, _ := r.holder.Grant(); g.Owns(e.ids.names[id]) {
-		r.meter.AddOwn(id, cost, e.now) // its own shares serve it, not the default
+		r.meter.AddOwn(id, cost, span.Milliseconds(), e.now) // its own shares serve it, not the default
 	} else {
-		r.meter.Add(id, cost, e.now)
+		r.meter.Add(id, cost, span.Milliseconds(), e.now)
 	}
 }
 

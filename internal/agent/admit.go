@@ -67,7 +67,7 @@ func (o observer) Observe(t admission.Ticket, out admission.Outcome) {
 	}
 	name := t.Policy.Name
 	demand := admission.Demand(t.Policy, t.Charged(), out.Allowed)
-	o.leaser.Observe(name, t.Identity, demand, o.clock.Now())
+	o.leaser.Observe(name, t.Identity, demand, 0, o.clock.Now())
 	o.edge.ObserveDirect(name, t.Identity, demand)
 	if out.Via == admission.ViaOverLimit {
 		o.m.overLimitHits.WithLabelValues(name).Inc()

@@ -119,16 +119,17 @@ func (m *meter) warm(now time.Time) bool {
 	return m.m.Age(now.UnixMilli()) >= time.Second
 }
 
-// add counts cost asked by identity; own says it holds shares of its own,
-// which serve it instead of the region's default share (lease.Meter.AddOwn).
-func (m *meter) add(identity string, cost int64, own bool, now time.Time) {
+// add counts cost asked by identity over span up to now (lease.Meter.Add);
+// own says it holds shares of its own, which serve it instead of the
+// region's default share (lease.Meter.AddOwn).
+func (m *meter) add(identity string, cost int64, own bool, span time.Duration, now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if own {
-		m.m.AddOwn(identity, cost, now.UnixMilli())
+		m.m.AddOwn(identity, cost, span.Milliseconds(), now.UnixMilli())
 		return
 	}
-	m.m.Add(identity, cost, now.UnixMilli())
+	m.m.Add(identity, cost, span.Milliseconds(), now.UnixMilli())
 }
 
 // setTracks changes how many identities the meter tracks per bucket (a

@@ -146,9 +146,9 @@ func (l *leaser) EnforceAt(name, identity string, at time.Time) (int64, lease.Mo
 	return q.a.EnforceAt(identity, at)
 }
 
-// Observe counts cost (micro-units) asked of policy name by identity: its
-// demand.
-func (l *leaser) Observe(name, identity string, cost int64, now time.Time) {
+// Observe counts cost (micro-units) asked of policy name by identity over
+// span up to now (0: a check at now): its demand.
+func (l *leaser) Observe(name, identity string, cost int64, span time.Duration, now time.Time) {
 	l.mu.Lock()
 	q := l.quotas[name]
 	own := false
@@ -158,7 +158,7 @@ func (l *leaser) Observe(name, identity string, cost int64, now time.Time) {
 	}
 	l.mu.Unlock()
 	if q != nil {
-		q.meter.add(identity, cost, own, now)
+		q.meter.add(identity, cost, own, span, now)
 	}
 }
 

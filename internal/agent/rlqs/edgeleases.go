@@ -33,7 +33,7 @@ type Leaser interface {
 	Succession() (nonce, predecessor string)
 	ValidUntil(name string) time.Time
 	EnforceAt(name, identity string, at time.Time) (int64, lease.Mode)
-	Observe(name, identity string, cost int64, now time.Time)
+	Observe(name, identity string, cost int64, span time.Duration, now time.Time)
 }
 
 // edgeLeases is what the edge rounds ask of the agent's policies and

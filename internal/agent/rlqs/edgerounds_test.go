@@ -135,10 +135,10 @@ func recordAction(rec *edgescript.Record, at time.Duration, instance int, act *r
 // rounds ask the script's leases instead.
 type noLeases struct{}
 
-func (noLeases) Succession() (nonce, predecessor string)                  { return "", "" }
-func (noLeases) ValidUntil(string) time.Time                              { return time.Time{} }
-func (noLeases) EnforceAt(string, string, time.Time) (int64, lease.Mode)  { return 0, lease.ModeLeased }
-func (noLeases) Observe(name, identity string, cost int64, now time.Time) {}
+func (noLeases) Succession() (nonce, predecessor string)                                      { return "", "" }
+func (noLeases) ValidUntil(string) time.Time                                                  { return time.Time{} }
+func (noLeases) EnforceAt(string, string, time.Time) (int64, lease.Mode)                      { return 0, lease.ModeLeased }
+func (noLeases) Observe(name, identity string, cost int64, span time.Duration, now time.Time) {}
 
 // downStore is a store that fails while down.
 type downStore struct {

@@ -234,10 +234,10 @@ func (e *Engine) report(st *rlqsStream, m *rlqsv3.RateLimitQuotaUsageReports) er
 		e.m.reported.WithLabelValues(pol.Name, "denied").Add(float64(u.NumRequestsDenied))
 		count := min(u.NumRequestsAllowed, maxReportedRequests) + min(u.NumRequestsDenied, maxReportedRequests)
 		// The edge's demand is the region's demand too: the lease asks for
-		// it as for direct checks' (the meter), so the region's share
-		// follows the edge.
-		e.h.Leases.Observe(pol.Name, s.key.ID.Identity, edge.ReportedCost(pol, count), now)
-		s.Report(pol, count, u.GetTimeElapsed().AsDuration(), now)
+		// it as for direct checks' (the meter), over the span the report
+		// covers, so the region's share follows the edge.
+		span := s.Report(pol, count, u.GetTimeElapsed().AsDuration(), now)
+		e.h.Leases.Observe(pol.Name, s.key.ID.Identity, edge.ReportedCost(pol, count), span, now)
 		s.key.Touch()
 	}
 	if fresh {

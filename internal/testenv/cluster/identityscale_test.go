@@ -205,10 +205,10 @@ func (tr *scaleTraffic) step(regions []*scaleAgent, now time.Time) {
 	ms := now.UnixMilli()
 	cost := int64(12 * dt.Seconds() * float64(policy.Micro))
 	for i := 0; i < tr.hot; i++ {
-		regions[i%3].meter.Add(scaleName(i), cost, ms)
+		regions[i%3].meter.Add(scaleName(i), cost, 0, ms)
 	}
 	for i := range tr.extra {
-		regions[i%3].meter.Add(scaleName(i), cost, ms)
+		regions[i%3].meter.Add(scaleName(i), cost, 0, ms)
 	}
 	// Every cold identity once per 5 s: a slice of them per step.
 	cold := tr.n - tr.hot
@@ -216,7 +216,7 @@ func (tr *scaleTraffic) step(regions []*scaleAgent, now time.Time) {
 	for j := 0; j < k; j++ {
 		i := tr.hot + (tr.cold+j)%cold
 		if !tr.extra[i] {
-			regions[i%3].meter.Add(scaleName(i), policy.Micro, ms)
+			regions[i%3].meter.Add(scaleName(i), policy.Micro, 0, ms)
 		}
 	}
 	tr.cold = (tr.cold + k) % cold
