@@ -31,14 +31,15 @@ func Span(elapsed, measured time.Duration) (d time.Duration, ok bool) {
 const firstSpan = time.Second
 
 // demandWindow is about how long a span of reports a slot's rate (and of
-// measures the direct checks' rate) stands for. A report over less, as a client reporting every second sends,
-// moves the rate toward its own in proportion to the time it covers (a
-// moving average over about this long), so that the chance gaps and
-// clusters of a few requests do not shrink and grow an instance's share
-// from one second to the next: at 2 requests a second, one second in
-// seven has none. A count chance cannot explain (demand that moved) and
-// Envoy's 5 s reports are taken whole. docs/simulator.md measures what
-// this gives clients that report every second or two.
+// measures the direct checks' rate) stands for. A report over less, as a
+// client reporting every second sends, moves the rate toward its own in
+// proportion to the time it covers (a moving average over about this
+// long), so that the chance gaps and clusters of a few requests do not
+// shrink and grow an instance's share from one second to the next: at 2
+// requests a second, one second in seven has none. A count chance cannot
+// explain (demand that moved) and Envoy's 5 s reports are taken whole.
+// docs/simulator.md measures what this gives clients that report every
+// second or two.
 const demandWindow = 3 * time.Second
 
 // averaged is the request rate after a report of count requests over d,

@@ -64,8 +64,11 @@ type Round[S comparable] struct {
 	directMu sync.Mutex
 	direct   map[ID]int64
 
-	view    atomic.Pointer[View]            // the region's reservations as last synced, for the direct path
-	enabled atomic.Pointer[map[string]bool] // policies with edge settings
+	view       atomic.Pointer[View]            // the region's reservations as last synced, for the direct path
+	readWanted atomic.Bool                     // a direct check waits for a read (WantRead)
+	quietNow   atomic.Bool                     // the last round was quiet (Quiet)
+	readFailed bool                            // the last read failed: the rounds are not quiet
+	enabled    atomic.Pointer[map[string]bool] // policies with edge settings
 }
 
 // NewRound returns rounds with no key, run with cfg; order sorts slot
@@ -88,14 +91,21 @@ type Result struct {
 	// Planned counts the keys planned; Synced says the store was called.
 	Planned int
 	Synced  bool
+	// Quiet: the rounds have nothing to read the region's reservations
+	// for until a direct check asks for a read (edge/quiet.go).
+	Quiet bool
 }
 
 // After is how long an agent waits, at now, for its next round after the
-// one that returned res: none when it asked for one soon; else until the
-// time it wanted, but at least a Tick and at most a ReadEvery.
+// one that returned res: none when it asked for one soon; QuietEvery when
+// quiet (a direct check that wants a read kicks the rounds); else until
+// the time it wanted, but at least a Tick and at most a ReadEvery.
 func (res Result) After(cfg Config, now time.Time) time.Duration {
-	if res.Soon {
+	switch {
+	case res.Soon:
 		return 0
+	case res.Quiet:
+		return QuietEvery
 	}
 	return min(max(res.Next.Sub(now), cfg.Tick), cfg.ReadEvery())
 }
@@ -135,6 +145,8 @@ func (r *Round[S]) Run(ctx context.Context, mu sync.Locker, clock func() time.Ti
 	}
 	r.push(now)
 	res.Next = earliest(r.nextGrow, r.readAt.Add(r.cfg.ReadEvery()))
+	res.Quiet = r.quiet()
+	r.quietNow.Store(res.Quiet)
 	return res
 }
 
@@ -146,7 +158,8 @@ func (r *Round[S]) Run(ctx context.Context, mu sync.Locker, clock func() time.Ti
 // for that read; their keys are planned again then.
 func (r *Round[S]) prepare(now time.Time) (writes []Write, sync, read bool) {
 	r.planAt = now
-	read = r.cfg.ReadDue(r.readAt, now)
+	wanted := r.readWanted.Swap(false)
+	read = r.cfg.ReadDue(r.readAt, now) && (wanted || !r.quiet())
 	measured := read && now.Sub(r.directAt) >= time.Second
 	if read {
 		r.readAt = now
@@ -254,6 +267,9 @@ func (r *Round[S]) synced(sent, done time.Time, writes []Write, ans SyncAnswer, 
 		if read {
 			r.readAt = time.Time{} // read again next round
 		}
+	}
+	if read {
+		r.readFailed = err != nil
 	}
 	changed := lapsed // the view drops what this agent no longer holds
 	for i, w := range writes {

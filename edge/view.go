@@ -38,10 +38,16 @@ func (v *View) reserved(id ID) int64 { return max(0, v.own[id]) + max(0, v.other
 // the edge at now: every agent's reservation for it, or everything when
 // the view is older than trust (Config.Trust), or there is none.
 func (v *View) Reserved(name, identity string, now time.Time, trust time.Duration) int64 {
-	if v == nil || now.After(v.ReadAt.Add(trust)) {
+	if !v.Fresh(now, trust) {
 		return math.MaxInt64
 	}
 	return v.reserved(ID{name, identity})
+}
+
+// Fresh reports whether v may be relied on at now: read no longer than
+// trust (Config.Trust) ago.
+func (v *View) Fresh(now time.Time, trust time.Duration) bool {
+	return v != nil && !now.After(v.ReadAt.Add(trust))
 }
 
 // Holds reports whether acknowledging g, a grant of policy name, would let

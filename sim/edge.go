@@ -280,8 +280,14 @@ func (x *edgeRegion) report(st uint64, us []usage) {
 }
 
 // reserved is what direct checks of identity must leave the edge at now
-// (edgeEngine.reserved).
+// (rlqs.Engine.Reserved): when the last read is too old to rely on and the
+// rounds are quiet (they read only when a check asks: edge/quiet.go), a
+// round reads the region's reservations first, at once.
 func (x *edgeRegion) reserved(identity string, now time.Time) int64 {
+	if !x.rounds.View().Fresh(now, x.trust) && x.rounds.Quiet() {
+		x.rounds.WantRead()
+		x.round()
+	}
 	return x.rounds.View().Reserved(x.e.policy.Name, identity, now, x.trust)
 }
 

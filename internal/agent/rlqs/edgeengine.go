@@ -62,6 +62,7 @@ type Engine struct {
 
 	summary atomic.Pointer[map[string]edgeSummary] // per policy, as of the last round (edgesummary.go)
 	kick    chan struct{}
+	viewed  atomic.Pointer[chan struct{}] // closed, and replaced, as a round makes a new view (view)
 }
 
 func New(h Host, cfg Config, drift float64, reg *prometheus.Registry) *Engine {
@@ -69,6 +70,8 @@ func New(h Host, cfg Config, drift float64, reg *prometheus.Registry) *Engine {
 	e := &Engine{h: h, cfg: cfg, rc: rc, m: newMetrics(reg), trust: rc.Trust(), streams: map[uint64]*rlqsStream{},
 		callers: map[string]*callerLoad{}, metricKeys: map[string]bool{}, kick: make(chan struct{}, 1),
 		draining: make(chan struct{})}
+	viewed := make(chan struct{})
+	e.viewed.Store(&viewed)
 	st := &edgeStore{store: h.Shared.EdgeStore(e.self, h.Clock.Now, rc.Trust(), cfg.GrowWait), now: h.Clock.Now,
 		logger: h.Logger, down: logs.Outage{What: "edge reservation syncs with Redis", Interval: 30 * time.Second, Level: hclog.Warn}}
 	e.r = edge.NewRound(rc, compareSlots, edgeLeases{h.Policies, h.Leases}, st, e)
@@ -118,7 +121,28 @@ func (e *Engine) Reserved(name, identity string, now time.Time) int64 {
 	if !e.r.Serves(name) {
 		return 0
 	}
-	return e.r.View().Reserved(name, identity, now, e.trust)
+	return e.view(now).Reserved(name, identity, now, e.trust)
+}
+
+// view is the region's reservations for a direct check at now: as last
+// read, or, when that read is too old to rely on and the rounds are quiet
+// (they read only when asked: edge/quiet.go), as a read the check asks for
+// reads them, waited for at most a Tick. Rounds that are not quiet read
+// anyway: a view they left stale is one Redis did not answer.
+func (e *Engine) view(now time.Time) *edge.View {
+	viewed := *e.viewed.Load()
+	if v := e.r.View(); v.Fresh(now, e.trust) || !e.r.Quiet() {
+		return v
+	}
+	e.r.WantRead()
+	e.kickSoon()
+	t := time.NewTimer(e.rc.Tick)
+	defer t.Stop()
+	select {
+	case <-viewed:
+	case <-t.C:
+	}
+	return e.r.View()
 }
 
 // Holds reports whether acknowledging g, a grant of policy name, would let
@@ -142,8 +166,9 @@ func (e *Engine) ObserveDirect(name, identity string, cost int64) {
 
 // Run does a round with every read of the region's reservations (about
 // every ReadEvery), when a larger reservation becomes usable (new buckets
-// wait for it), at most every Tick, and at once when a new bucket appears,
-// until ctx ends.
+// wait for it), at most every Tick, at once when a new bucket appears or a
+// direct check wants a read, and every QuietEvery while quiet, until ctx
+// ends.
 func (e *Engine) Run(ctx context.Context) {
 	t := time.NewTimer(e.cfg.Tick)
 	defer t.Stop()
@@ -169,9 +194,14 @@ func (e *Engine) kickSoon() {
 // when the next round is wanted (run).
 func (e *Engine) round(ctx context.Context) edge.Result {
 	if !e.r.Serving() && e.idle() {
-		return edge.Result{Next: e.h.Clock.Now().Add(time.Second)} // no policy is served at the edge: nothing to reserve or read
+		return edge.Result{Quiet: true} // no policy is served at the edge: nothing to reserve or read
 	}
+	before := e.r.View()
 	res := e.r.Run(ctx, &e.mu, e.h.Clock.Now)
+	if e.r.View() != before {
+		viewed := make(chan struct{})
+		close(*e.viewed.Swap(&viewed))
+	}
 	e.m.rounds.Inc()
 	e.m.plans.Add(float64(res.Planned))
 	if res.Synced {
