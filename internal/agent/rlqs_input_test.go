@@ -309,7 +309,8 @@ func TestRLQSCallerBudgets(t *testing.T) {
 }
 
 // The edge term's promises hold whatever connects: a stream's second
-// bucket id of one identity (another spelling of it) gets no assignment,
+// bucket id of one identity (another spelling of it) gets no assignment
+// and is abandoned once,
 // nor does an instance beyond the policy's edge instances (kept, without a
 // place); each is counted, and a place freed by a stream that ends goes to
 // the instance waiting for one.
@@ -325,9 +326,17 @@ func TestRLQSInstancesAndSpellings(t *testing.T) {
 	a := map[string]string{"policy": "api", "tenant": "a"}
 	alias := map[string]string{"generic_key": "api", "tenant": "a"}
 	first := openRaw(t, ra.grpcAddr)
-	first.send(t, "shop", use(a, 0, 1, 0), use(alias, 0, 1, 0))
+	first.send(t, "shop", use(a, 0, 1, 0))
 	first.next(t, a)
-	testenv.WaitFor(t, 5*time.Second, "the second spelling refused", func() bool { return refused("second-bucket") >= 1 })
+	// The second spelling is abandoned, whatever Envoy held for it (an
+	// assignment of an earlier stream, or its fallback), and refused again
+	// when Envoy makes its bucket again.
+	first.send(t, "shop", use(alias, 0, 1, 0))
+	if got, _ := first.next(t, alias); got.GetAbandonAction() == nil {
+		t.Fatalf("the second spelling of an identity the stream holds: %v, want it abandoned", got)
+	}
+	first.send(t, "shop", use(alias, 0, 1, 0))
+	testenv.WaitFor(t, 5*time.Second, "the second spelling refused twice", func() bool { return refused("second-bucket") >= 2 })
 	if n, _ := slots(); n != 1 {
 		t.Fatalf("identity a has %d buckets after one stream reported two spellings of it, want 1", n)
 	}

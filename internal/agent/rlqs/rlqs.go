@@ -139,7 +139,7 @@ func (e *Engine) open(library bool, caller, group string) (*rlqsStream, error) {
 	e.nextStream++
 	st := &rlqsStream{id: e.nextStream, library: library, caller: cl, group: group,
 		out: make(chan *rlqsv3.RateLimitQuotaResponse, rlqsOutbox), done: make(chan struct{}),
-		slots: map[string]*rlqsSlot{}, allowAll: map[string]time.Time{}, tokens: float64(e.cfg.ReportBurst), tokensAt: e.h.Clock.Now(),
+		slots: map[string]*rlqsSlot{}, allowAll: map[string]time.Time{}, second: map[string]bool{}, tokens: float64(e.cfg.ReportBurst), tokensAt: e.h.Clock.Now(),
 		refused: logs.Outage{What: "RLQS buckets refused", Interval: 30 * time.Second, Level: hclog.Warn}}
 	e.streams[st.id] = st
 	return st, nil
@@ -155,7 +155,7 @@ func (e *Engine) close(st *rlqsStream) {
 	for bk, s := range st.slots {
 		e.dropSlot(rlqsSlotID{st.id, bk}, s)
 	}
-	e.countBuckets(st, -len(st.allowAll))
+	e.countBuckets(st, -len(st.allowAll)-len(st.second))
 	delete(e.streams, st.id)
 	st.caller.streams--
 	if st.caller.streams == 0 { // its buckets went with its streams
@@ -208,7 +208,7 @@ func (e *Engine) report(st *rlqsStream, m *rlqsv3.RateLimitQuotaUsageReports) er
 				}
 				continue
 			}
-			if len(st.slots)+len(st.allowAll) >= e.cfg.MaxBucketsPerStream {
+			if len(st.slots)+len(st.allowAll)+len(st.second) >= e.cfg.MaxBucketsPerStream {
 				e.m.limited.WithLabelValues("buckets").Inc()
 				continue
 			}
@@ -280,11 +280,16 @@ func (e *Engine) subscribe(st *rlqsStream, id *rlqsv3.BucketId, bk string, now t
 		return nil
 	case k != nil && onStream(k, st.id):
 		err = errSecondBucket
+		e.refuseSecond(st, id, bk)
 	}
 	if err != nil {
 		e.m.refused.WithLabelValues(refusedReason(err)).Inc()
 		st.refused.Failed(e.h.Logger, now, "domain", st.domain, "bucket", bk, "policy", m.pol.Name, "error", err)
 		return nil
+	}
+	if st.second[bk] { // the spelling it lost to is gone: this one holds now
+		delete(st.second, bk)
+		e.countBuckets(st, -1)
 	}
 	k = e.r.Key(kid, m.pol)
 	sid := rlqsSlotID{st.id, bk}
@@ -293,6 +298,24 @@ func (e *Engine) subscribe(st *rlqsStream, id *rlqsv3.BucketId, bk string, now t
 	st.slots[bk] = s
 	e.countBuckets(st, 1)
 	return s
+}
+
+// refuseSecond abandons bucket bk the first time stream st reports it as
+// another spelling of an identity the stream holds, and remembers it (one
+// of the stream's buckets): whatever Envoy holds for it, an assignment of
+// an earlier stream on which it was the spelling served or that
+// assignment's expired fallback, goes, so that the instance runs one
+// fallback of the identity whichever spelling a new stream hears of
+// first. Its later reports are refused without an abandon, which would
+// only make Envoy report it again as a new bucket at each request. e.mu is
+// held.
+func (e *Engine) refuseSecond(st *rlqsStream, id *rlqsv3.BucketId, bk string) {
+	if st.second[bk] {
+		return
+	}
+	st.second[bk] = true
+	e.countBuckets(st, 1)
+	st.pend = append(st.pend, abandonAction(id))
 }
 
 // onStream reports whether stream already holds a bucket of k: one

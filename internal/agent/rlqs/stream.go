@@ -28,6 +28,9 @@ type rlqsStream struct {
 	slots  map[string]*rlqsSlot // by quotalease.Key
 	// allowAll: buckets that nothing limits, and when ALLOW_ALL was sent.
 	allowAll map[string]time.Time
+	// second: the buckets refused as another spelling of an identity the
+	// stream holds, each abandoned once (Engine.refuseSecond).
+	second   map[string]bool
 	pend     []*rlqsv3.RateLimitQuotaResponse_BucketAction
 	tokens   float64 // the message pace's bucket
 	tokensAt time.Time

@@ -53,7 +53,13 @@ func start(t *testing.T, policies string) *Cluster {
 
 func startWith(t *testing.T, policies string, o Options) *Cluster {
 	t.Helper()
-	dir := t.TempDir()
+	return startIn(t, t.TempDir(), policies, o)
+}
+
+// startIn is startWith in dir, for a test whose processes' flags name the
+// cluster's files before it starts.
+func startIn(t *testing.T, dir, policies string, o Options) *Cluster {
+	t.Helper()
 	c, err := Start(t.Context(), bins, dir, o)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,222 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/quota-lease/quota-lease/internal/testenv"
+	"github.com/quota-lease/quota-lease/internal/testenv/rlqsenvoy"
+)
+
+// Envoy-like callers holding the service certificate send, on 10 streams,
+// 20 messages a second each naming one new bucket whose tenant value is
+// 200 KB, for 10 s: 400 MB of bucket ids. The agent keeps what it serves
+// whole, so it refuses such ids before keeping anything (the previous
+// code kept every one as key and id: 25 MB to 3.2 GB of RSS in 17 s). It
+// counts them, stays ready and small, and still assigns an honest bucket.
+func TestRLQSLargeValuesOverRealProcesses(t *testing.T) {
+	testenv.SkipMultiProcess(t)
+	// Leases of 10 s: a grant outlives the honest bucket's assignment.
+	c := startWith(t, floodPolicy, Options{Regions: []string{"us"}, Coordinators: 1, LeaseDuration: 10 * time.Second})
+	agent := c.Agents[0]
+	ctx := t.Context()
+	if err := agent.WaitKnows(ctx, floodPolicy); err != nil {
+		t.Fatal(err)
+	}
+	waitLeased(t, agent, "api", "tenant", 30*time.Second)
+	rq := rlqsv3.NewRateLimitQuotaServiceClient(dial(t, agent.Addr, c.pki.service))
+	before := procStatus(t, agent.Pid(), "VmRSS") / 1024
+
+	notReady := make(chan int, 1)
+	probe, stopProbe := context.WithCancel(ctx)
+	go func() { notReady <- pollReady(probe, agent) }()
+	const streams, perSecond, seconds, valueBytes = 10, 20, 10, 200 << 10
+	var wg sync.WaitGroup
+	errs := make(chan error, streams)
+	for s := range streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- floodLargeValues(ctx, rq, s, perSecond*seconds, time.Second/perSecond, valueBytes)
+		}()
+	}
+	wg.Wait()
+	stopProbe()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := procStatus(t, agent.Pid(), "VmRSS") / 1024
+	refused := scrapeMetric(t, agent, `quotalease_agent_edge_buckets_refused_total{reason="invalid"}`)
+	t.Logf("%d streams x %d messages of a %d KB value: %.0f buckets refused as invalid; agent RSS %d -> %d MB",
+		streams, perSecond*seconds, valueBytes>>10, refused, before, after)
+	if after >= 512 {
+		t.Errorf("agent RSS %d MB after the flood of large values, want under 512", after)
+	}
+	if refused == 0 {
+		t.Error("no bucket id was refused as invalid")
+	}
+	if k := <-notReady; k > 0 {
+		t.Errorf("the agent was not ready %d times during the flood", k)
+	}
+
+	// An honest bucket on a new stream still gets its assignment.
+	st, err := rq.StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	honest := &rlqsv3.BucketId{Bucket: map[string]string{"policy": "api", "tenant": "honest"}}
+	if err := st.Send(usageOf("shop", honest)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := st.Recv()
+	if err != nil {
+		t.Fatalf("an honest bucket after the flood: %v", err)
+	}
+	for _, a := range resp.GetBucketAction() {
+		if a.GetQuotaAssignmentAction() == nil {
+			t.Errorf("an honest bucket after the flood got %v, want an assignment", a)
+		}
+	}
+}
+
+// floodLargeValues sends n messages on a stream of rq, one every gap, each
+// naming a new bucket whose tenant value is size bytes long.
+func floodLargeValues(ctx context.Context, rq rlqsv3.RateLimitQuotaServiceClient, stream, n int, gap time.Duration, size int) error {
+	st, err := rq.StreamRateLimitQuotas(ctx)
+	if err != nil {
+		return err
+	}
+	pad := strings.Repeat("v", size)
+	tick := time.NewTicker(gap)
+	defer tick.Stop()
+	for i := range n {
+		id := &rlqsv3.BucketId{Bucket: map[string]string{"policy": "api", "tenant": fmt.Sprintf("%d-%d-%s", stream, i, pad)}}
+		if err := st.Send(usageOf("shop", id)); err != nil {
+			return fmt.Errorf("stream %d, message %d: %w", stream, i, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+	return st.CloseSend()
+}
+
+// usageOf is a usage report of one request allowed in bucket id, as
+// Envoy's first report of a new bucket is.
+func usageOf(domain string, id *rlqsv3.BucketId) *rlqsv3.RateLimitQuotaUsageReports {
+	return &rlqsv3.RateLimitQuotaUsageReports{Domain: domain, BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+		{BucketId: id, TimeElapsed: durationpb.New(0), NumRequestsAllowed: 1}}}
+}
+
+// Four Envoy-like clients per region report one identity under two
+// bucket ids (policy: shared, and generic_key: shared as a descriptor's
+// default key spells it), both at twice the limit, then lose their streams
+// for longer than an assignment lives and reconnect. Each instance holds
+// one bucket of the identity, as the bound's edge term counts: never two
+// of its spellings with an assignment or a fallback at once (sampled every
+// 20 ms from the clients' caches), whichever spelling a reconnected stream
+// reports first. (Before, a stream that heard the other spelling first
+// left the one served before running its expired assignment's fallback
+// beside the new assignment.) Every window stays within the published
+// bound, counted from the clients' own records.
+func TestEdgeOneBucketPerIdentity(t *testing.T) {
+	testenv.SkipMultiProcess(t)
+	regions := []string{"us", "eu"}
+	c, p, edges := edgeFleet(t, sybilPolicy, Options{Regions: regions, Coordinators: 1, LeaseDuration: 10 * time.Second}, "shared", 4, regions...)
+	spellings := []map[string]string{{"policy": "shared", "api": "all"}, {"generic_key": "shared", "api": "all"}}
+	d := NewEdgeDriver()
+	load := EdgeLoad{Demand: func(string, int, time.Duration) []EdgeDemand {
+		return []EdgeDemand{{Bucket: spellings[0], Rate: 25}, {Bucket: spellings[1], Rate: 25}}
+	}}
+	traffic, stop := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); d.Run(traffic, 2*time.Minute, load, edges...) }()
+	var twice []string // what the sampler saw: an instance holding both spellings
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-traffic.Done():
+				return
+			case <-tick.C:
+			}
+			for _, e := range edges {
+				for _, in := range e.Instances(0) {
+					if held := heldSpellings(in, spellings); len(held) > 1 && len(twice) < 10 {
+						twice = append(twice, fmt.Sprintf("%s %s: %v", time.Now().Format("15:04:05.000"), in.Name(), held))
+					}
+				}
+			}
+		}
+	}()
+	finish := sync.OnceFunc(func() { stop(); wg.Wait() })
+	defer finish()
+
+	allHold := func(what string) {
+		testenv.WaitFor(t, 30*time.Second, what, func() bool {
+			for _, e := range edges {
+				for _, in := range e.Instances(0) {
+					if !assigned(in, spellings[0]) && !assigned(in, spellings[1]) {
+						return false
+					}
+				}
+			}
+			return true
+		})
+	}
+	allHold("every instance assigned one spelling")
+	for _, a := range c.Agents {
+		testenv.WaitFor(t, 10*time.Second, "the second spelling refused on "+a.Region, func() bool {
+			return scrapeMetric(t, a, `quotalease_agent_edge_buckets_refused_total{reason="second-bucket"}`) >= 1
+		})
+	}
+	time.Sleep(2 * time.Second) // traffic under assignments
+	for _, e := range edges {
+		for _, px := range e.Proxies {
+			px.Cut()
+		}
+	}
+	time.Sleep(3 * time.Second) // past the assignments' life (ttl 1s): the fallbacks run
+	for _, e := range edges {
+		for _, px := range e.Proxies {
+			px.Restore()
+		}
+	}
+	allHold("every instance assigned one spelling after reconnecting")
+	time.Sleep(time.Second)
+	finish()
+
+	for _, s := range twice {
+		t.Errorf("an instance held two spellings of one identity (assigned or falling back) at once: %s", s)
+	}
+	dep := edgeDeployment(c)
+	checkPublished(t, c, p, dep)
+	checkEdgeWindows(t, admissions(edges), p, dep, time.Second, 0)
+}
+
+// heldSpellings lists the spellings in holds an assignment or an expired
+// assignment's fallback for.
+func heldSpellings(in *rlqsenvoy.Instance, spellings []map[string]string) []string {
+	var held []string
+	for _, b := range spellings {
+		if st, ok := in.State(b); ok && st.Strategy != nil {
+			held = append(held, fmt.Sprintf("%v (assigned %t)", b, st.Assigned))
+		}
+	}
+	return held
+}
