@@ -220,3 +220,90 @@ func heldSpellings(in *rlqsenvoy.Instance, spellings []map[string]string) []stri
 	}
 	return held
 }
+
+// Five honest Envoy-like clients use one identity at twice its limit,
+// then 100 streams of the same caller open and report its bucket at a
+// million requests a second each, for 10 s. Those beyond the policy's
+// 20 instances get no place, and an instance's share is split max-min
+// fair among those that have one, so the inflated reports take what the
+// honest instances leave, never their equal part: the honest clients
+// keep at least 60% of 5/20 of the limit (before, 100 such streams drove
+// them to none within 10 s), and every window stays within the published
+// bound, counted from the honest clients' own records.
+func TestEdgeSybilStreamsLeaveHonestInstances(t *testing.T) {
+	testenv.SkipMultiProcess(t)
+	yaml := strings.Replace(sybilPolicy, "instances: 4", "instances: 20", 1)
+	c, p, edges := edgeFleet(t, yaml, Options{Regions: []string{"us"}, Coordinators: 1, LeaseDuration: 10 * time.Second}, "shared", 5, "us")
+	bucket := map[string]string{"policy": "shared", "api": "all"}
+	_, stop := drive(t, bucket, 40, edges...)
+	defer stop()
+	// admittedSince is the honest clients' admissions a second since from.
+	admittedSince := func(from time.Time) float64 {
+		n := 0
+		for _, a := range admissions(edges) {
+			if !a.At.Before(from) {
+				n++
+			}
+		}
+		return float64(n) / time.Since(from).Seconds()
+	}
+	testenv.WaitFor(t, 30*time.Second, "the honest clients at 80% of the limit", func() bool {
+		return admittedSince(time.Now().Add(-time.Second)) >= 0.8*p.Limit
+	})
+	before := admittedSince(time.Now().Add(-time.Second))
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	rq := rlqsv3.NewRateLimitQuotaServiceClient(dial(t, c.Agents[0].Addr, c.pki.service))
+	const sybils = 100
+	var wg sync.WaitGroup
+	for range sybils {
+		st, err := rq.StreamRateLimitQuotas(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(2)
+		go func() { // drain what the agent sends
+			defer wg.Done()
+			for {
+				if _, err := st.Recv(); err != nil {
+					return
+				}
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(time.Second)
+			defer tick.Stop()
+			for range 12 {
+				u := usageOf("shared", &rlqsv3.BucketId{Bucket: bucket})
+				u.BucketQuotaUsages[0].NumRequestsAllowed = 1_000_000
+				u.BucketQuotaUsages[0].TimeElapsed = durationpb.New(time.Second)
+				if st.Send(u) != nil {
+					return
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+			}
+		}()
+	}
+	time.Sleep(5 * time.Second) // the inflated reports reach the shares
+	from := time.Now()
+	time.Sleep(5 * time.Second)
+	during := admittedSince(from)
+	cancel()
+	wg.Wait()
+	stop()
+
+	equal := p.Limit * 5 / float64(p.Edge.Instances)
+	t.Logf("honest clients admitted %.1f/s before the %d inflated streams, %.1f/s during (their equal part %.1f/s)", before, sybils, during, equal)
+	if during < 0.6*equal {
+		t.Errorf("the honest clients admitted %.1f/s under %d streams of inflated reports, want at least 60%% of their equal part %.1f/s", during, sybils, equal)
+	}
+	dep := edgeDeployment(c)
+	checkPublished(t, c, p, dep)
+	checkEdgeWindows(t, admissions(edges), p, dep, time.Second, 0)
+}
