@@ -12,8 +12,11 @@ import "time"
 // relied on, so how seldom an agent reads never lets a check miss a
 // reservation: it only makes the check wait for a read.
 
-// QuietEvery is how far apart quiet rounds come.
-const QuietEvery = time.Second
+// QuietEvery is how far apart quiet rounds come. They have nothing to do
+// that cannot wait: a new bucket and a direct check that wants a read
+// each kick the rounds, and an idle agent's wakeups cost more than their
+// work.
+const QuietEvery = 10 * time.Second
 
 // Quiet reports whether the last round was quiet: a direct check that
 // finds the last read too old may ask for one and wait for it (WantRead).

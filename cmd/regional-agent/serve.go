@@ -381,11 +381,14 @@ func (s *servers) drain(a *agent.Agent, delay time.Duration, log hclog.Logger) {
 }
 
 // followReadiness keeps the gRPC health status equal to the agent's
-// readiness (what /readyz answers), checked every 200ms, and logs each
+// readiness (what /readyz answers), checked every second (an idle agent's
+// wakeups cost more than their work) and at once when a drain begins, so
+// that load balancers stop sending within the drain's delay; it logs each
 // change with its reason.
 func followReadiness(ctx context.Context, a *agent.Agent, hs *health.Server, log hclog.Logger) {
-	t := time.NewTicker(200 * time.Millisecond)
+	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	draining := a.Draining()
 	was, wasWhy := false, ""
 	for {
 		ok, why := a.Readiness()
@@ -404,6 +407,8 @@ func followReadiness(ctx context.Context, a *agent.Agent, hs *health.Server, log
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-draining:
+			draining = nil // once
 		}
 	}
 }

@@ -100,7 +100,7 @@ func (a *Agent) refreshLoop(ctx context.Context, fromSaved bool) {
 // streams (Envoy reopens them elsewhere) and waits until no check is in
 // flight, or ctx ends. Checks that still arrive are decided as usual.
 func (a *Agent) Drain(ctx context.Context, delay time.Duration) {
-	a.closing.Store(true)
+	a.closeOnce.Do(func() { close(a.closing) })
 	select {
 	case <-time.After(delay):
 	case <-ctx.Done():
@@ -146,10 +146,10 @@ func (a *Agent) leaseLoop(ctx context.Context) {
 		now := a.cfg.Clock.Now()
 		a.leaser.updateMetrics(now)
 		// Until the next renewal falls due, or policies are installed (a
-		// new one wants its lease), at most a second (metrics), at least
-		// about a RenewTick: an idle agent wakes about once a second, not
-		// ten times.
-		wait := time.Second
+		// new one wants its lease), at least about a RenewTick: an idle
+		// agent wakes for its renewals only (the presence loop keeps the
+		// lease gauges current).
+		wait := time.Minute
 		if at, ok := a.leaser.renewAt(); ok {
 			wait = min(wait, at.Sub(now))
 		}
@@ -177,6 +177,7 @@ func (a *Agent) presenceLoop(ctx context.Context, store *storeWatch) {
 		store.round(pctx)
 		cancel()
 		a.m.breakerOpen.Set(boolGauge(a.admit.BreakerOpen()))
+		a.leaser.updateMetrics(a.cfg.Clock.Now())
 		if decay++; decay%30 == 0 {
 			a.hot.decay()
 		}
