@@ -44,3 +44,10 @@ func (r *Round[S]) quiet() bool {
 	defer r.directMu.Unlock()
 	return len(r.direct) == 0
 }
+
+// Rest marks the rounds quiet without running one, for an agent that
+// serves no policy at the edge and so skips its rounds: a direct check of
+// a policy served since then that finds no recent read asks for one
+// (WantRead), as after a quiet round, instead of taking the edge to hold
+// everything until the next round. Safe for concurrent use.
+func (r *Round[S]) Rest() { r.quietNow.Store(true) }

@@ -341,6 +341,7 @@ func listen(a *agent.Agent, sc serveConfig) (*servers, error) {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(sc.tls.GRPC)))
 	}
 	s := &servers{gl: gl, gs: grpc.NewServer(gopts...), health: health.NewServer()}
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING) // until the agent is ready (followReadiness)
 	a.RegisterGRPC(s.gs)
 	healthpb.RegisterHealthServer(s.gs, s.health)
 	handler := a.HTTPHandler()
@@ -382,13 +383,11 @@ func (s *servers) drain(a *agent.Agent, delay time.Duration, log hclog.Logger) {
 
 // followReadiness keeps the gRPC health status equal to the agent's
 // readiness (what /readyz answers), checked every second (an idle agent's
-// wakeups cost more than their work) and at once when a drain begins, so
-// that load balancers stop sending within the drain's delay; it logs each
-// change with its reason.
+// wakeups cost more than their work; a drain sets NOT_SERVING itself), and
+// logs each change with its reason. The status starts NOT_SERVING (s.health).
 func followReadiness(ctx context.Context, a *agent.Agent, hs *health.Server, log hclog.Logger) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
-	draining := a.Draining()
 	was, wasWhy := false, ""
 	for {
 		ok, why := a.Readiness()
@@ -407,8 +406,6 @@ func followReadiness(ctx context.Context, a *agent.Agent, hs *health.Server, log
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		case <-draining:
-			draining = nil // once
 		}
 	}
 }

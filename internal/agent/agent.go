@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -205,18 +204,17 @@ type Agent struct {
 
 	hot *hotIdentities // every policy's heaviest identities (metrics)
 
-	loaded    atomic.Bool   // a policy set is installed
-	health    *redisHealth  // how the agent's own round trips to Redis went
-	savedFP   uint64        // the policy set last saved to Redis (Run's goroutines, one at a time)
-	prune     atomic.Bool   // the policy set changed: drop saved grants of deleted policies
-	inflight  atomic.Int64  // checks being decided (a counter: checks may start while Drain waits)
-	closing   chan struct{} // closed once Drain begins (closeOnce)
-	closeOnce sync.Once
-	refresh   chan struct{} // a check named an unknown policy: reload soon
-	renew     chan struct{} // policies were installed: look at the leases now
-	envoy     atomic.Pointer[checkapi.EnvoyIndex]
-	edge      *rlqs.Engine     // Envoy's RLQS: leases to the edge
-	api       *checkapi.Server // the check APIs
+	loaded   atomic.Bool  // a policy set is installed
+	health   *redisHealth // how the agent's own round trips to Redis went
+	savedFP  uint64       // the policy set last saved to Redis (Run's goroutines, one at a time)
+	prune    atomic.Bool  // the policy set changed: drop saved grants of deleted policies
+	inflight atomic.Int64 // checks being decided (a counter: checks may start while Drain waits)
+	closing  atomic.Bool
+	refresh  chan struct{} // a check named an unknown policy: reload soon
+	renew    chan struct{} // policies were installed: look at the leases now
+	envoy    atomic.Pointer[checkapi.EnvoyIndex]
+	edge     *rlqs.Engine     // Envoy's RLQS: leases to the edge
+	api      *checkapi.Server // the check APIs
 }
 
 // New returns an agent; Run starts its background work.
@@ -231,7 +229,7 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, engine: eng, m: m, hot: newHotIdentities(cfg.HotKeys), refresh: make(chan struct{}, 1), renew: make(chan struct{}, 1), closing: make(chan struct{}), health: newRedisHealth(cfg.Logger, cfg.Clock.Now)}
+	a := &Agent{cfg: cfg, engine: eng, m: m, hot: newHotIdentities(cfg.HotKeys), refresh: make(chan struct{}, 1), renew: make(chan struct{}, 1), health: newRedisHealth(cfg.Logger, cfg.Clock.Now)}
 	a.shared = regional.NewRegion(cfg.Redis, cfg.Region)
 	a.leaser = newLeaser(a.shared, cfg.Instance, cfg.Coordinator, lease.Timing{Drift: cfg.Drift, Margin: cfg.Margin}, cfg.Clock.Now, cfg.Logger, m, a.refreshSoon)
 	asked := agentPolicies{set: &a.policies, refresh: a.refreshSoon}
@@ -272,7 +270,7 @@ func (a *Agent) Ready() bool {
 func (a *Agent) Readiness() (bool, string) {
 	redisErr := a.health.last()
 	switch {
-	case a.draining():
+	case a.closing.Load():
 		return false, "shutting down"
 	case !a.loaded.Load() && redisErr != nil:
 		return false, "no policies yet: the coordinator has not answered and the region's saved set cannot be " +
@@ -290,19 +288,6 @@ func (a *Agent) Readiness() (bool, string) {
 		return false, fmt.Sprintf("%d global policies not leased yet (first lease round not finished): %s", len(u), strings.Join(u[:min(len(u), 5)], ", "))
 	}
 	return true, "ready"
-}
-
-// Draining is closed once Drain begins: the agent is not ready from then
-// on, and whoever follows its readiness may say so at once.
-func (a *Agent) Draining() <-chan struct{} { return a.closing }
-
-func (a *Agent) draining() bool {
-	select {
-	case <-a.closing:
-		return true
-	default:
-		return false
-	}
 }
 
 // refreshSoon asks the refresh loop to reload the policies now (at most

@@ -359,6 +359,10 @@ func TestRLQSInstancesAndSpellings(t *testing.T) {
 	if n, placed := slots(); n != 2 || placed != 2 {
 		t.Fatalf("after the first stream ended: %d buckets, %d placed, want 2, 2", n, placed)
 	}
+	// The first stream's refused spelling went with it.
+	if l := ra.a.edge.Load(); l.Buckets != 2 {
+		t.Fatalf("the agent counts %d buckets after the first stream ended, want the other two streams' 2", l.Buckets)
+	}
 }
 
 // Streams that came first from one host cannot keep a policy's instances

@@ -100,7 +100,7 @@ func (a *Agent) refreshLoop(ctx context.Context, fromSaved bool) {
 // streams (Envoy reopens them elsewhere) and waits until no check is in
 // flight, or ctx ends. Checks that still arrive are decided as usual.
 func (a *Agent) Drain(ctx context.Context, delay time.Duration) {
-	a.closeOnce.Do(func() { close(a.closing) })
+	a.closing.Store(true)
 	select {
 	case <-time.After(delay):
 	case <-ctx.Done():

@@ -54,7 +54,7 @@ type Engine struct {
 	mu         sync.Mutex // over the streams and the rounds (r)
 	r          *edge.Round[rlqsSlotID]
 	streams    map[uint64]*rlqsStream
-	buckets    int                    // the streams' slots and ALLOW_ALL buckets together (MaxBuckets)
+	buckets    int                    // the streams' slots, ALLOW_ALL buckets and refused second spellings (MaxBuckets)
 	callers    map[string]*callerLoad // what each caller holds of streams and buckets (callers.go)
 	nextStream uint64
 	metricsAt  time.Time       // when the gauges were last set
@@ -107,11 +107,14 @@ func (e *Engine) Leave(ctx context.Context) error {
 // process it succeeded under its name, if any.
 func (e *Engine) self() regional.EdgeAgent { return regional.EdgeAgentOf(e.h.Leases.Succession()) }
 
-// SetPolicies notes which policies the edge serves.
+// SetPolicies notes which policies the edge serves, and wakes the rounds:
+// a policy newly served there has reservations to read before its direct
+// checks can rely on them.
 func (e *Engine) SetPolicies(ps []*policy.Policy) {
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	e.r.SetPolicies(ps)
+	e.mu.Unlock()
+	e.kickSoon()
 }
 
 // Reserved is what direct checks of policy name must leave the edge of
@@ -194,6 +197,7 @@ func (e *Engine) kickSoon() {
 // when the next round is wanted (run).
 func (e *Engine) round(ctx context.Context) edge.Result {
 	if !e.r.Serving() && e.idle() {
+		e.r.Rest()
 		return edge.Result{Quiet: true} // no policy is served at the edge: nothing to reserve or read
 	}
 	before := e.r.View()
@@ -210,7 +214,7 @@ func (e *Engine) round(ctx context.Context) edge.Result {
 	e.mu.Lock()
 	now := e.h.Clock.Now()
 	out := e.collect()
-	if now.Sub(e.metricsAt) >= time.Second {
+	if now.Sub(e.metricsAt) >= time.Second || res.Quiet { // quiet: the next round may be QuietEvery away
 		e.updateMetrics(now)
 		e.metricsAt = now
 	}

@@ -208,16 +208,7 @@ func (e *Engine) report(st *rlqsStream, m *rlqsv3.RateLimitQuotaUsageReports) er
 				}
 				continue
 			}
-			if len(st.slots)+len(st.allowAll)+len(st.second) >= e.cfg.MaxBucketsPerStream {
-				e.m.limited.WithLabelValues("buckets").Inc()
-				continue
-			}
-			if e.buckets >= e.cfg.MaxBuckets {
-				e.m.limited.WithLabelValues("agent-buckets").Inc()
-				continue
-			}
-			if st.caller.buckets >= e.cfg.callerBuckets() {
-				e.m.limited.WithLabelValues("caller-buckets").Inc()
+			if !st.second[bk] && !e.roomFor(st) { // a second spelling is counted already
 				continue
 			}
 			if s = e.subscribe(st, u.BucketId, bk, now); s == nil {
@@ -266,6 +257,7 @@ func (e *Engine) subscribe(st *rlqsStream, id *rlqsv3.BucketId, bk string, now t
 		return nil
 	}
 	if m.pol == nil {
+		e.unrefuse(st, bk)
 		st.allowAll[bk] = now
 		e.countBuckets(st, 1)
 		st.pend = append(st.pend, allowAllAction(id))
@@ -287,10 +279,7 @@ func (e *Engine) subscribe(st *rlqsStream, id *rlqsv3.BucketId, bk string, now t
 		st.refused.Failed(e.h.Logger, now, "domain", st.domain, "bucket", bk, "policy", m.pol.Name, "error", err)
 		return nil
 	}
-	if st.second[bk] { // the spelling it lost to is gone: this one holds now
-		delete(st.second, bk)
-		e.countBuckets(st, -1)
-	}
+	e.unrefuse(st, bk) // the spelling it lost to is gone: this one holds now
 	k = e.r.Key(kid, m.pol)
 	sid := rlqsSlotID{st.id, bk}
 	s := &rlqsSlot{Slot: k.Add(sid, now), st: st, id: id, key: k}
@@ -316,6 +305,32 @@ func (e *Engine) refuseSecond(st *rlqsStream, id *rlqsv3.BucketId, bk string) {
 	st.second[bk] = true
 	e.countBuckets(st, 1)
 	st.pend = append(st.pend, abandonAction(id))
+}
+
+// unrefuse forgets that stream st refused bucket bk as a second spelling:
+// it is served now, or names something else. e.mu is held.
+func (e *Engine) unrefuse(st *rlqsStream, bk string) {
+	if st.second[bk] {
+		delete(st.second, bk)
+		e.countBuckets(st, -1)
+	}
+}
+
+// roomFor reports whether stream st may hold one more bucket, within its
+// own, its caller's and the agent's caps, and counts the refusal if not.
+// e.mu is held.
+func (e *Engine) roomFor(st *rlqsStream) bool {
+	switch {
+	case len(st.slots)+len(st.allowAll)+len(st.second) >= e.cfg.MaxBucketsPerStream:
+		e.m.limited.WithLabelValues("buckets").Inc()
+	case e.buckets >= e.cfg.MaxBuckets:
+		e.m.limited.WithLabelValues("agent-buckets").Inc()
+	case st.caller.buckets >= e.cfg.callerBuckets():
+		e.m.limited.WithLabelValues("caller-buckets").Inc()
+	default:
+		return true
+	}
+	return false
 }
 
 // onStream reports whether stream already holds a bucket of k: one
