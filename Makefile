@@ -92,7 +92,7 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 10s)
 	@echo "== admission FuzzParseReservation"; $(GO) test ./admission/ -run '^$$' -fuzz '^FuzzParseReservation$$' -fuzztime $(FUZZTIME)
 	@echo "== regional FuzzStateKey"; $(GO) test ./regional/ -run '^$$' -fuzz '^FuzzStateKey$$' -fuzztime $(FUZZTIME)
 	@echo "== sim FuzzParseScenario"; $(GO) test ./sim/ -run '^$$' -fuzz '^FuzzParseScenario$$' -fuzztime $(FUZZTIME)
-	@echo "== sfv FuzzRoundTrip"; $(GO) test ./internal/sfv/ -run '^$$' -fuzz '^FuzzRoundTrip$$' -fuzztime $(FUZZTIME)
+	@echo "== sfv FuzzRoundTrip"; $(GO) test ./httplimit/sfv/ -run '^$$' -fuzz '^FuzzRoundTrip$$' -fuzztime $(FUZZTIME)
 	@echo "== ratelimitxds FuzzConvert"; $(GO) test ./internal/ratelimitxds/ -run '^$$' -fuzz '^FuzzConvert$$' -fuzztime $(FUZZTIME)
 	@set -e; for t in FuzzAppendJSONString FuzzDecodeCheckBody; do \
 	  echo "== checkapi $$t"; $(GO) test ./internal/agent/checkapi/ -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME); done

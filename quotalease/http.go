@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/quota-lease/quota-lease/internal/httplimit"
+	"github.com/quota-lease/quota-lease/httplimit"
 	"github.com/quota-lease/quota-lease/policy"
 )
 

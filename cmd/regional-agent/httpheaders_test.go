@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/quota-lease/quota-lease/httplimit"
 	"github.com/quota-lease/quota-lease/internal/agent"
-	"github.com/quota-lease/quota-lease/internal/httplimit"
 )
 
 // --http-ratelimit-headers (or QUOTALEASE_HTTP_RATELIMIT_HEADERS) reaches

@@ -20,12 +20,12 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/quota-lease/quota-lease/httplimit"
 	"github.com/quota-lease/quota-lease/internal/agent"
 	"github.com/quota-lease/quota-lease/internal/agent/checkapi"
 	"github.com/quota-lease/quota-lease/internal/agent/rlqs"
 	"github.com/quota-lease/quota-lease/internal/cli"
 	"github.com/quota-lease/quota-lease/internal/envflag"
-	"github.com/quota-lease/quota-lease/internal/httplimit"
 	"github.com/quota-lease/quota-lease/internal/leaseapi"
 	"github.com/quota-lease/quota-lease/internal/logs"
 	"github.com/quota-lease/quota-lease/internal/mtls"

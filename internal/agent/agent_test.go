@@ -14,8 +14,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/quota-lease/quota-lease/admission"
+	"github.com/quota-lease/quota-lease/httplimit"
 	"github.com/quota-lease/quota-lease/internal/agent/checkapi"
-	"github.com/quota-lease/quota-lease/internal/httplimit"
 	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/lease"
 	"github.com/quota-lease/quota-lease/policy"

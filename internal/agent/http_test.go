@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/quota-lease/quota-lease/admission"
-	"github.com/quota-lease/quota-lease/internal/httplimit"
+	"github.com/quota-lease/quota-lease/httplimit"
 	"github.com/quota-lease/quota-lease/policy"
 )
 

@@ -8,7 +8,7 @@ import (
 	"sync"
 
 	"github.com/quota-lease/quota-lease/admission"
-	"github.com/quota-lease/quota-lease/internal/httplimit"
+	"github.com/quota-lease/quota-lease/httplimit"
 )
 
 // The HTTP contract (docs/http.md): POST /v1/check decides one check; a

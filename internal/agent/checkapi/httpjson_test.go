@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quota-lease/quota-lease/internal/httplimit"
+	"github.com/quota-lease/quota-lease/httplimit"
 )
 
 // appendJSONString writes what encoding/json writes, for any string.

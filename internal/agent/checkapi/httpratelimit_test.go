@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/quota-lease/quota-lease/admission"
-	"github.com/quota-lease/quota-lease/internal/httplimit"
+	"github.com/quota-lease/quota-lease/httplimit"
 	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/policy"
 )

@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/quota-lease/quota-lease/internal/sfv"
+	"github.com/quota-lease/quota-lease/httplimit/sfv"
 )
 
 // The RateLimit header fields of the HTTP API (docs/http.md), in the
