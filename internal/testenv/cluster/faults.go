@@ -34,8 +34,8 @@ const (
 	// FlapLatency delays Region's Redis traffic by Delay each way for Down
 	// of every Period, for For: latency flapping around the check timeout.
 	FlapLatency FaultKind = "flap-latency"
-	// Partition cuts Region off from every coordinator for For.
-	Partition FaultKind = "partition"
+	// PartitionRegion cuts Region off from every coordinator for For.
+	PartitionRegion FaultKind = "partition"
 	// ChangeLimit stores the policy with limit Limit.
 	ChangeLimit FaultKind = "change-limit"
 	// ChangeFailure stores the policy with the injector's failure mode
@@ -43,7 +43,7 @@ const (
 	ChangeFailure FaultKind = "change-failure"
 )
 
-var faultKinds = []FaultKind{KillLeader, PauseLeader, KillAgent, RestartRedis, PauseRedis, FlapLatency, Partition, ChangeLimit, ChangeFailure}
+var faultKinds = []FaultKind{KillLeader, PauseLeader, KillAgent, RestartRedis, PauseRedis, FlapLatency, PartitionRegion, ChangeLimit, ChangeFailure}
 
 // Fault is one scheduled fault.
 type Fault struct {
@@ -211,7 +211,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 
 // inject runs one fault and undoes it; it reports whether it ran.
 func (in *Injector) inject(ctx context.Context, f Fault) bool {
-	ri := in.c.regionIndex(f.Region)
+	ri := in.agentOf(f.Region)
 	switch f.Kind {
 	case KillLeader, PauseLeader:
 		mu := in.target("coordinators")
@@ -274,7 +274,7 @@ func (in *Injector) inject(ctx context.Context, f Fault) bool {
 			sleep(ctx, f.Period-f.Down)
 		}
 		px.SetDelay(0)
-	case Partition:
+	case PartitionRegion:
 		mu := in.target("coord-proxies-" + f.Region)
 		mu.Lock()
 		defer mu.Unlock()
@@ -329,9 +329,11 @@ func (in *Injector) changePolicy(ctx context.Context, f Fault) bool {
 	return !ch.Acked.IsZero()
 }
 
-func (c *Cluster) regionIndex(name string) int {
-	for i, a := range c.Agents {
-		if a.Region == name {
+// agentOf is the index in Cluster.Agents of region's first agent (0 if
+// none).
+func (in *Injector) agentOf(region string) int {
+	for i, a := range in.c.Agents {
+		if a.Region == region {
 			return i
 		}
 	}
