@@ -57,10 +57,18 @@ func TestRLQSLargeValuesOverRealProcesses(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	after := procStatus(t, agent.Pid(), "VmRSS") / 1024
-	refused := scrapeMetric(t, agent, `quotalease_agent_edge_buckets_refused_total{reason="invalid"}`)
-	paced := scrapeMetric(t, agent, `quotalease_agent_edge_reports_limited_total{reason="rate"}`)
+	// The agent may still be reading the last messages sent.
 	const sent = streams * perSecond * seconds
+	var refused, paced float64
+	poll(t, 30*time.Second, 100*time.Millisecond, func() error {
+		refused = scrapeMetric(t, agent, `quotalease_agent_edge_buckets_refused_total{reason="invalid"}`)
+		paced = scrapeMetric(t, agent, `quotalease_agent_edge_reports_limited_total{reason="rate"}`)
+		if refused+paced < sent {
+			return fmt.Errorf("%.0f of the %d messages sent refused or dropped so far", refused+paced, sent)
+		}
+		return nil
+	})
+	after := procStatus(t, agent.Pid(), "VmRSS") / 1024
 	t.Logf("%d streams x %d messages of a %d KB value: %.0f buckets refused as invalid, %.0f messages beyond the pace; agent RSS %d -> %d MB",
 		streams, perSecond*seconds, valueBytes>>10, refused, paced, before, after)
 	if after >= 512 {
