@@ -299,18 +299,14 @@ func TestEdgeE2E(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	eu.Proxies[0].Restore()
 	time.Sleep(s.settle)
-	for _, px := range eu.Proxies {
-		px.Cut()
-	}
+	cutStreams(true, eu)
 	fellBack := eu.Envoys[len(eu.Envoys)-1].Filters[1]
 	testenv.WaitFor(t, 10*time.Second, "an eu Envoy on its expired assignment's fallback", func() bool {
 		st, ok := fellBack.State(b.global)
 		return ok && !st.Assigned && st.Strategy.GetTokenBucket() != nil
 	})
 	time.Sleep(time.Second)
-	for _, px := range eu.Proxies {
-		px.Restore()
-	}
+	cutStreams(false, eu)
 	time.Sleep(s.settle)
 
 	// us's lease lapses: both its agents cut off from the coordinator past

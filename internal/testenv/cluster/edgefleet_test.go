@@ -125,8 +125,12 @@ func waitAllAssigned(t *testing.T, bucket map[string]string, edges ...*Edge) {
 // edges (for at most 2 minutes) until the returned stop, which waits for
 // the clients and runs at the test's end if not called before.
 func drive(t *testing.T, bucket map[string]string, rate float64, edges ...*Edge) (d *EdgeDriver, stop func()) {
+	return driveLoad(t, EdgeLoad{Demand: func(string, int, time.Duration) []EdgeDemand { return []EdgeDemand{{Bucket: bucket, Rate: rate}} }}, edges...)
+}
+
+// driveLoad is drive for any load.
+func driveLoad(t *testing.T, load EdgeLoad, edges ...*Edge) (d *EdgeDriver, stop func()) {
 	d = NewEdgeDriver()
-	load := EdgeLoad{Demand: func(string, int, time.Duration) []EdgeDemand { return []EdgeDemand{{Bucket: bucket, Rate: rate}} }}
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -134,6 +138,20 @@ func drive(t *testing.T, bucket map[string]string, rate float64, edges ...*Edge)
 	stop = sync.OnceFunc(func() { cancel(); wg.Wait() })
 	t.Cleanup(stop)
 	return d, stop
+}
+
+// cutStreams cuts (or restores) the streams of every Envoy-like client of
+// edges to their agents.
+func cutStreams(cut bool, edges ...*Edge) {
+	for _, e := range edges {
+		for _, px := range e.Proxies {
+			if cut {
+				px.Cut()
+			} else {
+				px.Restore()
+			}
+		}
+	}
 }
 
 // pauseRedis stops region's redis-server (SIGSTOP) for d, then resumes it.

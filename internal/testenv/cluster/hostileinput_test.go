@@ -42,11 +42,14 @@ func TestRLQSLargeValuesOverRealProcesses(t *testing.T) {
 	const streams, perSecond, seconds, valueBytes = 10, 20, 6, 200 << 10
 	var wg sync.WaitGroup
 	errs := make(chan error, streams)
+	pad := strings.Repeat("v", valueBytes)
 	for s := range streams {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- floodLargeValues(ctx, rq, s, perSecond*seconds, time.Second/perSecond, valueBytes)
+			errs <- sendReports(ctx, rq, perSecond*seconds, time.Second/perSecond, func(i int) *rlqsv3.RateLimitQuotaUsageReports {
+				return usageOf("shop", &rlqsv3.BucketId{Bucket: map[string]string{"policy": "api", "tenant": fmt.Sprintf("%d-%d-%s", s, i, pad)}})
+			})
 		}()
 	}
 	wg.Wait()
@@ -104,20 +107,30 @@ func TestRLQSLargeValuesOverRealProcesses(t *testing.T) {
 	}
 }
 
-// floodLargeValues sends n messages on a stream of rq, one every gap, each
-// naming a new bucket whose tenant value is size bytes long.
-func floodLargeValues(ctx context.Context, rq rlqsv3.RateLimitQuotaServiceClient, stream, n int, gap time.Duration, size int) error {
+// sendReports opens a stream of rq and sends message(i) for i from 0 to
+// n-1, one every gap, draining what the agent answers; it returns once it
+// closed its side and the agent ended the stream, or ctx ended.
+func sendReports(ctx context.Context, rq rlqsv3.RateLimitQuotaServiceClient, n int, gap time.Duration,
+	message func(i int) *rlqsv3.RateLimitQuotaUsageReports) error {
 	st, err := rq.StreamRateLimitQuotas(ctx)
 	if err != nil {
 		return err
 	}
-	pad := strings.Repeat("v", size)
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		for {
+			if _, err := st.Recv(); err != nil {
+				return
+			}
+		}
+	}()
+	defer func() { <-drained }()
 	tick := time.NewTicker(gap)
 	defer tick.Stop()
 	for i := range n {
-		id := &rlqsv3.BucketId{Bucket: map[string]string{"policy": "api", "tenant": fmt.Sprintf("%d-%d-%s", stream, i, pad)}}
-		if err := st.Send(usageOf("shop", id)); err != nil {
-			return fmt.Errorf("stream %d, message %d: %w", stream, i, err)
+		if err := st.Send(message(i)); err != nil {
+			return fmt.Errorf("message %d: %w", i, err)
 		}
 		select {
 		case <-ctx.Done():
@@ -151,22 +164,19 @@ func TestEdgeOneBucketPerIdentity(t *testing.T) {
 	regions := []string{"us", "eu"}
 	c, p, edges := edgeFleet(t, sybilPolicy, Options{Regions: regions, Coordinators: 1, LeaseDuration: 10 * time.Second}, "shared", 4, regions...)
 	spellings := []map[string]string{{"policy": "shared", "api": "all"}, {"generic_key": "shared", "api": "all"}}
-	d := NewEdgeDriver()
-	load := EdgeLoad{Demand: func(string, int, time.Duration) []EdgeDemand {
+	_, stopTraffic := driveLoad(t, EdgeLoad{Demand: func(string, int, time.Duration) []EdgeDemand {
 		return []EdgeDemand{{Bucket: spellings[0], Rate: 25}, {Bucket: spellings[1], Rate: 25}}
-	}}
-	traffic, stop := context.WithCancel(t.Context())
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); d.Run(traffic, 2*time.Minute, load, edges...) }()
+	}}, edges...)
+	sampling, stopSampling := context.WithCancel(t.Context())
+	sampled := make(chan struct{})
 	var twice []string // what the sampler saw: an instance holding both spellings
 	go func() {
-		defer wg.Done()
+		defer close(sampled)
 		tick := time.NewTicker(20 * time.Millisecond)
 		defer tick.Stop()
 		for {
 			select {
-			case <-traffic.Done():
+			case <-sampling.Done():
 				return
 			case <-tick.C:
 			}
@@ -179,7 +189,7 @@ func TestEdgeOneBucketPerIdentity(t *testing.T) {
 			}
 		}
 	}()
-	finish := sync.OnceFunc(func() { stop(); wg.Wait() })
+	finish := sync.OnceFunc(func() { stopSampling(); <-sampled; stopTraffic() })
 	defer finish()
 
 	allHold := func(what string) {
@@ -201,17 +211,9 @@ func TestEdgeOneBucketPerIdentity(t *testing.T) {
 		})
 	}
 	time.Sleep(2 * time.Second) // traffic under assignments
-	for _, e := range edges {
-		for _, px := range e.Proxies {
-			px.Cut()
-		}
-	}
+	cutStreams(true, edges...)
 	time.Sleep(3 * time.Second) // past the assignments' life (ttl 1s): the fallbacks run
-	for _, e := range edges {
-		for _, px := range e.Proxies {
-			px.Restore()
-		}
-	}
+	cutStreams(false, edges...)
 	allHold("every instance assigned one spelling after reconnecting")
 	time.Sleep(time.Second)
 	finish()
@@ -274,37 +276,20 @@ func TestEdgeSybilStreamsLeaveHonestInstances(t *testing.T) {
 	defer cancel()
 	rq := rlqsv3.NewRateLimitQuotaServiceClient(dial(t, c.Agents[0].Addr, c.pki.service))
 	const sybils = 100
+	inflated := func(int) *rlqsv3.RateLimitQuotaUsageReports {
+		u := usageOf("shared", &rlqsv3.BucketId{Bucket: bucket})
+		u.BucketQuotaUsages[0].NumRequestsAllowed = 1_000_000
+		u.BucketQuotaUsages[0].TimeElapsed = durationpb.New(time.Second)
+		return u
+	}
 	var wg sync.WaitGroup
+	early := make(chan error, sybils) // a stream that ended before the attack did
 	for range sybils {
-		st, err := rq.StreamRateLimitQuotas(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wg.Add(2)
-		go func() { // drain what the agent sends
-			defer wg.Done()
-			for {
-				if _, err := st.Recv(); err != nil {
-					return
-				}
-			}
-		}()
+		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			tick := time.NewTicker(time.Second)
-			defer tick.Stop()
-			for range 9 {
-				u := usageOf("shared", &rlqsv3.BucketId{Bucket: bucket})
-				u.BucketQuotaUsages[0].NumRequestsAllowed = 1_000_000
-				u.BucketQuotaUsages[0].TimeElapsed = durationpb.New(time.Second)
-				if st.Send(u) != nil {
-					return
-				}
-				select {
-				case <-ctx.Done():
-					return
-				case <-tick.C:
-				}
+			if err := sendReports(ctx, rq, 9, time.Second, inflated); err != nil && ctx.Err() == nil {
+				early <- err
 			}
 		}()
 	}
@@ -315,6 +300,10 @@ func TestEdgeSybilStreamsLeaveHonestInstances(t *testing.T) {
 	cancel()
 	wg.Wait()
 	stop()
+	close(early)
+	for err := range early {
+		t.Errorf("an inflating stream ended before the attack did: %v", err)
+	}
 
 	equal := p.Limit * 5 / float64(p.Edge.Instances)
 	t.Logf("honest clients admitted %.1f/s before the %d inflated streams, %.1f/s during (their equal part %.1f/s)", before, sybils, during, equal)

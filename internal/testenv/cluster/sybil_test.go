@@ -50,17 +50,9 @@ func TestEdgeInstancesBeyondThePromise(t *testing.T) {
 	testenv.WaitFor(t, 30*time.Second, "the promised instances assigned", func() bool { return held() >= len(regions)*p.Edge.Instances })
 	time.Sleep(3 * time.Second)
 	before := held()
-	for _, e := range edges {
-		for _, px := range e.Proxies {
-			px.Cut()
-		}
-	}
+	cutStreams(true, edges...)
 	time.Sleep(4 * time.Second) // past every assignment's life: the fallbacks run
-	for _, e := range edges {
-		for _, px := range e.Proxies {
-			px.Restore()
-		}
-	}
+	cutStreams(false, edges...)
 	time.Sleep(3 * time.Second)
 	stop()
 
