@@ -175,7 +175,7 @@ func (s *AdminService) ReleaseRegion(ctx context.Context, req *pb.ReleaseRegionR
 		return nil, err
 	}
 	t.mu.RLock()
-	quotas := map[string]*quota{}
+	quotas := map[string]*quotaState{}
 	for n, q := range t.quotas {
 		if req.Quota == "" || n == req.Quota {
 			quotas[n] = q
@@ -285,7 +285,7 @@ func (s *AdminService) Rebalance(ctx context.Context, req *pb.RebalanceRequest) 
 	return &pb.RebalanceResponse{Paused: t.isPaused()}, nil
 }
 
-func (t *term) knownRegion(name string) error {
+func (t *leaderTerm) knownRegion(name string) error {
 	t.mu.RLock()
 	_, ok := t.regions[name]
 	t.mu.RUnlock()

@@ -142,8 +142,8 @@ func (c *Coordinator) lead(ctx context.Context, el *concurrency.Election, ll *le
 	if err != nil {
 		return err
 	}
-	t := &term{epoch: el.Rev(), leaderKey: el.Key(), leaderRev: el.Rev(), lease: ll,
-		quotas: map[string]*quota{}, retired: map[string]*quota{}, sources: map[string]*policySource{}, regions: st.regions, paused: st.paused, now: make(chan struct{}, 1),
+	t := &leaderTerm{epoch: el.Rev(), leaderKey: el.Key(), leaderRev: el.Rev(), lease: ll,
+		quotas: map[string]*quotaState{}, retired: map[string]*quotaState{}, sources: map[string]*policySource{}, regions: st.regions, paused: st.paused, now: make(chan struct{}, 1),
 		claims: newInstanceClaims(c.cfg.Timing.ValidFor)}
 	if len(t.regions) == 0 && len(c.cfg.Regions) > 0 {
 		var ops []clientv3.Op
@@ -195,7 +195,7 @@ func (c *Coordinator) lead(ctx context.Context, el *concurrency.Election, ll *le
 		case <-t.now:
 			c.rebalanceAll(t)
 		case <-flush.C:
-			if err := c.flush(ctx, t); err != nil && ctx.Err() == nil {
+			if err := c.flushLowered(ctx, t); err != nil && ctx.Err() == nil {
 				c.log.Warn("ledger flush failed; will retry", "error", err)
 			}
 		case <-compactions:

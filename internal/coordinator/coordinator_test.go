@@ -67,7 +67,7 @@ func (w *watcher) run(ctx context.Context, limit int64, agents []*testAgent, lea
 		}
 		var booked int64 = -1
 		if l := leader(); l != nil {
-			withQuota(l.c, "api", func(q *quota) { booked = q.book.MostBooked(time.Now()) })
+			withQuota(l.c, "api", func(q *quotaState) { booked = q.book.MostBooked(time.Now()) })
 		}
 		w.mu.Lock()
 		w.samples++
@@ -234,7 +234,7 @@ func TestLeaderFailover(t *testing.T) {
 // flight either.
 func ledgerSettled(r *replica, name string) bool {
 	var settled bool
-	return withQuota(r.c, name, func(q *quota) { settled = len(q.book.Shrunk(r.c.cfg.Clock.Now())) == 0 }) && settled
+	return withQuota(r.c, name, func(q *quotaState) { settled = len(q.book.Shrunk(r.c.cfg.Clock.Now())) == 0 }) && settled
 }
 
 func mustConn(t *testing.T, cl *leaseapi.Client, addr string) grpcConn {

@@ -135,8 +135,8 @@ func setPolicy(t testing.TB, adm pb.AdminServiceClient, yaml string) {
 // withQuota runs f with quota name of c's current term, under the quota's
 // lock, as the tests that read a leader's books do; it reports false, and
 // runs nothing, when c leads no term or the term has no such quota.
-func withQuota(c *Coordinator, name string, f func(q *quota)) bool {
-	t := c.term()
+func withQuota(c *Coordinator, name string, f func(q *quotaState)) bool {
+	t := c.currentTerm()
 	if t == nil {
 		return false
 	}

@@ -85,6 +85,6 @@ func TestIdentityDemandFlood(t *testing.T) {
 
 // identityDemandsHeld reads quota name's plan: the demands held and ignored.
 func identityDemandsHeld(c *Coordinator, name string) (held int, ignored int64) {
-	withQuota(c, name, func(q *quota) { held, ignored = q.ids.Held(), q.ids.Ignored })
+	withQuota(c, name, func(q *quotaState) { held, ignored = q.ids.Held(), q.ids.Ignored })
 	return held, ignored
 }

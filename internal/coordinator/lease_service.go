@@ -31,8 +31,8 @@ const maxNameBytes = 128
 
 // leading returns the current term for a handler that needs the leader,
 // or an UNAVAILABLE error naming the leader (also in LeaderTrailer).
-func (c *Coordinator) leading(ctx context.Context) (*term, error) {
-	t := c.term()
+func (c *Coordinator) leading(ctx context.Context) (*leaderTerm, error) {
+	t := c.currentTerm()
 	if t != nil && t.lease.valid(c.cfg.Clock.Mono()) {
 		return t, nil
 	}
@@ -64,7 +64,7 @@ func (s *LeaseService) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.Lea
 	}
 	t.serving.RLock()
 	defer t.serving.RUnlock()
-	if c.term() != t { // stepped down while we waited
+	if c.currentTerm() != t { // stepped down while we waited
 		return nil, status.Error(codes.Unavailable, "leadership changed; retry")
 	}
 	if err := validateLease(t, req); err != nil {
@@ -76,10 +76,10 @@ func (s *LeaseService) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.Lea
 	items := t.lockQuotas(req)
 	defer unlockQuotas(items)
 	now := c.cfg.Clock.Now()
-	var writes []write
+	var writes []ledgerWrite
 	for _, it := range items {
 		if d := s.prepare(t, now, req, it); !d.Empty() {
-			writes = append(writes, write{it.req.Quota, it.q.book, d})
+			writes = append(writes, ledgerWrite{it.req.Quota, it.q.book, d})
 		}
 	}
 	if err := c.writeLedger(ctx, t, writes...); err != nil {
@@ -113,7 +113,7 @@ func (s *LeaseService) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.Lea
 // leaseItem is one quota of a Lease request on its way to an answer.
 type leaseItem struct {
 	req     *pb.QuotaRequest
-	q       *quota // nil for an unknown quota
+	q       *quotaState // nil for an unknown quota
 	pending *lease.Pending
 	grant   *pb.QuotaGrant
 }
@@ -121,7 +121,7 @@ type leaseItem struct {
 // lockQuotas resolves the quotas req names and locks them in name order,
 // so that two requests never wait on each other; the items are in req's
 // order.
-func (t *term) lockQuotas(req *pb.LeaseRequest) []*leaseItem {
+func (t *leaderTerm) lockQuotas(req *pb.LeaseRequest) []*leaseItem {
 	items := make([]*leaseItem, len(req.Quotas))
 	for i, qr := range req.Quotas {
 		items[i] = &leaseItem{req: qr, grant: &pb.QuotaGrant{Quota: qr.Quota}}
@@ -152,7 +152,7 @@ func unlockQuotas(items []*leaseItem) {
 // prepare computes its answer at now without committing it: a refusal, a
 // region-scoped quota's whole limit, or a pending grant (it.pending) and
 // the ledger change it needs first.
-func (s *LeaseService) prepare(t *term, now time.Time, req *pb.LeaseRequest, it *leaseItem) lease.LedgerDelta {
+func (s *LeaseService) prepare(t *leaderTerm, now time.Time, req *pb.LeaseRequest, it *leaseItem) lease.LedgerDelta {
 	c := s.c
 	switch {
 	case it.q == nil:
@@ -192,12 +192,12 @@ func capDemands(d map[string]int64, total int64) map[string]int64 {
 // terms are the terms of q's grants: renewal after a third of the agent's
 // validity (as this coordinator's timing assumes agents compute it), the
 // degraded budget's reservation, and the policy's fingerprint.
-func (s *LeaseService) terms(q *quota) leaseapi.Terms {
+func (s *LeaseService) terms(q *quotaState) leaseapi.Terms {
 	t := s.c.cfg.Timing
 	return leaseapi.Terms{RenewAfter: t.RenewAfter(), DegradedTimeout: t.DegradedTimeout, Fingerprint: q.fp}
 }
 
-func validateLease(t *term, req *pb.LeaseRequest) error {
+func validateLease(t *leaderTerm, req *pb.LeaseRequest) error {
 	bad := func(format string, args ...any) error {
 		return status.Errorf(codes.InvalidArgument, format, args...)
 	}

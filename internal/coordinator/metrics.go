@@ -49,7 +49,7 @@ func (k collector) Describe(ch chan<- *prometheus.Desc) {
 
 func (k collector) Collect(ch chan<- prometheus.Metric) {
 	c := k.c
-	t := c.term()
+	t := c.currentTerm()
 	leader := 0.0
 	if t != nil {
 		leader = 1
@@ -68,7 +68,7 @@ func (k collector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	t.mu.RLock()
-	quotas := make(map[string]*quota, len(t.quotas))
+	quotas := make(map[string]*quotaState, len(t.quotas))
 	for n, q := range t.quotas {
 		quotas[n] = q
 	}

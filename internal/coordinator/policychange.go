@@ -33,7 +33,7 @@ func (ch policyChange) byHand() bool { return ch.source == nil }
 // applies it to the books. The caller holds t.mu. Its errors are gRPC
 // statuses: Unavailable when etcd could not take the change, another code
 // when ch itself cannot be made (nothing is written then).
-func (c *Coordinator) changePolicies(ctx context.Context, t *term, ch policyChange) error {
+func (c *Coordinator) changePolicies(ctx context.Context, t *leaderTerm, ch policyChange) error {
 	regions := make([]string, 0, len(t.regions))
 	for n := range t.regions {
 		regions = append(regions, n)
@@ -137,7 +137,7 @@ func (ch policyChange) sourceOf(name string) *policySource {
 // policy an xDS server manages while this coordinator subscribes to one
 // (without a subscription, the policies it left are the SRE's), and an xDS
 // server may not take over a policy set by hand.
-func (c *Coordinator) owns(t *term, ch policyChange, name string) error {
+func (c *Coordinator) owns(t *leaderTerm, ch policyChange, name string) error {
 	src := t.sources[name]
 	switch {
 	case ch.byHand() && src != nil && c.cfg.RateLimitXDS != nil:
@@ -154,7 +154,7 @@ func (c *Coordinator) owns(t *term, ch policyChange, name string) error {
 
 // retire moves a deleted policy's quota to the retired books, where its
 // grants stay reserved until they end (term.retired).
-func (c *Coordinator) retire(t *term, name string) {
+func (c *Coordinator) retire(t *leaderTerm, name string) {
 	if q := t.quotas[name]; q != nil {
 		t.retired[name] = q
 		delete(t.quotas, name)

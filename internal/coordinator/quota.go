@@ -11,9 +11,9 @@ import (
 	"github.com/quota-lease/quota-lease/policy"
 )
 
-// quota is the leader's state for one policy: its book of grants and the
+// quotaState is the leader's state for one policy: its book of grants and the
 // current target share of every region. mu guards everything.
-type quota struct {
+type quotaState struct {
 	mu      sync.Mutex
 	policy  *policy.Policy
 	fp      uint64 // policy.Fingerprint(), sent with every grant
@@ -24,9 +24,9 @@ type quota struct {
 	edge    edgeReports         // what each agent instance's Envoy instances hold
 }
 
-func newQuota(p *policy.Policy, t lease.Timing, epoch int64) *quota {
+func newQuota(p *policy.Policy, t lease.Timing, epoch int64) *quotaState {
 	full := p.Limits()
-	q := &quota{policy: p, fp: p.Fingerprint(), full: full, book: lease.NewBook(full.Amount(), p.Failure, t, epoch), targets: map[string]int64{},
+	q := &quotaState{policy: p, fp: p.Fingerprint(), full: full, book: lease.NewBook(full.Amount(), p.Failure, t, epoch), targets: map[string]int64{},
 		ids: lease.NewIdentityPlan(p.IdentityShareLimit())}
 	q.ids.SetEdge(p.Edge != nil)
 	return q
@@ -34,7 +34,7 @@ func newQuota(p *policy.Policy, t lease.Timing, epoch int64) *quota {
 
 // setPolicy replaces the policy (a quota change); outstanding grants keep
 // counting until they end.
-func (q *quota) setPolicy(p *policy.Policy) {
+func (q *quotaState) setPolicy(p *policy.Policy) {
 	q.policy, q.fp, q.full = p, p.Fingerprint(), p.Limits()
 	q.book.SetQuota(q.full.Amount(), p.Failure)
 	q.ids.SetMax(p.IdentityShareLimit())
@@ -52,7 +52,7 @@ func (q *quota) setPolicy(p *policy.Policy) {
 // real region can have ('.' is not allowed in region names), which no
 // plan gives a target and which ends with its grant. It returns the number
 // of regions reserved.
-func (q *quota) inherit(old *quota, now time.Time) int {
+func (q *quotaState) inherit(old *quotaState, now time.Time) int {
 	n := 0
 	oldTotal, newTotal := old.book.Total(), q.book.Total()
 	for _, st := range old.book.Statuses(now) {
@@ -105,7 +105,7 @@ func contains(list []string, s string) bool {
 }
 
 // rebalance recomputes the targets (lease.PlanTargets).
-func (q *quota) rebalance(regions map[string]regionRecord, o lease.PlanOptions) error {
+func (q *quotaState) rebalance(regions map[string]regionRecord, o lease.PlanOptions) error {
 	weights := make(map[string]float64, len(regions))
 	for name, r := range regions {
 		weights[name] = r.Weight

@@ -40,7 +40,7 @@ type Coordinator struct {
 	xdsMetrics *ratelimitxds.Metrics
 
 	mu     sync.RWMutex
-	cur    *term        // nil unless leader and ready
+	cur    *leaderTerm  // nil unless leader and ready
 	leader atomic.Value // string: the leader's advertised address, as observed
 
 	grants   atomic.Int64 // lease answers given, for metrics and benchmarks
@@ -49,8 +49,8 @@ type Coordinator struct {
 	compacted atomic.Int64
 }
 
-// term is one period of leadership.
-type term struct {
+// leaderTerm is one period of leadership.
+type leaderTerm struct {
 	epoch     int64
 	leaderKey string
 	leaderRev int64
@@ -62,12 +62,12 @@ type term struct {
 	serving sync.RWMutex
 
 	mu     sync.RWMutex // guards the maps and paused
-	quotas map[string]*quota
+	quotas map[string]*quotaState
 	// retired are deleted policies' quotas whose grants may still be
 	// enforced by agents: a policy recreated under the same name starts
 	// with them reserved (quota.inherit), so deleting and recreating it
 	// (the way to change its algorithm) cannot grant the limit twice.
-	retired map[string]*quota
+	retired map[string]*quotaState
 	// sources say who manages each policy not set by hand (an xDS server).
 	sources map[string]*policySource
 	regions map[string]regionRecord
@@ -78,11 +78,11 @@ type term struct {
 }
 
 // IsLeader reports whether this replica leads and serves leases.
-func (c *Coordinator) IsLeader() bool { return c.term() != nil }
+func (c *Coordinator) IsLeader() bool { return c.currentTerm() != nil }
 
 // Epoch returns the current leader epoch of this replica (0 if follower).
 func (c *Coordinator) Epoch() int64 {
-	if t := c.term(); t != nil {
+	if t := c.currentTerm(); t != nil {
 		return t.epoch
 	}
 	return 0
@@ -102,7 +102,7 @@ func (c *Coordinator) Replica() string { return c.cfg.Name }
 // ledger writes it made.
 func (c *Coordinator) Stats() (grants, persists int64) { return c.grants.Load(), c.persists.Load() }
 
-func (c *Coordinator) term() *term {
+func (c *Coordinator) currentTerm() *leaderTerm {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.cur
@@ -130,13 +130,13 @@ func (c *Coordinator) stepDown() {
 	}
 }
 
-func (t *term) isPaused() bool {
+func (t *leaderTerm) isPaused() bool {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	return t.paused
 }
 
-func (t *term) regionNames() []string {
+func (t *leaderTerm) regionNames() []string {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	names := make([]string, 0, len(t.regions))
@@ -147,13 +147,13 @@ func (t *term) regionNames() []string {
 	return names
 }
 
-func (c *Coordinator) rebalanceAll(t *term) {
+func (c *Coordinator) rebalanceAll(t *leaderTerm) {
 	t.mu.RLock()
 	regions := make(map[string]regionRecord, len(t.regions))
 	for k, v := range t.regions {
 		regions[k] = v
 	}
-	quotas := make([]*quota, 0, len(t.quotas))
+	quotas := make([]*quotaState, 0, len(t.quotas))
 	for _, q := range t.quotas {
 		quotas = append(quotas, q)
 	}
@@ -171,7 +171,7 @@ func (c *Coordinator) rebalanceAll(t *term) {
 var errNotLeader = errors.New("this replica is no longer the leader")
 
 // txn applies ops only if this replica still holds the leadership key.
-func (c *Coordinator) txn(ctx context.Context, t *term, ops ...clientv3.Op) error {
+func (c *Coordinator) txn(ctx context.Context, t *leaderTerm, ops ...clientv3.Op) error {
 	for len(ops) > 0 {
 		n := min(len(ops), 100) // etcd's default --max-txn-ops is 128
 		t0 := c.cfg.Clock.Mono()
@@ -193,16 +193,16 @@ func (c *Coordinator) txn(ctx context.Context, t *term, ops ...clientv3.Op) erro
 	return nil
 }
 
-// flush writes lowered high-water marks and deletes ledger entries of
+// flushLowered writes lowered high-water marks and deletes ledger entries of
 // leases that are over: one batched transaction per quota, made while
 // holding the quota's lock so that no grant raises a mark in between.
-func (c *Coordinator) flush(ctx context.Context, t *term) error {
+func (c *Coordinator) flushLowered(ctx context.Context, t *leaderTerm) error {
 	t.mu.RLock()
-	quotas := make(map[string]*quota, len(t.quotas))
+	quotas := make(map[string]*quotaState, len(t.quotas))
 	for k, v := range t.quotas {
 		quotas[k] = v
 	}
-	retired := make(map[string]*quota, len(t.retired))
+	retired := make(map[string]*quotaState, len(t.retired))
 	for k, v := range t.retired {
 		retired[k] = v
 	}
@@ -219,7 +219,7 @@ func (c *Coordinator) flush(ctx context.Context, t *term) error {
 
 // forgetRetired drops the deleted policies' books once nothing they
 // granted can count any more.
-func (c *Coordinator) forgetRetired(t *term, retired map[string]*quota) {
+func (c *Coordinator) forgetRetired(t *leaderTerm, retired map[string]*quotaState) {
 	now := c.cfg.Clock.Now()
 	for name, q := range retired {
 		q.mu.Lock()
@@ -237,19 +237,19 @@ func (c *Coordinator) forgetRetired(t *term, retired map[string]*quota) {
 	}
 }
 
-func (c *Coordinator) flushQuota(ctx context.Context, t *term, name string, q *quota) error {
+func (c *Coordinator) flushQuota(ctx context.Context, t *leaderTerm, name string, q *quotaState) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	d := q.book.Flush(c.cfg.Clock.Now())
 	if d.Empty() {
 		return nil
 	}
-	return c.writeLedger(ctx, t, write{name, q.book, d})
+	return c.writeLedger(ctx, t, ledgerWrite{name, q.book, d})
 }
 
-// write is one quota's ledger change (lease.LedgerDelta), with the book to
+// ledgerWrite is one quota's ledger change (lease.LedgerDelta), with the book to
 // tell once it is written.
-type write struct {
+type ledgerWrite struct {
 	quota string
 	book  *lease.Book
 	delta lease.LedgerDelta
@@ -259,7 +259,7 @@ type write struct {
 // transaction (lowerings and deletions before raisings, should it have to
 // be split), and tells each book what was written. The caller holds every
 // quota's lock.
-func (c *Coordinator) writeLedger(ctx context.Context, t *term, ws ...write) error {
+func (c *Coordinator) writeLedger(ctx context.Context, t *leaderTerm, ws ...ledgerWrite) error {
 	var lower, raise []clientv3.Op
 	for _, w := range ws {
 		for _, region := range w.delta.Delete {
@@ -285,7 +285,7 @@ func (c *Coordinator) writeLedger(ctx context.Context, t *term, ws ...write) err
 }
 
 // markOp writes mark m of quota: the one form of a ledger record.
-func (c *Coordinator) markOp(t *term, quota string, m lease.LedgerMark) clientv3.Op {
+func (c *Coordinator) markOp(t *leaderTerm, quota string, m lease.LedgerMark) clientv3.Op {
 	return clientv3.OpPut(c.keys.ledgerEntry(quota, m.Region),
 		mustJSON(ledgerRecord{Instance: m.Instance, Nonce: m.Nonce, GrantID: m.GrantID, Amount: m.Amount, Total: m.Total, Epoch: t.epoch}))
 }

@@ -21,7 +21,7 @@ import (
 
 // runXDS subscribes for term t until ctx ends, in a goroutine; wait waits
 // for it to stop.
-func (c *Coordinator) runXDS(ctx context.Context, t *term) (wait func()) {
+func (c *Coordinator) runXDS(ctx context.Context, t *leaderTerm) (wait func()) {
 	if c.cfg.RateLimitXDS == nil {
 		return func() {}
 	}
@@ -47,7 +47,7 @@ func (c *Coordinator) runXDS(ctx context.Context, t *term) (wait func()) {
 // that cannot be stored (a policy set by hand of the same name, a limit
 // too small for the regions) is rejected whole: nothing is written, and
 // the server is told why.
-func (c *Coordinator) applyXDS(t *term) ratelimitxds.Applier {
+func (c *Coordinator) applyXDS(t *leaderTerm) ratelimitxds.Applier {
 	s := c.cfg.RateLimitXDS
 	return func(ctx context.Context, cfg ratelimitxds.Config) error {
 		t.mu.Lock()

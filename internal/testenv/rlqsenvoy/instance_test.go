@@ -424,7 +424,7 @@ func TestFleet(t *testing.T) {
 		t.Fatalf("fleet stats %+v", s)
 	}
 	recs := fl.Records()
-	if len(recs) != 20 || recs[0].Instance == recs[1].Instance {
+	if len(recs) != 20 || recs[0].InstanceName == recs[1].InstanceName {
 		t.Fatalf("records %+v", recs)
 	}
 }

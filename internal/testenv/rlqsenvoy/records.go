@@ -19,10 +19,10 @@ type record struct {
 // test recounts admissions from these, per window, against the bound the
 // server published.
 type BucketRecord struct {
-	Instance string
-	Bucket   map[string]string
-	Admitted []time.Time
-	Denied   uint64
+	InstanceName string
+	Bucket       map[string]string
+	Admitted     []time.Time
+	Denied       uint64
 }
 
 // AdmittedIn is how many of r's admissions fall in [from, to).
@@ -33,7 +33,7 @@ func (r BucketRecord) AdmittedIn(from, to time.Time) int {
 }
 
 func (r *record) export(instance string) BucketRecord {
-	out := BucketRecord{Instance: instance, Bucket: maps.Clone(r.bucket), Denied: r.denied,
+	out := BucketRecord{InstanceName: instance, Bucket: maps.Clone(r.bucket), Denied: r.denied,
 		Admitted: make([]time.Time, len(r.admitted))}
 	for i, ns := range r.admitted {
 		out.Admitted[i] = time.Unix(0, ns)
