@@ -382,14 +382,18 @@ func (s *servers) drain(a *agent.Agent, delay time.Duration, log hclog.Logger) {
 }
 
 // followReadiness keeps the gRPC health status equal to the agent's
-// readiness (what /readyz answers), checked every second (an idle agent's
-// wakeups cost more than their work; a drain sets NOT_SERVING itself), and
-// logs each change with its reason. The status starts NOT_SERVING (s.health).
+// readiness (what /readyz answers): it reads it whenever the agent says it
+// changed (after a presence round, once a second at most, or a drain), and
+// logs each change with its reason. The status starts NOT_SERVING
+// (s.health).
 func followReadiness(ctx context.Context, a *agent.Agent, hs *health.Server, log hclog.Logger) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
 	was, wasWhy := false, ""
 	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.ReadinessChanged():
+		}
 		ok, why := a.Readiness()
 		switch {
 		case ok && !was:
@@ -402,10 +406,5 @@ func followReadiness(ctx context.Context, a *agent.Agent, hs *health.Server, log
 			log.Debug("not ready", "reason", why)
 		}
 		was, wasWhy = ok, why
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
 	}
 }

@@ -211,6 +211,7 @@ type Agent struct {
 	inflight atomic.Int64 // checks being decided (a counter: checks may start while Drain waits)
 	closing  atomic.Bool
 	refresh  chan struct{} // a check named an unknown policy: reload soon
+	readyNow chan struct{} // Readiness answers otherwise than at the last presence round
 	renew    chan struct{} // policies were installed: look at the leases now
 	envoy    atomic.Pointer[checkapi.EnvoyIndex]
 	edge     *rlqs.Engine     // Envoy's RLQS: leases to the edge
@@ -229,7 +230,7 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, engine: eng, m: m, hot: newHotIdentities(cfg.HotKeys), refresh: make(chan struct{}, 1), renew: make(chan struct{}, 1), health: newRedisHealth(cfg.Logger, cfg.Clock.Now)}
+	a := &Agent{cfg: cfg, engine: eng, m: m, hot: newHotIdentities(cfg.HotKeys), refresh: make(chan struct{}, 1), readyNow: make(chan struct{}, 1), renew: make(chan struct{}, 1), health: newRedisHealth(cfg.Logger, cfg.Clock.Now)}
 	a.shared = regional.NewRegion(cfg.Redis, cfg.Region)
 	a.leaser = newLeaser(a.shared, cfg.Instance, cfg.Coordinator, lease.Timing{Drift: cfg.Drift, Margin: cfg.Margin}, cfg.Clock.Now, cfg.Logger, m, a.refreshSoon)
 	asked := agentPolicies{set: &a.policies, refresh: a.refreshSoon}
@@ -289,6 +290,12 @@ func (a *Agent) Readiness() (bool, string) {
 	}
 	return true, "ready"
 }
+
+// ReadinessChanged is signalled when Readiness answers otherwise than it
+// did: its ready or its reason changed. The agent looks after each
+// presence round (every second), so a watcher, such as the gRPC health
+// status, needs no timer of its own; a drain changes it at once.
+func (a *Agent) ReadinessChanged() <-chan struct{} { return a.readyNow }
 
 // refreshSoon asks the refresh loop to reload the policies now (at most
 // once a second, however many ask).

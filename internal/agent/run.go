@@ -101,6 +101,7 @@ func (a *Agent) refreshLoop(ctx context.Context, fromSaved bool) {
 // flight, or ctx ends. Checks that still arrive are decided as usual.
 func (a *Agent) Drain(ctx context.Context, delay time.Duration) {
 	a.closing.Store(true)
+	a.readinessChanged()
 	select {
 	case <-time.After(delay):
 	case <-ctx.Done():
@@ -115,6 +116,15 @@ func (a *Agent) Drain(ctx context.Context, delay time.Duration) {
 		case <-ctx.Done():
 			return
 		}
+	}
+}
+
+// readinessChanged signals ReadinessChanged's watcher, once however many
+// changes it has not read yet.
+func (a *Agent) readinessChanged() {
+	select {
+	case a.readyNow <- struct{}{}:
+	default:
 	}
 }
 
@@ -167,6 +177,7 @@ func (a *Agent) presenceLoop(ctx context.Context, store *storeWatch) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	decay := 0
+	wasReady, wasWhy := false, ""
 	for {
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
 		err := a.leaser.publish(pctx, 3*time.Second)
@@ -180,6 +191,10 @@ func (a *Agent) presenceLoop(ctx context.Context, store *storeWatch) {
 		a.leaser.updateMetrics(a.cfg.Clock.Now())
 		if decay++; decay%30 == 0 {
 			a.hot.decay()
+		}
+		if ok, why := a.Readiness(); ok != wasReady || why != wasWhy {
+			wasReady, wasWhy = ok, why
+			a.readinessChanged()
 		}
 		select {
 		case <-ctx.Done():

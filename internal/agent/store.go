@@ -26,9 +26,17 @@ type storeWatch struct {
 	initDone bool
 	seen     bool  // a marker has been read
 	born     int64 // the marker last read
+	wait     int   // rounds until the marker is read again
 }
 
-// round runs one round of w: at most one Redis round trip, bounded by ctx.
+// bornEvery is how many rounds (of a second) the watch lets pass between
+// two reads of the marker. A loss only needs to be seen: the scripts make
+// the keys it emptied start conservatively whether or not it is read, and
+// an idle agent's wakeups cost more than their work (docs/benchmarks.md).
+const bornEvery = 5
+
+// round runs one round of w: at most one Redis round trip, bounded by ctx,
+// and one every bornEvery rounds once the store is marked.
 func (w *storeWatch) round(ctx context.Context) {
 	if !w.initDone {
 		isNew, err := w.engine.InitStore(ctx)
@@ -44,10 +52,15 @@ func (w *storeWatch) round(ctx context.Context) {
 			w.log.Debug("scripts not loaded yet", "error", err)
 		}
 	}
+	if w.wait > 0 {
+		w.wait--
+		return
+	}
 	born, err := w.engine.StoreBorn(ctx)
 	if err != nil {
 		return // unreachable
 	}
+	w.wait = bornEvery - 1
 	if w.seen && born != w.born {
 		w.losses.Inc()
 		w.log.Warn("Redis lost its quota-lease state; each identity starts as if it had used its whole "+
