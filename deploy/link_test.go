@@ -72,13 +72,13 @@ func TestShippedCommandsImportNoTestScaffolding(t *testing.T) {
 }
 
 // The pure logic (policy, lease, allocation, bound, admission, clock,
-// edge, scale) links no I/O library: no network, no Redis, no etcd, no gRPC, no
+// edge, edge/tokens, edge/envoy, scale) links no I/O library: no network, no Redis, no etcd, no gRPC, no
 // processes. Its decisions can be tested and simulated without any.
 func TestPureLogicLinksNoIO(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("no go command to list packages with")
 	}
-	pure := []string{"policy", "lease", "allocation", "bound", "admission", "clock", "edge", "edge/envoy", "scale"}
+	pure := []string{"policy", "lease", "allocation", "bound", "admission", "clock", "edge", "edge/tokens", "edge/envoy", "scale"}
 	args := []string{"list", "-deps"}
 	for _, p := range pure {
 		args = append(args, "../"+p)

@@ -3,6 +3,8 @@ package edge
 import (
 	"math"
 	"time"
+
+	"github.com/quota-lease/quota-lease/edge/tokens"
 )
 
 // Tuning are an agent's settings for its edge rounds: how often it
@@ -57,7 +59,7 @@ type Tuning struct {
 // DefaultTuning returns the defaults above.
 func DefaultTuning() Tuning {
 	return Tuning{Tick: 100 * time.Millisecond, GrowWait: 500 * time.Millisecond, Margin: 500 * time.Millisecond,
-		ChangeEvery: 2 * time.Second, BurstFraction: DefaultBurstFraction, KeepsFill: true, RepayOver: 15 * time.Second,
+		ChangeEvery: 2 * time.Second, BurstFraction: tokens.DefaultBurstFraction, KeepsFill: true, RepayOver: 15 * time.Second,
 		AbandonAfter: time.Minute}
 }
 

@@ -3,6 +3,8 @@ package edge
 import (
 	"math"
 	"time"
+
+	"github.com/quota-lease/quota-lease/policy"
 )
 
 // Span is the time a usage report's count of requests (allowed and
@@ -58,4 +60,17 @@ func averaged(last float64, count uint64, d time.Duration) float64 {
 	}
 	w := d.Seconds() / demandWindow.Seconds()
 	return w*r + (1-w)*last
+}
+
+// DemandAmount converts a rate of requests per second of p into p's
+// amount unit, as the lease protocol counts demand.
+func DemandAmount(p *policy.Policy, perSecond float64) int64 {
+	micro := perSecond * float64(p.Cost) * float64(policy.Micro)
+	if micro >= float64(policy.MaxRate) {
+		micro = float64(policy.MaxRate)
+	}
+	if micro <= 0 {
+		return 0
+	}
+	return p.Limits().RateAmount(int64(micro))
 }

@@ -4,13 +4,14 @@
 // assignment is a lease one level below the region's, so the rules are the
 // lease protocol's (docs/rlqs.md derives them):
 //
-//   - Shape, Resize and Assign: the token bucket for an instance's share
-//     that admits in any window no more than that share admits in the
-//     same window. With Envoy's fill-ratio rule (a replaced bucket keeps
-//     its fill) Resize sizes it up to the share's burst and adds tokens
-//     only as far as a virtual bucket of the share has room (the slot's
-//     slack, slack.go); for older Envoy, which may start a replaced
-//     bucket full, Assign sizes it for a start at every change;
+//   - a slot's token bucket, sized by package edge/tokens so that it
+//     admits in any window no more than the instance's share admits in
+//     the same window. With Envoy's fill-ratio rule (a replaced bucket
+//     keeps its fill) tokens.Resize sizes it up to the share's burst and
+//     adds tokens only as far as a virtual bucket of the share has room
+//     (the slot's slack, slack.go); for older Envoy, which may start a
+//     replaced bucket full, tokens.Assign sizes it for a start at every
+//     change;
 //   - TTL and Lifetime: whole seconds that never outlast the region's
 //     grant, and how long the agent must count an assignment it sent;
 //   - Target and Split: the region's capacity between direct checks and

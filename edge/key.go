@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/quota-lease/quota-lease/edge/tokens"
 	"github.com/quota-lease/quota-lease/policy"
 )
 
@@ -324,7 +325,7 @@ func (k *Key[K]) Lapsed() {
 type Send[K comparable] struct {
 	Slot    K
 	Abandon bool
-	Bucket  Bucket
+	Bucket  tokens.Bucket
 	TTL     time.Duration
 }
 

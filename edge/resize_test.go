@@ -8,6 +8,7 @@ import (
 
 	"github.com/quota-lease/quota-lease/edge"
 	"github.com/quota-lease/quota-lease/edge/envoy"
+	"github.com/quota-lease/quota-lease/edge/tokens"
 	"github.com/quota-lease/quota-lease/policy"
 )
 
@@ -49,22 +50,22 @@ func TestResizeWithinShare(t *testing.T) {
 			var s edge.Slot
 			type message struct {
 				at     time.Duration
-				bucket edge.Bucket
-				share  edge.Shape
+				bucket tokens.Bucket
+				share  tokens.Shape
 			}
-			var queue []message  // sent, not yet arrived
-			var share edge.Shape // the share's token bucket: v tokens
+			var queue []message    // sent, not yet arrived
+			var share tokens.Shape // the share's token bucket: v tokens
 			var v float64
 			var last time.Duration // the last arrival
 			t0 := time.Unix(0, 0)
 			var next, toggle, heldUntil time.Duration // heldUntil: the agent's "surely held" (Ledger.Current)
 			var cur int64                             // the share last sized for
 			starts, on, sized := 0, true, false
-			send := func(now time.Duration, sh edge.Shape) {
+			send := func(now time.Duration, sh tokens.Shape) {
 				at := max(last, now+time.Duration(r.Int64N(int64(cfg.Margin))))
 				last = at
 				queue = append(queue, message{at, s.Bucket, sh})
-				share = edge.Shape{Rate: max(share.Rate, sh.Rate), Burst: max(share.Burst, sh.Burst)} // in transit: the larger
+				share = tokens.Shape{Rate: max(share.Rate, sh.Rate), Burst: max(share.Burst, sh.Burst)} // in transit: the larger
 				s.Pushed(t0.Add(now+ttl), t0.Add(now+ttl+cfg.Margin))
 				heldUntil = now + ttl
 			}
@@ -91,15 +92,15 @@ func TestResizeWithinShare(t *testing.T) {
 						if s.Refresh(t0.Add(now), p, cur, cfg) {
 							total++
 						}
-						send(now, edge.ShapeOf(p, cur))
+						send(now, tokens.ShapeOf(p, cur))
 						next = now + time.Duration(100+r.IntN(2900))*time.Millisecond
 					default:
 						cur = shares[r.IntN(len(shares))]
 						s.Resize(t0.Add(now), p, cur, cfg)
 						if !sized {
-							sized, v = true, edge.ShapeOf(p, cur).Burst // a new slot: its share's bucket full
+							sized, v = true, tokens.ShapeOf(p, cur).Burst // a new slot: its share's bucket full
 						}
-						send(now, edge.ShapeOf(p, cur))
+						send(now, tokens.ShapeOf(p, cur))
 						next = now + time.Duration(100+r.IntN(2900))*time.Millisecond
 					}
 				}
@@ -208,7 +209,7 @@ func TestLateRefreshIsAStart(t *testing.T) {
 	for b.Allow(1050 * time.Millisecond) {
 		n++
 	}
-	if ref := edge.ShapeOf(p, full).Reference(1050 * time.Millisecond); float64(n) > ref {
+	if ref := tokens.ShapeOf(p, full).Reference(1050 * time.Millisecond); float64(n) > ref {
 		t.Errorf("admitted %d by 1.05 s, the share admits %.1f", n, ref)
 	}
 }

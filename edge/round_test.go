@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quota-lease/quota-lease/edge/tokens"
 	"github.com/quota-lease/quota-lease/policy"
 )
 
@@ -105,17 +106,17 @@ func TestSteadyBucketKeptThroughRefreshes(t *testing.T) {
 		r := w.rounds(Config{Tuning: DefaultTuning(), Drift: 1e-4})
 		r.SetPolicies([]*policy.Policy{p})
 		w.run(r, ID{p.Name, "tenant=a"}, 40*time.Second, func(time.Duration) map[int]uint64 { return map[int]uint64{1: 300, 2: 300} })
-		var last Bucket
+		var last tokens.Bucket
 		for _, s := range w.sent {
 			if s.at.Sub(w.sent[0].at) < 10*time.Second {
 				continue // settling
 			}
-			if s.Abandon || s.Bucket.Deny() || (last != Bucket{} && s.Bucket.MaxTokens < last.MaxTokens) {
+			if s.Abandon || s.Bucket.Deny() || (last != tokens.Bucket{} && s.Bucket.MaxTokens < last.MaxTokens) {
 				t.Fatalf("ttl %ds: at +%s slot %d was sent %+v after %+v: a steady bucket shrank", ttl, s.at.Sub(w.sent[0].at), s.Slot, s.Send, last)
 			}
 			last = s.Bucket
 		}
-		if last == (Bucket{}) {
+		if last == (tokens.Bucket{}) {
 			t.Fatalf("ttl %ds: nothing sent after settling", ttl)
 		}
 	}
@@ -144,7 +145,7 @@ func TestShrinkWaitingForItsChangeKeepsTheBucket(t *testing.T) {
 		}
 		return map[int]uint64{1: 175, 2: 175}
 	})
-	last := map[int]Bucket{}
+	last := map[int]tokens.Bucket{}
 	shrunk := false
 	for _, s := range w.sent {
 		since := s.at.Sub(w.start)

@@ -4,6 +4,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/quota-lease/quota-lease/edge/tokens"
 	"github.com/quota-lease/quota-lease/policy"
 )
 
@@ -30,9 +31,9 @@ func (s *Slot) refill(now time.Time) {
 // resize gives the slot its bucket for share of p at now (Assign, or
 // Resize when Envoy keeps a replaced bucket's fill).
 func (s *Slot) resize(now time.Time, p *policy.Policy, share int64, cfg Config) {
-	sh := ShapeOf(p, share)
+	sh := tokens.ShapeOf(p, share)
 	if !cfg.KeepsFill || sh.Log {
-		s.Bucket = Assign(sh, cfg.ChangeEvery, cfg.BurstFraction, s.Bucket)
+		s.Bucket = tokens.Assign(sh, cfg.ChangeEvery, cfg.BurstFraction, s.Bucket)
 		return
 	}
 	b, slack, w := s.sized(now, p, sh, cfg)
@@ -42,13 +43,13 @@ func (s *Slot) resize(now time.Time, p *policy.Policy, share int64, cfg Config) 
 // sized is Resize's answer for a share of shape sh of p at now: the bucket
 // the slot holds counts as held only if surely still held when the change
 // reaches it, margin after now.
-func (s *Slot) sized(now time.Time, p *policy.Policy, sh Shape, cfg Config) (Bucket, float64, float64) {
+func (s *Slot) sized(now time.Time, p *policy.Policy, sh tokens.Shape, cfg Config) (tokens.Bucket, float64, float64) {
 	s.refill(now)
 	held := s.Bucket
 	if !s.surelyHeld(now, cfg.Margin) {
-		held = Bucket{}
+		held = tokens.Bucket{}
 	}
-	return Resize(sh, held, s.slack, cfg.RepayOver, cfg.BurstFraction, s.Bucket, fallback(p))
+	return tokens.Resize(sh, held, s.slack, cfg.RepayOver, cfg.BurstFraction, s.Bucket, fallback(p))
 }
 
 // surelyHeld reports whether the instance surely still holds the slot's
@@ -60,7 +61,7 @@ func (s *Slot) surelyHeld(now time.Time, margin time.Duration) bool {
 // size takes Resize's answer for a share of shape sh: the slack grows at
 // the new bucket's withheld refill (none under DENY_ALL, which refills
 // nothing) and toward the new share's virtual bucket.
-func (s *Slot) size(sh Shape, b Bucket, slack, withheld float64) {
+func (s *Slot) size(sh tokens.Shape, b tokens.Bucket, slack, withheld float64) {
 	s.Bucket, s.slack, s.withheld = b, slack, withheld
 	s.rate, s.burst = sh.Rate, sh.Burst
 }
@@ -75,7 +76,7 @@ func (s *Slot) grow(now time.Time, p *policy.Policy, share int64, cfg Config) bo
 	if !s.Bucket.Deny() && !s.surelyHeld(now, cfg.Margin) {
 		return false
 	}
-	sh := ShapeOf(p, share)
+	sh := tokens.ShapeOf(p, share)
 	b, slack, w := s.sized(now, p, sh, cfg)
 	if b.MaxTokens <= s.Bucket.MaxTokens {
 		return false
@@ -105,12 +106,12 @@ func (s *Slot) refresh(now time.Time, p *policy.Policy, share int64, cfg Config)
 // fallback is the token bucket p's Envoy instances fall back to once an
 // assignment expired (zero when none): a bucket sent then must differ from
 // it in more than its interval (bucketOf).
-func fallback(p *policy.Policy) Bucket {
+func fallback(p *policy.Policy) tokens.Bucket {
 	if p.Edge == nil || p.Edge.Expired.Rule != policy.EdgeTokenBucket {
-		return Bucket{}
+		return tokens.Bucket{}
 	}
 	x := p.Edge.Expired
-	return Bucket{MaxTokens: x.MaxTokens, TokensPerFill: x.TokensPerSecond, FillInterval: time.Second}
+	return tokens.Bucket{MaxTokens: x.MaxTokens, TokensPerFill: x.TokensPerSecond, FillInterval: time.Second}
 }
 
 // pushed notes that the slot's bucket was sent: the instance surely

@@ -4,6 +4,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/quota-lease/quota-lease/edge/tokens"
 	"github.com/quota-lease/quota-lease/policy"
 )
 
@@ -28,7 +29,7 @@ type Slot struct {
 	At, Busy time.Time
 	// Bucket is the token bucket last assigned (zero: none or DENY_ALL),
 	// Changed when it last changed.
-	Bucket  Bucket
+	Bucket  tokens.Bucket
 	Changed time.Time
 	// Placed: the slot holds one of the places (instances) the region's
 	// store granted this agent for the identity, and only then is

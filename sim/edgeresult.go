@@ -8,6 +8,7 @@ import (
 
 	"github.com/quota-lease/quota-lease/edge"
 	"github.com/quota-lease/quota-lease/edge/envoy"
+	"github.com/quota-lease/quota-lease/edge/tokens"
 	"github.com/quota-lease/quota-lease/policy"
 	"github.com/quota-lease/quota-lease/sim/scenario"
 )
@@ -229,7 +230,7 @@ func (ft *followTracker) start(gi int, m scenario.Move) {
 		}
 		f := &follower{EdgeFollow: EdgeFollow{Group: g.Name, Region: r.name, AtMs: e.now, Assigned90Ms: -1, Admitted90Ms: -1}, group: gi, region: r}
 		if oldR[r.name] <= 0 {
-			f.Kind, f.Target = "regions", edge.ShapeOf(e.policy, e.policy.Limits().Amount()).Rate
+			f.Kind, f.Target = "regions", tokens.ShapeOf(e.policy, e.policy.Limits().Amount()).Rate
 		} else {
 			f.Kind, f.dest = "instances", map[int]bool{}
 			for i := range r.edge.envoys {
@@ -256,10 +257,10 @@ func (ft *followTracker) start(gi int, m scenario.Move) {
 // now.
 func (f *follower) target(e *engine, id int) float64 {
 	if f.Kind == "regions" {
-		return edge.ShapeOf(e.policy, e.policy.Limits().Amount()).Rate
+		return tokens.ShapeOf(e.policy, e.policy.Limits().Amount()).Rate
 	}
 	c, _ := f.region.holder.Enforce(e.ids.names[id], f.region.leaseTime(e.now))
-	return edge.ShapeOf(e.policy, c).Rate
+	return tokens.ShapeOf(e.policy, c).Rate
 }
 
 // admitted notes an admission at instance in for identity.
@@ -296,7 +297,7 @@ func (ft *followTracker) assigned(in *envoyInst, id int) {
 			}
 			if b := o.buckets[id]; b != nil {
 				if st := b.State(o.mono()); st.Phase == envoy.Assigned && st.Strategy.Kind == envoy.TokenBucket {
-					rate += edge.Bucket{MaxTokens: st.Strategy.Bucket.MaxTokens, TokensPerFill: st.Strategy.Bucket.TokensPerFill, FillInterval: st.Strategy.Bucket.FillInterval}.Rate()
+					rate += tokens.Bucket{MaxTokens: st.Strategy.Bucket.MaxTokens, TokensPerFill: st.Strategy.Bucket.TokensPerFill, FillInterval: st.Strategy.Bucket.FillInterval}.Rate()
 				}
 			}
 		}

@@ -3,7 +3,7 @@ package envoy
 import (
 	"time"
 
-	"github.com/quota-lease/quota-lease/edge"
+	"github.com/quota-lease/quota-lease/edge/tokens"
 )
 
 // Kind is the kind of a rate_limit_strategy.
@@ -39,9 +39,9 @@ type TokenBucketConfig struct {
 }
 
 // Assignment is the strategy an agent's assignment b stands for: DENY_ALL
-// for a bucket that admits nothing (edge.Bucket.Deny), else its token
+// for a bucket that admits nothing (tokens.Bucket.Deny), else its token
 // bucket.
-func Assignment(b edge.Bucket) Strategy {
+func Assignment(b tokens.Bucket) Strategy {
 	if b.Deny() {
 		return Strategy{Kind: DenyAll}
 	}

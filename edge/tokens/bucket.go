@@ -1,4 +1,4 @@
-package edge
+package tokens
 
 import (
 	"math"
@@ -131,7 +131,7 @@ func bucketOf(m, f float64, avoid ...Bucket) Bucket {
 }
 
 // Resize is Assign for Envoy instances that start a token bucket replacing
-// an assigned one at the old one's fill ratio (Tuning.KeepsFill; Envoy PR
+// an assigned one at the old one's fill ratio (edge.Config.KeepsFill; Envoy PR
 // #37624). A change then adds tokens only as far as max_tokens grows, and
 // only a start adds a full bucket: a bucket Envoy does not surely hold as
 // an assignment (its first, one after DENY_ALL, one that may have expired
@@ -145,7 +145,7 @@ func bucketOf(m, f float64, avoid ...Bucket) Bucket {
 // admits. Both lose a token per request, V refills at the share's rate and
 // T at a little less (the refill withholds w), so V − T never falls but
 // when a start or growth adds tokens to T; slack is what the agent knows
-// of V − T (Slot keeps it: it grows by w a second while the instance may
+// of V − T (edge.Slot keeps it: it grows by w a second while the instance may
 // hold the bucket, up to Burst less its size, and by the rate once it
 // holds none, up to Burst; a new slot starts with Burst, the virtual
 // bucket full). A start of m tokens, or growth by m, is sent only while

@@ -1,4 +1,4 @@
-package edge
+package tokens
 
 import (
 	"time"
@@ -57,17 +57,4 @@ func (s Shape) Reference(w time.Duration) float64 {
 		return s.Rate * s.Period * max(1, n)
 	}
 	return s.Burst + s.Rate*w.Seconds()
-}
-
-// DemandAmount converts a rate of requests per second of p into p's
-// amount unit, as the lease protocol counts demand.
-func DemandAmount(p *policy.Policy, perSecond float64) int64 {
-	micro := perSecond * float64(p.Cost) * float64(policy.Micro)
-	if micro >= float64(policy.MaxRate) {
-		micro = float64(policy.MaxRate)
-	}
-	if micro <= 0 {
-		return 0
-	}
-	return p.Limits().RateAmount(int64(micro))
 }

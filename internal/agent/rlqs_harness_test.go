@@ -40,7 +40,7 @@ func fastEdge(c *Config) {
 	c.Edge.Tick, c.Edge.GrowWait, c.Edge.Margin = 20*time.Millisecond, 100*time.Millisecond, 100*time.Millisecond
 	c.Edge.ChangeEvery, c.Edge.AbandonAfter = 2*edgeTestReport, 5*time.Second
 	// Changes every 0.5 s pay for their buckets' starts out of the refill
-	// (edge.Assign): with the default fifth that would leave 88% of the rate
+	// (tokens.Assign): with the default fifth that would leave 88% of the rate
 	// refilled; these tests' evenly paced traffic needs no bucket to speak of.
 	c.Edge.BurstFraction = 0.05
 }

@@ -20,7 +20,7 @@ type EdgeSpec struct {
 	// defaults (edge.DefaultConfig): the least time between changes of one
 	// bucket's assignment, the most of its refill given up to pay for
 	// buckets that start full, and the time over which it pays
-	// (edge.Assign, edge.Resize).
+	// (edge/tokens: Assign, Resize).
 	ChangeEvery   policy.Duration `yaml:"change_every"`
 	BurstFraction float64         `yaml:"burst_fraction"`
 	RepayOver     policy.Duration `yaml:"repay_over"`

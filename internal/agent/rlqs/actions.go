@@ -7,8 +7,8 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/quota-lease/quota-lease/edge"
 	"github.com/quota-lease/quota-lease/edge/envoy"
+	"github.com/quota-lease/quota-lease/edge/tokens"
 	"github.com/quota-lease/quota-lease/quotalease"
 )
 
@@ -18,7 +18,7 @@ import (
 const allowAllTTL = time.Hour
 
 // assignAction assigns b (DENY_ALL when it is none) for ttl.
-func assignAction(id *rlqsv3.BucketId, b edge.Bucket, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+func assignAction(id *rlqsv3.BucketId, b tokens.Bucket, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {
 	return strategyAction(id, quotalease.StrategyProto(envoy.Assignment(b)), ttl)
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/quota-lease/quota-lease/admission"
 	"github.com/quota-lease/quota-lease/clock"
 	"github.com/quota-lease/quota-lease/edge"
+	"github.com/quota-lease/quota-lease/edge/tokens"
 	"github.com/quota-lease/quota-lease/internal/agent/checkapi"
 	"github.com/quota-lease/quota-lease/internal/testenv/edgescript"
 	"github.com/quota-lease/quota-lease/lease"
@@ -120,13 +121,13 @@ func TestEdgeRoundsAsTheSimulator(t *testing.T) {
 func recordAction(rec *edgescript.Record, at time.Duration, instance int, act *rlqsv3.RateLimitQuotaResponse_BucketAction) {
 	tenant := act.GetBucketId().GetBucket()["tenant"]
 	if act.GetAbandonAction() != nil {
-		rec.Add(at, instance, tenant, true, edge.Bucket{}, 0)
+		rec.Add(at, instance, tenant, true, tokens.Bucket{}, 0)
 		return
 	}
 	qa := act.GetQuotaAssignmentAction()
-	var b edge.Bucket
+	var b tokens.Bucket
 	if tb := qa.GetRateLimitStrategy().GetTokenBucket(); tb != nil {
-		b = edge.Bucket{MaxTokens: tb.GetMaxTokens(), TokensPerFill: tb.GetTokensPerFill().GetValue(), FillInterval: tb.GetFillInterval().AsDuration()}
+		b = tokens.Bucket{MaxTokens: tb.GetMaxTokens(), TokensPerFill: tb.GetTokensPerFill().GetValue(), FillInterval: tb.GetFillInterval().AsDuration()}
 	}
 	rec.Add(at, instance, tenant, false, b, qa.GetAssignmentTimeToLive().AsDuration())
 }

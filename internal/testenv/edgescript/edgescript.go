@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/quota-lease/quota-lease/edge"
+	"github.com/quota-lease/quota-lease/edge/tokens"
 	"github.com/quota-lease/quota-lease/policy"
 )
 
@@ -183,7 +184,7 @@ type line struct {
 
 // Add records an action sent at at to instance for tenant: an assignment
 // of b for ttl, or an abandon.
-func (r *Record) Add(at time.Duration, instance int, tenant string, abandon bool, b edge.Bucket, ttl time.Duration) {
+func (r *Record) Add(at time.Duration, instance int, tenant string, abandon bool, b tokens.Bucket, ttl time.Duration) {
 	text := fmt.Sprintf("assign %d/%d per %s ttl %s", b.MaxTokens, b.TokensPerFill, b.FillInterval, ttl)
 	switch {
 	case abandon:
