@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/quota-lease/quota-lease/allocation"
+	"github.com/quota-lease/quota-lease/internal/cli"
 	"github.com/quota-lease/quota-lease/internal/console"
 	"github.com/quota-lease/quota-lease/internal/coordinator"
 	"github.com/quota-lease/quota-lease/internal/envflag"
@@ -63,6 +64,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 // and --config).
 type serveOptions struct {
 	listen, httpListen, advertise, name                      string
+	debugListen                                              string
 	withConsole                                              bool
 	console                                                  console.Config
 	etcdMode, dataDir, etcdListen                            string
@@ -86,6 +88,7 @@ func serveFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:7400", "gRPC address to serve the lease and admin APIs on")
 	fs.StringVar(&o.httpListen, "http-listen", "",
 		"HTTP address for the web console, /metrics, /healthz and /readyz (empty: none), e.g. 127.0.0.1:7401")
+	fs.StringVar(&o.debugListen, "debug-listen", "", cli.DebugFlagHelp)
 	fs.BoolVar(&o.withConsole, "console", true,
 		"serve the read-only web console at / on --http-listen (with mutual TLS: to role viewer or admin only)")
 	fs.DurationVar(&o.console.SampleEvery, "console-sample", o.console.SampleEvery,
@@ -162,6 +165,7 @@ type serveConfig struct {
 	coord              coordinator.Config
 	console            *console.Config // nil: no console
 	listen, httpListen string
+	debug              cli.Debug
 	tls                mtls.Listeners
 	etcd               etcdSetup
 	log                hclog.Logger
@@ -203,6 +207,7 @@ func (o *serveOptions) config(stderr io.Writer) (serveConfig, error) {
 		return sc, err
 	}
 	sc.listen, sc.httpListen, sc.log = o.listen, o.httpListen, log
+	sc.debug = cli.Debug{Addr: o.debugListen, Insecure: o.insecure}
 	sc.coord = o.coordinatorConfig(sc.tls.Mutual, log)
 	if sc.coord.RateLimitXDS, err = o.xds.settings(o.insecure, o.tls.CA, func(w string) { log.Warn(w) }); err != nil {
 		return sc, err
@@ -260,12 +265,17 @@ func (o *serveOptions) coordinatorConfig(mutual bool, log hclog.Logger) coordina
 // serve runs a replica until ctx is done, then steps down, drains and
 // returns.
 func serve(ctx context.Context, sc serveConfig) error {
-	cli, eps, closeEtcd, err := sc.etcd.connect(ctx, sc.log)
+	stopDebug, err := sc.debug.Serve(sc.log)
+	if err != nil {
+		return err
+	}
+	defer stopDebug()
+	etcd, eps, closeEtcd, err := sc.etcd.connect(ctx, sc.log)
 	if err != nil {
 		return err
 	}
 	defer closeEtcd()
-	c, err := coordinator.New(cli, sc.coord)
+	c, err := coordinator.New(etcd, sc.coord)
 	if err != nil {
 		return err
 	}

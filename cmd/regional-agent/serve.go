@@ -76,6 +76,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 type serveOptions struct {
 	region, instance, coordinators, policies, clusterID  string
 	grpcListen, httpListen, metricIDs, coordCA, logLevel string
+	debugListen                                          string
 	trustDomain                                          string
 	httpRateLimitHeaders                                 string
 	redis                                                redisTarget
@@ -116,6 +117,7 @@ func serveFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 			"Redis at start (during a coordinator outage) is trusted this much less long")
 	fs.StringVar(&o.grpcListen, "grpc-listen", "127.0.0.1:7500", "gRPC address (check API and Envoy rate-limit API)")
 	fs.StringVar(&o.httpListen, "http-listen", "127.0.0.1:7501", "HTTP address (/v1/check, /metrics, /healthz, /readyz)")
+	fs.StringVar(&o.debugListen, "debug-listen", "", cli.DebugFlagHelp)
 	fs.DurationVar(&o.checkTimeout, "check-timeout", 20*time.Millisecond,
 		"longest a check waits for Redis before the local fallback decides")
 	fs.IntVar(&o.pipelines, "redis-pipelines", agent.DefaultConfig().RedisPipelines,
@@ -219,6 +221,7 @@ type serveConfig struct {
 	coordTLS               *tls.Config // nil: plaintext to the coordinators
 	policiesFile           string      // "": the coordinator's policies
 	grpcListen, httpListen string
+	debug                  cli.Debug
 	httpConns              int
 	drainDelay             time.Duration
 	tls                    mtls.Listeners
@@ -252,6 +255,7 @@ func (o *serveOptions) config(stderr io.Writer) (serveConfig, error) {
 	}
 	sc.coordinators, sc.hints, sc.clusterID, sc.policiesFile = strings.Split(o.coordinators, ","), o.hints, o.clusterID, o.policies
 	sc.grpcListen, sc.httpListen, sc.httpConns, sc.drainDelay, sc.log = o.grpcListen, o.httpListen, o.httpConns, o.drain, log
+	sc.debug = cli.Debug{Addr: o.debugListen, Insecure: o.insecure}
 	cfg := agent.DefaultConfig()
 	cfg.Region, cfg.Instance, cfg.SavedClockSkew = o.region, o.instance, o.skew
 	cfg.CheckTimeout, cfg.RedisPipelines, cfg.Drift, cfg.Margin = o.checkTimeout, o.pipelines, o.drift, o.margin
@@ -293,6 +297,11 @@ func serve(ctx context.Context, sc serveConfig) error {
 	if err != nil {
 		return err
 	}
+	stopDebug, err := sc.debug.Serve(sc.log)
+	if err != nil {
+		return err
+	}
+	defer stopDebug()
 	s, err := listen(a, sc)
 	if err != nil {
 		return err

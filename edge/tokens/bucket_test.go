@@ -9,11 +9,11 @@ import (
 	"github.com/quota-lease/quota-lease/policy"
 )
 
-// policyOf is a validated policy of alg: limit per period, burst (token
-// bucket), cost per request.
-func policyOf(t *testing.T, alg policy.Algorithm, limit, burst float64, period time.Duration, cost int64) *policy.Policy {
+// valid is p named "p", per tenant and normalized, failing the test if it
+// is not a valid policy.
+func valid(t *testing.T, p *policy.Policy) *policy.Policy {
 	t.Helper()
-	p := &policy.Policy{Name: "p", Identity: []string{"tenant"}, Algorithm: alg, Limit: limit, Burst: burst, Period: policy.Duration(period), Cost: cost}
+	p.Name, p.Identity = "p", []string{"tenant"}
 	p.Normalize()
 	if err := p.Validate(); err != nil {
 		t.Fatalf("policy %+v: %v", p, err)
@@ -40,7 +40,7 @@ func TestAssignWithinShare(t *testing.T) {
 		if alg == policy.SlidingLog {
 			limit = math.Min(limit, float64(policy.MaxLogEntries))
 		}
-		p := policyOf(t, alg, limit, burst, period, 1)
+		p := valid(t, &policy.Policy{Algorithm: alg, Limit: limit, Burst: burst, Period: policy.Duration(period), Cost: 1})
 		amount := 1 + r.Int64N(p.Limits().Amount())
 		s := ShapeOf(p, amount)
 		every := time.Duration(1+r.IntN(10)) * time.Second / time.Duration(1+r.IntN(4))
@@ -73,7 +73,7 @@ func TestAssignKeepsMostOfTheRate(t *testing.T) {
 		alg          policy.Algorithm
 		limit, burst float64
 	}{{policy.TokenBucket, 100, 100}, {policy.TokenBucket, 1000, 50}, {policy.FixedWindow, 600, 0}, {policy.SlidingLog, 200, 0}} {
-		p := policyOf(t, c.alg, c.limit, c.burst, time.Second, 1)
+		p := valid(t, &policy.Policy{Algorithm: c.alg, Limit: c.limit, Burst: c.burst, Period: policy.Duration(time.Second), Cost: 1})
 		s := ShapeOf(p, p.Limits().Amount())
 		b := Assign(s, every, DefaultBurstFraction, Bucket{})
 		given := DefaultBurstFraction * float64(time.Second) / float64(time.Second+every)

@@ -1,6 +1,7 @@
 // Package cli is what the quota-lease binaries share of a command line:
-// the process's main (signals, gRPC's own log lines), the usage error, and
-// the exit code of a command's error.
+// the process's main (signals, gRPC's own log lines), the usage error, the
+// exit code of a command's error, and the debug listener (Debug) that
+// serves the runtime profiles.
 package cli
 
 import (

@@ -2,7 +2,12 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +20,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/quota-lease/quota-lease/internal/mtls"
+	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/internal/testenv/rlqsenvoy"
 	"github.com/quota-lease/quota-lease/policy"
 )
@@ -92,8 +98,14 @@ func BenchmarkEdgePeers(b *testing.B) {
 	// envoyproxy/ratelimit's is. The report benchmark's instances all
 	// hold this process's certificate, one caller: its budget of buckets
 	// is the agent's (100,000), not half of it.
+	prof := agentProfiler{dir: os.Getenv("QUOTALEASE_BENCH_PROFILES")}
+	args := []string{"--edge-max-buckets-per-caller", "100000"}
+	if prof.dir != "" {
+		prof.addr = testenv.FreeAddr(b)
+		args = append(args, "--debug-listen", prof.addr)
+	}
 	c, err := Start(ctx, bins, dir, Options{Regions: []string{"bench"}, Coordinators: 1, LeaseDuration: 10 * time.Second, CheckTimeout: time.Second,
-		AgentArgs: []string{"--edge-max-buckets-per-caller", "100000"}})
+		AgentArgs: args})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -138,7 +150,7 @@ func BenchmarkEdgePeers(b *testing.B) {
 		// fewer buckets first, so that what the agent still holds of it
 		// (until its reservations expire) weighs little in the next.
 		for _, sh := range edgeShapes {
-			runs[sh.name()] = measureEdge(b, c, ours, sh, edgeCfg)
+			runs[sh.name()] = measureEdge(b, c, ours, sh, edgeCfg, prof)
 		}
 	}
 	order := []string{systems[0].name, systems[1].name}
@@ -186,8 +198,9 @@ type benchRound struct {
 
 // measureEdge starts sh's Envoy-like clients behind the cluster's region
 // on configuration cfg, drives them until every bucket is assigned, then
-// measures two rounds of four reporting intervals, and stops them.
-func measureEdge(b *testing.B, c *Cluster, pids []int, sh edgeShape, cfg string) []benchRound {
+// measures two rounds of four reporting intervals (profiling the agent
+// over them, with prof), and stops them.
+func measureEdge(b *testing.B, c *Cluster, pids []int, sh edgeShape, cfg string, prof agentProfiler) []benchRound {
 	demand := make([][]EdgeDemand, sh.envoys)
 	for i := range demand {
 		for j := range sh.buckets {
@@ -199,6 +212,7 @@ func measureEdge(b *testing.B, c *Cluster, pids []int, sh edgeShape, cfg string)
 	defer stop()
 	waitAssigned(b, e, sh.envoys*sh.buckets, time.Minute)
 	var out []benchRound
+	defer prof.start(b, fmt.Sprintf("edge-%d-buckets-at-%g", sh.envoys*sh.buckets, sh.perBucket), 8*rlqsenvoy.EnvoyReportInterval)()
 	for range 2 {
 		cpu0, n0 := processCPU(b, pids), decided(d)
 		t0 := time.Now()
@@ -375,4 +389,36 @@ func scrapeMetric(b testing.TB, a *AgentProcess, name string) float64 {
 		}
 	}
 	return sum
+}
+
+// agentProfiler takes CPU profiles of the agent from its debug listener
+// (addr) into dir, when make bench-peers runs with
+// QUOTALEASE_BENCH_PROFILES=dir; with no dir it does nothing.
+type agentProfiler struct{ addr, dir string }
+
+// start begins a profile of the agent over d, saved as dir/name.prof, and
+// returns a function that waits for it.
+func (p agentProfiler) start(b *testing.B, name string, d time.Duration) (wait func()) {
+	if p.dir == "" {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.addr, int(d.Seconds())))
+		if err != nil {
+			b.Errorf("profile %s: %v", name, err)
+			return
+		}
+		defer resp.Body.Close()
+		f, err := os.Create(filepath.Join(p.dir, name+".prof"))
+		if err == nil {
+			_, err = io.Copy(f, resp.Body)
+			err = errors.Join(err, f.Close())
+		}
+		if err != nil {
+			b.Errorf("profile %s: %v", name, err)
+		}
+	}()
+	return func() { <-done }
 }
