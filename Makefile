@@ -72,7 +72,7 @@ bench: deps ## benchmarks (real Redis, embedded etcd, gRPC; numbers in docs/benc
 # The peer compared side by side in make bench-peers, pinned.
 PEER_RATELIMIT_VERSION := v1.4.1-0.20260122083618-3fb702589d36
 PEERBIN := $(CURDIR)/.peers/bin
-bench-peers: deps ## quota-lease against envoyproxy/ratelimit (built here, pinned) on Envoy's API, same machine, same run; prints checks/s, p99 and the ratio; QUOTALEASE_BENCH_PROFILES=DIR also saves CPU profiles of the agent over the edge shapes
+bench-peers: deps ## quota-lease against envoyproxy/ratelimit (built here, pinned) on Envoy's API, same machine, same run; prints checks/s, p99 and the ratio; QUOTALEASE_BENCH_PROFILES=/abs/dir also saves CPU profiles of the agent over the edge shapes
 	@test -x $(PEERBIN)/service_cmd || { echo "building envoyproxy/ratelimit $(PEER_RATELIMIT_VERSION) (about 2 minutes)"; \
 	  GOBIN=$(PEERBIN) $(GO) install github.com/envoyproxy/ratelimit/src/service_cmd@$(PEER_RATELIMIT_VERSION); }
 	QUOTALEASE_PEER_RATELIMIT=$(PEERBIN)/service_cmd $(GO) test -run '^$$' -bench 'EnvoyAPIPeers|EdgePeers' -benchtime 1x -v ./internal/testenv/cluster/

@@ -32,19 +32,19 @@ type Tuning struct {
 	// ChangeEvery is the least time between changes of one bucket's
 	// assignment on one stream: a changed token bucket may start full, and
 	// its size pays for one start per ChangeEvery (a shorter interval
-	// makes buckets smaller, Assign). Default 2s.
+	// makes buckets smaller, tokens.Assign). Default 2s.
 	ChangeEvery time.Duration
 	// BurstFraction is the most of an instance's refill given up to pay
-	// for buckets that start full (Assign, Resize). Default 0.2.
+	// for buckets that start full (tokens.Assign, tokens.Resize). Default 0.2.
 	BurstFraction float64
 	// KeepsFill says the Envoy instances start a token bucket that
 	// replaces an assigned one at the old one's fill ratio, as Envoy does
 	// since PR #37624 (merged January 2025): a change then adds tokens only
 	// as far as max_tokens grows, so a bucket may hold its share's whole
 	// burst, and what a start or growth adds is taken from the room a
-	// virtual bucket of the share leaves (Resize). False for older Envoy,
+	// virtual bucket of the share leaves (tokens.Resize). False for older Envoy,
 	// where every changed bucket may start full: buckets are then sized
-	// for one start per ChangeEvery (Assign). Default true.
+	// for one start per ChangeEvery (tokens.Assign). Default true.
 	KeepsFill bool
 	// RepayOver is, with KeepsFill, the time over which a held bucket's
 	// withheld refill rebuilds the room a start used (up to half the

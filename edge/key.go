@@ -331,7 +331,7 @@ type Send[K comparable] struct {
 
 // Push returns, at now, the actions for the slots of an identity of p (nil
 // when not served): the changes the ledger allows within the visible
-// reservation (Ledger.Plan; a changed share gets a new bucket, Assign),
+// reservation (Ledger.Plan; a changed share gets a new bucket, tokens.Assign),
 // the refreshes due, and abandons of slots idle for AbandonAfter. Nothing
 // is pushed while the store may not keep the reservation for one more
 // assignment's life: its entry (Covered), or this agent alive (until

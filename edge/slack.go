@@ -9,7 +9,7 @@ import (
 )
 
 // This file sizes a slot's token bucket for Envoy instances that keep a
-// replaced bucket's fill (Tuning.KeepsFill, Resize): the slack, what the
+// replaced bucket's fill (Tuning.KeepsFill, tokens.Resize): the slack, what the
 // agent knows of the room a virtual bucket of the share leaves over
 // Envoy's, kept up to date as time passes and spent by starts and growth.
 
@@ -28,8 +28,8 @@ func (s *Slot) refill(now time.Time) {
 	s.slackAt = now
 }
 
-// resize gives the slot its bucket for share of p at now (Assign, or
-// Resize when Envoy keeps a replaced bucket's fill).
+// resize gives the slot its bucket for share of p at now (tokens.Assign, or
+// tokens.Resize when Envoy keeps a replaced bucket's fill).
 func (s *Slot) resize(now time.Time, p *policy.Policy, share int64, cfg Config) {
 	sh := tokens.ShapeOf(p, share)
 	if !cfg.KeepsFill || sh.Log {
@@ -67,7 +67,7 @@ func (s *Slot) size(sh tokens.Shape, b tokens.Bucket, slack, withheld float64) {
 }
 
 // grow gives the slot, refreshing an assignment of share of p, a larger
-// bucket when its slack now covers one (Resize), and reports whether it
+// bucket when its slack now covers one (tokens.Resize), and reports whether it
 // did: a bucket sized while its slack was short, or while its share was
 // smaller, grows once it may, and DENY_ALL sent for want of slack starts a
 // bucket once there is. A token bucket grows only while surely held (or

@@ -40,7 +40,7 @@ type Slot struct {
 	Placed, Refused bool
 	Group           string
 
-	// What Resize knows of the room between the share's virtual bucket
+	// What tokens.Resize knows of the room between the share's virtual bucket
 	// and Envoy's (slack, tokens) as of slackAt: it grows by withheld a
 	// second while the instance may hold the bucket (until mayHold, the
 	// last assignment's latest end), up to the share's burst less the

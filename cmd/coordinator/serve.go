@@ -208,6 +208,9 @@ func (o *serveOptions) config(stderr io.Writer) (serveConfig, error) {
 	}
 	sc.listen, sc.httpListen, sc.log = o.listen, o.httpListen, log
 	sc.debug = cli.Debug{Addr: o.debugListen, Insecure: o.insecure}
+	if err := sc.debug.Check(log); err != nil {
+		return sc, err
+	}
 	sc.coord = o.coordinatorConfig(sc.tls.Mutual, log)
 	if sc.coord.RateLimitXDS, err = o.xds.settings(o.insecure, o.tls.CA, func(w string) { log.Warn(w) }); err != nil {
 		return sc, err

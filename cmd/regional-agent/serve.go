@@ -256,6 +256,9 @@ func (o *serveOptions) config(stderr io.Writer) (serveConfig, error) {
 	sc.coordinators, sc.hints, sc.clusterID, sc.policiesFile = strings.Split(o.coordinators, ","), o.hints, o.clusterID, o.policies
 	sc.grpcListen, sc.httpListen, sc.httpConns, sc.drainDelay, sc.log = o.grpcListen, o.httpListen, o.httpConns, o.drain, log
 	sc.debug = cli.Debug{Addr: o.debugListen, Insecure: o.insecure}
+	if err := sc.debug.Check(log); err != nil {
+		return sc, err
+	}
 	cfg := agent.DefaultConfig()
 	cfg.Region, cfg.Instance, cfg.SavedClockSkew = o.region, o.instance, o.skew
 	cfg.CheckTimeout, cfg.RedisPipelines, cfg.Drift, cfg.Margin = o.checkTimeout, o.pipelines, o.drift, o.margin
@@ -275,6 +278,11 @@ func (o *serveOptions) config(stderr io.Writer) (serveConfig, error) {
 // serve runs the agent until ctx is done (or the agent fails), then stops
 // being ready, drains and returns.
 func serve(ctx context.Context, sc serveConfig) error {
+	stopDebug, err := sc.debug.Serve(sc.log)
+	if err != nil {
+		return err
+	}
+	defer stopDebug()
 	rdb := redis.NewUniversalClient(sc.redis)
 	defer rdb.Close()
 	cl, err := leaseapi.NewClient(sc.coordinators)
@@ -293,16 +301,14 @@ func serve(ctx context.Context, sc serveConfig) error {
 	if sc.policiesFile != "" {
 		cfg.Policies, cfg.KeepPolicies = agent.PoliciesFromFile(sc.policiesFile), false
 	}
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING) // until the agent is ready
+	cfg.OnReadiness = followReadiness(hs, sc.log)
 	a, err := agent.New(cfg)
 	if err != nil {
 		return err
 	}
-	stopDebug, err := sc.debug.Serve(sc.log)
-	if err != nil {
-		return err
-	}
-	defer stopDebug()
-	s, err := listen(a, sc)
+	s, err := listen(a, hs, sc)
 	if err != nil {
 		return err
 	}
@@ -312,7 +318,6 @@ func serve(ctx context.Context, sc serveConfig) error {
 	go func() { runErr <- a.Run(runCtx) }()
 	s.start()
 	sc.log.Info("serving", "region", cfg.Region, "instance", cfg.Instance, "grpc", s.gl.Addr().String(), "http", s.hl.Addr().String(), "redis", sc.redisShown)
-	go followReadiness(runCtx, a, s.health, sc.log)
 
 	select {
 	case <-ctx.Done():
@@ -336,7 +341,7 @@ type servers struct {
 }
 
 // listen opens the gRPC and HTTP listeners and makes their servers.
-func listen(a *agent.Agent, sc serveConfig) (*servers, error) {
+func listen(a *agent.Agent, hs *health.Server, sc serveConfig) (*servers, error) {
 	gl, err := net.Listen("tcp", sc.grpcListen)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w (choose another with --grpc-listen)", sc.grpcListen, err)
@@ -349,8 +354,7 @@ func listen(a *agent.Agent, sc serveConfig) (*servers, error) {
 	if sc.tls.GRPC != nil {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(sc.tls.GRPC)))
 	}
-	s := &servers{gl: gl, gs: grpc.NewServer(gopts...), health: health.NewServer()}
-	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING) // until the agent is ready (followReadiness)
+	s := &servers{gl: gl, gs: grpc.NewServer(gopts...), health: hs}
 	a.RegisterGRPC(s.gs)
 	healthpb.RegisterHealthServer(s.gs, s.health)
 	handler := a.HTTPHandler()
@@ -390,20 +394,12 @@ func (s *servers) drain(a *agent.Agent, delay time.Duration, log hclog.Logger) {
 	}
 }
 
-// followReadiness keeps the gRPC health status equal to the agent's
-// readiness (what /readyz answers): it reads it whenever the agent says it
-// changed (after a presence round, once a second at most, or a drain), and
-// logs each change with its reason. The status starts NOT_SERVING
-// (s.health).
-func followReadiness(ctx context.Context, a *agent.Agent, hs *health.Server, log hclog.Logger) {
-	was, wasWhy := false, ""
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-a.ReadinessChanged():
-		}
-		ok, why := a.Readiness()
+// followReadiness is the agent's OnReadiness: it keeps the gRPC health
+// status hs equal to the agent's readiness (what /readyz answers) and logs
+// each change with its reason. A drain sets NOT_SERVING itself, for good.
+func followReadiness(hs *health.Server, log hclog.Logger) func(ready bool, why string) {
+	was := false
+	return func(ok bool, why string) {
 		switch {
 		case ok && !was:
 			hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
@@ -411,9 +407,9 @@ func followReadiness(ctx context.Context, a *agent.Agent, hs *health.Server, log
 		case !ok && was:
 			hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 			log.Warn("not ready", "reason", why)
-		case !ok && why != wasWhy:
+		case !ok:
 			log.Debug("not ready", "reason", why)
 		}
-		was, wasWhy = ok, why
+		was = ok
 	}
 }

@@ -106,6 +106,12 @@ type Config struct {
 	// (tenant names, IPs): IdentitiesHashed by default, IdentitiesPlain to
 	// opt in to the names, IdentitiesOff to export none.
 	MetricIdentities string
+	// OnReadiness, when set, is told what Readiness answers each time it
+	// answers otherwise than before (ready, or its reason), by the
+	// presence round that saw it, once a second at most (two while Redis
+	// is slow): what the gRPC health status follows. It is called from one
+	// goroutine and must not block.
+	OnReadiness func(ready bool, why string)
 	// Clock is the time source, clock.System() by default. The agent
 	// measures every deadline as a difference of Clock.Now() readings, so
 	// they must carry Go's monotonic reading (time.Now's do); wall time is
@@ -211,7 +217,6 @@ type Agent struct {
 	inflight atomic.Int64 // checks being decided (a counter: checks may start while Drain waits)
 	closing  atomic.Bool
 	refresh  chan struct{} // a check named an unknown policy: reload soon
-	readyNow chan struct{} // Readiness answers otherwise than at the last presence round
 	renew    chan struct{} // policies were installed: look at the leases now
 	envoy    atomic.Pointer[checkapi.EnvoyIndex]
 	edge     *rlqs.Engine     // Envoy's RLQS: leases to the edge
@@ -230,7 +235,7 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, engine: eng, m: m, hot: newHotIdentities(cfg.HotKeys), refresh: make(chan struct{}, 1), readyNow: make(chan struct{}, 1), renew: make(chan struct{}, 1), health: newRedisHealth(cfg.Logger, cfg.Clock.Now)}
+	a := &Agent{cfg: cfg, engine: eng, m: m, hot: newHotIdentities(cfg.HotKeys), refresh: make(chan struct{}, 1), renew: make(chan struct{}, 1), health: newRedisHealth(cfg.Logger, cfg.Clock.Now)}
 	a.shared = regional.NewRegion(cfg.Redis, cfg.Region)
 	a.leaser = newLeaser(a.shared, cfg.Instance, cfg.Coordinator, lease.Timing{Drift: cfg.Drift, Margin: cfg.Margin}, cfg.Clock.Now, cfg.Logger, m, a.refreshSoon)
 	asked := agentPolicies{set: &a.policies, refresh: a.refreshSoon}
@@ -290,12 +295,6 @@ func (a *Agent) Readiness() (bool, string) {
 	}
 	return true, "ready"
 }
-
-// ReadinessChanged is signalled when Readiness answers otherwise than it
-// did: its ready or its reason changed. The agent looks after each
-// presence round (every second), so a watcher, such as the gRPC health
-// status, needs no timer of its own; a drain changes it at once.
-func (a *Agent) ReadinessChanged() <-chan struct{} { return a.readyNow }
 
 // refreshSoon asks the refresh loop to reload the policies now (at most
 // once a second, however many ask).

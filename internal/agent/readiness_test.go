@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,9 +26,12 @@ func TestReadyAgainWithoutTraffic(t *testing.T) {
 	testenv.SkipSlow(t, "pauses and restarts a real redis-server and waits for readiness")
 	k := policyCoordinator(t, "name: api\nidentity: [tenant]\nlimit: 1000\nperiod: 1s\n")
 	srv := redistest.Start(t)
+	var told atomic.Pointer[string] // the last readiness OnReadiness was told: "ready" or why not
 	ra := startAgent(t, "us", srv.Addr, []string{k.addr}, func(c *Config) {
 		c.CheckTimeout, c.BreakerCooldown = 50*time.Millisecond, 200*time.Millisecond
+		c.OnReadiness = func(ok bool, why string) { told.Store(&why) }
 	})
+	toldReady := func() bool { w := told.Load(); return w != nil && *w == "ready" }
 	admin := srv.Client(t)
 	// openBreaker sends checks while Redis cannot answer, until the breaker
 	// opens (bounded: the threshold is 3), and then no more.
@@ -51,6 +55,9 @@ func TestReadyAgainWithoutTraffic(t *testing.T) {
 		if ra.a.admit.BreakerOpen() {
 			t.Fatalf("%s: ready with the breaker open", phase)
 		}
+		// What follows readiness (the gRPC health status) ends up told so
+		// too, however short the outage it may not have seen was.
+		testenv.WaitFor(t, 15*time.Second, phase+": OnReadiness told ready", toldReady)
 	}
 
 	if err := admin.Do(t.Context(), "CLIENT", "PAUSE", "1500", "ALL").Err(); err != nil {

@@ -101,7 +101,6 @@ func (a *Agent) refreshLoop(ctx context.Context, fromSaved bool) {
 // flight, or ctx ends. Checks that still arrive are decided as usual.
 func (a *Agent) Drain(ctx context.Context, delay time.Duration) {
 	a.closing.Store(true)
-	a.readinessChanged()
 	select {
 	case <-time.After(delay):
 	case <-ctx.Done():
@@ -116,15 +115,6 @@ func (a *Agent) Drain(ctx context.Context, delay time.Duration) {
 		case <-ctx.Done():
 			return
 		}
-	}
-}
-
-// readinessChanged signals ReadinessChanged's watcher, once however many
-// changes it has not read yet.
-func (a *Agent) readinessChanged() {
-	select {
-	case a.readyNow <- struct{}{}:
-	default:
 	}
 }
 
@@ -192,9 +182,9 @@ func (a *Agent) presenceLoop(ctx context.Context, store *storeWatch) {
 		if decay++; decay%30 == 0 {
 			a.hot.decay()
 		}
-		if ok, why := a.Readiness(); ok != wasReady || why != wasWhy {
+		if ok, why := a.Readiness(); (ok != wasReady || why != wasWhy) && a.cfg.OnReadiness != nil {
 			wasReady, wasWhy = ok, why
-			a.readinessChanged()
+			a.cfg.OnReadiness(ok, why)
 		}
 		select {
 		case <-ctx.Done():

@@ -28,18 +28,28 @@ type Debug struct {
 	Insecure bool
 }
 
-// Serve serves d until stop is called. Its server has no write timeout: a
-// CPU profile lasts the ?seconds=N it is asked for.
-func (d Debug) Serve(log hclog.Logger) (stop func(), err error) {
+// Check refuses an address that is not loopback unless d.Insecure (then
+// it logs a warning): the listener has no authentication. Call it with
+// the other flags' checks, before anything starts.
+func (d Debug) Check(log hclog.Logger) error {
 	switch {
-	case d.Addr == "":
-		return func() {}, nil
-	case !mtls.IsLoopback(d.Addr) && !d.Insecure:
-		return nil, fmt.Errorf("--debug-listen %s is not a loopback address, and the debug listener has no "+
+	case d.Addr == "" || mtls.IsLoopback(d.Addr):
+		return nil
+	case !d.Insecure:
+		return fmt.Errorf("--debug-listen %s is not a loopback address, and the debug listener has no "+
 			"authentication: bind 127.0.0.1 and reach it with kubectl port-forward or ssh, or pass --insecure", d.Addr)
-	case !mtls.IsLoopback(d.Addr):
-		log.Warn("--debug-listen is reachable from the network without authentication: anyone who reaches it "+
-			"can profile this process", "debug_listen", d.Addr)
+	}
+	log.Warn("--debug-listen is reachable from the network without authentication: anyone who reaches it "+
+		"can profile this process", "debug_listen", d.Addr)
+	return nil
+}
+
+// Serve serves d (checked by Check) until stop is called; Addr "" serves
+// nothing. Its server has no write timeout: a CPU profile lasts the
+// ?seconds=N it is asked for.
+func (d Debug) Serve(log hclog.Logger) (stop func(), err error) {
+	if d.Addr == "" {
+		return func() {}, nil
 	}
 	l, err := net.Listen("tcp", d.Addr)
 	if err != nil {

@@ -108,7 +108,7 @@ func (s *AdminService) ListPolicies(ctx context.Context, _ *pb.ListPoliciesReque
 // DeletePolicy removes a policy and its ledger. Agents enforcing it get
 // "unknown quota" on their next renewal and stop at their next policy
 // reload; until its grants can no longer count, the leader keeps its book
-// (term.retired), so a policy recreated under the name meanwhile starts
+// (leaderTerm.retired), so a policy recreated under the name meanwhile starts
 // with them reserved.
 func (s *AdminService) DeletePolicy(ctx context.Context, req *pb.DeletePolicyRequest) (*pb.DeletePolicyResponse, error) {
 	c := s.c

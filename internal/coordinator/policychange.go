@@ -153,7 +153,7 @@ func (c *Coordinator) owns(t *leaderTerm, ch policyChange, name string) error {
 }
 
 // retire moves a deleted policy's quota to the retired books, where its
-// grants stay reserved until they end (term.retired).
+// grants stay reserved until they end (leaderTerm.retired).
 func (c *Coordinator) retire(t *leaderTerm, name string) {
 	if q := t.quotas[name]; q != nil {
 		t.retired[name] = q

@@ -65,7 +65,7 @@ type leaderTerm struct {
 	quotas map[string]*quotaState
 	// retired are deleted policies' quotas whose grants may still be
 	// enforced by agents: a policy recreated under the same name starts
-	// with them reserved (quota.inherit), so deleting and recreating it
+	// with them reserved (quotaState.inherit), so deleting and recreating it
 	// (the way to change its algorithm) cannot grant the limit twice.
 	retired map[string]*quotaState
 	// sources say who manages each policy not set by hand (an xDS server).

@@ -14,8 +14,8 @@ import (
 
 // With --debug-listen, the coordinator and the agent serve Go's runtime
 // profiles there: a CPU profile of the seconds asked (gzipped protobuf,
-// as go tool pprof reads it) and the goroutines, named after the code.
-// Without it nothing listens.
+// as go tool pprof reads it) and the goroutines, named after the code;
+// the agent's check listener serves none.
 func TestDebugListenerServesProfiles(t *testing.T) {
 	testenv.SkipMultiProcess(t)
 	agentAddr, coordAddr := testenv.FreeAddr(t), testenv.FreeAddr(t)

@@ -101,6 +101,13 @@ func BenchmarkEdgePeers(b *testing.B) {
 	prof := agentProfiler{dir: os.Getenv("QUOTALEASE_BENCH_PROFILES")}
 	args := []string{"--edge-max-buckets-per-caller", "100000"}
 	if prof.dir != "" {
+		// go test runs in this package's folder, not the caller's.
+		if !filepath.IsAbs(prof.dir) {
+			b.Fatalf("QUOTALEASE_BENCH_PROFILES=%s: give an absolute path", prof.dir)
+		}
+		if err := os.MkdirAll(prof.dir, 0o755); err != nil {
+			b.Fatal(err)
+		}
 		prof.addr = testenv.FreeAddr(b)
 		args = append(args, "--debug-listen", prof.addr)
 	}

@@ -12,10 +12,11 @@ import (
 )
 
 // The agent's gRPC health status, what Kubernetes' gRPC probes and Envoy's
-// health checks read, follows its readiness (/readyz) as the agent reports
-// changes, with no timer of its own: SERVING once ready, NOT_SERVING while
-// its Redis is cut off, SERVING again when Redis is back. The watch fails
-// the test by its deadline if a change is never told.
+// health checks read, follows its readiness (/readyz) as the presence
+// round tells it of changes, with no timer of its own: SERVING once ready,
+// NOT_SERVING while its Redis is cut off, SERVING again when Redis is
+// back, each within a few presence rounds (one a second; the bound is
+// generous for a loaded machine, and a change never told fails it).
 func TestGRPCHealthFollowsReadiness(t *testing.T) {
 	testenv.SkipMultiProcess(t)
 	c := start(t, globalPolicy)
@@ -28,14 +29,20 @@ func TestGRPCHealthFollowsReadiness(t *testing.T) {
 	}
 	await := func(want healthpb.HealthCheckResponse_ServingStatus, why string) {
 		t.Helper()
+		began := time.Now()
 		for {
 			resp, err := watch.Recv()
 			if err != nil {
 				t.Fatalf("%s: the health watch ended before %s: %v", why, want, err)
 			}
-			if resp.Status == want {
-				return
+			if resp.Status != want {
+				continue
 			}
+			t.Logf("%s: %s after %v", why, want, time.Since(began).Round(time.Millisecond))
+			if took := time.Since(began); took > 10*time.Second {
+				t.Fatalf("%s: %s only after %v, ten presence rounds", why, want, took)
+			}
+			return
 		}
 	}
 	readyz := func() int {
