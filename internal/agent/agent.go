@@ -107,9 +107,10 @@ type Config struct {
 	// opt in to the names, IdentitiesOff to export none.
 	MetricIdentities string
 	// OnReadiness, when set, is told what Readiness answers each time it
-	// answers otherwise than before (ready, or its reason), by the
-	// presence round that saw it, once a second at most (two while Redis
-	// is slow): what the gRPC health status follows. It is called from one
+	// answers otherwise than before (ready, or its reason). The presence
+	// round asks at its end, once a second, so a change is told within a
+	// second, or two when the round waited its full second on a slow
+	// Redis. The gRPC health status follows it. It is called from that one
 	// goroutine and must not block.
 	OnReadiness func(ready bool, why string)
 	// Clock is the time source, clock.System() by default. The agent
