@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -90,17 +91,29 @@ func markedBlocks(t *testing.T, path, name string) []string {
 // freePorts maps each port the runbook names to a free one on loopback,
 // all different: each is held open until all are picked (one picked and
 // closed at a time could come twice, and did: the agent's HTTP port was the
-// coordinator's).
+// coordinator's). They are picked below the kernel's ephemeral range, from
+// which a process binding port 0 is given one: the coordinator's embedded
+// etcd does, and once took the agent's gRPC port between its pick and the
+// agent's start.
 func freePorts(t *testing.T, names ...string) map[string]string {
 	t.Helper()
+	low := 32768 // Linux's default ephemeral range starts here
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		fmt.Sscan(string(b), &low)
+	}
 	out := map[string]string{}
 	for _, n := range names {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+		for try := 0; out[n] == ""; try++ {
+			if try == 100 {
+				t.Fatalf("no free port below %d for the runbook's %s after 100 tries", low, n)
+			}
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 10000+rand.IntN(max(1, low-10000))))
+			if err != nil {
+				continue // taken
+			}
+			defer l.Close()
+			_, out[n], _ = net.SplitHostPort(l.Addr().String())
 		}
-		defer l.Close()
-		_, out[n], _ = net.SplitHostPort(l.Addr().String())
 	}
 	return out
 }
