@@ -1,9 +1,11 @@
 package allocation
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 )
 
@@ -120,7 +122,7 @@ func maxMinFair(total int64, regions []Region) []int64 {
 		want[i] = max(0, r.Demand-r.Floor)
 		idx[i] = i
 	}
-	sort.SliceStable(idx, func(a, b int) bool { return want[idx[a]] < want[idx[b]] })
+	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(want[a], want[b]) })
 	for k, i := range idx {
 		n := int64(len(idx) - k)
 		level := rest / n
@@ -212,7 +214,7 @@ func split(amount int64, w []float64) []int64 {
 			given--
 		}
 	}
-	sort.SliceStable(rems, func(a, b int) bool { return rems[a].r > rems[b].r })
+	slices.SortStableFunc(rems, func(a, b rem) int { return cmp.Compare(b.r, a.r) })
 	for k := 0; given < amount; k = (k + 1) % len(rems) {
 		if w[rems[k].i] > 0 {
 			out[rems[k].i]++

@@ -136,7 +136,11 @@ func (k *Key[K]) Plan(now time.Time, p *policy.Policy, validLeft time.Duration, 
 	var shares []int64
 	k.Self, shares = Wants(k.Capacity, others.Direct+direct, others.Edge, demands)
 	shares = k.keep(now, ids, shares, k.Capacity-others.Reserved)
-	k.Want = make(map[K]int64, len(k.Slots))
+	if k.Want == nil {
+		k.Want = make(map[K]int64, len(k.Slots))
+	} else {
+		clear(k.Want) // reused: no one holds it past a round
+	}
 	if len(ids) < len(k.Slots) {
 		for id := range k.Slots {
 			k.Want[id] = 0 // refused a place: no part in the split

@@ -39,7 +39,7 @@ type Round[S comparable] struct {
 	// this one only checks directly: its direct demand, as last written.
 	directOnly map[ID]int64
 	regionKeys map[ID]Others  // the other agents' holdings, from the last read
-	own        map[ID]int64   // this agent's reservations, as written (Written)
+	own        owned          // this agent's reservations, as written (Written)
 	directAt   time.Time      // when direct demands were last measured
 	directRate map[ID]float64 // direct checks' rates, requests a second, as last measured (averaged)
 	// readAt is when the last round that read the reservations (and wrote
@@ -75,7 +75,7 @@ type Round[S comparable] struct {
 // keys. The leases, the store and the sender are the agent's.
 func NewRound[S comparable](cfg Config, order func(a, b S) int, l Leases, st Store, out Sender[S]) *Round[S] {
 	r := &Round[S]{cfg: cfg, order: order, leases: l, store: st, out: out, keys: map[ID]*Served[S]{},
-		directOnly: map[ID]int64{}, direct: map[ID]int64{}, own: map[ID]int64{}}
+		directOnly: map[ID]int64{}, direct: map[ID]int64{}}
 	none := map[string]bool{}
 	r.enabled.Store(&none)
 	return r
@@ -178,22 +178,23 @@ func (r *Round[S]) prepare(now time.Time) (writes []Write, sync, read bool) {
 		}
 	}
 	r.visited, r.nextGrow = r.visited[:0], time.Time{}
-	type served struct {
-		pol   *policy.Policy // nil: no longer served at the edge
-		until time.Time      // its grant's validity
-	}
-	policies := map[string]served{} // looked up once a round
+	policies := map[string]grantNow{} // looked up once a round
 	var longest time.Duration
+	var last string // the policy of the key before, whose grant g is
+	var g grantNow
 	for _, k := range r.keys {
 		longest = max(longest, k.Life)
-		sv, ok := policies[k.ID.Policy]
-		if !ok {
-			sv = served{r.leases.Policy(k.ID.Policy), r.leases.ValidUntil(k.ID.Policy)}
-			policies[k.ID.Policy] = sv
+		if name := k.ID.Policy; name != last || len(policies) == 0 {
+			var ok bool
+			if g, ok = policies[name]; !ok {
+				g = r.grantAt(name, now)
+				policies[name] = g
+			}
+			last = name
 		}
-		if r.needsRound(k, sv.pol, sv.until, now, read) {
+		if r.needsRound(k, g, now, read) {
 			r.visited = append(r.visited, k)
-			k.validUntil = sv.until
+			k.validUntil = g.until
 		} else {
 			r.nextGrow = earliest(r.nextGrow, k.growAt(r.cfg))
 		}
@@ -297,13 +298,7 @@ func (r *Round[S]) synced(sent, done time.Time, writes []Write, ans SyncAnswer, 
 }
 
 // setOwn notes k's reservation as written, for the next view.
-func (r *Round[S]) setOwn(k *Served[S]) {
-	if k.Written > 0 {
-		r.own[k.ID] = k.Written
-	} else {
-		delete(r.own, k.ID)
-	}
-}
+func (r *Round[S]) setOwn(k *Served[S]) { r.own.set(k.ID, k.Written) }
 
 // lived takes the life a sync sent at sent found this agent in: it lives
 // until at least the sync's keepAlive from then. A life other than the
@@ -351,7 +346,7 @@ func (r *Round[S]) setView(sent time.Time, changed bool, others map[ID]Others) {
 		r.view.Store(old.ReadAgain(sent)) // the same reservations, read again
 		return
 	}
-	r.view.Store(NewView(readAt, others, maps.Clone(r.own)))
+	r.view.Store(&View{ReadAt: readAt, others: others, own: r.own.view()})
 }
 
 // push sends, on the slots of every key this round planned, the changes

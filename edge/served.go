@@ -53,16 +53,17 @@ func (k *Served[S]) Touch() { k.dirty = true }
 // from its last round's (the grant changed, or is too near its end for a
 // whole assignment's life). TestKeySkipsOnlyIdleRounds proves that a
 // round skipped this way would have written and pushed nothing.
-func (r *Round[S]) needsRound(k *Served[S], pol *policy.Policy, until, now time.Time, read bool) bool {
+func (r *Round[S]) needsRound(k *Served[S], g grantNow, now time.Time, read bool) bool {
+	pol, until := g.pol, g.until
 	if fp, ok := r.fps[pol]; ok && pol != k.pol && k.pol != nil && fp == k.fp {
 		k.pol = pol // reloaded, unchanged
 	}
 	switch {
-	case k.dirty || (k.unwritten || k.Waiting(now)) && read || pol != k.pol || pol == nil:
+	case k.dirty || read && (k.unwritten || k.Waiting(now)) || pol != k.pol || pol == nil:
 		return true
 	case !k.due.IsZero() && !now.Before(k.due):
 		return true
-	case !r.steady(pol, until, now):
+	case !g.steady:
 		return true
 	case until.Equal(k.validUntil):
 		return false
@@ -72,6 +73,23 @@ func (r *Round[S]) needsRound(k *Served[S], pol *policy.Policy, until, now time.
 	}
 	k.validUntil = until // a renewal that left this identity's capacity as it was
 	return false
+}
+
+// grantNow is what a round knows of a policy's grant, looked up once a
+// round for all its keys: the policy (nil: no longer served at the edge),
+// the grant's validity, and whether an assignment pushed this round gets
+// the whole time to live and capacity of it (steady).
+type grantNow struct {
+	pol    *policy.Policy
+	until  time.Time
+	steady bool
+}
+
+// grantAt looks up policy name's grant for a round at now.
+func (r *Round[S]) grantAt(name string, now time.Time) grantNow {
+	g := grantNow{pol: r.leases.Policy(name), until: r.leases.ValidUntil(name)}
+	g.steady = g.pol != nil && r.steady(g.pol, g.until, now)
+	return g
 }
 
 // steady reports whether an assignment of policy p pushed at now, or as

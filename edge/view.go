@@ -16,14 +16,14 @@ import (
 type View struct {
 	ReadAt time.Time
 	others map[ID]Others // the other agents' holdings
-	own    map[ID]int64  // this agent's reservations
+	own    ownedView     // this agent's reservations
 }
 
 // NewView is the view read at readAt of the other agents' holdings others
 // and this agent's reservations own. The view keeps both maps: neither
 // may be changed after.
 func NewView(readAt time.Time, others map[ID]Others, own map[ID]int64) *View {
-	return &View{ReadAt: readAt, others: others, own: own}
+	return &View{ReadAt: readAt, others: others, own: ownedView{base: own}}
 }
 
 // ReadAgain is v read again at readAt and found unchanged.
@@ -32,7 +32,7 @@ func (v *View) ReadAgain(readAt time.Time) *View {
 }
 
 // reserved is every agent's reservation for id.
-func (v *View) reserved(id ID) int64 { return max(0, v.own[id]) + max(0, v.others[id].Reserved) }
+func (v *View) reserved(id ID) int64 { return max(0, v.own.get(id)) + max(0, v.others[id].Reserved) }
 
 // Reserved is what direct checks of identity of policy name must leave
 // the edge at now: every agent's reservation for it, or everything when
@@ -64,10 +64,8 @@ func (v *View) Holds(name string, g lease.Grant, now time.Time, trust time.Durat
 		r := v.reserved(id)
 		return id.Policy == name && r > 0 && (stale || r > g.AmountFor(id.Identity)) // stale: keep what covered them
 	}
-	for id := range v.own {
-		if over(id) {
-			return true
-		}
+	if v.own.ids(over) {
+		return true
 	}
 	for id := range v.others {
 		if over(id) {

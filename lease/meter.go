@@ -92,12 +92,14 @@ func (m *Meter[K]) count(id K, cost, spanMs, nowMs int64, own bool) {
 // add counts cost to id's current bucket, and to the hottest identity's
 // unless own, unless the bucket tracks too many identities already.
 func (m *Meter[K]) add(id K, cost int64, own bool) {
-	if _, ok := m.cur[id]; !ok && len(m.cur) >= m.track {
+	c, ok := m.cur[id]
+	if !ok && len(m.cur) >= m.track {
 		return
 	}
-	m.cur[id] += cost
+	c += cost
+	m.cur[id] = c
 	if !own {
-		m.buckets[0] = max(m.buckets[0], m.cur[id])
+		m.buckets[0] = max(m.buckets[0], c)
 	}
 }
 

@@ -52,9 +52,11 @@ func (m *Meter[K]) accrue(untilMs int64) {
 				keep = append(keep, f)
 			}
 		}
-		if len(keep) == 0 {
+		switch len(keep) {
+		case 0:
 			delete(m.flows, id)
-		} else {
+		case len(fs): // kept in place, as they were
+		default:
 			m.flows[id] = keep
 		}
 	}

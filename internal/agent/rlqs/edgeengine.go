@@ -57,10 +57,8 @@ type Engine struct {
 	buckets    int                    // the streams' slots, ALLOW_ALL buckets and refused second spellings (MaxBuckets)
 	callers    map[string]*callerLoad // what each caller holds of streams and buckets (callers.go)
 	nextStream uint64
-	metricsAt  time.Time       // when the gauges were last set
-	metricKeys map[string]bool // policies with edge gauges set
 
-	summary atomic.Pointer[map[string]edgeSummary] // per policy, as of the last round (edgesummary.go)
+	counted atomic.Pointer[edgeCount] // the last count of the edge, per policy (edgesummary.go)
 	kick    chan struct{}
 	viewed  atomic.Pointer[chan struct{}] // closed, and replaced, as a round makes a new view (view)
 }
@@ -68,13 +66,14 @@ type Engine struct {
 func New(h Host, cfg Config, drift float64, reg *prometheus.Registry) *Engine {
 	rc := cfg.rounds(drift)
 	e := &Engine{h: h, cfg: cfg, rc: rc, m: newMetrics(reg), trust: rc.Trust(), streams: map[uint64]*rlqsStream{},
-		callers: map[string]*callerLoad{}, metricKeys: map[string]bool{}, kick: make(chan struct{}, 1),
+		callers: map[string]*callerLoad{}, kick: make(chan struct{}, 1),
 		draining: make(chan struct{})}
 	viewed := make(chan struct{})
 	e.viewed.Store(&viewed)
 	st := &edgeStore{store: h.Shared.EdgeStore(e.self, h.Clock.Now, rc.Trust(), cfg.GrowWait), now: h.Clock.Now,
 		logger: h.Logger, down: logs.Outage{What: "edge reservation syncs with Redis", Interval: 30 * time.Second, Level: hclog.Warn}}
 	e.r = edge.NewRound(rc, compareSlots, edgeLeases{h.Policies, h.Leases}, st, e)
+	reg.MustRegister(newEdgeGauges(e))
 	return e
 }
 
@@ -214,9 +213,10 @@ func (e *Engine) round(ctx context.Context) edge.Result {
 	e.mu.Lock()
 	now := e.h.Clock.Now()
 	out := e.collect()
-	if now.Sub(e.metricsAt) >= time.Second || res.Quiet { // quiet: the next round may be QuietEvery away
-		e.updateMetrics(now)
-		e.metricsAt = now
+	if res.Quiet {
+		e.count(now, 0) // the next round may be QuietEvery away
+	} else {
+		e.count(now, countEvery)
 	}
 	e.mu.Unlock()
 	for st, m := range out {
@@ -292,63 +292,6 @@ func (e *Engine) collect() map[*rlqsStream]*rlqsv3.RateLimitQuotaResponse {
 	return out
 }
 
-// updateMetrics sets the per-policy edge gauges and the summary renewals
-// report. e.mu is held.
-func (e *Engine) updateMetrics(now time.Time) {
-	type agg struct {
-		streams              map[uint64]bool // whether each is the client library's
-		buckets              int
-		rate, reserve, usage float64
-		pol                  *policy.Policy
-	}
-	by := map[string]*agg{}
-	for id, k := range e.r.Keys() {
-		g := by[id.Policy]
-		if g == nil {
-			g = &agg{streams: map[uint64]bool{}}
-			by[id.Policy] = g
-		}
-		for sid, s := range k.Slots {
-			g.streams[sid.stream] = e.streams[sid.stream] != nil && e.streams[sid.stream].library
-			g.buckets++
-			if _, active := k.Ledger.Current(sid, now); active {
-				g.rate += s.Bucket.Rate()
-			}
-			if s.Demand > 0 {
-				g.usage += float64(s.Demand)
-			}
-		}
-		if p := k.Policy(); p != nil {
-			g.reserve += p.Limit * float64(k.Written) / float64(p.Limits().Amount())
-			g.pol = p
-		}
-	}
-	sums := map[string]edgeSummary{}
-	for name, g := range by {
-		if g.pol != nil && len(g.streams) > 0 {
-			sums[name] = edgeSummary{instances: len(g.streams), library: countTrue(g.streams), buckets: g.buckets,
-				assigned: edge.DemandAmount(g.pol, g.rate), usage: amountOf(g.usage)}
-		}
-	}
-	e.summary.Store(&sums)
-	for name := range e.metricKeys {
-		if by[name] == nil {
-			by[name] = &agg{}
-		}
-	}
-	e.metricKeys = map[string]bool{}
-	for name, g := range by {
-		e.metricKeys[name] = len(g.streams) > 0 || g.reserve > 0
-		if !e.metricKeys[name] {
-			delete(e.metricKeys, name)
-		}
-		e.m.streams.WithLabelValues(name).Set(float64(len(g.streams)))
-		e.m.buckets.WithLabelValues(name).Set(float64(g.buckets))
-		e.m.assignedRate.WithLabelValues(name).Set(g.rate)
-		e.m.reserved.WithLabelValues(name).Set(g.reserve)
-	}
-}
-
 // countBuckets adds n (negative to remove) to the buckets of the agent
 // and of st's caller. e.mu is held.
 func (e *Engine) countBuckets(st *rlqsStream, n int) {
@@ -356,21 +299,23 @@ func (e *Engine) countBuckets(st *rlqsStream, n int) {
 	st.caller.buckets += n
 }
 
-// Summary returns what renewals report of policy name's edge, nil
-// when no Envoy instance holds a bucket of it (or the policy is no longer
-// served at the edge: a summary of a round before that would be stale).
+// Summary returns what renewals report of policy name's edge, as last
+// counted (at most countEvery ago), nil when no Envoy instance holds a
+// bucket of it (or the policy is no longer served at the edge: a count
+// from before that would be stale). It takes no lock: renewals call it
+// under the leases' lock, which the rounds take under the engine's.
 func (e *Engine) Summary(name string) *pb.EdgeSummary {
 	if !e.r.Serves(name) {
 		return nil
 	}
-	p := e.summary.Load()
-	if p == nil {
+	c := e.counted.Load()
+	if c == nil || c.by[name] == nil {
 		return nil
 	}
-	s, ok := (*p)[name]
-	if !ok {
+	pc := c.by[name]
+	if pc.pol == nil || len(pc.streams) == 0 {
 		return nil
 	}
-	return &pb.EdgeSummary{Instances: clampInt32(s.instances), LibraryInstances: clampInt32(s.library),
-		Buckets: clampInt32(s.buckets), Assigned: s.assigned, Usage: s.usage}
+	return &pb.EdgeSummary{Instances: clampInt32(len(pc.streams)), LibraryInstances: clampInt32(countTrue(pc.streams)),
+		Buckets: clampInt32(pc.buckets), Assigned: edge.DemandAmount(pc.pol, pc.rate), Usage: amountOf(pc.usage)}
 }

@@ -1,27 +1,20 @@
 package rlqs
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // metrics are the metrics of the agent's Rate Limit Quota Service, on
 // the agent's registry.
 type metrics struct {
-	streams, buckets, assignedRate, reserved *prometheus.GaugeVec
-	reported, limited, refused               *prometheus.CounterVec
-	dropped, messages, rounds, plans, syncs  prometheus.Counter
+	reported, limited, refused              *prometheus.CounterVec
+	dropped, messages, rounds, plans, syncs prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
 	m := &metrics{
-		streams: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "quotalease_agent_edge_streams",
-			Help: "Envoy RLQS streams reporting buckets of the policy to this agent."}, []string{"policy"}),
-		buckets: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "quotalease_agent_edge_buckets",
-			Help: "Buckets of the policy Envoy instances report to this agent (one per instance and identity)."}, []string{"policy"}),
-		assignedRate: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "quotalease_agent_edge_assigned_rate",
-			Help: "Requests per second the token buckets this agent assigned for the policy refill, summed over " +
-				"its buckets."}, []string{"policy"}),
-		reserved: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "quotalease_agent_edge_reserved",
-			Help: "What this agent reserved in the region's Redis of the policy's capacity for Envoy instances, in " +
-				"units per period, summed over identities."}, []string{"policy"}),
 		reported: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_edge_reported_requests_total",
 			Help: "Requests Envoy instances reported for the policy's buckets, by result: allowed or denied by " +
 				"Envoy."}, []string{"policy", "result"}),
@@ -51,7 +44,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Help: "Syncs of the edge reservations with the region's Redis: when a reservation grows, and a read " +
 				"about every quarter second (--edge-grow-wait / 2)."}),
 	}
-	reg.MustRegister(m.streams, m.buckets, m.assignedRate, m.reserved, m.reported, m.limited, m.refused, m.dropped, m.messages, m.rounds, m.plans, m.syncs)
+	reg.MustRegister(m.reported, m.limited, m.refused, m.dropped, m.messages, m.rounds, m.plans, m.syncs)
 	for _, r := range []string{"rate", "buckets", "streams", "agent-buckets", "caller-streams", "caller-buckets", "identities"} {
 		m.limited.WithLabelValues(r)
 	}
@@ -59,4 +52,49 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		m.refused.WithLabelValues(r)
 	}
 	return m
+}
+
+// edgeGauges are the per-policy gauges of what the Envoy instances
+// streaming to the agent hold, counted when scraped (Engine.count) rather
+// than by the rounds: an agent serving many buckets pays for walking them
+// as often as it is scraped, or a renewal reports them, not every second.
+type edgeGauges struct {
+	e                                        *Engine
+	streams, buckets, assignedRate, reserved *prometheus.Desc
+}
+
+func newEdgeGauges(e *Engine) *edgeGauges {
+	policy := []string{"policy"}
+	return &edgeGauges{e: e,
+		streams: prometheus.NewDesc("quotalease_agent_edge_streams",
+			"Envoy RLQS streams reporting buckets of the policy to this agent.", policy, nil),
+		buckets: prometheus.NewDesc("quotalease_agent_edge_buckets",
+			"Buckets of the policy Envoy instances report to this agent (one per instance and identity).", policy, nil),
+		assignedRate: prometheus.NewDesc("quotalease_agent_edge_assigned_rate",
+			"Requests per second the token buckets this agent assigned for the policy refill, summed over its "+
+				"buckets.", policy, nil),
+		reserved: prometheus.NewDesc("quotalease_agent_edge_reserved",
+			"What this agent reserved in the region's Redis of the policy's capacity for Envoy instances, in units "+
+				"per period, summed over identities.", policy, nil),
+	}
+}
+
+func (g *edgeGauges) Describe(ch chan<- *prometheus.Desc) {
+	ch <- g.streams
+	ch <- g.buckets
+	ch <- g.assignedRate
+	ch <- g.reserved
+}
+
+// Collect counts the edge, unless the last count is under a second old.
+func (g *edgeGauges) Collect(ch chan<- prometheus.Metric) {
+	g.e.mu.Lock()
+	c := g.e.count(g.e.h.Clock.Now(), time.Second)
+	g.e.mu.Unlock()
+	for name, pc := range c.by {
+		ch <- prometheus.MustNewConstMetric(g.streams, prometheus.GaugeValue, float64(len(pc.streams)), name)
+		ch <- prometheus.MustNewConstMetric(g.buckets, prometheus.GaugeValue, float64(pc.buckets), name)
+		ch <- prometheus.MustNewConstMetric(g.assignedRate, prometheus.GaugeValue, pc.rate, name)
+		ch <- prometheus.MustNewConstMetric(g.reserved, prometheus.GaugeValue, pc.reserve, name)
+	}
 }

@@ -1,15 +1,67 @@
 package rlqs
 
-import "math"
+import (
+	"math"
+	"time"
 
-// edgeSummary is what the Envoy instances streaming to this agent hold of
-// one policy: renewals report it to the coordinator (QuotaRequest.edge),
-// which shows it per region in `coordinator leases` and the console. It
-// plays no part in any grant.
-type edgeSummary struct {
-	instances, buckets int   // streams with a bucket of the policy; their buckets
-	library            int   // of the instances, the client library's
-	assigned, usage    int64 // assigned refill and reported rate, amount units
+	"github.com/quota-lease/quota-lease/policy"
+)
+
+// edgeCount is what the Envoy instances streaming to this agent hold of
+// each policy they report buckets of, counted at one time: the summary
+// renewals report to the coordinator (QuotaRequest.edge, shown per region
+// in `coordinator leases` and the console; it plays no part in any
+// grant) and the per-policy gauges (edgeGauges).
+type edgeCount struct {
+	at time.Time
+	by map[string]*policyCount
+}
+
+// policyCount is one policy's part of an edgeCount.
+type policyCount struct {
+	streams map[uint64]bool // streams with a bucket of the policy: whether each is the client library's
+	buckets int
+	rate    float64        // the assigned buckets' refill, requests a second
+	reserve float64        // this agent's reservations, units per period
+	usage   float64        // the reported rate, amount units
+	pol     *policy.Policy // nil: no longer served at the edge
+}
+
+// countEvery is how often the rounds count the edge for renewals (a
+// scrape counts it again if the last count is over a second old): a
+// count walks every bucket the agent serves.
+const countEvery = 5 * time.Second
+
+// count returns the count of the edge at now: the last one while it is
+// younger than maxAge, else counted again. e.mu is held.
+func (e *Engine) count(now time.Time, maxAge time.Duration) *edgeCount {
+	if c := e.counted.Load(); c != nil && now.Sub(c.at) < maxAge && !now.Before(c.at) {
+		return c
+	}
+	c := &edgeCount{at: now, by: map[string]*policyCount{}}
+	for id, k := range e.r.Keys() {
+		pc := c.by[id.Policy]
+		if pc == nil {
+			pc = &policyCount{streams: map[uint64]bool{}}
+			c.by[id.Policy] = pc
+		}
+		for sid, s := range k.Slots {
+			pc.streams[sid.stream] = e.streams[sid.stream] != nil && e.streams[sid.stream].library
+			pc.buckets++
+			if _, active := k.Ledger.Current(sid, now); active {
+				pc.rate += s.Bucket.Rate()
+			}
+			if s.Demand > 0 {
+				pc.usage += float64(s.Demand)
+			}
+		}
+		if p := k.Policy(); p != nil {
+			pc.reserve += p.Limit * float64(k.Written) / float64(p.Limits().Amount())
+			pc.pol = p
+		}
+	}
+	e.counted.Store(c)
+	return c
 }
 
 // amountOf is a sum of amounts, kept in a float64 so that it cannot wrap,

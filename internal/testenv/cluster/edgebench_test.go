@@ -147,10 +147,11 @@ func BenchmarkEdgePeers(b *testing.B) {
 		idle = (processCPU(b, ours) - cpu0) / 10
 		for range 3 {
 			for _, s := range systems {
-				cpu0 := processCPU(b, s.pids)
+				cpu0, redis0 := processCPU(b, s.pids), processCPU(b, s.pids[1:])
 				t0 := time.Now()
 				lat := rlsOpenLoop(b, ctx, s.client, edgeBenchRate, 5*time.Second)
-				runs[s.name] = append(runs[s.name], benchRound{decisions: float64(len(lat)), dur: time.Since(t0), cpu: processCPU(b, s.pids) - cpu0, lat: lat})
+				runs[s.name] = append(runs[s.name], benchRound{decisions: float64(len(lat)), dur: time.Since(t0),
+					cpu: processCPU(b, s.pids) - cpu0, redis: processCPU(b, s.pids[1:]) - redis0, lat: lat})
 			}
 		}
 		// The edge: the same rate, decided by the clients; the shape with
@@ -166,14 +167,14 @@ func BenchmarkEdgePeers(b *testing.B) {
 	}
 	var out strings.Builder
 	tw := tabwriter.NewWriter(&out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "path\tdecisions/s\tp99\tCPU ms per 1,000 decisions (server + Redis)\tvs quota-lease ShouldRateLimit\tvs envoyproxy/ratelimit\t")
+	fmt.Fprintln(tw, "path\tdecisions/s\tp99\tCPU ms per 1,000 decisions (server + Redis)\tof which Redis\tvs quota-lease ShouldRateLimit\tvs envoyproxy/ratelimit\t")
 	perK := map[string]float64{}
 	for _, name := range order {
 		var n float64
-		var dur, cpu time.Duration
+		var dur, cpu, redis time.Duration
 		var lat []time.Duration
 		for _, r := range runs[name] {
-			n, dur, cpu, lat = n+r.decisions, dur+r.dur, cpu+r.cpu, append(lat, r.lat...)
+			n, dur, cpu, redis, lat = n+r.decisions, dur+r.dur, cpu+r.cpu, redis+r.redis, append(lat, r.lat...)
 		}
 		perK[name] = cpu.Seconds() * 1000 / max(1, n/1000)
 		p99, vs := "(in Envoy)", []string{"", ""}
@@ -185,7 +186,7 @@ func BenchmarkEdgePeers(b *testing.B) {
 				vs[i] = fmt.Sprintf("%.0f× less", perK[order[i]]/max(perK[name], 1e-9))
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.2f\t%s\t%s\t\n", name, n/dur.Seconds(), p99, perK[name], vs[0], vs[1])
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.2f\t%.2f\t%s\t%s\t\n", name, n/dur.Seconds(), p99, perK[name], redis.Seconds()*1000/max(1, n/1000), vs[0], vs[1])
 		b.ReportMetric(perK[name], strings.NewReplacer(" ", "-", ",", "").Replace(name)+"-cpu-ms/1000")
 	}
 	tw.Flush()
@@ -195,12 +196,13 @@ func BenchmarkEdgePeers(b *testing.B) {
 }
 
 // benchRound is one measured round of one path: the decisions made, how
-// long it took, the server's and its Redis's CPU, and the latency of every
-// call (none at the edge: Envoy decides).
+// long it took, the server's and its Redis's CPU (and of it, the
+// Redis's), and the latency of every call (none at the edge: Envoy
+// decides).
 type benchRound struct {
-	decisions float64
-	dur, cpu  time.Duration
-	lat       []time.Duration
+	decisions       float64
+	dur, cpu, redis time.Duration
+	lat             []time.Duration
 }
 
 // measureEdge starts sh's Envoy-like clients behind the cluster's region
@@ -221,10 +223,11 @@ func measureEdge(b *testing.B, c *Cluster, pids []int, sh edgeShape, cfg string,
 	var out []benchRound
 	defer prof.start(b, fmt.Sprintf("edge-%d-buckets-at-%g", sh.envoys*sh.buckets, sh.perBucket), 8*rlqsenvoy.EnvoyReportInterval)()
 	for range 2 {
-		cpu0, n0 := processCPU(b, pids), decided(d)
+		cpu0, redis0, n0 := processCPU(b, pids), processCPU(b, pids[1:]), decided(d)
 		t0 := time.Now()
 		time.Sleep(4 * rlqsenvoy.EnvoyReportInterval)
-		out = append(out, benchRound{decisions: decided(d) - n0, dur: time.Since(t0), cpu: processCPU(b, pids) - cpu0})
+		out = append(out, benchRound{decisions: decided(d) - n0, dur: time.Since(t0),
+			cpu: processCPU(b, pids) - cpu0, redis: processCPU(b, pids[1:]) - redis0})
 	}
 	return out
 }
