@@ -222,6 +222,10 @@ func measureEdge(b *testing.B, c *Cluster, pids []int, sh edgeShape, cfg string,
 	waitAssigned(b, e, sh.envoys*sh.buckets, time.Minute)
 	var out []benchRound
 	defer prof.start(b, fmt.Sprintf("edge-%d-buckets-at-%g", sh.envoys*sh.buckets, sh.perBucket), 8*rlqsenvoy.EnvoyReportInterval)()
+	act0, t0 := edgeActivity(b, c.Agents[0]), time.Now()
+	defer func() {
+		b.Logf("%s: %s", sh.name(), edgeActivity(b, c.Agents[0]).per(act0, time.Since(t0)))
+	}()
 	for range 2 {
 		cpu0, redis0, n0 := processCPU(b, pids), processCPU(b, pids[1:]), decided(d)
 		t0 := time.Now()
@@ -386,6 +390,27 @@ func answersLimit(ctx context.Context, client rlsv3.RateLimitServiceClient) erro
 		return nil
 	}
 	return fmt.Errorf("not answering with the limit: %v %v", resp, err)
+}
+
+// activity is what an agent's edge rounds did, from its counters.
+type activity map[string]float64
+
+// edgeActivity scrapes a's edge round counters.
+func edgeActivity(b testing.TB, a *AgentProcess) activity {
+	out := activity{}
+	for _, n := range []string{"rounds", "syncs", "identity_plans", "messages"} {
+		out[n] = scrapeMetric(b, a, "quotalease_agent_edge_"+n+"_total")
+	}
+	return out
+}
+
+// per is how many of each a did a second since was, d ago.
+func (a activity) per(was activity, d time.Duration) string {
+	var parts []string
+	for _, n := range []string{"rounds", "syncs", "identity_plans", "messages"} {
+		parts = append(parts, fmt.Sprintf("%s %.1f/s", n, (a[n]-was[n])/d.Seconds()))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // scrapeMetric sums every series of the metric name on agent's /metrics;
