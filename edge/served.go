@@ -46,8 +46,8 @@ func (k *Served[S]) Policy() *policy.Policy { return k.pol }
 // removed): the next round plans it.
 func (k *Served[S]) Touch() { k.dirty = true }
 
-// needsRound reports whether k, of policy pol (nil: no longer served)
-// under a grant valid until until, must be planned at now, in a round that
+// needsRound reports whether k, under g (its policy's grant this round:
+// pol nil when no longer served), must be planned at now, in a round that
 // reads the reservations or not: an input changed, its Next came, its
 // update waits for this read, or its time to live or capacity may differ
 // from its last round's (the grant changed, or is too near its end for a

@@ -57,8 +57,9 @@ func TestEdgeSummaryReachesListLeases(t *testing.T) {
 	if got.Agents != 1 {
 		t.Errorf("%d agents reported, want 1", got.Agents)
 	}
-	// The summary and the gauge are set by the same round; a round may
-	// come between reading one and the other.
+	// The summary and the gauge come from the same count; a scrape
+	// counts again when the last count is over a second old, so one poll
+	// may see them differ.
 	testenv.WaitFor(t, 5*time.Second, "the renewal's assigned rate equal to the gauge", func() bool {
 		own := ra.a.edge.Summary("api")
 		gauge := gaugeValue(t, ra.a, "quotalease_agent_edge_assigned_rate")

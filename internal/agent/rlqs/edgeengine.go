@@ -300,7 +300,7 @@ func (e *Engine) countBuckets(st *rlqsStream, n int) {
 }
 
 // Summary returns what renewals report of policy name's edge, as last
-// counted (at most countEvery ago), nil when no Envoy instance holds a
+// counted (about countEvery ago), nil when no Envoy instance holds a
 // bucket of it (or the policy is no longer served at the edge: a count
 // from before that would be stale). It takes no lock: renewals call it
 // under the leases' lock, which the rounds take under the engine's.

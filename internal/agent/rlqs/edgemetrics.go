@@ -57,7 +57,9 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 // edgeGauges are the per-policy gauges of what the Envoy instances
 // streaming to the agent hold, counted when scraped (Engine.count) rather
 // than by the rounds: an agent serving many buckets pays for walking them
-// as often as it is scraped, or a renewal reports them, not every second.
+// per scrape (at most once a second), and every countEvery for the
+// renewals' summary, not every second. A policy's series go once the
+// agent holds nothing of it (no bucket, no reservation being released).
 type edgeGauges struct {
 	e                                        *Engine
 	streams, buckets, assignedRate, reserved *prometheus.Desc
