@@ -348,7 +348,7 @@ func TestEdgeE2E(t *testing.T) {
 		p := policyOf(t, yaml)
 		checkPublished(t, c, p, dep)
 		for _, w := range []time.Duration{time.Second, 5 * time.Second, 10 * time.Second} {
-			checkEdgeWindows(t, adm, p, dep, w, slack)
+			checkWindows(t, adm, p, dep, w, slack)
 		}
 	}
 	if allowed < 1000 {
@@ -498,63 +498,4 @@ func composition(adm []Admission, policy, identity string, end time.Time, w time
 		}
 	}
 	return out
-}
-
-// checkEdgeWindows judges every window of length w ending at an admission
-// of p (per identity, by the clients' times): at most the bound over
-// w+slack with dep, and, where no direct check of the identity was
-// admitted by an agent's local fallback within slack of the window, at
-// most the bound without Redis outages.
-func checkEdgeWindows(t *testing.T, adm []Admission, p *policy.Policy, dep bound.Deployment, w, slack time.Duration) {
-	t.Helper()
-	loose, err := bound.Compute(p, dep, bound.Leased, w+slack)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tightDep := dep
-	tightDep.RedisOutages = false
-	tight, err := bound.Compute(p, tightDep, bound.Leased, w+slack)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fallback := map[string][]time.Time{}
-	for _, a := range adm {
-		if a.Policy == p.Name && a.Mode == "local-fallback" {
-			fallback[a.Identity] = append(fallback[a.Identity], a.At)
-		}
-	}
-	for _, ts := range fallback {
-		slices.SortFunc(ts, time.Time.Compare)
-	}
-	var windows, overLoose, overTight, judgedTight int
-	var worst WindowCount
-	forEachWindow(adm, p.Name, w, func(id string, end time.Time, n int) error {
-		windows++
-		b := tight
-		ts := fallback[id]
-		if i, _ := slices.BinarySearchFunc(ts, end.Add(-w-slack), time.Time.Compare); i < len(ts) && !ts[i].After(end.Add(slack)) {
-			b = loose
-		} else {
-			judgedTight++
-			if float64(n) > tight.WorstCase {
-				overTight++
-			}
-		}
-		if float64(n) > loose.WorstCase {
-			overLoose++
-		}
-		if wc := (WindowCount{Identity: id, End: end, Count: n, Bound: b.WorstCase, Terms: b.Terms}); wc.Ratio() > worst.Ratio() {
-			worst = wc
-		}
-		return nil
-	})
-	t.Logf("%s, %s windows (+%s slack): %d judged, %d of them without fallback admissions; bound %.1f (%.1f without Redis outages); worst %.2f of its bound: %s; by region and mode %v",
-		p.Name, w, slack.Round(time.Millisecond), windows, judgedTight, loose.WorstCase, tight.WorstCase, worst.Ratio(), worst, composition(adm, p.Name, worst.Identity, worst.End, w))
-	if overLoose > 0 || overTight > 0 {
-		t.Errorf("%s, %s windows: %d over the published bound %.1f, %d over the bound without Redis outages %.1f; worst: %s",
-			p.Name, w, overLoose, loose.WorstCase, overTight, tight.WorstCase, worst)
-	}
-	if windows == 0 {
-		t.Errorf("%s: nothing admitted", p.Name)
-	}
 }

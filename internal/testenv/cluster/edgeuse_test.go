@@ -83,7 +83,7 @@ func TestEdgeUsesTheLimit(t *testing.T) {
 	}
 	dep := edgeDeployment(c)
 	checkPublished(t, c, p, dep)
-	checkEdgeWindows(t, adm, p, dep, time.Second, 0)
+	checkWindows(t, adm, p, dep, time.Second, 0)
 }
 
 // stretch is a measured stretch of a test's time.

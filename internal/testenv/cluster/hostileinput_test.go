@@ -223,7 +223,7 @@ func TestEdgeOneBucketPerIdentity(t *testing.T) {
 	}
 	dep := edgeDeployment(c)
 	checkPublished(t, c, p, dep)
-	checkEdgeWindows(t, admissions(edges), p, dep, time.Second, 0)
+	checkWindows(t, admissions(edges), p, dep, time.Second, 0)
 }
 
 // heldSpellings lists the spellings in holds an assignment or an expired
@@ -312,5 +312,5 @@ func TestEdgeSybilStreamsLeaveHonestInstances(t *testing.T) {
 	}
 	dep := edgeDeployment(c)
 	checkPublished(t, c, p, dep)
-	checkEdgeWindows(t, admissions(edges), p, dep, time.Second, 0)
+	checkWindows(t, admissions(edges), p, dep, time.Second, 0)
 }

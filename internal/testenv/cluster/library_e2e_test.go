@@ -116,6 +116,6 @@ func TestLibraryServicesE2E(t *testing.T) {
 	p, dep := policyOf(t, libraryPolicy), edgeDeployment(c)
 	checkPublished(t, c, p, dep)
 	for _, w := range []time.Duration{time.Second, 5 * time.Second} {
-		checkEdgeWindows(t, adm, p, dep, w, slack)
+		checkWindows(t, adm, p, dep, w, slack)
 	}
 }

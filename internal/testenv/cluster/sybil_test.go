@@ -62,7 +62,7 @@ func TestEdgeInstancesBeyondThePromise(t *testing.T) {
 	dep := edgeDeployment(c)
 	checkPublished(t, c, p, dep)
 	for _, w := range []time.Duration{time.Second, 5 * time.Second} {
-		checkEdgeWindows(t, adm, p, dep, w, 0)
+		checkWindows(t, adm, p, dep, w, 0)
 	}
 	if before != len(regions)*p.Edge.Instances {
 		t.Errorf("%d instances held an assignment before the cut, want the policy's %d per region", before, p.Edge.Instances)
