@@ -19,13 +19,6 @@ type View struct {
 	own    ownedView     // this agent's reservations
 }
 
-// NewView is the view read at readAt of the other agents' holdings others
-// and this agent's reservations own. The view keeps both maps: neither
-// may be changed after.
-func NewView(readAt time.Time, others map[ID]Others, own map[ID]int64) *View {
-	return &View{ReadAt: readAt, others: others, own: ownedView{base: own}}
-}
-
 // ReadAgain is v read again at readAt and found unchanged.
 func (v *View) ReadAgain(readAt time.Time) *View {
 	return &View{ReadAt: readAt, others: v.others, own: v.own}

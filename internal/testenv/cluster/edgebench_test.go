@@ -395,11 +395,19 @@ func answersLimit(ctx context.Context, client rlsv3.RateLimitServiceClient) erro
 // activity is what an agent's edge rounds did, from its counters.
 type activity map[string]float64
 
-// edgeActivity scrapes a's edge round counters.
+// edgeCounters are the agent's edge round counters (quotalease_agent_edge_<name>_total)
+// logged per shape, in the order logged.
+var edgeCounters = []string{"rounds", "syncs", "identity_plans", "messages"}
+
+// edgeActivity reads a's edge round counters, in one scrape.
 func edgeActivity(b testing.TB, a *AgentProcess) activity {
 	out := activity{}
-	for _, n := range []string{"rounds", "syncs", "identity_plans", "messages"} {
-		out[n] = scrapeMetric(b, a, "quotalease_agent_edge_"+n+"_total")
+	for _, s := range scrape(b, a.web, a.HTTP+"/metrics") {
+		for _, n := range edgeCounters {
+			if s.name == "quotalease_agent_edge_"+n+"_total" {
+				out[n] += s.value
+			}
+		}
 	}
 	return out
 }
@@ -407,7 +415,7 @@ func edgeActivity(b testing.TB, a *AgentProcess) activity {
 // per is how many of each a did a second since was, d ago.
 func (a activity) per(was activity, d time.Duration) string {
 	var parts []string
-	for _, n := range []string{"rounds", "syncs", "identity_plans", "messages"} {
+	for _, n := range edgeCounters {
 		parts = append(parts, fmt.Sprintf("%s %.1f/s", n, (a[n]-was[n])/d.Seconds()))
 	}
 	return strings.Join(parts, ", ")
