@@ -30,7 +30,12 @@ func newFallback(maxKeys int) *fallback {
 // decide charges cost micro-units to key under l at nowMs (monotonic
 // milliseconds); a new key starts holding fraction start of l. full
 // reports a new key refused because the table is full.
-func (f *fallback) decide(key string, l policy.Limits, start float64, nowMs, cost int64) (d policy.Decision, full bool, err error) {
+func (f *fallback) decide(
+	key string,
+	l policy.Limits,
+	start float64,
+	nowMs, cost int64,
+) (d policy.Decision, full bool, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.b.Len() >= f.maxKeys && !f.b.Has(key) {

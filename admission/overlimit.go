@@ -84,5 +84,11 @@ func (c *overLimit) put(key string, limits policy.Limits, cost int64, d policy.D
 			return
 		}
 	}
-	c.m[key] = overEntry{limits: limits, cost: cost, d: d, sent: sent, until: sent.Add(time.Duration(d.RetryAfterMs) * time.Millisecond)}
+	c.m[key] = overEntry{
+		limits: limits,
+		cost:   cost,
+		d:      d,
+		sent:   sent,
+		until:  sent.Add(time.Duration(d.RetryAfterMs) * time.Millisecond),
+	}
 }

@@ -123,7 +123,8 @@ type Ticket struct {
 // sentinel; it touches nothing.
 func Resolve(p *policy.Policy, r Request, l policy.Limits) (Ticket, error) {
 	if p.Envoy != nil && p.Envoy.Unlimited {
-		return Ticket{}, fmt.Errorf("%w: policy %q is an unlimited Envoy descriptor: it limits nothing", ErrUnknownPolicy, p.Name)
+		return Ticket{}, fmt.Errorf("%w: policy %q is an unlimited Envoy descriptor: it limits nothing",
+			ErrUnknownPolicy, p.Name)
 	}
 	if r.Return && (!p.Returns || r.Limit != nil) {
 		return Ticket{}, refusedReturn(p, r)
@@ -145,7 +146,14 @@ func Resolve(p *policy.Policy, r Request, l policy.Limits) (Ticket, error) {
 			return Ticket{}, fmt.Errorf("policy %q: %w", p.Name, err)
 		}
 	}
-	t := Ticket{Policy: p, Cost: cost, Limits: l, Mode: lease.ModeRegion, Return: r.Return, IdempotencyKey: r.IdempotencyKey}
+	t := Ticket{
+		Policy:         p,
+		Cost:           cost,
+		Limits:         l,
+		Mode:           lease.ModeRegion,
+		Return:         r.Return,
+		IdempotencyKey: r.IdempotencyKey,
+	}
 	if r.Reserve || settles {
 		if err := resolveReservation(p, r, &t); err != nil {
 			return Ticket{}, err
@@ -237,7 +245,8 @@ func holds(l policy.Limits, cost int64) error {
 // key that is not 1-128 printable ASCII characters without spaces.
 func ValidIdempotencyKey(idem string) error {
 	if len(idem) > MaxIdempotencyKeyBytes {
-		return fmt.Errorf("%w: idempotency key is %d bytes, more than %d", ErrInvalidRequest, len(idem), MaxIdempotencyKeyBytes)
+		return fmt.Errorf("%w: idempotency key is %d bytes, more than %d",
+			ErrInvalidRequest, len(idem), MaxIdempotencyKeyBytes)
 	}
 	for i := 0; i < len(idem); i++ {
 		if c := idem[i]; c <= ' ' || c > '~' {
@@ -251,8 +260,11 @@ func ValidIdempotencyKey(idem string) error {
 // (an unknown policy, a bad cost, identity or key), as opposed to a store
 // that failed to decide it.
 func IsInputError(err error) bool {
-	for _, e := range []error{ErrUnknownPolicy, ErrInvalidRequest, ErrReturnRefused, policy.ErrInvalidCost, policy.ErrCostExceedsCapacity,
-		policy.ErrInvalidIdentity, policy.ErrInvalidLimits, policy.ErrInvalidOwnLimit} {
+	for _, e := range []error{
+		ErrUnknownPolicy, ErrInvalidRequest, ErrReturnRefused,
+		policy.ErrInvalidCost, policy.ErrCostExceedsCapacity, policy.ErrInvalidIdentity,
+		policy.ErrInvalidLimits, policy.ErrInvalidOwnLimit,
+	} {
 		if errors.Is(err, e) {
 			return true
 		}

@@ -74,7 +74,8 @@ func resolveReservation(p *policy.Policy, r Request, t *Ticket) error {
 		return fmt.Errorf("policy %q: %w", p.Name, err)
 	}
 	if r.IdempotencyKey != "" && r.IdempotencyKey != key {
-		return fmt.Errorf("%w: policy %q: a settlement is keyed by its reservation; drop idempotency_key", ErrInvalidRequest, p.Name)
+		return fmt.Errorf("%w: policy %q: a settlement is keyed by its reservation; drop idempotency_key",
+			ErrInvalidRequest, p.Name)
 	}
 	t.Estimate, t.IdempotencyKey = estimate, key
 	return nil

@@ -225,7 +225,8 @@ func leasedTerms(r *Result, p *policy.Policy, d Deployment, w time.Duration) err
 			r.Terms[TermDegraded] = (n - 1) * p.Failure.OpenFraction * ref
 		}
 		if d.QuotaDecrease > 0 {
-			r.Terms[TermLeaseTransition] = d.QuotaDecrease / period * math.Min((d.LeaseDuration+d.PolicyDelay).Seconds(), w.Seconds())
+			r.Terms[TermLeaseTransition] = d.QuotaDecrease / period *
+				math.Min((d.LeaseDuration+d.PolicyDelay).Seconds(), w.Seconds())
 		}
 	}
 	if d.RedisOutages && d.FallbackFraction >= 0 {
@@ -270,7 +271,8 @@ func leasedTerms(r *Result, p *policy.Policy, d Deployment, w time.Duration) err
 		if p.Scope == policy.ScopeRegion {
 			regions = n
 		}
-		r.Terms[TermWindowClock] = regions * p.Limit * (math.Ceil((w+d.ClockStep).Seconds()/period) - math.Ceil(w.Seconds()/period))
+		r.Terms[TermWindowClock] = regions * p.Limit *
+			(math.Ceil((w+d.ClockStep).Seconds()/period) - math.Ceil(w.Seconds()/period))
 	}
 	if d.StoreLag > 0 {
 		// A failover to a replica StoreLag behind forgets what the
@@ -392,7 +394,8 @@ func (d Deployment) validate() error {
 		return fmt.Errorf("%w: drift must be in [0, 0.01), got %v", ErrInvalid, d.Drift)
 	case math.IsNaN(d.FallbackFraction) || d.FallbackFraction > 1:
 		return fmt.Errorf("%w: fallback fraction must be at most 1, got %v", ErrInvalid, d.FallbackFraction)
-	case d.ConfigChanges < 0 || d.QuotaDecrease < 0 || math.IsNaN(d.QuotaDecrease) || d.PolicyDelay < 0 || d.StoreLag < 0 || d.ClockStep < 0:
+	case d.ConfigChanges < 0 || d.QuotaDecrease < 0 || math.IsNaN(d.QuotaDecrease) ||
+		d.PolicyDelay < 0 || d.StoreLag < 0 || d.ClockStep < 0:
 		return fmt.Errorf("%w: config changes, quota decrease, policy delay, store lag and clock step must not "+
 			"be negative", ErrInvalid)
 	case len(d.Shares) > 0 && len(d.Shares) != d.Regions:

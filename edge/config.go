@@ -58,9 +58,16 @@ type Tuning struct {
 
 // DefaultTuning returns the defaults above.
 func DefaultTuning() Tuning {
-	return Tuning{Tick: 100 * time.Millisecond, GrowWait: 500 * time.Millisecond, Margin: 500 * time.Millisecond,
-		ChangeEvery: 2 * time.Second, BurstFraction: tokens.DefaultBurstFraction, KeepsFill: true, RepayOver: 15 * time.Second,
-		AbandonAfter: time.Minute}
+	return Tuning{
+		Tick:          100 * time.Millisecond,
+		GrowWait:      500 * time.Millisecond,
+		Margin:        500 * time.Millisecond,
+		ChangeEvery:   2 * time.Second,
+		BurstFraction: tokens.DefaultBurstFraction,
+		KeepsFill:     true,
+		RepayOver:     15 * time.Second,
+		AbandonAfter:  time.Minute,
+	}
 }
 
 // Config is what an agent's edge rounds run with: its tuning and the

@@ -38,7 +38,11 @@ type Inheritance struct {
 // Without returns o, read before the store moved the predecessor's entry,
 // without it: what the others hold now.
 func (o Others) Without(in Inheritance) Others {
-	return Others{Reserved: max(0, o.Reserved-in.Reserved), Edge: max(0, o.Edge-in.Edge), Direct: max(0, o.Direct-in.Direct)}
+	return Others{
+		Reserved: max(0, o.Reserved-in.Reserved),
+		Edge:     max(0, o.Edge-in.Edge),
+		Direct:   max(0, o.Direct-in.Direct),
+	}
 }
 
 // pool is the predecessor's instances not adopted yet, each holding up to

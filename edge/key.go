@@ -115,7 +115,15 @@ type Update struct {
 // slots refused a place take no part; new ones do, as the store usually
 // has a place for them. It returns the update to write, if the store
 // needs one.
-func (k *Key[K]) Plan(now time.Time, p *policy.Policy, validLeft time.Duration, capacityAt func(time.Time) int64, direct int64, others Others, cfg Config) (Update, bool) {
+func (k *Key[K]) Plan(
+	now time.Time,
+	p *policy.Policy,
+	validLeft time.Duration,
+	capacityAt func(time.Time) int64,
+	direct int64,
+	others Others,
+	cfg Config,
+) (Update, bool) {
 	k.TTL, _ = TTL(p.Edge.EdgeTTL(), validLeft, cfg.Drift, cfg.Margin)
 	k.Life = Lifetime(k.TTL, cfg.Drift, cfg.Margin)
 	k.Capacity = capacityAt(now.Add(k.Life))
@@ -152,7 +160,8 @@ func (k *Key[K]) Plan(now time.Time, p *policy.Policy, validLeft time.Duration, 
 	k.adopt(now)
 	need, largest := k.Ledger.Need(now, k.Want), k.Ledger.Largest(now, k.Want)
 	instances := int64(len(k.Slots))
-	if need != k.Written || now.After(k.rewriteAt(cfg)) || moved(k.Self, k.SentEdge, k.Capacity) || moved(direct, k.SentDirect, k.Capacity) ||
+	if need != k.Written || now.After(k.rewriteAt(cfg)) ||
+		moved(k.Self, k.SentEdge, k.Capacity) || moved(direct, k.SentDirect, k.Capacity) ||
 		instances != k.SentInstances || largest != k.SentLargest || k.Waiting(now) {
 		return Update{Want: need, Capacity: k.Capacity, Instances: instances, Most: int64(p.Edge.Instances),
 			EdgeDemand: k.Self, Direct: direct, Largest: largest, Life: cfg.EntryFor(k.Life)}, true
@@ -224,9 +233,11 @@ func (k *Key[K]) Release(now time.Time, direct int64, cfg Config) (u Update, wri
 	if need == 0 && k.Written == 0 && k.SentInstances == 0 && k.Ledger.Empty(now) {
 		return Update{}, false, true
 	}
-	if largest := k.Ledger.Largest(now, nil); need != k.Written || moved(direct, k.SentDirect, k.Capacity) || k.SentInstances != 0 ||
+	largest := k.Ledger.Largest(now, nil)
+	if need != k.Written || moved(direct, k.SentDirect, k.Capacity) || k.SentInstances != 0 ||
 		largest != k.SentLargest {
-		return Update{Want: need, Direct: direct, Largest: largest, Life: cfg.KeepFor(max(k.Life, time.Second))}, true, false
+		life := cfg.KeepFor(max(k.Life, time.Second))
+		return Update{Want: need, Direct: direct, Largest: largest, Life: life}, true, false
 	}
 	return Update{}, false, false
 }

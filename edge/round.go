@@ -373,7 +373,9 @@ func (r *Round[S]) push(now time.Time) {
 		along = append(along, slotOf{id, s})
 	}
 	for _, a := range along {
-		if k := r.keys[a.id]; k != nil && k.Slots[a.slot] != nil && r.alongOK(k, now) && k.Ledger.Due(a.slot, now, r.cfg.AlongLead(k.TTL)) {
+		k := r.keys[a.id]
+		if k != nil && k.Slots[a.slot] != nil && r.alongOK(k, now) &&
+			k.Ledger.Due(a.slot, now, r.cfg.AlongLead(k.TTL)) {
 			r.send(k, k.PushAlong(now, k.pol, r.alive, r.cfg), now)
 			k.due = earliest(k.due, k.Next(now, r.cfg))
 		}

@@ -93,7 +93,10 @@ func writeDraft06(h http.Header, f Fields) {
 	v := make([]string, 4)
 	v[0], v[1], v[2] = strconv.FormatInt(f.Limit, 10), strconv.FormatInt(f.Remaining, 10), strconv.FormatInt(f.Reset, 10)
 	v[3] = v[0] + ";w=" + strconv.FormatInt(f.Window, 10)
-	h["Ratelimit-Limit"], h["Ratelimit-Remaining"], h["Ratelimit-Reset"], h["Ratelimit-Policy"] = v[0:1:1], v[1:2:2], v[2:3:3], v[3:4:4]
+	h["Ratelimit-Limit"] = v[0:1:1]
+	h["Ratelimit-Remaining"] = v[1:2:2]
+	h["Ratelimit-Reset"] = v[2:3:3]
+	h["Ratelimit-Policy"] = v[3:4:4]
 }
 
 // writeDraft11 sets draft-11's RateLimit-Policy (section 3) and RateLimit

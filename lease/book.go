@@ -334,14 +334,22 @@ func (b *Book) PrepareTargets(now time.Time, r Renewal, t Targets) (*Pending, er
 
 	cur := rec.current()
 	amount, own, changed := b.shares(r.Region, cur.Grant, t, now)
-	g := Grant{ID: fmt.Sprintf("%d.%d", b.epoch, b.seq+1), Amount: amount, Identities: own, Epoch: b.epoch, ValidFor: b.timing.ValidFor, Total: b.total}
+	g := Grant{
+		ID:         fmt.Sprintf("%d.%d", b.epoch, b.seq+1),
+		Amount:     amount,
+		Identities: own,
+		Epoch:      b.epoch,
+		ValidFor:   b.timing.ValidFor,
+		Total:      b.total,
+	}
 	if b.shrinks(rec, g, now) {
 		// Another region may be waiting for what this grant gives back: the
 		// agent acknowledges it soon instead of at a third of its validity.
 		g.RenewAfter = b.timing.ValidFor / shrinkRenewals
 	}
 	isNew := true
-	if cur.ID != "" && cur.ID == r.GrantID && cur.Amount == amount && !changed && cur.Total == b.total && cur.Epoch == b.epoch && now.Before(cur.end()) {
+	if cur.ID != "" && cur.ID == r.GrantID && cur.Amount == amount && !changed &&
+		cur.Total == b.total && cur.Epoch == b.epoch && now.Before(cur.end()) {
 		g.ID, isNew = cur.ID, false // an unchanged share keeps its id
 		p.out = p.out[:len(p.out)-1]
 	}
@@ -353,7 +361,14 @@ func (b *Book) PrepareTargets(now time.Time, r Renewal, t Targets) (*Pending, er
 	if e := b.enforcing(rec, now); e > rec.Persisted {
 		rec.Persisted = e
 		pe.ledger = LedgerDelta{
-			Raise: []LedgerMark{{Region: r.Region, Instance: r.Instance, Nonce: r.Nonce, GrantID: g.ID, Amount: e, Total: grantsTotal(rec)}},
+			Raise: []LedgerMark{{
+				Region:   r.Region,
+				Instance: r.Instance,
+				Nonce:    r.Nonce,
+				GrantID:  g.ID,
+				Amount:   e,
+				Total:    grantsTotal(rec),
+			}},
 			Lower: b.lowered(now, r.Region),
 		}
 	}
@@ -388,7 +403,12 @@ func (b *Book) shrinks(rec *Record, g Grant, now time.Time) bool {
 // it keeps a share of its own, at most the default. The identity shares
 // are cur's own map when nothing changed, else a new one: grants share
 // unchanged maps, so memory follows what changes.
-func (b *Book) shares(region string, cur Grant, t Targets, now time.Time) (amount int64, own map[string]int64, changed bool) {
+func (b *Book) shares(
+	region string,
+	cur Grant,
+	t Targets,
+	now time.Time,
+) (amount int64, own map[string]int64, changed bool) {
 	amount = min(max(t.Default, 0), b.Available(region, "", now))
 	var set map[string]int64 // what differs from cur
 	kept := 0                // cur's entries given unchanged
@@ -558,7 +578,8 @@ func (b *Book) Release(region string, now time.Time) error {
 	}
 	for _, p := range r.procs {
 		if gone, _ := lapsed(p, now); !gone && len(p.out) > 0 {
-			return fmt.Errorf("%w: region %q, it expires in %s", ErrStillLeased, region, b.expiresIn(r, now).Round(time.Millisecond))
+			return fmt.Errorf("%w: region %q, it expires in %s",
+				ErrStillLeased, region, b.expiresIn(r, now).Round(time.Millisecond))
 		}
 	}
 	delete(b.regions, region)
@@ -572,7 +593,11 @@ func (b *Book) Release(region string, now time.Time) error {
 // a full lease without needing the old leader's clock. The agent's grant
 // id is recognized so its renewal acknowledges it.
 func (b *Book) Restore(region, instance, nonce, grantID string, amount, total int64, now time.Time) {
-	g := issued{Grant: Grant{ID: grantID, Amount: amount, Epoch: b.epoch, ValidFor: b.timing.ValidFor, Total: total}, At: now, restored: true}
+	g := issued{
+		Grant:    Grant{ID: grantID, Amount: amount, Epoch: b.epoch, ValidFor: b.timing.ValidFor, Total: total},
+		At:       now,
+		restored: true,
+	}
 	b.regions[region] = &Record{Region: region, Instance: instance, Nonce: nonce, Persisted: amount,
 		procs: []*process{{nonce: nonce, out: []issued{g}}}, latest: map[string]string{instance: nonce}}
 }

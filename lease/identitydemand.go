@@ -15,7 +15,14 @@ func (g Grant) Owns(identity string) bool {
 // coordinator sums their reports), and those g gives shares of their own
 // (0 when not asked for lately), at most most in all (the hottest, and
 // every one g gives a share: Reported). name names m's keys. Nil before any grant.
-func IdentityDemands[K comparable](m *Meter[K], nowMs int64, g Grant, full policy.Limits, instances, most int, name func(K) string) map[string]int64 {
+func IdentityDemands[K comparable](
+	m *Meter[K],
+	nowMs int64,
+	g Grant,
+	full policy.Limits,
+	instances, most int,
+	name func(K) string,
+) map[string]int64 {
 	if g.ID == "" {
 		return nil
 	}

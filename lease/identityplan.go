@@ -126,7 +126,9 @@ func (p *IdentityPlan) Update(region, instance, nonce string, held int, changes 
 	r.age = 0
 	// Removals first, so that a renewal that replaces identities at the
 	// cap makes room before it adds.
-	ids := slices.SortedFunc(maps.Keys(changes), func(a, b string) int { return cmp.Compare(min(1, changes[a]), min(1, changes[b])) })
+	ids := slices.SortedFunc(maps.Keys(changes), func(a, b string) int {
+		return cmp.Compare(min(1, changes[a]), min(1, changes[b]))
+	})
 	for _, id := range ids {
 		d := max(changes[id], 0)
 		old, had := r.demands[id]
@@ -252,7 +254,8 @@ func (p *IdentityPlan) Plan(total, useful int64, defaults map[string]int64) {
 			for i, region := range regions {
 				old[i], ideal[i] = prev[region], next[region]
 			}
-			for i, t := range allocation.Damp(old, ideal, nil, total, allocation.Damping{Hysteresis: total / identityHysteresis}) {
+			damping := allocation.Damping{Hysteresis: total / identityHysteresis}
+			for i, t := range allocation.Damp(old, ideal, nil, total, damping) {
 				next[regions[i]] = t
 			}
 		}

@@ -71,7 +71,14 @@ func (b *Book) lowered(now time.Time, except string) []LedgerMark {
 			continue
 		}
 		g, inst, nonce, _ := b.Current(region)
-		out = append(out, LedgerMark{Region: region, Instance: inst, Nonce: nonce, GrantID: g.ID, Amount: amount, Total: grantsTotal(b.regions[region])})
+		out = append(out, LedgerMark{
+			Region:   region,
+			Instance: inst,
+			Nonce:    nonce,
+			GrantID:  g.ID,
+			Amount:   amount,
+			Total:    grantsTotal(b.regions[region]),
+		})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Region < out[j].Region })
 	return out

@@ -21,14 +21,25 @@ type PlanOptions struct {
 // and those with an explicit floor in p), with their floors and demand,
 // split by o.Strategy (allocation.Plan) and damped from prev. weights gives
 // every declared region's weight.
-func PlanTargets(p *policy.Policy, b *Book, weights map[string]float64, prev map[string]int64, o PlanOptions) (map[string]int64, error) {
+func PlanTargets(
+	p *policy.Policy,
+	b *Book,
+	weights map[string]float64,
+	prev map[string]int64,
+	o PlanOptions,
+) (map[string]int64, error) {
 	demand := b.Demands()
 	total := b.Total()
 	var in []allocation.Region
 	for name, w := range weights {
 		_, active := demand[name]
 		if active || RegionFloor(p, name, false) > 0 {
-			in = append(in, allocation.Region{Name: name, Weight: w, Floor: RegionFloor(p, name, active), Demand: min(demand[name], total)})
+			in = append(in, allocation.Region{
+				Name:   name,
+				Weight: w,
+				Floor:  RegionFloor(p, name, active),
+				Demand: min(demand[name], total),
+			})
 		}
 	}
 	sort.Slice(in, func(i, j int) bool { return in[i].Name < in[j].Name })

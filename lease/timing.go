@@ -26,7 +26,12 @@ type Timing struct {
 
 // DefaultTiming is a reasonable starting point: 10 s leases, clocks within
 // 1e-4, 100 ms margin, degraded budgets kept for 10 minutes.
-var DefaultTiming = Timing{ValidFor: 10 * time.Second, Drift: 1e-4, Margin: 100 * time.Millisecond, DegradedTimeout: 10 * time.Minute}
+var DefaultTiming = Timing{
+	ValidFor:        10 * time.Second,
+	Drift:           1e-4,
+	Margin:          100 * time.Millisecond,
+	DegradedTimeout: 10 * time.Minute,
+}
 
 // Validate reports a timing that cannot be safe.
 func (t Timing) Validate() error {

@@ -19,7 +19,8 @@ func (d Duration) String() string { return time.Duration(d).String() }
 // UnmarshalYAML parses a duration string.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!str" {
-		return fmt.Errorf("line %d: duration must be a string with a unit, such as \"1s\" or \"1m\", got %s", n.Line, QuoteName(n.Value))
+		return fmt.Errorf("line %d: duration must be a string with a unit, such as \"1s\" or \"1m\", got %s",
+			n.Line, QuoteName(n.Value))
 	}
 	return d.parse(n.Value)
 }

@@ -103,7 +103,8 @@ func (e *Edge) FallbackWorstCase(w time.Duration) float64 {
 
 func (e *Edge) validate() *fieldError {
 	if e.Instances < 1 || e.Instances > MaxEdgeInstances {
-		return &fieldError{"instances", fmt.Sprintf("must be 1 to %d Envoy instances per region, got %d", MaxEdgeInstances, e.Instances)}
+		return &fieldError{"instances", fmt.Sprintf("must be 1 to %d Envoy instances per region, got %d",
+			MaxEdgeInstances, e.Instances)}
 	}
 	switch e.NoAssignment {
 	case EdgeDeny, EdgeAllow:

@@ -171,11 +171,13 @@ func (f EnvoyConfig) Policies() ([]*Policy, error) {
 	walk = func(path []EnvoyEntry, ds []EnvoyDescriptor) error {
 		for _, d := range ds {
 			if d.Key == "" {
-				return fmt.Errorf("%w: envoy ratelimit config, domain %s: a descriptor under %s has no key", ErrInvalidPolicy, f.Domain, pathString(path))
+				return fmt.Errorf("%w: envoy ratelimit config, domain %s: a descriptor under %s has no key",
+					ErrInvalidPolicy, f.Domain, pathString(path))
 			}
 			here := append(append([]EnvoyEntry(nil), path...), EnvoyEntry{Key: d.Key, Value: d.Value})
 			if len(here) > MaxIdentityAttributes {
-				return fmt.Errorf("%w: envoy ratelimit config: descriptor %s is deeper than %d entries", ErrInvalidPolicy, pathString(here), MaxIdentityAttributes)
+				return fmt.Errorf("%w: envoy ratelimit config: descriptor %s is deeper than %d entries",
+					ErrInvalidPolicy, pathString(here), MaxIdentityAttributes)
 			}
 			if rl := d.RateLimit; rl != nil {
 				p, err := envoyPolicy(f, here, d, rl)
@@ -199,7 +201,8 @@ func (f EnvoyConfig) Policies() ([]*Policy, error) {
 		return nil, err
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("%w: envoy ratelimit config, domain %s: no descriptor has a rate_limit", ErrInvalidPolicy, f.Domain)
+		return nil, fmt.Errorf("%w: envoy ratelimit config, domain %s: no descriptor has a rate_limit",
+			ErrInvalidPolicy, f.Domain)
 	}
 	return out, nil
 }
@@ -219,8 +222,23 @@ func envoyPolicy(f EnvoyConfig, path []EnvoyEntry, d EnvoyDescriptor, rl *EnvoyR
 	if name == "" {
 		name = envoyPolicyName(f.Domain, path)
 	}
-	p := &Policy{Name: name, Algorithm: f.Algorithm, Limit: float64(rl.RequestsPerUnit), Period: Duration(period),
-		Scope: f.Scope, ShadowMode: d.ShadowMode, Returns: d.Returns, PostHoc: f.postHoc(d.Returns), Envoy: &EnvoyMatch{Domain: f.Domain, Entries: path, Unlimited: d.RateLimit.Unlimited, Name: rl.Name, QuotaMode: d.QuotaMode}}
+	p := &Policy{
+		Name:       name,
+		Algorithm:  f.Algorithm,
+		Limit:      float64(rl.RequestsPerUnit),
+		Period:     Duration(period),
+		Scope:      f.Scope,
+		ShadowMode: d.ShadowMode,
+		Returns:    d.Returns,
+		PostHoc:    f.postHoc(d.Returns),
+		Envoy: &EnvoyMatch{
+			Domain:    f.Domain,
+			Entries:   path,
+			Unlimited: d.RateLimit.Unlimited,
+			Name:      rl.Name,
+			QuotaMode: d.QuotaMode,
+		},
+	}
 	if p.Envoy.Unlimited {
 		p.Scope = ScopeRegion
 	} else if f.Edge != nil {

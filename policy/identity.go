@@ -41,7 +41,8 @@ func (p *Policy) IdentityOf(attrs map[string]string) (string, error) {
 		case v == "":
 			return "", fmt.Errorf("%w: attribute %q is empty", ErrInvalidIdentity, name)
 		case len(v) > MaxAttributeValueBytes:
-			return "", fmt.Errorf("%w: attribute %q is %d bytes, more than %d", ErrInvalidIdentity, name, len(v), MaxAttributeValueBytes)
+			return "", fmt.Errorf("%w: attribute %q is %d bytes, more than %d",
+				ErrInvalidIdentity, name, len(v), MaxAttributeValueBytes)
 		case !utf8.ValidString(v):
 			// Refused, not repaired: a decoder mapping invalid bytes to
 			// U+FFFD would count distinct byte strings as one identity.
@@ -55,7 +56,8 @@ func (p *Policy) IdentityOf(attrs map[string]string) (string, error) {
 		Escape(&b, v)
 	}
 	if b.Len() > MaxIdentityBytes {
-		return "", fmt.Errorf("%w: policy %q: the identity is %d bytes escaped, more than %d", ErrInvalidIdentity, p.Name, b.Len(), MaxIdentityBytes)
+		return "", fmt.Errorf("%w: policy %q: the identity is %d bytes escaped, more than %d",
+			ErrInvalidIdentity, p.Name, b.Len(), MaxIdentityBytes)
 	}
 	return b.String(), nil
 }

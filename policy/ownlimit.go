@@ -31,7 +31,8 @@ func (o OwnLimit) Validate() error {
 	d := time.Duration(o.Period)
 	switch {
 	case d <= 0 || d.Milliseconds() > MaxWindowMs || d%time.Millisecond != 0:
-		return fmt.Errorf("%w: period %s; windows are whole milliseconds up to %s", ErrInvalidOwnLimit, d, time.Duration(MaxWindowMs)*time.Millisecond)
+		return fmt.Errorf("%w: period %s; windows are whole milliseconds up to %s",
+			ErrInvalidOwnLimit, d, time.Duration(MaxWindowMs)*time.Millisecond)
 	case o.Limit < 0:
 		return fmt.Errorf("%w: limit %d is negative", ErrInvalidOwnLimit, o.Limit)
 	}

@@ -241,7 +241,8 @@ func (p *Policy) Validate() error {
 		return bad("version", "must be zero or positive, got %d", p.Version)
 	}
 	if len(p.Identity) == 0 || len(p.Identity) > MaxIdentityAttributes {
-		return bad("identity", "must list 1 to %d request attributes, e.g. [tenant] or [tenant, route]", MaxIdentityAttributes)
+		return bad("identity", "must list 1 to %d request attributes, e.g. [tenant] or [tenant, route]",
+			MaxIdentityAttributes)
 	}
 	if err := p.validateIdentity(); err != nil {
 		return bad(err.field, "%s", err.msg)
@@ -265,7 +266,8 @@ func (p *Policy) Validate() error {
 			return bad("limit", "must be a whole number for %s, got %v", p.Algorithm, p.Limit)
 		}
 	default:
-		return bad("algorithm", "unknown %s; use token_bucket, fixed_window, sliding_window or sliding_log", QuoteName(string(p.Algorithm)))
+		return bad("algorithm", "unknown %s; use token_bucket, fixed_window, sliding_window or sliding_log",
+			QuoteName(string(p.Algorithm)))
 	}
 	if p.Cost < 1 {
 		return bad("cost", "must be a positive whole number, got %d", p.Cost)
@@ -365,7 +367,8 @@ func (p *Policy) validateSplit() *fieldError {
 	var floors float64
 	for region, f := range p.Floors {
 		if !RegionNameRE.MatchString(region) {
-			return &fieldError{"floors", fmt.Sprintf("region name %s must be 1-63 characters of a-z, 0-9 and '-'", QuoteName(region))}
+			return &fieldError{"floors", fmt.Sprintf("region name %s must be 1-63 characters of a-z, 0-9 and '-'",
+				QuoteName(region))}
 		}
 		if math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
 			return &fieldError{"floors", fmt.Sprintf("floor of region %q must be a finite number >= 0, got %v", region, f)}
@@ -397,9 +400,11 @@ func (p *Policy) validatePostHoc() *fieldError {
 		return &fieldError{"max_cost",
 			"max_cost and max_in_flight size charges after the fact; set post_hoc: true or remove them"}
 	case p.MaxCost < 0 || p.MaxCost > MaxCapacity/Micro:
-		return &fieldError{"max_cost", fmt.Sprintf("must be 0 (not declared) to %d units, got %d", MaxCapacity/Micro, p.MaxCost)}
+		return &fieldError{"max_cost", fmt.Sprintf("must be 0 (not declared) to %d units, got %d",
+			MaxCapacity/Micro, p.MaxCost)}
 	case p.MaxInFlight < 0 || p.MaxInFlight > MaxInFlight:
-		return &fieldError{"max_in_flight", fmt.Sprintf("must be 0 (not declared) to %d requests, got %d", MaxInFlight, p.MaxInFlight)}
+		return &fieldError{"max_in_flight", fmt.Sprintf("must be 0 (not declared) to %d requests, got %d",
+			MaxInFlight, p.MaxInFlight)}
 	}
 	return nil
 }

@@ -51,7 +51,8 @@ func Settle(s State, l Limits, nowMs int64, r Reserved, actual int64) (State, De
 		return s, Decision{}, fmt.Errorf("time %d ms outside [0, %d]", nowMs, MaxTimeMs)
 	}
 	if actual < 0 || actual > MaxCapacity || r.Cost < 0 || r.Cost > MaxCapacity {
-		return s, Decision{}, fmt.Errorf("%w: a settlement of %d micro-units for %d reserved, outside [0, %d]", ErrInvalidCost, actual, r.Cost, MaxCapacity)
+		return s, Decision{}, fmt.Errorf("%w: a settlement of %d micro-units for %d reserved, outside [0, %d]",
+			ErrInvalidCost, actual, r.Cost, MaxCapacity)
 	}
 	if actual > r.Cost {
 		l.PostHoc = true

@@ -103,7 +103,8 @@ func Return(s State, l Limits, nowMs, units int64) (State, Decision, error) {
 		return s, Decision{}, fmt.Errorf("time %d ms outside [0, %d]", nowMs, MaxTimeMs)
 	}
 	if units < 1 || units > MaxCapacity {
-		return s, Decision{}, fmt.Errorf("%w: a return of %d micro-units is outside [1, %d]", ErrInvalidCost, units, MaxCapacity)
+		return s, Decision{}, fmt.Errorf("%w: a return of %d micro-units is outside [1, %d]",
+			ErrInvalidCost, units, MaxCapacity)
 	}
 	if !s.Exists {
 		return s, Decision{Allowed: true, Remaining: l.Capacity}, nil

@@ -98,9 +98,13 @@ func StrategyOf(s *typev3.RateLimitStrategy) envoy.Strategy {
 func StrategyProto(s envoy.Strategy) *typev3.RateLimitStrategy {
 	switch s.Kind {
 	case envoy.AllowAll:
-		return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_ALLOW_ALL}}
+		return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{
+			BlanketRule: typev3.RateLimitStrategy_ALLOW_ALL,
+		}}
 	case envoy.DenyAll:
-		return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}
+		return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{
+			BlanketRule: typev3.RateLimitStrategy_DENY_ALL,
+		}}
 	case envoy.TokenBucket:
 		return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
 			MaxTokens: s.Bucket.MaxTokens, TokensPerFill: wrapperspb.UInt32(s.Bucket.TokensPerFill),

@@ -131,7 +131,11 @@ func (c *Client) AllowN(bucket map[string]string, n uint64) Decision {
 
 // decide decides a request of n units of bucket at the clock's now and,
 // with state, returns what the bucket holds after it.
-func (c *Client) decide(bucket map[string]string, n uint64, state bool) (allowed bool, st envoy.State, now time.Duration) {
+func (c *Client) decide(
+	bucket map[string]string,
+	n uint64,
+	state bool,
+) (allowed bool, st envoy.State, now time.Duration) {
 	now = c.cfg.Clock.Mono()
 	var buf [128]byte
 	k := appendKey(buf[:0], bucket)
@@ -154,7 +158,12 @@ func (c *Client) add(key string, id map[string]string, now time.Duration) *bucke
 // take decides a request of n units on b at now, c.mu held. A new
 // bucket's first request is decided by the no-assignment behaviour and
 // reported at once, alone (Envoy's createBucketImpl).
-func (c *Client) take(b *bucket, n uint64, now time.Duration, state bool) (allowed bool, st envoy.State, _ time.Duration) {
+func (c *Client) take(
+	b *bucket,
+	n uint64,
+	now time.Duration,
+	state bool,
+) (allowed bool, st envoy.State, _ time.Duration) {
 	if b.fresh {
 		b.fresh = false
 		allowed = c.cfg.Buckets.FirstAllowed()

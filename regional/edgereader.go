@@ -105,7 +105,12 @@ var errEdgeReset = errors.New("edge reservations: the log must be read whole")
 
 // read brings the copy up to date and returns the others' sums for every
 // policy identity they hold something for, at Redis's clock of the read.
-func (r *edgeReader) read(ctx context.Context, rg *Region, a EdgeAgent, alive time.Duration) (map[edge.ID]edge.Others, error) {
+func (r *edgeReader) read(
+	ctx context.Context,
+	rg *Region,
+	a EdgeAgent,
+	alive time.Duration,
+) (map[edge.ID]edge.Others, error) {
 	nowMs, err := r.step(ctx, rg, a, alive)
 	if errors.Is(err, errEdgeReset) {
 		r.reset()
@@ -195,7 +200,8 @@ func (r *edgeReader) step(ctx context.Context, rg *Region, a EdgeAgent, alive ti
 // into the copy and the sweep under way.
 func (r *edgeReader) readLog(ctx context.Context, rg *Region, a EdgeAgent, alive time.Duration) (int64, error) {
 	for {
-		res, err := rg.edgeCall(ctx, a, alive, nil, edgeRead{mode: "log", from: strconv.FormatInt(r.since, 10), page: edgePage, epoch: r.epoch})
+		rd := edgeRead{mode: "log", from: strconv.FormatInt(r.since, 10), page: edgePage, epoch: r.epoch}
+		res, err := rg.edgeCall(ctx, a, alive, nil, rd)
 		if err != nil {
 			return 0, err
 		}

@@ -80,7 +80,12 @@ func (r *Region) EdgeWrite(ctx context.Context, a EdgeAgent, updates []edge.Writ
 
 // edgeWrite is EdgeWrite keeping a alive for alive more with each call
 // (none when 0); life is the life its last call found a in.
-func (r *Region) edgeWrite(ctx context.Context, a EdgeAgent, alive time.Duration, updates []edge.Write) (granted []edge.Granted, life int64, err error) {
+func (r *Region) edgeWrite(
+	ctx context.Context,
+	a EdgeAgent,
+	alive time.Duration,
+	updates []edge.Write,
+) (granted []edge.Granted, life int64, err error) {
 	granted = make([]edge.Granted, 0, len(updates))
 	for start := 0; start < len(updates); start += edgeBatch {
 		res, err := r.edgeCall(ctx, a, alive, updates[start:min(len(updates), start+edgeBatch)], edgeRead{})
@@ -122,11 +127,18 @@ type edgeLife struct{ until, start int64 }
 // edgeCall is one call of the script: a kept alive for alive more (none
 // when 0; its updates are then not bound to its life), updates applied,
 // then rd's page.
-func (r *Region) edgeCall(ctx context.Context, a EdgeAgent, alive time.Duration, updates []edge.Write, rd edgeRead) (edgeResult, error) {
+func (r *Region) edgeCall(
+	ctx context.Context,
+	a EdgeAgent,
+	alive time.Duration,
+	updates []edge.Write,
+	rd edgeRead,
+) (edgeResult, error) {
 	args := make([]any, 0, 8+9*len(updates))
 	args = append(args, a.ID, a.Heir, max(0, alive.Milliseconds()), len(updates))
 	for _, u := range updates {
-		args = append(args, edgeField(u.ID), u.Want, u.Capacity, u.EdgeDemand, u.Direct, max(1, u.Life.Milliseconds()), u.Instances, u.Most, u.Largest)
+		args = append(args, edgeField(u.ID), u.Want, u.Capacity, u.EdgeDemand, u.Direct,
+			max(1, u.Life.Milliseconds()), u.Instances, u.Most, u.Largest)
 	}
 	args = append(args, rd.mode, rd.from, rd.page, rd.epoch)
 	res, err := edgeSyncScript.Run(ctx, r.rdb, r.edgeKeys(), args...).Slice()
@@ -143,7 +155,8 @@ func (r *Region) edgeCall(ctx context.Context, a EdgeAgent, alive time.Duration,
 	out.epoch, _ = res[4].(string)
 	ls, _ := res[6].([]any)
 	if len(gs) != edgeGrantWidth*len(updates) || len(fs)%2 != 0 || len(ls)%2 != 0 {
-		return edgeResult{}, fmt.Errorf("edge reservations: %d grants for %d updates, %d field values, %d lives", len(gs), len(updates), len(fs), len(ls))
+		return edgeResult{}, fmt.Errorf("edge reservations: %d grants for %d updates, %d field values, %d lives",
+			len(gs), len(updates), len(fs), len(ls))
 	}
 	var errs [5]error
 	out.nowMs, errs[0] = edgeInt(res[0])
@@ -231,7 +244,12 @@ func (r *Region) EdgeStore(self func() EdgeAgent, now func() time.Time, trust, g
 // the whole hash going on at the next, returns ErrEdgeSweeping. The
 // answer's Life is the life the last call that reached Redis found this
 // agent in, on an error too (0 when none did): those calls kept it alive.
-func (s *EdgeStore) Sync(ctx context.Context, writes []edge.Write, read bool, alive time.Duration) (edge.SyncAnswer, error) {
+func (s *EdgeStore) Sync(
+	ctx context.Context,
+	writes []edge.Write,
+	read bool,
+	alive time.Duration,
+) (edge.SyncAnswer, error) {
 	agent := s.self()
 	if s.reader == nil {
 		s.reader = newEdgeReader(agent.ID, s.now)

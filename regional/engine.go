@@ -59,7 +59,11 @@ const (
 
 // DefaultConfig returns a Config with every setting at its default.
 func DefaultConfig() Config {
-	return Config{IdempotencyWindow: DefaultIdempotencyWindow, ReservationTTL: DefaultReservationTTL, TTLMargin: DefaultTTLMargin}
+	return Config{
+		IdempotencyWindow: DefaultIdempotencyWindow,
+		ReservationTTL:    DefaultReservationTTL,
+		TTLMargin:         DefaultTTLMargin,
+	}
 }
 
 // ValidateConfig reports every setting of c that cannot work, joined.
@@ -215,7 +219,9 @@ func (e *Engine) prepare(t *admission.Ticket) (decision, error) {
 	idemMs := int64(0)
 	if t.IdempotencyKey != "" {
 		keys = append(keys, ticketIdempotencyKey(key, t))
-		idemMs = e.cfg.IdempotencyWindow.Milliseconds() // an admitted reservation's and a settlement's: ReservationTTL (lua/reservation.lua)
+		// An admitted reservation's and a settlement's: ReservationTTL
+		// (lua/reservation.lua).
+		idemMs = e.cfg.IdempotencyWindow.Milliseconds()
 	}
 	param := l.Rate
 	if l.Algorithm != policy.TokenBucket {

@@ -54,7 +54,8 @@ func ShardKey(p *policy.Policy, identity string, shard int64) (string, error) {
 	}
 	k := keyPrefix + "{" + tag + "}:v" + strconv.FormatInt(p.Version, 10)
 	if len(k) > MaxKeyBytes {
-		return "", fmt.Errorf("%w: key for policy %q would be %d bytes, more than %d", policy.ErrInvalidIdentity, p.Name, len(k), MaxKeyBytes)
+		return "", fmt.Errorf("%w: key for policy %q would be %d bytes, more than %d",
+			policy.ErrInvalidIdentity, p.Name, len(k), MaxKeyBytes)
 	}
 	return k, nil
 }

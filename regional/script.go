@@ -17,7 +17,8 @@ var luaFiles embed.FS
 // decisions. It is immutable and loaded into Redis on first use (EVALSHA,
 // falling back to EVAL on NOSCRIPT).
 var decideScript = script("now.lua", "prelude.lua",
-	"token_bucket.lua", "fixed_window.lua", "sliding_window.lua", "sliding_log.lua", "returns.lua", "reservation.lua", "decide.lua")
+	"token_bucket.lua", "fixed_window.lua", "sliding_window.lua", "sliding_log.lua",
+	"returns.lua", "reservation.lua", "decide.lua")
 
 // algorithmCodes name each algorithm in decideScript's arguments, boxed
 // once rather than at every decision.

@@ -82,7 +82,10 @@ type windowSettled struct {
 // It is policy's fixedWindow, with the state a counter per window: a store
 // born in the current window (policy.Fresh) counts it used up, on top of
 // its counter, and the rest is the counter against the capacity.
-func settleWindow(capacity, w, cost, win, t1, t2, n, pending, born int64, hasBorn, postHoc bool) (policy.Decision, windowSettled) {
+func settleWindow(
+	capacity, w, cost, win, t1, t2, n, pending, born int64,
+	hasBorn, postHoc bool,
+) (policy.Decision, windowSettled) {
 	if t1/w != win || t2/w != win {
 		return policy.Decision{}, windowSettled{missed: true, refund: true}
 	}
@@ -305,7 +308,8 @@ func (c *nodeCall) queue(ctx context.Context, idx []int, now, floor int64, injec
 		}
 		win := now / d.windowMs
 		key := counterKey(d.keys[0], win)
-		charges = append(charges, charge{j: j, seq: len(groups) + len(charges), win: win, key: key, incr: pipe.IncrBy(ctx, key, d.cost), born: b})
+		incr := pipe.IncrBy(ctx, key, d.cost)
+		charges = append(charges, charge{j: j, seq: len(groups) + len(charges), win: win, key: key, incr: incr, born: b})
 		_ = pipe.Process(ctx, pexpireNX(ctx, key, (win+1)*d.windowMs-now+margin))
 	}
 	flush()

@@ -155,7 +155,12 @@ func (e *engine) chargeIn(mode int, a arrival, cost int64) (allowed, counted boo
 // admission pipeline, as the agent does: the lease's demand meter sees
 // what the ticket asked, and decisions.jsonl has a line for each.
 func (e *engine) chargeLeased(r *region, a arrival, cost int64) (allowed, counted bool, err error) {
-	o, err := r.admit.Check(context.Background(), admission.Request{Policy: e.policy.Name, Attributes: e.ids.attrs[a.identity], Cost: cost, Check: cost == 0})
+	o, err := r.admit.Check(context.Background(), admission.Request{
+		Policy:     e.policy.Name,
+		Attributes: e.ids.attrs[a.identity],
+		Cost:       cost,
+		Check:      cost == 0,
+	})
 	if err != nil {
 		return false, false, fmt.Errorf("region %s, identity %s, cost %d: %w", r.name, e.ids.names[a.identity], cost, err)
 	}

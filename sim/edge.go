@@ -71,11 +71,14 @@ type edgeRegion struct {
 	streams    map[uint64]int      // open streams: the instance at the other end
 	nextStream uint64
 	trust      time.Duration
-	acked      lease.Grant                                         // the grant renewals acknowledge
-	store      *edge.MemStore                                      // the region's Redis's reservations
-	gen        int                                                 // the agent process's generation: its name in the reservations
-	leases     edge.Leases                                         // what the rounds plan with: the region's holder (x), or a test's
-	sent       func(instance int, id edge.ID, a edge.Send[uint64]) // a test's record of what the rounds send
+	acked      lease.Grant    // the grant renewals acknowledge
+	store      *edge.MemStore // the region's Redis's reservations
+	// the agent process's generation: its name in the reservations
+	gen int
+	// what the rounds plan with: the region's holder (x), or a test's
+	leases edge.Leases
+	// a test's record of what the rounds send
+	sent func(instance int, id edge.ID, a edge.Send[uint64])
 
 	envoys []*envoyInst
 }
@@ -186,7 +189,12 @@ type regionStore struct {
 // errRedisDown is the store's answer while the region's Redis is down.
 var errRedisDown = errors.New("the region's Redis is down")
 
-func (s regionStore) Sync(ctx context.Context, writes []edge.Write, read bool, alive time.Duration) (edge.SyncAnswer, error) {
+func (s regionStore) Sync(
+	ctx context.Context,
+	writes []edge.Write,
+	read bool,
+	alive time.Duration,
+) (edge.SyncAnswer, error) {
 	if s.r.redisDown {
 		return edge.SyncAnswer{}, errRedisDown
 	}

@@ -131,7 +131,13 @@ func (ew *edgeWindows) flush() {
 		}
 	}
 	s := ew.sums[bestID]
-	ew.rows = append(ew.rows, EdgeWindow{StartMs: ew.cur * ew.w, Identity: ew.ids.names[bestID], Edge: policy.Units(s[0]), Direct: policy.Units(s[1]), Total: policy.Units(s[0] + s[1])})
+	ew.rows = append(ew.rows, EdgeWindow{
+		StartMs:  ew.cur * ew.w,
+		Identity: ew.ids.names[bestID],
+		Edge:     policy.Units(s[0]),
+		Direct:   policy.Units(s[1]),
+		Total:    policy.Units(s[0] + s[1]),
+	})
 	ew.sums = map[int][2]int64{}
 }
 
@@ -228,7 +234,11 @@ func (ft *followTracker) start(gi int, m scenario.Move) {
 		if newR[r.name] <= 0 {
 			continue
 		}
-		f := &follower{EdgeFollow: EdgeFollow{Group: g.Name, Region: r.name, AtMs: e.now, Assigned90Ms: -1, Admitted90Ms: -1}, group: gi, region: r}
+		f := &follower{
+			EdgeFollow: EdgeFollow{Group: g.Name, Region: r.name, AtMs: e.now, Assigned90Ms: -1, Admitted90Ms: -1},
+			group:      gi,
+			region:     r,
+		}
 		if oldR[r.name] <= 0 {
 			f.Kind, f.Target = "regions", tokens.ShapeOf(e.policy, e.policy.Limits().Amount()).Rate
 		} else {
@@ -297,7 +307,11 @@ func (ft *followTracker) assigned(in *envoyInst, id int) {
 			}
 			if b := o.buckets[id]; b != nil {
 				if st := b.State(o.mono()); st.Phase == envoy.Assigned && st.Strategy.Kind == envoy.TokenBucket {
-					rate += tokens.Bucket{MaxTokens: st.Strategy.Bucket.MaxTokens, TokensPerFill: st.Strategy.Bucket.TokensPerFill, FillInterval: st.Strategy.Bucket.FillInterval}.Rate()
+					rate += tokens.Bucket{
+						MaxTokens:     st.Strategy.Bucket.MaxTokens,
+						TokensPerFill: st.Strategy.Bucket.TokensPerFill,
+						FillInterval:  st.Strategy.Bucket.FillInterval,
+					}.Rate()
 				}
 			}
 		}

@@ -146,7 +146,13 @@ func Run(s *scenario.Scenario, decisions io.Writer) (*Result, error) {
 }
 
 func newEngine(s *scenario.Scenario) *engine {
-	return &engine{s: s, rng: rand.New(rand.NewPCG(s.Seed, 0x5eed)), policy: s.Parsed(), maxPolicy: s.Parsed(), ledger: map[string]lease.LedgerMark{}}
+	return &engine{
+		s:         s,
+		rng:       rand.New(rand.NewPCG(s.Seed, 0x5eed)),
+		policy:    s.Parsed(),
+		maxPolicy: s.Parsed(),
+		ledger:    map[string]lease.LedgerMark{},
+	}
 }
 
 type engine struct {
@@ -252,7 +258,12 @@ func (e *engine) run(decisions io.Writer) (*Result, error) {
 func (e *engine) setUp() (map[string]int, error) {
 	s := e.s
 	e.full = e.policy.Limits()
-	e.timing = lease.Timing{ValidFor: time.Duration(s.Lease.Duration), Drift: s.Lease.Drift, Margin: time.Duration(s.Lease.Margin), DegradedTimeout: time.Duration(s.Lease.DegradedTimeout)}
+	e.timing = lease.Timing{
+		ValidFor:        time.Duration(s.Lease.Duration),
+		Drift:           s.Lease.Drift,
+		Margin:          time.Duration(s.Lease.Margin),
+		DegradedTimeout: time.Duration(s.Lease.DegradedTimeout),
+	}
 	if err := e.timing.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: lease: %v", scenario.ErrInvalidScenario, err)
 	}
@@ -281,7 +292,14 @@ func (e *engine) setUp() (map[string]int, error) {
 		e.track[string(m)] = newWindowMax(wMs)
 	}
 	e.track[Ideal] = newWindowMax(wMs)
-	e.res = &Result{Scenario: s.Name, Description: s.Description, Seed: s.Seed, Duration: s.Duration.String(), Window: s.Window.String(), Regions: s.Regions}
+	e.res = &Result{
+		Scenario:    s.Name,
+		Description: s.Description,
+		Seed:        s.Seed,
+		Duration:    s.Duration.String(),
+		Window:      s.Window.String(),
+		Regions:     s.Regions,
+	}
 	for _, m := range systems {
 		e.res.Modes = append(e.res.Modes, &ModeResult{Mode: string(m)})
 	}
@@ -463,8 +481,16 @@ func (e *engine) tick() {
 		if r.edge != nil {
 			grantID = r.edge.present(req, rt)
 		}
-		renewal := lease.Renewal{Region: r.name, Instance: r.name, Nonce: r.nonce, Seq: req.Seq, GrantID: grantID, Demand: demand,
-			Identities: changes, IdentitiesHeld: r.report.Len()}
+		renewal := lease.Renewal{
+			Region:         r.name,
+			Instance:       r.name,
+			Nonce:          r.nonce,
+			Seq:            req.Seq,
+			GrantID:        grantID,
+			Demand:         demand,
+			Identities:     changes,
+			IdentitiesHeld: r.report.Len(),
+		}
 		sentAt := e.now
 		e.at(sentAt+1000, func() { e.timeout(r, req) })
 		if r.partitioned || e.lost() {
@@ -490,7 +516,10 @@ func (e *engine) serve(r *region, req lease.Request, renewal lease.Renewal, sent
 		return
 	}
 	known := e.idPlan.Update(r.name, r.name, r.nonce, renewal.IdentitiesHeld, renewal.Identities)
-	t := lease.Targets{Default: lease.Target(e.policy, e.targets, r.name, renewal.Demand), Identities: e.idPlan.Targets(r.name)}
+	t := lease.Targets{
+		Default:    lease.Target(e.policy, e.targets, r.name, renewal.Demand),
+		Identities: e.idPlan.Targets(r.name),
+	}
 	p, err := e.book.PrepareTargets(e.coordTime(), renewal, t)
 	var g lease.Grant
 	if err == nil {
@@ -532,7 +561,12 @@ func (e *engine) rebalance() {
 	for _, r := range e.regions {
 		weights[r.name] = 1
 	}
-	if t, err := lease.PlanTargets(e.policy, e.book, weights, e.targets, lease.PlanOptions{Strategy: e.s.Rebalance.Strategy, MaxStep: e.s.Rebalance.MaxStep, Hysteresis: e.s.Rebalance.Hysteresis}); err == nil {
+	opts := lease.PlanOptions{
+		Strategy:   e.s.Rebalance.Strategy,
+		MaxStep:    e.s.Rebalance.MaxStep,
+		Hysteresis: e.s.Rebalance.Hysteresis,
+	}
+	if t, err := lease.PlanTargets(e.policy, e.book, weights, e.targets, opts); err == nil {
 		e.targets = t
 	}
 	e.idPlan.Plan(e.book.Total(), lease.UsefulShare(e.policy), e.targets)
@@ -635,7 +669,8 @@ func (e *engine) arrive(a arrival) {
 	// Independent: every region the full limit.
 	e.record(1, a, e.decide(r.indep, a.identity, full, rms, cost).Allowed, best.Allowed, e.now)
 	// Static: an equal split, forever.
-	e.record(2, a, e.decide(r.static, a.identity, full.Scale(1, int64(len(e.regions))), rms, cost).Allowed, best.Allowed, e.now)
+	split := full.Scale(1, int64(len(e.regions)))
+	e.record(2, a, e.decide(r.static, a.identity, split, rms, cost).Allowed, best.Allowed, e.now)
 	// Central: one counter across regions, reached after a one-way delay;
 	// unreachable from a partitioned region or while it is down.
 	ok = false
@@ -668,7 +703,11 @@ func (e *engine) leased(r *region, a arrival, ideal bool) (d policy.Decision, mo
 	if r.edge != nil && !r.edge.up {
 		return policy.Decision{}, "agent-down", true
 	}
-	o, err := r.admit.Check(context.Background(), admission.Request{Policy: e.policy.Name, Attributes: e.ids.attrs[a.identity], Cost: a.cost})
+	o, err := r.admit.Check(context.Background(), admission.Request{
+		Policy:     e.policy.Name,
+		Attributes: e.ids.attrs[a.identity],
+		Cost:       a.cost,
+	})
 	d, mode = o.Decision, string(o.Mode)
 	if err != nil {
 		if !errors.Is(err, policy.ErrCostExceedsCapacity) {
@@ -681,7 +720,8 @@ func (e *engine) leased(r *region, a arrival, ideal bool) (d policy.Decision, mo
 	}
 	e.observe(r, a.identity, cost, 0)
 	if r.edge != nil {
-		r.edge.rounds.ObserveDirect(e.policy.Name, e.ids.names[a.identity], cost) // the agent's observer: the direct part of the demand
+		// the agent's observer: the direct part of the demand
+		r.edge.rounds.ObserveDirect(e.policy.Name, e.ids.names[a.identity], cost)
 		e.edgeRes.DirectRequests++
 		if d.Allowed {
 			e.edgeRes.DirectAdmitted++
@@ -768,8 +808,13 @@ func (e *engine) writeDecision(a arrival, d policy.Decision, mode string) {
 
 // deployment is the run's deployment as the bound sees it.
 func (e *engine) deployment() bound.Deployment {
-	return bound.Deployment{Regions: len(e.s.Regions), Instances: 1, LeaseDuration: e.timing.ValidFor, Drift: e.s.Lease.Drift,
-		RedisOutages: e.outages}
+	return bound.Deployment{
+		Regions:       len(e.s.Regions),
+		Instances:     1,
+		LeaseDuration: e.timing.ValidFor,
+		Drift:         e.s.Lease.Drift,
+		RedisOutages:  e.outages,
+	}
 }
 
 // utilization is what m admitted over what the ideal limiter admitted:

@@ -73,7 +73,10 @@ func (e *engine) observeWindow(mode int, atMs, sum int64) {
 // epochResults judges every epoch of mode m (a bound.Mode kind) and
 // returns them with the largest steady or transition overshoot and bound,
 // and whether every window was within its bound.
-func (e *engine) epochResults(mode int, kind bound.Mode) (out []EpochResult, overshoot, worst float64, within bool, err error) {
+func (e *engine) epochResults(
+	mode int,
+	kind bound.Mode,
+) (out []EpochResult, overshoot, worst float64, within bool, err error) {
 	w := time.Duration(e.s.Window)
 	d := e.deployment()
 	within = true

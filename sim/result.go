@@ -137,7 +137,13 @@ func (s *series) finish(e *engine, ref float64, w time.Duration) *Series {
 	bin := time.Duration(s.bin) * time.Millisecond
 	out := &Series{BinMs: s.bin, Regions: e.s.Regions, PerRegion: s.perRegion, PerMode: s.perMode,
 		Limit: bound.Reference(e.maxPolicy, bin)}
-	d := bound.Deployment{Regions: len(e.regions), Instances: 1, LeaseDuration: e.timing.ValidFor, Drift: e.s.Lease.Drift, RedisOutages: e.outages}
+	d := bound.Deployment{
+		Regions:       len(e.regions),
+		Instances:     1,
+		LeaseDuration: e.timing.ValidFor,
+		Drift:         e.s.Lease.Drift,
+		RedisOutages:  e.outages,
+	}
 	if b, err := bound.Compute(e.maxPolicy, d, bound.Leased, bin); err == nil {
 		out.Bound = b.WorstCase
 	}

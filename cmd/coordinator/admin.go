@@ -57,7 +57,10 @@ func addAdminFlags(fs *flag.FlagSet) adminFlags {
 }
 
 // call runs fn on the leader's admin service.
-func (a adminFlags) call(ctx context.Context, fn func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) error) error {
+func (a adminFlags) call(
+	ctx context.Context,
+	fn func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) error,
+) error {
 	if *a.output != "table" && *a.output != "json" {
 		return fmt.Errorf("-o must be table or json, got %q", *a.output)
 	}
@@ -99,8 +102,12 @@ func (a adminFlags) json() bool { return *a.output == "json" }
 
 // adminCall runs one admin RPC on the leader and, with -o json, prints the
 // answer; printed tells the caller that nothing is left to print.
-func adminCall[R proto.Message](ctx context.Context, af adminFlags, stdout io.Writer,
-	rpc func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (R, error)) (resp R, printed bool, err error) {
+func adminCall[R proto.Message](
+	ctx context.Context,
+	af adminFlags,
+	stdout io.Writer,
+	rpc func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (R, error),
+) (resp R, printed bool, err error) {
 	err = af.call(ctx, func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (err error) {
 		resp, err = rpc(ctx, c, opts...)
 		return err
@@ -129,9 +136,10 @@ func quotaSet(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	resp, printed, err := adminCall(ctx, af, stdout, func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (*pb.SetPolicyResponse, error) {
-		return c.SetPolicy(ctx, &pb.SetPolicyRequest{Yaml: string(data)}, opts...)
-	})
+	resp, printed, err := adminCall(ctx, af, stdout,
+		func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (*pb.SetPolicyResponse, error) {
+			return c.SetPolicy(ctx, &pb.SetPolicyRequest{Yaml: string(data)}, opts...)
+		})
 	if err != nil || printed {
 		return err
 	}
@@ -174,9 +182,10 @@ func quotaList(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := parse(fs, args, 0, 0); err != nil {
 		return err
 	}
-	resp, printed, err := adminCall(ctx, af, stdout, func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (*pb.ListPoliciesResponse, error) {
-		return c.ListPolicies(ctx, &pb.ListPoliciesRequest{}, opts...)
-	})
+	resp, printed, err := adminCall(ctx, af, stdout,
+		func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (*pb.ListPoliciesResponse, error) {
+			return c.ListPolicies(ctx, &pb.ListPoliciesRequest{}, opts...)
+		})
 	if err != nil || printed {
 		return err
 	}
@@ -241,9 +250,10 @@ func leasesList(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := parse(fs, args, 0, 0); err != nil {
 		return err
 	}
-	resp, printed, err := adminCall(ctx, af, stdout, func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (*pb.ListLeasesResponse, error) {
-		return c.ListLeases(ctx, &pb.ListLeasesRequest{Region: *region}, opts...)
-	})
+	resp, printed, err := adminCall(ctx, af, stdout,
+		func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (*pb.ListLeasesResponse, error) {
+			return c.ListLeases(ctx, &pb.ListLeasesRequest{Region: *region}, opts...)
+		})
 	if err != nil || printed {
 		return err
 	}
@@ -285,7 +295,8 @@ func printIdentityShares(stdout io.Writer, leases []*pb.LeaseRecord) error {
 	n := 0
 	for _, l := range leases {
 		for _, id := range slices.Sorted(maps.Keys(l.Identities)) {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s (%s)\n", l.Quota, id, l.Region, units(l.Identities[id]), percent(l.Identities[id], l.Limit))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s (%s)\n", l.Quota, id, l.Region, units(l.Identities[id]),
+				percent(l.Identities[id], l.Limit))
 			n++
 		}
 	}
@@ -305,9 +316,10 @@ func release(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := parse(fs, args, 1, 1); err != nil {
 		return err
 	}
-	resp, printed, err := adminCall(ctx, af, stdout, func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (*pb.ReleaseRegionResponse, error) {
-		return c.ReleaseRegion(ctx, &pb.ReleaseRegionRequest{Region: fs.Arg(0), Quota: *quota}, opts...)
-	})
+	resp, printed, err := adminCall(ctx, af, stdout,
+		func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (*pb.ReleaseRegionResponse, error) {
+			return c.ReleaseRegion(ctx, &pb.ReleaseRegionRequest{Region: fs.Arg(0), Quota: *quota}, opts...)
+		})
 	if err != nil || printed {
 		return err
 	}
@@ -331,7 +343,11 @@ func rebalance(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	for _, c := range []struct {
 		set bool
 		a   pb.RebalanceRequest_Action
-	}{{*now, pb.RebalanceRequest_ACTION_NOW}, {*pause, pb.RebalanceRequest_ACTION_PAUSE}, {*resume, pb.RebalanceRequest_ACTION_RESUME}} {
+	}{
+		{*now, pb.RebalanceRequest_ACTION_NOW},
+		{*pause, pb.RebalanceRequest_ACTION_PAUSE},
+		{*resume, pb.RebalanceRequest_ACTION_RESUME},
+	} {
 		if c.set {
 			action, n = c.a, n+1
 		}
@@ -340,9 +356,10 @@ func rebalance(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fs.Usage()
 		return cli.ErrUsage
 	}
-	resp, printed, err := adminCall(ctx, af, stdout, func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (*pb.RebalanceResponse, error) {
-		return c.Rebalance(ctx, &pb.RebalanceRequest{Action: action}, opts...)
-	})
+	resp, printed, err := adminCall(ctx, af, stdout,
+		func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (*pb.RebalanceResponse, error) {
+			return c.Rebalance(ctx, &pb.RebalanceRequest{Action: action}, opts...)
+		})
 	if err != nil || printed {
 		return err
 	}
@@ -366,9 +383,10 @@ func regionsSetWeight(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err != nil {
 		return fmt.Errorf("weight %q is not a number", fs.Arg(1))
 	}
-	rec, printed, err := adminCall(ctx, af, stdout, func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (*pb.RegionRecord, error) {
-		return c.SetRegion(ctx, &pb.SetRegionRequest{Name: fs.Arg(0), Weight: w}, opts...)
-	})
+	rec, printed, err := adminCall(ctx, af, stdout,
+		func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (*pb.RegionRecord, error) {
+			return c.SetRegion(ctx, &pb.SetRegionRequest{Name: fs.Arg(0), Weight: w}, opts...)
+		})
 	if err != nil || printed {
 		return err
 	}
@@ -382,9 +400,10 @@ func regionsList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err := parse(fs, args, 0, 0); err != nil {
 		return err
 	}
-	resp, printed, err := adminCall(ctx, af, stdout, func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (*pb.ListRegionsResponse, error) {
-		return c.ListRegions(ctx, &pb.ListRegionsRequest{}, opts...)
-	})
+	resp, printed, err := adminCall(ctx, af, stdout,
+		func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (*pb.ListRegionsResponse, error) {
+			return c.ListRegions(ctx, &pb.ListRegionsRequest{}, opts...)
+		})
 	if err != nil || printed {
 		return err
 	}
@@ -404,9 +423,10 @@ func boundCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parse(fs, args, 0, 1); err != nil {
 		return err
 	}
-	resp, printed, err := adminCall(ctx, af, stdout, func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (*pb.GetBoundResponse, error) {
-		return c.GetBound(ctx, &pb.GetBoundRequest{Quota: fs.Arg(0)}, opts...)
-	})
+	resp, printed, err := adminCall(ctx, af, stdout,
+		func(ctx context.Context, c pb.AdminServiceClient, opts ...grpc.CallOption) (*pb.GetBoundResponse, error) {
+			return c.GetBound(ctx, &pb.GetBoundRequest{Quota: fs.Arg(0)}, opts...)
+		})
 	if err != nil || printed {
 		return err
 	}
@@ -424,7 +444,8 @@ func boundCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		for _, n := range names {
 			terms = append(terms, fmt.Sprintf("%s=%.4g", n, b.Terms[n]))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.4g\t%.4g\t%.4g (%.1f%%)\t%s\n", b.Quota, time.Duration(b.WindowSeconds*float64(time.Second)),
+		fmt.Fprintf(tw, "%s\t%s\t%.4g\t%.4g\t%.4g (%.1f%%)\t%s\n",
+			b.Quota, time.Duration(b.WindowSeconds*float64(time.Second)),
 			b.Limit, b.WorstCase, b.Overshoot, 100*b.OvershootRatio, strings.Join(terms, " "))
 	}
 	return tw.Flush()

@@ -18,7 +18,8 @@ import (
 const caName = "quota-lease"
 
 func certsCmd(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("certs", "--regions R1,R2,... [--dir DIR] [--hosts H,...] [--agent-hosts H,...]", `Makes a development CA and the certificates of a deployment, each carrying
+	fs := newFlags("certs", "--regions R1,R2,... [--dir DIR] [--hosts H,...] [--agent-hosts H,...]",
+		`Makes a development CA and the certificates of a deployment, each carrying
 its SPIFFE identity (docs/security.md):
   coordinator.pem   spiffe://<domain>/role/coordinator: the coordinators' server
                     certificate; agents and the CLI accept no other server
@@ -121,7 +122,10 @@ func list(s string) []string {
 
 // certsIssue issues one more certificate from the CA of certs.
 func certsIssue(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("certs issue", "--dir DIR (--region R [--instance I] | --role admin|viewer|coordinator | --service NAME) [--valid-for D] [--hosts H,...]", `Issues one certificate from the development CA that 'coordinator certs' made
+	fs := newFlags("certs issue",
+		"--dir DIR (--region R [--instance I] | --role admin|viewer|coordinator | --service NAME) "+
+			"[--valid-for D] [--hosts H,...]",
+		`Issues one certificate from the development CA that 'coordinator certs' made
 in DIR, over the files of the same name (that is how to rotate one:
 processes pick the new files up within a second):
   --region R               agent-R.pem: spiffe://<domain>/region/R, any of R's agents

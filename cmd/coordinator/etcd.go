@@ -12,7 +12,8 @@ import (
 )
 
 func runEtcd(ctx context.Context, args []string, _, stderr io.Writer) error {
-	fs := newFlags("etcd", "[--data-dir DIR] [--listen HOST:PORT]", `Runs only a single-node embedded etcd, for several coordinator replicas on
+	fs := newFlags("etcd", "[--data-dir DIR] [--listen HOST:PORT]",
+		`Runs only a single-node embedded etcd, for several coordinator replicas on
 one machine (a laptop, the demo) to share with --etcd-endpoints. Production
 uses a real etcd cluster instead. Stops on SIGINT or SIGTERM.`, stderr)
 	dataDir := fs.String("data-dir", "etcd-data", "data directory")

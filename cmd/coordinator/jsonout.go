@@ -115,7 +115,8 @@ func scalar(fd protoreflect.FieldDescriptor, v protoreflect.Value, micro bool) (
 			return v.Enum(), nil
 		}
 		return strings.ToLower(string(ev.Name())), nil
-	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind, protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
+	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind,
+		protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
 		if micro {
 			return policy.Units(v.Int()), nil
 		}

@@ -97,22 +97,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // newFlags returns a flag set for command name whose usage shows synopsis
 // and description.
 func newFlags(name, synopsis, description string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: coordinator %s %s\n\n%s\n", name, synopsis, description)
-		if hasFlags(fs) {
-			fmt.Fprint(stderr, "\nFlags:\n")
-			fs.PrintDefaults()
-		}
-	}
-	return fs
-}
-
-func hasFlags(fs *flag.FlagSet) bool {
-	n := 0
-	fs.VisitAll(func(*flag.Flag) { n++ })
-	return n > 0
+	return cli.NewFlags(name, fmt.Sprintf("Usage: coordinator %s %s\n\n%s\n", name, synopsis, description), stderr)
 }
 
 // parse parses args, allowing flags before and after positional

@@ -119,7 +119,8 @@ func serveFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 	fs.DurationVar(&o.etcdTimeout, "etcd-timeout", coordinator.DefaultEtcdTimeout,
 		"most any etcd call may take; past it etcd counts as unreachable, which the log, /readyz and admin "+
 			"commands say")
-	fs.DurationVar(&o.rebalance, "rebalance-interval", coordinator.DefaultRebalanceInterval, "how often shares are recomputed")
+	fs.DurationVar(&o.rebalance, "rebalance-interval", coordinator.DefaultRebalanceInterval,
+		"how often shares are recomputed")
 	fs.DurationVar(&o.flush, "flush-interval", coordinator.DefaultFlushInterval,
 		"how often lowered ledger marks are written to etcd")
 	fs.DurationVar(&o.compaction, "etcd-compaction-interval", coordinator.DefaultCompactionInterval,
@@ -199,7 +200,8 @@ func (o *serveOptions) config(stderr io.Writer) (serveConfig, error) {
 		return sc, fmt.Errorf("--etcd-listen %s: the embedded etcd has no TLS or auth and listens on loopback "+
 			"only; for a cluster reachable from the network run an external etcd (--etcd-endpoints)", o.etcdListen)
 	}
-	sc.tls, err = mtls.SetUp(*o.tls, map[string]string{"--listen": o.listen, "--http-listen": o.httpListen}, o.insecure, func(w string) { log.Warn(w) })
+	addrs := map[string]string{"--listen": o.listen, "--http-listen": o.httpListen}
+	sc.tls, err = mtls.SetUp(*o.tls, addrs, o.insecure, func(w string) { log.Warn(w) })
 	if err != nil {
 		return sc, err
 	}
@@ -301,7 +303,8 @@ func serve(ctx context.Context, sc serveConfig) error {
 		defer hsrv.Close()
 	}
 	sc.log.Info("serving", "listen", lis.Addr().String(), "advertise", sc.coord.Advertise, "etcd", strings.Join(eps, ","),
-		"tls", sc.tls.GRPC != nil, "authorization", sc.coord.TrustDomain != "", "ratelimit_xds", xdsServer(sc.coord.RateLimitXDS))
+		"tls", sc.tls.GRPC != nil, "authorization", sc.coord.TrustDomain != "",
+		"ratelimit_xds", xdsServer(sc.coord.RateLimitXDS))
 
 	runCtx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -368,8 +371,15 @@ func serveHTTP(ctx context.Context, c *coordinator.Coordinator, sc serveConfig) 
 		go con.Run(ctx)
 		ch = con
 	}
-	hsrv := &http.Server{Handler: c.HTTPHandler(ch), TLSConfig: sc.tls.HTTP, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 5 * time.Second,
-		WriteTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+	hsrv := &http.Server{
+		Handler:           c.HTTPHandler(ch),
+		TLSConfig:         sc.tls.HTTP,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       5 * time.Second,
+		WriteTimeout:      10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+	}
 	if sc.tls.HTTP != nil {
 		go hsrv.ServeTLS(hl, "", "")
 	} else {

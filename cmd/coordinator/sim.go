@@ -11,7 +11,8 @@ import (
 )
 
 func simRun(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("sim run", "SCENARIO.yaml [SCENARIO.yaml...] [--out DIR]", `Runs region-shift scenarios on virtual time against the real lease,
+	fs := newFlags("sim run", "SCENARIO.yaml [SCENARIO.yaml...] [--out DIR]",
+		`Runs region-shift scenarios on virtual time against the real lease,
 allocation and bucket code, with quota-lease and three baselines
 (independent regional limits, a static split, a central counter) deciding
 every request. For each scenario it writes DIR/<name>/report.html (the

@@ -14,16 +14,8 @@ import (
 	"github.com/quota-lease/quota-lease/internal/testenv/cluster"
 )
 
-func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("quota-lease-demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	exe, _ := os.Executable()
-	bin := fs.String("bin", filepath.Dir(exe),
-		"directory holding the coordinator, regional-agent and limited-service binaries")
-	dur := fs.Duration("duration", time.Minute, "how long to send traffic (events are placed along it)")
-	keep := fs.Bool("keep", false, "keep the work directory (data and logs of every process)")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, `Usage: quota-lease-demo [flags]
+// demoUsage is what -h prints above the flags.
+const demoUsage = `Usage: quota-lease-demo [flags]
 
 Starts a whole deployment on loopback as real processes: an etcd, two
 coordinator replicas, and three regions (us, eu, ap) each with its own
@@ -37,11 +29,15 @@ while, prints progress, then per policy a table per region (and eu's
 Envoys, us's services) and in total against the limit and the bound, and
 stops everything.
 'make demo' builds the binaries and runs this (bin/quota-lease-demo --bin bin).
+`
 
-Flags:
-`)
-		fs.PrintDefaults()
-	}
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := cli.NewFlags("quota-lease-demo", demoUsage, stderr)
+	exe, _ := os.Executable()
+	bin := fs.String("bin", filepath.Dir(exe),
+		"directory holding the coordinator, regional-agent and limited-service binaries")
+	dur := fs.Duration("duration", time.Minute, "how long to send traffic (events are placed along it)")
+	keep := fs.Bool("keep", false, "keep the work directory (data and logs of every process)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err

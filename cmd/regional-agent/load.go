@@ -37,8 +37,9 @@ type loadConfig struct {
 
 func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var c loadConfig
-	fs := flag.NewFlagSet("load", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.NewFlags("load", "Usage: regional-agent load [flags]\n\nSends traffic from many identities for every "+
+		"policy in --policies through\nthe regional engine against a real Redis, then prints per policy what "+
+		"was\nadmitted and whether the hottest identity stayed within its limit.\n", stderr)
 	fs.StringVar(&c.redisAddr, "redis", "127.0.0.1:6379", "Redis address (host:port) of this region")
 	fs.StringVar(&c.policies, "policies", "examples/policies.yaml", "policy file (YAML, one policy per document)")
 	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long to send traffic")
@@ -48,12 +49,6 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.Int64Var(&c.maxRequests, "max-requests", 200_000, "stop after this many requests even if --duration has not passed")
 	fs.DurationVar(&c.timeout, "timeout", 50*time.Millisecond, "per-check timeout")
 	fs.Uint64Var(&c.seed, "seed", 1, "random seed for the traffic")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage: regional-agent load [flags]\n\nSends traffic from many identities for every "+
-			"policy in --policies through\nthe regional engine against a real Redis, then prints per policy what "+
-			"was\nadmitted and whether the hottest identity stayed within its limit.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return err
@@ -86,7 +81,8 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if _, err := eng.InitStore(ctx); err != nil {
 		return err
 	}
-	log.Info("sending traffic", "redis", c.redisAddr, "policies", len(policies), "identities", c.identities, "duration", c.duration)
+	log.Info("sending traffic", "redis", c.redisAddr, "policies", len(policies), "identities", c.identities,
+		"duration", c.duration)
 	stats := drive(ctx, eng, policies, c, log)
 	report(stdout, policies, stats)
 	return nil
@@ -102,7 +98,12 @@ type policyStats struct {
 
 // check decides one request of p's cost as the agent would with the
 // policy's whole limit: validated by admission, decided by eng.
-func check(ctx context.Context, eng *regional.Engine, p *policy.Policy, attrs map[string]string) (policy.Decision, error) {
+func check(
+	ctx context.Context,
+	eng *regional.Engine,
+	p *policy.Policy,
+	attrs map[string]string,
+) (policy.Decision, error) {
 	t, err := admission.Resolve(p, admission.Request{Policy: p.Name, Attributes: attrs, Cost: p.Cost}, p.Limits())
 	if err != nil {
 		return policy.Decision{}, err
@@ -111,7 +112,13 @@ func check(ctx context.Context, eng *regional.Engine, p *policy.Policy, attrs ma
 	return res.Decision, res.Err
 }
 
-func drive(ctx context.Context, eng *regional.Engine, policies []*policy.Policy, c loadConfig, log hclog.Logger) []*policyStats {
+func drive(
+	ctx context.Context,
+	eng *regional.Engine,
+	policies []*policy.Policy,
+	c loadConfig,
+	log hclog.Logger,
+) []*policyStats {
 	stats := make([]*policyStats, len(policies))
 	for i := range stats {
 		stats[i] = &policyStats{perIdentity: map[int]int64{}}

@@ -20,8 +20,9 @@ const redisUsage = `the region's Redis:
   redis://[user[:password]@]host:port[/db]          one node (rediss:// for TLS)
   redis+cluster://[user[:password]@]host:port,...   Redis Cluster: any nodes as seeds (rediss+cluster:// for TLS)
   redis+sentinel://[user[:password]@]host:port,.../master[/db]
-                                                  Sentinel: the sentinels and the master's name (rediss+sentinel:// for TLS);
-                                                  the password is the data nodes', the sentinels' comes from
+                                                  Sentinel: the sentinels and the master's name
+                                                  (rediss+sentinel:// for TLS); the password is the data
+                                                  nodes', the sentinels' comes from
                                                   --redis-sentinel-password-file or QUOTALEASE_REDIS_SENTINEL_PASSWORD`
 
 // redisTarget is how the agent reaches its region's Redis, from --redis
@@ -104,8 +105,14 @@ func parseRedisTarget(addr string) (*redis.UniversalOptions, string, error) {
 		if err != nil {
 			return nil, "", fmt.Errorf("--redis %s: %s", redactURL(scheme, rest), strings.ReplaceAll(err.Error(), addr, "<url>"))
 		}
-		return &redis.UniversalOptions{Addrs: []string{o.Addr}, Username: o.Username, Password: o.Password, DB: o.DB, TLSConfig: o.TLSConfig},
-			redactURL(scheme, rest), nil
+		opts := &redis.UniversalOptions{
+			Addrs:     []string{o.Addr},
+			Username:  o.Username,
+			Password:  o.Password,
+			DB:        o.DB,
+			TLSConfig: o.TLSConfig,
+		}
+		return opts, redactURL(scheme, rest), nil
 	case "redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel":
 	default:
 		return nil, "", fmt.Errorf("--redis: unknown scheme %q; %s", scheme, redisUsage)

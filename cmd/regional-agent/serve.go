@@ -53,8 +53,6 @@ Every flag can also be set from the environment (--tls-cert from
 QUOTALEASE_TLS_CERT, and so on) and from a YAML file (--config FILE, keys
 the flag names: "tls-cert: /etc/...", see deploy/config/agent.yaml); the command
 line wins over the environment, which wins over the file.
-
-Flags:
 `
 
 // runServe runs the serve command: flags, then the configuration they
@@ -94,9 +92,7 @@ type serveOptions struct {
 // and --config; --region is required.
 func serveFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 	o := &serveOptions{}
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, serveUsage); fs.PrintDefaults() }
+	fs := cli.NewFlags("serve", serveUsage, stderr)
 	host, _ := os.Hostname()
 	fs.StringVar(&o.region, "region", "", "region this agent enforces for (required)")
 	fs.StringVar(&o.instance, "instance", host, "this agent's name within the region (unique per process)")
@@ -238,12 +234,14 @@ func (o *serveOptions) config(stderr io.Writer) (serveConfig, error) {
 	}
 	logs.RouteRedis(log)
 	log.Info("starting", "build", version.Get().String())
-	sc.tls, err = mtls.SetUp(*o.tls, map[string]string{"--grpc-listen": o.grpcListen, "--http-listen": o.httpListen}, o.insecure, func(w string) { log.Warn(w) })
+	addrs := map[string]string{"--grpc-listen": o.grpcListen, "--http-listen": o.httpListen}
+	sc.tls, err = mtls.SetUp(*o.tls, addrs, o.insecure, func(w string) { log.Warn(w) })
 	if err != nil {
 		return sc, err
 	}
 	if o.coordCA != "" {
-		if sc.coordTLS, err = leaseapi.CoordinatorTLS(mtls.Files{CA: o.coordCA, Cert: o.tls.Cert, Key: o.tls.Key}, o.trustDomain); err != nil {
+		files := mtls.Files{CA: o.coordCA, Cert: o.tls.Cert, Key: o.tls.Key}
+		if sc.coordTLS, err = leaseapi.CoordinatorTLS(files, o.trustDomain); err != nil {
 			return sc, err
 		}
 	}
@@ -253,8 +251,10 @@ func (o *serveOptions) config(stderr io.Writer) (serveConfig, error) {
 	if o.httpConns < 2 {
 		return sc, fmt.Errorf("--http-max-conns %d: at least 2 (one for a client while another handshakes)", o.httpConns)
 	}
-	sc.coordinators, sc.hints, sc.clusterID, sc.policiesFile = strings.Split(o.coordinators, ","), o.hints, o.clusterID, o.policies
-	sc.grpcListen, sc.httpListen, sc.httpConns, sc.drainDelay, sc.log = o.grpcListen, o.httpListen, o.httpConns, o.drain, log
+	sc.coordinators, sc.hints = strings.Split(o.coordinators, ","), o.hints
+	sc.clusterID, sc.policiesFile = o.clusterID, o.policies
+	sc.grpcListen, sc.httpListen, sc.httpConns = o.grpcListen, o.httpListen, o.httpConns
+	sc.drainDelay, sc.log = o.drain, log
 	sc.debug = cli.Debug{Addr: o.debugListen, Insecure: o.insecure}
 	if err := sc.debug.Check(log); err != nil {
 		return sc, err
@@ -317,7 +317,8 @@ func serve(ctx context.Context, sc serveConfig) error {
 	runErr := make(chan error, 1)
 	go func() { runErr <- a.Run(runCtx) }()
 	s.start()
-	sc.log.Info("serving", "region", cfg.Region, "instance", cfg.Instance, "grpc", s.gl.Addr().String(), "http", s.hl.Addr().String(), "redis", sc.redisShown)
+	sc.log.Info("serving", "region", cfg.Region, "instance", cfg.Instance,
+		"grpc", s.gl.Addr().String(), "http", s.hl.Addr().String(), "redis", sc.redisShown)
 
 	select {
 	case <-ctx.Done():

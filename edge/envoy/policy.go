@@ -24,7 +24,8 @@ func SettingsOf(e *policy.Edge) Settings {
 	switch x := e.Expired; x.Rule {
 	case "":
 	case policy.EdgeTokenBucket:
-		s.Fallback = &Strategy{Kind: TokenBucket, Bucket: TokenBucketConfig{MaxTokens: x.MaxTokens, TokensPerFill: x.TokensPerSecond, FillInterval: time.Second}}
+		b := TokenBucketConfig{MaxTokens: x.MaxTokens, TokensPerFill: x.TokensPerSecond, FillInterval: time.Second}
+		s.Fallback = &Strategy{Kind: TokenBucket, Bucket: b}
 		s.FallbackFor = time.Duration(x.Timeout)
 	default:
 		fb := rule(x.Rule)

@@ -45,7 +45,8 @@ func Assignment(b tokens.Bucket) Strategy {
 	if b.Deny() {
 		return Strategy{Kind: DenyAll}
 	}
-	return Strategy{Kind: TokenBucket, Bucket: TokenBucketConfig{MaxTokens: b.MaxTokens, TokensPerFill: b.TokensPerFill, FillInterval: b.FillInterval}}
+	c := TokenBucketConfig{MaxTokens: b.MaxTokens, TokensPerFill: b.TokensPerFill, FillInterval: b.FillInterval}
+	return Strategy{Kind: TokenBucket, Bucket: c}
 }
 
 // sameConfig is protoTokenBucketsEq: max_tokens, tokens_per_fill and only

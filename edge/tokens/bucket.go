@@ -113,7 +113,11 @@ func bucketOf(m, f float64, avoid ...Bucket) Bucket {
 	if n < 1 {
 		return Bucket{}
 	}
-	b := Bucket{MaxTokens: uint32(min(m, math.MaxUint32)), TokensPerFill: uint32(n), FillInterval: time.Duration(secs) * time.Second}
+	b := Bucket{
+		MaxTokens:     uint32(min(m, math.MaxUint32)),
+		TokensPerFill: uint32(n),
+		FillInterval:  time.Duration(secs) * time.Second,
+	}
 	for changed := true; changed; {
 		changed = false
 		for _, a := range avoid {
@@ -159,7 +163,14 @@ func bucketOf(m, f float64, avoid ...Bucket) Bucket {
 // `over` that much of it is back (none while the bucket holds the whole
 // burst: V − T can then be 0 with both full). A sliding log's shape (no
 // burst) has no virtual bucket to check against; it gets Assign's bucket.
-func Resize(s Shape, held Bucket, slack float64, over time.Duration, delta float64, avoid ...Bucket) (b Bucket, left, withheld float64) {
+func Resize(
+	s Shape,
+	held Bucket,
+	slack float64,
+	over time.Duration,
+	delta float64,
+	avoid ...Bucket,
+) (b Bucket, left, withheld float64) {
 	if !(s.Rate > 0) || !(s.Period > 0) || over <= 0 || math.IsInf(s.Rate, 0) || s.Log || s.Burst < 1 {
 		return Bucket{}, min(slack, max(0, s.Burst)), 0 // the virtual bucket of a share too small for a token
 	}

@@ -72,7 +72,8 @@ func (o observer) Observe(t admission.Ticket, out admission.Outcome) {
 	if out.Via == admission.ViaOverLimit {
 		o.m.overLimitHits.WithLabelValues(name).Inc()
 	}
-	if t.Limits.PostHoc && t.Charged() > 0 && (!out.Allowed || out.Shadow) && (out.Via == admission.ViaStore || out.Via == admission.ViaFallback) {
+	if t.Limits.PostHoc && t.Charged() > 0 && (!out.Allowed || out.Shadow) &&
+		(out.Via == admission.ViaStore || out.Via == admission.ViaFallback) {
 		o.m.overCharged.WithLabelValues(name).Add(float64(t.Charged())) // refused, and counted
 	}
 	result := "rejected"

@@ -167,7 +167,8 @@ func ValidateConfig(c Config) error {
 	if err := (lease.Timing{ValidFor: time.Hour, Drift: c.Drift, Margin: c.Margin}).Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if c.CheckTimeout <= 0 || c.RenewTick <= 0 || c.PolicyRefresh <= 0 || c.BreakerCooldown <= 0 || c.IdempotencyWindow <= 0 {
+	if c.CheckTimeout <= 0 || c.RenewTick <= 0 || c.PolicyRefresh <= 0 ||
+		c.BreakerCooldown <= 0 || c.IdempotencyWindow <= 0 {
 		bad("check timeout %s, renew tick %s, policy refresh %s, breaker cooldown %s and idempotency window %s "+
 			"must be positive",
 			c.CheckTimeout, c.RenewTick, c.PolicyRefresh, c.BreakerCooldown, c.IdempotencyWindow)
@@ -182,12 +183,15 @@ func ValidateConfig(c Config) error {
 		bad("saved clock skew %s is negative", c.SavedClockSkew)
 	}
 	if c.FallbackKeys < 1 || c.BreakerThreshold < 1 || c.HotKeys < 1 {
-		bad("fallback keys %d, breaker threshold %d and hot keys %d must be at least 1", c.FallbackKeys, c.BreakerThreshold, c.HotKeys)
+		bad("fallback keys %d, breaker threshold %d and hot keys %d must be at least 1",
+			c.FallbackKeys, c.BreakerThreshold, c.HotKeys)
 	}
 	if err := c.Edge.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if c.MetricIdentities != IdentitiesHashed && c.MetricIdentities != IdentitiesPlain && c.MetricIdentities != IdentitiesOff {
+	if c.MetricIdentities != IdentitiesHashed &&
+		c.MetricIdentities != IdentitiesPlain &&
+		c.MetricIdentities != IdentitiesOff {
 		bad("metric identities %q: use hashed, plain or off", c.MetricIdentities)
 	}
 	if err := c.Answers.Validate(); err != nil {
@@ -236,17 +240,39 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, engine: eng, m: m, hot: newHotIdentities(cfg.HotKeys), refresh: make(chan struct{}, 1), renew: make(chan struct{}, 1), health: newRedisHealth(cfg.Logger, cfg.Clock.Now)}
+	a := &Agent{
+		cfg:     cfg,
+		engine:  eng,
+		m:       m,
+		hot:     newHotIdentities(cfg.HotKeys),
+		refresh: make(chan struct{}, 1),
+		renew:   make(chan struct{}, 1),
+		health:  newRedisHealth(cfg.Logger, cfg.Clock.Now),
+	}
 	a.shared = regional.NewRegion(cfg.Redis, cfg.Region)
-	a.leaser = newLeaser(a.shared, cfg.Instance, cfg.Coordinator, lease.Timing{Drift: cfg.Drift, Margin: cfg.Margin}, cfg.Clock.Now, cfg.Logger, m, a.refreshSoon)
+	timing := lease.Timing{Drift: cfg.Drift, Margin: cfg.Margin}
+	a.leaser = newLeaser(a.shared, cfg.Instance, cfg.Coordinator, timing, cfg.Clock.Now, cfg.Logger, m, a.refreshSoon)
 	asked := agentPolicies{set: &a.policies, refresh: a.refreshSoon}
 	host := rlqs.Host{Clock: cfg.Clock, Logger: cfg.Logger, Shared: a.shared, Leases: a.leaser,
 		Policies: &a.policies, Asked: asked, Envoy: a.envoyIndex}
 	a.edge = rlqs.New(host, cfg.Edge, cfg.Drift, m.reg)
 	acfg := admission.DefaultConfig()
-	obs := observer{m: m, leaser: a.leaser, edge: a.edge, hot: a.hot, clock: cfg.Clock, log: cfg.Logger, fallbackKeys: cfg.FallbackKeys}
-	acfg.Policies, acfg.Store, acfg.Shares, acfg.Observer, acfg.Clock = asked, timedStore{eng, m}, edgeShares{a.leaser, a.edge}, obs, cfg.Clock
-	acfg.StoreTimeout, acfg.FallbackKeys, acfg.OverLimitKeys, acfg.ReplayKeys = cfg.CheckTimeout, cfg.FallbackKeys, cfg.FallbackKeys, cfg.FallbackKeys
+	obs := observer{
+		m:            m,
+		leaser:       a.leaser,
+		edge:         a.edge,
+		hot:          a.hot,
+		clock:        cfg.Clock,
+		log:          cfg.Logger,
+		fallbackKeys: cfg.FallbackKeys,
+	}
+	acfg.Policies = asked
+	acfg.Store = timedStore{eng, m}
+	acfg.Shares = edgeShares{a.leaser, a.edge}
+	acfg.Observer = obs
+	acfg.Clock = cfg.Clock
+	acfg.StoreTimeout = cfg.CheckTimeout
+	acfg.FallbackKeys, acfg.OverLimitKeys, acfg.ReplayKeys = cfg.FallbackKeys, cfg.FallbackKeys, cfg.FallbackKeys
 	acfg.BreakerThreshold, acfg.BreakerCooldown = cfg.BreakerThreshold, cfg.BreakerCooldown
 	acfg.ReplayWindow, acfg.Shadow = cfg.IdempotencyWindow, cfg.Shadow
 	if a.admit, err = admission.New(acfg); err != nil {
@@ -292,7 +318,8 @@ func (a *Agent) Readiness() (bool, string) {
 			"checks are decided by the local fallback until a probe of Redis succeeds", a.cfg.CheckTimeout)
 	}
 	if u := a.leaser.unleased(a.cfg.Clock.Now()); len(u) > 0 {
-		return false, fmt.Sprintf("%d global policies not leased yet (first lease round not finished): %s", len(u), strings.Join(u[:min(len(u), 5)], ", "))
+		return false, fmt.Sprintf("%d global policies not leased yet (first lease round not finished): %s",
+			len(u), strings.Join(u[:min(len(u), 5)], ", "))
 	}
 	return true, "ready"
 }

@@ -18,7 +18,11 @@ import (
 func (a *Agent) HTTPHandler() http.Handler { return a.api.Handler() }
 
 // ListenHTTP makes l the agent's HTTP listener (checkapi.Server.Listen).
-func (a *Agent) ListenHTTP(l net.Listener, h http.Handler, c checkapi.HTTPListener) (*http.Server, net.Listener, error) {
+func (a *Agent) ListenHTTP(
+	l net.Listener,
+	h http.Handler,
+	c checkapi.HTTPListener,
+) (*http.Server, net.Listener, error) {
 	return a.api.Listen(l, h, c)
 }
 

@@ -84,7 +84,16 @@ type quotaLease struct {
 	demandsTaken bool
 }
 
-func newLeaser(shared *regional.Region, instance string, coord LeaseClient, t lease.Timing, now func() time.Time, log hclog.Logger, m *metrics, stale func()) *leaser {
+func newLeaser(
+	shared *regional.Region,
+	instance string,
+	coord LeaseClient,
+	t lease.Timing,
+	now func() time.Time,
+	log hclog.Logger,
+	m *metrics,
+	stale func(),
+) *leaser {
 	return &leaser{down: logs.Outage{What: "lease renewals", Interval: 30 * time.Second, Level: hclog.Warn},
 		held:   logs.Outage{What: "lease requests under this instance name", Interval: 30 * time.Second, Level: hclog.Warn},
 		shared: shared, region: shared.Name(), instance: instance, nonce: regional.NewNonce(instance, now()),
@@ -99,7 +108,8 @@ func (q *quotaLease) identityDemand(now time.Time, instances int) map[string]int
 	q.meter.mu.Lock()
 	defer q.meter.mu.Unlock()
 	most := lease.Reported(q.policy.IdentityShareLimit())
-	return lease.IdentityDemands(q.meter.m, now.UnixMilli(), g, q.policy.Limits(), instances, most, func(id string) string { return id })
+	same := func(id string) string { return id }
+	return lease.IdentityDemands(q.meter.m, now.UnixMilli(), g, q.policy.Limits(), instances, most, same)
 }
 
 // meter is a lease.Meter (the hottest identity's demand) safe for the

@@ -44,7 +44,10 @@ func (l *leaser) setPolicies(ps []*policy.Policy) {
 		keep[p.Name] = true
 		q := l.quotas[p.Name]
 		if q == nil || q.policy.Algorithm != p.Algorithm {
-			q = &quotaLease{a: lease.NewHolder(l.timing, p.Failure, p.Limits().Amount()), meter: newMeter(lease.MeterTracks(p.IdentityShareLimit()))}
+			q = &quotaLease{
+				a:     lease.NewHolder(l.timing, p.Failure, p.Limits().Amount()),
+				meter: newMeter(lease.MeterTracks(p.IdentityShareLimit())),
+			}
 			l.quotas[p.Name] = q
 		}
 		q.a.SetPolicy(p.Failure, p.Limits().Amount()) // a changed failure mode applies at once
@@ -242,7 +245,13 @@ func (l *leaser) renew(ctx context.Context, edge renewalEdge) bool {
 	// is renewed in several requests, never refused as one.
 	ok := true
 	for _, part := range leaseapi.Split(pr.Quotas) {
-		req := &pb.LeaseRequest{Region: pr.Region, Instance: pr.Instance, Nonce: pr.Nonce, Replaces: pr.Replaces, Quotas: pr.Quotas[part.Start:part.End]}
+		req := &pb.LeaseRequest{
+			Region:   pr.Region,
+			Instance: pr.Instance,
+			Nonce:    pr.Nonce,
+			Replaces: pr.Replaces,
+			Quotas:   pr.Quotas[part.Start:part.End],
+		}
 		resp, err := l.coord.Lease(ctx, req)
 		ok = l.answered(out[part.Start:part.End], resp, err) && ok
 	}
@@ -375,7 +384,9 @@ func (l *leaser) backOff(wait time.Duration, err error) {
 // (stale, unknown, or not the base of the answer's identity shares): the
 // agent must not present it again.
 func refusesGrant(err error) bool {
-	return errors.Is(err, lease.ErrStaleGrant) || errors.Is(err, lease.ErrUnknownGrant) || errors.Is(err, leaseapi.ErrIdentityBase)
+	return errors.Is(err, lease.ErrStaleGrant) ||
+		errors.Is(err, lease.ErrUnknownGrant) ||
+		errors.Is(err, leaseapi.ErrIdentityBase)
 }
 
 // publish writes this instance's demand per quota to Redis and reads the

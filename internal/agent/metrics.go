@@ -66,12 +66,14 @@ func newMetrics() *metrics {
 			[]string{"policy", "budget"}),
 		breakerOpen: prometheus.NewGauge(prometheus.GaugeOpts{Name: "quotalease_agent_redis_breaker_open",
 			Help: "1 while the circuit breaker in front of Redis is open (checks use the local fallback)."}),
-		fallbackAfterTimeout: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_fallback_after_timeout_total",
+		fallbackAfterTimeout: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "quotalease_agent_fallback_after_timeout_total",
 			Help: "Checks decided by the local fallback after their Redis script timed out. The script may still " +
 				"have run, so such a request may be charged twice (in Redis and locally); it is never admitted twice."},
 			[]string{"policy"}),
 		replays: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_idempotent_replays_total",
-			Help: "Retries with an idempotency key answered from this agent's replay cache, charged nothing."}, []string{"policy"}),
+			Help: "Retries with an idempotency key answered from this agent's replay cache, charged nothing."},
+			[]string{"policy"}),
 		overLimitHits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_overlimit_cache_hits_total",
 			Help: "Checks rejected in-process because Redis rejected the same identity, under the same limits, " +
 				"less than its retry delay ago: no Redis call."}, []string{"policy"}),
@@ -81,7 +83,8 @@ func newMetrics() *metrics {
 			Help: "Times this agent saw the region's Redis lose its state (its birth marker changed)."}),
 		storeBorn: prometheus.NewGauge(prometheus.GaugeOpts{Name: "quotalease_agent_store_born_timestamp_seconds",
 			Help: "When the region's Redis last lost its state, as Unix time; 0 for a store never seen to lose it."}),
-		handshakeFails: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotalease_agent_http_handshake_failures_total",
+		handshakeFails: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "quotalease_agent_http_handshake_failures_total",
 			Help: "HTTP connections closed before their TLS handshake completed (in plaintext, before their first " +
 				"byte), by reason: timeout (not within the deadline), error (not TLS, a bad certificate, a reset), " +
 				"source-limit (too many pending from its address), evicted (too many pending in all: the oldest is " +
@@ -95,12 +98,21 @@ func newMetrics() *metrics {
 				"post-hoc term."},
 			[]string{"policy"}),
 	}
-	m.reg.MustRegister(version.Collector("regional-agent"), m.returned, m.overCharged, m.storeLosses, m.storeBorn, m.decisions, m.redisLatency, m.leaseShare, m.leaseState, m.degradedSeconds, m.renewFails, m.budgetAdmits,
-		m.breakerOpen, m.instances, m.fallbackAfterTimeout, m.replays, m.overLimitHits, m.handshakeFails, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	m.reg.MustRegister(version.Collector("regional-agent"),
+		m.returned, m.overCharged, m.storeLosses, m.storeBorn,
+		m.decisions, m.redisLatency, m.leaseShare, m.leaseState,
+		m.degradedSeconds, m.renewFails, m.budgetAdmits,
+		m.breakerOpen, m.instances, m.fallbackAfterTimeout,
+		m.replays, m.overLimitHits, m.handshakeFails,
+		prometheus.NewGoCollector(),
+		prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	for _, reason := range []string{"unavailable", "rate-limited", "refused"} { // counters exist at zero
 		m.renewFails.WithLabelValues(reason)
 	}
-	for _, reason := range []string{handshake.ReasonTimeout, handshake.ReasonError, handshake.ReasonSourceLimit, handshake.ReasonEvicted} {
+	handshakeReasons := []string{
+		handshake.ReasonTimeout, handshake.ReasonError, handshake.ReasonSourceLimit, handshake.ReasonEvicted,
+	}
+	for _, reason := range handshakeReasons {
 		m.handshakeFails.WithLabelValues(reason)
 	}
 	return m
@@ -158,7 +170,8 @@ func (h hotCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for policy, t := range h.hot.policies() {
 		for _, e := range t.top() {
-			ch <- prometheus.MustNewConstMetric(hotDesc, prometheus.GaugeValue, float64(e.Count), policy, metricIdentity(h.mode, e.ID))
+			id := metricIdentity(h.mode, e.ID)
+			ch <- prometheus.MustNewConstMetric(hotDesc, prometheus.GaugeValue, float64(e.Count), policy, id)
 		}
 	}
 }

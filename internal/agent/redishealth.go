@@ -30,7 +30,11 @@ type redisHealth struct {
 }
 
 func newRedisHealth(log hclog.Logger, now func() time.Time) *redisHealth {
-	return &redisHealth{log: log, now: now, down: logs.Outage{What: "Redis", Interval: 30 * time.Second, Level: hclog.Warn}}
+	return &redisHealth{
+		log:  log,
+		now:  now,
+		down: logs.Outage{What: "Redis", Interval: 30 * time.Second, Level: hclog.Warn},
+	}
 }
 
 // record notes the outcome of a round trip to Redis (ctx's error, when

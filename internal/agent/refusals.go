@@ -34,6 +34,7 @@ func (r *refusals) add(quota string, err error) {
 func (r *refusals) log(log hclog.Logger) {
 	for _, text := range r.errs {
 		names := r.names[text]
-		log.Warn("leases refused", "quotas", len(names), "policies", names[:min(len(names), refusalNamesLogged)], "error", text)
+		shown := names[:min(len(names), refusalNamesLogged)]
+		log.Warn("leases refused", "quotas", len(names), "policies", shown, "error", text)
 	}
 }

@@ -38,7 +38,8 @@ func (a *Agent) Run(ctx context.Context) error {
 			if rerr := a.health.last(); rerr != nil {
 				saved = "the region's saved set cannot be read: " + redisProblem(rerr)
 			}
-			a.cfg.Logger.Warn("no policies yet: the coordinator is unreachable and "+saved+"; retrying every second (not ready meanwhile)", "error", err)
+			a.cfg.Logger.Warn("no policies yet: the coordinator is unreachable and "+saved+
+				"; retrying every second (not ready meanwhile)", "error", err)
 		}
 	}
 	rctx, cancel := context.WithTimeout(ctx, time.Second)

@@ -35,8 +35,15 @@ func (l *leaser) saveGrants(ctx context.Context, prune bool) error {
 		if q.savedID == g.ID {
 			continue
 		}
-		grants[n] = regional.SavedGrant{ID: g.ID, Amount: g.Amount, Identities: g.Identities, Total: g.Total, ValidUntilMs: now.Add(until.Sub(now)).UnixMilli(),
-			DegradedTimeoutMs: q.a.DegradedTimeout().Milliseconds(), Fingerprint: q.fp}
+		grants[n] = regional.SavedGrant{
+			ID:                g.ID,
+			Amount:            g.Amount,
+			Identities:        g.Identities,
+			Total:             g.Total,
+			ValidUntilMs:      now.Add(until.Sub(now)).UnixMilli(),
+			DegradedTimeoutMs: q.a.DegradedTimeout().Milliseconds(),
+			Fingerprint:       q.fp,
+		}
 		q.savedID = g.ID
 		written[q] = g
 	}

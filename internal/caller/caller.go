@@ -106,7 +106,8 @@ func FromCert(cert *x509.Certificate, trustDomain string) (ID, error) {
 	case 1:
 		return found[0], nil
 	default:
-		return ID{}, fmt.Errorf("%w: the certificate names %d identities; issue one per certificate", ErrNoIdentity, len(found))
+		return ID{}, fmt.Errorf("%w: the certificate names %d identities; issue one per certificate",
+			ErrNoIdentity, len(found))
 	}
 }
 

@@ -1,7 +1,8 @@
 // Package cli is what the quota-lease binaries share of a command line:
-// the process's main (signals, gRPC's own log lines), the usage error, the
-// exit code of a command's error, and the debug listener (Debug) that
-// serves the runtime profiles.
+// the process's main (signals, gRPC's own log lines), a command's flag set
+// and its -h (NewFlags: descriptions wrapped to a terminal's width), the
+// usage error, the exit code of a command's error, and the debug listener
+// (Debug) that serves the runtime profiles.
 package cli
 
 import (

@@ -95,7 +95,12 @@ func (c *Console) Sample(ctx context.Context) {
 	}
 	obs := make([]Observation, 0, len(resp.Leases))
 	for _, l := range resp.Leases {
-		obs = append(obs, Observation{Quota: l.Quota, Region: l.Region, Share: fraction(l.Enforcing, l.Limit), State: lease.State(l.State)})
+		obs = append(obs, Observation{
+			Quota:  l.Quota,
+			Region: l.Region,
+			Share:  fraction(l.Enforcing, l.Limit),
+			State:  lease.State(l.State),
+		})
 	}
 	c.mu.Lock()
 	c.hist.Record(c.cfg.Clock.Now(), obs)

@@ -193,7 +193,8 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 			q.Regions = append(q.Regions, regionView{Region: l.Region, Instance: l.Instance, State: lease.State(l.State),
 				Share: policy.Units(l.Rate), SharePct: 100 * fraction(l.Rate, l.Limit), Enforcing: policy.Units(l.Enforcing),
 				Reserved: policy.Units(l.Reserved), Demand: policy.Units(l.Demand),
-				ExpiresIn: time.Duration(l.ExpiresInMs) * time.Millisecond, Since: since, Edge: newEdgeView(l, len(p.Identity) > 0)})
+				ExpiresIn: time.Duration(l.ExpiresInMs) * time.Millisecond, Since: since,
+				Edge: newEdgeView(l, len(p.Identity) > 0)})
 			q.Edge = q.Edge || l.Edge != nil
 			enforcing += l.Enforcing
 			total = l.Limit

@@ -18,7 +18,12 @@ import (
 // refuses before the handler runs, so a refused call leaves no trace in
 // the ledger. Without a trust domain it lets every call through: the
 // listener is then plaintext on loopback (see the serve command).
-func (c *Coordinator) Authorize(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+func (c *Coordinator) Authorize(
+	ctx context.Context,
+	req any,
+	info *grpc.UnaryServerInfo,
+	handler grpc.UnaryHandler,
+) (any, error) {
 	if c.cfg.TrustDomain == "" {
 		return handler(ctx, req)
 	}
@@ -61,7 +66,8 @@ func (c *Coordinator) AuthorizeHTTP(method string, h http.Handler) http.Handler 
 // the log), and returns err, the refusal to answer with.
 func (c *Coordinator) refuse(method, reason string, err error) error {
 	if c.refused.add(method, reason) {
-		c.log.Warn("call refused (logged at most once a second per method and reason; all are counted)", "method", method, "reason", reason, "detail", status.Convert(err).Message())
+		c.log.Warn("call refused (logged at most once a second per method and reason; all are counted)",
+			"method", method, "reason", reason, "detail", status.Convert(err).Message())
 	}
 	return err
 }

@@ -66,7 +66,9 @@ func (s *AdminService) GetPolicy(ctx context.Context, req *pb.GetPolicyRequest) 
 	c := s.c
 	var txn *clientv3.TxnResponse
 	if err := c.etcdCall(ctx, "read a policy", func(ctx context.Context) (err error) {
-		txn, err = c.cli.Txn(ctx).Then(clientv3.OpGet(c.keys.policy(req.Name)), clientv3.OpGet(c.keys.source(req.Name))).Commit()
+		txn, err = c.cli.Txn(ctx).
+			Then(clientv3.OpGet(c.keys.policy(req.Name)), clientv3.OpGet(c.keys.source(req.Name))).
+			Commit()
 		return err
 	}); err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
@@ -110,7 +112,10 @@ func (s *AdminService) ListPolicies(ctx context.Context, _ *pb.ListPoliciesReque
 // reload; until its grants can no longer count, the leader keeps its book
 // (leaderTerm.retired), so a policy recreated under the name meanwhile starts
 // with them reserved.
-func (s *AdminService) DeletePolicy(ctx context.Context, req *pb.DeletePolicyRequest) (*pb.DeletePolicyResponse, error) {
+func (s *AdminService) DeletePolicy(
+	ctx context.Context,
+	req *pb.DeletePolicyRequest,
+) (*pb.DeletePolicyResponse, error) {
 	c := s.c
 	t, err := c.leading(ctx)
 	if err != nil {
@@ -153,10 +158,21 @@ func (s *AdminService) ListLeases(ctx context.Context, req *pb.ListLeasesRequest
 			if req.Region != "" && s.Region != req.Region {
 				continue
 			}
-			resp.Leases = append(resp.Leases, &pb.LeaseRecord{Quota: n, Region: s.Region, Instance: s.Instance, GrantId: s.GrantID,
-				State: string(s.State), Rate: s.Amount, Enforcing: s.Enforcing, Reserved: s.Reserved,
-				ExpiresInMs: max(0, s.ExpiresIn.Milliseconds()), Demand: s.Demand, Limit: q.book.Total(), Identities: s.Identities,
-				Edge: q.edge.region(s.Region, mono)})
+			resp.Leases = append(resp.Leases, &pb.LeaseRecord{
+				Quota:       n,
+				Region:      s.Region,
+				Instance:    s.Instance,
+				GrantId:     s.GrantID,
+				State:       string(s.State),
+				Rate:        s.Amount,
+				Enforcing:   s.Enforcing,
+				Reserved:    s.Reserved,
+				ExpiresInMs: max(0, s.ExpiresIn.Milliseconds()),
+				Demand:      s.Demand,
+				Limit:       q.book.Total(),
+				Identities:  s.Identities,
+				Edge:        q.edge.region(s.Region, mono),
+			})
 		}
 		q.mu.Unlock()
 	}
@@ -165,7 +181,10 @@ func (s *AdminService) ListLeases(ctx context.Context, req *pb.ListLeasesRequest
 
 // ReleaseRegion drops a lapsed region's reserved degraded budget: the SRE
 // asserts the region is down, so others may use its share.
-func (s *AdminService) ReleaseRegion(ctx context.Context, req *pb.ReleaseRegionRequest) (*pb.ReleaseRegionResponse, error) {
+func (s *AdminService) ReleaseRegion(
+	ctx context.Context,
+	req *pb.ReleaseRegionRequest,
+) (*pb.ReleaseRegionResponse, error) {
 	c := s.c
 	t, err := c.leading(ctx)
 	if err != nil {
@@ -290,7 +309,8 @@ func (t *leaderTerm) knownRegion(name string) error {
 	_, ok := t.regions[name]
 	t.mu.RUnlock()
 	if !ok {
-		return status.Errorf(codes.NotFound, "unknown region %s (known: %s)", policy.QuoteName(name), strings.Join(t.regionNames(), ", "))
+		return status.Errorf(codes.NotFound, "unknown region %s (known: %s)",
+			policy.QuoteName(name), strings.Join(t.regionNames(), ", "))
 	}
 	return nil
 }

@@ -29,7 +29,10 @@ func (c *Coordinator) ensureClusterID(ctx context.Context) error {
 	key := c.keys.clusterID()
 	var resp *clientv3.GetResponse
 	err := c.etcdCall(ctx, "make or read the cluster ID", func(ctx context.Context) error {
-		_, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).Then(clientv3.OpPut(key, hex.EncodeToString(b))).Commit()
+		_, err := c.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, hex.EncodeToString(b))).
+			Commit()
 		if err != nil {
 			return err
 		}
@@ -60,7 +63,12 @@ func (c *Coordinator) ClusterID() string {
 // checkCluster is a unary interceptor: it stamps every answer with the
 // cluster ID and refuses, before the handler, a call that expects
 // another cluster.
-func (c *Coordinator) checkCluster(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+func (c *Coordinator) checkCluster(
+	ctx context.Context,
+	req any,
+	info *grpc.UnaryServerInfo,
+	handler grpc.UnaryHandler,
+) (any, error) {
 	id := c.ClusterID()
 	if id == "" {
 		return handler(ctx, req)

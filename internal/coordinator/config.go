@@ -153,7 +153,8 @@ func ValidateConfig(c Config) error {
 		errs = append(errs, errors.New("rebalance and flush intervals must be positive"))
 	}
 	if c.CompactionInterval < 0 {
-		errs = append(errs, fmt.Errorf("etcd compaction interval %s is negative (0 turns compaction off)", c.CompactionInterval))
+		errs = append(errs, fmt.Errorf("etcd compaction interval %s is negative (0 turns compaction off)",
+			c.CompactionInterval))
 	}
 	if c.MaxStep <= 0 || c.MaxStep > 1 || c.Hysteresis < 0 || c.Hysteresis >= 1 {
 		errs = append(errs, fmt.Errorf("max step %v must be in (0, 1] and hysteresis %v in [0, 1)", c.MaxStep, c.Hysteresis))

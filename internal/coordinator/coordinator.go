@@ -110,7 +110,11 @@ func (c *Coordinator) campaign(ctx context.Context) error {
 	c.log.Info("campaigning for leadership", "name", c.cfg.Name)
 	if err := el.Campaign(sctx, c.cfg.Advertise); err != nil {
 		if ctx.Err() == nil && sctx.Err() != nil { // the session ended: its keepalives failed, as the log says
-			return &EtcdError{Op: "campaign for leadership", Endpoints: c.etcd.endpoints, Err: errors.New("the leadership session expired")}
+			return &EtcdError{
+				Op:        "campaign for leadership",
+				Endpoints: c.etcd.endpoints,
+				Err:       errors.New("the leadership session expired"),
+			}
 		}
 		return fmt.Errorf("campaign: %w", err)
 	}
@@ -142,9 +146,19 @@ func (c *Coordinator) lead(ctx context.Context, el *concurrency.Election, ll *le
 	if err != nil {
 		return err
 	}
-	t := &leaderTerm{epoch: el.Rev(), leaderKey: el.Key(), leaderRev: el.Rev(), lease: ll,
-		quotas: map[string]*quotaState{}, retired: map[string]*quotaState{}, sources: map[string]*policySource{}, regions: st.regions, paused: st.paused, now: make(chan struct{}, 1),
-		claims: newInstanceClaims(c.cfg.Timing.ValidFor)}
+	t := &leaderTerm{
+		epoch:     el.Rev(),
+		leaderKey: el.Key(),
+		leaderRev: el.Rev(),
+		lease:     ll,
+		quotas:    map[string]*quotaState{},
+		retired:   map[string]*quotaState{},
+		sources:   map[string]*policySource{},
+		regions:   st.regions,
+		paused:    st.paused,
+		now:       make(chan struct{}, 1),
+		claims:    newInstanceClaims(c.cfg.Timing.ValidFor),
+	}
 	if len(t.regions) == 0 && len(c.cfg.Regions) > 0 {
 		var ops []clientv3.Op
 		for _, r := range c.cfg.Regions {
@@ -173,7 +187,8 @@ func (c *Coordinator) lead(ctx context.Context, el *concurrency.Election, ll *le
 	c.cur = t
 	c.mu.Unlock()
 	c.leader.Store(c.cfg.Advertise)
-	c.log.Info("leading", "epoch", t.epoch, "policies", len(t.quotas), "regions", len(t.regions), "restored_grants", restored)
+	c.log.Info("leading", "epoch", t.epoch, "policies", len(t.quotas), "regions", len(t.regions),
+		"restored_grants", restored)
 
 	c.rebalanceAll(t)
 	defer c.runXDS(ctx, t)()

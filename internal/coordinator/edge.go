@@ -38,8 +38,16 @@ func (r *edgeReports) record(region, instance string, s *pb.EdgeSummary, now, ho
 	if r.by == nil {
 		r.by, r.sweep = map[instanceKey]edgeReport{}, minSweep
 	}
-	r.by[k] = edgeReport{sum: &pb.EdgeSummary{Instances: s.Instances, LibraryInstances: s.LibraryInstances, Buckets: s.Buckets,
-		Assigned: s.Assigned, Usage: s.Usage}, until: now + hold}
+	r.by[k] = edgeReport{
+		sum: &pb.EdgeSummary{
+			Instances:        s.Instances,
+			LibraryInstances: s.LibraryInstances,
+			Buckets:          s.Buckets,
+			Assigned:         s.Assigned,
+			Usage:            s.Usage,
+		},
+		until: now + hold,
+	}
 	if len(r.by) >= r.sweep {
 		for k, v := range r.by {
 			if now >= v.until {

@@ -52,7 +52,10 @@ func newInstanceClaims(hold time.Duration) *instanceClaims {
 // reading), or renews its claim; replaces ("" for none) is the process the
 // caller succeeds. It returns false and how long the name stays held when
 // another process holds it.
-func (c *instanceClaims) take(region, instance, nonce, replaces string, now time.Duration) (ok bool, heldFor time.Duration) {
+func (c *instanceClaims) take(
+	region, instance, nonce, replaces string,
+	now time.Duration,
+) (ok bool, heldFor time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := instanceKey{region, instance}

@@ -71,7 +71,8 @@ func (s *LeaseService) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.Lea
 		return nil, err
 	}
 	if ok, heldFor := t.claims.take(req.Region, req.Instance, req.Nonce, req.Replaces, c.cfg.Clock.Mono()); !ok {
-		return nil, c.refuse(pb.LeaseService_Lease_FullMethodName, "instance-held", leaseapi.InstanceHeldError(req.Region, req.Instance, heldFor))
+		return nil, c.refuse(pb.LeaseService_Lease_FullMethodName, "instance-held",
+			leaseapi.InstanceHeldError(req.Region, req.Instance, heldFor))
 	}
 	items := t.lockQuotas(req)
 	defer unlockQuotas(items)
@@ -159,17 +160,29 @@ func (s *LeaseService) prepare(t *leaderTerm, now time.Time, req *pb.LeaseReques
 		leaseapi.EncodeError(it.grant, fmt.Errorf("%w %q", leaseapi.ErrUnknownQuota, it.req.Quota))
 		return lease.LedgerDelta{}
 	case it.q.policy.Scope == policy.ScopeRegion:
-		leaseapi.EncodeGrant(it.grant, it.q.full, lease.Grant{ID: "region", Amount: it.q.full.Amount(), Epoch: t.epoch, ValidFor: c.cfg.Timing.ValidFor}, lease.Grant{}, s.terms(it.q))
+		whole := lease.Grant{ID: "region", Amount: it.q.full.Amount(), Epoch: t.epoch, ValidFor: c.cfg.Timing.ValidFor}
+		leaseapi.EncodeGrant(it.grant, it.q.full, whole, lease.Grant{}, s.terms(it.q))
 		return lease.LedgerDelta{}
 	}
 	// No region can use more than the whole quota: a larger demand is
 	// capped there, so an inflated report cannot weigh more than that.
 	demand := min(max(it.req.Demand, 0), it.q.book.Total())
-	r := lease.Renewal{Region: req.Region, Instance: req.Instance, Nonce: req.Nonce, Seq: it.req.Seq, GrantID: it.req.GrantId, Demand: demand}
-	known := it.q.ids.Update(req.Region, req.Instance, req.Nonce, int(it.req.IdentityDemandHeld), capDemands(it.req.IdentityDemand, it.q.book.Total()))
+	r := lease.Renewal{
+		Region:   req.Region,
+		Instance: req.Instance,
+		Nonce:    req.Nonce,
+		Seq:      it.req.Seq,
+		GrantID:  it.req.GrantId,
+		Demand:   demand,
+	}
+	known := it.q.ids.Update(req.Region, req.Instance, req.Nonce, int(it.req.IdentityDemandHeld),
+		capDemands(it.req.IdentityDemand, it.q.book.Total()))
 	it.grant.IdentityDemandTaken, it.grant.IdentityDemandReset = true, !known
 	it.q.edge.record(req.Region, req.Instance, it.req.Edge, c.cfg.Clock.Mono(), c.cfg.Timing.ValidFor)
-	aim := lease.Targets{Default: lease.Target(it.q.policy, it.q.targets, req.Region, demand), Identities: it.q.ids.Targets(req.Region)}
+	aim := lease.Targets{
+		Default:    lease.Target(it.q.policy, it.q.targets, req.Region, demand),
+		Identities: it.q.ids.Targets(req.Region),
+	}
 	p, err := it.q.book.PrepareTargets(now, r, aim)
 	if err != nil {
 		leaseapi.EncodeError(it.grant, err)
@@ -224,7 +237,8 @@ func validateLease(t *leaderTerm, req *pb.LeaseRequest) error {
 		}
 		seen[q.Quota] = true
 		if len(q.IdentityDemand) > leaseapi.MaxIdentityDemands {
-			return bad("quota %q: at most %d identity demands, got %d", q.Quota, leaseapi.MaxIdentityDemands, len(q.IdentityDemand))
+			return bad("quota %q: at most %d identity demands, got %d",
+				q.Quota, leaseapi.MaxIdentityDemands, len(q.IdentityDemand))
 		}
 		for id := range q.IdentityDemand {
 			if id == "" || len(id) > policy.MaxIdentityBytes {

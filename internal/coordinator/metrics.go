@@ -16,7 +16,8 @@ var (
 	descLeader = prometheus.NewDesc("quotalease_coordinator_leader", "1 while this replica leads and grants.", nil, nil)
 	descEpoch  = prometheus.NewDesc("quotalease_coordinator_epoch",
 		"Leader epoch of this replica (0 when following).", nil, nil)
-	descGrants = prometheus.NewDesc("quotalease_coordinator_lease_answers_total", "Lease requests answered by this replica.", nil, nil)
+	descGrants = prometheus.NewDesc("quotalease_coordinator_lease_answers_total",
+		"Lease requests answered by this replica.", nil, nil)
 	descWrites = prometheus.NewDesc("quotalease_coordinator_ledger_writes_total",
 		"Ledger transactions written to etcd by this replica.", nil, nil)
 	descBooked = prometheus.NewDesc("quotalease_coordinator_booked_ratio",
@@ -42,7 +43,10 @@ var (
 type collector struct{ c *Coordinator }
 
 func (k collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descLeader, descEpoch, descGrants, descWrites, descBooked, descEnforced, descRefused, descIDShares, descIDUnfit, descIDHeld, descIDIgnore} {
+	for _, d := range []*prometheus.Desc{
+		descLeader, descEpoch, descGrants, descWrites, descBooked, descEnforced,
+		descRefused, descIDShares, descIDUnfit, descIDHeld, descIDIgnore,
+	} {
 		ch <- d
 	}
 }
@@ -61,7 +65,8 @@ func (k collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descWrites, prometheus.CounterValue, float64(writes))
 	c.refused.m.Range(func(k, v any) bool {
 		method, reason, _ := strings.Cut(k.(string), "\x00")
-		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(v.(*atomic.Int64).Load()), method, reason)
+		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue,
+			float64(v.(*atomic.Int64).Load()), method, reason)
 		return true
 	})
 	if t == nil {
@@ -97,7 +102,8 @@ func (k collector) Collect(ch chan<- prometheus.Metric) {
 // (AuthorizeHTTP with ListLeases): the web console.
 func (c *Coordinator) HTTPHandler(console http.Handler) http.Handler {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collector{c}, c.etcdWrite, version.Collector("coordinator"), prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	reg.MustRegister(collector{c}, c.etcdWrite, version.Collector("coordinator"),
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	if c.cfg.RateLimitXDS != nil {
 		reg.MustRegister(c.xdsMetrics)
 	}

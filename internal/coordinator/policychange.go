@@ -62,7 +62,8 @@ func (c *Coordinator) changePolicies(ctx context.Context, t *leaderTerm, ch poli
 				// burst the bound counts only as a config change.
 				return status.Errorf(codes.FailedPrecondition,
 					"policy %q: changing shards (%d to %d) starts the new parts full; change the version with it (now "+
-						"%d), which starts every key afresh as the bound's burst term counts", p.Name, old.policy.ShardCount(), p.ShardCount(), p.Version)
+						"%d), which starts every key afresh as the bound's burst term counts",
+					p.Name, old.policy.ShardCount(), p.ShardCount(), p.Version)
 			}
 		}
 		ops = append(ops, clientv3.OpPut(c.keys.policy(p.Name), mustJSON(p)))
@@ -79,7 +80,8 @@ func (c *Coordinator) changePolicies(ctx context.Context, t *leaderTerm, ch poli
 		if err := c.owns(t, ch, name); err != nil {
 			return err
 		}
-		ops = append(ops, clientv3.OpDelete(c.keys.policy(name)), clientv3.OpDelete(c.keys.ledgerQuota(name), clientv3.WithPrefix()))
+		ops = append(ops, clientv3.OpDelete(c.keys.policy(name)),
+			clientv3.OpDelete(c.keys.ledgerQuota(name), clientv3.WithPrefix()))
 		if t.sources[name] != nil {
 			ops = append(ops, clientv3.OpDelete(c.keys.source(name)))
 		}

@@ -29,7 +29,8 @@ func (s *policySource) String() string {
 	if s == nil {
 		return "quota set"
 	}
-	return "xDS server " + s.Server + " (node " + s.Node + ", resource " + policy.QuoteName(s.Resource) + ", version " + policy.QuoteName(s.Version) + ")"
+	return "xDS server " + s.Server + " (node " + s.Node + ", resource " + policy.QuoteName(s.Resource) +
+		", version " + policy.QuoteName(s.Version) + ")"
 }
 
 // loadSource decodes a stored policySource.

@@ -26,8 +26,14 @@ type quotaState struct {
 
 func newQuota(p *policy.Policy, t lease.Timing, epoch int64) *quotaState {
 	full := p.Limits()
-	q := &quotaState{policy: p, fp: p.Fingerprint(), full: full, book: lease.NewBook(full.Amount(), p.Failure, t, epoch), targets: map[string]int64{},
-		ids: lease.NewIdentityPlan(p.IdentityShareLimit())}
+	q := &quotaState{
+		policy:  p,
+		fp:      p.Fingerprint(),
+		full:    full,
+		book:    lease.NewBook(full.Amount(), p.Failure, t, epoch),
+		targets: map[string]int64{},
+		ids:     lease.NewIdentityPlan(p.IdentityShareLimit()),
+	}
 	q.ids.SetEdge(p.Edge != nil)
 	return q
 }

@@ -160,7 +160,8 @@ func (c *Coordinator) rebalanceAll(t *leaderTerm) {
 	t.mu.RUnlock()
 	for _, q := range quotas {
 		q.mu.Lock()
-		if err := q.rebalance(regions, lease.PlanOptions{Strategy: c.cfg.Strategy, MaxStep: c.cfg.MaxStep, Hysteresis: c.cfg.Hysteresis}); err != nil {
+		opts := lease.PlanOptions{Strategy: c.cfg.Strategy, MaxStep: c.cfg.MaxStep, Hysteresis: c.cfg.Hysteresis}
+		if err := q.rebalance(regions, opts); err != nil {
 			c.log.Warn("rebalance skipped", "error", err)
 		}
 		q.mu.Unlock()
@@ -177,7 +178,10 @@ func (c *Coordinator) txn(ctx context.Context, t *leaderTerm, ops ...clientv3.Op
 		t0 := c.cfg.Clock.Mono()
 		var resp *clientv3.TxnResponse
 		err := c.etcdCall(ctx, "write a transaction", func(ctx context.Context) (err error) {
-			resp, err = c.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(t.leaderKey), "=", t.leaderRev)).Then(ops[:n]...).Commit()
+			resp, err = c.cli.Txn(ctx).
+				If(clientv3.Compare(clientv3.CreateRevision(t.leaderKey), "=", t.leaderRev)).
+				Then(ops[:n]...).
+				Commit()
 			return err
 		})
 		c.etcdWrite.Observe((c.cfg.Clock.Mono() - t0).Seconds())
@@ -286,8 +290,14 @@ func (c *Coordinator) writeLedger(ctx context.Context, t *leaderTerm, ws ...ledg
 
 // markOp writes mark m of quota: the one form of a ledger record.
 func (c *Coordinator) markOp(t *leaderTerm, quota string, m lease.LedgerMark) clientv3.Op {
-	return clientv3.OpPut(c.keys.ledgerEntry(quota, m.Region),
-		mustJSON(ledgerRecord{Instance: m.Instance, Nonce: m.Nonce, GrantID: m.GrantID, Amount: m.Amount, Total: m.Total, Epoch: t.epoch}))
+	return clientv3.OpPut(c.keys.ledgerEntry(quota, m.Region), mustJSON(ledgerRecord{
+		Instance: m.Instance,
+		Nonce:    m.Nonce,
+		GrantID:  m.GrantID,
+		Amount:   m.Amount,
+		Total:    m.Total,
+		Epoch:    t.epoch,
+	}))
 }
 
 // etcdCall runs one etcd call, op, with a deadline of its own: the

@@ -71,8 +71,13 @@ func loadState(ctx context.Context, cli *clientv3.Client, k keys) (*state, error
 	if err != nil {
 		return nil, fmt.Errorf("load state from etcd: %w", err)
 	}
-	s := &state{policies: map[string]*policy.Policy{}, sources: map[string]*policySource{}, regions: map[string]regionRecord{},
-		ledger: map[string]map[string]ledgerRecord{}, rev: resp.Header.Revision}
+	s := &state{
+		policies: map[string]*policy.Policy{},
+		sources:  map[string]*policySource{},
+		regions:  map[string]regionRecord{},
+		ledger:   map[string]map[string]ledgerRecord{},
+		rev:      resp.Header.Revision,
+	}
 	for _, kv := range resp.Kvs {
 		key := string(kv.Key)
 		switch {

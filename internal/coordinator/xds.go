@@ -53,7 +53,13 @@ func (c *Coordinator) applyXDS(t *leaderTerm) ratelimitxds.Applier {
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		ch := policyChange{replace: true, source: func(name string) *policySource {
-			return &policySource{Source: sourceXDS, Server: s.Server, Node: s.NodeID, Resource: cfg.Resource[name], Version: cfg.Version}
+			return &policySource{
+				Source:   sourceXDS,
+				Server:   s.Server,
+				Node:     s.NodeID,
+				Resource: cfg.Resource[name],
+				Version:  cfg.Version,
+			}
 		}}
 		sent := make(map[string]bool, len(cfg.Policies))
 		for _, p := range cfg.Policies {
@@ -72,7 +78,8 @@ func (c *Coordinator) applyXDS(t *leaderTerm) ratelimitxds.Applier {
 		err := c.changePolicies(ctx, t, ch)
 		switch {
 		case err == nil:
-			c.log.Info("xDS configuration applied", "version", cfg.Version, "policies", len(cfg.Policies), "changed", len(ch.set), "deleted", len(ch.del))
+			c.log.Info("xDS configuration applied", "version", cfg.Version, "policies", len(cfg.Policies),
+				"changed", len(ch.set), "deleted", len(ch.del))
 			return nil
 		case status.Code(err) == codes.Unavailable:
 			return err

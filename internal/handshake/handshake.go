@@ -5,8 +5,9 @@
 // in total, so that connections that trickle a handshake or send nothing
 // (a slowloris, a port scan, a stuck client) cannot hold the server's
 // connection slots, descriptors or memory: past either cap the oldest
-// pending connection (of the source, or of all) is closed for the new one. The server behind it (net/http) sees only connections that passed,
-// as *tls.Conn with the handshake done.
+// pending connection (of the source, or of all) is closed for the new
+// one. The server behind it (net/http) sees only connections that
+// passed, as *tls.Conn with the handshake done.
 package handshake
 
 import (
@@ -50,7 +51,8 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("handshake timeout %s must be positive", c.Timeout))
 	}
 	if c.PerSource < 1 || c.Total < c.PerSource {
-		errs = append(errs, fmt.Errorf("pending per source %d must be at least 1 and at most the total %d", c.PerSource, c.Total))
+		errs = append(errs, fmt.Errorf("pending per source %d must be at least 1 and at most the total %d",
+			c.PerSource, c.Total))
 	}
 	return errors.Join(errs...)
 }

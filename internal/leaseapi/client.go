@@ -76,7 +76,12 @@ func NewClient(addrs []string) (*Client, error) {
 	if len(clean) == 0 {
 		return nil, fmt.Errorf("no coordinator address given")
 	}
-	return &Client{addrs: clean, conns: map[string]*grpc.ClientConn{}, creds: insecure.NewCredentials(), suspect: map[string]time.Time{}}, nil
+	return &Client{
+		addrs:   clean,
+		conns:   map[string]*grpc.ClientConn{},
+		creds:   insecure.NewCredentials(),
+		suspect: map[string]time.Time{},
+	}, nil
 }
 
 // SetClusterID pins the cluster this client talks to: every call carries
@@ -101,7 +106,14 @@ var ErrWrongCluster = errors.New("answer from another cluster")
 
 // stampCluster is a client interceptor: it sends the pinned cluster ID
 // with the call and checks (or pins) the one in the answer.
-func (c *Client) stampCluster(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+func (c *Client) stampCluster(
+	ctx context.Context,
+	method string,
+	req, reply any,
+	cc *grpc.ClientConn,
+	invoker grpc.UnaryInvoker,
+	opts ...grpc.CallOption,
+) error {
 	for _, o := range opts {
 		if pt, ok := o.(perTry); ok {
 			var cancel context.CancelFunc
@@ -243,7 +255,10 @@ func (c *Client) Call(ctx context.Context, fn func(cc *grpc.ClientConn, opts ...
 // callOnce tries every replica once, following leader hints. retry is
 // true when all answered UNAVAILABLE, or could not be reached, and not
 // every one for its certificate.
-func (c *Client) callOnce(ctx context.Context, fn func(cc *grpc.ClientConn, opts ...grpc.CallOption) error) (retry bool, err error) {
+func (c *Client) callOnce(
+	ctx context.Context,
+	fn func(cc *grpc.ClientConn, opts ...grpc.CallOption) error,
+) (retry bool, err error) {
 	queue := c.Order()
 	tried := map[string]bool{}
 	var last error

@@ -126,13 +126,25 @@ func DecodeGrant(g *pb.QuotaGrant, alg policy.Algorithm, epoch int64, base lease
 	}
 	if g.IdentityBase != "" {
 		if g.IdentityBase != base.ID {
-			return lease.Grant{}, Terms{}, fmt.Errorf("quota %s: grant %s changes %q, presented %q: %w", g.Quota, g.GrantId, g.IdentityBase, base.ID, ErrIdentityBase)
+			return lease.Grant{}, Terms{}, fmt.Errorf("quota %s: grant %s changes %q, presented %q: %w",
+				g.Quota, g.GrantId, g.IdentityBase, base.ID, ErrIdentityBase)
 		}
 		ids = lease.ApplyIdentities(base.Identities, ids, g.IdentityDefault)
 	}
-	return lease.Grant{ID: g.GrantId, Amount: amount, Identities: ids, Epoch: epoch, ValidFor: time.Duration(g.ValidForMs) * time.Millisecond, Total: max(g.Total, 0)},
-		Terms{RenewAfter: time.Duration(g.RenewAfterMs) * time.Millisecond, DegradedTimeout: time.Duration(g.DegradedTimeoutMs) * time.Millisecond,
-			Fingerprint: g.PolicyFingerprint}, nil
+	grant := lease.Grant{
+		ID:         g.GrantId,
+		Amount:     amount,
+		Identities: ids,
+		Epoch:      epoch,
+		ValidFor:   time.Duration(g.ValidForMs) * time.Millisecond,
+		Total:      max(g.Total, 0),
+	}
+	terms := Terms{
+		RenewAfter:      time.Duration(g.RenewAfterMs) * time.Millisecond,
+		DegradedTimeout: time.Duration(g.DegradedTimeoutMs) * time.Millisecond,
+		Fingerprint:     g.PolicyFingerprint,
+	}
+	return grant, terms, nil
 }
 
 // refusal is a refused grant: the coordinator's message, wrapping the

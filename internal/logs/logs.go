@@ -44,8 +44,9 @@ func (r redisLogger) Printf(_ context.Context, format string, v ...any) {
 // level (it is chatty about connection states), and so its channel-level
 // ("[core]") warnings, which repeat at every reconnection attempt while a
 // peer is down (a coordinator outage is logged by the agent itself, once,
-// paced, and "recovered"); other warnings and errors as such. gRPC has one process-wide logger that it reads without a lock:
-// call this once, in main, before any gRPC connection or server exists.
+// paced, and "recovered"); other warnings and errors as such. gRPC has
+// one process-wide logger that it reads without a lock: call this once,
+// in main, before any gRPC connection or server exists.
 func RouteGRPC(log hclog.Logger) {
 	grpclog.SetLoggerV2(grpcLogger{log.Named("grpc")})
 }

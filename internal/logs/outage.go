@@ -35,7 +35,8 @@ func (o *Outage) Failed(log hclog.Logger, now time.Time, args ...any) {
 		return
 	}
 	if now.Sub(o.logged) >= o.Interval {
-		log.Log(o.Level, o.What+" still failing", append(args, "for", now.Sub(o.since).Round(time.Second), "failures_since_last_line", o.failures)...)
+		log.Log(o.Level, o.What+" still failing", append(args, "for", now.Sub(o.since).Round(time.Second),
+			"failures_since_last_line", o.failures)...)
 		o.logged, o.failures = now, 0
 	}
 }

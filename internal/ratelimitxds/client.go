@@ -69,7 +69,8 @@ func (s Settings) Validate() error {
 		errs = append(errs, fmt.Errorf("xDS max message size %d must be positive", s.MaxMessageBytes))
 	}
 	if s.MinBackoff <= 0 || s.MaxBackoff < s.MinBackoff {
-		errs = append(errs, fmt.Errorf("xDS backoff %s to %s: the least must be positive and at most the most", s.MinBackoff, s.MaxBackoff))
+		errs = append(errs, fmt.Errorf("xDS backoff %s to %s: the least must be positive and at most the most",
+			s.MinBackoff, s.MaxBackoff))
 	}
 	return errors.Join(errs...)
 }
@@ -176,9 +177,11 @@ func (c *Client) stream(ctx context.Context, cc grpc.ClientConnInterface) (got b
 			c.metrics.responses.WithLabelValues("rejected").Inc()
 			wait, repeated := nacks.rejected(err.Error())
 			if repeated == 0 {
-				c.log.Warn("xDS response rejected (NACK); the last applied configuration stays", "version", resp.GetVersionInfo(), "applied", acked, "error", err)
+				c.log.Warn("xDS response rejected (NACK); the last applied configuration stays",
+					"version", resp.GetVersionInfo(), "applied", acked, "error", err)
 			} else if repeated&(repeated-1) == 0 { // the 1st, 2nd, 4th, 8th ... repetition
-				c.log.Warn("xDS server keeps sending a configuration that was rejected; NACKs are paced", "version", resp.GetVersionInfo(), "times", repeated+1, "next_nack_in", wait, "error", err)
+				c.log.Warn("xDS server keeps sending a configuration that was rejected; NACKs are paced",
+					"version", resp.GetVersionInfo(), "times", repeated+1, "next_nack_in", wait, "error", err)
 			}
 			select {
 			case <-ctx.Done():

@@ -47,7 +47,8 @@ func Convert(version string, resources []*anypb.Any) (Config, error) {
 	domains := map[string]string{}
 	for i, res := range resources {
 		if res.GetTypeUrl() != TypeURL {
-			return Config{}, fmt.Errorf("resource %d has type %s; only %s is served here", i, policy.QuoteName(res.GetTypeUrl()), TypeURL)
+			return Config{}, fmt.Errorf("resource %d has type %s; only %s is served here",
+				i, policy.QuoteName(res.GetTypeUrl()), TypeURL)
 		}
 		var rc rlsconf.RateLimitConfig
 		if err := anypb.UnmarshalTo(res, &rc, proto.UnmarshalOptions{}); err != nil {
@@ -58,7 +59,8 @@ func Convert(version string, resources []*anypb.Any) (Config, error) {
 			name = fmt.Sprintf("#%d", i)
 		}
 		if prev, dup := domains[rc.GetDomain()]; dup && rc.GetDomain() != "" {
-			return Config{}, fmt.Errorf("resources %s and %s both configure domain %s; one resource per domain", policy.QuoteName(prev), policy.QuoteName(name), policy.QuoteName(rc.GetDomain()))
+			return Config{}, fmt.Errorf("resources %s and %s both configure domain %s; one resource per domain",
+				policy.QuoteName(prev), policy.QuoteName(name), policy.QuoteName(rc.GetDomain()))
 		}
 		domains[rc.GetDomain()] = name
 		ps, err := envoyConfig(&rc).Policies()
@@ -95,11 +97,20 @@ func envoyDescriptors(ds []*rlsconf.RateLimitDescriptor) []policy.EnvoyDescripto
 	}
 	out := make([]policy.EnvoyDescriptor, len(ds))
 	for i, d := range ds {
-		out[i] = policy.EnvoyDescriptor{Key: d.GetKey(), Value: d.GetValue(), Descriptors: envoyDescriptors(d.GetDescriptors()),
-			ShadowMode: d.GetShadowMode(), DetailedMetric: d.GetDetailedMetric()}
+		out[i] = policy.EnvoyDescriptor{
+			Key:            d.GetKey(),
+			Value:          d.GetValue(),
+			Descriptors:    envoyDescriptors(d.GetDescriptors()),
+			ShadowMode:     d.GetShadowMode(),
+			DetailedMetric: d.GetDetailedMetric(),
+		}
 		if rl := d.GetRateLimit(); rl != nil {
-			out[i].RateLimit = &policy.EnvoyRateLimit{Unit: strings.ToLower(rl.GetUnit().String()), RequestsPerUnit: rl.GetRequestsPerUnit(),
-				Unlimited: rl.GetUnlimited(), Name: rl.GetName()}
+			out[i].RateLimit = &policy.EnvoyRateLimit{
+				Unit:            strings.ToLower(rl.GetUnit().String()),
+				RequestsPerUnit: rl.GetRequestsPerUnit(),
+				Unlimited:       rl.GetUnlimited(),
+				Name:            rl.GetName(),
+			}
 			for _, r := range rl.GetReplaces() {
 				out[i].RateLimit.Replaces = append(out[i].RateLimit.Replaces, policy.EnvoyReplace{Name: r.GetName()})
 			}

@@ -13,6 +13,7 @@
 // redis-server, Redis Cluster and Sentinel processes), faultproxy (TCP
 // proxies that cut, delay and drop), promnames (metric names in the
 // deployment artifacts) and rlqsenvoy (Envoy's rate limit quota filter as
-// an RLQS client, written from Envoy's source, many instances per process). No shipped binary links any of it (deploy's tests
-// check); the demo is a command of its own, cmd/quota-lease-demo.
+// an RLQS client, written from Envoy's source, many instances per
+// process). No shipped binary links any of it (deploy's tests check); the
+// demo is a command of its own, cmd/quota-lease-demo.
 package testenv

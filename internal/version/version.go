@@ -57,9 +57,16 @@ func (i Info) String() string {
 // Collector exports quotalease_build_info{component,version,revision,goversion} 1.
 func Collector(component string) prometheus.Collector {
 	i := Get()
-	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "quotalease_build_info",
-		Help:        "1, labelled with the running build: component, module version, VCS revision and Go version.",
-		ConstLabels: prometheus.Labels{"component": component, "version": i.Version, "revision": i.Revision, "goversion": i.Go}})
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "quotalease_build_info",
+		Help: "1, labelled with the running build: component, module version, VCS revision and Go version.",
+		ConstLabels: prometheus.Labels{
+			"component": component,
+			"version":   i.Version,
+			"revision":  i.Revision,
+			"goversion": i.Go,
+		},
+	})
 	g.Set(1)
 	return g
 }

@@ -29,11 +29,13 @@ func writeReport(w io.Writer, s *scenario.Scenario, res *sim.Result, table strin
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>%[1]s: quota-lease simulation</title>
 <style>body{font-family:sans-serif;margin:1.5em;max-width:1100px}pre{overflow-x:auto;background:#f6f6f6;padding:.8em}
-img{max-width:100%%;border:1px solid #ddd;margin:.5em 0}td,th{padding:.2em .8em;text-align:left;vertical-align:top}</style></head>
+img{max-width:100%%;border:1px solid #ddd;margin:.5em 0}`+
+		`td,th{padding:.2em .8em;text-align:left;vertical-align:top}</style></head>
 <body>
 <h1>%[1]s</h1>
 <p>%[2]s</p>
-<p>%[3]s of virtual time, seed %[4]d, regions %[5]s; windows of %[6]s. Every request was decided by quota-lease and by three
+<p>%[3]s of virtual time, seed %[4]d, regions %[5]s; windows of %[6]s. `+
+		`Every request was decided by quota-lease and by three
 baselines: independent regional limits, a static split, and a central counter.</p>
 <h2>Summary</h2>
 <pre>%[7]s</pre>
@@ -46,7 +48,8 @@ baselines: independent regional limits, a static split, and a central counter.</
 <img src="modes.svg" alt="admitted by each way of limiting, against the limit">
 %[9]s</body></html>
 `, html.EscapeString(s.Name), html.EscapeString(s.Description), html.EscapeString(res.Duration), s.Seed,
-		html.EscapeString(strings.Join(s.Regions, ", ")), html.EscapeString(res.Window), html.EscapeString(table), terms.String(), edgeReport(res.Edge))
+		html.EscapeString(strings.Join(s.Regions, ", ")), html.EscapeString(res.Window), html.EscapeString(table),
+		terms.String(), edgeReport(res.Edge))
 	return err
 }
 
@@ -71,10 +74,12 @@ func edgeReport(x *sim.EdgeResult) string {
 		b.WriteString("<p>Per move of a group's demand: when the token buckets where it went first refilled at " +
 			"90% of the target (assigned), and first admitted that much in a second (admitted), for the slowest " +
 			"tenant.</p>\n")
-		b.WriteString("<table><tr><th>at</th><th>group</th><th>moved</th><th>region</th><th>target/s</th><th>assigned</th><th>admitted</th></tr>\n")
+		b.WriteString("<table><tr><th>at</th><th>group</th><th>moved</th><th>region</th>" +
+			"<th>target/s</th><th>assigned</th><th>admitted</th></tr>\n")
 		for _, f := range x.Follow {
 			fmt.Fprintf(&b, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%.4g</td><td>%s</td><td>%s</td></tr>\n",
-				time.Duration(f.AtMs)*time.Millisecond, html.EscapeString(f.Group), f.Kind, html.EscapeString(f.Region), f.Target, followTime(f.Assigned90Ms), followTime(f.Admitted90Ms))
+				time.Duration(f.AtMs)*time.Millisecond, html.EscapeString(f.Group), f.Kind, html.EscapeString(f.Region),
+				f.Target, followTime(f.Assigned90Ms), followTime(f.Admitted90Ms))
 		}
 		b.WriteString("</table>\n")
 	}

@@ -48,9 +48,18 @@ func WritePlots(r *sim.Result, perRegion, perMode io.Writer) error {
 	trim := func(v []float64) []float64 { return v[:min(len(v), n)] }
 	var lines []line
 	for i, name := range s.Regions {
-		lines = append(lines, line{name: "leased, " + name, color: palette[(i+3)%len(palette)], values: trim(floats(s.PerRegion[i]))})
+		lines = append(lines, line{
+			name:   "leased, " + name,
+			color:  palette[(i+3)%len(palette)],
+			values: trim(floats(s.PerRegion[i])),
+		})
 	}
-	limit := line{name: fmt.Sprintf("limit: %.4g (one ideal limiter)", s.Limit), color: "#000000", values: flat(s.Limit, n), dash: "8,4"}
+	limit := line{
+		name:   fmt.Sprintf("limit: %.4g (one ideal limiter)", s.Limit),
+		color:  "#000000",
+		values: flat(s.Limit, n),
+		dash:   "8,4",
+	}
 	boundName := fmt.Sprintf("bound: %.4g (worst case)", s.Bound)
 	if s.Bound <= s.Limit*1.001 {
 		boundName = fmt.Sprintf("bound: %.4g (= limit)", s.Bound)
@@ -112,15 +121,20 @@ func chart(w io.Writer, title, yLabel string, bin time.Duration, lines []line) e
 	x := func(i int) float64 { return left + (W-left-right)*float64(i)/float64(max(1, n-1)) }
 	y := func(v float64) float64 { return top + (H-top-bottom)*(1-v/maxY) }
 	var b strings.Builder
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="12">`+"\n", W, H)
-	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/><text x="%.0f" y="22" font-size="15">%s</text>`+"\n", left, escapeXML(title))
-	fmt.Fprintf(&b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="#444"/><line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="#444"/>`+"\n",
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" `+
+		`font-family="sans-serif" font-size="12">`+"\n", W, H)
+	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+
+		`<text x="%.0f" y="22" font-size="15">%s</text>`+"\n", left, escapeXML(title))
+	fmt.Fprintf(&b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="#444"/>`+
+		`<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="#444"/>`+"\n",
 		left, H-bottom, W-right, H-bottom, left, top, left, H-bottom)
 	for v := 0.0; v <= maxY+step/2; v += step {
-		fmt.Fprintf(&b, `<line x1="%.0f" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#eee"/><text x="%.0f" y="%.1f" text-anchor="end">%s</text>`+"\n",
+		fmt.Fprintf(&b, `<line x1="%.0f" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#eee"/>`+
+			`<text x="%.0f" y="%.1f" text-anchor="end">%s</text>`+"\n",
 			left, y(v), W-right, y(v), left-6, y(v)+4, strconv.FormatFloat(v, 'f', -1, 64))
 	}
-	fmt.Fprintf(&b, `<text transform="translate(18 %.0f) rotate(-90)" text-anchor="middle">%s</text>`+"\n", top+(H-top-bottom)/2, escapeXML(yLabel))
+	fmt.Fprintf(&b, `<text transform="translate(18 %.0f) rotate(-90)" text-anchor="middle">%s</text>`+"\n",
+		top+(H-top-bottom)/2, escapeXML(yLabel))
 	span := time.Duration(max(1, n-1)) * bin
 	tick, unit := timeTicks(span)
 	for t := time.Duration(0); t <= span; t += tick {
@@ -128,7 +142,8 @@ func chart(w io.Writer, title, yLabel string, bin time.Duration, lines []line) e
 		fmt.Fprintf(&b, `<text x="%.1f" y="%.0f" text-anchor="middle">%s</text>`+"\n",
 			left+(W-left-right)*i/float64(max(1, n-1)), H-bottom+18, formatIn(t, unit))
 	}
-	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="middle">virtual time since the start</text>`+"\n", left+(W-left-right)/2, H-12)
+	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="middle">virtual time since the start</text>`+"\n",
+		left+(W-left-right)/2, H-12)
 	for li, l := range lines {
 		var pts strings.Builder
 		for i, v := range l.values {
@@ -142,9 +157,11 @@ func chart(w io.Writer, title, yLabel string, bin time.Duration, lines []line) e
 		if width == 0 {
 			width = 1.3
 		}
-		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="%.1f"%s points="%s"/>`+"\n", l.color, width, dash, strings.TrimSpace(pts.String()))
+		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="%.1f"%s points="%s"/>`+"\n",
+			l.color, width, dash, strings.TrimSpace(pts.String()))
 		ly := top + 18*float64(li)
-		fmt.Fprintf(&b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="%s" stroke-width="2.5"%s/><text x="%.0f" y="%.0f">%s</text>`+"\n",
+		fmt.Fprintf(&b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="%s" stroke-width="2.5"%s/>`+
+			`<text x="%.0f" y="%.0f">%s</text>`+"\n",
 			W-right+12, ly, W-right+36, ly, l.color, dash, W-right+42, ly+4, escapeXML(l.name))
 	}
 	b.WriteString("</svg>\n")

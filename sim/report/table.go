@@ -12,7 +12,8 @@ import (
 
 // WriteTable writes r as the table printed after a run.
 func WriteTable(w io.Writer, r *sim.Result) error {
-	fmt.Fprintf(w, "scenario %s (%s, seed %d, %d regions, window %s)\n", r.Scenario, r.Duration, r.Seed, len(r.Regions), r.Window)
+	fmt.Fprintf(w, "scenario %s (%s, seed %d, %d regions, window %s)\n",
+		r.Scenario, r.Duration, r.Seed, len(r.Regions), r.Window)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "mode\trequests\tadmitted\tutilization\trejected while "+
 		"free\tmax/window\tlimit\tovershoot\tbound\twithin\tlease msgs\t")
@@ -53,7 +54,17 @@ func WriteTable(w io.Writer, r *sim.Result) error {
 // bound is derived.
 func termNames(m map[string]float64) []string {
 	keys := make([]string, 0, len(m))
-	for _, k := range []string{bound.TermReference, bound.TermBurst, bound.TermLeaseTransition, bound.TermDrift, bound.TermDegraded, bound.TermFallback, bound.TermEdge, bound.TermPostHoc, bound.TermIndependent} {
+	for _, k := range []string{
+		bound.TermReference,
+		bound.TermBurst,
+		bound.TermLeaseTransition,
+		bound.TermDrift,
+		bound.TermDegraded,
+		bound.TermFallback,
+		bound.TermEdge,
+		bound.TermPostHoc,
+		bound.TermIndependent,
+	} {
 		if _, ok := m[k]; ok {
 			keys = append(keys, k)
 		}
@@ -70,7 +81,8 @@ func writeConversations(w io.Writer, modes []*sim.ModeResult) error {
 	fmt.Fprintln(tw, "conversations\tcharges\ttokens\tuncounted\tin-flight refused\tmax/period\t")
 	for _, m := range modes {
 		c := m.Conversations
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%.4g\t\n", m.Mode, c.Charges, c.Tokens, c.UncountedTokens, c.InFlightRefused, c.MaxPeriod)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%.4g\t\n",
+			m.Mode, c.Charges, c.Tokens, c.UncountedTokens, c.InFlightRefused, c.MaxPeriod)
 	}
 	return tw.Flush()
 }
@@ -79,7 +91,8 @@ func writeConversations(w io.Writer, modes []*sim.ModeResult) error {
 func writeEdge(w io.Writer, r *sim.EdgeResult) {
 	fmt.Fprintf(w, "edge: %d Envoy instances per region; admitted %d of %d at the edge (utilization %.1f%%), "+
 		"%d of %d direct; %d reports (%d dropped), %d assignments, %d abandons; edge term %.4g\n",
-		r.Instances, r.Admitted, r.Requests, 100*r.Utilization, r.DirectAdmitted, r.DirectRequests, r.Reports, r.ReportsDropped, r.Assignments, r.Abandons, r.EdgeTerm)
+		r.Instances, r.Admitted, r.Requests, 100*r.Utilization,
+		r.DirectAdmitted, r.DirectRequests, r.Reports, r.ReportsDropped, r.Assignments, r.Abandons, r.EdgeTerm)
 	var worst *sim.EdgeWindow
 	for i := range r.Windows {
 		if worst == nil || r.Windows[i].Total/r.Windows[i].Bound > worst.Total/worst.Bound {
@@ -92,7 +105,8 @@ func writeEdge(w io.Writer, r *sim.EdgeResult) {
 	}
 	for _, f := range r.Follow {
 		fmt.Fprintf(w, "  %s moved (%s) in %s at %s: 90%% of %.4g/s assigned after %s, admitted after %s\n",
-			f.Group, f.Kind, f.Region, time.Duration(f.AtMs)*time.Millisecond, f.Target, followTime(f.Assigned90Ms), followTime(f.Admitted90Ms))
+			f.Group, f.Kind, f.Region, time.Duration(f.AtMs)*time.Millisecond,
+			f.Target, followTime(f.Assigned90Ms), followTime(f.Admitted90Ms))
 	}
 }
 

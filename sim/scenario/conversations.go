@@ -68,9 +68,11 @@ func (s *Scenario) validateConversations() error {
 	case c.Think.Min < 0 || c.Think.Max < c.Think.Min || time.Duration(c.Think.Max) > time.Hour:
 		return fmt.Errorf("conversations: think needs 0 <= min <= max <= 1h, got %s to %s", c.Think.Min, c.Think.Max)
 	case c.Cost.Min < 1 || c.Cost.Max < c.Cost.Min || c.Cost.Max > policy.MaxCapacity/policy.Micro:
-		return fmt.Errorf("conversations: cost needs 1 <= min <= max <= %d, got %d to %d", policy.MaxCapacity/policy.Micro, c.Cost.Min, c.Cost.Max)
+		return fmt.Errorf("conversations: cost needs 1 <= min <= max <= %d, got %d to %d",
+			policy.MaxCapacity/policy.Micro, c.Cost.Min, c.Cost.Max)
 	case p.MaxCost > 0 && c.Cost.Max > p.MaxCost:
-		return fmt.Errorf("conversations: cost max %d is above the policy's max_cost %d, which the bound counts", c.Cost.Max, p.MaxCost)
+		return fmt.Errorf("conversations: cost max %d is above the policy's max_cost %d, which the bound counts",
+			c.Cost.Max, p.MaxCost)
 	}
 	switch c.Cost.Distribution {
 	case "uniform":
@@ -79,7 +81,8 @@ func (s *Scenario) validateConversations() error {
 			return fmt.Errorf("conversations: pareto alpha must be in (0, 100], got %v", c.Cost.Alpha)
 		}
 	case "lognormal":
-		if math.IsNaN(c.Cost.Median) || c.Cost.Median <= 0 || math.IsNaN(c.Cost.Sigma) || c.Cost.Sigma < 0 || c.Cost.Sigma > 10 {
+		if math.IsNaN(c.Cost.Median) || c.Cost.Median <= 0 ||
+			math.IsNaN(c.Cost.Sigma) || c.Cost.Sigma < 0 || c.Cost.Sigma > 10 {
 			return fmt.Errorf("conversations: lognormal needs a positive median and sigma in [0, 10]")
 		}
 	default:

@@ -289,7 +289,8 @@ func (s *Scenario) validate() error {
 	if s.Tenants < 1 || s.Tenants > 1_000_000 || math.IsNaN(s.HotTenant) || s.HotTenant < 0 || s.HotTenant >= 1 {
 		return bad("tenants must be 1 to 1,000,000 and hot_tenant in [0, 1)")
 	}
-	if s.Network.Loss < 0 || s.Network.Loss >= 1 || math.IsNaN(s.Network.Loss) || s.Network.Delay < 0 || s.Network.Jitter < 0 {
+	if s.Network.Loss < 0 || s.Network.Loss >= 1 || math.IsNaN(s.Network.Loss) ||
+		s.Network.Delay < 0 || s.Network.Jitter < 0 {
 		return bad("network: delay and jitter must not be negative, loss must be in [0, 1)")
 	}
 	if s.Lease.Drift < 0 || s.Lease.Drift >= 0.01 || s.Window <= 0 {
@@ -317,7 +318,8 @@ func (s *Scenario) validate() error {
 				return bad("event %d (%s): needs a known region and a positive 'for'", i, e.Kind)
 			}
 		case "redis-flap":
-			if !known[e.Region] || e.For <= 0 || e.Down <= 0 || e.Period <= e.Down || time.Duration(e.Period) < time.Millisecond {
+			if !known[e.Region] || e.For <= 0 || e.Down <= 0 ||
+				e.Period <= e.Down || time.Duration(e.Period) < time.Millisecond {
 				return bad("event %d (redis-flap): needs a known region, a positive 'for', and 0 < down < period "+
 					"(period at least 1ms)", i)
 			}
@@ -473,7 +475,8 @@ func (s *Scenario) validateEdge() error {
 	if s.Edge.RepayOver != 0 && s.Edge.RepayOver < policy.Duration(time.Second) {
 		return fmt.Errorf("edge: repay_over must be at least 1s (0: the agent's default)")
 	}
-	if s.Edge.ChangeEvery < 0 || math.IsNaN(s.Edge.BurstFraction) || s.Edge.BurstFraction < 0 || s.Edge.BurstFraction >= 1 {
+	if s.Edge.ChangeEvery < 0 ||
+		math.IsNaN(s.Edge.BurstFraction) || s.Edge.BurstFraction < 0 || s.Edge.BurstFraction >= 1 {
 		return fmt.Errorf("edge: change_every must not be negative and burst_fraction must be in [0, 1) (0: the " +
 			"agent's default)")
 	}

@@ -79,7 +79,10 @@ func EnvoyValue(v string) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-func (s *envoyServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+func (s *envoyServer) ShouldRateLimit(
+	ctx context.Context,
+	req *rlsv3.RateLimitRequest,
+) (*rlsv3.RateLimitResponse, error) {
 	// Refused as a whole, in the original's order; nothing is charged.
 	switch {
 	case req.Domain == "":
@@ -116,7 +119,11 @@ func envoyRequests(ix EnvoyIndex, req *rlsv3.RateLimitRequest) ([]admission.Requ
 	matched := make([]*policy.Policy, len(req.Descriptors))
 	var replaced map[string]bool // made only when a matched limit replaces another
 	for i, d := range req.Descriptors {
-		in := admission.Request{Attributes: map[string]string{}, Cost: int64(min(req.HitsAddend, math.MaxInt32)), Return: d.GetIsNegativeHits()}
+		in := admission.Request{
+			Attributes: map[string]string{},
+			Cost:       int64(min(req.HitsAddend, math.MaxInt32)),
+			Return:     d.GetIsNegativeHits(),
+		}
 		if h := d.GetHitsAddend(); h != nil {
 			// Set to 0: a pure check, as the original answers it (the
 			// request's 0 means 1, as there).

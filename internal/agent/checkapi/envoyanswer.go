@@ -58,8 +58,16 @@ type envoyDescriptor struct {
 
 // envoyAnswer is the answer to call req whose descriptors had results
 // res, matched[i] saying what the configuration says of descriptor i.
-func envoyAnswer(cfg *Answers, req *rlsv3.RateLimitRequest, res []admission.Result, matched []envoyMatched) *rlsv3.RateLimitResponse {
-	out := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(res))}
+func envoyAnswer(
+	cfg *Answers,
+	req *rlsv3.RateLimitRequest,
+	res []admission.Result,
+	matched []envoyMatched,
+) *rlsv3.RateLimitResponse {
+	out := &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(res)),
+	}
 	var retryMs int64 = -1
 	// The descriptor whose limit headers are sent: the fewest remaining,
 	// the first of equals, unless one is over an enforced limit (the last
@@ -70,7 +78,10 @@ func envoyAnswer(cfg *Answers, req *rlsv3.RateLimitRequest, res []admission.Resu
 	var quotaViolations []int // descriptors over a limit in quota mode
 	for i, r := range res {
 		if matched[i].unlimited {
-			out.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+			out.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{
+				Code:           rlsv3.RateLimitResponse_OK,
+				LimitRemaining: math.MaxUint32,
+			}
 			continue
 		}
 		if matched[i].ret { // never over a limit (envoyreturns.go)
@@ -109,8 +120,10 @@ func envoyAnswer(cfg *Answers, req *rlsv3.RateLimitRequest, res []admission.Resu
 	}
 	if cfg.EnvoyLimitHeaders && closest != nil {
 		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd,
-			&corev3.HeaderValue{Key: "RateLimit-Limit", Value: strconv.FormatUint(uint64(closest.CurrentLimit.RequestsPerUnit), 10)},
-			&corev3.HeaderValue{Key: "RateLimit-Remaining", Value: strconv.FormatUint(uint64(closest.LimitRemaining), 10)},
+			&corev3.HeaderValue{Key: "RateLimit-Limit",
+				Value: strconv.FormatUint(uint64(closest.CurrentLimit.RequestsPerUnit), 10)},
+			&corev3.HeaderValue{Key: "RateLimit-Remaining",
+				Value: strconv.FormatUint(uint64(closest.LimitRemaining), 10)},
 			&corev3.HeaderValue{Key: "RateLimit-Reset",
 				Value: httplimit.CeilSeconds(closest.DurationUntilReset.AsDuration().Milliseconds())})
 	}
@@ -161,17 +174,27 @@ func envoyStatus(cfg *Answers, r admission.Result) envoyDescriptor {
 	if !r.Allowed || globalShadow {
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
-	return envoyDescriptor{st: st, over: over && (!r.Shadow || globalShadow), globalShadow: globalShadow, retryMs: r.RetryAfterMs}
+	return envoyDescriptor{
+		st:           st,
+		over:         over && (!r.Shadow || globalShadow),
+		globalShadow: globalShadow,
+		retryMs:      r.RetryAfterMs,
+	}
 }
 
 // envoyUnits are Envoy's units, shortest first.
 var envoyUnits = []struct {
 	d time.Duration
 	u rlsv3.RateLimitResponse_RateLimit_Unit
-}{{time.Second, rlsv3.RateLimitResponse_RateLimit_SECOND}, {time.Minute, rlsv3.RateLimitResponse_RateLimit_MINUTE},
-	{time.Hour, rlsv3.RateLimitResponse_RateLimit_HOUR}, {24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_DAY},
-	{7 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_WEEK}, {30 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_MONTH},
-	{365 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_YEAR}}
+}{
+	{time.Second, rlsv3.RateLimitResponse_RateLimit_SECOND},
+	{time.Minute, rlsv3.RateLimitResponse_RateLimit_MINUTE},
+	{time.Hour, rlsv3.RateLimitResponse_RateLimit_HOUR},
+	{24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_DAY},
+	{7 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_WEEK},
+	{30 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_MONTH},
+	{365 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_YEAR},
+}
 
 // EnvoyUnit is how long Envoy's unit u of a limit is (0 for none).
 func EnvoyUnit(u rlsv3.RateLimitResponse_RateLimit_Unit) time.Duration {

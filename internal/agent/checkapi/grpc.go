@@ -56,9 +56,19 @@ func input(r *pb.CheckRequest) admission.Request {
 }
 
 func response(o admission.Outcome) *pb.CheckResponse {
-	return &pb.CheckResponse{Allowed: o.Allowed, Remaining: o.RemainingUnits(), RetryAfterMs: o.RetryAfterMs,
-		ResetMs: o.ResetAfterMs, Policy: o.Policy.Name, Mode: string(o.Mode), Limit: enforcedLimit(o),
-		PeriodMs: time.Duration(o.Policy.Period).Milliseconds(), Replayed: o.Replayed, Shadow: o.Shadow, Reservation: o.Reservation}
+	return &pb.CheckResponse{
+		Allowed:      o.Allowed,
+		Remaining:    o.RemainingUnits(),
+		RetryAfterMs: o.RetryAfterMs,
+		ResetMs:      o.ResetAfterMs,
+		Policy:       o.Policy.Name,
+		Mode:         string(o.Mode),
+		Limit:        enforcedLimit(o),
+		PeriodMs:     time.Duration(o.Policy.Period).Milliseconds(),
+		Replayed:     o.Replayed,
+		Shadow:       o.Shadow,
+		Reservation:  o.Reservation,
+	}
 }
 
 // Register adds the check service and Envoy's rate-limit service to g.

@@ -91,10 +91,22 @@ func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request) {
 			"the body must be JSON: {\"policy\": ..., \"attributes\": {...}, \"cost\": 1}: "+err.Error())
 		return
 	}
-	o, err := s.c.Checker.Check(r.Context(), admission.Request{Policy: in.Policy, Attributes: in.Attributes, Cost: in.Cost, Check: in.Check,
-		IdempotencyKey: in.IdempotencyKey, Reserve: in.Reserve, Settle: in.Settle})
+	o, err := s.c.Checker.Check(r.Context(), admission.Request{
+		Policy:         in.Policy,
+		Attributes:     in.Attributes,
+		Cost:           in.Cost,
+		Check:          in.Check,
+		IdempotencyKey: in.IdempotencyKey,
+		Reserve:        in.Reserve,
+		Settle:         in.Settle,
+	})
 	if err != nil && !admission.IsInputError(err) { // nothing decided it: not the caller's fault
-		writeProblem(w, problem{Type: ProblemUnavailable, Title: http.StatusText(http.StatusServiceUnavailable), Status: http.StatusServiceUnavailable, Detail: err.Error()})
+		writeProblem(w, problem{
+			Type:   ProblemUnavailable,
+			Title:  http.StatusText(http.StatusServiceUnavailable),
+			Status: http.StatusServiceUnavailable,
+			Detail: err.Error(),
+		})
 		return
 	}
 	if err != nil {
@@ -111,8 +123,17 @@ func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, jsonContentType, func(b []byte) []byte {
-		return appendAnswer(b, checkAnswer{Allowed: true, Policy: o.Policy.Name, Remaining: o.RemainingUnits(), Limit: enforcedLimit(o),
-			ResetMs: o.ResetAfterMs, Mode: string(o.Mode), Replayed: o.Replayed, Shadow: o.Shadow, Reservation: o.Reservation})
+		return appendAnswer(b, checkAnswer{
+			Allowed:     true,
+			Policy:      o.Policy.Name,
+			Remaining:   o.RemainingUnits(),
+			Limit:       enforcedLimit(o),
+			ResetMs:     o.ResetAfterMs,
+			Mode:        string(o.Mode),
+			Replayed:    o.Replayed,
+			Shadow:      o.Shadow,
+			Reservation: o.Reservation,
+		})
 	})
 }
 

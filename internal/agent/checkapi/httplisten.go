@@ -59,8 +59,15 @@ func (s *Server) Listen(l net.Listener, h http.Handler, c HTTPListener) (*http.S
 		return nil, nil, fmt.Errorf("HTTP listener: max connections %d must exceed the pending handshakes %d, "+
 			"or handshakes could take every slot", c.MaxConns, c.Handshake.Total)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: HTTPReadHeaderTimeout, ReadTimeout: HTTPReadTimeout,
-		WriteTimeout: HTTPWriteTimeout, IdleTimeout: HTTPIdleTimeout, MaxHeaderBytes: MaxHeaderBytes, ErrorLog: s.c.Log.StdLogger()}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: HTTPReadHeaderTimeout,
+		ReadTimeout:       HTTPReadTimeout,
+		WriteTimeout:      HTTPWriteTimeout,
+		IdleTimeout:       HTTPIdleTimeout,
+		MaxHeaderBytes:    MaxHeaderBytes,
+		ErrorLog:          s.c.Log.StdLogger(),
+	}
 	hc := c.Handshake
 	if c.TLS != nil {
 		// As ServeTLS would: HTTP/2 and HTTP/1.1 offered; the server

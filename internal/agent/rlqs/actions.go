@@ -28,12 +28,25 @@ func allowAllAction(id *rlqsv3.BucketId) *rlqsv3.RateLimitQuotaResponse_BucketAc
 	return strategyAction(id, quotalease.StrategyProto(envoy.Strategy{Kind: envoy.AllowAll}), allowAllTTL)
 }
 
-func strategyAction(id *rlqsv3.BucketId, s *typev3.RateLimitStrategy, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {
-	return &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: id, BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
-		QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{AssignmentTimeToLive: durationpb.New(ttl), RateLimitStrategy: s}}}
+func strategyAction(
+	id *rlqsv3.BucketId,
+	s *typev3.RateLimitStrategy,
+	ttl time.Duration,
+) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	a := &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+		AssignmentTimeToLive: durationpb.New(ttl),
+		RateLimitStrategy:    s,
+	}
+	return &rlqsv3.RateLimitQuotaResponse_BucketAction{
+		BucketId:     id,
+		BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{QuotaAssignmentAction: a},
+	}
 }
 
 func abandonAction(id *rlqsv3.BucketId) *rlqsv3.RateLimitQuotaResponse_BucketAction {
-	return &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: id, BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{
-		AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}}}
+	a := &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}
+	return &rlqsv3.RateLimitQuotaResponse_BucketAction{
+		BucketId:     id,
+		BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: a},
+	}
 }

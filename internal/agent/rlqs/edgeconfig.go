@@ -47,7 +47,15 @@ type Config struct {
 
 // DefaultConfig returns the RLQS settings' defaults.
 func DefaultConfig() Config {
-	return Config{Tuning: edge.DefaultTuning(), MaxBucketsPerStream: 10_000, MaxStreams: 1_000, MaxBuckets: 100_000, MaxIdentities: 10_000, ReportsPerSecond: 20, ReportBurst: 200}
+	return Config{
+		Tuning:              edge.DefaultTuning(),
+		MaxBucketsPerStream: 10_000,
+		MaxStreams:          1_000,
+		MaxBuckets:          100_000,
+		MaxIdentities:       10_000,
+		ReportsPerSecond:    20,
+		ReportBurst:         200,
+	}
 }
 
 // callerStreams and callerBuckets are what one caller may hold: as set,
@@ -72,7 +80,8 @@ func (c Config) rounds(drift float64) edge.Config {
 func (c Config) Validate() error {
 	var errs []error
 	if c.Tick <= 0 || c.GrowWait <= 2*c.Tick {
-		errs = append(errs, fmt.Errorf("edge tick %s must be positive and the grow wait %s more than twice it", c.Tick, c.GrowWait))
+		errs = append(errs, fmt.Errorf("edge tick %s must be positive and the grow wait %s more than twice it",
+			c.Tick, c.GrowWait))
 	}
 	if c.Margin < 0 || c.ChangeEvery <= 0 || c.AbandonAfter < c.ChangeEvery {
 		errs = append(errs, fmt.Errorf("edge margin %s must not be negative, change interval %s must be "+

@@ -70,8 +70,9 @@ func New(h Host, cfg Config, drift float64, reg *prometheus.Registry) *Engine {
 		draining: make(chan struct{})}
 	viewed := make(chan struct{})
 	e.viewed.Store(&viewed)
+	down := logs.Outage{What: "edge reservation syncs with Redis", Interval: 30 * time.Second, Level: hclog.Warn}
 	st := &edgeStore{store: h.Shared.EdgeStore(e.self, h.Clock.Now, rc.Trust(), cfg.GrowWait), now: h.Clock.Now,
-		logger: h.Logger, down: logs.Outage{What: "edge reservation syncs with Redis", Interval: 30 * time.Second, Level: hclog.Warn}}
+		logger: h.Logger, down: down}
 	e.r = edge.NewRound(rc, compareSlots, edgeLeases{h.Policies, h.Leases}, st, e)
 	reg.MustRegister(newEdgeGauges(e))
 	return e
@@ -252,7 +253,8 @@ func (e *Engine) Queue(_ edge.ID, a edge.Send[rlqsSlotID]) {
 func (e *Engine) Refused(id edge.ID, sid rlqsSlotID) {
 	st := e.slot(sid).st
 	e.m.refused.WithLabelValues(refusedReason(errInstances)).Inc()
-	st.refused.Failed(e.h.Logger, e.h.Clock.Now(), "domain", st.domain, "bucket", sid.bucket, "policy", id.Policy, "error", errInstances)
+	st.refused.Failed(e.h.Logger, e.h.Clock.Now(),
+		"domain", st.domain, "bucket", sid.bucket, "policy", id.Policy, "error", errInstances)
 }
 
 // Along lists the slots of the streams with a message this round

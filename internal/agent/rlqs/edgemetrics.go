@@ -45,7 +45,8 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 				"about every quarter second (--edge-grow-wait / 2)."}),
 	}
 	reg.MustRegister(m.reported, m.limited, m.refused, m.dropped, m.messages, m.rounds, m.plans, m.syncs)
-	for _, r := range []string{"rate", "buckets", "streams", "agent-buckets", "caller-streams", "caller-buckets", "identities"} {
+	reasons := []string{"rate", "buckets", "streams", "agent-buckets", "caller-streams", "caller-buckets", "identities"}
+	for _, r := range reasons {
 		m.limited.WithLabelValues(r)
 	}
 	for _, r := range []string{"invalid", "unknown-policy", "identity", "no-edge", "unlimited"} {

@@ -24,7 +24,8 @@ type edgeStore struct {
 }
 
 // Sync syncs with the region's reservations (regional.EdgeStore.Sync).
-func (s *edgeStore) Sync(ctx context.Context, writes []edge.Write, read bool, alive time.Duration) (edge.SyncAnswer, error) {
+func (s *edgeStore) Sync(ctx context.Context, writes []edge.Write, read bool,
+	alive time.Duration) (edge.SyncAnswer, error) {
 	sent := s.now()
 	ans, err := s.store.Sync(ctx, writes, read, alive)
 	if err != nil {

@@ -139,7 +139,8 @@ func (e *Engine) open(library bool, caller, group string) (*rlqsStream, error) {
 	e.nextStream++
 	st := &rlqsStream{id: e.nextStream, library: library, caller: cl, group: group,
 		out: make(chan *rlqsv3.RateLimitQuotaResponse, rlqsOutbox), done: make(chan struct{}),
-		slots: map[string]*rlqsSlot{}, allowAll: map[string]time.Time{}, second: map[string]bool{}, tokens: float64(e.cfg.ReportBurst), tokensAt: e.h.Clock.Now(),
+		slots: map[string]*rlqsSlot{}, allowAll: map[string]time.Time{}, second: map[string]bool{},
+		tokens: float64(e.cfg.ReportBurst), tokensAt: e.h.Clock.Now(),
 		refused: logs.Outage{What: "RLQS buckets refused", Interval: 30 * time.Second, Level: hclog.Warn}}
 	e.streams[st.id] = st
 	return st, nil
@@ -178,12 +179,14 @@ func (e *Engine) report(st *rlqsStream, m *rlqsv3.RateLimitQuotaUsageReports) er
 		return status.Error(codes.InvalidArgument, "the first usage report must name a domain")
 	case st.domain == "":
 		if len(m.Domain) > policy.MaxAttributeValueBytes {
-			return status.Errorf(codes.InvalidArgument, "domain of %d bytes, more than %d", len(m.Domain), policy.MaxAttributeValueBytes)
+			return status.Errorf(codes.InvalidArgument, "domain of %d bytes, more than %d",
+				len(m.Domain), policy.MaxAttributeValueBytes)
 		}
 		st.domain = m.Domain
 	case m.Domain != "" && m.Domain != st.domain:
 		return status.Errorf(codes.InvalidArgument,
-			"the stream's domain is %s, a report names %s: one stream serves one domain", policy.QuoteName(st.domain), policy.QuoteName(m.Domain))
+			"the stream's domain is %s, a report names %s: one stream serves one domain",
+			policy.QuoteName(st.domain), policy.QuoteName(m.Domain))
 	}
 	if !st.paced(now, e.cfg) {
 		e.m.limited.WithLabelValues("rate").Inc()

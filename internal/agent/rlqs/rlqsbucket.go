@@ -49,7 +49,12 @@ type rlqsMatch struct {
 // matchBucket maps bucket b of domain to a policy identity with the
 // policies and Envoy index given. An error says why it names none
 // (errBadBucket, admission.ErrUnknownPolicy, policy.ErrInvalidIdentity).
-func matchBucket(ix checkapi.EnvoyIndex, policies admission.Policies, domain string, b map[string]string) (rlqsMatch, error) {
+func matchBucket(
+	ix checkapi.EnvoyIndex,
+	policies admission.Policies,
+	domain string,
+	b map[string]string,
+) (rlqsMatch, error) {
 	if err := boundedBucket(b); err != nil {
 		return rlqsMatch{}, err
 	}

@@ -117,7 +117,9 @@ func (k Checker) boundAt(end time.Time, cache map[[2]int]bound.Result) (bound.Re
 				if i == j {
 					r, err = bound.Compute(k.History[i].Policy, k.Deployment, bound.Leased, w)
 				} else {
-					r, err = bound.Transition(k.History[i].Policy, k.History[j].Policy, policy.StartsFresh(k.History[i].Policy, k.History[j].Policy), k.Deployment, bound.Leased, w)
+					from, to := k.History[i].Policy, k.History[j].Policy
+					fresh := policy.StartsFresh(from, to)
+					r, err = bound.Transition(from, to, fresh, k.Deployment, bound.Leased, w)
 				}
 				if err != nil {
 					return bound.Result{}, 0, err

@@ -43,8 +43,8 @@ func Build(ctx context.Context, dir string) (Binaries, error) {
 	if err != nil {
 		return Binaries{}, err
 	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+string(os.PathSeparator), "./cmd/coordinator", "./cmd/regional-agent",
-		"./examples/limited-service")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+string(os.PathSeparator),
+		"./cmd/coordinator", "./cmd/regional-agent", "./examples/limited-service")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return Binaries{}, fmt.Errorf("go build: %w\n%s", err, out)
@@ -367,7 +367,14 @@ func Start(ctx context.Context, bins Binaries, dir string, o Options) (_ *Cluste
 	if o.AgentsPerRegion == 0 {
 		o.AgentsPerRegion = 1
 	}
-	c := &Cluster{Dir: dir, Opts: o, bins: bins, used: map[string]bool{}, RedisClusters: map[string]*redistest.Cluster{}, Sentinels: map[string]*redistest.Sentinel{}}
+	c := &Cluster{
+		Dir:           dir,
+		Opts:          o,
+		bins:          bins,
+		used:          map[string]bool{},
+		RedisClusters: map[string]*redistest.Cluster{},
+		Sentinels:     map[string]*redistest.Sentinel{},
+	}
 	defer func() {
 		if err != nil {
 			c.Stop()
@@ -405,7 +412,8 @@ func Start(ctx context.Context, bins Binaries, dir string, o Options) (_ *Cluste
 				return nil, err
 			}
 			httpAddr, err = c.freeAddr()
-			args := append([]string{"serve", "--listen", addr, "--http-listen", httpAddr, "--name", name, "--etcd-endpoints", c.etcd}, common...)
+			args := append([]string{"serve", "--listen", addr, "--http-listen", httpAddr, "--name", name,
+				"--etcd-endpoints", c.etcd}, common...)
 			args = append(args, o.CoordinatorArgs...)
 			return append(args, serverArgs(c.pki.coordinator)...), err
 		})
@@ -480,7 +488,15 @@ func (c *Cluster) startRedis(dir string, o Options) (map[string]string, error) {
 // startAgent starts instance j (from 1) of region i's agent, reaching every
 // coordinator and (for a single redis-server) Redis through fault proxies
 // of its own.
-func (c *Cluster) startAgent(ctx context.Context, bins Binaries, i int, region string, j int, addrs []string, redisArg map[string]string) (*AgentProcess, error) {
+func (c *Cluster) startAgent(
+	ctx context.Context,
+	bins Binaries,
+	i int,
+	region string,
+	j int,
+	addrs []string,
+	redisArg map[string]string,
+) (*AgentProcess, error) {
 	o := c.Opts
 	a := &AgentProcess{Region: region}
 	var via []string
@@ -510,10 +526,12 @@ func (c *Cluster) startAgent(ctx context.Context, bins Binaries, i int, region s
 		httpAddr, _ = c.freeAddr()
 		return append([]string{"serve", "--region", region, "--instance", instance,
 			"--redis", toRedis, "--coordinator", strings.Join(via, ","), "--grpc-listen", grpcAddr,
-			"--http-listen", httpAddr, "--check-timeout", o.CheckTimeout.String(), "--lease-margin", "50ms", "--log-level", "info",
+			"--http-listen", httpAddr, "--check-timeout", o.CheckTimeout.String(),
+			"--lease-margin", "50ms", "--log-level", "info",
 			"--coordinator-hints=false", // reach the coordinators only through the fault proxies
 			"--coordinator-tls-ca", c.pki.ca.CertFile,
-			"--tls-cert", c.pki.regions[region].Cert, "--tls-key", c.pki.regions[region].Key, "--tls-client-ca", c.pki.ca.CertFile}, o.AgentArgs...), nil
+			"--tls-cert", c.pki.regions[region].Cert, "--tls-key", c.pki.regions[region].Key,
+			"--tls-client-ca", c.pki.ca.CertFile}, o.AgentArgs...), nil
 	})
 	if err != nil {
 		return nil, err

@@ -69,7 +69,10 @@ func RunDemo(ctx context.Context, bins Binaries, dir string, dur time.Duration, 
 	// sized for the end of its life, and with leases of 2 s renewed every
 	// third the grant often ends sooner, leaving the edge the degraded
 	// budget.
-	c, err := Start(ctx, bins, dir, Options{CoordinatorArgs: []string{"--console-sample", "1s", "--console-refresh", "2s"}, LeaseDuration: 4 * time.Second})
+	c, err := Start(ctx, bins, dir, Options{
+		CoordinatorArgs: []string{"--console-sample", "1s", "--console-refresh", "2s"},
+		LeaseDuration:   4 * time.Second,
+	})
 	if err != nil {
 		return err
 	}
@@ -162,19 +165,22 @@ func RunDemo(ctx context.Context, bins Binaries, dir string, dur time.Duration, 
 func demoLoads(dur time.Duration) (global, tenant, direct Load) {
 	phase := func(el time.Duration) int { return int(4 * el / dur) } // 0..3
 	heavy := []string{"us", "eu", "eu", "ap"}
-	global = Load{Policy: "api-global", Attribute: "api", Identities: 1, Rate: func(region string, el time.Duration) float64 {
-		if heavy[min(phase(el), 3)] == region {
-			return 60
-		}
-		return 12
-	}}
-	tenant = Load{Policy: "per-tenant", Attribute: "tenant", Identities: 40, Hot: 0.5, Rate: func(region string, el time.Duration) float64 {
-		if heavy[min(phase(el), 3)] == region {
-			return 25
-		}
-		return 5
-	}}
-	direct = Load{Policy: "edge-tenant", Attribute: "tenant", Identity: func(string, time.Duration) string { return "t-0" },
+	global = Load{Policy: "api-global", Attribute: "api", Identities: 1,
+		Rate: func(region string, el time.Duration) float64 {
+			if heavy[min(phase(el), 3)] == region {
+				return 60
+			}
+			return 12
+		}}
+	tenant = Load{Policy: "per-tenant", Attribute: "tenant", Identities: 40, Hot: 0.5,
+		Rate: func(region string, el time.Duration) float64 {
+			if heavy[min(phase(el), 3)] == region {
+				return 25
+			}
+			return 5
+		}}
+	direct = Load{Policy: "edge-tenant", Attribute: "tenant",
+		Identity: func(string, time.Duration) string { return "t-0" },
 		Rate: func(region string, _ time.Duration) float64 {
 			if region == DemoEdgeRegion {
 				return 0
@@ -196,7 +202,11 @@ func startDemoEdge(ctx context.Context, c *Cluster) (*Edge, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c.StartEdge(ctx, DemoEdgeRegion, EdgeOptions{Envoys: demoEnvoys, Filters: []EdgeFilter{{Domain: "demo", Settings: set}}, ReportInterval: every})
+	return c.StartEdge(ctx, DemoEdgeRegion, EdgeOptions{
+		Envoys:         demoEnvoys,
+		Filters:        []EdgeFilter{{Domain: "demo", Settings: set}},
+		ReportInterval: every,
+	})
 }
 
 // demoEdgeDemand is what each Envoy-like client asks of edge-tenant: the
@@ -219,7 +229,15 @@ func demoEdgeDemand() func(string, int, time.Duration) []EdgeDemand {
 // progress prints one line: every region's lease on api-global (state and
 // share of the limit), what it admitted so far, and what the edge's
 // clients admitted of what they decided.
-func progress(ctx context.Context, out io.Writer, c *Cluster, d *Driver, ed *EdgeDriver, el time.Duration, shares map[string][]float64) {
+func progress(
+	ctx context.Context,
+	out io.Writer,
+	c *Cluster,
+	d *Driver,
+	ed *EdgeDriver,
+	el time.Duration,
+	shares map[string][]float64,
+) {
 	line := []string{fmt.Sprintf("t=%2.0fs ", el.Seconds())}
 	lctx, cancel := context.WithTimeout(ctx, time.Second)
 	leases, err := c.Leases(lctx)
@@ -242,13 +260,21 @@ func progress(ctx context.Context, out io.Writer, c *Cluster, d *Driver, ed *Edg
 		adm = append(adm, fmt.Sprintf("%s %d", a.Region, st[a.Region].Admitted))
 	}
 	decided, allowed := ed.Decisions()
-	fmt.Fprintf(out, "%s | api-global admitted so far: %s | %s's Envoys admitted %d of %d\n", strings.Join(line, "  "), strings.Join(adm, ", "), DemoEdgeRegion, allowed, decided)
+	fmt.Fprintf(out, "%s | api-global admitted so far: %s | %s's Envoys admitted %d of %d\n",
+		strings.Join(line, "  "), strings.Join(adm, ", "), DemoEdgeRegion, allowed, decided)
 }
 
 // writeDemoReport writes the demo's closing report to out: per policy,
 // what each region, the Envoys and the services sent and admitted, and
 // the fullest window against the bound the policy publishes.
-func writeDemoReport(out io.Writer, c *Cluster, d *Driver, edge *Edge, sd *ServiceDriver, shares map[string][]float64) error {
+func writeDemoReport(
+	out io.Writer,
+	c *Cluster,
+	d *Driver,
+	edge *Edge,
+	sd *ServiceDriver,
+	shares map[string][]float64,
+) error {
 	ps, err := policy.ParsePolicies([]byte(DemoPolicies + "---\n" + DemoEdgePolicy))
 	if err != nil {
 		return err
@@ -271,15 +297,18 @@ func writeDemoReport(out io.Writer, c *Cluster, d *Driver, edge *Edge, sd *Servi
 			s := d.Stats(p.Name)[a.Region]
 			total.Sent, total.Admitted, total.Rejected = total.Sent+s.Sent, total.Admitted+s.Admitted, total.Rejected+s.Rejected
 			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t\n", a.Region, s.Sent, s.Admitted, s.Rejected,
-				s.Modes["leased"], s.Modes["degraded"], s.Modes["local-fallback"], s.Modes["unleased"], shareRange(shares[p.Name+"/"+a.Region]))
+				s.Modes["leased"], s.Modes["degraded"], s.Modes["local-fallback"], s.Modes["unleased"],
+				shareRange(shares[p.Name+"/"+a.Region]))
 		}
 		if p.Edge != nil {
 			// Decided by the Envoy-like clients themselves: no mode.
 			s := edge.Stats()
-			total.Sent, total.Admitted, total.Rejected = total.Sent+int64(s.Allowed+s.Denied), total.Admitted+int64(s.Allowed), total.Rejected+int64(s.Denied)
+			total.Sent, total.Admitted, total.Rejected =
+				total.Sent+int64(s.Allowed+s.Denied), total.Admitted+int64(s.Allowed), total.Rejected+int64(s.Denied)
 			fmt.Fprintf(tw, "%s's Envoys\t%d\t%d\t%d\t\t\t\t\t\t\n", edge.Region, s.Allowed+s.Denied, s.Allowed, s.Denied)
 			admitted, refused := sd.Counts()
-			total.Sent, total.Admitted, total.Rejected = total.Sent+int64(admitted+refused), total.Admitted+int64(admitted), total.Rejected+int64(refused)
+			total.Sent, total.Admitted, total.Rejected =
+				total.Sent+int64(admitted+refused), total.Admitted+int64(admitted), total.Rejected+int64(refused)
 			fmt.Fprintf(tw, "%s's services\t%d\t%d\t%d\t\t\t\t\t\t\n", DemoServiceRegion, admitted+refused, admitted, refused)
 		}
 		fmt.Fprintf(tw, "total\t%d\t%d\t%d\t\t\t\t\t\t\n", total.Sent, total.Admitted, total.Rejected)
@@ -314,7 +343,8 @@ func referenceOf(p *policy.Policy, w time.Duration) string {
 	if p.Algorithm == policy.TokenBucket {
 		return fmt.Sprintf("burst %g + %g/s x %s", p.Burst, perSecond, w)
 	}
-	return fmt.Sprintf("%g per %s window, a window boundary inside %s counting one more", p.Limit, time.Duration(p.Period), w)
+	return fmt.Sprintf("%g per %s window, a window boundary inside %s counting one more",
+		p.Limit, time.Duration(p.Period), w)
 }
 
 func shareRange(v []float64) string {

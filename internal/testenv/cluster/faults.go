@@ -43,7 +43,11 @@ const (
 	ChangeFailure FaultKind = "change-failure"
 )
 
-var faultKinds = []FaultKind{KillLeader, PauseLeader, KillAgent, RestartRedis, PauseRedis, FlapLatency, PartitionRegion, ChangeLimit, ChangeFailure}
+var faultKinds = []FaultKind{
+	KillLeader, PauseLeader, KillAgent,
+	RestartRedis, PauseRedis, FlapLatency,
+	PartitionRegion, ChangeLimit, ChangeFailure,
+}
 
 // Fault is one scheduled fault.
 type Fault struct {
@@ -140,7 +144,12 @@ type Injector struct {
 
 // NewInjector returns an injector for c, whose policy was stored with
 // limit and failures[0].
-func NewInjector(c *Cluster, policy func(limit float64, failure string) string, limit float64, failures []string) *Injector {
+func NewInjector(
+	c *Cluster,
+	policy func(limit float64, failure string) string,
+	limit float64,
+	failures []string,
+) *Injector {
 	return &Injector{c: c, Policy: policy, Failures: failures, limit: limit, failure: failures[0],
 		targets: map[string]*sync.Mutex{}, ran: map[FaultKind]int{}}
 }

@@ -15,7 +15,12 @@ import (
 // the tenants of policy (served at the edge in domain "shop") and
 // reporting every report, over mutual TLS as a service; each lists the
 // region's first agent, through its proxy.
-func (c *Cluster) StartServices(ctx context.Context, region, policy string, n int, report time.Duration) ([]*ServiceProcess, error) {
+func (c *Cluster) StartServices(
+	ctx context.Context,
+	region, policy string,
+	n int,
+	report time.Duration,
+) ([]*ServiceProcess, error) {
 	agents := c.RegionAgents(region)
 	if len(agents) == 0 {
 		return nil, fmt.Errorf("services of %s: the region has no agent", region)
@@ -28,7 +33,8 @@ func (c *Cluster) StartServices(ctx context.Context, region, policy string, n in
 		}
 		sv := &ServiceProcess{Region: region, Proxy: px}
 		var listen string
-		sv.Process, err = c.startServing(ctx, fmt.Sprintf("service-%s-%d", region, i+1), c.bins.Service, func() ([]string, error) {
+		name := fmt.Sprintf("service-%s-%d", region, i+1)
+		sv.Process, err = c.startServing(ctx, name, c.bins.Service, func() ([]string, error) {
 			listen, _ = c.freeAddr()
 			return []string{"--listen", listen, "--agents", px.Addr, "--domain", "shop", "--policy", policy,
 				"--report-interval", report.String(), "--tls-ca", c.pki.ca.CertFile,

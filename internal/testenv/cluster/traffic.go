@@ -141,7 +141,15 @@ func (d *Driver) check(ctx context.Context, pol string, a *AgentProcess, req *pb
 
 // converse starts one conversation of l at a: a check, and if admitted a
 // charge in the background, holding a place in flight until then.
-func (d *Driver) converse(ctx context.Context, r *rand.Rand, l Load, a *AgentProcess, identity string, flight chan struct{}, charges *sync.WaitGroup) {
+func (d *Driver) converse(
+	ctx context.Context,
+	r *rand.Rand,
+	l Load,
+	a *AgentProcess,
+	identity string,
+	flight chan struct{},
+	charges *sync.WaitGroup,
+) {
 	select {
 	case flight <- struct{}{}:
 	default:
@@ -165,7 +173,14 @@ func (d *Driver) converse(ctx context.Context, r *rand.Rand, l Load, a *AgentPro
 	})
 }
 
-func (d *Driver) loop(ctx context.Context, start time.Time, r *rand.Rand, l Load, a *AgentProcess, send func(identity string)) {
+func (d *Driver) loop(
+	ctx context.Context,
+	start time.Time,
+	r *rand.Rand,
+	l Load,
+	a *AgentProcess,
+	send func(identity string),
+) {
 	next := time.Now()
 	for ctx.Err() == nil {
 		rate := l.Rate(a.Region, time.Since(start))
@@ -212,7 +227,15 @@ func ending(ctx context.Context) bool {
 // record counts req's answer: an admission when admitted, and a charge
 // after the fact (a cost with no check) whatever its answer, since it is
 // counted all the same; a check (cost 0) admits nothing to count.
-func (d *Driver) record(policy, region string, req *pb.CheckRequest, at time.Time, took time.Duration, resp *pb.CheckResponse, err error, ending bool) {
+func (d *Driver) record(
+	policy, region string,
+	req *pb.CheckRequest,
+	at time.Time,
+	took time.Duration,
+	resp *pb.CheckResponse,
+	err error,
+	ending bool,
+) {
 	identity := req.Attributes[firstKey(req.Attributes)]
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -243,7 +266,15 @@ func (d *Driver) record(policy, region string, req *pb.CheckRequest, at time.Tim
 			st.Rejected++
 		}
 		st.Modes[resp.Mode]++
-		d.admissions = append(d.admissions, Admission{At: at, Region: region, Policy: policy, Identity: identity, Mode: resp.Mode, Took: took, Cost: req.Cost})
+		d.admissions = append(d.admissions, Admission{
+			At:       at,
+			Region:   region,
+			Policy:   policy,
+			Identity: identity,
+			Mode:     resp.Mode,
+			Took:     took,
+			Cost:     req.Cost,
+		})
 	default:
 		st.Rejected++
 		st.Modes[resp.Mode]++
@@ -299,7 +330,12 @@ func (d *Driver) MaxWindow(policy string, w time.Duration) (max int, identity st
 // admission of policy: per identity (in name order), the admissions in
 // (end-w, end] by the client's send times, in units (Admission.Cost). It
 // stops at fn's first error.
-func forEachWindow(adm []Admission, policy string, w time.Duration, fn func(identity string, end time.Time, count int) error) error {
+func forEachWindow(
+	adm []Admission,
+	policy string,
+	w time.Duration,
+	fn func(identity string, end time.Time, count int) error,
+) error {
 	byID := map[string][]Admission{}
 	for _, a := range adm {
 		if a.Policy == policy {

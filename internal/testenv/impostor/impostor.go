@@ -63,7 +63,13 @@ func (s *Server) Lease(_ context.Context, req *pb.LeaseRequest) (*pb.LeaseRespon
 	s.Answered.Add(1)
 	resp := &pb.LeaseResponse{Epoch: 1}
 	for _, q := range req.Quotas {
-		resp.Grants = append(resp.Grants, &pb.QuotaGrant{Quota: q.Quota, GrantId: "1.1", Rate: 1 << 40, Burst: 1 << 40, ValidForMs: 60_000})
+		resp.Grants = append(resp.Grants, &pb.QuotaGrant{
+			Quota:      q.Quota,
+			GrantId:    "1.1",
+			Rate:       1 << 40,
+			Burst:      1 << 40,
+			ValidForMs: 60_000,
+		})
 	}
 	return resp, nil
 }

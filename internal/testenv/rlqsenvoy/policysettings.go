@@ -24,13 +24,22 @@ func SettingsFor(e *policy.Edge, reporting time.Duration) (*rlqfv3.RateLimitQuot
 		return nil, errors.New("bucket settings: the policy has no edge settings")
 	}
 	m := envoy.SettingsOf(e)
-	s := &rlqfv3.RateLimitQuotaBucketSettings{ReportingInterval: durationpb.New(reporting),
+	s := &rlqfv3.RateLimitQuotaBucketSettings{
+		ReportingInterval: durationpb.New(reporting),
 		NoAssignmentBehavior: &rlqfv3.RateLimitQuotaBucketSettings_NoAssignmentBehavior{
-			NoAssignmentBehavior: &rlqfv3.RateLimitQuotaBucketSettings_NoAssignmentBehavior_FallbackRateLimit{FallbackRateLimit: quotalease.StrategyProto(m.NoAssignment)}}}
+			NoAssignmentBehavior: &rlqfv3.RateLimitQuotaBucketSettings_NoAssignmentBehavior_FallbackRateLimit{
+				FallbackRateLimit: quotalease.StrategyProto(m.NoAssignment),
+			},
+		},
+	}
 	if m.Fallback != nil {
+		fallback := &rlqfv3.RateLimitQuotaBucketSettings_ExpiredAssignmentBehavior_FallbackRateLimit{
+			FallbackRateLimit: quotalease.StrategyProto(*m.Fallback),
+		}
 		s.ExpiredAssignmentBehavior = &rlqfv3.RateLimitQuotaBucketSettings_ExpiredAssignmentBehavior{
 			ExpiredAssignmentBehaviorTimeout: durationpb.New(m.FallbackFor),
-			ExpiredAssignmentBehavior:        &rlqfv3.RateLimitQuotaBucketSettings_ExpiredAssignmentBehavior_FallbackRateLimit{FallbackRateLimit: quotalease.StrategyProto(*m.Fallback)}}
+			ExpiredAssignmentBehavior:        fallback,
+		}
 	}
 	if err := ValidateSettings(s); err != nil {
 		return nil, err

@@ -203,7 +203,11 @@ func Blanket(r typev3.RateLimitStrategy_BlanketRule) *typev3.RateLimitStrategy {
 }
 
 // Assignment is a quota assignment of s to the bucket id for ttl.
-func Assignment(id map[string]string, s *typev3.RateLimitStrategy, ttl *durationpb.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+func Assignment(
+	id map[string]string,
+	s *typev3.RateLimitStrategy,
+	ttl *durationpb.Duration,
+) *rlqsv3.RateLimitQuotaResponse_BucketAction {
 	return &rlqsv3.RateLimitQuotaResponse_BucketAction{
 		BucketId: &rlqsv3.BucketId{Bucket: id},
 		BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
@@ -214,6 +218,9 @@ func Assignment(id map[string]string, s *typev3.RateLimitStrategy, ttl *duration
 // Abandon is an abandon action for the bucket id.
 func Abandon(id map[string]string) *rlqsv3.RateLimitQuotaResponse_BucketAction {
 	return &rlqsv3.RateLimitQuotaResponse_BucketAction{
-		BucketId:     &rlqsv3.BucketId{Bucket: id},
-		BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}}}
+		BucketId: &rlqsv3.BucketId{Bucket: id},
+		BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{
+			AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{},
+		},
+	}
 }

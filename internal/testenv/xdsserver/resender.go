@@ -43,7 +43,9 @@ func StartResender(t testing.TB, bad *anypb.Any) *Resender {
 func (s *Resender) NACKs() int64 { return s.nacks.Load() }
 
 // StreamAggregatedResources answers every request with the configuration.
-func (s *Resender) StreamAggregatedResources(st discovery.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
+func (s *Resender) StreamAggregatedResources(
+	st discovery.AggregatedDiscoveryService_StreamAggregatedResourcesServer,
+) error {
 	for n := 0; ; n++ {
 		req, err := st.Recv()
 		if err != nil {

@@ -87,7 +87,12 @@ func Start(t testing.TB, addr, node string, tc *tls.Config) *Server {
 			}
 			return nil
 		},
-		StreamResponseFunc: func(_ context.Context, _ int64, _ *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
+		StreamResponseFunc: func(
+			_ context.Context,
+			_ int64,
+			_ *discovery.DiscoveryRequest,
+			resp *discovery.DiscoveryResponse,
+		) {
 			s.mu.Lock()
 			s.sent[resp.GetNonce()] = resp.GetVersionInfo()
 			s.mu.Unlock()
@@ -176,6 +181,12 @@ func TLS(t testing.TB) (server, client *tls.Config) {
 // Settings are a client's settings for the server at addr with tc (nil:
 // plaintext), backing off briefly as tests want.
 func Settings(addr string, tc *tls.Config) *ratelimitxds.Settings {
-	return &ratelimitxds.Settings{Server: addr, NodeID: ratelimitxds.DefaultNodeID, TLS: tc, MaxMessageBytes: ratelimitxds.DefaultMaxMessageBytes,
-		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}
+	return &ratelimitxds.Settings{
+		Server:          addr,
+		NodeID:          ratelimitxds.DefaultNodeID,
+		TLS:             tc,
+		MaxMessageBytes: ratelimitxds.DefaultMaxMessageBytes,
+		MinBackoff:      20 * time.Millisecond,
+		MaxBackoff:      200 * time.Millisecond,
+	}
 }
