@@ -39,9 +39,12 @@ LDFLAGS  := -X github.com/quota-lease/quota-lease/internal/version.revision=$(RE
 build: ## build all binaries into bin/ (--version names the revision), and the example service
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/... ./examples/limited-service
 
-fmt-check: ## fail if any file is not gofmt-clean
+fmt-check: ## fail if any file is not gofmt-clean, or a non-test, non-generated Go line is over 120 characters
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@out=$$(find . -name '*.go' ! -name '*_test.go' ! -name '*.pb.go' ! -path './.*' \
+	  | xargs awk 'length > 120 { print FILENAME ":" FNR }'); \
+	  if [ -n "$$out" ]; then echo "lines over 120 characters (tabs count one):"; echo "$$out"; exit 1; fi
 
 vet: ## go vet
 	$(GO) vet $(PKGS)
