@@ -12,7 +12,7 @@ import (
 // postHocPipeline is a pipeline over store with one global fixed window
 // "tokens" (1000 a minute) that takes charges after the fact, leased in
 // full.
-func postHocPipeline(t *testing.T, store Store, clk *clock.Manual) *Pipeline {
+func postHocPipeline(t testing.TB, store Store, clk *clock.Manual) *Pipeline {
 	t.Helper()
 	ps, err := policy.ParsePolicies([]byte("name: tokens\nidentity: [tenant]\nalgorithm: fixed_window\nlimit: 1000\nperiod: 1m\npost_hoc: true\n"))
 	if err != nil {
@@ -42,16 +42,24 @@ func applyingStore(state *policy.State, clk *clock.Manual) *fakeStore {
 	}}
 }
 
+// applyingPostHoc is a postHocPipeline over an applyingStore, on a manual
+// clock at 1,000 s: it returns the pipeline, its store and the state the
+// store decides on, for the tests that look at what the store counted.
+func applyingPostHoc(t testing.TB) (*Pipeline, *fakeStore, *policy.State) {
+	t.Helper()
+	clk := &clock.Manual{}
+	clk.Set(1_000_000)
+	state := &policy.State{}
+	store := applyingStore(state, clk)
+	return postHocPipeline(t, store, clk), store, state
+}
+
 // A check carries no cost and returns nothing; it reaches the store as a
 // ticket of cost 0. A charge after the fact larger than the whole limit
 // is valid, and every charge reaches the store (never the over-limit
 // cache), while checks may be answered from it.
 func TestChecksAndChargesAfterTheFact(t *testing.T) {
-	var clk clock.Manual
-	clk.Set(1_000_000)
-	var state policy.State
-	store := applyingStore(&state, &clk)
-	p := postHocPipeline(t, store, &clk)
+	p, store, state := applyingPostHoc(t)
 	ctx := context.Background()
 	for _, bad := range []Request{
 		{Policy: "tokens", Attributes: tenant, Check: true, Cost: 5},
@@ -127,11 +135,7 @@ func TestFallbackCountsChargesAfterTheFact(t *testing.T) {
 // store under the least limits, refused there and counted, so the region
 // holds the debt on its own key.
 func TestChargeWithoutShareIsCounted(t *testing.T) {
-	var clk clock.Manual
-	clk.Set(1_000_000)
-	var state policy.State
-	store := applyingStore(&state, &clk)
-	p := postHocPipeline(t, store, &clk)
+	p, store, state := applyingPostHoc(t)
 	p.cfg.Shares = &fixedShares{mode: lease.ModeLeased} // nothing
 	ctx := context.Background()
 	o, err := p.Check(ctx, Request{Policy: "tokens", Attributes: tenant, Check: true})

@@ -8,6 +8,29 @@ import (
 	"github.com/quota-lease/quota-lease/policy"
 )
 
+// benchRenewer returns a function that renews region r's one instance (named
+// r) at now with targets on a new book of total micro-units, and commits it,
+// failing t if the book refuses: the renewal both identity benchmarks time.
+// Each renewal carries the next sequence number and the grant the region's
+// last one got.
+func benchRenewer(t testing.TB, total int64) func(now time.Time, r string, targets Targets) {
+	t.Helper()
+	timing := Timing{ValidFor: 10 * time.Second, Drift: 1e-4, Margin: 10 * time.Millisecond, DegradedTimeout: time.Minute}
+	book := NewBook(total, policy.Failure{Mode: policy.StaticShare, StaticFraction: 0.1}, timing, 1)
+	ids := map[string]string{}
+	seq := uint64(0)
+	return func(now time.Time, r string, targets Targets) {
+		seq++
+		renewal := Renewal{Region: r, Instance: r, Nonce: "n-" + r, Seq: seq, GrantID: ids[r]}
+		p, err := book.PrepareTargets(now, renewal, targets)
+		if err != nil {
+			t.Fatal(err)
+		}
+		book.Commit(p)
+		ids[r] = p.Grant().ID
+	}
+}
+
 // BenchmarkIdentityRenewal is one region's renewal (PrepareTargets and
 // Commit) on a quota whose n identities hold shares of their own in three
 // regions, when nothing changes: the coordinator's cost per renewal grows
@@ -16,8 +39,7 @@ func BenchmarkIdentityRenewal(b *testing.B) {
 	for _, n := range []int{10, 100, 1000} {
 		b.Run(fmt.Sprintf("identities=%d", n), func(b *testing.B) {
 			const total = 100 * policy.Micro
-			timing := Timing{ValidFor: 10 * time.Second, Drift: 1e-4, Margin: 10 * time.Millisecond, DegradedTimeout: time.Minute}
-			book := NewBook(total, policy.Failure{Mode: policy.StaticShare, StaticFraction: 0.1}, timing, 1)
+			renew := benchRenewer(b, total)
 			regions := []string{"us", "eu", "ap"}
 			targets := map[string]Targets{}
 			for i, r := range regions {
@@ -32,25 +54,15 @@ func BenchmarkIdentityRenewal(b *testing.B) {
 				targets[r] = t
 			}
 			now := time.Unix(1000, 0)
-			ids := map[string]string{}
-			seq := uint64(0)
-			renew := func(r string) {
-				seq++
-				p, err := book.PrepareTargets(now, Renewal{Region: r, Instance: r, Nonce: "n-" + r, Seq: seq, GrantID: ids[r]}, targets[r])
-				if err != nil {
-					b.Fatal(err)
-				}
-				book.Commit(p)
-				ids[r] = p.Grant().ID
-			}
 			for round := 0; round < 3; round++ { // shares settle: every region acknowledges
 				for _, r := range regions {
-					renew(r)
+					renew(now, r, targets[r])
 				}
 			}
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				renew(regions[i%3])
+				r := regions[i%3]
+				renew(now, r, targets[r])
 			}
 		})
 	}
@@ -65,8 +77,7 @@ func BenchmarkIdentityRound(b *testing.B) {
 	for _, n := range []int{1000, 10_000, 100_000} {
 		b.Run(fmt.Sprintf("identities=%d", n), func(b *testing.B) {
 			const total = 10 * policy.Micro
-			timing := Timing{ValidFor: 10 * time.Second, Drift: 1e-4, Margin: 10 * time.Millisecond, DegradedTimeout: time.Minute}
-			book := NewBook(total, policy.Failure{Mode: policy.StaticShare, StaticFraction: 0.1}, timing, 1)
+			renew := benchRenewer(b, total)
 			plan := NewIdentityPlan(n)
 			regions := []string{"us", "eu", "ap"}
 			defaults := map[string]int64{"us": total / 3, "eu": total / 3, "ap": total / 3}
@@ -79,20 +90,11 @@ func BenchmarkIdentityRound(b *testing.B) {
 				plan.Update(regions[i], regions[i], "n", 0, reports[i])
 			}
 			now := time.Unix(1000, 0)
-			ids := map[string]string{}
-			seq := uint64(0)
 			round := func() {
 				plan.Plan(total, 0, defaults)
 				for i, r := range regions {
-					seq++
 					plan.Update(r, r, "n", len(reports[i]), nil)
-					p, err := book.PrepareTargets(now, Renewal{Region: r, Instance: r, Nonce: "n-" + r, Seq: seq, GrantID: ids[r]},
-						Targets{Default: defaults[r], Identities: plan.Targets(r)})
-					if err != nil {
-						b.Fatal(err)
-					}
-					book.Commit(p)
-					ids[r] = p.Grant().ID
+					renew(now, r, Targets{Default: defaults[r], Identities: plan.Targets(r)})
 				}
 				now = now.Add(time.Second)
 			}

@@ -27,6 +27,42 @@ func schedule(script []byte, maxCost int64) (nows, costs []int64) {
 	return nows, costs
 }
 
+// admissions runs the schedule script makes on an empty State under limits
+// l: the part the algorithms' fuzz tests share. It reports false when l is
+// invalid, failing t first if Apply accepts it anyway. A step Apply refuses
+// is skipped when its cost is over the capacity, and fails t otherwise;
+// check sees every other step (its index, the state before and after it,
+// its decision). It returns the effective time and cost of each admission.
+func admissions(t testing.TB, l Limits, script []byte, check func(i int, s, ns State, d Decision)) (
+	at, admitted []int64, ok bool) {
+	t.Helper()
+	if l.Validate() != nil {
+		if _, _, err := Apply(State{}, l, 0, 1); err == nil {
+			t.Fatalf("invalid limits %+v accepted", l)
+		}
+		return nil, nil, false
+	}
+	nows, costs := schedule(script, max(1, l.Capacity/Micro))
+	var s State
+	for i, now := range nows {
+		cost := costs[i] * Micro
+		ns, d, err := Apply(s, l, now, cost)
+		if err != nil {
+			if cost > l.Capacity {
+				continue
+			}
+			t.Fatalf("step %d: %v", i, err)
+		}
+		check(i, s, ns, d)
+		if d.Allowed {
+			at = append(at, ns.LastMs)
+			admitted = append(admitted, cost)
+		}
+		s = ns
+	}
+	return at, admitted, true
+}
+
 // FuzzTokenBucket checks the token bucket's invariants on any schedule:
 // tokens stay in [0, capacity], and the admitted total over any interval of
 // enforcement time is at most burst + rate*interval.
@@ -35,23 +71,7 @@ func FuzzTokenBucket(f *testing.F) {
 	f.Add(int64(7_333_333), int64(1_666_666), []byte{5, 0, 1, 5, 0, 1, 5, 0, 1, 0, 1, 0, 5, 0, 1})
 	f.Fuzz(func(t *testing.T, capacity, rate int64, script []byte) {
 		l := Limits{Algorithm: TokenBucket, Capacity: capacity, Rate: rate}
-		if l.Validate() != nil {
-			if _, _, err := Apply(State{}, l, 0, 1); err == nil {
-				t.Fatalf("invalid limits %+v accepted", l)
-			}
-			return
-		}
-		nows, costs := schedule(script, max(1, capacity/Micro))
-		var s State
-		var at, admitted []int64 // effective time and cost of each admission
-		for i, now := range nows {
-			ns, d, err := Apply(s, l, now, costs[i]*Micro)
-			if err != nil {
-				if costs[i]*Micro > capacity {
-					continue
-				}
-				t.Fatalf("step %d: %v", i, err)
-			}
+		at, admitted, ok := admissions(t, l, script, func(i int, s, ns State, d Decision) {
 			if ns.Tokens < 0 || ns.Tokens > capacity || d.Remaining != ns.Tokens {
 				t.Fatalf("step %d: tokens %d outside [0, %d]", i, ns.Tokens, capacity)
 			}
@@ -61,11 +81,9 @@ func FuzzTokenBucket(f *testing.F) {
 			if d.Allowed == (d.RetryAfterMs > 0) {
 				t.Fatalf("step %d: allowed=%v with retry %d", i, d.Allowed, d.RetryAfterMs)
 			}
-			if d.Allowed {
-				at = append(at, ns.LastMs)
-				admitted = append(admitted, costs[i]*Micro)
-			}
-			s = ns
+		})
+		if !ok {
+			return
 		}
 		for i := range at {
 			var sum int64
@@ -93,31 +111,16 @@ func FuzzWindows(f *testing.F) {
 	algs := []Algorithm{FixedWindow, SlidingWindow, SlidingLog}
 	f.Fuzz(func(t *testing.T, which uint8, capacity, window int64, script []byte) {
 		l := Limits{Algorithm: algs[int(which)%len(algs)], Capacity: capacity, WindowMs: window}
-		if l.Validate() != nil {
-			if _, _, err := Apply(State{}, l, 0, 1); err == nil {
-				t.Fatalf("invalid limits %+v accepted", l)
-			}
-			return
-		}
-		nows, costs := schedule(script, max(1, capacity/Micro))
-		var s State
-		var at, admitted []int64
-		for i, now := range nows {
-			ns, d, err := Apply(s, l, now, costs[i]*Micro)
-			if err != nil {
-				continue // cost above capacity
-			}
+		at, admitted, ok := admissions(t, l, script, func(i int, _, ns State, d Decision) {
 			if d.Remaining < 0 || d.RetryAfterMs < 0 || (d.Allowed == (d.RetryAfterMs > 0)) {
 				t.Fatalf("step %d: bad decision %+v", i, d)
 			}
 			if ns.Count > capacity || ns.Sum > capacity {
 				t.Fatalf("step %d: usage over limit: %+v", i, ns)
 			}
-			if d.Allowed {
-				at = append(at, ns.LastMs)
-				admitted = append(admitted, costs[i]*Micro)
-			}
-			s = ns
+		})
+		if !ok {
+			return
 		}
 		for i := range at {
 			var sum int64

@@ -168,9 +168,23 @@ func TestLimitChangesJudgedPerEpoch(t *testing.T) {
 // runFile loads and runs one scenario file.
 func runFile(t testing.TB, path string) *Result {
 	t.Helper()
+	return runEdited(t, path, nil)
+}
+
+// runEdited loads one scenario file, lets edit (unless nil) change its
+// policy, which must stay valid, and runs it: for the tests that vary a
+// setting of a shipped scenario.
+func runEdited(t testing.TB, path string, edit func(p *policy.Policy)) *Result {
+	t.Helper()
 	s, err := scenario.Load(path)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if edit != nil {
+		edit(s.Parsed())
+		if err := s.Parsed().Validate(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	res, err := Run(s, nil)
 	if err != nil {
@@ -220,19 +234,7 @@ func TestRedisFlapNeedsAPeriod(t *testing.T) {
 func TestShardsFalseRejections(t *testing.T) {
 	var one *ModeResult
 	for _, n := range []int{1, 2, 4} {
-		s, err := scenario.Load("scenarios/hot-tenant.yaml")
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.Parsed().Shards = n
-		if err := s.Parsed().Validate(); err != nil {
-			t.Fatal(err)
-		}
-		res, err := Run(s, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := res.Mode("leased")
+		m := runEdited(t, "scenarios/hot-tenant.yaml", func(p *policy.Policy) { p.Shards = n }).Mode("leased")
 		if !m.WithinBound {
 			t.Errorf("%d shards: max per window %v exceeds the bound %v (terms %v)", n, m.MaxWindow, m.Bound, m.BoundTerms)
 		}
@@ -262,19 +264,7 @@ func TestShardsFalseRejections(t *testing.T) {
 func TestShardsWithinBoundUnderFaults(t *testing.T) {
 	for _, f := range []string{"scenarios/limit-changes.yaml", "scenarios/redis-faults.yaml"} {
 		t.Run(filepath.Base(f), func(t *testing.T) {
-			s, err := scenario.Load(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s.Parsed().Shards = 4
-			if err := s.Parsed().Validate(); err != nil {
-				t.Fatal(err)
-			}
-			res, err := Run(s, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			m := res.Mode("leased")
+			m := runEdited(t, f, func(p *policy.Policy) { p.Shards = 4 }).Mode("leased")
 			if m.Admitted == 0 || len(m.Epochs) == 0 {
 				t.Fatalf("4 shards admitted %d in %d epochs: the scenario did not run through them", m.Admitted, len(m.Epochs))
 			}
@@ -337,16 +327,8 @@ func TestIdentitySharesUtilization(t *testing.T) {
 			t.Errorf("%s: leased utilization %.3f (want at least %.2f), within bound %v", file, m.Utilization, want, m.WithinBound)
 		}
 	}
-	s, err := scenario.Load("scenarios/homed-tenants.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	none := 0
-	s.Parsed().IdentityShares = &none
-	res, err := Run(s, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := runEdited(t, "scenarios/homed-tenants.yaml", func(p *policy.Policy) { p.IdentityShares = &none })
 	if u := res.Mode("leased").Utilization; u > 0.4 {
 		t.Errorf("homed tenants without identity shares: %.3f, want about a third", u)
 	}

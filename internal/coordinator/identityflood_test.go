@@ -3,13 +3,12 @@ package coordinator
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/quota-lease/quota-lease/internal/leaseapi"
+	"github.com/quota-lease/quota-lease/internal/testenv"
 	"github.com/quota-lease/quota-lease/lease"
-	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
 
 // A region's certificate flooding Lease calls with new identity demands,
@@ -47,28 +46,10 @@ func TestIdentityDemandFlood(t *testing.T) {
 		}
 	}()
 	const workers, calls = 3, 40
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range calls {
-				ids := make(map[string]int64, leaseapi.MaxIdentityDemands)
-				for j := range leaseapi.MaxIdentityDemands {
-					ids[fmt.Sprintf("tenant=f%d-%d-%d", w, i, j)] = 1 << 62
-				}
-				// Each call claims the plan holds all it sent before.
-				held := int32(i * leaseapi.MaxIdentityDemands)
-				req := &pb.LeaseRequest{Region: "us", Instance: fmt.Sprint("flood-", w), Nonce: "n",
-					Quotas: []*pb.QuotaRequest{{Quota: "api", Demand: 1 << 62, IdentityDemand: ids, IdentityDemandHeld: held, IdentityDeltas: true}}}
-				if _, err := cl.Lease(ctx, req); err != nil {
-					t.Errorf("flood call %d: %v", i, err)
-					return
-				}
-			}
-		}()
+	// us floods: every call of the flood must be answered.
+	if _, err := testenv.FloodIdentityDemands(t, cl.Lease, "us", "api", workers, calls, time.Minute); err != nil {
+		t.Error(err)
 	}
-	wg.Wait()
 	close(done)
 	if err := <-failed; err != nil {
 		t.Fatalf("eu's renewal failed during the flood: %v", err)

@@ -2,12 +2,9 @@ package cluster
 
 import (
 	"context"
-	"fmt"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/quota-lease/quota-lease/internal/leaseapi"
 	"github.com/quota-lease/quota-lease/internal/testenv"
 	pb "github.com/quota-lease/quota-lease/proto/quotalease/v1"
 )
@@ -44,34 +41,13 @@ func TestIdentityDemandFloodOverRealProcesses(t *testing.T) {
 
 	attacker := pb.NewLeaseServiceClient(dial(t, leader.Addr, c.pki.regions["us"]))
 	const workers, calls, flood = 3, 40, 10 * time.Second
-	sent := 0
+	lease := func(ctx context.Context, req *pb.LeaseRequest) (*pb.LeaseResponse, error) {
+		return attacker.Lease(ctx, req)
+	}
+	var sent int
 	d := runWhile(t, c, flood, func() {
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		for w := range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := range calls {
-					ids := make(map[string]int64, leaseapi.MaxIdentityDemands)
-					for j := range leaseapi.MaxIdentityDemands {
-						ids[fmt.Sprintf("tenant=flood-%d-%d-%d", w, i, j)] = 1 << 62
-					}
-					req := &pb.LeaseRequest{Region: "us", Instance: fmt.Sprint("flood-", w), Nonce: "n",
-						Quotas: []*pb.QuotaRequest{{Quota: "homed", Demand: 1 << 62, IdentityDemand: ids,
-							IdentityDemandHeld: int32(i * leaseapi.MaxIdentityDemands), IdentityDeltas: true}}}
-					cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-					_, err := attacker.Lease(cctx, req)
-					cancel()
-					if err == nil {
-						mu.Lock()
-						sent += len(ids)
-						mu.Unlock()
-					}
-				}
-			}()
-		}
-		wg.Wait()
+		// Calls refused or too slow are part of a flood: only eu's service counts.
+		sent, _ = testenv.FloodIdentityDemands(t, lease, "us", "homed", workers, calls, 5*time.Second)
 	}, home)
 	rss := procStatus(t, leader.Pid(), "VmRSS") / 1024 // MB
 	fails := scrapeMetric(t, eu, "quotalease_agent_lease_renew_failures_total") - failsBefore

@@ -22,6 +22,13 @@ func newTestInstance(t *testing.T, f *rlqsfake.Server, clk clock.Clock, set *rlq
 	t.Helper()
 	cfg := testConfig(f.Addr, "envoy-0", clk, time.Hour)
 	cfg.Settings = set
+	return startInstance(t, cfg)
+}
+
+// startInstance is a new instance of cfg, closed when the test ends: for
+// the tests whose configuration is their own.
+func startInstance(t testing.TB, cfg Config) *Instance {
+	t.Helper()
 	in, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -100,11 +100,7 @@ func TestReportTimerRuns(t *testing.T) {
 	f := rlqsfake.Start(t)
 	cfg := testConfig(f.Addr, "envoy-t", clock.System(), 20*time.Millisecond)
 	cfg.InitialMetadata = metadata.Pairs("x-envoy-node", "envoy-t")
-	in, err := New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
+	in := startInstance(t, cfg)
 	in.Allow(tenantA)
 	got := f.WaitReports(t, 0, 4)
 	for _, r := range got[1:] {
@@ -350,15 +346,11 @@ func TestReconnectAfterServerDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer proxy.Close()
+	t.Cleanup(func() { _ = proxy.Close() }) // closed after the instance: cleanups run in reverse
 	cfg := testConfig(proxy.Addr, "envoy-r", &clk, time.Hour)
 	cfg.DialOptions = append(cfg.DialOptions, grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 20 * time.Millisecond,
 		Multiplier: 1.2, MaxDelay: 100 * time.Millisecond}, MinConnectTimeout: time.Second}))
-	in, err := New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
+	in := startInstance(t, cfg)
 	in.Allow(tenantA)
 	f.WaitReports(t, 0, 1)
 	proxy.Cut()
@@ -457,12 +449,7 @@ func TestConfigRefused(t *testing.T) {
 // for every request, and the records for every admission.
 func TestConcurrentRequestsAllReported(t *testing.T) {
 	f := rlqsfake.Start(t)
-	cfg := testConfig(f.Addr, "envoy-load", clock.System(), 5*time.Millisecond)
-	in, err := New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
+	in := startInstance(t, testConfig(f.Addr, "envoy-load", clock.System(), 5*time.Millisecond))
 	in.Allow(tenantA)
 	f.WaitReports(t, 0, 1)
 	f.Stream(0).Out <- &rlqsv3.RateLimitQuotaResponse{BucketAction: []*rlqsv3.RateLimitQuotaResponse_BucketAction{
