@@ -74,7 +74,11 @@ func New(h Host, cfg Config, drift float64, reg *prometheus.Registry) *Engine {
 	st := &edgeStore{store: h.Shared.EdgeStore(e.self, h.Clock.Now, rc.Trust(), cfg.GrowWait), now: h.Clock.Now,
 		logger: h.Logger, down: down}
 	e.r = edge.NewRound(rc, compareSlots, edgeLeases{h.Policies, h.Leases}, st, e)
-	reg.MustRegister(newEdgeGauges(e))
+	reg.MustRegister(newEdgeGauges(func() *edgeCount {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.count(e.h.Clock.Now(), time.Second)
+	}))
 	return e
 }
 
@@ -299,6 +303,38 @@ func (e *Engine) collect() map[*rlqsStream]*rlqsv3.RateLimitQuotaResponse {
 func (e *Engine) countBuckets(st *rlqsStream, n int) {
 	e.buckets += n
 	st.caller.buckets += n
+}
+
+// count returns the count of the edge at now: the last one while it is
+// younger than maxAge, else counted again. e.mu is held.
+func (e *Engine) count(now time.Time, maxAge time.Duration) *edgeCount {
+	if c := e.counted.Load(); c != nil && now.Sub(c.at) < maxAge && !now.Before(c.at) {
+		return c
+	}
+	c := &edgeCount{at: now, by: map[string]*policyCount{}}
+	for id, k := range e.r.Keys() {
+		pc := c.by[id.Policy]
+		if pc == nil {
+			pc = &policyCount{streams: map[uint64]bool{}}
+			c.by[id.Policy] = pc
+		}
+		for sid, s := range k.Slots {
+			pc.streams[sid.stream] = e.streams[sid.stream] != nil && e.streams[sid.stream].library
+			pc.buckets++
+			if _, active := k.Ledger.Current(sid, now); active {
+				pc.rate += s.Bucket.Rate()
+			}
+			if s.Demand > 0 {
+				pc.usage += float64(s.Demand)
+			}
+		}
+		if p := k.Policy(); p != nil {
+			pc.reserve += p.Limit * float64(k.Written) / float64(p.Limits().Amount())
+			pc.pol = p
+		}
+	}
+	e.counted.Store(c)
+	return c
 }
 
 // Summary returns what renewals report of policy name's edge, as last

@@ -1,8 +1,6 @@
 package rlqs
 
 import (
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -56,19 +54,19 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 }
 
 // edgeGauges are the per-policy gauges of what the Envoy instances
-// streaming to the agent hold, counted when scraped (Engine.count) rather
-// than by the rounds: an agent serving many buckets pays for walking them
-// per scrape (at most once a second), and every countEvery for the
-// renewals' summary, not every second. A policy's series go once the
+// streaming to the agent hold, counted when scraped (count, which the
+// engine gives: Engine.count) rather than by the rounds: an agent serving
+// many buckets pays for walking them per scrape (at most once a second),
+// and every countEvery for the renewals' summary, not every second. A policy's series go once the
 // agent holds nothing of it (no bucket, no reservation being released).
 type edgeGauges struct {
-	e                                        *Engine
+	count                                    func() *edgeCount
 	streams, buckets, assignedRate, reserved *prometheus.Desc
 }
 
-func newEdgeGauges(e *Engine) *edgeGauges {
+func newEdgeGauges(count func() *edgeCount) *edgeGauges {
 	policy := []string{"policy"}
-	return &edgeGauges{e: e,
+	return &edgeGauges{count: count,
 		streams: prometheus.NewDesc("quotalease_agent_edge_streams",
 			"Envoy RLQS streams reporting buckets of the policy to this agent.", policy, nil),
 		buckets: prometheus.NewDesc("quotalease_agent_edge_buckets",
@@ -91,9 +89,7 @@ func (g *edgeGauges) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect counts the edge, unless the last count is under a second old.
 func (g *edgeGauges) Collect(ch chan<- prometheus.Metric) {
-	g.e.mu.Lock()
-	c := g.e.count(g.e.h.Clock.Now(), time.Second)
-	g.e.mu.Unlock()
+	c := g.count()
 	for name, pc := range c.by {
 		ch <- prometheus.MustNewConstMetric(g.streams, prometheus.GaugeValue, float64(len(pc.streams)), name)
 		ch <- prometheus.MustNewConstMetric(g.buckets, prometheus.GaugeValue, float64(pc.buckets), name)

@@ -32,38 +32,6 @@ type policyCount struct {
 // count walks every bucket the agent serves.
 const countEvery = 5 * time.Second
 
-// count returns the count of the edge at now: the last one while it is
-// younger than maxAge, else counted again. e.mu is held.
-func (e *Engine) count(now time.Time, maxAge time.Duration) *edgeCount {
-	if c := e.counted.Load(); c != nil && now.Sub(c.at) < maxAge && !now.Before(c.at) {
-		return c
-	}
-	c := &edgeCount{at: now, by: map[string]*policyCount{}}
-	for id, k := range e.r.Keys() {
-		pc := c.by[id.Policy]
-		if pc == nil {
-			pc = &policyCount{streams: map[uint64]bool{}}
-			c.by[id.Policy] = pc
-		}
-		for sid, s := range k.Slots {
-			pc.streams[sid.stream] = e.streams[sid.stream] != nil && e.streams[sid.stream].library
-			pc.buckets++
-			if _, active := k.Ledger.Current(sid, now); active {
-				pc.rate += s.Bucket.Rate()
-			}
-			if s.Demand > 0 {
-				pc.usage += float64(s.Demand)
-			}
-		}
-		if p := k.Policy(); p != nil {
-			pc.reserve += p.Limit * float64(k.Written) / float64(p.Limits().Amount())
-			pc.pol = p
-		}
-	}
-	e.counted.Store(c)
-	return c
-}
-
 // amountOf is a sum of amounts, kept in a float64 so that it cannot wrap,
 // as an amount: at most math.MaxInt64.
 func amountOf(sum float64) int64 {
