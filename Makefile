@@ -10,7 +10,7 @@ PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: help deps build test test-short test-rlqs test-edge-e2e vet fmt-check bench bench-peers record-envoy-original bench-identity-scale fuzz redis redis-stop proto demo load clean robustness certs console-screenshot images helm manifests
+.PHONY: help deps deps-redis build test test-short test-rlqs test-edge-e2e vet fmt-check bench bench-peers record-envoy-original bench-identity-scale fuzz redis redis-stop proto demo load clean robustness certs console-screenshot images helm manifests
 
 # The images' registry and tag: set in deploy/images.env, the one place
 # (REGISTRY, VERSION); override on the command line.
@@ -22,13 +22,21 @@ include deploy/images.env
 HELM_VERSION := v4.3.2
 
 help: ## list targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
-deps: ## install what the tests and demo need (redis-server, and chromium for the console's browser test, from Debian) if missing
-	@command -v redis-server >/dev/null 2>&1 && command -v chromium >/dev/null 2>&1 || { \
-	  echo "installing redis-server and chromium (Debian)"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server chromium >/dev/null; }
+# apt-get needs root: sudo when not root (and sudo is there).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
+
+deps-redis: ## install Debian's redis-server if missing (the demo, make redis, make load)
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  echo "installing redis-server (Debian)" >&2; \
+	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
 	@command -v redis-server >/dev/null 2>&1 || { echo "redis-server still missing: install it and retry" >&2; exit 1; }
+
+deps: deps-redis ## install what the tests need (redis-server, and chromium for the console's browser test, from Debian) if missing
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing chromium (Debian)" >&2; \
+	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 	@command -v chromium >/dev/null 2>&1 || { echo "chromium still missing: install Debian's chromium and retry" >&2; exit 1; }
 
 # The VCS revision --version and quotalease_build_info report, also where
@@ -101,7 +109,7 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 10s)
 	  echo "== checkapi $$t"; $(GO) test ./internal/agent/checkapi/ -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME); done
 	@echo "== agent FuzzMatchBucket"; $(GO) test ./internal/agent/ -run '^$$' -fuzz '^FuzzMatchBucket$$' -fuzztime $(FUZZTIME)
 
-redis: deps ## start a throwaway redis-server on a free loopback port; prints its address
+redis: deps-redis ## start a throwaway redis-server on a free loopback port; prints its address
 	@scripts/redis.sh start .redis
 
 redis-stop: ## stop the redis-server `make redis` started
@@ -116,10 +124,10 @@ proto: ## regenerate the committed protobuf/gRPC code with the pinned generators
 	  --go_out=proto --go_opt=paths=source_relative \
 	  --go-grpc_out=proto --go-grpc_opt=paths=source_relative $$files
 
-demo: deps build ## the local demo: etcd, 2 coordinators, 3 regions with Redis and an agent each, a minute of traffic (KEEP=1 keeps its data and logs)
+demo: deps-redis build ## the local demo: etcd, 2 coordinators, 3 regions with Redis and an agent each, a minute of traffic (KEEP=1 keeps its data and logs)
 	bin/quota-lease-demo --bin bin $(if $(KEEP),--keep)
 
-load: deps ## traffic straight through the regional engine against one throwaway Redis
+load: deps-redis ## traffic straight through the regional engine against one throwaway Redis
 	@set -e; addr=$$(scripts/redis.sh start .redis/load); \
 	  trap 'scripts/redis.sh stop .redis/load' EXIT; \
 	  $(GO) run ./cmd/regional-agent load --redis $$addr --policies examples/policies.yaml

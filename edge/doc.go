@@ -2,7 +2,7 @@
 // Envoy's Rate Limit Quota Service (RLQS), where each Envoy instance
 // enforces a token bucket the agent assigned it for a time to live. An
 // assignment is a lease one level below the region's, so the rules are the
-// lease protocol's (docs/rlqs.md derives them):
+// lease protocol's (docs/rlqs-server.md derives them):
 //
 //   - a slot's token bucket, sized by package edge/tokens so that it
 //     admits in any window no more than the instance's share admits in
@@ -21,9 +21,10 @@
 //     region's reservation covers it and every agent could see that; an
 //     assignment that shrinks is pushed at once but keeps counting until
 //     it expires;
-//   - Places: at most the policy's instances per region hold an
-//     assignment, whichever agents they connect to.
+//   - instance places (places.go): at most the policy's instances per
+//     region hold an assignment, whichever agents they connect to.
 //
-// The package links no I/O library; the agent (internal/agent) puts it on
-// the wire and in Redis.
+// The package links no I/O library; the agent's RLQS server
+// (internal/agent/rlqs) puts it on the wire, and package regional in
+// Redis.
 package edge

@@ -16,6 +16,7 @@ import (
 //	ql:edge:{<region>}       hash: the edge reservations (lua/edge_sync.lua)
 //	ql:edgelog:{<region>}    sorted set: the log of the reservations' writes
 //	ql:edgeseq:{<region>}    hash: the log's counter and epoch
+//	ql:edgealive:{<region>}  hash: agent id -> its life, until when and since when (ms)
 //
 // Each key carries the region as its hash tag, so on Redis Cluster a
 // region's keys share one slot and a script may touch all of them. Saved

@@ -3,6 +3,6 @@
 // Assign and Resize give the Bucket whose worst case stays within it, for
 // Envoy that may start a changed bucket full (Assign) and for Envoy that
 // keeps a replaced bucket's fill ratio (Resize, with the slack package edge
-// keeps per instance). docs/rlqs.md derives the rules. The package links no
+// keeps per instance). docs/rlqs-server.md derives the rules. The package links no
 // I/O library.
 package tokens

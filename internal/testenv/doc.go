@@ -12,8 +12,13 @@
 // loopback, for the demo and the end-to-end suites), redistest (real
 // redis-server, Redis Cluster and Sentinel processes), faultproxy (TCP
 // proxies that cut, delay and drop), promnames (metric names in the
-// deployment artifacts) and rlqsenvoy (Envoy's rate limit quota filter as
+// deployment artifacts), rlqsenvoy (Envoy's rate limit quota filter as
 // an RLQS client, written from Envoy's source, many instances per
-// process). No shipped binary links any of it (deploy's tests check); the
+// process), rlqsfake (an RLQS server that records what it receives and
+// sends what a test tells it to), edgescript (a script of reports and
+// faults that drives the agent's and the simulator's edge rounds alike),
+// xdsserver (a real xDS management server serving RateLimitConfig) and
+// impostor (a fake coordinator over TLS, for tests that a client accepts
+// a coordinator only by its identity). No shipped binary links any of it (deploy's tests check); the
 // demo is a command of its own, cmd/quota-lease-demo.
 package testenv
