@@ -47,12 +47,16 @@ LDFLAGS  := -X github.com/quota-lease/quota-lease/internal/version.revision=$(RE
 build: ## build all binaries into bin/ (--version names the revision), and the example service
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/... ./examples/limited-service
 
+# The Go files, NUL-separated: those git tracks, or outside a checkout every
+# one outside hidden folders.
+GO_FILES = { git ls-files -z -- '*.go' 2>/dev/null || find . -name '*.go' ! -path './.*' -print0; }
+
 fmt-check: ## fail if any file is not gofmt-clean, or a non-test, non-generated Go line is over 120 characters
-	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	@set -o pipefail; out=$$($(GO_FILES) | xargs -0 gofmt -l) || exit 1; \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	@out=$$(find . -name '*.go' ! -name '*_test.go' ! -name '*.pb.go' ! -path './.*' \
-	  | xargs awk 'length > 120 { print FILENAME ":" FNR }'); \
-	  if [ -n "$$out" ]; then echo "lines over 120 characters (tabs count one):"; echo "$$out"; exit 1; fi
+	@set -o pipefail; out=$$($(GO_FILES) | grep -zv -e '_test\.go$$' -e '\.pb\.go$$' \
+	  | xargs -0 env LC_ALL=C awk 'length > 120 { print FILENAME ":" FNR }') || exit 1; \
+	  if [ -n "$$out" ]; then echo "lines over 120 bytes (a tab counts one):"; echo "$$out"; exit 1; fi
 
 vet: ## go vet
 	$(GO) vet $(PKGS)
@@ -116,7 +120,7 @@ redis-stop: ## stop the redis-server `make redis` started
 	@scripts/redis.sh stop .redis
 
 proto: ## regenerate the committed protobuf/gRPC code with the pinned generators
-	@command -v protoc >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq protobuf-compiler >/dev/null; }
+	@command -v protoc >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq protobuf-compiler >/dev/null; }
 	GOBIN=$(GOBIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	GOBIN=$(GOBIN) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 	@files=$$(find proto -name '*.proto'); if [ -z "$$files" ]; then echo "no .proto files yet"; exit 0; fi; \

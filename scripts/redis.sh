@@ -6,7 +6,7 @@ cmd=${1:-start}
 dir=${2:-.redis}
 case "$cmd" in
 start)
-  command -v redis-server >/dev/null || { echo "redis-server missing: run 'make deps'" >&2; exit 1; }
+  command -v redis-server >/dev/null || { echo "redis-server missing: run 'make deps-redis'" >&2; exit 1; }
   mkdir -p "$dir"
   dir=$(cd "$dir" && pwd)
   if [ -f "$dir/pid" ] && kill -0 "$(cat "$dir/pid")" 2>/dev/null; then

@@ -123,8 +123,9 @@ func list(s string) []string {
 // certsIssue issues one more certificate from the CA of certs.
 func certsIssue(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("certs issue",
-		"--dir DIR (--region R [--instance I] | --role admin|viewer|coordinator | --service NAME) "+
-			"[--valid-for D] [--hosts H,...]",
+		"--dir DIR\n"+
+			"    (--region R [--instance I] | --role admin|viewer|coordinator | --service NAME)\n"+
+			"    [--valid-for D] [--hosts H,...]",
 		`Issues one certificate from the development CA that 'coordinator certs' made
 in DIR, over the files of the same name (that is how to rotate one:
 processes pick the new files up within a second):

@@ -15,15 +15,17 @@ import (
 )
 
 // redisUsage lists the forms --redis takes.
-const redisUsage = `the region's Redis:
-  host:port                                       one node
-  redis://[user[:password]@]host:port[/db]          one node (rediss:// for TLS)
-  redis+cluster://[user[:password]@]host:port,...   Redis Cluster: any nodes as seeds (rediss+cluster:// for TLS)
+const redisUsage = `the region's Redis, one of:
+  host:port
+      one node
+  redis://[user[:password]@]host:port[/db]
+      one node (rediss:// for TLS)
+  redis+cluster://[user[:password]@]host:port,...
+      Redis Cluster: any nodes as seeds (rediss+cluster:// for TLS)
   redis+sentinel://[user[:password]@]host:port,.../master[/db]
-                                                  Sentinel: the sentinels and the master's name
-                                                  (rediss+sentinel:// for TLS); the password is the data
-                                                  nodes', the sentinels' comes from
-                                                  --redis-sentinel-password-file or QUOTALEASE_REDIS_SENTINEL_PASSWORD`
+      Sentinel: the sentinels and the master's name (rediss+sentinel:// for TLS); the
+      password is the data nodes', the sentinels' comes from --redis-sentinel-password-file
+      or QUOTALEASE_REDIS_SENTINEL_PASSWORD`
 
 // redisTarget is how the agent reaches its region's Redis, from --redis
 // (host:port, or a redis://, rediss://, redis+cluster:// or

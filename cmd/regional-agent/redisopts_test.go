@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -131,5 +132,19 @@ func TestRedisTargetClusterAndSentinel(t *testing.T) {
 	}
 	if v := s.Master.Client(t).Get(ctx, "k").Val(); v != "v" {
 		t.Fatalf("the master holds %q: the sentinel URL did not lead to it", v)
+	}
+}
+
+// serve -h shows the forms --redis takes as laid out, every line whole:
+// the table fits the width cli.PrintFlags wraps descriptions to, so the
+// wrapping never splits a form from its description.
+func TestServeHelpKeepsRedisForms(t *testing.T) {
+	var help bytes.Buffer
+	serveFlags([]string{"-h"}, &help)
+	for _, line := range strings.Split(redisUsage, "\n") {
+		shown := "    \t" + line
+		if !strings.Contains(help.String(), shown+"\n") && !strings.Contains(help.String(), shown+" (default") {
+			t.Errorf("serve -h does not show the --redis line %q whole:\n%s", line, help.String())
+		}
 	}
 }

@@ -3,7 +3,10 @@
 //
 // This package holds what the tests of several packages share: an embedded
 // etcd for a whole test binary, unique etcd key prefixes, waiting for a
-// condition, parsing policies that must be valid, and the skips that keep
+// condition, parsing policies that must be valid, the flood of identity
+// demands the coordinator's and the end-to-end flood tests send
+// (FloodIdentityDemands; so the tests of internal/leaseapi and of the
+// proto package cannot import it), and the skips that keep
 // `go test -short ./...` fast (every suite that starts real processes for
 // more than a moment: the multi-process deployments, the browser). Only
 // _test.go files may import it; TestOnlyTestsImport enforces this.
