@@ -180,17 +180,12 @@ func (r *Round[S]) prepare(now time.Time) (writes []Write, sync, read bool) {
 	r.visited, r.nextGrow = r.visited[:0], time.Time{}
 	policies := map[string]grantNow{} // looked up once a round
 	var longest time.Duration
-	var last string // the policy of the key before, whose grant g is
-	var g grantNow
 	for _, k := range r.keys {
 		longest = max(longest, k.Life)
-		if name := k.ID.Policy; name != last || len(policies) == 0 {
-			var ok bool
-			if g, ok = policies[name]; !ok {
-				g = r.grantAt(name, now)
-				policies[name] = g
-			}
-			last = name
+		g, ok := policies[k.ID.Policy]
+		if !ok {
+			g = r.grantAt(k.ID.Policy, now)
+			policies[k.ID.Policy] = g
 		}
 		if r.needsRound(k, g, now, read) {
 			r.visited = append(r.visited, k)

@@ -1,8 +1,6 @@
 package rlqs
 
-import (
-	"github.com/prometheus/client_golang/prometheus"
-)
+import "github.com/prometheus/client_golang/prometheus"
 
 // metrics are the metrics of the agent's Rate Limit Quota Service, on
 // the agent's registry.
@@ -57,8 +55,9 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 // streaming to the agent hold, counted when scraped (count, which the
 // engine gives: Engine.count) rather than by the rounds: an agent serving
 // many buckets pays for walking them per scrape (at most once a second),
-// and every countEvery for the renewals' summary, not every second. A policy's series go once the
-// agent holds nothing of it (no bucket, no reservation being released).
+// and every countEvery for the renewals' summary, not every second. A
+// policy's series go once the agent holds nothing of it (no bucket, no
+// reservation being released).
 type edgeGauges struct {
 	count                                    func() *edgeCount
 	streams, buckets, assignedRate, reserved *prometheus.Desc
