@@ -356,18 +356,6 @@ func TestEdgeE2E(t *testing.T) {
 	}
 }
 
-// cachedEvery calls f at most once every d.
-func cachedEvery(d time.Duration, f func() float64) func() float64 {
-	var at time.Time
-	var v float64
-	return func() float64 {
-		if time.Since(at) >= d {
-			v, at = f(), time.Now()
-		}
-		return v
-	}
-}
-
 // regionCapacity is, in requests per second, what region is granted of
 // quota for identity (as the policy names it), as the coordinator lists
 // it: the identity's own share if the grant names one, the default share

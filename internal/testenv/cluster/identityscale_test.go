@@ -192,8 +192,6 @@ func (tr *scaleTraffic) heat(id int) {
 	tr.extra[id] = true
 }
 
-func (tr *scaleTraffic) isHot(i int) bool { return i < tr.hot || tr.extra[i] }
-
 // step feeds each region's meter the traffic since the last step.
 func (tr *scaleTraffic) step(regions []*scaleAgent, now time.Time) {
 	if tr.last.IsZero() {

@@ -314,18 +314,6 @@ func (d *Driver) Stats(policy string) map[string]Stats {
 	return out
 }
 
-// MaxWindow returns, for policy, the most admitted for one identity across
-// all regions in any window of length w, with the identity and when.
-func (d *Driver) MaxWindow(policy string, w time.Duration) (max int, identity string, at time.Time) {
-	forEachWindow(d.Admissions(), policy, w, func(id string, end time.Time, n int) error {
-		if n > max {
-			max, identity, at = n, id, end
-		}
-		return nil
-	})
-	return max, identity, at
-}
-
 // forEachWindow calls fn for every window of length w that ends at an
 // admission of policy: per identity (in name order), the admissions in
 // (end-w, end] by the client's send times, in units (Admission.Cost). It
