@@ -189,8 +189,13 @@ func postCheck(ctx context.Context, web *http.Client, a *AgentProcess, body map[
 // read as final: a charge the agent sent for a window it had already left
 // is taken back in a second round trip (regional/window.go), within
 // milliseconds. A counter lives until its window's end plus the agents'
-// TTL margin (1 s): the poller has the 750 ms between to read it.
+// TTL margin (1 s), and as long again as the poller keeps it
+// (postHocKeep).
 const postHocSettle = 250 * time.Millisecond
+
+// postHocKeep is how long past its last reading the poller keeps a
+// window's counter in Redis, so that a late poll still reads it.
+const postHocKeep = 10 * time.Second
 
 // postHocCharge is one charge as the client saw it.
 type postHocCharge struct {
@@ -480,7 +485,11 @@ func postHocMetrics(t *testing.T, web *http.Client, a *AgentProcess, pol string)
 
 // postHocPoller reads one identity's keys in every region's Redis every
 // 100 ms, with the Redis clock: fixed windows' counters, sliding windows'
-// and token buckets' state.
+// and token buckets' state. A counter lives a second past its window's
+// end, and a final reading must come after the window settles, a slot a
+// poll on a loaded machine can miss: the poller keeps every counter it
+// reads for postHocKeep more (no decision reads a window's counter once
+// the window has ended).
 type postHocPoller struct {
 	clients  []*redis.Client
 	regions  []string
@@ -523,8 +532,7 @@ func startPostHocPoller(t *testing.T, c *Cluster, identity string) *postHocPolle
 // finish waits until p has polled after the window of period holding last
 // (the last charge's answer) closed and its counters settled, stops p, and
 // fails t if a poll failed: p's readings are then the windows' final
-// counts in every region (a counter lives until its window's end plus a
-// second).
+// counts in every region (the poller keeps each counter it reads).
 func (p *postHocPoller) finish(t *testing.T, last time.Time, period time.Duration) {
 	t.Helper()
 	settledAt := (last.UnixMilli()/period.Milliseconds()+1)*period.Milliseconds() + postHocSettle.Milliseconds()
@@ -599,6 +607,9 @@ func (p *postHocPoller) pollOnce(ctx context.Context, i int) error {
 				continue // expired meanwhile
 			}
 			if err != nil {
+				return err
+			}
+			if err := cl.ExpireGT(ctx, k, postHocKeep).Err(); err != nil {
 				return err
 			}
 			p.recordCounter(region, name, k, n, v, at)
